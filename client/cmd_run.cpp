@@ -1,0 +1,104 @@
+// `sftctl run --local [SPEC]`: train on this machine. Without SPEC, the built-in demo.
+//
+// The client resolves the YAML spec (defaults, relative paths, validation), writes the
+// canonical JSON into the run folder, and runs sftctl-trainer on it: the trainer is the same
+// binary the agent runs on GPU hosts, so local and remote runs behave the same.
+#include <ctime>
+#include <iostream>
+
+#include "client/commands.h"
+#include "client/demo.h"
+#include "client/trainer_exec.h"
+#include "common/file_system.h"
+#include "common/spec_yaml.h"
+
+namespace sftctl::client {
+namespace {
+
+struct RunArgs {
+  bool local = false;
+  std::string spec_path;
+  std::string output_dir;
+  int64_t max_steps = 0;
+  std::string device, precision;
+  int64_t seed = -1;
+  int events_fd = -1;
+};
+
+std::string Timestamp() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", std::localtime(&t));
+  return buf;
+}
+
+int Run(const RunArgs& a) {
+  auto fail = [](const Status& s) {
+    std::cerr << "error: " << s.message() << std::endl;
+    return 2;
+  };
+  if (!a.local) {
+    return fail(InvalidArgumentError("only local runs are available here: use `sftctl run --local [SPEC]`"));
+  }
+  const bool demo = a.spec_path.empty();
+  JobSpec spec;
+  if (demo) {
+    const std::string dir = a.output_dir.empty() ? "sftctl-runs/demo-" + Timestamp() : a.output_dir;
+    std::cerr << "sftctl demo: teaching a ~0.5M-parameter model two-digit addition from scratch\n"
+              << "  (\"What is 47+38?\" -> \"85\"; 9,000 training pairs, 1,000 held out and never trained on)\n";
+    auto s = PrepareDemo(dir);
+    if (!s.ok()) return fail(s.status());
+    spec = *s;
+  } else {
+    auto s = LoadSpecFile(a.spec_path);
+    if (!s.ok()) return fail(s.status());
+    spec = *s;
+    if (!a.output_dir.empty()) spec.output_dir = a.output_dir;
+  }
+  if (a.max_steps > 0) spec.train.max_steps = a.max_steps;
+  if (!a.device.empty()) spec.device = a.device;
+  if (!a.precision.empty()) spec.precision = a.precision;
+  if (a.seed >= 0) spec.seed = a.seed;
+  // Re-validate after overrides, through the same parser the trainer uses.
+  auto canonical = ParseSpec(ToJson(spec), "", [](const std::string&) { return std::string("command line"); });
+  if (!canonical.ok()) return fail(canonical.status());
+  if (Status s = CheckSpecFiles(*canonical); !s.ok()) return fail(s);
+
+  FileSystem* fs = FileSystem::Default();
+  if (Status s = fs->CreateDirs(spec.output_dir); !s.ok()) return fail(s);
+  const std::string spec_json = JoinPath(spec.output_dir, "spec.json");
+  if (Status s = WriteFileAtomic(fs, spec_json, ToJson(*canonical).dump(2) + "\n"); !s.ok()) return fail(s);
+
+  auto trainer = FindSiblingBinary("sftctl-trainer");
+  if (!trainer.ok()) return fail(trainer.status());
+  std::vector<std::string> args = {"train", "--spec", spec_json};
+  if (a.events_fd >= 0) args.insert(args.end(), {"--events-fd", std::to_string(a.events_fd)});
+  auto code = RunChild(*trainer, args);
+  if (!code.ok()) return fail(code.status());
+  if (*code == 0 && demo) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "checkpoint-%06lld", static_cast<long long>(canonical->train.max_steps));
+    std::cerr << "\nTry the model:  sftctl generate --model " << JoinPath(spec.output_dir, name)
+              << " --prompt $'What is 47+38?\\n'\n";
+  }
+  return *code;
+}
+
+}  // namespace
+
+void RegisterRunCommand(CLI::App& app, CommandContext& ctx) {
+  auto args = std::make_shared<RunArgs>();
+  auto* cmd = app.add_subcommand("run", "Train on this machine (CUDA, MPS or CPU, chosen automatically)");
+  cmd->add_flag("--local", args->local, "Run here rather than on a remote host");
+  cmd->add_option("spec", args->spec_path, "Job spec (YAML); without it, the built-in demo runs")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("-o,--output", args->output_dir, "Run folder (overrides the spec's output_dir)");
+  cmd->add_option("--max-steps", args->max_steps, "Override train.max_steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--device", args->device, "Override device: auto, cpu, cuda, cuda:N, mps");
+  cmd->add_option("--precision", args->precision, "Override precision: auto, fp32, bf16");
+  cmd->add_option("--seed", args->seed, "Override the seed")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--events-fd", args->events_fd, "Also write metric records (JSON lines) to this descriptor");
+  cmd->callback([args, &ctx] { ctx.exit_code = Run(*args); });
+}
+
+}  // namespace sftctl::client

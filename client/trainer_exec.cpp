@@ -1,0 +1,76 @@
+#include "client/trainer_exec.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace sftctl::client {
+namespace {
+
+volatile sig_atomic_t g_child = 0;
+
+void Forward(int sig) {
+  if (g_child > 0) ::kill(g_child, sig);
+}
+
+bool IsExecutable(const std::string& p) { return ::access(p.c_str(), X_OK) == 0; }
+
+}  // namespace
+
+StatusOr<std::string> FindSiblingBinary(const std::string& name) {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) {
+    buf[n] = '\0';
+    std::string dir(buf);
+    dir.resize(dir.rfind('/') + 1);
+    if (IsExecutable(dir + name)) return dir + name;
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    std::string d;
+    while (std::getline(ss, d, ':')) {
+      if (!d.empty() && IsExecutable(d + "/" + name)) return d + "/" + name;
+    }
+  }
+  return NotFoundError("cannot find '" + name + "' next to sftctl or on PATH (was it built? see README)");
+}
+
+StatusOr<int> RunChild(const std::string& path, const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(path.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) return ErrnoError("cannot start", path, errno);
+  if (pid == 0) {
+    ::execv(path.c_str(), argv.data());
+    std::fprintf(stderr, "error: cannot execute '%s': %s\n", path.c_str(), std::strerror(errno));
+    ::_exit(127);
+  }
+  g_child = pid;
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = Forward;
+  ::sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  int status = 0;
+  pid_t r;
+  do {
+    r = ::waitpid(pid, &status, 0);
+  } while (r < 0 && errno == EINTR);
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  g_child = 0;
+  if (r < 0) return ErrnoError("cannot wait for", path, errno);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+}  // namespace sftctl::client

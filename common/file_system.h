@@ -1,0 +1,63 @@
+// FileSystem: the small seam through which sftctl touches files.
+//
+// Modelled on leveldb::Env. Production code uses FileSystem::Default() (POSIX); tests wrap
+// it (see tests/common/fault_file_system.h) to inject faults such as a write that fails
+// half-way or a crash before a rename, so crash-safety can be tested deterministically.
+//
+// Thread safety: FileSystem implementations are safe for concurrent use. A WritableFile
+// is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sftctl {
+
+// An open file being written sequentially. Close() must be called; the destructor closes
+// silently (dropping errors) if it was not.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual Status Append(std::string_view data) = 0;
+  // Flushes to the device (fsync).
+  virtual Status Sync() = 0;
+  virtual Status Close() = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+
+  // The process-wide POSIX implementation. Never null; not owned by the caller.
+  static FileSystem* Default();
+
+  // Creates or truncates `path`.
+  virtual StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  virtual StatusOr<std::string> ReadFile(const std::string& path) = 0;
+  virtual bool Exists(const std::string& path) = 0;
+  virtual bool IsDirectory(const std::string& path) = 0;
+  // Creates `path` and missing parents; OK if it already exists as a directory.
+  virtual Status CreateDirs(const std::string& path) = 0;
+  // Names (not paths) of the entries of directory `path`, sorted, without "." and "..".
+  virtual StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
+  // Atomically renames; `to` must not be a non-empty directory.
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  // Removes a file or a directory tree. OK if `path` does not exist.
+  virtual Status RemoveAll(const std::string& path) = 0;
+  // fsyncs the directory itself, making renames and creations inside it durable.
+  virtual Status SyncDir(const std::string& path) = 0;
+};
+
+// Writes `data` to `path` through a temporary sibling file, fsyncs and renames it into
+// place, so readers see either the old or the new content, never a mix.
+Status WriteFileAtomic(FileSystem* fs, const std::string& path, std::string_view data);
+
+// Joins path components with '/'.
+std::string JoinPath(std::string_view a, std::string_view b);
+
+}  // namespace sftctl

@@ -1,0 +1,100 @@
+// JobSpec: everything a training job needs, parsed strictly from JSON or YAML.
+//
+// The user writes YAML (see docs/spec.md for every field and its default). The client
+// converts it to JSON, resolves relative paths against the spec file's folder, validates it
+// and hands the canonical JSON (ToJson) to the trainer, which parses it again with
+// ParseSpec. Unknown or mistyped fields are errors that name the field (and the YAML line
+// when a locator is given).
+//
+// Thread safety: plain value types.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace sftctl {
+
+struct ModelSpec {
+  // A Hugging Face-style folder (config.json + model.safetensors). Empty when `config` is set.
+  std::string path;
+  // An inline config.json object for a from-scratch model. Null when `path` is set.
+  nlohmann::json config;
+};
+
+struct DataSpec {
+  std::vector<std::string> train;  // JSONL files, required.
+  std::vector<std::string> eval;   // held-out JSONL files, optional.
+  double eval_fraction = 0.0;      // without eval files: fraction of train held out.
+  std::string format = "auto";     // auto | text | prompt_completion | messages
+  int64_t max_seq_len = 512;
+};
+
+struct TrainSpec {
+  int64_t batch_size = 8;  // sequences per micro-batch (per rank).
+  int64_t grad_accum = 1;  // micro-batches per optimizer step.
+  double lr = 2e-4;
+  double min_lr_ratio = 0.1;        // final lr = lr * min_lr_ratio (cosine/linear).
+  std::string schedule = "cosine";  // cosine | linear | constant
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.0;  // applied to 2-D weights except embeddings.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double clip_grad_norm = 1.0;  // 0 disables clipping.
+  int64_t epochs = 1;
+  int64_t max_steps = 0;            // > 0 overrides epochs.
+  int64_t max_bad_steps = 5;        // consecutive non-finite losses before the run stops.
+  int64_t log_interval = 10;        // steps between log lines when not on a TTY.
+};
+
+struct EvalSpec {
+  int64_t interval = 0;  // steps between evaluations; 0: only at the end.
+  int64_t batch_size = 256;
+  bool exact_match = false;  // greedy-decode completions and report exact-match accuracy.
+  int64_t max_new_tokens = 32;
+};
+
+struct CheckpointSpec {
+  int64_t interval = 0;  // steps between checkpoints; 0: only at the end.
+  int64_t keep = 2;      // complete checkpoints kept (the newest K).
+};
+
+struct JobSpec {
+  std::string name;        // defaults to the spec file's stem.
+  std::string output_dir;  // defaults to runs/<name>.
+  std::string resume = "auto";  // auto | never | <checkpoint folder>
+  int64_t seed = 1234;
+  std::string device = "auto";     // auto | cpu | cuda | cuda:N | mps
+  std::string precision = "auto";  // auto | fp32 | bf16
+  int64_t threads = 0;             // CPU threads for LibTorch; 0: all cores.
+  std::string tokenizer = "auto";  // auto | byte | <folder with tokenizer.json>
+  ModelSpec model;
+  DataSpec data;
+  TrainSpec train;
+  EvalSpec eval;
+  CheckpointSpec checkpoint;
+};
+
+// Maps a field path such as "train.lr" to a location such as "job.yaml:12" for messages.
+using FieldLocator = std::function<std::string(const std::string& path)>;
+
+// Parses and validates a spec from its JSON form. Relative paths are resolved against
+// `base_dir` (empty: leave them as they are). Errors are INVALID_ARGUMENT and read
+// "<location>: field '<path>': <problem>".
+StatusOr<JobSpec> ParseSpec(const nlohmann::json& j, const std::string& base_dir = "",
+                            const FieldLocator& locate = nullptr);
+
+// The canonical JSON form: every field present, defaults filled in.
+nlohmann::json ToJson(const JobSpec& spec);
+
+// Checks what can be checked without reading data: files exist and are regular files.
+Status CheckSpecFiles(const JobSpec& spec);
+
+}  // namespace sftctl

@@ -1,0 +1,124 @@
+// End to end through the real binaries: `sftctl run --local` with good and bad input, the
+// demo task learning within a fixed step budget, and `sftctl generate` on the result.
+#include <gtest/gtest.h>
+
+#include "tests/client/process_util.h"
+#include "tests/trainer/test_util.h"
+
+namespace sftctl {
+namespace {
+
+using sftctl::testing::Bin;
+using sftctl::testing::MakeTempDir;
+using sftctl::testing::ReadMetrics;
+using sftctl::testing::RunCommand;
+using sftctl::testing::WriteText;
+
+const char* kTinyModel = R"(model:
+  config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 4,
+           max_position_embeddings: 64}
+tokenizer: byte
+)";
+
+std::string WriteSpec(const std::string& dir, const std::string& extra) {
+  WriteText(dir + "/train.jsonl", sftctl::testing::AdditionJsonl(20));
+  const std::string path = dir + "/job.yaml";
+  WriteText(path, std::string(kTinyModel) + "data:\n  train: train.jsonl\n" + extra);
+  return path;
+}
+
+TEST(RunLocal, TrainsFromASpecAndWritesTheRunFolder) {
+  const std::string dir = MakeTempDir("run-ok");
+  const std::string spec = WriteSpec(dir, "train: {max_steps: 3, batch_size: 4}\n");
+  auto r = RunCommand(Bin("sftctl") + " run --local " + spec);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("checkpoint: " + dir + "/runs/job/checkpoint-000003"), std::string::npos) << r.output;
+  auto records = ReadMetrics(dir + "/runs/job/metrics.jsonl");
+  int steps = 0;
+  for (const auto& rec : records) steps += rec["event"] == "step";
+  EXPECT_EQ(steps, 3);
+  EXPECT_EQ(records.back()["event"], "done");
+  for (const char* f : {"spec.json", "checkpoint-000003/DONE", "checkpoint-000003/config.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir + "/runs/job/" + f)) << f;
+  }
+}
+
+TEST(RunLocal, UnknownFieldIsRejectedWithItsLine) {
+  const std::string dir = MakeTempDir("run-unknown");
+  const std::string spec = WriteSpec(dir, "train:\n  max_step: 3\n");
+  auto r = RunCommand(Bin("sftctl") + " run --local " + spec);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("job.yaml:8: field 'train.max_step': unknown field (did you mean 'train.max_steps'?)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/runs")) << "nothing may be written for a bad spec";
+}
+
+TEST(RunLocal, WrongTypeIsRejected) {
+  const std::string dir = MakeTempDir("run-type");
+  auto r = RunCommand(Bin("sftctl") + " run --local " + WriteSpec(dir, "train: {lr: fast}\n"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("field 'train.lr': must be a number, got a string"), std::string::npos) << r.output;
+}
+
+TEST(RunLocal, MissingDataFileIsNamed) {
+  const std::string dir = MakeTempDir("run-missing");
+  WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: nowhere.jsonl}\n");
+  auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("field 'data.train': file '" + dir + "/nowhere.jsonl' does not exist"), std::string::npos)
+      << r.output;
+}
+
+TEST(RunLocal, EmptyDataFileIsNamed) {
+  const std::string dir = MakeTempDir("run-empty");
+  WriteText(dir + "/empty.jsonl", "");
+  WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: empty.jsonl}\n");
+  auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("data file '" + dir + "/empty.jsonl' is empty"), std::string::npos) << r.output;
+}
+
+TEST(RunLocal, MalformedJsonlLineIsNamed) {
+  const std::string dir = MakeTempDir("run-badline");
+  WriteText(dir + "/bad.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": 3, \"completion\": \"b\"}\n");
+  WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: bad.jsonl}\n");
+  auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find(dir + "/bad.jsonl:2: field 'prompt' must be a string"), std::string::npos) << r.output;
+}
+
+TEST(RunLocal, MixedFormatsInOneFileAreRejected) {
+  const std::string dir = MakeTempDir("run-mixed");
+  WriteText(dir + "/mixed.jsonl", "{\"text\": \"hello\"}\n{\"prompt\": \"a\", \"completion\": \"b\"}\n");
+  WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: mixed.jsonl}\n");
+  auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("mixed.jsonl:2: record is 'prompt_completion' but the file is 'text'"), std::string::npos)
+      << r.output;
+}
+
+TEST(RunLocal, NoLocalFlagExplainsItself) {
+  auto r = RunCommand(Bin("sftctl") + " run");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("sftctl run --local"), std::string::npos) << r.output;
+}
+
+// The demo task, CI-sized: a fixed step budget (not a time limit) must reach >= 90%
+// held-out exact match, and the checkpoint must answer a held-out-style prompt.
+TEST(Demo, LearnsAdditionWithinAFixedStepBudget) {
+  const std::string dir = MakeTempDir("demo");
+  auto r = RunCommand(Bin("sftctl") + " run --local -o " + dir + "/run --max-steps 1200");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  double exact = -1;
+  for (const auto& rec : ReadMetrics(dir + "/run/metrics.jsonl")) {
+    if (rec["event"] == "eval" && rec["step"] == 1200) exact = rec["exact_match"].get<double>();
+  }
+  EXPECT_GE(exact, 0.90) << r.output;
+  auto g = RunCommand(Bin("sftctl") + " generate --model " + dir + "/run/checkpoint-001200 --prompt $'What is 47+38?\\n'");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_EQ(g.output, "85\n");
+}
+
+}  // namespace
+}  // namespace sftctl

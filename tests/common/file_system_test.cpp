@@ -1,0 +1,253 @@
+#include "common/file_system.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sftctl {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// Wraps the default file system; can fail Append or Rename.
+class FaultyFileSystem : public FileSystem {
+ public:
+  bool fail_append = false;
+  bool fail_rename = false;
+
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    SFT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, base_->NewWritableFile(path));
+    if (!fail_append) return f;
+    return std::unique_ptr<WritableFile>(new FailingFile(std::move(f)));
+  }
+  StatusOr<std::string> ReadFile(const std::string& path) override { return base_->ReadFile(path); }
+  bool Exists(const std::string& path) override { return base_->Exists(path); }
+  bool IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
+  Status CreateDirs(const std::string& path) override { return base_->CreateDirs(path); }
+  StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    return base_->ListDir(path);
+  }
+  Status Rename(const std::string& from, const std::string& to) override {
+    if (fail_rename) return InternalError("injected rename failure");
+    return base_->Rename(from, to);
+  }
+  Status RemoveAll(const std::string& path) override { return base_->RemoveAll(path); }
+  Status SyncDir(const std::string& path) override { return base_->SyncDir(path); }
+
+ private:
+  class FailingFile : public WritableFile {
+   public:
+    explicit FailingFile(std::unique_ptr<WritableFile> base) : base_(std::move(base)) {}
+    Status Append(std::string_view data) override {
+      // Write half, then fail, like a full disk.
+      SFT_RETURN_IF_ERROR(base_->Append(data.substr(0, data.size() / 2)));
+      return ResourceExhaustedError("injected: no space left");
+    }
+    Status Sync() override { return base_->Sync(); }
+    Status Close() override { return base_->Close(); }
+
+   private:
+    std::unique_ptr<WritableFile> base_;
+  };
+
+  FileSystem* base_ = FileSystem::Default();
+};
+
+class FileSystemTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = JoinPath(::testing::TempDir(), "file_system_test.XXXXXX");
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { ASSERT_TRUE(fs_->RemoveAll(dir_).ok()); }
+
+  std::string Path(const std::string& name) const { return JoinPath(dir_, name); }
+
+  std::string Read(const std::string& path) {
+    StatusOr<std::string> s = fs_->ReadFile(path);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? *s : std::string();
+  }
+
+  std::vector<std::string> List(const std::string& path) {
+    StatusOr<std::vector<std::string>> s = fs_->ListDir(path);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? *s : std::vector<std::string>();
+  }
+
+  FileSystem* fs_ = FileSystem::Default();
+  std::string dir_;
+};
+
+TEST(JoinPathTest, Joins) {
+  EXPECT_EQ(JoinPath("a", "b"), "a/b");
+  EXPECT_EQ(JoinPath("a/", "b"), "a/b");
+  EXPECT_EQ(JoinPath("a", "/b"), "a/b");
+  EXPECT_EQ(JoinPath("a/", "/b"), "a/b");
+  EXPECT_EQ(JoinPath("", "b"), "b");
+  EXPECT_EQ(JoinPath("a", ""), "a");
+  EXPECT_EQ(JoinPath("/", "b"), "/b");
+}
+
+TEST_F(FileSystemTest, WriteFileAtomicCreatesAndReplaces) {
+  const std::string path = Path("f.txt");
+  ASSERT_TRUE(WriteFileAtomic(fs_, path, "first").ok());
+  EXPECT_EQ(Read(path), "first");
+  ASSERT_TRUE(WriteFileAtomic(fs_, path, "second, longer").ok());
+  EXPECT_EQ(Read(path), "second, longer");
+  ASSERT_TRUE(WriteFileAtomic(fs_, path, "").ok());
+  EXPECT_EQ(Read(path), "");
+  EXPECT_THAT(List(dir_), ElementsAre("f.txt"));  // no temporary left behind
+}
+
+TEST_F(FileSystemTest, WriteFileAtomicBinaryAndLarge) {
+  std::string data(200'000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31);
+  const std::string path = Path("big.bin");
+  ASSERT_TRUE(WriteFileAtomic(fs_, path, data).ok());
+  EXPECT_EQ(Read(path), data);
+}
+
+TEST_F(FileSystemTest, WriteFileAtomicInMissingDirectory) {
+  Status s = WriteFileAtomic(fs_, Path("nope/f.txt"), "x");
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("nope/f.txt"));
+  EXPECT_FALSE(fs_->Exists(Path("nope")));
+}
+
+TEST_F(FileSystemTest, WriteFileAtomicFailedAppendKeepsOldContent) {
+  const std::string path = Path("f.txt");
+  ASSERT_TRUE(WriteFileAtomic(fs_, path, "old").ok());
+  FaultyFileSystem faulty;
+  faulty.fail_append = true;
+  Status s = WriteFileAtomic(&faulty, path, "new content");
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_EQ(Read(path), "old");
+  EXPECT_THAT(List(dir_), ElementsAre("f.txt"));  // the half-written temporary was removed
+}
+
+TEST_F(FileSystemTest, WriteFileAtomicFailedRenameKeepsOldContent) {
+  const std::string path = Path("f.txt");
+  ASSERT_TRUE(WriteFileAtomic(fs_, path, "old").ok());
+  FaultyFileSystem faulty;
+  faulty.fail_rename = true;
+  Status s = WriteFileAtomic(&faulty, path, "new");
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s.ToString();
+  EXPECT_EQ(s.message(), "injected rename failure");
+  EXPECT_EQ(Read(path), "old");
+  EXPECT_THAT(List(dir_), ElementsAre("f.txt"));
+}
+
+TEST_F(FileSystemTest, ListDirIsSortedWithoutDots) {
+  for (const char* name : {"b", "a", "C", "10", "9", ".hidden"})
+    ASSERT_TRUE(WriteFileAtomic(fs_, Path(name), name).ok());
+  ASSERT_TRUE(fs_->CreateDirs(Path("sub")).ok());
+  EXPECT_THAT(List(dir_), ElementsAre(".hidden", "10", "9", "C", "a", "b", "sub"));
+  EXPECT_THAT(List(Path("sub")), IsEmpty());
+}
+
+TEST_F(FileSystemTest, ListDirErrors) {
+  StatusOr<std::vector<std::string>> s = fs_->ListDir(Path("missing"));
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.status().message(), HasSubstr("missing"));
+  ASSERT_TRUE(WriteFileAtomic(fs_, Path("file"), "x").ok());
+  EXPECT_FALSE(fs_->ListDir(Path("file")).ok());
+}
+
+TEST_F(FileSystemTest, RemoveAll) {
+  EXPECT_TRUE(fs_->RemoveAll(Path("missing")).ok());
+  EXPECT_TRUE(fs_->RemoveAll(Path("missing/deeper")).ok());
+
+  ASSERT_TRUE(fs_->CreateDirs(Path("t/x/y")).ok());
+  ASSERT_TRUE(WriteFileAtomic(fs_, Path("t/x/y/f"), "1").ok());
+  ASSERT_TRUE(WriteFileAtomic(fs_, Path("t/g"), "2").ok());
+  EXPECT_TRUE(fs_->RemoveAll(Path("t")).ok());
+  EXPECT_FALSE(fs_->Exists(Path("t")));
+
+  ASSERT_TRUE(WriteFileAtomic(fs_, Path("file"), "x").ok());
+  EXPECT_TRUE(fs_->RemoveAll(Path("file")).ok());
+  EXPECT_FALSE(fs_->Exists(Path("file")));
+}
+
+TEST_F(FileSystemTest, CreateDirs) {
+  const std::string deep = Path("a/b/c");
+  ASSERT_TRUE(fs_->CreateDirs(deep).ok());
+  EXPECT_TRUE(fs_->IsDirectory(deep));
+  EXPECT_TRUE(fs_->CreateDirs(deep).ok());  // idempotent
+  ASSERT_TRUE(WriteFileAtomic(fs_, Path("file"), "x").ok());
+  EXPECT_FALSE(fs_->CreateDirs(Path("file")).ok());
+  EXPECT_FALSE(fs_->CreateDirs(Path("file/sub")).ok());
+}
+
+TEST_F(FileSystemTest, ExistsAndIsDirectory) {
+  ASSERT_TRUE(WriteFileAtomic(fs_, Path("file"), "x").ok());
+  EXPECT_TRUE(fs_->Exists(Path("file")));
+  EXPECT_FALSE(fs_->IsDirectory(Path("file")));
+  EXPECT_TRUE(fs_->Exists(dir_));
+  EXPECT_TRUE(fs_->IsDirectory(dir_));
+  EXPECT_FALSE(fs_->Exists(Path("missing")));
+  EXPECT_FALSE(fs_->IsDirectory(Path("missing")));
+}
+
+TEST_F(FileSystemTest, ReadFileMissing) {
+  StatusOr<std::string> s = fs_->ReadFile(Path("missing"));
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.status().message(), HasSubstr("cannot open '" + Path("missing") + "'"));
+}
+
+TEST_F(FileSystemTest, WritableFileAppendSyncClose) {
+  StatusOr<std::unique_ptr<WritableFile>> f = fs_->NewWritableFile(Path("w"));
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_TRUE((*f)->Append("ab").ok());
+  EXPECT_TRUE((*f)->Append(std::string_view("c\0d", 3)).ok());
+  EXPECT_TRUE((*f)->Sync().ok());
+  EXPECT_TRUE((*f)->Close().ok());
+  EXPECT_TRUE((*f)->Close().ok());  // a second Close is harmless
+  EXPECT_EQ(Read(Path("w")), std::string("abc\0d", 5));
+
+  // NewWritableFile truncates.
+  f = fs_->NewWritableFile(Path("w"));
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE((*f)->Close().ok());
+  EXPECT_EQ(Read(Path("w")), "");
+
+  // Destroying without Close still closes and keeps the data.
+  {
+    StatusOr<std::unique_ptr<WritableFile>> g = fs_->NewWritableFile(Path("w2"));
+    ASSERT_TRUE(g.ok());
+    EXPECT_TRUE((*g)->Append("kept").ok());
+  }
+  EXPECT_EQ(Read(Path("w2")), "kept");
+
+  StatusOr<std::unique_ptr<WritableFile>> bad = fs_->NewWritableFile(Path("missing/w"));
+  EXPECT_EQ(bad.status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(FileSystemTest, RenameAndSyncDir) {
+  ASSERT_TRUE(WriteFileAtomic(fs_, Path("a"), "A").ok());
+  ASSERT_TRUE(WriteFileAtomic(fs_, Path("b"), "B").ok());
+  ASSERT_TRUE(fs_->Rename(Path("a"), Path("b")).ok());  // replaces
+  EXPECT_EQ(Read(Path("b")), "A");
+  EXPECT_FALSE(fs_->Exists(Path("a")));
+  Status s = fs_->Rename(Path("a"), Path("c"));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(fs_->SyncDir(dir_).ok());
+  EXPECT_EQ(fs_->SyncDir(Path("missing")).code(), StatusCode::kNotFound);
+}
+
+TEST(FileSystemDefaultTest, IsASingleton) {
+  EXPECT_NE(FileSystem::Default(), nullptr);
+  EXPECT_EQ(FileSystem::Default(), FileSystem::Default());
+}
+
+}  // namespace
+}  // namespace sftctl

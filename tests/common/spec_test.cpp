@@ -1,0 +1,136 @@
+// JobSpec parsing: defaults, strictness, messages that name the field and the YAML line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/spec.h"
+#include "common/spec_yaml.h"
+
+namespace sftctl {
+namespace {
+
+std::string TempFile(const std::string& name, const std::string& text) {
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/sftctl-spec-test";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kMinimal = R"(model:
+  config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 4}
+data:
+  train: data/train.jsonl
+)";
+
+TEST(Spec, DefaultsAndRelativePaths) {
+  const std::string path = TempFile("minimal.yaml", kMinimal);
+  auto spec = LoadSpecFile(path);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  EXPECT_EQ(spec->name, "minimal");
+  EXPECT_EQ(spec->output_dir, dir + "/runs/minimal");
+  ASSERT_EQ(spec->data.train.size(), 1u);
+  EXPECT_EQ(spec->data.train[0], dir + "/data/train.jsonl");
+  EXPECT_EQ(spec->train.batch_size, 8);
+  EXPECT_EQ(spec->train.grad_accum, 1);
+  EXPECT_DOUBLE_EQ(spec->train.lr, 2e-4);
+  EXPECT_EQ(spec->train.schedule, "cosine");
+  EXPECT_EQ(spec->precision, "auto");
+  EXPECT_EQ(spec->device, "auto");
+  EXPECT_EQ(spec->resume, "auto");
+  EXPECT_EQ(spec->checkpoint.keep, 2);
+  EXPECT_EQ(spec->model.config["hidden_size"], 32);
+}
+
+TEST(Spec, CanonicalJsonRoundTrips) {
+  auto spec = LoadSpecFile(TempFile("rt.yaml", std::string(kMinimal) + "train: {lr: 1.0e-3, grad_accum: 4}\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto again = ParseSpec(ToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ToJson(*again), ToJson(*spec));
+  EXPECT_DOUBLE_EQ(again->train.lr, 1e-3);
+  EXPECT_EQ(again->train.grad_accum, 4);
+}
+
+TEST(Spec, UnknownFieldNamesFieldLineAndSuggestion) {
+  auto spec = LoadSpecFile(TempFile("typo.yaml", std::string(kMinimal) + "train:\n  batch_size: 4\n  lrr: 0.1\n"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find("typo.yaml:7: field 'train.lrr': unknown field (did you mean 'train.lr'?)"),
+            std::string::npos)
+      << spec.status().message();
+}
+
+TEST(Spec, UnknownTopLevelField) {
+  auto spec = LoadSpecFile(TempFile("top.yaml", std::string(kMinimal) + "epochz: 3\n"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("top.yaml:5: field 'epochz': unknown field"), std::string::npos)
+      << spec.status().message();
+}
+
+TEST(Spec, WrongTypeNamesField) {
+  auto spec = LoadSpecFile(TempFile("type.yaml", std::string(kMinimal) + "train:\n  batch_size: \"eight\"\n"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("type.yaml:6: field 'train.batch_size': must be an integer, got a string"),
+            std::string::npos)
+      << spec.status().message();
+}
+
+TEST(Spec, QuotedNumberStaysString) {
+  auto doc = YamlToJson("a: \"12\"\nb: 12\nc: 1.5e-3\nd: yes\ne: ~\n", "x.yaml");
+  ASSERT_TRUE(doc.ok());
+  EXPECT_TRUE(doc->value["a"].is_string());
+  EXPECT_TRUE(doc->value["b"].is_number_integer());
+  EXPECT_DOUBLE_EQ(doc->value["c"].get<double>(), 1.5e-3);
+  EXPECT_EQ(doc->value["d"], "yes");  // YAML 1.2: only true/false are booleans
+  EXPECT_TRUE(doc->value["e"].is_null());
+  EXPECT_EQ(doc->lines.at("c"), 3);
+}
+
+TEST(Spec, RangeAndChoiceErrors) {
+  auto s1 = LoadSpecFile(TempFile("range.yaml", std::string(kMinimal) + "train: {batch_size: 0}\n"));
+  ASSERT_FALSE(s1.ok());
+  EXPECT_NE(s1.status().message().find("field 'train.batch_size': must be >= 1, got 0"), std::string::npos)
+      << s1.status().message();
+  auto s2 = LoadSpecFile(TempFile("choice.yaml", std::string(kMinimal) + "precision: fp16\n"));
+  ASSERT_FALSE(s2.ok());
+  EXPECT_NE(s2.status().message().find("field 'precision': must be one of auto, fp32, bf16, got 'fp16'"),
+            std::string::npos)
+      << s2.status().message();
+}
+
+TEST(Spec, ModelNeedsExactlyOneSource) {
+  auto spec = LoadSpecFile(TempFile("nomodel.yaml", "model: {}\ndata: {train: a.jsonl}\n"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("give exactly one of model.path"), std::string::npos)
+      << spec.status().message();
+  auto missing = LoadSpecFile(TempFile("nodata.yaml", "model: {path: m}\n"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("field 'data': is required"), std::string::npos)
+      << missing.status().message();
+}
+
+TEST(Spec, DuplicateKeyAndInvalidYaml) {
+  auto dup = LoadSpecFile(TempFile("dup.yaml", std::string(kMinimal) + "seed: 1\nseed: 2\n"));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("dup.yaml:6: field 'seed' is given twice"), std::string::npos)
+      << dup.status().message();
+  auto bad = LoadSpecFile(TempFile("bad.yaml", "model: [unclosed\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad.yaml:"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("invalid YAML"), std::string::npos) << bad.status().message();
+}
+
+TEST(Spec, MissingDataFileNamesFieldAndFile) {
+  auto spec = LoadSpecFile(TempFile("nofile.yaml", kMinimal));
+  ASSERT_TRUE(spec.ok());
+  Status s = CheckSpecFiles(*spec);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("field 'data.train': file '"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("data/train.jsonl' does not exist"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace sftctl

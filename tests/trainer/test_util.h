@@ -1,0 +1,79 @@
+// Helpers for trainer tests: temporary folders, tiny specs and the demo task's data.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/spec.h"
+
+namespace sftctl::testing {
+
+// A fresh, empty folder under the test temp dir.
+inline std::string MakeTempDir(const std::string& tag) {
+  std::string tmpl = std::filesystem::temp_directory_path().string() + "/sftctl-" + tag + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  return ::mkdtemp(buf.data());
+}
+
+inline void WriteText(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// `n` addition records ("What is a+b?\n" -> "c") as prompt/completion JSONL.
+inline std::string AdditionJsonl(int n, int offset = 0) {
+  std::string out;
+  for (int i = offset; i < offset + n; ++i) {
+    const int a = (i * 37) % 100, b = (i * 61 + 7) % 100;
+    out += "{\"prompt\": \"What is " + std::to_string(a) + "+" + std::to_string(b) + "?\\n\", \"completion\": \"" +
+           std::to_string(a + b) + "\"}\n";
+  }
+  return out;
+}
+
+// A tiny from-scratch spec training on AdditionJsonl data written into `dir`.
+inline JobSpec TinySpec(const std::string& dir, int64_t steps) {
+  WriteText(dir + "/data/train.jsonl", AdditionJsonl(96));
+  WriteText(dir + "/data/eval.jsonl", AdditionJsonl(16, 1000));
+  JobSpec s;
+  s.name = "tiny";
+  s.output_dir = dir + "/run";
+  s.tokenizer = "byte";
+  s.precision = "fp32";
+  s.model.config = {{"model_type", "llama"},     {"hidden_size", 32},        {"intermediate_size", 64},
+                    {"num_hidden_layers", 2},    {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                    {"max_position_embeddings", 32}};
+  s.data.train = {dir + "/data/train.jsonl"};
+  s.data.eval = {dir + "/data/eval.jsonl"};
+  s.train.batch_size = 8;
+  s.train.grad_accum = 2;
+  s.train.lr = 3e-3;
+  s.train.warmup_steps = 3;
+  s.train.weight_decay = 0.1;
+  s.train.max_steps = steps;
+  s.eval.interval = 0;
+  s.eval.exact_match = true;
+  s.checkpoint.keep = 3;
+  return s;
+}
+
+// All records of a metrics.jsonl file.
+inline std::vector<nlohmann::json> ReadMetrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
+}  // namespace sftctl::testing

@@ -1,0 +1,78 @@
+// Checkpoints: crash-safe folders in Hugging Face layout plus the trainer's own state.
+//
+//   <run>/checkpoint-000500/
+//     config.json, model.safetensors      what transformers / vLLM load
+//     tokenizer files                     copied from the tokenizer folder, or
+//     sftctl_tokenizer.json               {"type": "byte"} for the built-in tokenizer
+//     optimizer.safetensors               AdamW moments per parameter + RNG state
+//     trainer_state.json                  step, data position, progress counters
+//     DONE                                written last: only folders with it are complete
+//
+// A checkpoint is written into <run>/.tmp-checkpoint-000500, every file fsynced, the folder
+// renamed into place, then DONE written and fsynced. A crash at any point leaves either no
+// new folder or one without DONE; such folders are never resumed from and are reported.
+//
+// Thread safety: a CheckpointManager is used by one thread.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/file_system.h"
+#include "trainer/tensor_io.h"
+
+namespace sftctl::trainer {
+
+struct TrainerState {
+  int64_t step = 0;            // optimizer steps completed
+  int64_t epoch = 0;           // sampler epoch
+  int64_t position = 0;        // sampler position within the epoch
+  int64_t tokens_seen = 0;     // training tokens processed
+  int64_t bad_steps = 0;       // consecutive skipped (non-finite) steps
+  double elapsed_s = 0;        // training wall time so far
+  nlohmann::json ToJson() const;
+  static StatusOr<TrainerState> FromJson(const nlohmann::json& j, const std::string& source);
+};
+
+struct CheckpointContents {
+  nlohmann::json config;           // config.json
+  NamedTensors weights;            // model.safetensors (HF names)
+  NamedTensors optimizer;          // optimizer.safetensors (moments, RNG)
+  TrainerState state;
+  std::string tokenizer_source;    // "byte" or a folder whose tokenizer files are copied
+};
+
+std::string CheckpointName(int64_t step);  // "checkpoint-000500"
+
+class CheckpointManager {
+ public:
+  // `fs` is not owned and must outlive the manager.
+  CheckpointManager(FileSystem* fs, std::string run_dir, int64_t keep);
+
+  // Writes a complete checkpoint for contents.state.step, then removes complete checkpoints
+  // beyond the newest `keep` and stale temporary folders. On error the previous checkpoints
+  // are untouched. Returns the checkpoint's folder.
+  StatusOr<std::string> Save(const CheckpointContents& contents);
+
+  // The newest complete checkpoint folder, if any. Folders without DONE are listed in
+  // `incomplete` (when given) and skipped.
+  StatusOr<std::optional<std::string>> Latest(std::vector<std::string>* incomplete = nullptr) const;
+
+ private:
+  Status WriteFile(const std::string& path, const std::string& data);
+  Status Prune();
+
+  FileSystem* fs_;
+  std::string run_dir_;
+  int64_t keep_;
+};
+
+// Whether `dir` holds a DONE marker.
+bool IsComplete(FileSystem* fs, const std::string& dir);
+// Reads trainer_state.json of a checkpoint folder.
+StatusOr<TrainerState> ReadTrainerState(const std::string& dir);
+
+}  // namespace sftctl::trainer

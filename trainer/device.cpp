@@ -1,0 +1,104 @@
+#include "trainer/device.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace sftctl::trainer {
+
+bool CpuHasNativeBf16() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::string w;
+    while (words >> w) {
+      if (w == "avx512_bf16" || w == "amx_bf16" || w == "bf16") return true;
+    }
+    return false;
+  }
+  return false;
+}
+
+StatusOr<DevicePlan> ChooseDevice(const std::string& device, const std::string& precision) {
+  DevicePlan plan;
+  const bool has_cuda = torch::cuda::is_available();
+  const bool has_mps = at::hasMPS();
+  if (device == "auto") {
+    plan.device = has_cuda ? torch::Device(torch::kCUDA, 0) : has_mps ? torch::Device(torch::kMPS) : torch::kCPU;
+  } else if (device.rfind("cuda", 0) == 0) {
+    if (!has_cuda) return FailedPreconditionError("field 'device': '" + device + "' requested but CUDA is not available");
+    int index = 0;
+    if (device.size() > 5 && device[4] == ':') index = std::stoi(device.substr(5));
+    if (index >= static_cast<int>(torch::cuda::device_count())) {
+      return FailedPreconditionError("field 'device': '" + device + "' but only " +
+                                     std::to_string(torch::cuda::device_count()) + " CUDA device(s) exist");
+    }
+    plan.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  } else if (device == "mps") {
+    if (!has_mps) return FailedPreconditionError("field 'device': 'mps' requested but MPS is not available");
+    plan.device = torch::Device(torch::kMPS);
+  } else {
+    plan.device = torch::kCPU;
+  }
+
+  if (precision == "bf16") {
+    if (plan.device.is_mps()) return FailedPreconditionError("field 'precision': bf16 is not supported on MPS; use fp32");
+    plan.bf16 = true;
+    plan.reason = "bf16 requested";
+  } else if (precision == "fp32") {
+    plan.reason = "fp32 requested";
+  } else if (plan.device.is_cuda()) {
+    plan.bf16 = true;
+    plan.reason = "CUDA: bf16 autocast with fp32 master weights";
+  } else if (plan.device.is_mps()) {
+    plan.reason = "MPS: fp32 (fp16/bf16 autocast is unreliable there)";
+  } else if (CpuHasNativeBf16()) {
+    plan.bf16 = true;
+    plan.reason = "CPU with native bf16: bf16 autocast (measured not to hurt learning, see docs/precision.md)";
+  } else {
+    plan.reason = "CPU without native bf16: fp32";
+  }
+  return plan;
+}
+
+AutocastScope::AutocastScope(const DevicePlan& plan) {
+  if (!plan.bf16) return;
+  if (plan.device.is_cpu()) {
+    cpu_ = true;
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+  } else if (plan.device.is_cuda()) {
+    cuda_ = true;
+#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+#else
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(true);
+#endif
+  }
+}
+
+AutocastScope::~AutocastScope() {
+  if (cpu_) at::autocast::set_cpu_enabled(false);
+#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+  if (cuda_) at::autocast::set_autocast_enabled(at::kCUDA, false);
+#else
+  if (cuda_) at::autocast::set_enabled(false);
+#endif
+}
+
+void ClearAutocastCache() { at::autocast::clear_cache(); }
+
+int ConfigureThreads(int64_t requested) {
+  int n = requested > 0 ? static_cast<int>(requested) : static_cast<int>(std::thread::hardware_concurrency());
+  if (n <= 0) n = 1;
+  torch::set_num_threads(n);
+  return torch::get_num_threads();
+}
+
+}  // namespace sftctl::trainer

@@ -1,0 +1,51 @@
+// Device and precision policy.
+//
+// auto device: CUDA if available, else MPS (Apple), else CPU.
+// auto precision: CUDA -> bf16 autocast; MPS -> fp32; CPU -> bf16 autocast when the CPU has
+// native bf16 arithmetic (x86 AVX512-BF16/AMX-BF16, Arm BF16), else fp32. The CPU choice is
+// backed by a measurement on the demo task (docs/precision.md): bf16 learned as well as fp32
+// and ran faster. Parameters, gradients and optimizer state stay fp32 (master weights);
+// autocast runs matmuls in bf16.
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "common/status.h"
+
+namespace sftctl::trainer {
+
+struct DevicePlan {
+  torch::Device device = torch::kCPU;
+  bool bf16 = false;   // autocast to bf16
+  std::string reason;  // why this device/precision was chosen, for the log
+  std::string precision() const { return bf16 ? "bf16" : "fp32"; }
+};
+
+// Resolves the spec's `device` and `precision` fields. Errors when a requested device is
+// absent (e.g. "cuda" on a machine without CUDA) or bf16 is asked for on MPS.
+StatusOr<DevicePlan> ChooseDevice(const std::string& device, const std::string& precision);
+
+// Whether this CPU executes bf16 natively (reads /proc/cpuinfo flags).
+bool CpuHasNativeBf16();
+
+// Enables autocast for the plan's device while alive. Not reentrant.
+class AutocastScope {
+ public:
+  explicit AutocastScope(const DevicePlan& plan);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool cpu_ = false, cuda_ = false;
+};
+
+// Drops autocast's cache of casted weights; call after each optimizer step.
+void ClearAutocastCache();
+
+// Sets LibTorch's intra-op threads (0: all cores) and returns the number in use.
+int ConfigureThreads(int64_t requested);
+
+}  // namespace sftctl::trainer

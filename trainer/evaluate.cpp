@@ -1,0 +1,47 @@
+#include "trainer/evaluate.h"
+
+#include "trainer/generate.h"
+
+namespace sftctl::trainer {
+
+EvalResult Evaluate(CausalLM& model, const std::vector<Sample>& samples, const EvalSpec& spec,
+                    const DevicePlan& plan, int32_t pad_id, int32_t eos_id) {
+  EvalResult r;
+  if (samples.empty()) return r;
+  {
+    torch::NoGradGuard no_grad;
+    AutocastScope autocast(plan);
+    double loss_sum = 0;
+    for (size_t start = 0; start < samples.size(); start += static_cast<size_t>(spec.batch_size)) {
+      std::vector<int64_t> idx;
+      for (size_t i = start; i < std::min(samples.size(), start + spec.batch_size); ++i) idx.push_back(i);
+      Batch b = Collate(samples, idx, pad_id);
+      loss_sum += model->LossSum(b.input_ids.to(plan.device), b.labels.to(plan.device)).item<double>();
+      r.targets += b.targets;
+    }
+    r.loss = r.targets ? loss_sum / r.targets : 0.0;
+  }
+  if (spec.exact_match) {
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::vector<int32_t>> expected;
+    size_t longest = 0;
+    for (const auto& s : samples) {
+      if (s.prompt_len == 0) continue;  // plain text has no completion to match
+      prompts.emplace_back(s.ids.begin(), s.ids.begin() + s.prompt_len);
+      expected.emplace_back(s.ids.begin() + s.prompt_len, s.ids.end());
+      longest = std::max(longest, expected.back().size());
+    }
+    GenerateOptions opts;
+    // A completion longer than the longest expected one cannot match.
+    opts.max_new_tokens = std::min<int64_t>(spec.max_new_tokens, static_cast<int64_t>(longest));
+    opts.stop_ids = {eos_id};
+    opts.batch_size = spec.batch_size;
+    auto got = Generate(model, prompts, opts, plan);
+    r.exact_total = static_cast<int64_t>(prompts.size());
+    for (size_t i = 0; i < got.size(); ++i) r.exact_correct += got[i] == expected[i];
+  }
+  ClearAutocastCache();
+  return r;
+}
+
+}  // namespace sftctl::trainer

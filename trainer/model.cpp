@@ -1,0 +1,182 @@
+#include "trainer/model.h"
+
+#include <cmath>
+
+namespace sftctl::trainer {
+namespace {
+
+torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+torch::Tensor RotateHalf(const torch::Tensor& x) {
+  int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
+}
+
+}  // namespace
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // As transformers: normalise in fp32, cast back to the input dtype, then scale.
+  torch::Tensor xf = x.to(torch::kFloat32);
+  torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight * y.to(x.scalar_type());
+}
+
+RotaryTables::RotaryTables(const ModelConfig& c, int64_t max_positions, torch::Device device) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  torch::Tensor inv_freq =
+      1.0 / torch::pow(c.rope_theta, torch::arange(0, c.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64))
+                                         .to(torch::kFloat32) /
+                                         static_cast<double>(c.head_dim));
+  torch::Tensor t = torch::arange(max_positions, f32);
+  torch::Tensor freqs = torch::outer(t, inv_freq);
+  torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+  cos_ = emb.cos().to(device);
+  sin_ = emb.sin().to(device);
+}
+
+std::pair<torch::Tensor, torch::Tensor> RotaryTables::Get(int64_t seq_len, const torch::Tensor& positions) const {
+  TORCH_CHECK(seq_len <= cos_.size(0), "sequence length ", seq_len, " exceeds max_position_embeddings ",
+              cos_.size(0));
+  if (!positions.defined()) {
+    // [1, 1, T, D]
+    return {cos_.slice(0, 0, seq_len).unsqueeze(0).unsqueeze(0), sin_.slice(0, 0, seq_len).unsqueeze(0).unsqueeze(0)};
+  }
+  // [B, 1, T, D]
+  return {cos_.index({positions}).unsqueeze(1), sin_.index({positions}).unsqueeze(1)};
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& c)
+    : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+  q_proj = register_module("q_proj", MakeLinear(c.hidden_size, heads_ * head_dim_, c.attention_bias));
+  k_proj = register_module("k_proj", MakeLinear(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
+  v_proj = register_module("v_proj", MakeLinear(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
+  o_proj = register_module("o_proj", MakeLinear(heads_ * head_dim_, c.hidden_size, false));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                     const torch::Tensor& attn_mask) {
+  const int64_t B = x.size(0), T = x.size(1);
+  torch::Tensor q = q_proj->forward(x).view({B, T, heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor k = k_proj->forward(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor v = v_proj->forward(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  // RoPE in the projections' dtype, like transformers (cos/sin cast to q's dtype).
+  torch::Tensor c = cos.to(q.scalar_type()), s = sin.to(q.scalar_type());
+  q = q * c + RotateHalf(q) * s;
+  k = k * c + RotateHalf(k) * s;
+  if (kv_heads_ != heads_) {
+    const int64_t rep = heads_ / kv_heads_;
+    k = k.unsqueeze(2).expand({B, kv_heads_, rep, T, head_dim_}).reshape({B, heads_, T, head_dim_});
+    v = v.unsqueeze(2).expand({B, kv_heads_, rep, T, head_dim_}).reshape({B, heads_, T, head_dim_});
+  }
+  torch::Tensor out;
+#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+  // LibTorch 2.x: fused attention (flash / memory-efficient kernels on CUDA).
+  if (attn_mask.defined()) {
+    out = at::scaled_dot_product_attention(q, k, v, attn_mask.to(q.scalar_type()));
+  } else {
+    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+  }
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) * scale;
+  if (attn_mask.defined()) {
+    scores = scores + attn_mask;
+  } else {
+    torch::Tensor causal = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+    scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
+  }
+  torch::Tensor probs = torch::softmax(scores, -1).to(v.scalar_type());
+  out = torch::matmul(probs, v);
+#endif
+  out = out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+  return o_proj->forward(out);
+}
+
+MLPImpl::MLPImpl(const ModelConfig& c) {
+  gate_proj = register_module("gate_proj", MakeLinear(c.hidden_size, c.intermediate_size, false));
+  up_proj = register_module("up_proj", MakeLinear(c.hidden_size, c.intermediate_size, false));
+  down_proj = register_module("down_proj", MakeLinear(c.intermediate_size, c.hidden_size, false));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
+  self_attn = register_module("self_attn", Attention(c));
+  mlp = register_module("mlp", MLP(c));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                        const torch::Tensor& attn_mask) {
+  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, attn_mask);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& c) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+CausalLMImpl::CausalLMImpl(const ModelConfig& c) : config_(c) {
+  model = register_module("model", Decoder(c));
+  if (!c.tie_word_embeddings) lm_head = register_module("lm_head", MakeLinear(c.hidden_size, c.vocab_size, false));
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      p.value().zero_();
+    } else if (name.find("norm") != std::string::npos) {
+      p.value().fill_(1.0);
+    } else {
+      p.value().normal_(0.0, c.initializer_range);
+    }
+  }
+  rope_ = RotaryTables(c, c.max_position_embeddings, torch::kCPU);
+}
+
+void CausalLMImpl::ToDevice(torch::Device device) {
+  to(device);
+  rope_ = RotaryTables(config_, config_.max_position_embeddings, device);
+}
+
+torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions,
+                                   const torch::Tensor& attn_mask) {
+  auto [cos, sin] = rope_.Get(input_ids.size(1), positions);
+  torch::Tensor h = model->embed_tokens->forward(input_ids);
+  for (const auto& layer : *model->layers) h = layer->as<DecoderLayer>()->forward(h, cos, sin, attn_mask);
+  return model->norm->forward(h);
+}
+
+torch::Tensor CausalLMImpl::Logits(const torch::Tensor& hidden) {
+  if (lm_head) return lm_head->forward(hidden);
+  return torch::nn::functional::linear(hidden, model->embed_tokens->weight);
+}
+
+torch::Tensor CausalLMImpl::LossSum(const torch::Tensor& input_ids, const torch::Tensor& labels,
+                                    const torch::Tensor& positions, const torch::Tensor& attn_mask) {
+  torch::Tensor hidden = Hidden(input_ids, positions, attn_mask);
+  // Position t predicts token t+1: pair hidden[:, :-1] with labels[:, 1:].
+  torch::Tensor targets = labels.slice(1, 1);
+  torch::Tensor mask = targets.ne(-100);
+  torch::Tensor h = hidden.slice(1, 0, hidden.size(1) - 1).index({mask});  // [N, C]
+  torch::Tensor logits = Logits(h).to(torch::kFloat32);
+  return torch::nn::functional::cross_entropy(
+      logits, targets.index({mask}), torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+bool DecaysWeight(const std::string& name, const torch::Tensor& p) {
+  return p.dim() >= 2 && name.find("embed_tokens") == std::string::npos;
+}
+
+}  // namespace sftctl::trainer

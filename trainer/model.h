@@ -1,0 +1,120 @@
+// CausalLM: a Llama/Qwen2-family decoder-only transformer in LibTorch, numerically following
+// Hugging Face transformers (RMSNorm in fp32, rotate-half RoPE, softmax in fp32, GQA, SwiGLU).
+//
+// Parameter names equal the HF checkpoint keys ("model.layers.0.self_attn.q_proj.weight"),
+// so weights load and save by name. With tie_word_embeddings, lm_head uses
+// model.embed_tokens.weight and has no parameter of its own.
+//
+// Thread safety: like any torch::nn::Module, not safe for concurrent forward/backward.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "trainer/model_config.h"
+
+namespace sftctl::trainer {
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Precomputed RoPE cos/sin tables (fp32), in HF's rotate-half layout: [max_pos, head_dim].
+class RotaryTables {
+ public:
+  RotaryTables() = default;
+  RotaryTables(const ModelConfig& c, int64_t max_positions, torch::Device device);
+  // cos/sin for `positions` ([B, T] int64) or for 0..T-1 when `positions` is undefined,
+  // shaped to broadcast over [B, H, T, D].
+  std::pair<torch::Tensor, torch::Tensor> Get(int64_t seq_len, const torch::Tensor& positions) const;
+
+ private:
+  torch::Tensor cos_, sin_;
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& c);
+  // x: [B, T, C]. `attn_mask`: additive float mask broadcastable to [B, H, T, T], or
+  // undefined for plain causal attention.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& attn_mask);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const ModelConfig& c);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const ModelConfig& c);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& attn_mask);
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// The "model." part of an HF checkpoint: embeddings, layers, final norm.
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& c);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Decoder);
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  // Builds the model with HF's initialisation: normal(0, initializer_range) for linear and
+  // embedding weights, ones for norms, zeros for biases. Deterministic given the global
+  // torch seed.
+  explicit CausalLMImpl(const ModelConfig& c);
+
+  // Final hidden states [B, T, C] for `input_ids` [B, T] (int64). `positions` ([B, T]) and
+  // `attn_mask` (additive, [B, 1, T, T]) are optional: undefined means positions 0..T-1
+  // and causal attention.
+  torch::Tensor Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions = {},
+                       const torch::Tensor& attn_mask = {});
+  // Logits for hidden states of any leading shape: [..., C] -> [..., V].
+  torch::Tensor Logits(const torch::Tensor& hidden);
+  // Sum of next-token cross-entropy over positions whose label is not -100, computed in fp32
+  // with logits formed only at those positions. `labels` is aligned with `input_ids` (HF
+  // convention: the model shifts). Returns a scalar; the caller divides by the target count.
+  torch::Tensor LossSum(const torch::Tensor& input_ids, const torch::Tensor& labels,
+                        const torch::Tensor& positions = {}, const torch::Tensor& attn_mask = {});
+
+  const ModelConfig& config() const { return config_; }
+  // Moves the RoPE tables along with the parameters.
+  void ToDevice(torch::Device device);
+
+  Decoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  ModelConfig config_;
+  RotaryTables rope_;
+};
+TORCH_MODULE(CausalLM);
+
+// Whether `name` should get weight decay: 2-D weights except embeddings (and lm_head tied).
+bool DecaysWeight(const std::string& name, const torch::Tensor& p);
+
+}  // namespace sftctl::trainer

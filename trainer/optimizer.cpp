@@ -1,0 +1,118 @@
+#include "trainer/optimizer.h"
+
+#include <cmath>
+
+namespace sftctl::trainer {
+
+double LearningRate(const TrainSpec& t, int64_t step, int64_t total_steps) {
+  if (t.warmup_steps > 0 && step < t.warmup_steps) {
+    return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup_steps);
+  }
+  if (t.schedule == "constant") return t.lr;
+  const double min_lr = t.lr * t.min_lr_ratio;
+  const int64_t decay_steps = std::max<int64_t>(1, total_steps - t.warmup_steps);
+  const double progress = std::min(1.0, static_cast<double>(step - t.warmup_steps) / decay_steps);
+  if (t.schedule == "linear") return t.lr + (min_lr - t.lr) * progress;
+  return min_lr + 0.5 * (t.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+FlatAdamW::FlatAdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainSpec& t,
+                     const std::function<bool(const std::string&, const torch::Tensor&)>& decay)
+    : t_(t) {
+  std::vector<std::pair<std::string, torch::Tensor>> with, without;
+  for (const auto& [name, p] : params) {
+    if (!p.requires_grad()) continue;
+    (decay(name, p) && t.weight_decay > 0 ? with : without).emplace_back(name, p);
+  }
+  for (auto* ps : {&with, &without}) {
+    if (ps->empty()) continue;
+    groups_.emplace_back();
+    groups_.back().weight_decay = ps == &with ? t.weight_decay : 0.0;
+    Build(groups_.back(), *ps);
+  }
+}
+
+void FlatAdamW::Build(Group& g, const std::vector<std::pair<std::string, torch::Tensor>>& ps) {
+  int64_t total = 0;
+  for (const auto& [name, p] : ps) {
+    g.spans.emplace_back(total, p.numel());
+    total += p.numel();
+  }
+  const auto opts = ps.front().second.options().dtype(torch::kFloat32);
+  g.data = torch::empty({total}, opts);
+  g.grad = torch::zeros({total}, opts);
+  g.exp_avg = torch::zeros({total}, opts);
+  g.exp_avg_sq = torch::zeros({total}, opts);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    torch::Tensor p = ps[i].second;
+    auto [off, n] = g.spans[i];
+    torch::Tensor view = g.data.narrow(0, off, n).view(p.sizes());
+    view.copy_(p);
+    p.set_data(view);  // the module's parameter now lives in the flat buffer
+    p.mutable_grad() = g.grad.narrow(0, off, n).view(p.sizes());
+    g.params.emplace_back(ps[i].first, p);
+  }
+}
+
+void FlatAdamW::ZeroGrad() {
+  for (auto& g : groups_) g.grad.zero_();
+}
+
+torch::Tensor FlatAdamW::GradNorm() const {
+  torch::Tensor sq = torch::zeros({}, groups_.front().grad.options());
+  for (const auto& g : groups_) sq = sq + g.grad.pow(2).sum();
+  return sq.sqrt();
+}
+
+void FlatAdamW::ClipGradNorm(const torch::Tensor& norm, double max_norm) {
+  const double n = norm.item<double>();
+  const double coef = max_norm / (n + 1e-6);
+  if (coef < 1.0) {
+    for (auto& g : groups_) g.grad.mul_(coef);
+  }
+}
+
+void FlatAdamW::Step(double lr) {
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  const double bc1 = 1.0 - std::pow(t_.beta1, static_cast<double>(steps_));
+  const double bc2 = 1.0 - std::pow(t_.beta2, static_cast<double>(steps_));
+  for (auto& g : groups_) {
+    if (g.weight_decay > 0) g.data.mul_(1.0 - lr * g.weight_decay);
+    g.exp_avg.mul_(t_.beta1).add_(g.grad, 1.0 - t_.beta1);
+    g.exp_avg_sq.mul_(t_.beta2).addcmul_(g.grad, g.grad, 1.0 - t_.beta2);
+    torch::Tensor denom = (g.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(t_.eps);
+    g.data.addcdiv_(g.exp_avg, denom, -lr / bc1);
+  }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> FlatAdamW::StateTensors() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& g : groups_) {
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      auto [off, n] = g.spans[i];
+      const auto& [name, p] = g.params[i];
+      out.emplace_back("exp_avg." + name, g.exp_avg.narrow(0, off, n).view(p.sizes()));
+      out.emplace_back("exp_avg_sq." + name, g.exp_avg_sq.narrow(0, off, n).view(p.sizes()));
+    }
+  }
+  return out;
+}
+
+Status FlatAdamW::LoadState(const std::function<torch::Tensor(const std::string&)>& lookup, int64_t steps) {
+  torch::NoGradGuard no_grad;
+  for (auto& [key, dst] : StateTensors()) {
+    torch::Tensor src = lookup(key);
+    if (!src.defined()) return DataLossError("optimizer state has no tensor '" + key + "'");
+    if (src.sizes() != dst.sizes()) {
+      return DataLossError("optimizer state tensor '" + key + "' has shape " + c10::str(src.sizes()) +
+                           ", expected " + c10::str(dst.sizes()));
+    }
+    dst.copy_(src);
+  }
+  steps_ = steps;
+  return OkStatus();
+}
+
+}  // namespace sftctl::trainer

@@ -1,0 +1,61 @@
+// AdamW over flat buffers, with the learning-rate schedule and gradient clipping.
+//
+// At construction every trainable parameter is moved into one of two contiguous fp32 buffers
+// (with / without weight decay) and becomes a view of it; its .grad() becomes a view of a
+// matching gradient buffer, into which autograd accumulates in place. A step is then a
+// handful of kernels over two tensors instead of a loop over hundreds of small ones.
+// Semantics equal torch.optim.AdamW (decoupled weight decay, bias correction).
+//
+// Thread safety: none; one training loop owns it.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common/spec.h"
+
+namespace sftctl::trainer {
+
+// lr at optimizer step `step` (0-based): linear warm-up to `lr`, then cosine/linear decay to
+// lr * min_lr_ratio at `total_steps`, or constant.
+double LearningRate(const TrainSpec& t, int64_t step, int64_t total_steps);
+
+class FlatAdamW {
+ public:
+  // `params`: (name, parameter) pairs; parameters that do not require grad are skipped.
+  // `decay(name, p)` picks the weight-decay group.
+  FlatAdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainSpec& t,
+            const std::function<bool(const std::string&, const torch::Tensor&)>& decay);
+
+  void ZeroGrad();
+  // Global L2 norm of all gradients (fp32 scalar tensor).
+  torch::Tensor GradNorm() const;
+  // Scales gradients so their norm is at most `max_norm` (torch.nn.utils.clip_grad_norm_).
+  void ClipGradNorm(const torch::Tensor& norm, double max_norm);
+  // One AdamW update at learning rate `lr`; increments the step count.
+  void Step(double lr);
+
+  int64_t steps() const { return steps_; }
+  // Per-parameter state for checkpoints: "exp_avg.<name>", "exp_avg_sq.<name>".
+  std::vector<std::pair<std::string, torch::Tensor>> StateTensors() const;
+  // Restores state saved by StateTensors. Errors name the missing or mis-shaped tensor.
+  Status LoadState(const std::function<torch::Tensor(const std::string&)>& lookup, int64_t steps);
+
+ private:
+  struct Group {
+    double weight_decay = 0;
+    torch::Tensor data, grad, exp_avg, exp_avg_sq;
+    std::vector<std::pair<std::string, torch::Tensor>> params;  // views into data
+    std::vector<std::pair<int64_t, int64_t>> spans;             // (offset, numel)
+  };
+  void Build(Group& g, const std::vector<std::pair<std::string, torch::Tensor>>& ps);
+
+  TrainSpec t_;
+  std::vector<Group> groups_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace sftctl::trainer

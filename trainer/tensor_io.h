@@ -1,0 +1,33 @@
+// Bridges between torch::Tensor and the safetensors format (common/safetensors.h).
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common/file_system.h"
+#include "common/safetensors.h"
+
+namespace sftctl::trainer {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// Writes tensors (any device; F32/BF16/F16/I64/U8...) to a safetensors file with
+// {"format": "pt"} metadata, as transformers' save_pretrained does.
+Status SaveTensors(FileSystem* fs, const std::string& path, const NamedTensors& tensors);
+
+// Copies one tensor out of an open file into a new CPU tensor of its stored dtype.
+StatusOr<torch::Tensor> ReadTensor(const safetensors::Reader& reader, const safetensors::TensorInfo& info);
+
+// Reads every tensor of a file into CPU tensors, keyed by name.
+StatusOr<std::map<std::string, torch::Tensor>> LoadTensors(const std::string& path);
+
+// Copies `src` tensors into `dst` parameters by name, converting dtype. Every destination
+// must be present in `src` with the same shape. Errors name `source_name` and the tensor.
+Status CopyIntoParameters(const std::map<std::string, torch::Tensor>& src, const NamedTensors& dst,
+                          const std::string& source_name);
+
+}  // namespace sftctl::trainer

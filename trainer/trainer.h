@@ -1,0 +1,71 @@
+// Train(): one supervised fine-tuning run, from spec to final checkpoint.
+//
+// Reading order of trainer.cpp follows the run: threads and device, tokenizer, data, model
+// (from scratch or from an HF folder), resume from the newest complete checkpoint, then the
+// loop (gradient accumulation with the loss normalised by the target tokens of the whole
+// window, non-finite guard, clipping, AdamW, schedule), periodic evaluation and checkpoints,
+// and the final evaluation and checkpoint.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "common/file_system.h"
+#include "common/spec.h"
+#include "trainer/data.h"
+#include "trainer/device.h"
+#include "trainer/model.h"
+
+namespace sftctl::trainer {
+
+// Test seams. Production code leaves them empty.
+struct TrainHooks {
+  // Called with each micro-batch's summed loss before backward; may replace it (NaN injection).
+  std::function<void(int64_t step, torch::Tensor& loss_sum)> on_loss;
+  // Stop (as if interrupted) after this many optimizer steps, without a final checkpoint.
+  std::optional<int64_t> stop_after_step;
+  // Where checkpoints are written (fault injection). Default: FileSystem::Default().
+  FileSystem* fs = nullptr;
+};
+
+struct TrainOptions {
+  int events_fd = -1;          // also write metric records to this descriptor
+  bool progress_bar = false;   // draw a TTY progress bar
+  TrainHooks hooks;
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double last_loss = 0;
+  std::optional<double> eval_loss;
+  std::optional<double> exact_match;
+  std::string checkpoint_dir;  // the final checkpoint
+  double elapsed_s = 0;
+  DataStats train_stats, eval_stats;
+  std::string precision, device;
+  int64_t resumed_from_step = -1;  // -1: fresh start
+};
+
+StatusOr<TrainResult> Train(const JobSpec& spec, const TrainOptions& options);
+
+// Runs forward and backward over one accumulation window, adding into the parameters'
+// gradients. Each micro-batch's loss is its summed token loss divided by the target tokens
+// of the whole window, so the window's gradient equals that of one batch holding all its
+// samples. Returns the window's summed token loss. `on_loss` may replace a micro-batch loss.
+double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,
+                        const std::function<void(torch::Tensor&)>& on_loss = nullptr);
+
+// Opens the tokenizer named by spec.tokenizer ("auto": the model folder's tokenizer.json if
+// any, else the byte tokenizer). `source` receives what checkpoints should copy.
+StatusOr<std::unique_ptr<Tokenizer>> OpenTokenizer(const JobSpec& spec, std::string* source);
+
+// Builds the model named by the spec: from model.config (random init) or model.path.
+StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok);
+
+// Loads a model folder (config.json + model.safetensors) for inference.
+StatusOr<CausalLM> LoadModelDir(const std::string& dir);
+
+}  // namespace sftctl::trainer
