@@ -15,9 +15,12 @@ void RegisterGenerateCommand(CLI::App& app, CommandContext& ctx) {
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("generate", "Continue a prompt with a checkpoint or HF model folder");
-  cmd->add_option("--model", a->model, "Checkpoint or HF model folder")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("--model", a->model, "Checkpoint or HF model folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--prompt", a->prompt, "Prompt text")->required();
-  cmd->add_option("--max-new-tokens", a->max_new_tokens, "Most tokens to generate")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-new-tokens", a->max_new_tokens, "Most tokens to generate")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", a->seed, "Sampling seed");
   cmd->add_option("--device", a->device, "auto, cpu, cuda, cuda:N, mps");
@@ -28,9 +31,16 @@ void RegisterGenerateCommand(CLI::App& app, CommandContext& ctx) {
       ctx.exit_code = 2;
       return;
     }
-    std::vector<std::string> args = {"generate", "--model", a->model, "--prompt", a->prompt,
-                                     "--max-new-tokens", std::to_string(a->max_new_tokens),
-                                     "--temperature", std::to_string(a->temperature), "--seed",
+    std::vector<std::string> args = {"generate",
+                                     "--model",
+                                     a->model,
+                                     "--prompt",
+                                     a->prompt,
+                                     "--max-new-tokens",
+                                     std::to_string(a->max_new_tokens),
+                                     "--temperature",
+                                     std::to_string(a->temperature),
+                                     "--seed",
                                      std::to_string(a->seed)};
     if (!a->device.empty()) args.insert(args.end(), {"--device", a->device});
     auto code = RunChild(*trainer, args);

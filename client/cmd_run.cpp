@@ -23,7 +23,36 @@ struct RunArgs {
   std::string device, precision;
   int64_t seed = -1;
   int events_fd = -1;
+  std::vector<std::string> sets;  // "train.lr=1e-3"
 };
+
+// Applies `--set path=value` overrides to the canonical JSON of a spec. The value is read as
+// a YAML scalar or flow collection ("3", "1e-3", "true", "[a.jsonl, b.jsonl]").
+Status ApplySets(const std::vector<std::string>& sets, nlohmann::json* j) {
+  for (const auto& s : sets) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgumentError("--set '" + s + "': expected FIELD=VALUE, e.g. --set train.lr=1e-4");
+    }
+    const std::string path = s.substr(0, eq);
+    auto value = YamlToJson(s.substr(eq + 1), "--set " + path);
+    if (!value.ok()) return value.status();
+    nlohmann::json* node = j;
+    size_t start = 0;
+    for (;;) {
+      const size_t dot = path.find('.', start);
+      const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      if (!node->is_object() || !node->contains(key)) {
+        return InvalidArgumentError("--set: unknown field '" + path + "' (see docs/spec.md)");
+      }
+      node = &(*node)[key];
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    *node = value->value;
+  }
+  return OkStatus();
+}
 
 std::string Timestamp() {
   std::time_t t = std::time(nullptr);
@@ -44,8 +73,9 @@ int Run(const RunArgs& a) {
   JobSpec spec;
   if (demo) {
     const std::string dir = a.output_dir.empty() ? "sftctl-runs/demo-" + Timestamp() : a.output_dir;
-    std::cerr << "sftctl demo: teaching a ~0.5M-parameter model two-digit addition from scratch\n"
-              << "  (\"What is 47+38?\" -> \"85\"; 9,000 training pairs, 1,000 held out and never trained on)\n";
+    std::cerr
+        << "sftctl demo: teaching a ~0.5M-parameter model two-digit addition from scratch\n"
+        << "  (\"What is 47+38?\" -> \"85\"; 9,000 training pairs, 1,000 held out and never trained on)\n";
     auto s = PrepareDemo(dir);
     if (!s.ok()) return fail(s.status());
     spec = *s;
@@ -60,14 +90,17 @@ int Run(const RunArgs& a) {
   if (!a.precision.empty()) spec.precision = a.precision;
   if (a.seed >= 0) spec.seed = a.seed;
   // Re-validate after overrides, through the same parser the trainer uses.
-  auto canonical = ParseSpec(ToJson(spec), "", [](const std::string&) { return std::string("command line"); });
+  nlohmann::json j = ToJson(spec);
+  if (Status s = ApplySets(a.sets, &j); !s.ok()) return fail(s);
+  auto canonical = ParseSpec(j, "", [](const std::string&) { return std::string("command line"); });
   if (!canonical.ok()) return fail(canonical.status());
   if (Status s = CheckSpecFiles(*canonical); !s.ok()) return fail(s);
+  spec = *canonical;
 
   FileSystem* fs = FileSystem::Default();
   if (Status s = fs->CreateDirs(spec.output_dir); !s.ok()) return fail(s);
   const std::string spec_json = JoinPath(spec.output_dir, "spec.json");
-  if (Status s = WriteFileAtomic(fs, spec_json, ToJson(*canonical).dump(2) + "\n"); !s.ok()) return fail(s);
+  if (Status s = WriteFileAtomic(fs, spec_json, ToJson(spec).dump(2) + "\n"); !s.ok()) return fail(s);
 
   auto trainer = FindSiblingBinary("sftctl-trainer");
   if (!trainer.ok()) return fail(trainer.status());
@@ -77,7 +110,7 @@ int Run(const RunArgs& a) {
   if (!code.ok()) return fail(code.status());
   if (*code == 0 && demo) {
     char name[32];
-    std::snprintf(name, sizeof(name), "checkpoint-%06lld", static_cast<long long>(canonical->train.max_steps));
+    std::snprintf(name, sizeof(name), "checkpoint-%06lld", static_cast<long long>(spec.train.max_steps));
     std::cerr << "\nTry the model:  sftctl generate --model " << JoinPath(spec.output_dir, name)
               << " --prompt $'What is 47+38?\\n'\n";
   }
@@ -97,7 +130,9 @@ void RegisterRunCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--device", args->device, "Override device: auto, cpu, cuda, cuda:N, mps");
   cmd->add_option("--precision", args->precision, "Override precision: auto, fp32, bf16");
   cmd->add_option("--seed", args->seed, "Override the seed")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--events-fd", args->events_fd, "Also write metric records (JSON lines) to this descriptor");
+  cmd->add_option("--set", args->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)");
+  cmd->add_option("--events-fd", args->events_fd,
+                  "Also write metric records (JSON lines) to this descriptor");
   cmd->callback([args, &ctx] { ctx.exit_code = Run(*args); });
 }
 

@@ -16,8 +16,8 @@ uint64_t SplitMix64(uint64_t& s) {
 }
 
 std::string Record(int a, int b) {
-  return "{\"prompt\": \"What is " + std::to_string(a) + "+" + std::to_string(b) + "?\\n\", \"completion\": \"" +
-         std::to_string(a + b) + "\"}\n";
+  return "{\"prompt\": \"What is " + std::to_string(a) + "+" + std::to_string(b) +
+         "?\\n\", \"completion\": \"" + std::to_string(a + b) + "\"}\n";
 }
 
 }  // namespace
@@ -31,7 +31,8 @@ StatusOr<JobSpec> PrepareDemo(const std::string& run_dir) {
   uint64_t state = 20261122;
   for (size_t i = pairs.size(); i > 1; --i) std::swap(pairs[i - 1], pairs[SplitMix64(state) % i]);
   std::string train, eval;
-  for (size_t i = 0; i < pairs.size(); ++i) (i < 1000 ? eval : train) += Record(pairs[i] / 100, pairs[i] % 100);
+  for (size_t i = 0; i < pairs.size(); ++i)
+    (i < 1000 ? eval : train) += Record(pairs[i] / 100, pairs[i] % 100);
   SFT_RETURN_IF_ERROR(WriteFileAtomic(fs, JoinPath(data_dir, "train.jsonl"), train));
   SFT_RETURN_IF_ERROR(WriteFileAtomic(fs, JoinPath(data_dir, "eval.jsonl"), eval));
 
@@ -41,9 +42,9 @@ StatusOr<JobSpec> PrepareDemo(const std::string& run_dir) {
   s.output_dir = run_dir;
   s.seed = 1234;
   s.tokenizer = "byte";
-  s.model.config = {{"model_type", "llama"},       {"hidden_size", 128},        {"intermediate_size", 384},
-                    {"num_hidden_layers", 2},      {"num_attention_heads", 4},  {"num_key_value_heads", 4},
-                    {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},    {"rope_theta", 10000.0},
+  s.model.config = {{"model_type", "llama"},         {"hidden_size", 128},       {"intermediate_size", 384},
+                    {"num_hidden_layers", 2},        {"num_attention_heads", 4}, {"num_key_value_heads", 4},
+                    {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},     {"rope_theta", 10000.0},
                     {"tie_word_embeddings", false}};
   s.data.train = {JoinPath(data_dir, "train.jsonl")};
   s.data.eval = {JoinPath(data_dir, "eval.jsonl")};

@@ -55,7 +55,8 @@ StatusOr<int> RunChild(const std::string& path, const std::vector<std::string>& 
     ::_exit(127);
   }
   g_child = pid;
-  struct sigaction sa {}, old_int {}, old_term {};
+  struct sigaction sa {
+  }, old_int{}, old_term{};
   sa.sa_handler = Forward;
   ::sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, &old_int);

@@ -112,7 +112,8 @@ class PosixFileSystem : public FileSystem {
   }
 
   Status Rename(const std::string& from, const std::string& to) override {
-    if (::rename(from.c_str(), to.c_str()) != 0) return ErrnoError("cannot rename to '" + to + "' from", from, errno);
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return ErrnoError("cannot rename to '" + to + "' from", from, errno);
     return OkStatus();
   }
 

@@ -60,14 +60,16 @@ class ObjectReader {
   Status Int(const std::string& key, int64_t* out, int64_t min_value) {
     const json* v = Get(key);
     if (v == nullptr) return OkStatus();
-    if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>()))) {
+    if (v->is_number_float() &&
+        v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>()))) {
       *out = static_cast<int64_t>(v->get<double>());
     } else if (v->is_number_integer() || v->is_number_unsigned()) {
       *out = v->get<int64_t>();
     } else {
       return Error(key, std::string("must be an integer, got ") + TypeName(*v));
     }
-    if (*out < min_value) return Error(key, "must be >= " + std::to_string(min_value) + ", got " + std::to_string(*out));
+    if (*out < min_value)
+      return Error(key, "must be >= " + std::to_string(min_value) + ", got " + std::to_string(*out));
     return OkStatus();
   }
 
@@ -128,7 +130,8 @@ class ObjectReader {
   // A nested object; `present` tells whether it was given.
   Status Object(const std::string& key, const json** out) {
     *out = Get(key);
-    if (*out != nullptr && !(*out)->is_object()) return Error(key, std::string("must be a mapping, got ") + TypeName(**out));
+    if (*out != nullptr && !(*out)->is_object())
+      return Error(key, std::string("must be a mapping, got ") + TypeName(**out));
     return OkStatus();
   }
 
@@ -142,7 +145,8 @@ class ObjectReader {
         size_t d = EditDistance(it.key(), k);
         if (d < best_d) best_d = d, best = k;
       }
-      return Error(it.key(), "unknown field" + (best.empty() ? std::string() : " (did you mean '" + Path(best) + "'?)"));
+      return Error(it.key(), "unknown field" +
+                                 (best.empty() ? std::string() : " (did you mean '" + Path(best) + "'?)"));
     }
     return OkStatus();
   }
@@ -170,7 +174,8 @@ class ObjectReader {
 StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const FieldLocator& locate) {
   if (!j.is_object()) {
     std::string where = locate ? locate("") : std::string();
-    return InvalidArgumentError((where.empty() ? "" : where + ": ") + "a job spec must be a mapping of fields");
+    return InvalidArgumentError((where.empty() ? "" : where + ": ") +
+                                "a job spec must be a mapping of fields");
   }
   JobSpec s;
   ObjectReader top(j, "", locate);
@@ -187,7 +192,8 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
   SFT_RETURN_IF_ERROR(top.Choice("precision", &s.precision, {"auto", "fp32", "bf16"}));
   SFT_RETURN_IF_ERROR(top.Int("threads", &s.threads, 0));
   SFT_RETURN_IF_ERROR(top.String("tokenizer", &s.tokenizer));
-  if (s.tokenizer != "auto" && s.tokenizer != "byte") s.tokenizer = ObjectReader::Resolve(s.tokenizer, base_dir);
+  if (s.tokenizer != "auto" && s.tokenizer != "byte")
+    s.tokenizer = ObjectReader::Resolve(s.tokenizer, base_dir);
 
   const json* model = nullptr;
   SFT_RETURN_IF_ERROR(top.Object("model", &model));
@@ -201,7 +207,8 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
     if (config != nullptr) s.model.config = *config;
     SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
     if (s.model.path.empty() == (config == nullptr)) {
-      return r.Error("path", "give exactly one of model.path (a Hugging Face folder) or model.config (from scratch)");
+      return r.Error("path",
+                     "give exactly one of model.path (a Hugging Face folder) or model.config (from scratch)");
     }
   }
 
@@ -214,7 +221,8 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
     if (s.data.train.empty()) return r.Error("train", "is required: list at least one JSONL file");
     SFT_RETURN_IF_ERROR(r.Files("eval", &s.data.eval, base_dir));
     SFT_RETURN_IF_ERROR(r.Double("eval_fraction", &s.data.eval_fraction, 0.0, 0.5));
-    SFT_RETURN_IF_ERROR(r.Choice("format", &s.data.format, {"auto", "text", "prompt_completion", "messages"}));
+    SFT_RETURN_IF_ERROR(
+        r.Choice("format", &s.data.format, {"auto", "text", "prompt_completion", "messages"}));
     SFT_RETURN_IF_ERROR(r.Int("max_seq_len", &s.data.max_seq_len, 2));
     SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
   }
@@ -318,8 +326,10 @@ json ToJson(const JobSpec& s) {
 Status CheckSpecFiles(const JobSpec& spec) {
   auto check = [](const std::string& field, const std::string& path) -> Status {
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return NotFoundError("field '" + field + "': file '" + path + "' does not exist");
-    if (!S_ISREG(st.st_mode)) return InvalidArgumentError("field '" + field + "': '" + path + "' is not a regular file");
+    if (::stat(path.c_str(), &st) != 0)
+      return NotFoundError("field '" + field + "': file '" + path + "' does not exist");
+    if (!S_ISREG(st.st_mode))
+      return InvalidArgumentError("field '" + field + "': '" + path + "' is not a regular file");
     return OkStatus();
   };
   for (const auto& f : spec.data.train) SFT_RETURN_IF_ERROR(check("data.train", f));

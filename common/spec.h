@@ -11,11 +11,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -49,9 +48,9 @@ struct TrainSpec {
   double eps = 1e-8;
   double clip_grad_norm = 1.0;  // 0 disables clipping.
   int64_t epochs = 1;
-  int64_t max_steps = 0;            // > 0 overrides epochs.
-  int64_t max_bad_steps = 5;        // consecutive non-finite losses before the run stops.
-  int64_t log_interval = 10;        // steps between log lines when not on a TTY.
+  int64_t max_steps = 0;      // > 0 overrides epochs.
+  int64_t max_bad_steps = 5;  // consecutive non-finite losses before the run stops.
+  int64_t log_interval = 10;  // steps between log lines when not on a TTY.
 };
 
 struct EvalSpec {
@@ -67,8 +66,8 @@ struct CheckpointSpec {
 };
 
 struct JobSpec {
-  std::string name;        // defaults to the spec file's stem.
-  std::string output_dir;  // defaults to runs/<name>.
+  std::string name;             // defaults to the spec file's stem.
+  std::string output_dir;       // defaults to runs/<name>.
   std::string resume = "auto";  // auto | never | <checkpoint folder>
   int64_t seed = 1234;
   std::string device = "auto";     // auto | cpu | cuda | cuda:N | mps

@@ -65,8 +65,8 @@ Status Convert(const YAML::Node& node, const std::string& path, const std::strin
         std::string key = kv.first.Scalar();
         std::string child = path.empty() ? key : path + "." + key;
         if (out->contains(key)) {
-          return InvalidArgumentError(file + ":" + std::to_string(kv.first.Mark().line + 1) + ": field '" + child +
-                                      "' is given twice");
+          return InvalidArgumentError(file + ":" + std::to_string(kv.first.Mark().line + 1) + ": field '" +
+                                      child + "' is given twice");
         }
         json v;
         SFT_RETURN_IF_ERROR(Convert(kv.second, child, file, doc, &v));
@@ -87,7 +87,8 @@ StatusOr<YamlDocument> YamlToJson(const std::string& text, const std::string& fi
     YAML::Node root = YAML::Load(text);
     SFT_RETURN_IF_ERROR(Convert(root, "", file_name, &doc, &doc.value));
   } catch (const YAML::Exception& e) {
-    return InvalidArgumentError(file_name + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
+    return InvalidArgumentError(file_name + ":" + std::to_string(e.mark.line + 1) +
+                                ": invalid YAML: " + e.msg);
   }
   return doc;
 }

@@ -63,7 +63,9 @@ inline Status OkStatus() { return Status(); }
 inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
-inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status FailedPreconditionError(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
@@ -110,10 +112,10 @@ class [[nodiscard]] StatusOr {
 #define SFT_STATUS_CONCAT_(a, b) SFT_STATUS_CONCAT_INNER_(a, b)
 
 // Evaluates `expr` (a Status); returns it from the enclosing function if not OK.
-#define SFT_RETURN_IF_ERROR(expr)                  \
-  do {                                             \
-    ::sftctl::Status sft_status_ = (expr);         \
-    if (!sft_status_.ok()) return sft_status_;     \
+#define SFT_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::sftctl::Status sft_status_ = (expr);     \
+    if (!sft_status_.ok()) return sft_status_; \
   } while (0)
 
 // `SFT_ASSIGN_OR_RETURN(auto x, MakeX());` declares x from a StatusOr or returns its error.

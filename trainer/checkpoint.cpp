@@ -21,8 +21,9 @@ bool ParseStep(const std::string& name, int64_t* step) {
 }  // namespace
 
 nlohmann::json TrainerState::ToJson() const {
-  return {{"step", step},           {"epoch", epoch},         {"position", position},
-          {"tokens_seen", tokens_seen}, {"bad_steps", bad_steps}, {"elapsed_s", elapsed_s}};
+  return {{"step", step},           {"epoch", epoch},
+          {"position", position},   {"tokens_seen", tokens_seen},
+          {"bad_steps", bad_steps}, {"elapsed_s", elapsed_s}};
 }
 
 StatusOr<TrainerState> TrainerState::FromJson(const nlohmann::json& j, const std::string& source) {

@@ -15,11 +15,10 @@
 // Thread safety: a CheckpointManager is used by one thread.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/file_system.h"
 #include "trainer/tensor_io.h"
@@ -27,22 +26,22 @@
 namespace sftctl::trainer {
 
 struct TrainerState {
-  int64_t step = 0;            // optimizer steps completed
-  int64_t epoch = 0;           // sampler epoch
-  int64_t position = 0;        // sampler position within the epoch
-  int64_t tokens_seen = 0;     // training tokens processed
-  int64_t bad_steps = 0;       // consecutive skipped (non-finite) steps
-  double elapsed_s = 0;        // training wall time so far
+  int64_t step = 0;         // optimizer steps completed
+  int64_t epoch = 0;        // sampler epoch
+  int64_t position = 0;     // sampler position within the epoch
+  int64_t tokens_seen = 0;  // training tokens processed
+  int64_t bad_steps = 0;    // consecutive skipped (non-finite) steps
+  double elapsed_s = 0;     // training wall time so far
   nlohmann::json ToJson() const;
   static StatusOr<TrainerState> FromJson(const nlohmann::json& j, const std::string& source);
 };
 
 struct CheckpointContents {
-  nlohmann::json config;           // config.json
-  NamedTensors weights;            // model.safetensors (HF names)
-  NamedTensors optimizer;          // optimizer.safetensors (moments, RNG)
+  nlohmann::json config;   // config.json
+  NamedTensors weights;    // model.safetensors (HF names)
+  NamedTensors optimizer;  // optimizer.safetensors (moments, RNG)
   TrainerState state;
-  std::string tokenizer_source;    // "byte" or a folder whose tokenizer files are copied
+  std::string tokenizer_source;  // "byte" or a folder whose tokenizer files are copied
 };
 
 std::string CheckpointName(int64_t step);  // "checkpoint-000500"

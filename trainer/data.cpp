@@ -1,7 +1,6 @@
 #include "trainer/data.h"
 
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 namespace sftctl::trainer {
@@ -12,13 +11,15 @@ using nlohmann::json;
 StatusOr<std::string> DetectFormat(const json& rec, const std::string& where) {
   if (!rec.is_object()) return InvalidArgumentError(where + ": each line must be a JSON object");
   if (rec.contains("messages")) {
-    return UnimplementedError(where + ": the 'messages' (chat) format needs chat-template support, "
-                                      "which this version does not have yet; use prompt/completion");
+    return UnimplementedError(where +
+                              ": the 'messages' (chat) format needs chat-template support, "
+                              "which this version does not have yet; use prompt/completion");
   }
   if (rec.contains("prompt") || rec.contains("completion")) return std::string("prompt_completion");
   if (rec.contains("text")) return std::string("text");
-  return InvalidArgumentError(where + ": cannot tell the format: expected a 'text' field or 'prompt' and "
-                                      "'completion' fields");
+  return InvalidArgumentError(where +
+                              ": cannot tell the format: expected a 'text' field or 'prompt' and "
+                              "'completion' fields");
 }
 
 StatusOr<std::string> StringField(const json& rec, const char* key, const std::string& where) {
@@ -30,8 +31,8 @@ StatusOr<std::string> StringField(const json& rec, const char* key, const std::s
 
 }  // namespace
 
-StatusOr<std::vector<Sample>> ReadJsonl(const std::string& path, const std::string& format, const Tokenizer& tok,
-                                        int64_t max_seq_len, DataStats* stats) {
+StatusOr<std::vector<Sample>> ReadJsonl(const std::string& path, const std::string& format,
+                                        const Tokenizer& tok, int64_t max_seq_len, DataStats* stats) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError("cannot read data file '" + path + "'");
   const auto eos = tok.eos_id();
@@ -124,7 +125,8 @@ StatusOr<Dataset> LoadDataset(const JobSpec& spec, const Tokenizer& tok) {
     std::vector<char> is_eval(d.train.size(), 0);
     for (size_t i = 0; i < n_eval; ++i) is_eval[order[i]] = 1;
     std::vector<Sample> train;
-    for (size_t i = 0; i < d.train.size(); ++i) (is_eval[i] ? d.eval : train).push_back(std::move(d.train[i]));
+    for (size_t i = 0; i < d.train.size(); ++i)
+      (is_eval[i] ? d.eval : train).push_back(std::move(d.train[i]));
     d.train = std::move(train);
   }
   return d;
@@ -162,7 +164,8 @@ void Sampler::Shuffle() {
   order_.resize(n_);
   for (int64_t i = 0; i < n_; ++i) order_[i] = i;
   uint64_t state = seed_ * 0x100000001b3ull + static_cast<uint64_t>(epoch_);
-  for (int64_t i = n_; i > 1; --i) std::swap(order_[i - 1], order_[SplitMix64(state) % static_cast<uint64_t>(i)]);
+  for (int64_t i = n_; i > 1; --i)
+    std::swap(order_[i - 1], order_[SplitMix64(state) % static_cast<uint64_t>(i)]);
 }
 
 std::vector<int64_t> Sampler::Next(int64_t batch_size) {

@@ -8,11 +8,11 @@
 // ids, so a pad id equal to eos cannot mask the real end token.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "common/spec.h"
 #include "common/status.h"
@@ -43,8 +43,8 @@ struct Dataset {
 };
 
 // Reads one JSONL file. Errors name "<file>:<line>" and the problem.
-StatusOr<std::vector<Sample>> ReadJsonl(const std::string& path, const std::string& format, const Tokenizer& tok,
-                                        int64_t max_seq_len, DataStats* stats);
+StatusOr<std::vector<Sample>> ReadJsonl(const std::string& path, const std::string& format,
+                                        const Tokenizer& tok, int64_t max_seq_len, DataStats* stats);
 
 // Loads data.train / data.eval per the spec; with eval_fraction and no eval files, holds out
 // a seeded random fraction of the training samples.

@@ -28,9 +28,12 @@ StatusOr<DevicePlan> ChooseDevice(const std::string& device, const std::string& 
   const bool has_cuda = torch::cuda::is_available();
   const bool has_mps = at::hasMPS();
   if (device == "auto") {
-    plan.device = has_cuda ? torch::Device(torch::kCUDA, 0) : has_mps ? torch::Device(torch::kMPS) : torch::kCPU;
+    plan.device = has_cuda  ? torch::Device(torch::kCUDA, 0)
+                  : has_mps ? torch::Device(torch::kMPS)
+                            : torch::kCPU;
   } else if (device.rfind("cuda", 0) == 0) {
-    if (!has_cuda) return FailedPreconditionError("field 'device': '" + device + "' requested but CUDA is not available");
+    if (!has_cuda)
+      return FailedPreconditionError("field 'device': '" + device + "' requested but CUDA is not available");
     int index = 0;
     if (device.size() > 5 && device[4] == ':') index = std::stoi(device.substr(5));
     if (index >= static_cast<int>(torch::cuda::device_count())) {
@@ -46,7 +49,8 @@ StatusOr<DevicePlan> ChooseDevice(const std::string& device, const std::string& 
   }
 
   if (precision == "bf16") {
-    if (plan.device.is_mps()) return FailedPreconditionError("field 'precision': bf16 is not supported on MPS; use fp32");
+    if (plan.device.is_mps())
+      return FailedPreconditionError("field 'precision': bf16 is not supported on MPS; use fp32");
     plan.bf16 = true;
     plan.reason = "bf16 requested";
   } else if (precision == "fp32") {
@@ -58,7 +62,8 @@ StatusOr<DevicePlan> ChooseDevice(const std::string& device, const std::string& 
     plan.reason = "MPS: fp32 (fp16/bf16 autocast is unreliable there)";
   } else if (CpuHasNativeBf16()) {
     plan.bf16 = true;
-    plan.reason = "CPU with native bf16: bf16 autocast (measured not to hurt learning, see docs/precision.md)";
+    plan.reason =
+        "CPU with native bf16: bf16 autocast (measured not to hurt learning, see docs/precision.md)";
   } else {
     plan.reason = "CPU without native bf16: fp32";
   }
@@ -73,7 +78,8 @@ AutocastScope::AutocastScope(const DevicePlan& plan) {
     at::autocast::set_cpu_enabled(true);
   } else if (plan.device.is_cuda()) {
     cuda_ = true;
-#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+#if defined(TORCH_VERSION_MAJOR) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
     at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
 #else
@@ -85,7 +91,8 @@ AutocastScope::AutocastScope(const DevicePlan& plan) {
 
 AutocastScope::~AutocastScope() {
   if (cpu_) at::autocast::set_cpu_enabled(false);
-#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+#if defined(TORCH_VERSION_MAJOR) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
   if (cuda_) at::autocast::set_autocast_enabled(at::kCUDA, false);
 #else
   if (cuda_) at::autocast::set_enabled(false);

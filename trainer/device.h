@@ -8,9 +8,9 @@
 // autocast runs matmuls in bf16.
 #pragma once
 
-#include <string>
-
 #include <torch/torch.h>
+
+#include <string>
 
 #include "common/status.h"
 

@@ -12,7 +12,7 @@
 namespace sftctl::trainer {
 
 struct EvalResult {
-  double loss = 0;        // mean cross-entropy over trained target tokens
+  double loss = 0;  // mean cross-entropy over trained target tokens
   int64_t targets = 0;
   int64_t exact_total = 0;    // samples with a prompt, decoded greedily
   int64_t exact_correct = 0;  // whose completion (through the end token) matched exactly

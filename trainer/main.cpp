@@ -3,14 +3,13 @@
 //
 //   sftctl-trainer train --spec RUN/spec.json [--events-fd N]
 //   sftctl-trainer generate --model CHECKPOINT --prompt TEXT [--max-new-tokens N] [--temperature T]
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
 #include <sstream>
-
-#include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
 
 #include "common/version.h"
 #include "trainer/device.h"
@@ -38,9 +37,10 @@ int ExitCodeFor(const Status& s) {
 int Fail(const Status& s, int events_fd = -1) {
   std::cerr << "error: " << s.message() << std::endl;
   if (events_fd >= 0) {
-    std::string line = nlohmann::json{{"event", "error"}, {"code", StatusCodeName(s.code())}, {"message", s.message()}}
-                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-                       "\n";
+    std::string line =
+        nlohmann::json{{"event", "error"}, {"code", StatusCodeName(s.code())}, {"message", s.message()}}.dump(
+            -1, ' ', false, nlohmann::json::error_handler_t::replace) +
+        "\n";
     (void)!::write(events_fd, line.data(), line.size());
   }
   return ExitCodeFor(s);
@@ -66,15 +66,16 @@ int RunTrain(const std::string& spec_path, int events_fd) {
   if (!result.ok()) return Fail(result.status(), events_fd);
   const TrainResult& r = *result;
   std::ostringstream summary;
-  summary << "done: " << r.steps << " steps in " << static_cast<int>(r.elapsed_s) << " s (" << r.device << ", "
-          << r.precision << "), final train loss " << r.last_loss;
+  summary << "done: " << r.steps << " steps in " << static_cast<int>(r.elapsed_s) << " s (" << r.device
+          << ", " << r.precision << "), final train loss " << r.last_loss;
   if (r.eval_loss) summary << ", eval loss " << *r.eval_loss;
   if (r.exact_match) summary << ", held-out exact match " << 100.0 * *r.exact_match << "%";
   spdlog::info("{}", summary.str());
   const int64_t dropped = r.train_stats.dropped + r.eval_stats.dropped;
   const int64_t truncated = r.train_stats.truncated + r.eval_stats.truncated;
   if (dropped > 0 || truncated > 0) {
-    spdlog::warn("{} sample(s) truncated to data.max_seq_len, {} dropped (no trained token left)", truncated, dropped);
+    spdlog::warn("{} sample(s) truncated to data.max_seq_len, {} dropped (no trained token left)", truncated,
+                 dropped);
   }
   spdlog::info("checkpoint: {}", r.checkpoint_dir);
   return 0;
@@ -125,7 +126,8 @@ int main(int argc, char** argv) {
   std::string spec_path;
   int events_fd = -1;
   train->add_option("--spec", spec_path, "The job spec in canonical JSON")->required();
-  train->add_option("--events-fd", events_fd, "Also write metric records (JSON lines) to this file descriptor");
+  train->add_option("--events-fd", events_fd,
+                    "Also write metric records (JSON lines) to this file descriptor");
   train->callback([&] { code = RunTrain(spec_path, events_fd); });
 
   auto* gen = app.add_subcommand("generate", "Continue a prompt with a trained checkpoint");

@@ -1,12 +1,11 @@
 #include "trainer/metrics.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-
-#include <spdlog/spdlog.h>
 
 namespace sftctl::trainer {
 namespace {
@@ -71,7 +70,8 @@ void MetricsSink::Emit(nlohmann::json record) {
 
 void MetricsSink::ShowStep(const nlohmann::json& r, int64_t total_steps) {
   const int64_t step = r.value("step", int64_t{0});
-  const double loss = r.value("loss", 0.0), tps = r.value("tokens_per_s", 0.0), elapsed = r.value("elapsed_s", 0.0);
+  const double loss = r.value("loss", 0.0), tps = r.value("tokens_per_s", 0.0),
+               elapsed = r.value("elapsed_s", 0.0);
   if (!bar_) {
     if (step % log_interval_ == 0 || step == total_steps) {
       spdlog::info("step {}/{} loss {:.4f} lr {:.3g} grad_norm {:.3f} {:.0f} tok/s", step, total_steps, loss,
@@ -87,9 +87,9 @@ void MetricsSink::ShowStep(const nlohmann::json& r, int64_t total_steps) {
   std::string bar(filled, '#');
   bar.resize(width, '.');
   const double eta = step > 0 ? elapsed / step * (total_steps - step) : NAN;
-  std::fprintf(stderr, "\r\033[K[%s] %3.0f%% step %lld/%lld loss %.4f %.1fk tok/s ETA %s", bar.c_str(), frac * 100,
-               static_cast<long long>(step), static_cast<long long>(total_steps), loss, tps / 1000.0,
-               Duration(eta).c_str());
+  std::fprintf(stderr, "\r\033[K[%s] %3.0f%% step %lld/%lld loss %.4f %.1fk tok/s ETA %s", bar.c_str(),
+               frac * 100, static_cast<long long>(step), static_cast<long long>(total_steps), loss,
+               tps / 1000.0, Duration(eta).c_str());
   std::fflush(stderr);
   bar_drawn_ = true;
 }

@@ -11,9 +11,8 @@
 
 #include <chrono>
 #include <cstdio>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/status.h"
 

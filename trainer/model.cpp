@@ -30,9 +30,11 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 RotaryTables::RotaryTables(const ModelConfig& c, int64_t max_positions, torch::Device device) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
   torch::Tensor inv_freq =
-      1.0 / torch::pow(c.rope_theta, torch::arange(0, c.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64))
-                                         .to(torch::kFloat32) /
-                                         static_cast<double>(c.head_dim));
+      1.0 /
+      torch::pow(
+          c.rope_theta,
+          torch::arange(0, c.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat32) /
+              static_cast<double>(c.head_dim));
   torch::Tensor t = torch::arange(max_positions, f32);
   torch::Tensor freqs = torch::outer(t, inv_freq);
   torch::Tensor emb = torch::cat({freqs, freqs}, -1);
@@ -40,12 +42,14 @@ RotaryTables::RotaryTables(const ModelConfig& c, int64_t max_positions, torch::D
   sin_ = emb.sin().to(device);
 }
 
-std::pair<torch::Tensor, torch::Tensor> RotaryTables::Get(int64_t seq_len, const torch::Tensor& positions) const {
+std::pair<torch::Tensor, torch::Tensor> RotaryTables::Get(int64_t seq_len,
+                                                          const torch::Tensor& positions) const {
   TORCH_CHECK(seq_len <= cos_.size(0), "sequence length ", seq_len, " exceeds max_position_embeddings ",
               cos_.size(0));
   if (!positions.defined()) {
     // [1, 1, T, D]
-    return {cos_.slice(0, 0, seq_len).unsqueeze(0).unsqueeze(0), sin_.slice(0, 0, seq_len).unsqueeze(0).unsqueeze(0)};
+    return {cos_.slice(0, 0, seq_len).unsqueeze(0).unsqueeze(0),
+            sin_.slice(0, 0, seq_len).unsqueeze(0).unsqueeze(0)};
   }
   // [B, 1, T, D]
   return {cos_.index({positions}).unsqueeze(1), sin_.index({positions}).unsqueeze(1)};
@@ -59,8 +63,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
   o_proj = register_module("o_proj", MakeLinear(heads_ * head_dim_, c.hidden_size, false));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                     const torch::Tensor& attn_mask) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                     const torch::Tensor& sin, const torch::Tensor& attn_mask) {
   const int64_t B = x.size(0), T = x.size(1);
   torch::Tensor q = q_proj->forward(x).view({B, T, heads_, head_dim_}).transpose(1, 2);
   torch::Tensor k = k_proj->forward(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
@@ -88,7 +92,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   if (attn_mask.defined()) {
     scores = scores + attn_mask;
   } else {
-    torch::Tensor causal = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+    torch::Tensor causal =
+        torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
     scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
   }
   torch::Tensor probs = torch::softmax(scores, -1).to(v.scalar_type());
@@ -112,11 +117,12 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
   self_attn = register_module("self_attn", Attention(c));
   mlp = register_module("mlp", MLP(c));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                        const torch::Tensor& attn_mask) {
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                        const torch::Tensor& sin, const torch::Tensor& attn_mask) {
   torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, attn_mask);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
@@ -130,7 +136,8 @@ DecoderImpl::DecoderImpl(const ModelConfig& c) {
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& c) : config_(c) {
   model = register_module("model", Decoder(c));
-  if (!c.tie_word_embeddings) lm_head = register_module("lm_head", MakeLinear(c.hidden_size, c.vocab_size, false));
+  if (!c.tie_word_embeddings)
+    lm_head = register_module("lm_head", MakeLinear(c.hidden_size, c.vocab_size, false));
   torch::NoGradGuard no_grad;
   for (auto& p : named_parameters()) {
     const std::string& name = p.key();

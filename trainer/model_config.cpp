@@ -61,7 +61,8 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
       c.eos_token_ids.push_back(it->get<int64_t>());
     } else if (it->is_array()) {
       for (const auto& e : *it) {
-        if (!e.is_number_integer()) return InvalidArgumentError(source + ": field 'eos_token_id' must hold integers");
+        if (!e.is_number_integer())
+          return InvalidArgumentError(source + ": field 'eos_token_id' must hold integers");
         c.eos_token_ids.push_back(e.get<int64_t>());
       }
     } else {
@@ -74,7 +75,8 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   }
 
   auto positive = [&](const char* key, int64_t v) -> Status {
-    if (v <= 0) return InvalidArgumentError(source + ": field '" + key + "' must be > 0, got " + std::to_string(v));
+    if (v <= 0)
+      return InvalidArgumentError(source + ": field '" + key + "' must be > 0, got " + std::to_string(v));
     return OkStatus();
   };
   SFT_RETURN_IF_ERROR(positive("vocab_size", c.vocab_size));
@@ -91,7 +93,8 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   }
   if (c.head_dim == 0) {
     if (c.hidden_size % c.num_attention_heads != 0) {
-      return InvalidArgumentError(source + ": hidden_size must be a multiple of num_attention_heads (or set head_dim)");
+      return InvalidArgumentError(
+          source + ": hidden_size must be a multiple of num_attention_heads (or set head_dim)");
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }

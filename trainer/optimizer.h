@@ -9,11 +9,11 @@
 // Thread safety: none; one training loop owns it.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "common/spec.h"
 

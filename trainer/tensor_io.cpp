@@ -7,32 +7,53 @@ namespace {
 
 StatusOr<safetensors::DType> ToDType(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat64: return safetensors::DType::kF64;
-    case torch::kFloat32: return safetensors::DType::kF32;
-    case torch::kFloat16: return safetensors::DType::kF16;
-    case torch::kBFloat16: return safetensors::DType::kBF16;
-    case torch::kInt64: return safetensors::DType::kI64;
-    case torch::kInt32: return safetensors::DType::kI32;
-    case torch::kInt16: return safetensors::DType::kI16;
-    case torch::kInt8: return safetensors::DType::kI8;
-    case torch::kUInt8: return safetensors::DType::kU8;
-    case torch::kBool: return safetensors::DType::kBool;
-    default: return InvalidArgumentError(std::string("cannot store dtype ") + c10::toString(t));
+    case torch::kFloat64:
+      return safetensors::DType::kF64;
+    case torch::kFloat32:
+      return safetensors::DType::kF32;
+    case torch::kFloat16:
+      return safetensors::DType::kF16;
+    case torch::kBFloat16:
+      return safetensors::DType::kBF16;
+    case torch::kInt64:
+      return safetensors::DType::kI64;
+    case torch::kInt32:
+      return safetensors::DType::kI32;
+    case torch::kInt16:
+      return safetensors::DType::kI16;
+    case torch::kInt8:
+      return safetensors::DType::kI8;
+    case torch::kUInt8:
+      return safetensors::DType::kU8;
+    case torch::kBool:
+      return safetensors::DType::kBool;
+    default:
+      return InvalidArgumentError(std::string("cannot store dtype ") + c10::toString(t));
   }
 }
 
 torch::ScalarType ToScalarType(safetensors::DType d) {
   switch (d) {
-    case safetensors::DType::kF64: return torch::kFloat64;
-    case safetensors::DType::kF32: return torch::kFloat32;
-    case safetensors::DType::kF16: return torch::kFloat16;
-    case safetensors::DType::kBF16: return torch::kBFloat16;
-    case safetensors::DType::kI64: return torch::kInt64;
-    case safetensors::DType::kI32: return torch::kInt32;
-    case safetensors::DType::kI16: return torch::kInt16;
-    case safetensors::DType::kI8: return torch::kInt8;
-    case safetensors::DType::kU8: return torch::kUInt8;
-    case safetensors::DType::kBool: return torch::kBool;
+    case safetensors::DType::kF64:
+      return torch::kFloat64;
+    case safetensors::DType::kF32:
+      return torch::kFloat32;
+    case safetensors::DType::kF16:
+      return torch::kFloat16;
+    case safetensors::DType::kBF16:
+      return torch::kBFloat16;
+    case safetensors::DType::kI64:
+      return torch::kInt64;
+    case safetensors::DType::kI32:
+      return torch::kInt32;
+    case safetensors::DType::kI16:
+      return torch::kInt16;
+    case safetensors::DType::kI8:
+      return torch::kInt8;
+    case safetensors::DType::kU8:
+      return torch::kUInt8;
+    case safetensors::DType::kBool:
+      return torch::kBool;
   }
   return torch::kFloat32;
 }

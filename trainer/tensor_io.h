@@ -1,12 +1,12 @@
 // Bridges between torch::Tensor and the safetensors format (common/safetensors.h).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "common/file_system.h"
 #include "common/safetensors.h"

@@ -1,10 +1,11 @@
 #include "trainer/trainer.h"
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <cmath>
 
-#include <spdlog/spdlog.h>
-
+#include "common/tokenizer_loader.h"
 #include "trainer/checkpoint.h"
 #include "trainer/device.h"
 #include "trainer/evaluate.h"
@@ -18,7 +19,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
 
 NamedTensors Parameters(CausalLM& model) {
   NamedTensors out;
@@ -55,7 +58,8 @@ json EvalRecord(int64_t step, const EvalResult& r, bool exact) {
 
 std::string DescribeEval(const EvalResult& r, bool exact) {
   std::string s = fmt::format("eval loss {:.4f}", r.loss);
-  if (exact) s += fmt::format(", exact match {:.1f}% ({}/{})", 100 * r.exact_match(), r.exact_correct, r.exact_total);
+  if (exact)
+    s += fmt::format(", exact match {:.1f}% ({}/{})", 100 * r.exact_match(), r.exact_correct, r.exact_total);
   return s;
 }
 
@@ -73,8 +77,9 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
   // 2. Run folder, metrics.
   SFT_RETURN_IF_ERROR(fs->CreateDirs(spec.output_dir));
   SFT_RETURN_IF_ERROR(WriteRunSpec(fs, spec));
-  SFT_ASSIGN_OR_RETURN(auto metrics, MetricsSink::Open(JoinPath(spec.output_dir, "metrics.jsonl"), options.events_fd,
-                                                       options.progress_bar, spec.train.log_interval));
+  SFT_ASSIGN_OR_RETURN(auto metrics,
+                       MetricsSink::Open(JoinPath(spec.output_dir, "metrics.jsonl"), options.events_fd,
+                                         options.progress_bar, spec.train.log_interval));
   metrics->Say(fmt::format("device {} precision {} ({}), {} threads", plan.device.str(), plan.precision(),
                            plan.reason, threads));
 
@@ -87,10 +92,11 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
   result.train_stats = data.train_stats;
   result.eval_stats = data.eval_stats;
   const DataStats& ts = data.train_stats;
-  metrics->Say(fmt::format("data: {} train samples ({} tokens, {} trained), {} eval samples; {} truncated to {} "
-                           "tokens, {} dropped (no trained token left)",
-                           data.train.size(), ts.tokens, ts.trained_tokens, data.eval.size(), ts.truncated,
-                           spec.data.max_seq_len, ts.dropped));
+  metrics->Say(
+      fmt::format("data: {} train samples ({} tokens, {} trained), {} eval samples; {} truncated to {} "
+                  "tokens, {} dropped (no trained token left)",
+                  data.train.size(), ts.tokens, ts.trained_tokens, data.eval.size(), ts.truncated,
+                  spec.data.max_seq_len, ts.dropped));
 
   // 4. Model: seeded init, or weights from model.path.
   torch::manual_seed(static_cast<uint64_t>(spec.seed));
@@ -105,7 +111,8 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
     for (const auto& d : incomplete) metrics->Say("ignoring incomplete checkpoint (no DONE marker): " + d);
   } else if (spec.resume != "never") {
     if (!IsComplete(fs, spec.resume)) {
-      return FailedPreconditionError("field 'resume': '" + spec.resume + "' is not a complete checkpoint (no DONE)");
+      return FailedPreconditionError("field 'resume': '" + spec.resume +
+                                     "' is not a complete checkpoint (no DONE)");
     }
     resume_dir = spec.resume;
   }
@@ -212,16 +219,21 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
       optimizer.ZeroGrad();
       ++state.bad_steps;
-      metrics->Emit({{"event", "skipped"}, {"step", state.step}, {"loss", loss}, {"grad_norm", grad_norm},
+      metrics->Emit({{"event", "skipped"},
+                     {"step", state.step},
+                     {"loss", loss},
+                     {"grad_norm", grad_norm},
                      {"bad_steps", state.bad_steps}});
-      metrics->Say(fmt::format("step {}: non-finite {} ({}), update skipped ({} of {} allowed in a row)", state.step,
-                               std::isfinite(loss) ? "gradient norm" : "loss",
-                               std::isfinite(loss) ? grad_norm : loss, state.bad_steps, spec.train.max_bad_steps));
+      metrics->Say(fmt::format("step {}: non-finite {} ({}), update skipped ({} of {} allowed in a row)",
+                               state.step, std::isfinite(loss) ? "gradient norm" : "loss",
+                               std::isfinite(loss) ? grad_norm : loss, state.bad_steps,
+                               spec.train.max_bad_steps));
       if (state.bad_steps >= spec.train.max_bad_steps) {
-        return AbortedError(fmt::format(
-            "stopped at step {}: {} consecutive steps had a non-finite loss or gradient (train.max_bad_steps); "
-            "lower train.lr, check the data, or try precision: fp32",
-            state.step, state.bad_steps));
+        return AbortedError(
+            fmt::format("stopped at step {}: {} consecutive steps had a non-finite loss or gradient "
+                        "(train.max_bad_steps); "
+                        "lower train.lr, check the data, or try precision: fp32",
+                        state.step, state.bad_steps));
       }
       continue;
     }
@@ -263,7 +275,8 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
   if (!interrupted) {
     if (!data.eval.empty()) evaluate(state.step);
     if (last_saved != state.step) SFT_RETURN_IF_ERROR(save());
-    if (result.checkpoint_dir.empty()) result.checkpoint_dir = JoinPath(spec.output_dir, CheckpointName(state.step));
+    if (result.checkpoint_dir.empty())
+      result.checkpoint_dir = JoinPath(spec.output_dir, CheckpointName(state.step));
   }
   result.elapsed_s = Seconds(t_start);
   json done = {{"event", interrupted ? "stopped" : "done"},
@@ -302,14 +315,17 @@ double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const
 StatusOr<std::unique_ptr<Tokenizer>> OpenTokenizer(const JobSpec& spec, std::string* source) {
   std::string dir = spec.tokenizer;
   if (dir == "auto") {
-    const bool model_has_tokenizer =
-        !spec.model.path.empty() && FileSystem::Default()->Exists(JoinPath(spec.model.path, "tokenizer.json"));
+    const bool model_has_tokenizer = !spec.model.path.empty() && FileSystem::Default()->Exists(JoinPath(
+                                                                     spec.model.path, "tokenizer.json"));
     dir = model_has_tokenizer ? spec.model.path : "byte";
   }
   *source = dir;
-  if (dir == "byte") return std::unique_ptr<Tokenizer>(new ByteTokenizer());
-  return UnimplementedError("field 'tokenizer': Hugging Face tokenizers ('" + dir +
-                            "') are not supported by this build yet; use tokenizer: byte");
+  SFT_ASSIGN_OR_RETURN(auto tok, LoadTokenizer(dir));
+  if (!tok->eos_id()) {
+    return InvalidArgumentError("field 'tokenizer': " + tok->name() +
+                                " defines no end-of-sequence token (set eos_token in tokenizer_config.json)");
+  }
+  return tok;
 }
 
 StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok) {

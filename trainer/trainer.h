@@ -7,11 +7,11 @@
 // and the final evaluation and checkpoint.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <functional>
 #include <optional>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "common/file_system.h"
 #include "common/spec.h"
@@ -32,8 +32,8 @@ struct TrainHooks {
 };
 
 struct TrainOptions {
-  int events_fd = -1;          // also write metric records to this descriptor
-  bool progress_bar = false;   // draw a TTY progress bar
+  int events_fd = -1;         // also write metric records to this descriptor
+  bool progress_bar = false;  // draw a TTY progress bar
   TrainHooks hooks;
 };
 

@@ -2,6 +2,8 @@
 // demo task learning within a fixed step budget, and `sftctl generate` on the result.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "tests/client/process_util.h"
 #include "tests/trainer/test_util.h"
 
@@ -32,7 +34,8 @@ TEST(RunLocal, TrainsFromASpecAndWritesTheRunFolder) {
   const std::string spec = WriteSpec(dir, "train: {max_steps: 3, batch_size: 4}\n");
   auto r = RunCommand(Bin("sftctl") + " run --local " + spec);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("checkpoint: " + dir + "/runs/job/checkpoint-000003"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checkpoint: " + dir + "/runs/job/checkpoint-000003"), std::string::npos)
+      << r.output;
   auto records = ReadMetrics(dir + "/runs/job/metrics.jsonl");
   int steps = 0;
   for (const auto& rec : records) steps += rec["event"] == "step";
@@ -48,8 +51,9 @@ TEST(RunLocal, UnknownFieldIsRejectedWithItsLine) {
   const std::string spec = WriteSpec(dir, "train:\n  max_step: 3\n");
   auto r = RunCommand(Bin("sftctl") + " run --local " + spec);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("job.yaml:8: field 'train.max_step': unknown field (did you mean 'train.max_steps'?)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("job.yaml:8: field 'train.max_step': unknown field (did you mean 'train.max_steps'?)"),
+      std::string::npos)
       << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir + "/runs")) << "nothing may be written for a bad spec";
 }
@@ -66,7 +70,8 @@ TEST(RunLocal, MissingDataFileIsNamed) {
   WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: nowhere.jsonl}\n");
   auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("field 'data.train': file '" + dir + "/nowhere.jsonl' does not exist"), std::string::npos)
+  EXPECT_NE(r.output.find("field 'data.train': file '" + dir + "/nowhere.jsonl' does not exist"),
+            std::string::npos)
       << r.output;
 }
 
@@ -81,11 +86,13 @@ TEST(RunLocal, EmptyDataFileIsNamed) {
 
 TEST(RunLocal, MalformedJsonlLineIsNamed) {
   const std::string dir = MakeTempDir("run-badline");
-  WriteText(dir + "/bad.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": 3, \"completion\": \"b\"}\n");
+  WriteText(dir + "/bad.jsonl",
+            "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": 3, \"completion\": \"b\"}\n");
   WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: bad.jsonl}\n");
   auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find(dir + "/bad.jsonl:2: field 'prompt' must be a string"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir + "/bad.jsonl:2: field 'prompt' must be a string"), std::string::npos)
+      << r.output;
 }
 
 TEST(RunLocal, MixedFormatsInOneFileAreRejected) {
@@ -94,8 +101,46 @@ TEST(RunLocal, MixedFormatsInOneFileAreRejected) {
   WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: mixed.jsonl}\n");
   auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("mixed.jsonl:2: record is 'prompt_completion' but the file is 'text'"), std::string::npos)
+  EXPECT_NE(r.output.find("mixed.jsonl:2: record is 'prompt_completion' but the file is 'text'"),
+            std::string::npos)
       << r.output;
+}
+
+TEST(RunLocal, SetOverridesAnyFieldThroughTheSameValidation) {
+  const std::string dir = MakeTempDir("run-set");
+  const std::string spec = WriteSpec(dir, "train: {max_steps: 50, batch_size: 4}\n");
+  auto ok =
+      RunCommand(Bin("sftctl") + " run --local " + spec + " --set train.max_steps=2 --set checkpoint.keep=1");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  auto j = nlohmann::json::parse(std::ifstream(dir + "/runs/job/spec.json"));
+  EXPECT_EQ(j["train"]["max_steps"], 2);
+  EXPECT_EQ(j["checkpoint"]["keep"], 1);
+
+  auto unknown = RunCommand(Bin("sftctl") + " run --local " + spec + " --set train.nope=1");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("--set: unknown field 'train.nope'"), std::string::npos) << unknown.output;
+  auto bad = RunCommand(Bin("sftctl") + " run --local " + spec + " --set train.lr=fast");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("command line: field 'train.lr': must be a number, got a string"),
+            std::string::npos)
+      << bad.output;
+}
+
+TEST(RunLocal, EventsFdCarriesTheMetricRecords) {
+  const std::string dir = MakeTempDir("run-events");
+  const std::string spec = WriteSpec(dir, "train: {max_steps: 3, batch_size: 4}\n");
+  auto r = RunCommand(Bin("sftctl") + " run --local " + spec + " --events-fd 3 3>" + dir + "/events.jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto events = ReadMetrics(dir + "/events.jsonl");
+  auto metrics = ReadMetrics(dir + "/runs/job/metrics.jsonl");
+  ASSERT_EQ(events.size(), metrics.size());
+  std::vector<std::string> kinds;
+  for (const auto& e : events) kinds.push_back(e["event"]);
+  EXPECT_EQ(kinds, (std::vector<std::string>{"start", "step", "step", "step", "checkpoint", "done"}));
+  EXPECT_EQ(events[3]["step"], 3);
+  EXPECT_TRUE(events[3].contains("loss") && events[3].contains("lr") && events[3].contains("grad_norm") &&
+              events[3].contains("tokens_per_s") && events[3].contains("elapsed_s") &&
+              events[3].contains("epoch"));
 }
 
 TEST(RunLocal, NoLocalFlagExplainsItself) {
@@ -115,9 +160,35 @@ TEST(Demo, LearnsAdditionWithinAFixedStepBudget) {
     if (rec["event"] == "eval" && rec["step"] == 1200) exact = rec["exact_match"].get<double>();
   }
   EXPECT_GE(exact, 0.90) << r.output;
-  auto g = RunCommand(Bin("sftctl") + " generate --model " + dir + "/run/checkpoint-001200 --prompt $'What is 47+38?\\n'");
+  auto g = RunCommand(Bin("sftctl") + " generate --model " + dir +
+                      "/run/checkpoint-001200 --prompt $'What is 47+38?\\n'");
   ASSERT_EQ(g.exit_code, 0) << g.output;
   EXPECT_EQ(g.output, "85\n");
+}
+
+}  // namespace
+}  // namespace sftctl
+
+namespace sftctl {
+namespace {
+
+TEST(Tokenize, EncodesAndDecodesWithTheByteTokenizer) {
+  auto enc = sftctl::testing::RunCommand("printf 'hi\\n<|end|>\\n' | " + sftctl::testing::Bin("sftctl") +
+                                         " tokenize --tokenizer byte");
+  ASSERT_EQ(enc.exit_code, 0) << enc.output;
+  EXPECT_EQ(enc.output, "104 105\n256\n");
+  auto dec = sftctl::testing::RunCommand("printf '104 105 256\\n' | " + sftctl::testing::Bin("sftctl") +
+                                         " tokenize --tokenizer byte --decode");
+  ASSERT_EQ(dec.exit_code, 0) << dec.output;
+  EXPECT_EQ(dec.output, "hi<|end|>\n");
+}
+
+TEST(Tokenize, BadTokenizerFolderIsNamed) {
+  const std::string dir = sftctl::testing::MakeTempDir("tok-bad");
+  auto r = sftctl::testing::RunCommand("echo hi | " + sftctl::testing::Bin("sftctl") +
+                                       " tokenize --tokenizer " + dir);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(dir + "/tokenizer.json"), std::string::npos) << r.output;
 }
 
 }  // namespace

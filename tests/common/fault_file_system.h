@@ -20,7 +20,9 @@ class FaultFileSystem : public FileSystem {
     fail_append_ = n;
   }
   // Fail operations on paths for which `pred` returns true ("create", "rename" ...).
-  void FailWhen(std::function<bool(const std::string& op, const std::string& path)> pred) { pred_ = std::move(pred); }
+  void FailWhen(std::function<bool(const std::string& op, const std::string& path)> pred) {
+    pred_ = std::move(pred);
+  }
 
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     if (Injected("create", path)) return UnavailableError("injected fault: create " + path);
@@ -31,7 +33,9 @@ class FaultFileSystem : public FileSystem {
   bool Exists(const std::string& path) override { return base_->Exists(path); }
   bool IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
   Status CreateDirs(const std::string& path) override { return base_->CreateDirs(path); }
-  StatusOr<std::vector<std::string>> ListDir(const std::string& path) override { return base_->ListDir(path); }
+  StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    return base_->ListDir(path);
+  }
   Status Rename(const std::string& from, const std::string& to) override {
     if (Injected("rename", to)) return UnavailableError("injected fault: rename " + to);
     return base_->Rename(from, to);

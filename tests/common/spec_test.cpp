@@ -1,10 +1,11 @@
 // JobSpec parsing: defaults, strictness, messages that name the field and the YAML line.
+#include "common/spec.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "common/spec.h"
 #include "common/spec_yaml.h"
 
 namespace sftctl {
@@ -45,7 +46,8 @@ TEST(Spec, DefaultsAndRelativePaths) {
 }
 
 TEST(Spec, CanonicalJsonRoundTrips) {
-  auto spec = LoadSpecFile(TempFile("rt.yaml", std::string(kMinimal) + "train: {lr: 1.0e-3, grad_accum: 4}\n"));
+  auto spec =
+      LoadSpecFile(TempFile("rt.yaml", std::string(kMinimal) + "train: {lr: 1.0e-3, grad_accum: 4}\n"));
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   auto again = ParseSpec(ToJson(*spec));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -55,10 +57,12 @@ TEST(Spec, CanonicalJsonRoundTrips) {
 }
 
 TEST(Spec, UnknownFieldNamesFieldLineAndSuggestion) {
-  auto spec = LoadSpecFile(TempFile("typo.yaml", std::string(kMinimal) + "train:\n  batch_size: 4\n  lrr: 0.1\n"));
+  auto spec =
+      LoadSpecFile(TempFile("typo.yaml", std::string(kMinimal) + "train:\n  batch_size: 4\n  lrr: 0.1\n"));
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(spec.status().message().find("typo.yaml:7: field 'train.lrr': unknown field (did you mean 'train.lr'?)"),
+  EXPECT_NE(spec.status().message().find(
+                "typo.yaml:7: field 'train.lrr': unknown field (did you mean 'train.lr'?)"),
             std::string::npos)
       << spec.status().message();
 }
@@ -71,10 +75,12 @@ TEST(Spec, UnknownTopLevelField) {
 }
 
 TEST(Spec, WrongTypeNamesField) {
-  auto spec = LoadSpecFile(TempFile("type.yaml", std::string(kMinimal) + "train:\n  batch_size: \"eight\"\n"));
+  auto spec =
+      LoadSpecFile(TempFile("type.yaml", std::string(kMinimal) + "train:\n  batch_size: \"eight\"\n"));
   ASSERT_FALSE(spec.ok());
-  EXPECT_NE(spec.status().message().find("type.yaml:6: field 'train.batch_size': must be an integer, got a string"),
-            std::string::npos)
+  EXPECT_NE(
+      spec.status().message().find("type.yaml:6: field 'train.batch_size': must be an integer, got a string"),
+      std::string::npos)
       << spec.status().message();
 }
 

@@ -6,10 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/spec.h"
 
@@ -33,8 +32,8 @@ inline std::string AdditionJsonl(int n, int offset = 0) {
   std::string out;
   for (int i = offset; i < offset + n; ++i) {
     const int a = (i * 37) % 100, b = (i * 61 + 7) % 100;
-    out += "{\"prompt\": \"What is " + std::to_string(a) + "+" + std::to_string(b) + "?\\n\", \"completion\": \"" +
-           std::to_string(a + b) + "\"}\n";
+    out += "{\"prompt\": \"What is " + std::to_string(a) + "+" + std::to_string(b) +
+           "?\\n\", \"completion\": \"" + std::to_string(a + b) + "\"}\n";
   }
   return out;
 }
@@ -48,8 +47,8 @@ inline JobSpec TinySpec(const std::string& dir, int64_t steps) {
   s.output_dir = dir + "/run";
   s.tokenizer = "byte";
   s.precision = "fp32";
-  s.model.config = {{"model_type", "llama"},     {"hidden_size", 32},        {"intermediate_size", 64},
-                    {"num_hidden_layers", 2},    {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+  s.model.config = {{"model_type", "llama"},        {"hidden_size", 32},        {"intermediate_size", 64},
+                    {"num_hidden_layers", 2},       {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                     {"max_position_embeddings", 32}};
   s.data.train = {dir + "/data/train.jsonl"};
   s.data.eval = {dir + "/data/eval.jsonl"};
