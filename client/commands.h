@@ -15,5 +15,8 @@ struct CommandContext {
 void RegisterRunCommand(CLI::App& app, CommandContext& ctx);
 void RegisterGenerateCommand(CLI::App& app, CommandContext& ctx);
 void RegisterTokenizeCommand(CLI::App& app, CommandContext& ctx);
+void RegisterInspectDataCommand(CLI::App& app, CommandContext& ctx);
+void RegisterEvalCommand(CLI::App& app, CommandContext& ctx);
+void RegisterExportCommand(CLI::App& app, CommandContext& ctx);
 
 }  // namespace sftctl::client

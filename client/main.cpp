@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   sftctl::client::RegisterRunCommand(app, ctx);
   sftctl::client::RegisterGenerateCommand(app, ctx);
   sftctl::client::RegisterTokenizeCommand(app, ctx);
+  sftctl::client::RegisterInspectDataCommand(app, ctx);
+  sftctl::client::RegisterEvalCommand(app, ctx);
+  sftctl::client::RegisterExportCommand(app, ctx);
 
   CLI11_PARSE(app, argc, argv);
   return ctx.exit_code;

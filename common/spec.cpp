@@ -224,6 +224,13 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
     SFT_RETURN_IF_ERROR(
         r.Choice("format", &s.data.format, {"auto", "text", "prompt_completion", "messages"}));
     SFT_RETURN_IF_ERROR(r.Int("max_seq_len", &s.data.max_seq_len, 2));
+    SFT_RETURN_IF_ERROR(r.String("chat_template", &s.data.chat_template));
+    if (s.data.chat_template.empty()) return r.Error("chat_template", "must not be empty");
+    if (s.data.chat_template != "auto" && s.data.chat_template != "chatml" &&
+        s.data.chat_template != "qwen3" && s.data.chat_template != "llama3") {
+      s.data.chat_template = ObjectReader::Resolve(s.data.chat_template, base_dir);
+    }
+    SFT_RETURN_IF_ERROR(r.Bool("packing", &s.data.packing));
     SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
   }
 
@@ -270,6 +277,45 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
     SFT_RETURN_IF_ERROR(r.Int("keep", &s.checkpoint.keep, 1));
     SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
   }
+  const json* lora = nullptr;
+  SFT_RETURN_IF_ERROR(top.Object("lora", &lora));
+  if (lora != nullptr) {
+    ObjectReader r(*lora, "lora", locate);
+    LoraSpec l;
+    SFT_RETURN_IF_ERROR(r.Int("r", &l.r, 1));
+    SFT_RETURN_IF_ERROR(r.Double("alpha", &l.alpha, 0.0, 1e6));
+    if (l.alpha <= 0) return r.Error("alpha", "must be > 0");
+    SFT_RETURN_IF_ERROR(r.Double("dropout", &l.dropout, 0.0, 0.99));
+    SFT_RETURN_IF_ERROR(r.Bool("use_rslora", &l.use_rslora));
+    static const std::vector<std::string> kModules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                      "gate_proj", "up_proj", "down_proj"};
+    if (const json* t = r.Get("target_modules"); t != nullptr) {
+      l.target_modules.clear();
+      if (t->is_string() && t->get<std::string>() == "all-linear") {
+        l.target_modules = kModules;
+      } else if (t->is_array() && !t->empty()) {
+        for (const auto& e : *t) {
+          if (!e.is_string())
+            return r.Error("target_modules", std::string("must list module names, found ") + TypeName(e));
+          const std::string m = e.get<std::string>();
+          if (std::find(kModules.begin(), kModules.end(), m) == kModules.end()) {
+            return r.Error("target_modules",
+                           "'" + m +
+                               "' is not a projection of llama/qwen2 (q_proj, k_proj, v_proj, "
+                               "o_proj, gate_proj, up_proj, down_proj)");
+          }
+          if (std::find(l.target_modules.begin(), l.target_modules.end(), m) == l.target_modules.end())
+            l.target_modules.push_back(m);
+        }
+      } else {
+        return r.Error("target_modules", std::string("must be a non-empty list of module names or "
+                                                     "'all-linear', got ") +
+                                             TypeName(*t));
+      }
+    }
+    SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
+    s.lora = l;
+  }
   SFT_RETURN_IF_ERROR(top.CheckNoUnknown());
 
   if (s.name.empty()) s.name = "run";
@@ -282,7 +328,15 @@ json ToJson(const JobSpec& s) {
   if (!s.model.path.empty()) model["path"] = s.model.path;
   if (!s.model.config.is_null()) model["config"] = s.model.config;
   const TrainSpec& t = s.train;
-  return json{
+  json lora;  // null: no LoRA
+  if (s.lora) {
+    lora = {{"r", s.lora->r},
+            {"alpha", s.lora->alpha},
+            {"dropout", s.lora->dropout},
+            {"target_modules", s.lora->target_modules},
+            {"use_rslora", s.lora->use_rslora}};
+  }
+  json out = json{
       {"name", s.name},
       {"output_dir", s.output_dir},
       {"resume", s.resume},
@@ -297,7 +351,9 @@ json ToJson(const JobSpec& s) {
         {"eval", s.data.eval},
         {"eval_fraction", s.data.eval_fraction},
         {"format", s.data.format},
-        {"max_seq_len", s.data.max_seq_len}}},
+        {"max_seq_len", s.data.max_seq_len},
+        {"chat_template", s.data.chat_template},
+        {"packing", s.data.packing}}},
       {"train",
        {{"batch_size", t.batch_size},
         {"grad_accum", t.grad_accum},
@@ -321,6 +377,8 @@ json ToJson(const JobSpec& s) {
         {"max_new_tokens", s.eval.max_new_tokens}}},
       {"checkpoint", {{"interval", s.checkpoint.interval}, {"keep", s.checkpoint.keep}}},
   };
+  out["lora"] = lora;
+  return out;
 }
 
 Status CheckSpecFiles(const JobSpec& spec) {

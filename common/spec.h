@@ -33,6 +33,10 @@ struct DataSpec {
   double eval_fraction = 0.0;      // without eval files: fraction of train held out.
   std::string format = "auto";     // auto | text | prompt_completion | messages
   int64_t max_seq_len = 512;
+  // How `messages` records are rendered: auto (the tokenizer's chat_template) | chatml | qwen3 |
+  // llama3 | <FILE> (a chat template or tokenizer_config.json). See common/chat_template.h.
+  std::string chat_template = "auto";
+  bool packing = false;  // pack the samples of a micro-batch into shared rows (block-causal)
 };
 
 struct TrainSpec {
@@ -65,6 +69,15 @@ struct CheckpointSpec {
   int64_t keep = 2;      // complete checkpoints kept (the newest K).
 };
 
+// LoRA adapters (PEFT's LoraConfig): train low-rank updates on frozen base weights.
+struct LoraSpec {
+  int64_t r = 8;
+  double alpha = 16;   // lora_alpha; the update is scaled by alpha / r (alpha / sqrt(r) with rslora)
+  double dropout = 0;  // lora_dropout, on the adapter's input
+  std::vector<std::string> target_modules = {"q_proj", "v_proj"};  // PEFT's default for llama/qwen2
+  bool use_rslora = false;
+};
+
 struct JobSpec {
   std::string name;             // defaults to the spec file's stem.
   std::string output_dir;       // defaults to runs/<name>.
@@ -79,6 +92,7 @@ struct JobSpec {
   TrainSpec train;
   EvalSpec eval;
   CheckpointSpec checkpoint;
+  std::optional<LoraSpec> lora;  // absent: full fine-tune
 };
 
 // Maps a field path such as "train.lr" to a location such as "job.yaml:12" for messages.

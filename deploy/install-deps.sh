@@ -17,7 +17,7 @@ BUILD_PKGS=(
 )
 TEST_PKGS=(
   libgtest-dev libgmock-dev openssh-server openssh-client
-  python3 python3-torch python3-numpy
+  python3 python3-torch python3-numpy python3-jinja2
 )
 
 want=("${BUILD_PKGS[@]}")

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "trainer/hf_checkpoint.h"
+
 namespace sftctl::trainer {
 namespace {
 
@@ -76,7 +78,20 @@ StatusOr<std::string> CheckpointManager::Save(const CheckpointContents& c) {
   SFT_RETURN_IF_ERROR(fs_->CreateDirs(tmp));
 
   SFT_RETURN_IF_ERROR(WriteFile(JoinPath(tmp, "config.json"), c.config.dump(2) + "\n"));
-  SFT_RETURN_IF_ERROR(SaveTensors(fs_, JoinPath(tmp, "model.safetensors"), c.weights));
+  if (!c.weights.empty()) {
+    HfSaveOptions save;
+    save.max_shard_bytes = c.max_shard_bytes;
+    const bool tied = c.config.is_object() && c.config.value("tie_word_embeddings", false);
+    SFT_RETURN_IF_ERROR(SaveHfWeights(fs_, tmp, c.weights, tied, save).status());
+  }
+  if (!c.generation_config.is_null()) {
+    SFT_RETURN_IF_ERROR(
+        WriteFile(JoinPath(tmp, "generation_config.json"), c.generation_config.dump(2) + "\n"));
+  }
+  if (!c.adapter_config.is_null()) {
+    SFT_RETURN_IF_ERROR(SaveTensors(fs_, JoinPath(tmp, "adapter_model.safetensors"), c.adapter));
+    SFT_RETURN_IF_ERROR(WriteFile(JoinPath(tmp, "adapter_config.json"), c.adapter_config.dump(2) + "\n"));
+  }
   SFT_RETURN_IF_ERROR(SaveTensors(fs_, JoinPath(tmp, "optimizer.safetensors"), c.optimizer));
   SFT_RETURN_IF_ERROR(WriteFile(JoinPath(tmp, "trainer_state.json"), c.state.ToJson().dump(2) + "\n"));
   if (c.tokenizer_source == "byte") {

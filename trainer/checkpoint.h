@@ -1,7 +1,10 @@
 // Checkpoints: crash-safe folders in Hugging Face layout plus the trainer's own state.
 //
 //   <run>/checkpoint-000500/
-//     config.json, model.safetensors      what transformers / vLLM load
+//     config.json, model.safetensors      what transformers / vLLM load (shards + index
+//     generation_config.json              above max_shard_bytes; trainer/hf_checkpoint.h)
+//     adapter_model.safetensors,          LoRA runs: the PEFT adapter (trainer/lora.h)
+//     adapter_config.json
 //     tokenizer files                     copied from the tokenizer folder, or
 //     sftctl_tokenizer.json               {"type": "byte"} for the built-in tokenizer
 //     optimizer.safetensors               AdamW moments per parameter + RNG state
@@ -37,9 +40,13 @@ struct TrainerState {
 };
 
 struct CheckpointContents {
-  nlohmann::json config;   // config.json
-  NamedTensors weights;    // model.safetensors (HF names)
-  NamedTensors optimizer;  // optimizer.safetensors (moments, RNG)
+  nlohmann::json config;             // config.json
+  NamedTensors weights;              // model.safetensors or shards + index (HF names); may be empty (LoRA)
+  nlohmann::json generation_config;  // generation_config.json, when not null
+  int64_t max_shard_bytes = 5'000'000'000;  // shard the weights above this (trainer/hf_checkpoint.h)
+  NamedTensors adapter;                     // adapter_model.safetensors (PEFT keys), LoRA runs only
+  nlohmann::json adapter_config;            // adapter_config.json, LoRA runs only
+  NamedTensors optimizer;                   // optimizer.safetensors (moments, RNG)
   TrainerState state;
   std::string tokenizer_source;  // "byte" or a folder whose tokenizer files are copied
 };

@@ -1,154 +1,188 @@
 #include "trainer/data.h"
 
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
 
 namespace sftctl::trainer {
-namespace {
 
-using nlohmann::json;
-
-StatusOr<std::string> DetectFormat(const json& rec, const std::string& where) {
-  if (!rec.is_object()) return InvalidArgumentError(where + ": each line must be a JSON object");
-  if (rec.contains("messages")) {
-    return UnimplementedError(where +
-                              ": the 'messages' (chat) format needs chat-template support, "
-                              "which this version does not have yet; use prompt/completion");
-  }
-  if (rec.contains("prompt") || rec.contains("completion")) return std::string("prompt_completion");
-  if (rec.contains("text")) return std::string("text");
-  return InvalidArgumentError(where +
-                              ": cannot tell the format: expected a 'text' field or 'prompt' and "
-                              "'completion' fields");
+int64_t SampleView::prompt_len() const {
+  for (int64_t t = 0; t < size_; ++t)
+    if (trained(t)) return t;
+  return size_;
 }
 
-StatusOr<std::string> StringField(const json& rec, const char* key, const std::string& where) {
-  auto it = rec.find(key);
-  if (it == rec.end()) return InvalidArgumentError(where + ": missing field '" + key + "'");
-  if (!it->is_string()) return InvalidArgumentError(where + ": field '" + key + "' must be a string");
-  return it->get<std::string>();
-}
-
-}  // namespace
-
-StatusOr<std::vector<Sample>> ReadJsonl(const std::string& path, const std::string& format,
-                                        const Tokenizer& tok, int64_t max_seq_len, DataStats* stats) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot read data file '" + path + "'");
-  const auto eos = tok.eos_id();
-  if (!eos) return FailedPreconditionError("tokenizer " + tok.name() + " has no end-of-sequence token");
-
-  std::vector<Sample> out;
-  std::string file_format = format == "auto" ? "" : format;
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
-    json rec;
-    try {
-      rec = json::parse(line);
-    } catch (const json::parse_error& e) {
-      return InvalidArgumentError(where + ": invalid JSON: " + e.what());
-    }
-    SFT_ASSIGN_OR_RETURN(std::string f, DetectFormat(rec, where));
-    if (file_format.empty()) {
-      file_format = f;
-    } else if (f != file_format) {
-      return InvalidArgumentError(where + ": record is '" + f + "' but the file is '" + file_format +
-                                  "' (formats cannot be mixed in one file)");
-    }
-
-    Sample s;
-    if (file_format == "text") {
-      SFT_ASSIGN_OR_RETURN(std::string text, StringField(rec, "text", where));
-      s.ids = tok.Encode(text, /*parse_special=*/false);
-      s.ids.push_back(*eos);
-      s.labels = s.ids;
-    } else {
-      SFT_ASSIGN_OR_RETURN(std::string prompt, StringField(rec, "prompt", where));
-      SFT_ASSIGN_OR_RETURN(std::string completion, StringField(rec, "completion", where));
-      s.ids = tok.Encode(prompt, /*parse_special=*/false);
-      s.prompt_len = static_cast<int32_t>(s.ids.size());
-      s.labels.assign(s.ids.size(), kIgnoreLabel);
-      std::vector<int32_t> c = tok.Encode(completion, /*parse_special=*/false);
-      c.push_back(*eos);
-      s.ids.insert(s.ids.end(), c.begin(), c.end());
-      s.labels.insert(s.labels.end(), c.begin(), c.end());
-    }
-    ++stats->samples;
-    if (static_cast<int64_t>(s.ids.size()) > max_seq_len) {
-      ++stats->truncated;
-      s.ids.resize(max_seq_len);
-      s.labels.resize(max_seq_len);
-    }
-    // A label at position 0 is never a target (nothing predicts it).
-    int64_t trained = 0;
-    for (size_t i = 1; i < s.labels.size(); ++i) trained += s.labels[i] != kIgnoreLabel;
-    if (trained == 0) {
-      ++stats->dropped;
-      continue;
-    }
-    stats->tokens += static_cast<int64_t>(s.ids.size());
-    stats->trained_tokens += trained;
-    out.push_back(std::move(s));
-  }
-  if (in.bad()) return DataLossError("error reading data file '" + path + "'");
-  if (line_no == 0 || stats->samples == 0) return InvalidArgumentError("data file '" + path + "' is empty");
+std::vector<int32_t> SampleView::ids() const {
+  std::vector<int32_t> out(static_cast<size_t>(size_));
+  for (int64_t t = 0; t < size_; ++t) out[t] = id(t);
   return out;
 }
 
+TokenCache::~TokenCache() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+}
+
+StatusOr<std::shared_ptr<TokenCache>> TokenCache::Build(const std::string& path,
+                                                        const std::vector<std::string>& files,
+                                                        SampleEncoder& encoder, DataStats* stats) {
+  std::shared_ptr<TokenCache> cache(new TokenCache());
+  cache->path_ = path;
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) return ErrnoError("cannot create token cache", path, errno);
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, &std::fclose);
+    std::vector<uint32_t> buf;
+    for (const auto& file : files) {
+      SFT_RETURN_IF_ERROR(encoder.ScanFile(file, stats, [&](EncodedSample& s) -> Status {
+        buf.resize(s.ids.size());
+        for (size_t t = 0; t < s.ids.size(); ++t) {
+          if (s.ids[t] < 0) return InternalError("negative token id in '" + file + "'");
+          buf[t] = static_cast<uint32_t>(s.ids[t]) | (s.trained[t] ? 0x80000000u : 0u);
+        }
+        if (std::fwrite(buf.data(), sizeof(uint32_t), buf.size(), f) != buf.size())
+          return ErrnoError("cannot write token cache", path, errno);
+        cache->offsets_.push_back(cache->offsets_.back() + buf.size());
+        return OkStatus();
+      }));
+    }
+    if (std::fflush(f) != 0) return ErrnoError("cannot write token cache", path, errno);
+  }
+  cache->offsets_.shrink_to_fit();
+  cache->map_bytes_ = cache->offsets_.back() * sizeof(uint32_t);
+  if (cache->map_bytes_ > 0) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoError("cannot open token cache", path, errno);
+    void* p = ::mmap(nullptr, cache->map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) return ErrnoError("cannot map token cache", path, err);
+    cache->map_ = p;
+    cache->data_ = static_cast<const uint32_t*>(p);
+  }
+  return cache;
+}
+
 StatusOr<Dataset> LoadDataset(const JobSpec& spec, const Tokenizer& tok) {
+  DataOptions opt;
+  opt.format = spec.data.format;
+  opt.max_seq_len = spec.data.max_seq_len;
+  opt.chat_template = spec.data.chat_template;
+  opt.tokenizer_dir = ResolveTokenizerSource(spec);
+  SampleEncoder encoder(tok, opt);
+  const std::string dir = spec.output_dir + "/data-cache";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ErrnoError("cannot create folder", dir, ec.value());
+
   Dataset d;
-  for (const auto& f : spec.data.train) {
-    SFT_ASSIGN_OR_RETURN(auto v, ReadJsonl(f, spec.data.format, tok, spec.data.max_seq_len, &d.train_stats));
-    d.train.insert(d.train.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
-  }
-  for (const auto& f : spec.data.eval) {
-    SFT_ASSIGN_OR_RETURN(auto v, ReadJsonl(f, spec.data.format, tok, spec.data.max_seq_len, &d.eval_stats));
-    d.eval.insert(d.eval.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
-  }
-  if (d.train.empty()) {
+  SFT_ASSIGN_OR_RETURN(auto train,
+                       TokenCache::Build(dir + "/train.tokens", spec.data.train, encoder, &d.train_stats));
+  if (train->size() == 0) {
     return InvalidArgumentError("field 'data.train': no sample has a trainable token (all " +
                                 std::to_string(d.train_stats.dropped) + " dropped after truncation to " +
                                 std::to_string(spec.data.max_seq_len) + " tokens)");
   }
-  if (spec.data.eval.empty() && spec.data.eval_fraction > 0) {
+  std::vector<int64_t> train_idx(static_cast<size_t>(train->size()));
+  for (size_t i = 0; i < train_idx.size(); ++i) train_idx[i] = static_cast<int64_t>(i);
+  if (!spec.data.eval.empty()) {
+    SFT_ASSIGN_OR_RETURN(auto eval,
+                         TokenCache::Build(dir + "/eval.tokens", spec.data.eval, encoder, &d.eval_stats));
+    std::vector<int64_t> eval_idx(static_cast<size_t>(eval->size()));
+    for (size_t i = 0; i < eval_idx.size(); ++i) eval_idx[i] = static_cast<int64_t>(i);
+    d.eval = SampleSet(std::move(eval), std::move(eval_idx));
+  } else if (spec.data.eval_fraction > 0) {
     // Hold out a seeded random subset; it is never trained on.
-    std::vector<int64_t> order(d.train.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    const size_t n = train_idx.size();
+    std::vector<int64_t> order(train_idx);
     uint64_t state = static_cast<uint64_t>(spec.seed) ^ 0x5eedull;
-    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[SplitMix64(state) % i]);
-    const size_t n_eval = static_cast<size_t>(spec.data.eval_fraction * static_cast<double>(d.train.size()));
-    std::vector<char> is_eval(d.train.size(), 0);
+    for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[SplitMix64(state) % i]);
+    const size_t n_eval = static_cast<size_t>(spec.data.eval_fraction * static_cast<double>(n));
+    std::vector<char> is_eval(n, 0);
     for (size_t i = 0; i < n_eval; ++i) is_eval[order[i]] = 1;
-    std::vector<Sample> train;
-    for (size_t i = 0; i < d.train.size(); ++i)
-      (is_eval[i] ? d.eval : train).push_back(std::move(d.train[i]));
-    d.train = std::move(train);
+    std::vector<int64_t> t_idx, e_idx;
+    for (size_t i = 0; i < n; ++i) (is_eval[i] ? e_idx : t_idx).push_back(static_cast<int64_t>(i));
+    train_idx = std::move(t_idx);
+    d.eval = SampleSet(train, std::move(e_idx));
   }
+  d.train = SampleSet(std::move(train), std::move(train_idx));
   return d;
 }
 
-Batch Collate(const std::vector<Sample>& samples, const std::vector<int64_t>& indices, int32_t pad_id) {
-  size_t max_len = 0;
-  for (int64_t i : indices) max_len = std::max(max_len, samples[i].ids.size());
-  const int64_t B = static_cast<int64_t>(indices.size()), T = static_cast<int64_t>(max_len);
+Batch Collate(const SampleSet& samples, const std::vector<int64_t>& indices, int32_t pad_id,
+              int64_t pack_len) {
+  // rows[r]: the samples of row r, in order.
+  std::vector<std::vector<SampleView>> rows;
+  std::vector<int64_t> row_len;
+  for (int64_t i : indices) {
+    SampleView s = samples[static_cast<size_t>(i)];
+    size_t r = rows.size();
+    if (pack_len > 0) {
+      for (size_t k = 0; k < rows.size(); ++k) {
+        if (row_len[k] + s.size() <= pack_len) {
+          r = k;
+          break;
+        }
+      }
+    }
+    if (r == rows.size()) {
+      rows.emplace_back();
+      row_len.push_back(0);
+    }
+    rows[r].push_back(s);
+    row_len[r] += s.size();
+  }
+  int64_t max_len = 0;
+  for (int64_t n : row_len) max_len = std::max(max_len, n);
+  const int64_t B = static_cast<int64_t>(rows.size()), T = max_len;
   Batch b;
   b.input_ids = torch::full({B, T}, pad_id, torch::kInt64);
   b.labels = torch::full({B, T}, kIgnoreLabel, torch::kInt64);
   auto ids = b.input_ids.accessor<int64_t, 2>();
   auto labels = b.labels.accessor<int64_t, 2>();
+  const bool packed = pack_len > 0;
+  // segment[r][p]: which sample of row r position p belongs to.
+  torch::Tensor segment = torch::empty({packed ? B : 0, packed ? T : 0}, torch::kInt64);
+  if (packed) b.positions = torch::zeros({B, T}, torch::kInt64);
+  auto seg = segment.accessor<int64_t, 2>();
+  auto pos = (packed ? b.positions : segment).accessor<int64_t, 2>();
   for (int64_t r = 0; r < B; ++r) {
-    const Sample& s = samples[indices[r]];
-    for (size_t t = 0; t < s.ids.size(); ++t) {
-      ids[r][t] = s.ids[t];
-      labels[r][t] = s.labels[t];
-      if (t > 0 && s.labels[t] != kIgnoreLabel) ++b.targets;
+    int64_t p = 0;
+    for (size_t k = 0; k < rows[r].size(); ++k) {
+      const SampleView& s = rows[r][k];
+      for (int64_t t = 0; t < s.size(); ++t, ++p) {
+        ids[r][p] = s.id(t);
+        // Position 0 of a sample is never a target; in a packed row its label would
+        // otherwise be predicted from the previous sample's last token.
+        if (t > 0 && s.trained(t)) {
+          labels[r][p] = s.id(t);
+          ++b.targets;
+        } else if (t == 0 && s.trained(t) && !packed) {
+          labels[r][p] = s.id(t);  // ignored by the shift, kept for parity with unpacked data
+        }
+        if (packed) {
+          pos[r][p] = t;
+          seg[r][p] = static_cast<int64_t>(k);
+        }
+      }
+      b.tokens += s.size();
     }
-    b.tokens += static_cast<int64_t>(s.ids.size());
+    // Padding: each position its own segment (attends only to itself: no all-masked rows).
+    if (packed)
+      for (int64_t q = p; q < T; ++q) seg[r][q] = -1 - q;
+  }
+  if (packed) {
+    torch::Tensor same = segment.unsqueeze(2) == segment.unsqueeze(1);  // [B, T, T]
+    torch::Tensor causal = torch::ones({T, T}, torch::kBool).tril();
+    torch::Tensor allowed = same.logical_and(causal);
+    b.attn_mask =
+        torch::zeros({B, 1, T, T}, torch::kFloat32)
+            .masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
   }
   return b;
 }

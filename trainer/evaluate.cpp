@@ -4,8 +4,8 @@
 
 namespace sftctl::trainer {
 
-EvalResult Evaluate(CausalLM& model, const std::vector<Sample>& samples, const EvalSpec& spec,
-                    const DevicePlan& plan, int32_t pad_id, int32_t eos_id) {
+EvalResult Evaluate(CausalLM& model, const SampleSet& samples, const EvalSpec& spec, const DevicePlan& plan,
+                    int32_t pad_id, int32_t eos_id) {
   EvalResult r;
   if (samples.empty()) return r;
   {
@@ -25,10 +25,13 @@ EvalResult Evaluate(CausalLM& model, const std::vector<Sample>& samples, const E
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::vector<int32_t>> expected;
     size_t longest = 0;
-    for (const auto& s : samples) {
-      if (s.prompt_len == 0) continue;  // plain text has no completion to match
-      prompts.emplace_back(s.ids.begin(), s.ids.begin() + s.prompt_len);
-      expected.emplace_back(s.ids.begin() + s.prompt_len, s.ids.end());
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const SampleView s = samples[i];
+      const int64_t prompt_len = s.prompt_len();
+      if (prompt_len == 0) continue;  // plain text has no completion to match
+      const std::vector<int32_t> ids = s.ids();
+      prompts.emplace_back(ids.begin(), ids.begin() + prompt_len);
+      expected.emplace_back(ids.begin() + prompt_len, ids.end());
       longest = std::max(longest, expected.back().size());
     }
     GenerateOptions opts;

@@ -21,7 +21,7 @@ struct EvalResult {
 
 // Evaluates `samples`; exact match only when spec.exact_match. Leaves the model's
 // gradient state untouched.
-EvalResult Evaluate(CausalLM& model, const std::vector<Sample>& samples, const EvalSpec& spec,
-                    const DevicePlan& plan, int32_t pad_id, int32_t eos_id);
+EvalResult Evaluate(CausalLM& model, const SampleSet& samples, const EvalSpec& spec, const DevicePlan& plan,
+                    int32_t pad_id, int32_t eos_id);
 
 }  // namespace sftctl::trainer

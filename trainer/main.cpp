@@ -3,10 +3,13 @@
 //
 //   sftctl-trainer train --spec RUN/spec.json [--events-fd N]
 //   sftctl-trainer generate --model CHECKPOINT --prompt TEXT [--max-new-tokens N] [--temperature T]
+//   sftctl-trainer eval --model DIR --data FILE.jsonl [--adapter DIR] [--dump-logits OUT.safetensors]
+//   sftctl-trainer export --model DIR [--merge --adapter DIR] -o OUT [--dtype bf16] [--max-shard-size BYTES]
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,6 +17,7 @@
 #include "common/version.h"
 #include "trainer/device.h"
 #include "trainer/generate.h"
+#include "trainer/hf_tools.h"
 #include "trainer/metrics.h"
 #include "trainer/trainer.h"
 
@@ -93,7 +97,7 @@ int RunGenerate(const std::string& model_dir, const std::string& prompt, int64_t
   auto tok = OpenTokenizer(spec, &source);
   if (!tok.ok()) return Fail(tok.status());
   try {
-    auto model = LoadModelDir(model_dir);
+    auto model = LoadModelMaybeAdapter(model_dir);  // a LoRA checkpoint: base + adapter
     if (!model.ok()) return Fail(model.status());
     CausalLM m = *model;
     m->ToDevice(plan->device);
@@ -111,6 +115,34 @@ int RunGenerate(const std::string& model_dir, const std::string& prompt, int64_t
   } catch (const c10::Error& e) {
     return Fail(InternalError(std::string("LibTorch error: ") + e.what_without_backtrace()));
   }
+  return 0;
+}
+
+int RunEval(const EvalModelOptions& o) {
+  ConfigureThreads(0);
+  try {
+    auto r = EvalModel(o);
+    if (!r.ok()) return Fail(r.status());
+    std::printf(
+        "loss %.6f  perplexity %.4f  (%lld target tokens in %lld samples; %lld truncated, %lld dropped)\n",
+        r->loss, r->perplexity, static_cast<long long>(r->targets), static_cast<long long>(r->samples),
+        static_cast<long long>(r->truncated), static_cast<long long>(r->dropped));
+    if (!o.dump_logits.empty()) std::printf("first-batch logits: %s\n", o.dump_logits.c_str());
+  } catch (const c10::Error& e) {
+    return Fail(InternalError(std::string("LibTorch error: ") + e.what_without_backtrace()));
+  }
+  return 0;
+}
+
+int RunExport(const ExportOptions& o) {
+  ConfigureThreads(0);
+  try {
+    Status s = ExportModel(o);
+    if (!s.ok()) return Fail(s);
+  } catch (const c10::Error& e) {
+    return Fail(InternalError(std::string("LibTorch error: ") + e.what_without_backtrace()));
+  }
+  std::printf("wrote %s\n", o.out_dir.c_str());
   return 0;
 }
 
@@ -142,6 +174,32 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", seed, "Sampling seed");
   gen->add_option("--device", device, "auto, cpu, cuda, cuda:N, mps");
   gen->callback([&] { code = RunGenerate(model_dir, prompt, max_new, temperature, seed, device); });
+
+  auto* ev = app.add_subcommand("eval", "Loss and perplexity of a model folder on a JSONL file");
+  EvalModelOptions eval_opts;
+  ev->add_option("--model", eval_opts.model_dir, "A checkpoint or HF model folder")->required();
+  ev->add_option("--data", eval_opts.data_file, "JSONL file (text, prompt/completion or messages)")
+      ->required();
+  ev->add_option("--adapter", eval_opts.adapter_dir, "A PEFT LoRA adapter folder to apply");
+  ev->add_option("--dump-logits", eval_opts.dump_logits, "Write the first batch's logits (safetensors)");
+  ev->add_option("--format", eval_opts.format, "auto, text, prompt_completion, messages");
+  ev->add_option("--tokenizer", eval_opts.tokenizer, "auto, byte or a folder with tokenizer.json");
+  ev->add_option("--max-seq-len", eval_opts.max_seq_len, "Truncate samples (default: max positions)");
+  ev->add_option("--batch-size", eval_opts.batch_size, "Sequences per batch")->check(CLI::PositiveNumber);
+  ev->add_option("--device", eval_opts.device, "auto, cpu, cuda, cuda:N, mps");
+  ev->callback([&] { code = RunEval(eval_opts); });
+
+  auto* ex =
+      app.add_subcommand("export", "Write a model folder in Hugging Face format (optionally merging LoRA)");
+  ExportOptions export_opts;
+  ex->add_option("--model", export_opts.model_dir, "The base model / checkpoint folder")->required();
+  ex->add_option("--adapter", export_opts.adapter_dir, "A PEFT LoRA adapter folder (with --merge)");
+  ex->add_flag("--merge", export_opts.merge, "Merge the adapter into the weights: W + (alpha/r) B A");
+  ex->add_option("-o,--output", export_opts.out_dir, "The folder to create")->required();
+  ex->add_option("--dtype", export_opts.dtype, "fp32, bf16 or fp16 (default: fp32)");
+  ex->add_option("--max-shard-size", export_opts.max_shard_bytes, "Shard the weights above this many bytes")
+      ->check(CLI::PositiveNumber);
+  ex->callback([&] { code = RunExport(export_opts); });
 
   CLI11_PARSE(app, argc, argv);
   return code;

@@ -1,6 +1,10 @@
 #include "trainer/model.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <cmath>
+
+#include "trainer/fused_ops.h"
 
 namespace sftctl::trainer {
 namespace {
@@ -8,6 +12,14 @@ namespace {
 torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
+
+// The dtype a matmul consuming `x` will run in: the autocast dtype when autocast is on.
+torch::ScalarType MatmulDtype(const torch::Tensor& x) {
+  if (x.device().is_cpu() && at::autocast::is_cpu_enabled()) return at::autocast::get_autocast_cpu_dtype();
+  return x.scalar_type();
+}
+
+Projection MakeProjection(int64_t in, int64_t out, bool bias) { return Projection(in, out, bias); }
 
 torch::Tensor RotateHalf(const torch::Tensor& x) {
   int64_t half = x.size(-1) / 2;
@@ -21,6 +33,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (fused::Supported(x)) return fused::RmsNorm(x, weight, eps_, MatmulDtype(x));
   // As transformers: normalise in fp32, cast back to the input dtype, then scale.
   torch::Tensor xf = x.to(torch::kFloat32);
   torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
@@ -29,12 +42,9 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 
 RotaryTables::RotaryTables(const ModelConfig& c, int64_t max_positions, torch::Device device) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  torch::Tensor inv_freq =
-      1.0 /
-      torch::pow(
-          c.rope_theta,
-          torch::arange(0, c.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat32) /
-              static_cast<double>(c.head_dim));
+  // transformers' fp32 inv_freq, with llama3 / linear scaling applied (model_config.h).
+  const std::vector<float> freq = RopeInvFreq(c);
+  torch::Tensor inv_freq = torch::tensor(freq, f32);
   torch::Tensor t = torch::arange(max_positions, f32);
   torch::Tensor freqs = torch::outer(t, inv_freq);
   torch::Tensor emb = torch::cat({freqs, freqs}, -1);
@@ -57,15 +67,46 @@ std::pair<torch::Tensor, torch::Tensor> RotaryTables::Get(int64_t seq_len,
 
 AttentionImpl::AttentionImpl(const ModelConfig& c)
     : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
-  q_proj = register_module("q_proj", MakeLinear(c.hidden_size, heads_ * head_dim_, c.attention_bias));
-  k_proj = register_module("k_proj", MakeLinear(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
-  v_proj = register_module("v_proj", MakeLinear(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
-  o_proj = register_module("o_proj", MakeLinear(heads_ * head_dim_, c.hidden_size, false));
+  q_proj = register_module("q_proj", MakeProjection(c.hidden_size, heads_ * head_dim_, c.attention_bias));
+  k_proj = register_module("k_proj", MakeProjection(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
+  v_proj = register_module("v_proj", MakeProjection(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
+  o_proj = register_module("o_proj", MakeProjection(heads_ * head_dim_, c.hidden_size, false));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                     const torch::Tensor& sin, const torch::Tensor& attn_mask) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
+                                     const torch::Tensor& positions, const torch::Tensor& attn_mask) {
   const int64_t B = x.size(0), T = x.size(1);
+  TORCH_CHECK(T <= rope.max_positions(), "sequence length ", T, " exceeds max_position_embeddings ",
+              rope.max_positions());
+  if (!attn_mask.defined() && fused::Supported(x)) {
+    // CPU: one projection GEMM, fused split + RoPE, GQA without repeating K/V (the query heads
+    // of each KV head are stacked as rows), fused causal softmax.
+    // One GEMM over the concatenated weights. NOTE for adapters (LoRA): a projection that
+    // carries an adapter must run its own forward instead, e.g.
+    // qkv = torch::cat({q_proj(x), k_proj(x), v_proj(x)}, -1); the kernels below only need
+    // the [B, T, (H + 2*Hkv) * D] layout. The same holds for gate/up in MLPImpl::forward.
+    torch::Tensor qkv;
+    if (q_proj->has_lora() || k_proj->has_lora() || v_proj->has_lora()) {
+      qkv = torch::cat({q_proj->forward(x), k_proj->forward(x), v_proj->forward(x)}, -1);
+    } else {
+      torch::Tensor w = torch::cat({q_proj->weight, k_proj->weight, v_proj->weight});
+      torch::Tensor bias =
+          q_proj->bias.defined() ? torch::cat({q_proj->bias, k_proj->bias, v_proj->bias}) : torch::Tensor();
+      qkv = torch::nn::functional::linear(x, w, bias);
+    }
+    auto [q, k, v] =
+        fused::QkvRope(qkv, rope.cos_table(), rope.sin_table(), positions, heads_, kv_heads_, head_dim_);
+    const int64_t rep = heads_ / kv_heads_;
+    torch::Tensor q3 = q.view({B * kv_heads_, rep * T, head_dim_});
+    torch::Tensor k3 = k.view({B * kv_heads_, T, head_dim_});
+    torch::Tensor v3 = v.view({B * kv_heads_, T, head_dim_});
+    torch::Tensor scores = torch::bmm(q3, k3.transpose(1, 2));
+    torch::Tensor probs =
+        fused::CausalSoftmax(scores, 1.0 / std::sqrt(static_cast<double>(head_dim_)), v3.scalar_type());
+    torch::Tensor out = torch::bmm(probs, v3).view({B, heads_, T, head_dim_}).transpose(1, 2);
+    return o_proj->forward(out.reshape({B, T, heads_ * head_dim_}));
+  }
+  auto [cos, sin] = rope.Get(T, positions);
   torch::Tensor q = q_proj->forward(x).view({B, T, heads_, head_dim_}).transpose(1, 2);
   torch::Tensor k = k_proj->forward(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
   torch::Tensor v = v_proj->forward(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
@@ -104,12 +145,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
 }
 
 MLPImpl::MLPImpl(const ModelConfig& c) {
-  gate_proj = register_module("gate_proj", MakeLinear(c.hidden_size, c.intermediate_size, false));
-  up_proj = register_module("up_proj", MakeLinear(c.hidden_size, c.intermediate_size, false));
-  down_proj = register_module("down_proj", MakeLinear(c.intermediate_size, c.hidden_size, false));
+  gate_proj = register_module("gate_proj", MakeProjection(c.hidden_size, c.intermediate_size, false));
+  up_proj = register_module("up_proj", MakeProjection(c.hidden_size, c.intermediate_size, false));
+  down_proj = register_module("down_proj", MakeProjection(c.intermediate_size, c.hidden_size, false));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  if (fused::Supported(x)) {
+    torch::Tensor gu =
+        gate_proj->has_lora() || up_proj->has_lora()
+            ? torch::cat({gate_proj->forward(x), up_proj->forward(x)}, -1)
+            : torch::nn::functional::linear(x, torch::cat({gate_proj->weight, up_proj->weight}));
+    return down_proj->forward(fused::SwiGlu(gu));
+  }
   return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
@@ -121,9 +169,9 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
       register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                        const torch::Tensor& sin, const torch::Tensor& attn_mask) {
-  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, attn_mask);
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
+                                        const torch::Tensor& positions, const torch::Tensor& attn_mask) {
+  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, positions, attn_mask);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -159,9 +207,10 @@ void CausalLMImpl::ToDevice(torch::Device device) {
 
 torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions,
                                    const torch::Tensor& attn_mask) {
-  auto [cos, sin] = rope_.Get(input_ids.size(1), positions);
   torch::Tensor h = model->embed_tokens->forward(input_ids);
-  for (const auto& layer : *model->layers) h = layer->as<DecoderLayer>()->forward(h, cos, sin, attn_mask);
+  for (const auto& layer : *model->layers) {
+    h = layer->as<DecoderLayer>()->forward(h, rope_, positions, attn_mask);
+  }
   return model->norm->forward(h);
 }
 

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "trainer/model_config.h"
+#include "trainer/projection.h"
 
 namespace sftctl::trainer {
 
@@ -26,6 +27,7 @@ class RMSNormImpl : public torch::nn::Module {
 TORCH_MODULE(RMSNorm);
 
 // Precomputed RoPE cos/sin tables (fp32), in HF's rotate-half layout: [max_pos, head_dim].
+// Frequencies from RopeInvFreq (default, llama3 and linear rope scaling).
 class RotaryTables {
  public:
   RotaryTables() = default;
@@ -33,6 +35,10 @@ class RotaryTables {
   // cos/sin for `positions` ([B, T] int64) or for 0..T-1 when `positions` is undefined,
   // shaped to broadcast over [B, H, T, D].
   std::pair<torch::Tensor, torch::Tensor> Get(int64_t seq_len, const torch::Tensor& positions) const;
+  // The full [max_pos, D] tables.
+  const torch::Tensor& cos_table() const { return cos_; }
+  const torch::Tensor& sin_table() const { return sin_; }
+  int64_t max_positions() const { return cos_.size(0); }
 
  private:
   torch::Tensor cos_, sin_;
@@ -41,11 +47,12 @@ class RotaryTables {
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& c);
-  // x: [B, T, C]. `attn_mask`: additive float mask broadcastable to [B, H, T, T], or
-  // undefined for plain causal attention.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+  // x: [B, T, C]. `positions`: [B, T] or undefined for 0..T-1. `attn_mask`: additive float
+  // mask broadcastable to [B, H, T, T], or undefined for plain causal attention.
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
                         const torch::Tensor& attn_mask);
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  // Linear layers that can carry a LoRA adapter (trainer/projection.h, trainer/lora.h).
+  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
@@ -56,14 +63,14 @@ class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelConfig& c);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(MLP);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   explicit DecoderLayerImpl(const ModelConfig& c);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
                         const torch::Tensor& attn_mask);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};

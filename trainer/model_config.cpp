@@ -1,5 +1,8 @@
 #include "trainer/model_config.h"
 
+#include <torch/torch.h>
+
+#include <cmath>
 #include <fstream>
 
 namespace sftctl::trainer {
@@ -7,24 +10,66 @@ namespace {
 
 using nlohmann::json;
 
+Status FieldError(const std::string& source, const std::string& key, const std::string& problem) {
+  return InvalidArgumentError(source + ": field '" + key + "': " + problem);
+}
+
+// Reads j[key] into `out` when present and not null. `prefix` is prepended to the key in
+// messages ("rope_scaling." for nested objects).
 template <typename T>
-Status Read(const json& j, const std::string& source, const char* key, T* out, bool required) {
+Status Read(const json& j, const std::string& source, const std::string& key, T* out, bool required,
+            const std::string& prefix = "") {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
-    if (required) return InvalidArgumentError(source + ": field '" + key + "' is required");
+    if (required) return FieldError(source, prefix + key, "is required");
     return OkStatus();
   }
-  try {
-    if constexpr (std::is_same_v<T, bool>) {
-      if (!it->is_boolean()) throw json::type_error::create(302, "expected a boolean", nullptr);
-    } else if constexpr (std::is_arithmetic_v<T>) {
-      if (!it->is_number()) throw json::type_error::create(302, "expected a number", nullptr);
-    } else {
-      if (!it->is_string()) throw json::type_error::create(302, "expected a string", nullptr);
+  const char* expected = nullptr;
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) expected = "a boolean";
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) expected = "an integer";
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    if (!it->is_number()) expected = "a number";
+  } else {
+    if (!it->is_string()) expected = "a string";
+  }
+  if (expected != nullptr) {
+    return FieldError(source, prefix + key, std::string("must be ") + expected + ", got " + it->dump());
+  }
+  *out = it->get<T>();
+  return OkStatus();
+}
+
+// Reads a rope scaling object (legacy "rope_scaling" or "rope_parameters").
+Status ReadRope(const json& r, const std::string& source, const std::string& key, ModelConfig* c) {
+  if (!r.is_object()) return FieldError(source, key, "must be an object, got " + r.dump());
+  const std::string prefix = key + ".";
+  std::string type;
+  SFT_RETURN_IF_ERROR(Read(r, source, "rope_type", &type, false, prefix));
+  if (type.empty()) SFT_RETURN_IF_ERROR(Read(r, source, "type", &type, false, prefix));
+  if (type.empty()) type = "default";
+  RopeScaling& s = c->rope_scaling;
+  s.type = type;
+  if (key == "rope_parameters")
+    SFT_RETURN_IF_ERROR(Read(r, source, "rope_theta", &c->rope_theta, false, prefix));
+  if (type == "default") return OkStatus();
+  if (type != "llama3" && type != "linear") {
+    return FieldError(source, prefix + "rope_type",
+                      "'" + type + "' is not supported (default, llama3, linear)");
+  }
+  SFT_RETURN_IF_ERROR(Read(r, source, "factor", &s.factor, true, prefix));
+  if (!(s.factor >= 1.0)) return FieldError(source, prefix + "factor", "must be >= 1");
+  if (type == "llama3") {
+    SFT_RETURN_IF_ERROR(Read(r, source, "low_freq_factor", &s.low_freq_factor, true, prefix));
+    SFT_RETURN_IF_ERROR(Read(r, source, "high_freq_factor", &s.high_freq_factor, true, prefix));
+    SFT_RETURN_IF_ERROR(Read(r, source, "original_max_position_embeddings",
+                             &s.original_max_position_embeddings, true, prefix));
+    if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0)) {
+      return FieldError(source, prefix + "high_freq_factor", "must be > low_freq_factor > 0");
     }
-    *out = it->get<T>();
-  } catch (const json::exception&) {
-    return InvalidArgumentError(source + ": field '" + key + "' has the wrong type: " + it->dump());
+    if (s.original_max_position_embeddings <= 0)
+      return FieldError(source, prefix + "original_max_position_embeddings", "must be > 0");
   }
   return OkStatus();
 }
@@ -37,8 +82,7 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   c.original = j;
   SFT_RETURN_IF_ERROR(Read(j, source, "model_type", &c.model_type, false));
   if (c.model_type != "llama" && c.model_type != "qwen2") {
-    return InvalidArgumentError(source + ": field 'model_type': '" + c.model_type +
-                                "' is not supported (llama, qwen2)");
+    return FieldError(source, "model_type", "'" + c.model_type + "' is not supported (llama, qwen2)");
   }
   SFT_RETURN_IF_ERROR(Read(j, source, "vocab_size", &c.vocab_size, true));
   SFT_RETURN_IF_ERROR(Read(j, source, "hidden_size", &c.hidden_size, true));
@@ -51,32 +95,39 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   SFT_RETURN_IF_ERROR(Read(j, source, "max_position_embeddings", &c.max_position_embeddings, false));
   SFT_RETURN_IF_ERROR(Read(j, source, "rms_norm_eps", &c.rms_norm_eps, false));
   SFT_RETURN_IF_ERROR(Read(j, source, "rope_theta", &c.rope_theta, false));
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    SFT_RETURN_IF_ERROR(ReadRope(*it, source, "rope_scaling", &c));
+  }
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    SFT_RETURN_IF_ERROR(ReadRope(*it, source, "rope_parameters", &c));
+  }
   SFT_RETURN_IF_ERROR(Read(j, source, "initializer_range", &c.initializer_range, false));
   SFT_RETURN_IF_ERROR(Read(j, source, "tie_word_embeddings", &c.tie_word_embeddings, false));
   c.attention_bias = c.model_type == "qwen2";
-  SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &c.attention_bias, false));
+  if (c.model_type == "llama")
+    SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &c.attention_bias, false));
+  bool mlp_bias = false;
+  SFT_RETURN_IF_ERROR(Read(j, source, "mlp_bias", &mlp_bias, false));
+  if (mlp_bias) return FieldError(source, "mlp_bias", "true is not supported");
   SFT_RETURN_IF_ERROR(Read(j, source, "bos_token_id", &c.bos_token_id, false));
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
     if (it->is_number_integer()) {
       c.eos_token_ids.push_back(it->get<int64_t>());
     } else if (it->is_array()) {
       for (const auto& e : *it) {
-        if (!e.is_number_integer())
-          return InvalidArgumentError(source + ": field 'eos_token_id' must hold integers");
+        if (!e.is_number_integer()) return FieldError(source, "eos_token_id", "must hold integers");
         c.eos_token_ids.push_back(e.get<int64_t>());
       }
     } else {
-      return InvalidArgumentError(source + ": field 'eos_token_id' must be an integer or a list of integers");
+      return FieldError(source, "eos_token_id", "must be an integer or a list of integers");
     }
   }
   if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
-    return InvalidArgumentError(source + ": field 'hidden_act': '" + it->get<std::string>() +
-                                "' is not supported (silu)");
+    return FieldError(source, "hidden_act", "'" + it->get<std::string>() + "' is not supported (silu)");
   }
 
   auto positive = [&](const char* key, int64_t v) -> Status {
-    if (v <= 0)
-      return InvalidArgumentError(source + ": field '" + key + "' must be > 0, got " + std::to_string(v));
+    if (v <= 0) return FieldError(source, key, "must be > 0, got " + std::to_string(v));
     return OkStatus();
   };
   SFT_RETURN_IF_ERROR(positive("vocab_size", c.vocab_size));
@@ -87,20 +138,21 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   SFT_RETURN_IF_ERROR(positive("num_key_value_heads", c.num_key_value_heads));
   SFT_RETURN_IF_ERROR(positive("max_position_embeddings", c.max_position_embeddings));
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    return InvalidArgumentError(source + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
-                                ") must be a multiple of num_key_value_heads (" +
-                                std::to_string(c.num_key_value_heads) + ")");
+    return FieldError(source, "num_key_value_heads",
+                      "num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                          ") must be a multiple of num_key_value_heads (" +
+                          std::to_string(c.num_key_value_heads) + ")");
   }
   if (c.head_dim == 0) {
     if (c.hidden_size % c.num_attention_heads != 0) {
-      return InvalidArgumentError(
-          source + ": hidden_size must be a multiple of num_attention_heads (or set head_dim)");
+      return FieldError(source, "hidden_size", "must be a multiple of num_attention_heads (or set head_dim)");
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  if (c.head_dim % 2 != 0) return InvalidArgumentError(source + ": head_dim must be even for RoPE");
-  if (!(c.rms_norm_eps > 0)) return InvalidArgumentError(source + ": field 'rms_norm_eps' must be > 0");
-  if (!(c.rope_theta > 0)) return InvalidArgumentError(source + ": field 'rope_theta' must be > 0");
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0)
+    return FieldError(source, "head_dim", "must be even and > 0 for RoPE, got " + std::to_string(c.head_dim));
+  if (!(c.rms_norm_eps > 0)) return FieldError(source, "rms_norm_eps", "must be > 0");
+  if (!(c.rope_theta > 0)) return FieldError(source, "rope_theta", "must be > 0");
   return c;
 }
 
@@ -117,7 +169,7 @@ StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   return ParseModelConfig(j, path);
 }
 
-json ModelConfigToJson(const ModelConfig& c) {
+json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype) {
   json j = c.original.is_object() ? c.original : json::object();
   j["model_type"] = c.model_type;
   j["architectures"] = {c.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
@@ -130,17 +182,58 @@ json ModelConfigToJson(const ModelConfig& c) {
   j["head_dim"] = c.head_dim;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_theta"] = c.rope_theta;
   j["initializer_range"] = c.initializer_range;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["hidden_act"] = "silu";
   if (c.model_type == "llama") j["attention_bias"] = c.attention_bias;
+  // RoPE: keep whichever form the source used (rope_parameters for newer transformers);
+  // write the legacy form for configs built from scratch.
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    j["rope_parameters"]["rope_theta"] = c.rope_theta;
+  } else {
+    j["rope_theta"] = c.rope_theta;
+    if (c.rope_scaling.type != "default" && !j.contains("rope_scaling")) {
+      json r = {{"rope_type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
+      if (c.rope_scaling.type == "llama3") {
+        r["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+        r["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+        r["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+      }
+      j["rope_scaling"] = r;
+    }
+  }
   if (!c.eos_token_ids.empty()) {
     j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
   }
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
-  j["torch_dtype"] = "float32";
+  j["torch_dtype"] = torch_dtype;
   return j;
+}
+
+std::vector<float> RopeInvFreq(const ModelConfig& c) {
+  torch::NoGradGuard no_grad;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  // transformers: 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+  torch::Tensor exponent =
+      torch::arange(0, c.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat32) /
+      static_cast<double>(c.head_dim);
+  torch::Tensor inv_freq = 1.0 / torch::pow(c.rope_theta, exponent);
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == "linear") {
+    inv_freq = inv_freq / s.factor;
+  } else if (s.type == "llama3") {
+    const double old_len = static_cast<double>(s.original_max_position_embeddings);
+    const double low_freq_wavelen = old_len / s.low_freq_factor;
+    const double high_freq_wavelen = old_len / s.high_freq_factor;
+    torch::Tensor wavelen = 2 * M_PI / inv_freq;
+    torch::Tensor llama = torch::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
+    torch::Tensor smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+    torch::Tensor smoothed = (1 - smooth) * llama / s.factor + smooth * llama;
+    torch::Tensor medium = wavelen.ge(high_freq_wavelen).logical_and(wavelen.le(low_freq_wavelen));
+    inv_freq = torch::where(medium, smoothed, llama);
+  }
+  inv_freq = inv_freq.to(f32).contiguous();
+  return std::vector<float>(inv_freq.data_ptr<float>(), inv_freq.data_ptr<float>() + inv_freq.numel());
 }
 
 }  // namespace sftctl::trainer

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "trainer/fused_ops.h"
+
 namespace sftctl::trainer {
 
 double LearningRate(const TrainSpec& t, int64_t step, int64_t total_steps) {
@@ -60,6 +62,11 @@ void FlatAdamW::ZeroGrad() {
 }
 
 torch::Tensor FlatAdamW::GradNorm() const {
+  if (groups_.front().grad.device().is_cpu()) {
+    double sq = 0;
+    for (const auto& g : groups_) sq += fused::SumOfSquares(g.grad);
+    return torch::tensor(static_cast<float>(std::sqrt(sq)));
+  }
   torch::Tensor sq = torch::zeros({}, groups_.front().grad.options());
   for (const auto& g : groups_) sq = sq + g.grad.pow(2).sum();
   return sq.sqrt();
@@ -79,6 +86,11 @@ void FlatAdamW::Step(double lr) {
   const double bc1 = 1.0 - std::pow(t_.beta1, static_cast<double>(steps_));
   const double bc2 = 1.0 - std::pow(t_.beta2, static_cast<double>(steps_));
   for (auto& g : groups_) {
+    if (g.data.device().is_cpu()) {
+      fused::AdamWStep(g.data, g.grad, g.exp_avg, g.exp_avg_sq, lr, g.weight_decay, t_.beta1, t_.beta2,
+                       t_.eps, bc1, bc2);
+      continue;
+    }
     if (g.weight_decay > 0) g.data.mul_(1.0 - lr * g.weight_decay);
     g.exp_avg.mul_(t_.beta1).add_(g.grad, 1.0 - t_.beta1);
     g.exp_avg_sq.mul_(t_.beta2).addcmul_(g.grad, g.grad, 1.0 - t_.beta2);

@@ -3,9 +3,8 @@
 #include <cstring>
 
 namespace sftctl::trainer {
-namespace {
 
-StatusOr<safetensors::DType> ToDType(torch::ScalarType t) {
+StatusOr<safetensors::DType> DTypeOf(torch::ScalarType t) {
   switch (t) {
     case torch::kFloat64:
       return safetensors::DType::kF64;
@@ -32,7 +31,7 @@ StatusOr<safetensors::DType> ToDType(torch::ScalarType t) {
   }
 }
 
-torch::ScalarType ToScalarType(safetensors::DType d) {
+torch::ScalarType ScalarTypeOf(safetensors::DType d) {
   switch (d) {
     case safetensors::DType::kF64:
       return torch::kFloat64;
@@ -58,14 +57,12 @@ torch::ScalarType ToScalarType(safetensors::DType d) {
   return torch::kFloat32;
 }
 
-}  // namespace
-
 Status SaveTensors(FileSystem* fs, const std::string& path, const NamedTensors& tensors) {
   std::vector<torch::Tensor> keep;  // contiguous CPU copies that must outlive the write
   std::vector<safetensors::TensorRef> refs;
   keep.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
-    SFT_ASSIGN_OR_RETURN(safetensors::DType dtype, ToDType(t.scalar_type()));
+    SFT_ASSIGN_OR_RETURN(safetensors::DType dtype, DTypeOf(t.scalar_type()));
     keep.push_back(t.detach().to(torch::kCPU).contiguous());
     const torch::Tensor& c = keep.back();
     refs.push_back({name, dtype, c.sizes().vec(), c.data_ptr(), static_cast<size_t>(c.nbytes())});
@@ -74,7 +71,7 @@ Status SaveTensors(FileSystem* fs, const std::string& path, const NamedTensors& 
 }
 
 StatusOr<torch::Tensor> ReadTensor(const safetensors::Reader& reader, const safetensors::TensorInfo& info) {
-  torch::Tensor t = torch::empty(info.shape, torch::TensorOptions().dtype(ToScalarType(info.dtype)));
+  torch::Tensor t = torch::empty(info.shape, torch::TensorOptions().dtype(ScalarTypeOf(info.dtype)));
   const size_t nbytes = static_cast<size_t>(info.end - info.begin);
   if (nbytes != static_cast<size_t>(t.nbytes())) {
     return DataLossError(reader.path() + ": tensor '" + info.name + "' size does not match its shape");
@@ -91,6 +88,37 @@ StatusOr<std::map<std::string, torch::Tensor>> LoadTensors(const std::string& pa
     out.emplace(info.name, std::move(t));
   }
   return out;
+}
+
+Status CopyTensorInto(const safetensors::Reader& reader, const safetensors::TensorInfo& info,
+                      const torch::Tensor& dst) {
+  using safetensors::DType;
+  if (info.dtype != DType::kF32 && info.dtype != DType::kBF16 && info.dtype != DType::kF16 &&
+      info.dtype != DType::kF64) {
+    return InvalidArgumentError(reader.path() + ": tensor '" + info.name + "' has dtype " +
+                                safetensors::DTypeName(info.dtype) +
+                                ", which is not supported for weights (F32, BF16, F16)");
+  }
+  if (c10::IntArrayRef(info.shape) != dst.sizes()) {
+    return DataLossError(reader.path() + ": tensor '" + info.name + "' has shape " +
+                         c10::str(c10::IntArrayRef(info.shape)) + ", the model expects " +
+                         c10::str(dst.sizes()));
+  }
+  const torch::ScalarType st = ScalarTypeOf(info.dtype);
+  const size_t elem = safetensors::DTypeSize(info.dtype);
+  if (info.nbytes() == 0) return OkStatus();
+  torch::NoGradGuard no_grad;
+  const uint8_t* p = reader.data(info);
+  torch::Tensor src;
+  if (reinterpret_cast<uintptr_t>(p) % elem == 0) {
+    // A view of the mapping: the kernel pages the bytes in as copy_ converts them.
+    src = torch::from_blob(const_cast<uint8_t*>(p), info.shape, torch::TensorOptions().dtype(st));
+  } else {
+    src = torch::empty(info.shape, torch::TensorOptions().dtype(st));
+    std::memcpy(src.data_ptr(), p, info.nbytes());
+  }
+  dst.copy_(src);
+  return OkStatus();
 }
 
 Status CopyIntoParameters(const std::map<std::string, torch::Tensor>& src, const NamedTensors& dst,

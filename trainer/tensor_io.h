@@ -25,6 +25,18 @@ StatusOr<torch::Tensor> ReadTensor(const safetensors::Reader& reader, const safe
 // Reads every tensor of a file into CPU tensors, keyed by name.
 StatusOr<std::map<std::string, torch::Tensor>> LoadTensors(const std::string& path);
 
+// The torch dtype of a safetensors dtype, and back (INVALID_ARGUMENT for types safetensors
+// cannot hold).
+torch::ScalarType ScalarTypeOf(safetensors::DType d);
+StatusOr<safetensors::DType> DTypeOf(torch::ScalarType t);
+
+// Copies one tensor of an open file into `dst` (any device and floating dtype), converting
+// on copy without materialising a converted copy of the whole file. Only F32/BF16/F16/F64
+// sources are accepted. Errors (DATA_LOSS / INVALID_ARGUMENT) name the file and the tensor:
+// shape mismatch, unsupported dtype.
+Status CopyTensorInto(const safetensors::Reader& reader, const safetensors::TensorInfo& info,
+                      const torch::Tensor& dst);
+
 // Copies `src` tensors into `dst` parameters by name, converting dtype. Every destination
 // must be present in `src` with the same shape. Errors name `source_name` and the tensor.
 Status CopyIntoParameters(const std::map<std::string, torch::Tensor>& src, const NamedTensors& dst,

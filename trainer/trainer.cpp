@@ -9,6 +9,8 @@
 #include "trainer/checkpoint.h"
 #include "trainer/device.h"
 #include "trainer/evaluate.h"
+#include "trainer/hf_checkpoint.h"
+#include "trainer/lora.h"
 #include "trainer/metrics.h"
 #include "trainer/optimizer.h"
 #include "trainer/tensor_io.h"
@@ -29,10 +31,27 @@ NamedTensors Parameters(CausalLM& model) {
   return out;
 }
 
-Status LoadWeights(CausalLM& model, const std::string& dir) {
-  const std::string path = JoinPath(dir, "model.safetensors");
-  SFT_ASSIGN_OR_RETURN(auto tensors, LoadTensors(path));
-  return CopyIntoParameters(tensors, Parameters(model), path);
+// model.safetensors or shards + index, converted on copy (trainer/hf_checkpoint.h).
+Status LoadWeights(CausalLM& model, const std::string& dir) { return LoadHfWeights(dir, Parameters(model)); }
+
+// The parameters that are not LoRA adapter weights.
+NamedTensors BaseParameters(CausalLM& model) {
+  NamedTensors out;
+  for (const auto& p : Parameters(model)) {
+    if (p.first.find(".lora_A.") == std::string::npos && p.first.find(".lora_B.") == std::string::npos)
+      out.push_back(p);
+  }
+  return out;
+}
+
+// A LoRA run's checkpoint: the adapter, plus base weights when it holds them.
+Status LoadLoraCheckpoint(CausalLM& model, const std::string& dir) {
+  FileSystem* fs = FileSystem::Default();
+  if (fs->Exists(JoinPath(dir, "model.safetensors")) ||
+      fs->Exists(JoinPath(dir, "model.safetensors.index.json")))
+    SFT_RETURN_IF_ERROR(LoadHfWeights(dir, BaseParameters(model)));
+  SFT_ASSIGN_OR_RETURN(Adapter adapter, LoadAdapter(dir));
+  return LoadAdapterInto(model, adapter, JoinPath(dir, "adapter_model.safetensors"));
 }
 
 // The run's spec, as the trainer understood it, next to its outputs.
@@ -101,6 +120,8 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
   // 4. Model: seeded init, or weights from model.path.
   torch::manual_seed(static_cast<uint64_t>(spec.seed));
   SFT_ASSIGN_OR_RETURN(CausalLM model, BuildModel(spec, *tok));
+  // LoRA: adapters on the target projections, every base weight frozen (trainer/lora.h).
+  if (spec.lora) SFT_RETURN_IF_ERROR(ApplyLora(model, *spec.lora));
 
   // 5. Resume from the newest complete checkpoint (or the one named by `resume`).
   CheckpointManager checkpoints(fs, spec.output_dir, spec.checkpoint.keep);
@@ -119,7 +140,11 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
   TrainerState state;
   std::map<std::string, torch::Tensor> optimizer_state;
   if (resume_dir) {
-    SFT_RETURN_IF_ERROR(LoadWeights(model, *resume_dir));
+    if (spec.lora) {
+      SFT_RETURN_IF_ERROR(LoadLoraCheckpoint(model, *resume_dir));
+    } else {
+      SFT_RETURN_IF_ERROR(LoadWeights(model, *resume_dir));
+    }
     SFT_ASSIGN_OR_RETURN(state, ReadTrainerState(*resume_dir));
     SFT_ASSIGN_OR_RETURN(optimizer_state, LoadTensors(JoinPath(*resume_dir, "optimizer.safetensors")));
     result.resumed_from_step = state.step;
@@ -149,11 +174,16 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
 
   const int64_t total_steps = TotalSteps(spec, static_cast<int64_t>(data.train.size()));
   int64_t n_params = 0;
-  for (const auto& [n, p] : Parameters(model)) n_params += p.numel();
+  int64_t n_trainable = 0;
+  for (const auto& [n, p] : Parameters(model)) {
+    n_params += p.numel();
+    if (p.requires_grad()) n_trainable += p.numel();
+  }
   metrics->Emit({{"event", "start"},
                  {"step", state.step},
                  {"total_steps", total_steps},
                  {"parameters", n_params},
+                 {"trainable_parameters", n_trainable},
                  {"device", plan.device.str()},
                  {"precision", plan.precision()},
                  {"threads", threads},
@@ -179,7 +209,14 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
     CheckpointContents c;
     json config = ModelConfigToJson(model->config());
     c.config = config;
+    c.generation_config = GenerationConfigJson(model->config());
     c.weights = Parameters(model);
+    if (spec.lora) {
+      // A PEFT adapter; base weights only when the base exists nowhere else (model.config).
+      c.weights = spec.model.config.is_null() ? NamedTensors() : BaseParameters(model);
+      c.adapter = AdapterTensors(model);
+      c.adapter_config = AdapterConfigJson(*spec.lora, spec.model.path);
+    }
     c.optimizer = optimizer.StateTensors();
     c.optimizer.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
     c.state = state;
@@ -200,7 +237,8 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
     std::vector<Batch> window;
     int64_t window_targets = 0, window_tokens = 0;
     for (int64_t a = 0; a < spec.train.grad_accum; ++a) {
-      window.push_back(Collate(data.train, sampler.Next(spec.train.batch_size), pad));
+      window.push_back(Collate(data.train, sampler.Next(spec.train.batch_size), pad,
+                               spec.data.packing ? spec.data.max_seq_len : 0));
       window_targets += window.back().targets;
       window_tokens += window.back().tokens;
     }
@@ -299,14 +337,20 @@ double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const
   int64_t window_targets = 0;
   for (const Batch& b : window) window_targets += b.targets;
   double loss_sum = 0;
-  {
-    AutocastScope autocast(plan);
-    for (const Batch& b : window) {
-      torch::Tensor ls = model->LossSum(b.input_ids.to(plan.device), b.labels.to(plan.device));
-      if (on_loss) on_loss(ls);
-      (ls / static_cast<double>(window_targets)).backward();
-      loss_sum += ls.item<double>();
+  for (const Batch& b : window) {
+    torch::Tensor ls;
+    {
+      // Forward under autocast; backward outside it, as PyTorch prescribes (backward ops run
+      // in the dtypes the forward chose).
+      AutocastScope autocast(plan);
+      // Packed batches (data.packing) carry positions and a block-causal mask.
+      torch::Tensor positions = b.positions.defined() ? b.positions.to(plan.device) : torch::Tensor();
+      torch::Tensor mask = b.attn_mask.defined() ? b.attn_mask.to(plan.device) : torch::Tensor();
+      ls = model->LossSum(b.input_ids.to(plan.device), b.labels.to(plan.device), positions, mask);
     }
+    if (on_loss) on_loss(ls);
+    (ls / static_cast<double>(window_targets)).backward();
+    loss_sum += ls.item<double>();
   }
   ClearAutocastCache();
   return loss_sum;

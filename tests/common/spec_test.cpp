@@ -56,6 +56,30 @@ TEST(Spec, CanonicalJsonRoundTrips) {
   EXPECT_EQ(again->train.grad_accum, 4);
 }
 
+TEST(Spec, DataChatTemplateAndPacking) {
+  auto spec = LoadSpecFile(TempFile("defaults-chat.yaml", kMinimal));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->data.chat_template, "auto");
+  EXPECT_FALSE(spec->data.packing);
+  const std::string path = TempFile(
+      "chat.yaml", std::string(kMinimal) + "  chat_template: templates/chat.jinja\n  packing: true\n");
+  spec = LoadSpecFile(path);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  EXPECT_EQ(spec->data.chat_template, dir + "/templates/chat.jinja");  // a FILE resolves like paths
+  EXPECT_TRUE(spec->data.packing);
+  auto again = ParseSpec(ToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ToJson(*again), ToJson(*spec));
+  spec = LoadSpecFile(TempFile("llama.yaml", std::string(kMinimal) + "  chat_template: llama3\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->data.chat_template, "llama3");  // a built-in name is not a path
+  spec = LoadSpecFile(TempFile("badpack.yaml", std::string(kMinimal) + "  packing: 3\n"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("field 'data.packing': must be true or false"), std::string::npos)
+      << spec.status().message();
+}
+
 TEST(Spec, UnknownFieldNamesFieldLineAndSuggestion) {
   auto spec =
       LoadSpecFile(TempFile("typo.yaml", std::string(kMinimal) + "train:\n  batch_size: 4\n  lrr: 0.1\n"));
@@ -105,6 +129,57 @@ TEST(Spec, RangeAndChoiceErrors) {
   EXPECT_NE(s2.status().message().find("field 'precision': must be one of auto, fp32, bf16, got 'fp16'"),
             std::string::npos)
       << s2.status().message();
+}
+
+TEST(Spec, LoraFieldsDefaultsAndRoundTrip) {
+  auto none = LoadSpecFile(TempFile("nolora.yaml", kMinimal));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->lora.has_value());
+  EXPECT_TRUE(ToJson(*none)["lora"].is_null());
+  auto defaults = LoadSpecFile(TempFile("lora-default.yaml", std::string(kMinimal) + "lora: {}\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  ASSERT_TRUE(defaults->lora.has_value());
+  EXPECT_EQ(defaults->lora->r, 8);
+  EXPECT_DOUBLE_EQ(defaults->lora->alpha, 16);
+  EXPECT_EQ(defaults->lora->target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  auto spec = LoadSpecFile(TempFile(
+      "lora.yaml", std::string(kMinimal) +
+                       "lora: {r: 4, alpha: 8, dropout: 0.05, target_modules: [q_proj, o_proj, down_proj], "
+                       "use_rslora: true}\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->lora->r, 4);
+  EXPECT_DOUBLE_EQ(spec->lora->alpha, 8);
+  EXPECT_DOUBLE_EQ(spec->lora->dropout, 0.05);
+  EXPECT_TRUE(spec->lora->use_rslora);
+  EXPECT_EQ(spec->lora->target_modules, (std::vector<std::string>{"q_proj", "o_proj", "down_proj"}));
+  auto again = ParseSpec(ToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ToJson(*again), ToJson(*spec));
+  auto all =
+      LoadSpecFile(TempFile("lora-all.yaml", std::string(kMinimal) + "lora: {target_modules: all-linear}\n"));
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->lora->target_modules.size(), 7u);
+}
+
+TEST(Spec, LoraErrorsNameTheField) {
+  auto err = [](const std::string& name, const std::string& lora) {
+    auto s = LoadSpecFile(TempFile(name, std::string(kMinimal) + "lora: " + lora + "\n"));
+    return s.ok() ? std::string("(ok)") : s.status().message();
+  };
+  EXPECT_NE(err("l1.yaml", "{r: 0}").find("field 'lora.r': must be >= 1, got 0"), std::string::npos);
+  EXPECT_NE(err("l2.yaml", "{alpha: 0}").find("field 'lora.alpha': must be > 0"), std::string::npos);
+  EXPECT_NE(err("l3.yaml", "{dropout: 1.5}").find("field 'lora.dropout': must be in [0, 0.99], got 1.5"),
+            std::string::npos);
+  const std::string e4 = err("l4.yaml", "{target_modules: [q_proj, lm_head]}");
+  EXPECT_NE(e4.find("field 'lora.target_modules': 'lm_head' is not a projection of llama/qwen2"),
+            std::string::npos)
+      << e4;
+  EXPECT_NE(
+      err("l5.yaml", "{target_modules: []}").find("field 'lora.target_modules': must be a non-empty list"),
+      std::string::npos);
+  const std::string e6 = err("l6.yaml", "{rank: 8}");
+  EXPECT_NE(e6.find("l6.yaml:5: field 'lora.rank': unknown field"), std::string::npos) << e6;
+  EXPECT_NE(err("l7.yaml", "8").find("field 'lora': must be a mapping"), std::string::npos);
 }
 
 TEST(Spec, ModelNeedsExactlyOneSource) {

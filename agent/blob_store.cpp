@@ -1,0 +1,137 @@
+#include "agent/blob_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/file_system.h"
+
+namespace sftctl::agent {
+
+Status BlobStore::Init() {
+  SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(JoinPath(dir_, "partial")));
+  return OkStatus();
+}
+
+std::string BlobStore::BlobPath(const std::string& sha256) const { return JoinPath(dir_, sha256); }
+std::string BlobStore::PartialPath(const std::string& sha256) const {
+  return JoinPath(JoinPath(dir_, "partial"), sha256);
+}
+
+StatusOr<BlobStore::Stat> BlobStore::StatBlob(const std::string& sha256) {
+  if (!IsSha256Hex(sha256)) return InvalidArgumentError("sha256: must be 64 lowercase hex digits");
+  struct stat st;
+  if (::stat(BlobPath(sha256).c_str(), &st) == 0) return Stat{true, static_cast<uint64_t>(st.st_size)};
+  if (::stat(PartialPath(sha256).c_str(), &st) == 0) return Stat{false, static_cast<uint64_t>(st.st_size)};
+  return Stat{false, 0};
+}
+
+StatusOr<std::unique_ptr<BlobStore::Upload>> BlobStore::BeginUpload(const std::string& sha256, uint64_t size,
+                                                                    uint64_t offset) {
+  if (!IsSha256Hex(sha256)) return InvalidArgumentError("sha256: must be 64 lowercase hex digits");
+  if (offset > size) {
+    return InvalidArgumentError("offset: " + std::to_string(offset) + " > size " + std::to_string(size));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_.count(sha256)) return AbortedError("an upload of blob " + sha256 + " is already in progress");
+    active_.insert(sha256);
+  }
+  auto fail = [&](Status s) {
+    Release(sha256);
+    return s;
+  };
+  SFT_ASSIGN_OR_RETURN(Stat st, StatBlob(sha256));
+  if (st.complete) return fail(AlreadyExistsError("blob " + sha256 + " is already complete"));
+  if (st.size != offset) {
+    return fail(FailedPreconditionError("offset: agent holds " + std::to_string(st.size) + " bytes of blob " +
+                                        sha256 + ", upload starts at " + std::to_string(offset)));
+  }
+  struct statvfs vfs;
+  if (::statvfs(dir_.c_str(), &vfs) == 0) {
+    uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    if (avail < size - offset) {
+      return fail(ResourceExhaustedError("size: " + std::to_string(size - offset) + " bytes needed, " +
+                                         std::to_string(avail) + " free in " + dir_));
+    }
+  }
+  std::string path = PartialPath(sha256);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(ErrnoError("cannot open", path, errno));
+  if (::lseek(fd, static_cast<off_t>(offset), SEEK_SET) < 0 ||
+      ::ftruncate(fd, static_cast<off_t>(offset)) != 0) {
+    int err = errno;
+    ::close(fd);
+    return fail(ErrnoError("cannot seek", path, err));
+  }
+  return std::unique_ptr<Upload>(new Upload(this, sha256, size, offset, fd));
+}
+
+void BlobStore::Release(const std::string& sha256) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_.erase(sha256);
+}
+
+BlobStore::Upload::Upload(BlobStore* owner, std::string sha, uint64_t size, uint64_t offset, int fd)
+    : owner_(owner), sha_(std::move(sha)), size_(size), pos_(offset), fd_(fd) {
+  if (offset == 0) hasher_ = std::make_unique<Sha256>();
+}
+
+BlobStore::Upload::~Upload() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!released_) owner_->Release(sha_);
+}
+
+Status BlobStore::Upload::Write(const std::string& data) {
+  if (fd_ < 0) return FailedPreconditionError("upload already finished");
+  if (pos_ + data.size() > size_) {
+    return InvalidArgumentError("data: upload exceeds the declared size " + std::to_string(size_));
+  }
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("cannot write", owner_->PartialPath(sha_), errno);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (hasher_) hasher_->Update(data);
+  pos_ += data.size();
+  return OkStatus();
+}
+
+Status BlobStore::Upload::Finish() {
+  std::string partial = owner_->PartialPath(sha_);
+  if (fd_ < 0) return FailedPreconditionError("upload already finished");
+  if (pos_ != size_) {
+    // Short upload: keep the bytes for a resume.
+    return DataLossError("size: received " + std::to_string(pos_) + " of " + std::to_string(size_) +
+                         " bytes of blob " + sha_ + "; resume from offset " + std::to_string(pos_));
+  }
+  if (::fsync(fd_) != 0) return ErrnoError("cannot fsync", partial, errno);
+  ::close(fd_);
+  fd_ = -1;
+  std::string got;
+  if (hasher_) {
+    got = hasher_->HexDigest();
+  } else {
+    SFT_ASSIGN_OR_RETURN(got, Sha256File(partial));
+  }
+  released_ = true;
+  owner_->Release(sha_);
+  if (got != sha_) {
+    ::unlink(partial.c_str());
+    return DataLossError("sha256: uploaded bytes hash to " + got + ", expected " + sha_ + "; nothing stored");
+  }
+  SFT_RETURN_IF_ERROR(FileSystem::Default()->Rename(partial, owner_->BlobPath(sha_)));
+  SFT_RETURN_IF_ERROR(FileSystem::Default()->SyncDir(owner_->dir_));
+  return owner_->store_->PutBlob(sha_, size_);
+}
+
+}  // namespace sftctl::agent

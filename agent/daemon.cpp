@@ -1,0 +1,446 @@
+#include "agent/daemon.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "agent/artifacts.h"
+#include "agent/auth.h"
+#include "agent/blob_store.h"
+#include "agent/gpu_discovery.h"
+#include "agent/service.h"
+#include "agent/state_store.h"
+#include "agent/supervisor.h"
+#include "common/file_system.h"
+#include "sftctl/v1/agent.grpc.pb.h"
+
+#ifndef SFTCTL_VERSION
+#define SFTCTL_VERSION "0.0.0-dev"
+#endif
+
+namespace sftctl::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Path(const std::string& dir, const char* name) { return dir + "/" + name; }
+
+std::string ReadSmallFile(const std::string& path) {
+  auto s = FileSystem::Default()->ReadFile(path);
+  if (!s.ok()) return "";
+  std::string v = *s;
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+  return v;
+}
+
+// True when some process holds the data dir's lock (an agent is running there).
+bool LockHeld(const std::string& dir) {
+  int fd = ::open(Path(dir, "sftd.lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // releases our lock if we got it
+  return held;
+}
+
+struct Running {
+  bool running = false;
+  long pid = 0;
+  int port = 0;
+  std::string version;
+};
+
+// Reads the files of a running agent; waits up to `wait` for a starting agent to write them.
+Running FindRunning(const std::string& dir, std::chrono::milliseconds wait) {
+  auto deadline = Clock::now() + wait;
+  for (;;) {
+    Running r;
+    if (!LockHeld(dir)) return r;
+    r.pid = std::atol(ReadSmallFile(Path(dir, "sftd.pid")).c_str());
+    r.port = std::atoi(ReadSmallFile(Path(dir, "sftd.port")).c_str());
+    r.version = ReadSmallFile(Path(dir, "sftd.version"));
+    r.running = r.pid > 0 && r.port > 0 && !r.version.empty() && ::kill(static_cast<pid_t>(r.pid), 0) == 0;
+    if (r.running || Clock::now() >= deadline) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+std::string ReadyLine(const std::string& addr, const std::string& dir, const std::string& version, long pid) {
+  nlohmann::json j = {{"addr", addr},
+                      {"token_file", Path(dir, "token")},
+                      {"version", version},
+                      {"pid", pid},
+                      {"data_dir", dir}};
+  return "SFTD_READY " + j.dump() + "\n";
+}
+
+bool IsLoopback(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  in_addr a{};
+  return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+void WriteAll(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+std::string SelfDir() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+// Runs the agent in this process until SIGTERM/SIGINT. Reports readiness (or "SFTD_ERROR <msg>") on
+// `ready_fd`. Returns the exit code.
+int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
+  auto fail = [&](const std::string& msg) {
+    WriteAll(ready_fd, "SFTD_ERROR " + msg + "\n");
+    spdlog::error("{}", msg);
+    return 1;
+  };
+  // Block the shutdown signals in every thread; the main thread takes them with sigwait.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  int lock_fd = ::open(Path(dir, "sftd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) return fail("cannot open " + Path(dir, "sftd.lock") + ": " + std::strerror(errno));
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    // Another agent started meanwhile: report it instead.
+    Running r = FindRunning(dir, std::chrono::seconds(10));
+    if (!r.running) return fail("another sftd holds " + Path(dir, "sftd.lock"));
+    WriteAll(ready_fd, ReadyLine("127.0.0.1:" + std::to_string(r.port), dir, r.version, r.pid));
+    return 0;
+  }
+  bool tls = !opts.tls_cert.empty() && !opts.tls_key.empty();
+  if (!IsLoopback(opts.listen) && !tls) {
+    return fail("refusing to listen on non-loopback address " + opts.listen +
+                " without TLS (--tls-cert/--tls-key); use an SSH tunnel or `sftd bridge`");
+  }
+  auto token = LoadOrCreateToken(Path(dir, "token"));
+  if (!token.ok()) return fail(token.status().ToString());
+  auto store = StateStore::Open(Path(dir, "agent.db"));
+  if (!store.ok()) return fail(store.status().ToString());
+  BlobStore blobs(Path(dir, "blobs"), store->get());
+  if (Status s = blobs.Init(); !s.ok()) return fail(s.ToString());
+
+  SupervisorConfig cfg;
+  cfg.data_dir = dir;
+  cfg.trainer_path = opts.trainer.empty() ? SelfDir() + "/sftctl-trainer" : opts.trainer;
+  if (opts.gpus) {
+    auto g = ParseGpuList(*opts.gpus);
+    if (!g.ok()) return fail(g.status().ToString());
+    for (const GpuInfo& i : *g) cfg.gpus.push_back(i.index);
+  } else {
+    for (const GpuInfo& i : DiscoverGpus()) cfg.gpus.push_back(i.index);
+  }
+  unsigned ncpu = std::thread::hardware_concurrency();
+  cfg.cpu_slots = opts.cpu_slots > 0 ? static_cast<uint32_t>(opts.cpu_slots) : std::max(1u, ncpu);
+  cfg.kill_grace = std::chrono::milliseconds(opts.kill_grace_ms);
+  cfg.poll = std::chrono::milliseconds(std::max(10, opts.poll_ms));
+  cfg.default_heartbeat_s = static_cast<uint32_t>(std::max(1, opts.heartbeat_s));
+  Supervisor supervisor(cfg, store->get(), &blobs);
+  if (Status s = supervisor.Start(); !s.ok()) return fail(s.ToString());
+
+  Artifacts artifacts(store->get());
+  Authenticator auth(*token);
+  std::string version = opts.version_override.empty() ? AgentVersion() : opts.version_override;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+  {
+    ServiceDeps deps;
+    deps.supervisor = &supervisor;
+    deps.store = store->get();
+    deps.blobs = &blobs;
+    deps.artifacts = &artifacts;
+    deps.auth = &auth;
+    deps.version = version;
+    auto service = std::make_unique<AgentService>(deps);
+    grpc::ServerBuilder builder;
+    std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+    if (tls) {
+      auto cert = FileSystem::Default()->ReadFile(opts.tls_cert);
+      auto key = FileSystem::Default()->ReadFile(opts.tls_key);
+      if (!cert.ok()) return fail(cert.status().ToString());
+      if (!key.ok()) return fail(key.status().ToString());
+      grpc::SslServerCredentialsOptions ssl;
+      ssl.pem_key_cert_pairs.push_back({*key, *cert});
+      creds = grpc::SslServerCredentials(ssl);
+    }
+    std::string host = opts.listen.find(':') != std::string::npos && opts.listen.front() != '['
+                           ? "[" + opts.listen + "]"
+                           : opts.listen;
+    builder.AddListeningPort(host + ":" + std::to_string(opts.port), creds, &port);
+    builder.RegisterService(service.get());
+    builder.SetMaxReceiveMessageSize(16 << 20);
+    server = builder.BuildAndStart();
+    if (!server || port == 0) {
+      supervisor.Stop();
+      return fail("cannot listen on " + host + ":" + std::to_string(opts.port) + " (port in use?)");
+    }
+    Status s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.port"), std::to_string(port) + "\n");
+    if (s.ok()) s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.version"), version + "\n");
+    if (s.ok())
+      s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.pid"), std::to_string(::getpid()) + "\n");
+    if (!s.ok()) {
+      server->Shutdown();
+      supervisor.Stop();
+      return fail(s.ToString());
+    }
+    spdlog::info("sftd {} listening on {}:{} (data dir {}, {} GPU(s), trainer {})", version, opts.listen,
+                 port, dir, cfg.gpus.size(), cfg.trainer_path);
+    std::string addr =
+        (IsLoopback(opts.listen) ? std::string("127.0.0.1") : host) + ":" + std::to_string(port);
+    WriteAll(ready_fd, ReadyLine(addr, dir, version, ::getpid()));
+    if (ready_fd != STDOUT_FILENO) ::close(ready_fd);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    spdlog::info("signal {}: shutting down (running jobs keep running)", sig);
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server->Wait();
+    server.reset();
+    service.reset();  // joins the worker pool
+  }
+  supervisor.Stop();
+  ::unlink(Path(dir, "sftd.pid").c_str());
+  ::unlink(Path(dir, "sftd.port").c_str());
+  ::close(lock_fd);
+  return 0;
+}
+
+}  // namespace
+
+std::string AgentVersion() { return SFTCTL_VERSION; }
+
+std::string DefaultDataDir() {
+  if (const char* d = std::getenv("SFTD_DATA_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/sftd";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.local/share/sftd";
+}
+
+int RunStart(DaemonOptions opts) {
+  std::string dir = opts.data_dir.empty() ? DefaultDataDir() : opts.data_dir;
+  if (Status s = FileSystem::Default()->CreateDirs(dir); !s.ok()) {
+    std::cerr << "SFTD_ERROR " << s.ToString() << "\n";
+    return 1;
+  }
+  ::chmod(dir.c_str(), 0700);
+  char real[PATH_MAX];
+  if (::realpath(dir.c_str(), real) != nullptr) dir = real;
+  std::string want_version = opts.version_override.empty() ? AgentVersion() : opts.version_override;
+
+  Running r = FindRunning(dir, std::chrono::seconds(5));
+  if (r.running) {
+    if (r.version == want_version) {
+      std::cout << ReadyLine("127.0.0.1:" + std::to_string(r.port), dir, r.version, r.pid) << std::flush;
+      return 0;
+    }
+    std::cerr << "sftd: running agent is version " << r.version << ", restarting it as " << want_version
+              << "\n";
+    if (int rc = RunStop(dir, 15, /*quiet=*/true); rc != 0) return rc;
+  }
+  if (!opts.detach) return Serve(opts, dir, STDOUT_FILENO);
+
+  // Detach: the child becomes a session leader with its output in sftd.log and reports readiness
+  // through a pipe, so this process prints exactly one line and exits only once the agent is ready.
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    std::cerr << "SFTD_ERROR pipe: " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  std::cout.flush();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    std::cerr << "SFTD_ERROR fork: " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  if (pid == 0) {
+    ::close(p[0]);
+    ::setsid();
+    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int log = ::open(Path(dir, "sftd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    if (log >= 0) {
+      ::dup2(log, STDOUT_FILENO);
+      ::dup2(log, STDERR_FILENO);
+    }
+    // Drop every other inherited fd (e.g. an SSH channel's) so the caller sees EOF once we are ready.
+    ::close_range(3, static_cast<unsigned>(p[1]) - 1, 0);
+    ::close_range(static_cast<unsigned>(p[1]) + 1, ~0U, 0);
+    // A second fork: the agent is not a session leader, so it can never reacquire a terminal.
+    pid_t agent = ::fork();
+    if (agent < 0) _exit(1);
+    if (agent > 0) _exit(0);
+    _exit(Serve(opts, dir, p[1]));
+  }
+  ::close(p[1]);
+  std::string out;
+  char buf[512];
+  for (;;) {
+    ssize_t n = ::read(p[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.find('\n') != std::string::npos) break;
+  }
+  ::close(p[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (out.rfind("SFTD_READY ", 0) == 0) {
+    std::cout << out.substr(0, out.find('\n') + 1) << std::flush;
+    return 0;
+  }
+  std::cerr << (out.empty()
+                    ? "SFTD_ERROR agent exited before it was ready; see " + Path(dir, "sftd.log") + "\n"
+                    : out);
+  return 1;
+}
+
+int RunStatus(const std::string& data_dir, bool json) {
+  std::string dir = data_dir.empty() ? DefaultDataDir() : data_dir;
+  Running r = FindRunning(dir, std::chrono::milliseconds(0));
+  nlohmann::json j = {{"running", r.running}, {"data_dir", dir}};
+  if (r.running) {
+    j["pid"] = r.pid;
+    j["addr"] = "127.0.0.1:" + std::to_string(r.port);
+    j["version"] = r.version;
+    j["token_file"] = Path(dir, "token");
+    auto token = FileSystem::Default()->ReadFile(Path(dir, "token"));
+    if (token.ok()) {
+      std::string t = *token;
+      while (!t.empty() && t.back() == '\n') t.pop_back();
+      auto channel =
+          grpc::CreateChannel("127.0.0.1:" + std::to_string(r.port), grpc::InsecureChannelCredentials());
+      auto stub = ::sftctl::v1::Agent::NewStub(channel);
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("authorization", "Bearer " + t);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      ::sftctl::v1::HealthResponse h;
+      grpc::Status s = stub->Health(&ctx, ::sftctl::v1::HealthRequest(), &h);
+      j["healthy"] = s.ok();
+      if (s.ok()) {
+        j["uptime_s"] = h.uptime_s();
+        j["jobs_running"] = h.jobs_running();
+        j["jobs_queued"] = h.jobs_queued();
+        j["gpus_total"] = h.gpus_total();
+        j["gpus_free"] = h.gpus_free();
+      } else {
+        j["error"] = s.error_message();
+      }
+    }
+  }
+  if (json) {
+    std::cout << j.dump() << "\n";
+  } else if (r.running) {
+    std::cout << "sftd " << r.version << " running, pid " << r.pid << ", 127.0.0.1:" << r.port
+              << ", data dir " << dir << "\n";
+  } else {
+    std::cout << "sftd is not running (data dir " << dir << ")\n";
+  }
+  return r.running ? 0 : 3;
+}
+
+int RunStop(const std::string& data_dir, int timeout_s, bool quiet) {
+  std::string dir = data_dir.empty() ? DefaultDataDir() : data_dir;
+  Running r = FindRunning(dir, std::chrono::milliseconds(0));
+  if (!LockHeld(dir)) {
+    (quiet ? std::cerr : std::cout) << "sftd is not running\n";
+    return 0;
+  }
+  if (r.pid <= 0) {
+    std::cerr << "sftd: the lock is held but " << Path(dir, "sftd.pid") << " is missing\n";
+    return 1;
+  }
+  ::kill(static_cast<pid_t>(r.pid), SIGTERM);
+  auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  while (LockHeld(dir) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (LockHeld(dir)) {
+    ::kill(static_cast<pid_t>(r.pid), SIGKILL);
+    while (LockHeld(dir) && Clock::now() < deadline + std::chrono::seconds(5)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  (quiet ? std::cerr : std::cout) << "sftd stopped (pid " << r.pid << ")\n";
+  return 0;
+}
+
+int RunBridge(const std::string& data_dir) {
+  std::string dir = data_dir.empty() ? DefaultDataDir() : data_dir;
+  Running r = FindRunning(dir, std::chrono::seconds(2));
+  if (!r.running) {
+    std::cerr << "sftd bridge: no agent running for data dir " << dir << "\n";
+    return 1;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  int sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(r.port));
+  if (sock < 0 || ::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    std::cerr << "sftd bridge: cannot connect to 127.0.0.1:" << r.port << ": " << std::strerror(errno)
+              << "\n";
+    return 1;
+  }
+  // Copy stdin -> socket and socket -> stdout until the agent side closes.
+  bool in_open = true;
+  std::vector<char> buf(1 << 16);
+  for (;;) {
+    pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {sock, POLLIN, 0}};
+    int n = ::poll(in_open ? fds : fds + 1, in_open ? 2 : 1, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (in_open && fds[0].revents) {
+      ssize_t k = ::read(STDIN_FILENO, buf.data(), buf.size());
+      if (k <= 0) {
+        in_open = false;
+        ::shutdown(sock, SHUT_WR);
+      } else {
+        WriteAll(sock, std::string(buf.data(), static_cast<size_t>(k)));
+      }
+    }
+    if (fds[1].revents) {
+      ssize_t k = ::read(sock, buf.data(), buf.size());
+      if (k <= 0) break;
+      WriteAll(STDOUT_FILENO, std::string(buf.data(), static_cast<size_t>(k)));
+    }
+  }
+  ::close(sock);
+  return 0;
+}
+
+}  // namespace sftctl::agent

@@ -1,0 +1,41 @@
+// Daemon: the `sftd` subcommands. `start` runs (or finds) the agent for a data dir and prints one
+// machine-readable line; `status`, `stop` and `bridge` talk to the agent a data dir's files point at.
+//
+// Files in the data dir: sftd.lock (flock held by the running agent: the source of truth for "is it
+// running"), sftd.pid, sftd.port, sftd.version (written after the port is bound), token (0600),
+// agent.db (SQLite WAL), sftd.log (stdout/stderr of a detached agent), blobs/, jobs/<id>/.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace sftctl::agent {
+
+struct DaemonOptions {
+  std::string data_dir;              // empty: DefaultDataDir()
+  std::string listen = "127.0.0.1";  // a non-loopback address requires tls_cert and tls_key
+  int port = 0;                      // 0: any free port (written to sftd.port)
+  std::optional<std::string> gpus;   // override, e.g. "0,1" or "none"; unset: nvidia-smi
+  std::string trainer;               // empty: sftctl-trainer next to the sftd binary
+  std::string tls_cert, tls_key;
+  bool detach = false;
+  int kill_grace_ms = 10000;
+  int poll_ms = 100;
+  int heartbeat_s = 1800;
+  int cpu_slots = 0;             // 0: number of CPUs
+  std::string version_override;  // tests only: pretend to be another version
+};
+
+// $SFTD_DATA_DIR, else $XDG_DATA_HOME/sftd, else $HOME/.local/share/sftd.
+std::string DefaultDataDir();
+std::string AgentVersion();
+
+// Each returns the process exit code.
+int RunStart(DaemonOptions opts);
+int RunStatus(const std::string& data_dir, bool json);
+// `quiet`: report on stderr (stdout stays reserved for the SFTD_READY line of `start`).
+int RunStop(const std::string& data_dir, int timeout_s, bool quiet = false);
+int RunBridge(const std::string& data_dir);
+
+}  // namespace sftctl::agent

@@ -1,0 +1,248 @@
+#include "agent/journal.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+namespace sftctl::agent {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status WriteAll(int fd, const std::string& data, const std::string& path) {
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("cannot write", path, errno);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::string EncodeJournalLine(const JournalEvent& ev) {
+  nlohmann::json j = {
+      {"seq", ev.seq}, {"t", ev.time_ms}, {"k", static_cast<int>(ev.kind)}, {"r", ev.rank}, {"x", ev.text}};
+  if (ev.state != ::sftctl::v1::JOB_STATE_UNSPECIFIED) j["s"] = static_cast<int>(ev.state);
+  if (ev.src >= 0) {
+    j["src"] = ev.src;
+    j["off"] = ev.src_end;
+  }
+  // Trainer output may not be valid UTF-8: replace bad bytes instead of throwing.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+bool DecodeJournalLine(const std::string& line, JournalEvent* ev) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("seq") || !j["seq"].is_number_unsigned()) return false;
+  try {
+    ev->seq = j["seq"].get<uint64_t>();
+    ev->time_ms = j.value("t", int64_t{0});
+    ev->kind = static_cast<::sftctl::v1::Event::Kind>(j.value("k", 0));
+    ev->rank = j.value("r", -1);
+    ev->text = j.value("x", std::string());
+    ev->state = static_cast<::sftctl::v1::JobState>(j.value("s", 0));
+    ev->src = j.value("src", -1);
+    ev->src_end = j.value("off", uint64_t{0});
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+  return true;
+}
+
+StatusOr<std::shared_ptr<Journal>> Journal::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot open journal", path, errno);
+  std::shared_ptr<Journal> j(new Journal(path, fd));
+  // Scan: rebuild seq, index, ring and source offsets; find the end of the last good line.
+  std::string buf;
+  std::vector<char> chunk(1 << 16);
+  uint64_t pos = 0;   // file offset of buf[0]
+  uint64_t good = 0;  // end of the last valid line
+  for (;;) {
+    ssize_t n = ::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(pos + buf.size()));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("cannot read journal", path, errno);
+    }
+    if (n == 0) break;
+    buf.append(chunk.data(), static_cast<size_t>(n));
+    size_t start = 0;
+    bool bad = false;
+    for (;;) {
+      size_t nl = buf.find('\n', start);
+      if (nl == std::string::npos) break;
+      JournalEvent ev;
+      if (!DecodeJournalLine(buf.substr(start, nl - start), &ev) || ev.seq != j->last_seq_ + 1) {
+        bad = true;
+        break;
+      }
+      if ((ev.seq - 1) % kIndexEvery == 0) j->index_.push_back(pos + start);
+      j->last_seq_ = ev.seq;
+      if (ev.src >= 0) j->source_offsets_[{ev.rank, ev.src}] = ev.src_end;
+      j->ring_.push_back(std::move(ev));
+      if (j->ring_.size() > kRingSize) j->ring_.pop_front();
+      start = nl + 1;
+      good = pos + start;
+    }
+    if (bad) break;
+    pos += start;
+    buf.erase(0, start);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat journal", path, errno);
+  if (static_cast<uint64_t>(st.st_size) != good) {
+    if (::ftruncate(fd, static_cast<off_t>(good)) != 0)
+      return ErrnoError("cannot truncate journal", path, errno);
+  }
+  j->file_size_ = good;
+  return j;
+}
+
+Journal::~Journal() { ::close(fd_); }
+
+StatusOr<uint64_t> Journal::Append(std::vector<JournalEvent> events) {
+  std::vector<std::function<void()>> fire;
+  uint64_t last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string data;
+    int64_t now = NowMs();
+    uint64_t off = file_size_;
+    for (JournalEvent& ev : events) {
+      ev.seq = last_seq_ + 1;
+      if (ev.time_ms == 0) ev.time_ms = now;
+      std::string line = EncodeJournalLine(ev);
+      if ((ev.seq - 1) % kIndexEvery == 0) index_.push_back(off);
+      off += line.size();
+      data += line;
+      last_seq_ = ev.seq;
+      if (ev.src >= 0) source_offsets_[{ev.rank, ev.src}] = ev.src_end;
+      ring_.push_back(std::move(ev));
+      if (ring_.size() > kRingSize) ring_.pop_front();
+    }
+    SFT_RETURN_IF_ERROR(WriteAll(fd_, data, path_));
+    file_size_ = off;
+    last = last_seq_;
+    FireWaitersLocked(&fire);
+  }
+  for (auto& fn : fire) fn();
+  return last;
+}
+
+Status Journal::Flush() {
+  if (::fsync(fd_) != 0) return ErrnoError("cannot fsync journal", path_, errno);
+  return OkStatus();
+}
+
+StatusOr<std::vector<JournalEvent>> Journal::Read(uint64_t after_seq, size_t max_events) {
+  std::vector<JournalEvent> out;
+  uint64_t start_off;
+  uint64_t end_off;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (after_seq >= last_seq_ || max_events == 0) return out;
+    if (!ring_.empty() && after_seq + 1 >= ring_.front().seq) {
+      size_t i = static_cast<size_t>(after_seq + 1 - ring_.front().seq);
+      for (; i < ring_.size() && out.size() < max_events; ++i) out.push_back(ring_[i]);
+      return out;
+    }
+    size_t idx = static_cast<size_t>(after_seq / kIndexEvery);
+    start_off = index_[idx];
+    end_off = file_size_;
+  }
+  // Older than the ring: read the file from the nearest indexed line (outside the lock).
+  std::string buf;
+  std::vector<char> chunk(1 << 16);
+  uint64_t pos = start_off;
+  while (out.size() < max_events && pos < end_off) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), end_off - pos));
+    ssize_t n = ::pread(fd_, chunk.data(), want, static_cast<off_t>(pos));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("cannot read journal", path_, errno);
+    }
+    if (n == 0) break;
+    pos += static_cast<uint64_t>(n);
+    buf.append(chunk.data(), static_cast<size_t>(n));
+    size_t start = 0;
+    for (;;) {
+      size_t nl = buf.find('\n', start);
+      if (nl == std::string::npos) break;
+      JournalEvent ev;
+      if (!DecodeJournalLine(buf.substr(start, nl - start), &ev)) {
+        return DataLossError("journal '" + path_ + "': corrupt line near offset " + std::to_string(pos));
+      }
+      start = nl + 1;
+      if (ev.seq <= after_seq) continue;
+      out.push_back(std::move(ev));
+      if (out.size() >= max_events) break;
+    }
+    buf.erase(0, start);
+  }
+  return out;
+}
+
+uint64_t Journal::last_seq() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_seq_;
+}
+
+void Journal::SetFinished(bool finished) {
+  std::vector<std::function<void()>> fire;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = finished;
+    FireWaitersLocked(&fire);
+  }
+  for (auto& fn : fire) fn();
+}
+
+bool Journal::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
+}
+
+void Journal::NotifyWhenAfter(uint64_t after_seq, std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (last_seq_ <= after_seq && !finished_) {
+      waiters_.emplace_back(after_seq, std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+void Journal::FireWaitersLocked(std::vector<std::function<void()>>* out) {
+  for (size_t i = 0; i < waiters_.size();) {
+    if (last_seq_ > waiters_[i].first || finished_) {
+      out->push_back(std::move(waiters_[i].second));
+      waiters_[i] = std::move(waiters_.back());
+      waiters_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+std::map<std::pair<int, int>, uint64_t> Journal::source_offsets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return source_offsets_;
+}
+
+}  // namespace sftctl::agent

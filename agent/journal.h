@@ -1,0 +1,89 @@
+// Journal: a job's append-only, seq-numbered event log (<job_dir>/journal.jsonl, one JSON object a line).
+//
+// Every stdout/stderr line, trainer metric record and state change gets the next seq (1, 2, ...).
+// Readers replay from any seq: recent events come from a bounded in-memory ring, older ones from the
+// file through a sparse seq -> offset index, so memory stays bounded however far behind a reader is.
+// Followers register a one-shot callback that fires when a newer event (or the end) exists.
+//
+// Thread safety: all methods are safe to call concurrently. Callbacks run on the appending thread
+// (or the registering thread when already satisfied) and must not block.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "sftctl/v1/agent.pb.h"
+
+namespace sftctl::agent {
+
+struct JournalEvent {
+  uint64_t seq = 0;     // assigned by Append
+  int64_t time_ms = 0;  // assigned by Append when 0
+  ::sftctl::v1::Event::Kind kind = ::sftctl::v1::Event::KIND_UNSPECIFIED;
+  int rank = -1;
+  std::string text;
+  ::sftctl::v1::JobState state = ::sftctl::v1::JOB_STATE_UNSPECIFIED;
+  // Internal bookkeeping (not exposed): which rank output file the line came from (0 stdout,
+  // 1 stderr, 2 events, -1 none) and the file offset just past it, so a restarted agent resumes tailing.
+  int src = -1;
+  uint64_t src_end = 0;
+};
+
+class Journal {
+ public:
+  static constexpr size_t kRingSize = 4096;
+  static constexpr uint64_t kIndexEvery = 256;
+
+  // Opens or creates the journal at `path`, rebuilding seq, index and source offsets from the file. A
+  // torn last line (the agent died mid-write) is truncated away.
+  static StatusOr<std::shared_ptr<Journal>> Open(const std::string& path);
+  ~Journal();
+
+  // Appends events in order, assigning seqs; returns the last seq. Data reaches the OS page cache
+  // (survives an agent crash); Flush() makes it durable.
+  StatusOr<uint64_t> Append(std::vector<JournalEvent> events);
+  Status Flush();
+
+  // Up to `max_events` events with seq > after_seq, in order.
+  StatusOr<std::vector<JournalEvent>> Read(uint64_t after_seq, size_t max_events);
+
+  uint64_t last_seq() const;
+  // A finished journal belongs to a job in a final state: followers stop at its end.
+  void SetFinished(bool finished);
+  bool finished() const;
+
+  // Runs `fn` once as soon as last_seq() > after_seq or the journal is finished.
+  void NotifyWhenAfter(uint64_t after_seq, std::function<void()> fn);
+
+  // End offsets of the last journaled line per (rank, src), recovered by Open.
+  std::map<std::pair<int, int>, uint64_t> source_offsets() const;
+
+ private:
+  Journal(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  void FireWaitersLocked(std::vector<std::function<void()>>* out);
+
+  const std::string path_;
+  int fd_;
+  mutable std::mutex mu_;
+  uint64_t last_seq_ = 0;
+  uint64_t file_size_ = 0;
+  bool finished_ = false;
+  std::deque<JournalEvent> ring_;
+  std::vector<uint64_t> index_;  // index_[i] = file offset of seq i*kIndexEvery+1
+  std::vector<std::pair<uint64_t, std::function<void()>>> waiters_;
+  std::map<std::pair<int, int>, uint64_t> source_offsets_;
+};
+
+// Serialises one event as a journal line (with trailing newline); exposed for tests.
+std::string EncodeJournalLine(const JournalEvent& ev);
+bool DecodeJournalLine(const std::string& line, JournalEvent* ev);
+
+}  // namespace sftctl::agent

@@ -1,0 +1,74 @@
+// sftd: the sftctl agent daemon. See agent/daemon.h and docs/agent.md.
+#include <malloc.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "agent/daemon.h"
+
+int main(int argc, char** argv) {
+  // Few malloc arenas: gRPC, the pool and the event thread would otherwise each keep their own and
+  // hold on to freed chunk buffers (idle RSS matters on a rented host).
+  mallopt(M_ARENA_MAX, 2);
+  using sftctl::agent::DaemonOptions;
+  CLI::App app{"sftd: the sftctl agent daemon (runs fine-tuning jobs on this host)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", sftctl::agent::AgentVersion());
+
+  DaemonOptions opts;
+  std::string gpus;
+  auto* start =
+      app.add_subcommand("start", "start the agent (or report the running one) and print SFTD_READY {json}");
+  start->add_flag("--detach", opts.detach, "run in the background (idempotent: finds a running agent)");
+  start->add_option("--data-dir", opts.data_dir,
+                    "state, blobs and jobs (default $SFTD_DATA_DIR, "
+                    "$XDG_DATA_HOME/sftd or ~/.local/share/sftd)");
+  start->add_option("--port", opts.port, "TCP port (0: any free port)");
+  start->add_option("--listen", opts.listen, "address to listen on (non-loopback requires TLS)");
+  auto* gpus_opt =
+      start->add_option("--gpus", gpus, "GPU indices to use, e.g. 0,1 or none (default: nvidia-smi)");
+  start->add_option("--trainer", opts.trainer, "trainer binary (default: sftctl-trainer next to sftd)");
+  start->add_option("--tls-cert", opts.tls_cert,
+                    "PEM certificate chain (required for non-loopback --listen)");
+  start->add_option("--tls-key", opts.tls_key, "PEM private key");
+  start->add_option("--kill-grace-ms", opts.kill_grace_ms,
+                    "SIGTERM to SIGKILL grace period when stopping a job");
+  start->add_option("--poll-ms", opts.poll_ms, "how often running jobs' output and ranks are checked");
+  start->add_option("--heartbeat-s", opts.heartbeat_s,
+                    "default step heartbeat timeout (a job may set its own)");
+  start->add_option("--cpu-slots", opts.cpu_slots,
+                    "CPU ranks that may run at once (default: number of CPUs)");
+  start->add_option("--version-override", opts.version_override, "testing only")->group("");
+
+  std::string data_dir;
+  bool json = false;
+  auto* status = app.add_subcommand("status", "is the agent running? (exit 0 yes, 3 no)");
+  status->add_option("--data-dir", data_dir, "data dir of the agent");
+  status->add_flag("--json", json, "one JSON object");
+  int timeout_s = 15;
+  auto* stop =
+      app.add_subcommand("stop", "stop the agent (running jobs keep running; a restart re-attaches)");
+  stop->add_option("--data-dir", data_dir, "data dir of the agent");
+  stop->add_option("--timeout-s", timeout_s, "wait this long before SIGKILL");
+  auto* bridge = app.add_subcommand("bridge", "copy stdin/stdout to and from the agent's TCP socket");
+  bridge->add_option("--data-dir", data_dir, "data dir of the agent");
+
+  CLI11_PARSE(app, argc, argv);
+  // stdout carries exactly the one SFTD_READY line; logs go to stderr (sftd.log when detached).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("sftd"));
+  try {
+    if (*start) {
+      if (gpus_opt->count() > 0) opts.gpus = gpus;
+      return sftctl::agent::RunStart(opts);
+    }
+    if (*status) return sftctl::agent::RunStatus(data_dir, json);
+    if (*stop) return sftctl::agent::RunStop(data_dir, timeout_s);
+    if (*bridge) return sftctl::agent::RunBridge(data_dir);
+  } catch (const std::exception& e) {
+    std::cerr << "sftd: " << e.what() << "\n";
+    return 1;
+  }
+  return 2;
+}

@@ -1,0 +1,539 @@
+#include "agent/service.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <functional>
+#include <mutex>
+
+namespace sftctl::agent {
+namespace v1 = ::sftctl::v1;
+
+namespace {
+
+constexpr size_t kEventsPerMessage = 512;
+
+// A write reactor that fails at once (e.g. UNAUTHENTICATED) and deletes itself.
+template <typename T>
+class FailedWriter : public grpc::ServerWriteReactor<T> {
+ public:
+  explicit FailedWriter(const Status& s) { this->Finish(ToGrpc(s)); }
+  void OnDone() override { delete this; }
+};
+
+template <typename T>
+class FailedReader : public grpc::ServerReadReactor<T> {
+ public:
+  explicit FailedReader(const Status& s) { this->Finish(ToGrpc(s)); }
+  void OnDone() override { delete this; }
+};
+
+// Mutable state of a streaming RPC, outliving its reactor. `reactor` may only be used under `mu` while
+// !finished; FinishLocked is the single place that ends the RPC.
+template <typename Reactor>
+struct Shared {
+  std::mutex mu;
+  Reactor* reactor = nullptr;
+  bool finished = false;
+  void FinishLocked(const grpc::Status& s) {
+    if (finished) return;
+    finished = true;
+    reactor->Finish(s);
+  }
+};
+
+// ---- StreamEvents ------------------------------------------------------------------------------------
+
+class EventsReactor : public grpc::ServerWriteReactor<v1::StreamEventsResponse> {
+ public:
+  struct State : Shared<EventsReactor>, std::enable_shared_from_this<State> {
+    boost::asio::thread_pool* pool = nullptr;
+    Supervisor* supervisor = nullptr;
+    std::string job_id;
+    std::shared_ptr<Journal> journal;  // opened by the first Pump (reading it may touch the disk)
+    uint64_t after = 0;
+    bool follow = false;
+    v1::StreamEventsResponse msg;
+
+    void Schedule() {
+      auto self = shared_from_this();
+      boost::asio::post(*pool, [self] { self->Pump(); });
+    }
+    // Runs on the pool, never while a write is in flight.
+    void Pump() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (finished) return;
+      }
+      if (!journal) {
+        auto j = supervisor->JournalFor(job_id);
+        if (!j.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          return FinishLocked(ToGrpc(j.status()));
+        }
+        journal = *j;
+      }
+      auto events = journal->Read(after, kEventsPerMessage);
+      std::lock_guard<std::mutex> lock(mu);
+      if (finished) return;
+      if (!events.ok()) return FinishLocked(ToGrpc(events.status()));
+      if (!events->empty()) {
+        msg.Clear();
+        for (const JournalEvent& ev : *events) {
+          v1::Event* e = msg.add_events();
+          e->set_seq(ev.seq);
+          e->set_time_unix_ms(ev.time_ms);
+          e->set_kind(ev.kind);
+          e->set_rank(ev.rank);
+          e->set_text(ev.text);
+          e->set_state(ev.state);
+        }
+        after = events->back().seq;
+        reactor->StartWrite(&msg);
+        return;
+      }
+      if (follow && !journal->finished()) {
+        auto self = shared_from_this();
+        journal->NotifyWhenAfter(after, [self] { self->Schedule(); });
+        return;
+      }
+      if (follow && journal->last_seq() > after) return Schedule();  // finished meanwhile: drain the rest
+      FinishLocked(grpc::Status::OK);
+    }
+  };
+
+  explicit EventsReactor(std::shared_ptr<State> st) : st_(std::move(st)) {
+    st_->reactor = this;
+    st_->Schedule();
+  }
+  void OnWriteDone(bool ok) override {
+    if (ok) return st_->Schedule();
+    std::lock_guard<std::mutex> lock(st_->mu);
+    st_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
+  }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(st_->mu);
+    st_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<State> st_;
+};
+
+// ---- PullArtifact ------------------------------------------------------------------------------------
+
+class PullReactor : public grpc::ServerWriteReactor<v1::ArtifactChunk> {
+ public:
+  struct State : Shared<PullReactor>, std::enable_shared_from_this<State> {
+    boost::asio::thread_pool* pool = nullptr;
+    int fd = -1;
+    std::string path;
+    uint64_t pos = 0;
+    uint64_t size = 0;
+    std::string sha256;
+    size_t chunk = 1 << 20;
+    bool first = true;
+    // Double buffering: `cur` is being written while the pool reads the next chunk into `next`.
+    v1::ArtifactChunk cur, next;
+    bool in_flight = false, ready = false, reading = false, eof = false;
+    std::function<Status()> prep;  // runs first, on the pool
+
+    ~State() {
+      if (fd >= 0) ::close(fd);
+    }
+    void StartRead() {
+      reading = true;
+      auto self = shared_from_this();
+      boost::asio::post(*pool, [self] { self->Read(); });
+    }
+    void Read() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (finished) return;
+      }
+      if (prep) {
+        Status s = prep();
+        prep = nullptr;
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          return FinishLocked(ToGrpc(s));
+        }
+      }
+      next.Clear();
+      next.set_offset(pos);
+      if (first) {
+        next.set_total_size(size);
+        next.set_sha256(sha256);
+      }
+      size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, size - pos));
+      std::string* data = next.mutable_data();
+      data->resize(want);
+      size_t got = 0;
+      while (got < want) {
+        ssize_t n = ::pread(fd, data->data() + got, want - got, static_cast<off_t>(pos + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      reading = false;
+      if (finished) return;
+      if (got < want) {
+        return FinishLocked(ToGrpc(DataLossError("path: '" + path + "' shrank while being pulled")));
+      }
+      pos += got;
+      eof = pos >= size;
+      if (got > 0 || first) ready = true;
+      first = false;
+      ProceedLocked();
+    }
+    void ProceedLocked() {
+      if (finished) return;
+      if (!in_flight && ready) {
+        cur.Swap(&next);
+        ready = false;
+        in_flight = true;
+        reactor->StartWrite(&cur);
+        if (!eof && !reading) StartRead();
+      } else if (!in_flight && !ready && eof && !reading) {
+        FinishLocked(grpc::Status::OK);
+      }
+    }
+  };
+
+  explicit PullReactor(std::shared_ptr<State> st) : st_(std::move(st)) {
+    st_->reactor = this;
+    std::lock_guard<std::mutex> lock(st_->mu);
+    st_->StartRead();
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(st_->mu);
+    st_->in_flight = false;
+    if (!ok) return st_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
+    st_->ProceedLocked();
+  }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(st_->mu);
+    st_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<State> st_;
+};
+
+// ---- UploadBlob --------------------------------------------------------------------------------------
+
+class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
+ public:
+  struct State : Shared<UploadReactor>, std::enable_shared_from_this<State> {
+    boost::asio::thread_pool* pool = nullptr;
+    BlobStore* blobs = nullptr;
+    v1::BlobStatus* resp = nullptr;
+    v1::UploadBlobRequest req;
+    std::unique_ptr<BlobStore::Upload> upload;
+    std::string sha;
+
+    void Handle(bool ok) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (finished) return;
+      }
+      Status st;
+      bool done = false;
+      if (!ok) {  // the client half-closed: all bytes are here
+        if (!upload) {
+          st = InvalidArgumentError("sha256: no message received (the first must carry sha256 and size)");
+        } else {
+          st = upload->Finish();
+          if (st.ok()) {
+            resp->set_sha256(sha);
+            resp->set_complete(true);
+            resp->set_size(upload->written());
+            resp->set_path(blobs->BlobPath(sha));
+          }
+        }
+        done = true;
+      } else if (!upload) {
+        sha = req.sha256();
+        if (sha.empty()) st = InvalidArgumentError("sha256: the first message must carry sha256 and size");
+        if (st.ok()) {
+          auto begun = blobs->BeginUpload(sha, req.size(), req.offset());
+          if (begun.ok()) {
+            upload = std::move(*begun);
+          } else if (begun.status().code() == StatusCode::kAlreadyExists) {
+            auto stat = blobs->StatBlob(sha);
+            resp->set_sha256(sha);
+            resp->set_complete(true);
+            resp->set_size(stat.ok() ? stat->size : 0);
+            resp->set_deduplicated(true);
+            resp->set_path(blobs->BlobPath(sha));
+            done = true;
+          } else {
+            st = begun.status();
+          }
+        }
+      }
+      if (st.ok() && !done && ok) {
+        if (!req.sha256().empty() && req.sha256() != sha) {
+          st = InvalidArgumentError("sha256: changed within one upload");
+        } else {
+          st = upload->Write(req.data());
+        }
+      }
+      // Ending: close the upload first so a client that retries at once is not refused as a concurrent
+      // upload (the reactor itself may be deleted only later).
+      if (!st.ok() || done) upload.reset();
+      std::lock_guard<std::mutex> lock(mu);
+      if (finished) return;
+      if (!st.ok()) {
+        // A digest mismatch already deleted the partial bytes; other errors keep them for a resume.
+        return FinishLocked(ToGrpc(st));
+      }
+      if (done) return FinishLocked(grpc::Status::OK);
+      reactor->StartRead(&req);
+    }
+  };
+
+  explicit UploadReactor(std::shared_ptr<State> st) : st_(std::move(st)) {
+    st_->reactor = this;
+    StartRead(&st_->req);
+  }
+  void OnReadDone(bool ok) override {
+    auto st = st_;
+    boost::asio::post(*st->pool, [st, ok] { st->Handle(ok); });
+  }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(st_->mu);
+    st_->FinishLocked(
+        grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client; bytes kept for resume"));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<State> st_;
+};
+
+}  // namespace
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+}
+
+void JobToProto(const JobRecord& rec, const std::vector<HistoryRecord>* history, v1::Job* out) {
+  out->set_id(rec.id);
+  out->set_name(rec.name);
+  out->set_state(rec.state);
+  out->set_reason(rec.reason);
+  out->set_gpus(rec.gpus);
+  out->set_world_size(rec.world_size);
+  for (int g : rec.assigned_gpus) out->add_assigned_gpus(static_cast<uint32_t>(g));
+  out->set_restarts(rec.restarts);
+  out->set_max_restarts(rec.max_restarts);
+  out->set_created_unix_ms(rec.created_ms);
+  out->set_started_unix_ms(rec.started_ms);
+  out->set_finished_unix_ms(rec.finished_ms);
+  out->set_last_step(rec.last_step);
+  out->set_last_loss(rec.last_loss);
+  out->set_job_dir(rec.job_dir);
+  for (const RankRecord& k : rec.ranks) {
+    v1::RankStatus* r = out->add_ranks();
+    r->set_rank(static_cast<uint32_t>(k.rank));
+    r->set_pid(k.pid);
+    r->set_running(k.running);
+    r->set_exit_code(k.exit_code);
+    r->set_signal(k.signal);
+    r->set_exit_known(k.exit_known);
+  }
+  if (history) {
+    out->set_spec_json(rec.spec_json);
+    for (const HistoryRecord& h : *history) {
+      v1::StateChange* c = out->add_history();
+      c->set_state(h.state);
+      c->set_reason(h.reason);
+      c->set_time_unix_ms(h.time_ms);
+    }
+  }
+}
+
+AgentService::AgentService(ServiceDeps deps)
+    : deps_(std::move(deps)), pool_(deps_.worker_threads), started_(std::chrono::steady_clock::now()) {}
+
+AgentService::~AgentService() { pool_.join(); }
+
+#define SFT_AUTH_UNARY(ctx)                            \
+  auto* reactor = (ctx)->DefaultReactor();             \
+  if (Status a = deps_.auth->Check(*(ctx)); !a.ok()) { \
+    reactor->Finish(ToGrpc(a));                        \
+    return reactor;                                    \
+  }
+
+grpc::ServerUnaryReactor* AgentService::SubmitJob(grpc::CallbackServerContext* ctx,
+                                                  const v1::SubmitJobRequest* req, v1::Job* resp) {
+  SFT_AUTH_UNARY(ctx);
+  deps_.supervisor->Submit(*req, [reactor, resp](StatusOr<JobRecord> r) {
+    if (r.ok()) JobToProto(*r, nullptr, resp);
+    reactor->Finish(ToGrpc(r.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AgentService::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
+                                               v1::Job* resp) {
+  SFT_AUTH_UNARY(ctx);
+  boost::asio::post(pool_, [this, reactor, req, resp] {
+    auto rec = deps_.store->GetJob(req->job_id());
+    if (!rec.ok()) return reactor->Finish(ToGrpc(rec.status()));
+    auto hist = deps_.store->History(req->job_id());
+    if (!hist.ok()) return reactor->Finish(ToGrpc(hist.status()));
+    JobToProto(*rec, &*hist, resp);
+    auto journal = deps_.supervisor->JournalFor(req->job_id());
+    if (journal.ok()) resp->set_last_seq((*journal)->last_seq());
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AgentService::ListJobs(grpc::CallbackServerContext* ctx,
+                                                 const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
+  SFT_AUTH_UNARY(ctx);
+  boost::asio::post(pool_, [this, reactor, resp] {
+    auto jobs = deps_.store->ListJobs();
+    if (!jobs.ok()) return reactor->Finish(ToGrpc(jobs.status()));
+    for (const JobRecord& rec : *jobs) JobToProto(rec, nullptr, resp->add_jobs());
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AgentService::CancelJob(grpc::CallbackServerContext* ctx,
+                                                  const v1::CancelJobRequest* req, v1::Job* resp) {
+  SFT_AUTH_UNARY(ctx);
+  deps_.supervisor->Cancel(req->job_id(), [reactor, resp](StatusOr<JobRecord> r) {
+    if (r.ok()) JobToProto(*r, nullptr, resp);
+    reactor->Finish(ToGrpc(r.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::StreamEventsResponse>* AgentService::StreamEvents(
+    grpc::CallbackServerContext* ctx, const v1::StreamEventsRequest* req) {
+  if (Status a = deps_.auth->Check(*ctx); !a.ok()) return new FailedWriter<v1::StreamEventsResponse>(a);
+  auto st = std::make_shared<EventsReactor::State>();
+  st->pool = &pool_;
+  st->supervisor = deps_.supervisor;
+  st->job_id = req->job_id();
+  st->after = req->after_seq();
+  st->follow = req->follow();
+  return new EventsReactor(st);
+}
+
+grpc::ServerUnaryReactor* AgentService::ListArtifacts(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListArtifactsRequest* req,
+                                                      v1::ListArtifactsResponse* resp) {
+  SFT_AUTH_UNARY(ctx);
+  boost::asio::post(pool_, [this, reactor, req, resp] {
+    auto rec = deps_.store->GetJob(req->job_id());
+    if (!rec.ok()) return reactor->Finish(ToGrpc(rec.status()));
+    auto list = deps_.artifacts->List(rec->id, rec->job_dir);
+    if (!list.ok()) return reactor->Finish(ToGrpc(list.status()));
+    for (const ArtifactInfo& a : *list) {
+      v1::Artifact* p = resp->add_artifacts();
+      p->set_path(a.path);
+      p->set_size(a.size);
+      p->set_sha256(a.sha256);
+      p->set_mtime_unix_ms(a.mtime_ms);
+      p->set_checkpoint_step(a.checkpoint_step);
+      p->set_checkpoint_complete(a.checkpoint_complete);
+    }
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::ArtifactChunk>* AgentService::PullArtifact(grpc::CallbackServerContext* ctx,
+                                                                        const v1::PullArtifactRequest* req) {
+  if (Status a = deps_.auth->Check(*ctx); !a.ok()) return new FailedWriter<v1::ArtifactChunk>(a);
+  auto st = std::make_shared<PullReactor::State>();
+  st->pool = &pool_;
+  st->chunk = deps_.pull_chunk_bytes;
+  // Resolving, opening and hashing block: they run on the pool as the stream's first task.
+  st->prep = [this, st = st.get(), job_id = req->job_id(), rel = req->path(),
+              offset = req->offset()]() -> Status {
+    SFT_ASSIGN_OR_RETURN(JobRecord rec, deps_.store->GetJob(job_id));
+    SFT_ASSIGN_OR_RETURN(std::string abs, ResolveInside(rec.job_dir, rel));
+    int fd = ::open(abs.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return ErrnoError("cannot open", rel, errno);
+    st->fd = fd;
+    struct stat sb;
+    if (::fstat(fd, &sb) != 0) return ErrnoError("cannot stat", rel, errno);
+    st->size = static_cast<uint64_t>(sb.st_size);
+    st->path = rel;
+    if (offset > st->size) {
+      return OutOfRangeError("offset: " + std::to_string(offset) + " > size " + std::to_string(st->size) +
+                             " of '" + rel + "'");
+    }
+    st->pos = offset;
+    SFT_ASSIGN_OR_RETURN(st->sha256, deps_.artifacts->Hash(job_id, rel, abs));
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    return OkStatus();
+  };
+  return new PullReactor(st);
+}
+
+grpc::ServerUnaryReactor* AgentService::StatBlob(grpc::CallbackServerContext* ctx,
+                                                 const v1::StatBlobRequest* req, v1::BlobStatus* resp) {
+  SFT_AUTH_UNARY(ctx);
+  boost::asio::post(pool_, [this, reactor, req, resp] {
+    auto st = deps_.blobs->StatBlob(req->sha256());
+    if (!st.ok()) return reactor->Finish(ToGrpc(st.status()));
+    resp->set_sha256(req->sha256());
+    resp->set_complete(st->complete);
+    resp->set_size(st->size);
+    if (st->complete) resp->set_path(deps_.blobs->BlobPath(req->sha256()));
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerReadReactor<v1::UploadBlobRequest>* AgentService::UploadBlob(grpc::CallbackServerContext* ctx,
+                                                                         v1::BlobStatus* resp) {
+  if (Status a = deps_.auth->Check(*ctx); !a.ok()) return new FailedReader<v1::UploadBlobRequest>(a);
+  auto st = std::make_shared<UploadReactor::State>();
+  st->pool = &pool_;
+  st->blobs = deps_.blobs;
+  st->resp = resp;
+  return new UploadReactor(st);
+}
+
+grpc::ServerUnaryReactor* AgentService::Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* req,
+                                               v1::HealthResponse* resp) {
+  SFT_AUTH_UNARY(ctx);
+  SupervisorStats s = deps_.supervisor->Stats();
+  resp->set_ok(true);
+  resp->set_uptime_s(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_).count());
+  resp->set_jobs_running(s.running);
+  resp->set_jobs_queued(s.queued);
+  resp->set_gpus_total(s.gpus_total);
+  resp->set_gpus_free(s.gpus_free);
+  resp->set_pid(::getpid());
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AgentService::Version(grpc::CallbackServerContext* ctx,
+                                                const v1::VersionRequest* req, v1::VersionResponse* resp) {
+  SFT_AUTH_UNARY(ctx);
+  resp->set_version(deps_.version);
+  resp->set_protocol(1);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace sftctl::agent

@@ -1,0 +1,83 @@
+// AgentService: the sftctl.v1.Agent gRPC service on the callback API.
+//
+// One reactor per RPC. Reactions never block: anything that touches SQLite, files or hashing runs on a
+// small worker pool, and job state changes go through the Supervisor's event thread. Streaming reactors
+// keep their mutable state in a shared object guarded by a mutex, so late worker tasks or journal
+// notifications after the RPC ended find it marked finished instead of touching a deleted reactor.
+//
+// Thread safety: the service object is shared by all gRPC threads; it holds no mutable state itself.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "agent/artifacts.h"
+#include "agent/auth.h"
+#include "agent/blob_store.h"
+#include "agent/state_store.h"
+#include "agent/supervisor.h"
+#include "common/status.h"
+#include "sftctl/v1/agent.grpc.pb.h"
+
+namespace sftctl::agent {
+
+grpc::Status ToGrpc(const Status& s);
+// Fills `out` from a record; with `history`, includes the state history and spec.
+void JobToProto(const JobRecord& rec, const std::vector<HistoryRecord>* history, ::sftctl::v1::Job* out);
+
+struct ServiceDeps {
+  Supervisor* supervisor = nullptr;
+  StateStore* store = nullptr;
+  BlobStore* blobs = nullptr;
+  Artifacts* artifacts = nullptr;
+  const Authenticator* auth = nullptr;
+  std::string version;
+  size_t worker_threads = 2;
+  size_t pull_chunk_bytes = 1 << 20;
+};
+
+class AgentService final : public ::sftctl::v1::Agent::CallbackService {
+ public:
+  explicit AgentService(ServiceDeps deps);
+  // Waits for queued worker tasks. Call after the grpc::Server has shut down.
+  ~AgentService() override;
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
+                                      const ::sftctl::v1::SubmitJobRequest* req,
+                                      ::sftctl::v1::Job* resp) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const ::sftctl::v1::GetJobRequest* req,
+                                   ::sftctl::v1::Job* resp) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const ::sftctl::v1::ListJobsRequest* req,
+                                     ::sftctl::v1::ListJobsResponse* resp) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
+                                      const ::sftctl::v1::CancelJobRequest* req,
+                                      ::sftctl::v1::Job* resp) override;
+  grpc::ServerWriteReactor<::sftctl::v1::StreamEventsResponse>* StreamEvents(
+      grpc::CallbackServerContext* ctx, const ::sftctl::v1::StreamEventsRequest* req) override;
+  grpc::ServerUnaryReactor* ListArtifacts(grpc::CallbackServerContext* ctx,
+                                          const ::sftctl::v1::ListArtifactsRequest* req,
+                                          ::sftctl::v1::ListArtifactsResponse* resp) override;
+  grpc::ServerWriteReactor<::sftctl::v1::ArtifactChunk>* PullArtifact(
+      grpc::CallbackServerContext* ctx, const ::sftctl::v1::PullArtifactRequest* req) override;
+  grpc::ServerUnaryReactor* StatBlob(grpc::CallbackServerContext* ctx,
+                                     const ::sftctl::v1::StatBlobRequest* req,
+                                     ::sftctl::v1::BlobStatus* resp) override;
+  grpc::ServerReadReactor<::sftctl::v1::UploadBlobRequest>* UploadBlob(
+      grpc::CallbackServerContext* ctx, ::sftctl::v1::BlobStatus* resp) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const ::sftctl::v1::HealthRequest* req,
+                                   ::sftctl::v1::HealthResponse* resp) override;
+  grpc::ServerUnaryReactor* Version(grpc::CallbackServerContext* ctx, const ::sftctl::v1::VersionRequest* req,
+                                    ::sftctl::v1::VersionResponse* resp) override;
+
+ private:
+  ServiceDeps deps_;
+  boost::asio::thread_pool pool_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace sftctl::agent

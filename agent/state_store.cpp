@@ -1,0 +1,367 @@
+#include "agent/state_store.h"
+
+#include <sstream>
+
+namespace sftctl::agent {
+namespace {
+
+// A prepared statement that finalizes itself.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& Bind(int i, double v) {
+    sqlite3_bind_double(s_, i, v);
+    return *this;
+  }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(s_); }
+  int64_t Int(int col) { return sqlite3_column_int64(s_, col); }
+  double Double(int col) { return sqlite3_column_double(s_, col); }
+  std::string Text(int col) {
+    const unsigned char* p = sqlite3_column_text(s_, col);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(s_, col)) : std::string();
+  }
+  Status Error(const char* what) const {
+    return InternalError(std::string("sqlite ") + what + ": " + sqlite3_errmsg(db_));
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int rc_;
+};
+
+std::string JoinInts(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ",";
+    out += std::to_string(v[i]);
+  }
+  return out;
+}
+
+std::vector<int> SplitInts(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(std::stoi(item));
+  }
+  return out;
+}
+
+const char kSchema[] = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  num INTEGER PRIMARY KEY,
+  id TEXT UNIQUE NOT NULL,
+  name TEXT NOT NULL DEFAULT '',
+  client_request_id TEXT,
+  state INTEGER NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  gpus INTEGER NOT NULL,
+  world_size INTEGER NOT NULL,
+  assigned_gpus TEXT NOT NULL DEFAULT '',
+  restarts INTEGER NOT NULL DEFAULT 0,
+  max_restarts INTEGER NOT NULL DEFAULT 0,
+  heartbeat_s INTEGER NOT NULL DEFAULT 0,
+  created_ms INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL DEFAULT 0,
+  finished_ms INTEGER NOT NULL DEFAULT 0,
+  last_step INTEGER NOT NULL DEFAULT -1,
+  last_loss REAL NOT NULL DEFAULT 0,
+  pgid INTEGER NOT NULL DEFAULT 0,
+  job_dir TEXT NOT NULL,
+  spec_json TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_request_id ON jobs(client_request_id) WHERE client_request_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS ranks (
+  job_id TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  pid INTEGER NOT NULL,
+  start_time INTEGER NOT NULL,
+  running INTEGER NOT NULL,
+  exit_known INTEGER NOT NULL,
+  exit_code INTEGER NOT NULL,
+  signal INTEGER NOT NULL,
+  PRIMARY KEY (job_id, rank)
+);
+CREATE TABLE IF NOT EXISTS history (
+  job_id TEXT NOT NULL,
+  time_ms INTEGER NOT NULL,
+  state INTEGER NOT NULL,
+  reason TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS history_job ON history(job_id);
+CREATE TABLE IF NOT EXISTS blobs (
+  sha256 TEXT PRIMARY KEY,
+  size INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS artifact_hashes (
+  job_id TEXT NOT NULL,
+  path TEXT NOT NULL,
+  size INTEGER NOT NULL,
+  mtime_ns INTEGER NOT NULL,
+  sha256 TEXT NOT NULL,
+  PRIMARY KEY (job_id, path)
+);
+)sql";
+
+}  // namespace
+
+bool IsFinal(JobState s) {
+  return s == JobState::SUCCEEDED || s == JobState::FAILED || s == JobState::CANCELLED;
+}
+
+const char* JobStateName(JobState s) {
+  switch (s) {
+    case JobState::QUEUED:
+      return "QUEUED";
+    case JobState::RUNNING:
+      return "RUNNING";
+    case JobState::CANCELLING:
+      return "CANCELLING";
+    case JobState::SUCCEEDED:
+      return "SUCCEEDED";
+    case JobState::FAILED:
+      return "FAILED";
+    case JobState::CANCELLED:
+      return "CANCELLED";
+    default:
+      return "UNSPECIFIED";
+  }
+}
+
+StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return InternalError("cannot open database '" + path + "': " + msg);
+  }
+  std::unique_ptr<StateStore> store(new StateStore(db));
+  sqlite3_busy_timeout(db, 5000);
+  SFT_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  // FULL: a committed state change survives power loss too; state changes are rare.
+  SFT_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
+  SFT_RETURN_IF_ERROR(store->Exec(kSchema));
+  return store;
+}
+
+StateStore::~StateStore() { sqlite3_close(db_); }
+
+Status StateStore::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown";
+    sqlite3_free(err);
+    return InternalError(std::string("sqlite: ") + msg);
+  }
+  return OkStatus();
+}
+
+StatusOr<JobRecord> StateStore::InsertJob(JobRecord rec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SFT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  auto fail = [&](Status s) {
+    (void)Exec("ROLLBACK");
+    return s;
+  };
+  {
+    Stmt q(db_, "SELECT COALESCE(MAX(num), 0) + 1 FROM jobs");
+    if (q.Step() != SQLITE_ROW) return fail(q.Error("next job number"));
+    rec.num = q.Int(0);
+  }
+  rec.id = "job-" + std::to_string(rec.num);
+  if (!rec.job_dir.empty() && rec.job_dir.back() == '/') rec.job_dir += rec.id;
+  Stmt ins(db_,
+           "INSERT INTO jobs (num, id, name, client_request_id, state, reason, gpus, world_size, "
+           "max_restarts, heartbeat_s, created_ms, job_dir, spec_json) VALUES "
+           "(?1, ?2, ?3, NULLIF(?4, ''), ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+  ins.Bind(1, rec.num).Bind(2, rec.id).Bind(3, rec.name).Bind(4, rec.client_request_id);
+  ins.Bind(5, static_cast<int64_t>(rec.state)).Bind(6, rec.reason).Bind(7, static_cast<int64_t>(rec.gpus));
+  ins.Bind(8, static_cast<int64_t>(rec.world_size)).Bind(9, static_cast<int64_t>(rec.max_restarts));
+  ins.Bind(10, static_cast<int64_t>(rec.heartbeat_s)).Bind(11, rec.created_ms).Bind(12, rec.job_dir);
+  ins.Bind(13, rec.spec_json);
+  if (ins.Step() != SQLITE_DONE) return fail(ins.Error("insert job"));
+  Stmt h(db_, "INSERT INTO history (job_id, time_ms, state, reason) VALUES (?1, ?2, ?3, ?4)");
+  h.Bind(1, rec.id).Bind(2, rec.created_ms).Bind(3, static_cast<int64_t>(rec.state)).Bind(4, rec.reason);
+  if (h.Step() != SQLITE_DONE) return fail(h.Error("insert history"));
+  SFT_RETURN_IF_ERROR(Exec("COMMIT"));
+  return rec;
+}
+
+Status StateStore::SaveJob(const JobRecord& rec, const HistoryRecord* change) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SFT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  auto fail = [&](Status s) {
+    (void)Exec("ROLLBACK");
+    return s;
+  };
+  Stmt up(db_,
+          "UPDATE jobs SET state=?2, reason=?3, assigned_gpus=?4, restarts=?5, started_ms=?6, "
+          "finished_ms=?7, last_step=?8, last_loss=?9, pgid=?10, spec_json=?11, world_size=?12 WHERE id=?1");
+  up.Bind(1, rec.id).Bind(2, static_cast<int64_t>(rec.state)).Bind(3, rec.reason);
+  up.Bind(4, JoinInts(rec.assigned_gpus)).Bind(5, static_cast<int64_t>(rec.restarts));
+  up.Bind(6, rec.started_ms).Bind(7, rec.finished_ms).Bind(8, rec.last_step).Bind(9, rec.last_loss);
+  up.Bind(10, rec.pgid).Bind(11, rec.spec_json).Bind(12, static_cast<int64_t>(rec.world_size));
+  if (up.Step() != SQLITE_DONE) return fail(up.Error("update job"));
+  {
+    Stmt del(db_, "DELETE FROM ranks WHERE job_id=?1");
+    del.Bind(1, rec.id);
+    if (del.Step() != SQLITE_DONE) return fail(del.Error("delete ranks"));
+  }
+  for (const RankRecord& r : rec.ranks) {
+    Stmt ins(db_,
+             "INSERT INTO ranks (job_id, rank, pid, start_time, running, exit_known, exit_code, signal) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    ins.Bind(1, rec.id).Bind(2, static_cast<int64_t>(r.rank)).Bind(3, r.pid);
+    ins.Bind(4, static_cast<int64_t>(r.start_time)).Bind(5, static_cast<int64_t>(r.running));
+    ins.Bind(6, static_cast<int64_t>(r.exit_known)).Bind(7, static_cast<int64_t>(r.exit_code));
+    ins.Bind(8, static_cast<int64_t>(r.signal));
+    if (ins.Step() != SQLITE_DONE) return fail(ins.Error("insert rank"));
+  }
+  if (change != nullptr) {
+    Stmt h(db_, "INSERT INTO history (job_id, time_ms, state, reason) VALUES (?1, ?2, ?3, ?4)");
+    h.Bind(1, rec.id).Bind(2, change->time_ms).Bind(3, static_cast<int64_t>(change->state));
+    h.Bind(4, change->reason);
+    if (h.Step() != SQLITE_DONE) return fail(h.Error("insert history"));
+  }
+  return Exec("COMMIT");
+}
+
+StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_id) {
+  std::vector<JobRecord> out;
+  std::string sql =
+      "SELECT num, id, name, COALESCE(client_request_id, ''), state, reason, gpus, world_size, "
+      "assigned_gpus, restarts, max_restarts, heartbeat_s, created_ms, started_ms, finished_ms, last_step, "
+      "last_loss, pgid, job_dir, spec_json FROM jobs";
+  sql += where_id.empty() ? " ORDER BY num" : " WHERE id=?1";
+  Stmt q(db_, sql.c_str());
+  if (!where_id.empty()) q.Bind(1, where_id);
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    JobRecord r;
+    r.num = q.Int(0);
+    r.id = q.Text(1);
+    r.name = q.Text(2);
+    r.client_request_id = q.Text(3);
+    r.state = static_cast<JobState>(q.Int(4));
+    r.reason = q.Text(5);
+    r.gpus = static_cast<uint32_t>(q.Int(6));
+    r.world_size = static_cast<uint32_t>(q.Int(7));
+    r.assigned_gpus = SplitInts(q.Text(8));
+    r.restarts = static_cast<uint32_t>(q.Int(9));
+    r.max_restarts = static_cast<uint32_t>(q.Int(10));
+    r.heartbeat_s = static_cast<uint32_t>(q.Int(11));
+    r.created_ms = q.Int(12);
+    r.started_ms = q.Int(13);
+    r.finished_ms = q.Int(14);
+    r.last_step = q.Int(15);
+    r.last_loss = q.Double(16);
+    r.pgid = q.Int(17);
+    r.job_dir = q.Text(18);
+    r.spec_json = q.Text(19);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return q.Error("query jobs");
+  for (JobRecord& r : out) {
+    Stmt rq(db_,
+            "SELECT rank, pid, start_time, running, exit_known, exit_code, signal FROM ranks "
+            "WHERE job_id=?1 ORDER BY rank");
+    rq.Bind(1, r.id);
+    while ((rc = rq.Step()) == SQLITE_ROW) {
+      RankRecord k;
+      k.rank = static_cast<int>(rq.Int(0));
+      k.pid = rq.Int(1);
+      k.start_time = static_cast<uint64_t>(rq.Int(2));
+      k.running = rq.Int(3) != 0;
+      k.exit_known = rq.Int(4) != 0;
+      k.exit_code = static_cast<int>(rq.Int(5));
+      k.signal = static_cast<int>(rq.Int(6));
+      r.ranks.push_back(k);
+    }
+    if (rc != SQLITE_DONE) return rq.Error("query ranks");
+  }
+  return out;
+}
+
+StatusOr<JobRecord> StateStore::GetJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id.empty()) return NotFoundError("job_id: empty");
+  SFT_ASSIGN_OR_RETURN(auto jobs, QueryJobs(id));
+  if (jobs.empty()) return NotFoundError("job '" + id + "' not found");
+  return std::move(jobs.front());
+}
+
+StatusOr<std::vector<JobRecord>> StateStore::ListJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return QueryJobs("");
+}
+
+StatusOr<std::vector<HistoryRecord>> StateStore::History(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT state, reason, time_ms FROM history WHERE job_id=?1 ORDER BY rowid");
+  q.Bind(1, id);
+  std::vector<HistoryRecord> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    out.push_back({static_cast<JobState>(q.Int(0)), q.Text(1), q.Int(2)});
+  }
+  if (rc != SQLITE_DONE) return q.Error("query history");
+  return out;
+}
+
+StatusOr<std::optional<std::string>> StateStore::FindByRequestId(const std::string& client_request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT id FROM jobs WHERE client_request_id=?1");
+  q.Bind(1, client_request_id);
+  int rc = q.Step();
+  if (rc == SQLITE_ROW) return std::optional<std::string>(q.Text(0));
+  if (rc != SQLITE_DONE) return q.Error("find request id");
+  return std::optional<std::string>();
+}
+
+Status StateStore::PutBlob(const std::string& sha256, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "INSERT OR REPLACE INTO blobs (sha256, size) VALUES (?1, ?2)");
+  q.Bind(1, sha256).Bind(2, static_cast<int64_t>(size));
+  if (q.Step() != SQLITE_DONE) return q.Error("put blob");
+  return OkStatus();
+}
+
+std::optional<std::string> StateStore::CachedHash(const std::string& job_id, const std::string& path,
+                                                  uint64_t size, int64_t mtime_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT sha256 FROM artifact_hashes WHERE job_id=?1 AND path=?2 AND size=?3 AND mtime_ns=?4");
+  q.Bind(1, job_id).Bind(2, path).Bind(3, static_cast<int64_t>(size)).Bind(4, mtime_ns);
+  if (q.Step() == SQLITE_ROW) return q.Text(0);
+  return std::nullopt;
+}
+
+Status StateStore::PutCachedHash(const std::string& job_id, const std::string& path, uint64_t size,
+                                 int64_t mtime_ns, const std::string& sha256) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_,
+         "INSERT OR REPLACE INTO artifact_hashes (job_id, path, size, mtime_ns, sha256) "
+         "VALUES (?1, ?2, ?3, ?4, ?5)");
+  q.Bind(1, job_id).Bind(2, path).Bind(3, static_cast<int64_t>(size)).Bind(4, mtime_ns).Bind(5, sha256);
+  if (q.Step() != SQLITE_DONE) return q.Error("put artifact hash");
+  return OkStatus();
+}
+
+}  // namespace sftctl::agent

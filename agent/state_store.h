@@ -1,0 +1,100 @@
+// StateStore: the agent's durable truth in SQLite (WAL): jobs, their ranks and state history, blobs,
+// and the artifact hash cache. The agent restarts into whatever this holds.
+//
+// Thread safety: all methods are safe to call concurrently (one connection behind a mutex).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "sftctl/v1/agent.pb.h"
+
+namespace sftctl::agent {
+
+using JobState = ::sftctl::v1::JobState;
+
+bool IsFinal(JobState s);
+const char* JobStateName(JobState s);
+
+struct RankRecord {
+  int rank = 0;
+  int64_t pid = 0;
+  uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (clock ticks since boot)
+  bool running = false;
+  bool exit_known = false;
+  int exit_code = 0;
+  int signal = 0;
+};
+
+struct HistoryRecord {
+  JobState state = JobState::JOB_STATE_UNSPECIFIED;
+  std::string reason;
+  int64_t time_ms = 0;
+};
+
+struct JobRecord {
+  std::string id;   // "job-<num>"
+  int64_t num = 0;  // FIFO order
+  std::string name;
+  std::string client_request_id;
+  JobState state = JobState::QUEUED;
+  std::string reason;
+  uint32_t gpus = 0;
+  uint32_t world_size = 1;
+  std::vector<int> assigned_gpus;
+  uint32_t restarts = 0;
+  uint32_t max_restarts = 0;
+  uint32_t heartbeat_s = 0;
+  int64_t created_ms = 0;
+  int64_t started_ms = 0;
+  int64_t finished_ms = 0;
+  int64_t last_step = -1;
+  double last_loss = 0;
+  int64_t pgid = 0;
+  std::string job_dir;
+  std::string spec_json;
+  std::vector<RankRecord> ranks;
+};
+
+class StateStore {
+ public:
+  // Opens (creating if needed) the database at `path` in WAL mode.
+  static StatusOr<std::unique_ptr<StateStore>> Open(const std::string& path);
+  ~StateStore();
+
+  // Assigns num and id ("job-<num>") and inserts the job with a first history entry.
+  StatusOr<JobRecord> InsertJob(JobRecord rec);
+  // Writes every mutable column and the ranks; with `change`, appends it to the history in the same
+  // transaction.
+  Status SaveJob(const JobRecord& rec, const HistoryRecord* change);
+  StatusOr<JobRecord> GetJob(const std::string& id);
+  StatusOr<std::vector<JobRecord>> ListJobs();
+  StatusOr<std::vector<HistoryRecord>> History(const std::string& id);
+  // The id of the job submitted with this idempotency key, if any.
+  StatusOr<std::optional<std::string>> FindByRequestId(const std::string& client_request_id);
+
+  Status PutBlob(const std::string& sha256, uint64_t size);
+
+  // Artifact hash cache keyed by (job, path, size, mtime).
+  std::optional<std::string> CachedHash(const std::string& job_id, const std::string& path, uint64_t size,
+                                        int64_t mtime_ns);
+  Status PutCachedHash(const std::string& job_id, const std::string& path, uint64_t size, int64_t mtime_ns,
+                       const std::string& sha256);
+
+ private:
+  explicit StateStore(sqlite3* db) : db_(db) {}
+  Status Exec(const char* sql);
+  StatusOr<std::vector<JobRecord>> QueryJobs(const std::string& where_id);
+
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+}  // namespace sftctl::agent

@@ -1,0 +1,47 @@
+// `sftctl export --model DIR [--merge --adapter DIR] -o OUT`: write a Hugging Face model folder,
+// optionally with a LoRA adapter merged into the weights (runs sftctl-trainer).
+#include <iostream>
+
+#include "client/commands.h"
+#include "client/trainer_exec.h"
+
+namespace sftctl::client {
+
+void RegisterExportCommand(CLI::App& app, CommandContext& ctx) {
+  struct Args {
+    std::string model, adapter, out, dtype;
+    bool merge = false;
+    int64_t max_shard_size = 0;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("export", "Write an HF model folder, optionally merging a LoRA adapter");
+  cmd->add_option("--model", a->model, "Base model or checkpoint folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--adapter", a->adapter, "PEFT LoRA adapter folder (with --merge)")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_flag("--merge", a->merge, "Merge the adapter: W + (alpha/r) B A");
+  cmd->add_option("-o,--output", a->out, "The folder to create")->required();
+  cmd->add_option("--dtype", a->dtype, "fp32, bf16 or fp16 (default fp32)");
+  cmd->add_option("--max-shard-size", a->max_shard_size, "Shard above this many bytes (default 5e9)")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([a, &ctx] {
+    auto trainer = FindSiblingBinary("sftctl-trainer");
+    if (!trainer.ok()) {
+      std::cerr << "error: " << trainer.status().message() << std::endl;
+      ctx.exit_code = 2;
+      return;
+    }
+    std::vector<std::string> args = {"export", "--model", a->model, "-o", a->out};
+    if (a->merge) args.push_back("--merge");
+    if (!a->adapter.empty()) args.insert(args.end(), {"--adapter", a->adapter});
+    if (!a->dtype.empty()) args.insert(args.end(), {"--dtype", a->dtype});
+    if (a->max_shard_size > 0)
+      args.insert(args.end(), {"--max-shard-size", std::to_string(a->max_shard_size)});
+    auto code = RunChild(*trainer, args);
+    ctx.exit_code = code.ok() ? *code : 2;
+    if (!code.ok()) std::cerr << "error: " << code.status().message() << std::endl;
+  });
+}
+
+}  // namespace sftctl::client

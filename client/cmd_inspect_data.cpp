@@ -1,0 +1,120 @@
+// `sftctl inspect-data SPEC [-n N] [--color auto|always|never]`: shows how the first N
+// training samples are tokenized and which tokens are trained, then counts over all data:
+// samples, tokens, trained tokens, truncated and dropped samples.
+//
+// Trained tokens are green on a terminal and [in brackets] otherwise. Uses the same encoder
+// as the trainer (common/sft_data.h), without LibTorch. Errors print "error: ..." and exit 1.
+#include <unistd.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "client/commands.h"
+#include "common/bpe_tokenizer.h"
+#include "common/sft_data.h"
+#include "common/spec_yaml.h"
+#include "common/tokenizer_loader.h"
+
+namespace sftctl::client {
+namespace {
+
+struct InspectArgs {
+  std::string spec_path;
+  int64_t n = 3;
+  std::string color = "auto";
+};
+
+std::string Bytes(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  if (const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok)) return bpe->DecodeBytes(ids);
+  return tok.Decode(ids);
+}
+
+void PrintSample(const Tokenizer& tok, const EncodedSample& s, const std::string& where, bool color) {
+  int64_t trained = 0;
+  for (size_t i = 1; i < s.trained.size(); ++i) trained += s.trained[i];
+  std::cout << "── " << where << ": " << s.ids.size() << " tokens, " << trained << " trained"
+            << (s.truncated ? " (truncated)" : "") << "\n";
+  const char* on = color ? "\x1b[32m" : "[";
+  const char* off = color ? "\x1b[0m" : "]";
+  std::string text;
+  for (size_t i = 0; i < s.ids.size();) {
+    size_t j = i;
+    while (j < s.ids.size() && s.trained[j] == s.trained[i]) ++j;
+    const std::string piece = Bytes(tok, std::vector<int32_t>(s.ids.begin() + i, s.ids.begin() + j));
+    text += s.trained[i] ? on + piece + off : piece;
+    i = j;
+  }
+  std::cout << text << "\n";
+  std::cout << "ids:";
+  for (size_t i = 0; i < s.ids.size(); ++i) {
+    std::cout << ' ' << (s.trained[i] ? on : "") << s.ids[i] << (s.trained[i] ? off : "");
+  }
+  std::cout << "\n\n";
+}
+
+int InspectData(const InspectArgs& a) {
+  auto fail = [](const Status& s) {
+    std::cerr << "error: " << s.message() << std::endl;
+    return 1;
+  };
+  auto spec = LoadSpecFile(a.spec_path);
+  if (!spec.ok()) return fail(spec.status());
+  const std::string tok_dir = ResolveTokenizerSource(*spec);
+  auto tok = LoadTokenizer(tok_dir);
+  if (!tok.ok()) return fail(tok.status());
+  const bool color = a.color == "always" || (a.color == "auto" && ::isatty(1));
+
+  DataOptions opt;
+  opt.format = spec->data.format;
+  opt.max_seq_len = spec->data.max_seq_len;
+  opt.chat_template = spec->data.chat_template;
+  opt.tokenizer_dir = tok_dir;
+  SampleEncoder encoder(**tok, opt);
+  std::cout << "tokenizer: " << (*tok)->name() << ", max_seq_len " << spec->data.max_seq_len
+            << (spec->data.packing ? ", packing on" : "") << "\n\n";
+
+  int64_t shown = 0;
+  auto show = [&](const std::string& file, DataStats* stats) -> Status {
+    return encoder.ScanFile(file, stats, [&](EncodedSample& s) -> Status {
+      if (shown < a.n) {
+        PrintSample(**tok, s, file + ":" + std::to_string(s.line), color);
+        ++shown;
+      }
+      return OkStatus();
+    });
+  };
+  DataStats train, eval;
+  for (const auto& f : spec->data.train) {
+    if (Status s = show(f, &train); !s.ok()) return fail(s);
+  }
+  for (const auto& f : spec->data.eval) {
+    if (Status s = show(f, &eval); !s.ok()) return fail(s);
+  }
+  if (const ChatTemplate* chat = encoder.loaded_chat())
+    std::cout << "chat template: " << chat->description() << "\n";
+  auto line = [](const char* name, const DataStats& d) {
+    std::cout << name << ": " << d.samples << " samples, " << d.tokens << " tokens, " << d.trained_tokens
+              << " trained tokens, " << d.truncated << " truncated, " << d.dropped
+              << " dropped (no trained token left)\n";
+  };
+  line("train", train);
+  if (!spec->data.eval.empty()) line("eval", eval);
+  return 0;
+}
+
+}  // namespace
+
+void RegisterInspectDataCommand(CLI::App& app, CommandContext& ctx) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect-data",
+      "Show how the first N samples are tokenized and which tokens are trained, with data counts");
+  cmd->add_option("spec", args->spec_path, "job spec (YAML)")->required();
+  cmd->add_option("-n", args->n, "samples to show (default 3)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--color", args->color, "colour trained tokens: auto (on a terminal), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  cmd->callback([args, &ctx] { ctx.exit_code = InspectData(*args); });
+}
+
+}  // namespace sftctl::client

@@ -1,0 +1,77 @@
+#include "common/sha256.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+namespace sftctl {
+
+struct Sha256::Impl {
+  EVP_MD_CTX* ctx = nullptr;
+};
+
+Sha256::Sha256() : impl_(new Impl) {
+  impl_->ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr);
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(impl_->ctx); }
+
+void Sha256::Update(std::string_view data) { Update(data.data(), data.size()); }
+
+void Sha256::Update(const void* data, size_t size) {
+  if (size > 0) EVP_DigestUpdate(impl_->ctx, data, size);
+}
+
+std::string Sha256::HexDigest() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(impl_->ctx, md, &len);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(len * 2);
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[md[i] >> 4]);
+    out.push_back(kHex[md[i] & 15]);
+  }
+  return out;
+}
+
+std::string Sha256Hex(std::string_view data) {
+  Sha256 h;
+  h.Update(data);
+  return h.HexDigest();
+}
+
+StatusOr<std::string> Sha256File(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open", path, errno);
+  Sha256 h;
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return ErrnoError("cannot read", path, err);
+    }
+    if (n == 0) break;
+    h.Update(buf.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return h.HexDigest();
+}
+
+bool IsSha256Hex(std::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+}  // namespace sftctl

@@ -1,0 +1,40 @@
+// SHA-256 of byte strings and files (OpenSSL EVP), as lowercase hex.
+//
+// Used by the agent (blob store, artifacts) and the client (uploads, verified pulls).
+// Thread safety: Sha256 objects are used by one thread at a time; the free functions are reentrant.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace sftctl {
+
+// Incremental SHA-256.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
+  void Update(std::string_view data);
+  void Update(const void* data, size_t size);
+  // Returns the 64-digit lowercase hex digest; the object must not be updated afterwards.
+  std::string HexDigest();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+std::string Sha256Hex(std::string_view data);
+// Hashes the whole file. Errors: NOT_FOUND / PERMISSION_DENIED style ErrnoError on open/read failure.
+StatusOr<std::string> Sha256File(const std::string& path);
+// True if `s` is 64 lowercase hex digits.
+bool IsSha256Hex(std::string_view s);
+
+}  // namespace sftctl

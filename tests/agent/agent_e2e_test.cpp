@@ -1,0 +1,660 @@
+// End-to-end tests of the real `sftd` binary with the stub trainer (see stub_trainer.cpp).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <map>
+
+#include "agent_test_util.h"
+#include "common/sha256.h"
+
+namespace sftctl::agent::testing {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+struct Pulled {
+  grpc::Status status;
+  std::string data;
+  std::string sha256;
+  uint64_t total = 0;
+};
+
+Pulled Pull(Agent& a, const std::string& job, const std::string& path, uint64_t offset = 0) {
+  v1::PullArtifactRequest req;
+  req.set_job_id(job);
+  req.set_path(path);
+  req.set_offset(offset);
+  auto ctx = a.Ctx();
+  auto reader = a.stub()->PullArtifact(ctx.get(), req);
+  Pulled out;
+  v1::ArtifactChunk c;
+  bool first = true;
+  while (reader->Read(&c)) {
+    if (first) {
+      out.sha256 = c.sha256();
+      out.total = c.total_size();
+      first = false;
+    }
+    EXPECT_EQ(c.offset(), offset + out.data.size());
+    out.data += c.data();
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+grpc::Status Upload(Agent& a, const std::string& sha, const std::string& data, uint64_t size, uint64_t offset,
+                    v1::BlobStatus* resp, const std::string& token_override = "") {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + (token_override.empty() ? a.token() : token_override));
+  ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+  auto writer = a.stub()->UploadBlob(&ctx, resp);
+  v1::UploadBlobRequest first;
+  first.set_sha256(sha);
+  first.set_size(size);
+  first.set_offset(offset);
+  writer->Write(first);
+  for (size_t i = 0; i < data.size(); i += 1000) {
+    v1::UploadBlobRequest m;
+    m.set_data(data.substr(i, 1000));
+    if (!writer->Write(m)) break;
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+class AgentE2E : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (pid_t g : groups_) KillGroup(g);
+  }
+  // Remembers a job's process group so a failing test cannot leak processes.
+  void Track(const v1::Job& j) {
+    if (j.ranks_size() > 0) groups_.push_back(static_cast<pid_t>(j.ranks(0).pid()));
+  }
+  TempDir dir_;
+  std::vector<pid_t> groups_;
+};
+
+TEST_F(AgentE2E, SubmitStreamCompleteListAndPullArtifacts) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job job;
+  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 5}, {"model_bytes", 3 << 20}}), &job).ok());
+  EXPECT_EQ(job.id(), "job-1");
+  std::vector<v1::Event> events = a.Events(job.id(), 0, /*follow=*/true);
+  ASSERT_FALSE(events.empty());
+  std::vector<v1::JobState> states;
+  int steps = 0;
+  bool saw_stdout = false, saw_stderr = false;
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].seq(), i + 1) << "gap or reorder in the journal";
+    if (events[i].kind() == v1::Event::STATE) states.push_back(events[i].state());
+    if (events[i].kind() == v1::Event::METRIC && events[i].text().find("\"step\"") != std::string::npos &&
+        nlohmann::json::parse(events[i].text())["event"] == "step") {
+      ++steps;
+    }
+    saw_stdout |= events[i].kind() == v1::Event::STDOUT && events[i].text() == "step 3";
+    saw_stderr |= events[i].kind() == v1::Event::STDERR && events[i].text() == "stub stderr line";
+  }
+  EXPECT_EQ(states, (std::vector<v1::JobState>{v1::QUEUED, v1::RUNNING, v1::SUCCEEDED}));
+  EXPECT_EQ(steps, 5);
+  EXPECT_TRUE(saw_stdout);
+  EXPECT_TRUE(saw_stderr);
+  EXPECT_EQ(events.back().kind(), v1::Event::STATE);
+
+  v1::Job done = a.Get(job.id());
+  EXPECT_EQ(done.state(), v1::SUCCEEDED);
+  EXPECT_EQ(done.reason(), "all 1 rank(s) exited 0");
+  EXPECT_EQ(done.last_step(), 5);
+  EXPECT_EQ(done.last_seq(), events.back().seq());
+  ASSERT_EQ(done.ranks_size(), 1);
+  EXPECT_TRUE(done.ranks(0).exit_known());
+  EXPECT_EQ(done.ranks(0).exit_code(), 0);
+  // The effective spec points output_dir at the job's run folder.
+  EXPECT_EQ(nlohmann::json::parse(done.spec_json())["output_dir"], done.job_dir() + "/run");
+
+  v1::ListArtifactsRequest lreq;
+  lreq.set_job_id(job.id());
+  v1::ListArtifactsResponse list;
+  ASSERT_TRUE(a.stub()->ListArtifacts(a.Ctx().get(), lreq, &list).ok());
+  std::map<std::string, v1::Artifact> by_path;
+  for (const auto& art : list.artifacts()) by_path[art.path()] = art;
+  ASSERT_TRUE(by_path.count("run/checkpoint-000005/model.bin"));
+  const v1::Artifact& model = by_path["run/checkpoint-000005/model.bin"];
+  EXPECT_EQ(model.size(), 3u << 20);
+  EXPECT_EQ(model.checkpoint_step(), 5);
+  EXPECT_TRUE(model.checkpoint_complete());
+  std::string local = done.job_dir() + "/run/checkpoint-000005/model.bin";
+  EXPECT_EQ(model.sha256(), *Sha256File(local));
+
+  Pulled p = Pull(a, job.id(), model.path());
+  ASSERT_TRUE(p.status.ok()) << p.status.error_message();
+  EXPECT_EQ(p.total, model.size());
+  EXPECT_EQ(p.sha256, model.sha256());
+  EXPECT_EQ(Sha256Hex(p.data), model.sha256());
+  // Resume from an offset: the rest completes the file.
+  Pulled rest = Pull(a, job.id(), model.path(), 1234567);
+  ASSERT_TRUE(rest.status.ok()) << rest.status.error_message();
+  EXPECT_EQ(p.data.substr(0, 1234567) + rest.data, p.data);
+  Pulled past = Pull(a, job.id(), model.path(), model.size() + 1);
+  EXPECT_EQ(past.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+}
+
+TEST_F(AgentE2E, StreamEventsFromMiddleSeqGivesExactlyTheRest) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job job;
+  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 20}, {"step_ms", 5}, {"log_lines", 3}}), &job).ok());
+  a.WaitState(job.id(), v1::SUCCEEDED);
+  std::vector<v1::Event> all = a.Events(job.id(), 0, false);
+  ASSERT_GT(all.size(), 80u);
+  uint64_t mid = all.size() / 2;
+  std::vector<v1::Event> rest = a.Events(job.id(), mid, false);
+  ASSERT_EQ(rest.size(), all.size() - mid);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    EXPECT_EQ(rest[i].seq(), mid + 1 + i);
+    EXPECT_EQ(rest[i].text(), all[mid + i].text());
+  }
+  EXPECT_TRUE(a.Events(job.id(), all.size(), false).empty());
+  // A follower of a finished job gets the rest and ends.
+  EXPECT_EQ(a.Events(job.id(), all.size() - 1, true).size(), 1u);
+  grpc::Status s;
+  a.Events("job-404", 0, false, &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(AgentE2E, CancelMidRunLeavesNoProcessOfTheJob) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job job;
+  // Ignores SIGTERM (forces the SIGKILL escalation) and forks a child that must die too.
+  ASSERT_TRUE(
+      a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}, {"ignore_term", true}, {"spawn_child", true}}),
+               &job, 0, 2)
+          .ok());
+  v1::Job running =
+      a.WaitJob(job.id(), [](const v1::Job& j) { return j.state() == v1::RUNNING && j.last_step() >= 2; });
+  Track(running);
+  ASSERT_EQ(running.ranks_size(), 2);
+  pid_t pgid = static_cast<pid_t>(running.ranks(0).pid());
+  EXPECT_GE(GroupMembers(pgid).size(), 4u);  // 2 ranks + 2 children
+
+  v1::CancelJobRequest creq;
+  creq.set_job_id(job.id());
+  v1::Job cancelling;
+  ASSERT_TRUE(a.stub()->CancelJob(a.Ctx().get(), creq, &cancelling).ok());
+  EXPECT_EQ(cancelling.state(), v1::CANCELLING);
+  v1::Job done = a.WaitState(job.id(), v1::CANCELLED);
+  EXPECT_EQ(done.reason(), "cancelled by user");
+  EXPECT_TRUE(GroupMembers(pgid).empty());
+  for (const auto& r : done.ranks()) {
+    EXPECT_FALSE(ProcessAlive(static_cast<pid_t>(r.pid())));
+    EXPECT_EQ(r.signal(), SIGKILL) << "SIGTERM was ignored, so the grace period must end in SIGKILL";
+  }
+  v1::Job again;
+  grpc::Status s = a.stub()->CancelJob(a.Ctx().get(), creq, &again);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("CANCELLED"), std::string::npos);
+  creq.set_job_id("job-99");
+  EXPECT_EQ(a.stub()->CancelJob(a.Ctx().get(), creq, &again).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(AgentE2E, AgentSigkillRestartReattachesLiveJobKeepsQueuedJob) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start({"--gpus", "0"}));
+  v1::Job j1, j2;
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}}), &j1, 1).ok());
+  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 2}}), &j2, 1).ok());
+  v1::Job r1 = a.WaitJob(j1.id(), [](const v1::Job& j) { return j.last_step() >= 2; });
+  Track(r1);
+  EXPECT_EQ(a.Get(j2.id()).state(), v1::QUEUED);
+  uint64_t seq_before = r1.last_seq();
+  a.Kill();
+
+  Agent b(dir_.path());
+  ASSERT_TRUE(b.Start({"--gpus", "0"}));
+  v1::Job after = b.Get(j1.id());
+  EXPECT_EQ(after.state(), v1::RUNNING);
+  ASSERT_EQ(after.ranks_size(), 1);
+  EXPECT_EQ(after.ranks(0).pid(), r1.ranks(0).pid());
+  EXPECT_EQ(b.Get(j2.id()).state(), v1::QUEUED);
+  // Re-attached: progress keeps flowing into the same journal, with no gap.
+  v1::Job progressed =
+      b.WaitJob(j1.id(), [&](const v1::Job& j) { return j.last_step() >= r1.last_step() + 3; });
+  EXPECT_GT(progressed.last_seq(), seq_before);
+  std::vector<v1::Event> ev = b.Events(j1.id(), 0, false);
+  for (size_t i = 0; i < ev.size(); ++i) ASSERT_EQ(ev[i].seq(), i + 1);
+
+  v1::CancelJobRequest creq;
+  creq.set_job_id(j1.id());
+  v1::Job tmp;
+  ASSERT_TRUE(b.stub()->CancelJob(b.Ctx().get(), creq, &tmp).ok());
+  b.WaitState(j1.id(), v1::CANCELLED);
+  EXPECT_TRUE(GroupMembers(static_cast<pid_t>(r1.ranks(0).pid())).empty());
+  // The GPU is free again: the queued job runs to completion.
+  b.WaitState(j2.id(), v1::SUCCEEDED);
+}
+
+TEST_F(AgentE2E, RanksDyingWhileAgentDownFailWithAgentRestartAndRequeue) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job j1, j2;
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}}), &j1).ok());
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}}), &j2, 0, 1, /*max_restarts=*/1).ok());
+  v1::Job r1 = a.WaitJob(j1.id(), [](const v1::Job& j) { return j.last_step() >= 1; });
+  v1::Job r2 = a.WaitJob(j2.id(), [](const v1::Job& j) { return j.last_step() >= 1; });
+  Track(r1);
+  Track(r2);
+  a.Kill();
+  for (const v1::Job& j : {r1, r2}) {
+    pid_t pgid = static_cast<pid_t>(j.ranks(0).pid());
+    KillGroup(pgid);
+    ASSERT_TRUE(WaitFor([&] { return GroupMembers(pgid).empty(); }));
+  }
+
+  Agent b(dir_.path());
+  ASSERT_TRUE(b.Start());
+  v1::Job f1 = b.WaitState(j1.id(), v1::FAILED);
+  EXPECT_NE(f1.reason().find("agent-restart"), std::string::npos) << f1.reason();
+  // j2 had a restart budget: re-queued with the reason, then relaunched.
+  v1::Job again =
+      b.WaitJob(j2.id(), [](const v1::Job& j) { return j.state() == v1::RUNNING && j.restarts() == 1; });
+  Track(again);
+  bool saw_requeue = false;
+  v1::Job j2_now = b.Get(j2.id());
+  for (const auto& h : j2_now.history()) {
+    saw_requeue |= h.state() == v1::QUEUED && h.reason().find("agent-restart") != std::string::npos;
+  }
+  EXPECT_TRUE(saw_requeue);
+  EXPECT_NE(again.ranks(0).pid(), r2.ranks(0).pid());
+  v1::CancelJobRequest creq;
+  creq.set_job_id(j2.id());
+  v1::Job tmp;
+  ASSERT_TRUE(b.stub()->CancelJob(b.Ctx().get(), creq, &tmp).ok());
+  b.WaitState(j2.id(), v1::CANCELLED);
+}
+
+TEST_F(AgentE2E, SigkillOneRankFailsJobNamingSignalAndStopsOthers) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job job;
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}}), &job, 0, 3).ok());
+  v1::Job running = a.WaitJob(job.id(), [](const v1::Job& j) { return j.last_step() >= 1; });
+  Track(running);
+  ASSERT_EQ(running.ranks_size(), 3);
+  ::kill(static_cast<pid_t>(running.ranks(1).pid()), SIGKILL);
+  v1::Job failed = a.WaitState(job.id(), v1::FAILED);
+  EXPECT_EQ(failed.reason(), "rank 1 killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(failed.ranks(1).signal(), SIGKILL);
+  for (const auto& r : failed.ranks()) {
+    EXPECT_FALSE(r.running());
+    EXPECT_FALSE(ProcessAlive(static_cast<pid_t>(r.pid()))) << "rank " << r.rank();
+  }
+  EXPECT_EQ(failed.ranks(0).signal(), SIGTERM) << "the surviving ranks get SIGTERM";
+  EXPECT_TRUE(GroupMembers(static_cast<pid_t>(running.ranks(0).pid())).empty());
+}
+
+TEST_F(AgentE2E, CrashWithRestartBudgetResumesFromCheckpoint) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job job;
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "crash"},
+                                 {"steps", 6},
+                                 {"checkpoint_every", 2},
+                                 {"crash_at", 4},
+                                 {"crash_once", true},
+                                 {"exit_code", 7}}),
+                       &job, 0, 1, /*max_restarts=*/2)
+                  .ok());
+  v1::Job done = a.WaitJob(
+      job.id(), [](const v1::Job& j) { return j.state() == v1::SUCCEEDED || j.state() == v1::FAILED; });
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.restarts(), 1u);
+  bool saw = false;
+  for (const auto& h : done.history()) {
+    saw |= h.state() == v1::QUEUED && h.reason().find("rank 0 exited with code 7") != std::string::npos;
+  }
+  EXPECT_TRUE(saw);
+  bool resumed = false;
+  for (const auto& e : a.Events(job.id(), 0, false))
+    resumed |= e.text().find("resume_from=2") != std::string::npos;
+  EXPECT_TRUE(resumed) << "the relaunch resumes from checkpoint-000002";
+}
+
+TEST_F(AgentE2E, HangBecomesFailedHang) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job job;
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "hang"}, {"hang_after", 1}, {"step_ms", 10}}), &job, 0, 1, 0,
+                       /*heartbeat_s=*/1)
+                  .ok());
+  v1::Job failed = a.WaitState(job.id(), v1::FAILED);
+  Track(failed);
+  EXPECT_EQ(failed.reason(), "hang: no step event for 1 s");
+  EXPECT_EQ(failed.last_step(), 1);
+  EXPECT_TRUE(GroupMembers(static_cast<pid_t>(failed.ranks(0).pid())).empty());
+}
+
+TEST_F(AgentE2E, MissingOrWrongTokenIsUnauthenticated) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  struct stat st;
+  ASSERT_EQ(::stat(a.ready()["token_file"].get<std::string>().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  for (const std::string& header :
+       std::vector<std::string>{"", "Bearer nope", "Basic " + a.token(), "Bearer " + a.token() + "x"}) {
+    grpc::ClientContext ctx;
+    if (!header.empty()) ctx.AddMetadata("authorization", header);
+    v1::VersionResponse v;
+    grpc::Status s = a.stub()->Version(&ctx, v1::VersionRequest(), &v);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << header;
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::StreamEventsRequest req;
+    req.set_job_id("job-1");
+    auto reader = a.stub()->StreamEvents(&ctx, req);
+    v1::StreamEventsResponse m;
+    EXPECT_FALSE(reader->Read(&m));
+    grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(s.error_message(), "missing 'authorization: Bearer <token>' metadata");
+  }
+  {
+    v1::BlobStatus resp;
+    grpc::Status s = Upload(a, Sha256Hex("x"), "x", 1, 0, &resp, "wrong");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(s.error_message(), "wrong bearer token");
+  }
+  v1::VersionResponse v;
+  ASSERT_TRUE(a.stub()->Version(a.Ctx().get(), v1::VersionRequest(), &v).ok());
+  EXPECT_EQ(v.protocol(), 1u);
+  EXPECT_EQ(v.version(), a.ready()["version"]);
+}
+
+TEST_F(AgentE2E, PathTraversalAndSymlinkEscapeAreRejected) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job job;
+  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 1}}), &job).ok());
+  v1::Job done = a.WaitState(job.id(), v1::SUCCEEDED);
+  std::string secret = dir_.path() + "/secret.txt";
+  std::ofstream(secret) << "top secret";
+  std::filesystem::create_symlink(secret, done.job_dir() + "/run/evil");
+  std::filesystem::create_symlink("../../../token", done.job_dir() + "/run/evil2");
+  std::filesystem::create_symlink(done.job_dir() + "/spec.json", done.job_dir() + "/run/ok-link");
+
+  EXPECT_EQ(Pull(a, job.id(), "../../token").status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Pull(a, job.id(), "run/../../../token").status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  Pulled abs = Pull(a, job.id(), secret);
+  EXPECT_EQ(abs.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(abs.status.error_message().find("absolute"), std::string::npos);
+  Pulled evil = Pull(a, job.id(), "run/evil");
+  EXPECT_EQ(evil.status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(evil.data.empty());
+  EXPECT_EQ(Pull(a, job.id(), "run/evil2").status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Pull(a, job.id(), "run/missing").status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Pull(a, job.id(), "run").status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Pull(a, "job-77", "spec.json").status.error_code(), grpc::StatusCode::NOT_FOUND);
+  // A symlink that stays inside the job folder is fine.
+  Pulled ok = Pull(a, job.id(), "run/ok-link");
+  ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.data, ReadFile(done.job_dir() + "/spec.json"));
+  // Listing never includes symlinks.
+  v1::ListArtifactsRequest lreq;
+  lreq.set_job_id(job.id());
+  v1::ListArtifactsResponse list;
+  ASSERT_TRUE(a.stub()->ListArtifacts(a.Ctx().get(), lreq, &list).ok());
+  for (const auto& art : list.artifacts()) EXPECT_EQ(art.path().find("evil"), std::string::npos);
+}
+
+TEST_F(AgentE2E, MalformedSpecIsInvalidArgumentNamingTheField) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::SubmitJobRequest req;
+  v1::Job job;
+  auto submit = [&]() { return a.stub()->SubmitJob(a.Ctx().get(), req, &job); };
+  req.set_spec_json("[1, 2]");
+  grpc::Status s = submit();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "spec_json: not a JSON object");
+  req.set_spec_json("{\"output_dir\": 5}");
+  s = submit();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "spec_json.output_dir: must be a string");
+  req.set_spec_json("{not json");
+  s = submit();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().rfind("spec_json: not valid JSON", 0), 0u) << s.error_message();
+  req.set_spec_json("{\"data\": {}}");
+  auto* ref = req.add_blobs();
+  ref->set_json_pointer("data/train");  // missing leading '/'
+  ref->set_sha256(Sha256Hex("x"));
+  s = submit();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().rfind("blobs[0].json_pointer", 0), 0u) << s.error_message();
+  ref->set_json_pointer("/nope/train");
+  s = submit();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().rfind("blobs[0].json_pointer", 0), 0u) << s.error_message();
+  ref->set_json_pointer("/data/train");
+  s = submit();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("not uploaded"), std::string::npos);
+  req.clear_blobs();
+  req.set_gpus(1);
+  s = submit();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(), "gpus: job wants 1 GPUs, host has 0");
+  req.set_cpu_ranks(2);
+  s = submit();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().rfind("cpu_ranks", 0), 0u);
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(a.stub()->ListJobs(a.Ctx().get(), v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0) << "rejected submissions leave no job behind";
+}
+
+TEST_F(AgentE2E, UploadBlobVerifiesResumesDeduplicatesAndFeedsSpec) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  std::string data(100000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
+  std::string sha = Sha256Hex(data);
+  std::string blob_path = a.data_dir() + "/blobs/" + sha;
+
+  // Wrong bytes for the digest: rejected, nothing stored.
+  v1::BlobStatus resp;
+  std::string bad = data;
+  bad[500] ^= 1;
+  grpc::Status s = Upload(a, sha, bad, data.size(), 0, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_NE(s.error_message().find("nothing stored"), std::string::npos);
+  v1::StatBlobRequest sreq;
+  sreq.set_sha256(sha);
+  v1::BlobStatus st;
+  ASSERT_TRUE(a.stub()->StatBlob(a.Ctx().get(), sreq, &st).ok());
+  EXPECT_FALSE(st.complete());
+  EXPECT_EQ(st.size(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(blob_path));
+  EXPECT_FALSE(std::filesystem::exists(a.data_dir() + "/blobs/partial/" + sha));
+
+  // A half upload is kept; resuming at the wrong offset is refused; the right one completes.
+  s = Upload(a, sha, data.substr(0, 40000), data.size(), 0, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS);
+  ASSERT_TRUE(a.stub()->StatBlob(a.Ctx().get(), sreq, &st).ok());
+  EXPECT_EQ(st.size(), 40000u);
+  s = Upload(a, sha, data.substr(30000), data.size(), 30000, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  s = Upload(a, sha, data.substr(40000), data.size(), 40000, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(resp.complete());
+  EXPECT_FALSE(resp.deduplicated());
+  EXPECT_EQ(ReadFile(blob_path), data);
+  // Again: deduplicated, no bytes needed.
+  v1::BlobStatus again;
+  s = Upload(a, sha, "", data.size(), 0, &again);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(again.deduplicated());
+  sreq.set_sha256("ABC");
+  EXPECT_EQ(a.stub()->StatBlob(a.Ctx().get(), sreq, &st).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // The blob feeds a job: the spec field is rewritten to the blob's path.
+  v1::SubmitJobRequest req;
+  req.set_spec_json(StubSpec({{"steps", 1}}).dump());
+  auto* ref = req.add_blobs();
+  ref->set_json_pointer("/train_file");
+  ref->set_sha256(sha);
+  req.set_client_request_id("req-1");
+  v1::Job job, job2;
+  ASSERT_TRUE(a.stub()->SubmitJob(a.Ctx().get(), req, &job).ok());
+  ASSERT_TRUE(a.stub()->SubmitJob(a.Ctx().get(), req, &job2).ok());
+  EXPECT_EQ(job2.id(), job.id()) << "same client_request_id: same job";
+  v1::Job done = a.WaitState(job.id(), v1::SUCCEEDED);
+  EXPECT_EQ(nlohmann::json::parse(done.spec_json())["train_file"], blob_path);
+}
+
+TEST_F(AgentE2E, TwoJobsWantingMoreGpusThanExistOneQueued) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start({"--gpus", "0,1"}));
+  v1::Job j1, j2;
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}}), &j1, 2).ok());
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}}), &j2, 2).ok());
+  v1::Job r1 = a.WaitJob(j1.id(), [](const v1::Job& j) { return j.last_step() >= 1; });
+  Track(r1);
+  EXPECT_EQ(r1.state(), v1::RUNNING);
+  EXPECT_EQ(std::vector<uint32_t>(r1.assigned_gpus().begin(), r1.assigned_gpus().end()),
+            (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(r1.world_size(), 2u);
+  EXPECT_EQ(a.Get(j2.id()).state(), v1::QUEUED);
+  v1::HealthResponse h;
+  ASSERT_TRUE(a.stub()->Health(a.Ctx().get(), v1::HealthRequest(), &h).ok());
+  EXPECT_EQ(h.gpus_total(), 2u);
+  EXPECT_EQ(h.gpus_free(), 0u);
+  EXPECT_EQ(h.jobs_queued(), 1u);
+  bool env_ok = false;
+  for (const auto& e : a.Events(j1.id(), 0, false)) {
+    env_ok |= e.rank() == 1 && e.text().find("world 2 CUDA_VISIBLE_DEVICES=0,1") != std::string::npos;
+  }
+  EXPECT_TRUE(env_ok);
+  v1::CancelJobRequest creq;
+  creq.set_job_id(j1.id());
+  v1::Job tmp;
+  ASSERT_TRUE(a.stub()->CancelJob(a.Ctx().get(), creq, &tmp).ok());
+  v1::Job r2 = a.WaitJob(j2.id(), [](const v1::Job& j) { return j.state() == v1::RUNNING; });
+  Track(r2);
+  creq.set_job_id(j2.id());
+  ASSERT_TRUE(a.stub()->CancelJob(a.Ctx().get(), creq, &tmp).ok());
+  a.WaitState(j2.id(), v1::CANCELLED);
+}
+
+TEST_F(AgentE2E, DetachedStartIsIdempotentStatusStopAndVersionRestart) {
+  std::string d = dir_.path() + "/data";
+  auto [rc1, out1] = RunCommand({SftdPath(), "start", "--detach", "--data-dir", d, "--gpus", "none"});
+  ASSERT_EQ(rc1, 0);
+  ASSERT_EQ(out1.rfind("SFTD_READY ", 0), 0u) << out1;
+  EXPECT_EQ(std::count(out1.begin(), out1.end(), '\n'), 1) << "exactly one line";
+  auto r1 = nlohmann::json::parse(out1.substr(11));
+  auto [rc2, out2] = RunCommand({SftdPath(), "start", "--detach", "--data-dir", d});
+  ASSERT_EQ(rc2, 0);
+  auto r2 = nlohmann::json::parse(out2.substr(11));
+  EXPECT_EQ(r2["pid"], r1["pid"]);
+  EXPECT_EQ(r2["addr"], r1["addr"]);
+  auto [rc3, out3] = RunCommand({SftdPath(), "status", "--json", "--data-dir", d});
+  EXPECT_EQ(rc3, 0);
+  auto s = nlohmann::json::parse(out3);
+  EXPECT_EQ(s["running"], true);
+  EXPECT_EQ(s["healthy"], true);
+  EXPECT_EQ(s["pid"], r1["pid"]);
+  // Another version: the running agent is replaced.
+  auto [rc4, out4] =
+      RunCommand({SftdPath(), "start", "--detach", "--data-dir", d, "--version-override", "9.9.9"});
+  ASSERT_EQ(rc4, 0) << out4;
+  auto r4 = nlohmann::json::parse(out4.substr(11));
+  EXPECT_NE(r4["pid"], r1["pid"]);
+  EXPECT_EQ(r4["version"], "9.9.9");
+  EXPECT_FALSE(ProcessAlive(r1["pid"].get<pid_t>()));
+  auto [rc5, out5] = RunCommand({SftdPath(), "stop", "--data-dir", d});
+  EXPECT_EQ(rc5, 0);
+  EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(r4["pid"].get<pid_t>()); }));
+  auto [rc6, out6] = RunCommand({SftdPath(), "status", "--json", "--data-dir", d});
+  EXPECT_EQ(rc6, 3);
+  EXPECT_EQ(nlohmann::json::parse(out6)["running"], false);
+}
+
+TEST_F(AgentE2E, MissingTrainerFailsTheJobAtLaunch) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start({"--trainer", dir_.path() + "/no-such-trainer"}));
+  v1::Job job;
+  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 1}}), &job).ok());
+  v1::Job failed = a.WaitState(job.id(), v1::FAILED);
+  EXPECT_EQ(failed.reason().rfind(
+                "launch: launch rank 0: trainer not executable '" + dir_.path() + "/no-such-trainer'", 0),
+            0u)
+      << failed.reason();
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(a.stub()->ListJobs(a.Ctx().get(), v1::ListJobsRequest(), &list).ok());
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).state(), v1::FAILED);
+}
+
+TEST_F(AgentE2E, NonLoopbackListenWithoutTlsIsRefused) {
+  auto [rc, out] =
+      RunCommand({SftdPath(), "start", "--data-dir", dir_.path(), "--listen", "0.0.0.0", "--gpus", "none"});
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("SFTD_ERROR refusing to listen on non-loopback address 0.0.0.0 without TLS"),
+            std::string::npos)
+      << out;
+}
+
+TEST_F(AgentE2E, BridgeCarriesGrpc) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  // A local listener whose accepted connection becomes `sftd bridge`'s stdin and stdout, the way an
+  // SSH exec channel would carry it.
+  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::listen(lfd, 1);
+  std::thread acceptor([&] {
+    int c = ::accept(lfd, nullptr, nullptr);
+    if (c < 0) return;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, c, 0);
+    posix_spawn_file_actions_adddup2(&fa, c, 1);
+    std::string bin = SftdPath(), sub = "bridge", flag = "--data-dir", d = dir_.path();
+    char* argv[] = {bin.data(), sub.data(), flag.data(), d.data(), nullptr};
+    pid_t pid;
+    posix_spawn(&pid, argv[0], &fa, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(c);
+    int status;
+    ::waitpid(pid, &status, 0);
+  });
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Agent::NewStub(channel);
+  v1::VersionResponse v;
+  grpc::Status s = stub->Version(a.Ctx().get(), v1::VersionRequest(), &v);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(v.protocol(), 1u);
+  channel.reset();
+  stub.reset();
+  a.Stop();  // closes the agent side; the bridge exits
+  acceptor.join();
+  ::close(lfd);
+}
+
+}  // namespace
+}  // namespace sftctl::agent::testing

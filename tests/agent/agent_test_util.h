@@ -1,0 +1,284 @@
+// Helpers for the agent tests: temporary dirs, a real `sftd` child process, gRPC calls with a token,
+// and poll-with-deadline waits (no fixed sleeps as assertions).
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sftctl/v1/agent.grpc.pb.h"
+
+namespace sftctl::agent::testing {
+
+namespace v1 = ::sftctl::v1;
+using namespace std::chrono_literals;
+
+inline std::string BinDir() { return SFTCTL_BIN_DIR; }
+inline std::string SftdPath() { return BinDir() + "/sftd"; }
+inline std::string StubPath() { return BinDir() + "/sftd-stub-trainer"; }
+
+// Generous: the suite must pass on a loaded 2-core machine under sanitizers.
+constexpr auto kWait = 60s;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "sftd-test-XXXXXX").string();
+    char* p = ::mkdtemp(tmpl.data());
+    path_ = p ? p : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Polls `pred` until true or `timeout`.
+inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = kWait) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
+
+inline bool ProcessAlive(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  if (!f) return false;
+  std::string line;
+  std::getline(f, line);
+  size_t rp = line.rfind(')');
+  return rp != std::string::npos && rp + 2 < line.size() && line[rp + 2] != 'Z';
+}
+
+// Live processes whose process group is `pgid`.
+inline std::vector<pid_t> GroupMembers(pid_t pgid) {
+  std::vector<pid_t> out;
+  for (auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    size_t rp = line.rfind(')');
+    if (rp == std::string::npos) continue;
+    std::istringstream ss(line.substr(rp + 2));
+    char state;
+    long ppid, pgrp;
+    ss >> state >> ppid >> pgrp;
+    if (pgrp == pgid && state != 'Z') out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// Runs a command, returns {exit code, stdout}.
+inline std::pair<int, std::string> RunCommand(const std::vector<std::string>& args) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return {-1, ""};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  posix_spawn_file_actions_addclose(&fa, p[0]);
+  std::vector<char*> argv;
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(p[1]);
+  std::string out;
+  if (rc == 0) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(p[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(p[0]);
+  if (rc != 0) return {-1, ""};
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// A foreground `sftd start` child process.
+class Agent {
+ public:
+  explicit Agent(std::string data_dir) : data_dir_(std::move(data_dir)) {}
+  ~Agent() { Kill(); }
+
+  // Starts sftd with test-friendly settings plus `extra` flags; parses its SFTD_READY line.
+  ::testing::AssertionResult Start(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {SftdPath(),        "start", "--data-dir", data_dir_, "--port",      "0",
+                                     "--kill-grace-ms", "500",   "--poll-ms",  "20",      "--cpu-slots", "8"};
+    bool has_gpus = false, has_trainer = false;
+    for (auto& e : extra) {
+      has_gpus |= e == "--gpus";
+      has_trainer |= e == "--trainer";
+    }
+    if (!has_gpus) extra.insert(extra.end(), {"--gpus", "none"});
+    if (!has_trainer) extra.insert(extra.end(), {"--trainer", StubPath()});
+    args.insert(args.end(), extra.begin(), extra.end());
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return ::testing::AssertionFailure() << "pipe";
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0) return ::testing::AssertionFailure() << "fork: " << std::strerror(errno);
+    if (pid_ == 0) {
+      // The agent dies with the test process, so a crashed test cannot leak it.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::dup2(p[1], 1);
+      ::execv(argv[0], argv.data());
+      _exit(127);
+    }
+    ::close(p[1]);
+    std::string line;
+    auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd pfd{p[0], POLLIN, 0};
+      if (::poll(&pfd, 1, 200) <= 0) continue;
+      char buf[512];
+      ssize_t n = ::read(p[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      line.append(buf, static_cast<size_t>(n));
+    }
+    ::close(p[0]);
+    if (line.rfind("SFTD_READY ", 0) != 0) {
+      return ::testing::AssertionFailure() << "no ready line, got '" << line << "'";
+    }
+    ready_ = nlohmann::json::parse(line.substr(11));
+    std::ifstream tf(ready_["token_file"].get<std::string>());
+    std::getline(tf, token_);
+    channel_ = grpc::CreateChannel(ready_["addr"].get<std::string>(), grpc::InsecureChannelCredentials());
+    stub_ = v1::Agent::NewStub(channel_);
+    return ::testing::AssertionSuccess();
+  }
+
+  // SIGTERM and wait (graceful stop).
+  void Stop() { Signal(SIGTERM); }
+  // SIGKILL and wait (crash).
+  void Kill() { Signal(SIGKILL); }
+
+  pid_t pid() const { return pid_; }
+  const nlohmann::json& ready() const { return ready_; }
+  const std::string& token() const { return token_; }
+  v1::Agent::Stub* stub() { return stub_.get(); }
+  const std::string& data_dir() const { return data_dir_; }
+
+  // A context with the bearer token and a deadline.
+  std::unique_ptr<grpc::ClientContext> Ctx(std::chrono::seconds timeout = 60s) const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->AddMetadata("authorization", "Bearer " + token_);
+    ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+    return ctx;
+  }
+
+  grpc::Status Submit(const nlohmann::json& spec, v1::Job* job, uint32_t gpus = 0, uint32_t cpu_ranks = 0,
+                      uint32_t max_restarts = 0, uint32_t heartbeat_s = 0) {
+    v1::SubmitJobRequest req;
+    req.set_spec_json(spec.dump());
+    req.set_gpus(gpus);
+    req.set_cpu_ranks(cpu_ranks);
+    req.set_max_restarts(max_restarts);
+    req.set_heartbeat_timeout_s(heartbeat_s);
+    return stub_->SubmitJob(Ctx().get(), req, job);
+  }
+
+  v1::Job Get(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    grpc::Status s = stub_->GetJob(Ctx().get(), req, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job;
+  }
+
+  // Waits until the job satisfies `pred`; returns the last seen job.
+  v1::Job WaitJob(const std::string& id, const std::function<bool(const v1::Job&)>& pred) {
+    v1::Job last;
+    bool ok = WaitFor([&] {
+      last = Get(id);
+      return pred(last);
+    });
+    EXPECT_TRUE(ok) << "timed out; last state " << v1::JobState_Name(last.state()) << " reason '"
+                    << last.reason() << "' step " << last.last_step();
+    return last;
+  }
+  v1::Job WaitState(const std::string& id, v1::JobState state) {
+    return WaitJob(id, [state](const v1::Job& j) { return j.state() == state; });
+  }
+
+  // All events after `after` (follow: until the job's final state).
+  std::vector<v1::Event> Events(const std::string& id, uint64_t after, bool follow,
+                                grpc::Status* status = nullptr) {
+    v1::StreamEventsRequest req;
+    req.set_job_id(id);
+    req.set_after_seq(after);
+    req.set_follow(follow);
+    auto ctx = Ctx();
+    auto reader = stub_->StreamEvents(ctx.get(), req);
+    std::vector<v1::Event> out;
+    v1::StreamEventsResponse msg;
+    while (reader->Read(&msg)) {
+      for (const auto& e : msg.events()) out.push_back(e);
+    }
+    grpc::Status s = reader->Finish();
+    if (status)
+      *status = s;
+    else
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    return out;
+  }
+
+ private:
+  void Signal(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    int status;
+    ::waitpid(pid_, &status, 0);
+    pid_ = 0;
+  }
+
+  std::string data_dir_;
+  pid_t pid_ = 0;
+  nlohmann::json ready_;
+  std::string token_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Agent::Stub> stub_;
+};
+
+inline nlohmann::json StubSpec(nlohmann::json stub) {
+  return {{"model", "tiny"}, {"output_dir", "ignored"}, {"stub", std::move(stub)}};
+}
+
+// Kills every process of a group (test cleanup).
+inline void KillGroup(pid_t pgid) {
+  if (pgid > 0) ::killpg(pgid, SIGKILL);
+}
+
+}  // namespace sftctl::agent::testing

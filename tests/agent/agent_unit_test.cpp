@@ -1,0 +1,285 @@
+// Unit tests of the agent's components (no gRPC server, no processes except where noted).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "agent/artifacts.h"
+#include "agent/auth.h"
+#include "agent/blob_store.h"
+#include "agent/gpu_discovery.h"
+#include "agent/job_spec.h"
+#include "agent/journal.h"
+#include "agent/scheduler.h"
+#include "agent/state_store.h"
+#include "common/sha256.h"
+
+namespace sftctl::agent {
+namespace {
+namespace v1 = ::sftctl::v1;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "sftd-unit-XXXXXX").string();
+    path_ = ::mkdtemp(t.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+JournalEvent Line(const std::string& text, int rank = 0) {
+  JournalEvent e;
+  e.kind = v1::Event::STDOUT;
+  e.rank = rank;
+  e.text = text;
+  return e;
+}
+
+TEST(Journal, AppendsNumberedEventsAndReplaysFromRingAndFile) {
+  TempDir d;
+  auto j = Journal::Open(d.path() + "/j.jsonl");
+  ASSERT_TRUE(j.ok());
+  const uint64_t n = Journal::kRingSize * 2 + 77;  // older events must come from the file
+  std::vector<JournalEvent> batch;
+  for (uint64_t i = 1; i <= n; ++i) batch.push_back(Line("line " + std::to_string(i)));
+  ASSERT_EQ(*(*j)->Append(batch), n);
+  for (uint64_t after :
+       {uint64_t{0}, uint64_t{1}, uint64_t{255}, uint64_t{256}, uint64_t{257}, n - 10, n - 1}) {
+    auto r = (*j)->Read(after, 100);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->size(), std::min<uint64_t>(100, n - after)) << after;
+    for (size_t i = 0; i < r->size(); ++i) {
+      EXPECT_EQ((*r)[i].seq, after + 1 + i);
+      EXPECT_EQ((*r)[i].text, "line " + std::to_string(after + 1 + i));
+    }
+  }
+  EXPECT_TRUE((*j)->Read(n, 10)->empty());
+}
+
+TEST(Journal, ReopenRebuildsStateAndTruncatesTornTail) {
+  TempDir d;
+  std::string path = d.path() + "/j.jsonl";
+  {
+    auto j = Journal::Open(path);
+    JournalEvent e = Line("a\tb \"quoted\" \xff invalid utf8");
+    e.src = 0;
+    e.src_end = 42;
+    ASSERT_TRUE((*j)->Append({e, Line("second")}).ok());
+  }
+  std::ofstream(path, std::ios::app) << "{\"seq\":3,\"t\":1,\"k\":1,\"r\":0,\"x\":\"torn";  // died mid-write
+  auto j = Journal::Open(path);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ((*j)->last_seq(), 2u);
+  EXPECT_EQ(((*j)->source_offsets()[{0, 0}]), 42u);
+  ASSERT_EQ(*(*j)->Append({Line("third")}), 3u);
+  auto r = (*j)->Read(0, 10);
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[2].text, "third");
+  EXPECT_EQ((*r)[0].text.substr(0, 3), "a\tb");
+}
+
+TEST(Journal, FollowersAreNotifiedOnAppendAndFinish) {
+  TempDir d;
+  auto j = *Journal::Open(d.path() + "/j.jsonl");
+  int fired = 0;
+  j->NotifyWhenAfter(0, [&] { ++fired; });
+  EXPECT_EQ(fired, 0);
+  ASSERT_TRUE(j->Append({Line("x")}).ok());
+  EXPECT_EQ(fired, 1);
+  j->NotifyWhenAfter(0, [&] { ++fired; });  // already satisfied: fires at once
+  EXPECT_EQ(fired, 2);
+  j->NotifyWhenAfter(1, [&] { ++fired; });
+  j->SetFinished(true);
+  EXPECT_EQ(fired, 3);
+}
+
+TEST(StateStore, JobsRanksHistoryRoundTrip) {
+  TempDir d;
+  auto store = StateStore::Open(d.path() + "/agent.db");
+  ASSERT_TRUE(store.ok());
+  JobRecord rec;
+  rec.name = "n";
+  rec.client_request_id = "abc";
+  rec.gpus = 2;
+  rec.world_size = 2;
+  rec.job_dir = d.path() + "/jobs/";
+  rec.created_ms = 5;
+  auto ins = (*store)->InsertJob(rec);
+  ASSERT_TRUE(ins.ok());
+  EXPECT_EQ(ins->id, "job-1");
+  EXPECT_EQ(ins->job_dir, d.path() + "/jobs/job-1");
+  JobRecord r = *ins;
+  r.state = JobState::RUNNING;
+  r.assigned_gpus = {0, 3};
+  r.ranks = {{0, 100, 7, true, false, 0, 0}, {1, 101, 8, false, true, 0, 9}};
+  HistoryRecord h{JobState::RUNNING, "launched", 9};
+  ASSERT_TRUE((*store)->SaveJob(r, &h).ok());
+  auto got = (*store)->GetJob("job-1");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->state, JobState::RUNNING);
+  EXPECT_EQ(got->assigned_gpus, (std::vector<int>{0, 3}));
+  ASSERT_EQ(got->ranks.size(), 2u);
+  EXPECT_EQ(got->ranks[1].signal, 9);
+  EXPECT_EQ(got->ranks[0].start_time, 7u);
+  auto hist = (*store)->History("job-1");
+  ASSERT_EQ(hist->size(), 2u);
+  EXPECT_EQ((*hist)[1].reason, "launched");
+  EXPECT_EQ(*(*(*store)->FindByRequestId("abc")), "job-1");
+  EXPECT_EQ((*store)->GetJob("job-2").status().code(), StatusCode::kNotFound);
+}
+
+TEST(BlobStore, MismatchStoresNothingResumeCompletes) {
+  TempDir d;
+  auto store = StateStore::Open(d.path() + "/agent.db").value();
+  BlobStore blobs(d.path() + "/blobs", store.get());
+  ASSERT_TRUE(blobs.Init().ok());
+  std::string data = "hello blob world";
+  std::string sha = Sha256Hex(data);
+  {
+    auto up = blobs.BeginUpload(sha, data.size(), 0);
+    ASSERT_TRUE(up.ok());
+    ASSERT_TRUE((*up)->Write("HELLO blob world").ok());
+    Status s = (*up)->Finish();
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  }
+  EXPECT_EQ(blobs.StatBlob(sha)->size, 0u);
+  EXPECT_FALSE(std::filesystem::exists(blobs.BlobPath(sha)));
+  {
+    auto up = blobs.BeginUpload(sha, data.size(), 0).value();
+    ASSERT_TRUE(up->Write(data.substr(0, 5)).ok());
+    EXPECT_EQ(blobs.BeginUpload(sha, data.size(), 0).status().code(), StatusCode::kAborted);
+  }  // client went away
+  EXPECT_EQ(blobs.StatBlob(sha)->size, 5u);
+  EXPECT_EQ(blobs.BeginUpload(sha, data.size(), 0).status().code(), StatusCode::kFailedPrecondition);
+  auto up = blobs.BeginUpload(sha, data.size(), 5).value();
+  EXPECT_EQ(up->Write(data.substr(5) + "x").code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(up->Write(data.substr(5)).ok());
+  ASSERT_TRUE(up->Finish().ok());
+  EXPECT_TRUE(blobs.StatBlob(sha)->complete);
+  EXPECT_EQ(blobs.BeginUpload(sha, data.size(), 0).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(blobs.StatBlob("xyz").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Scheduler, FifoWithGpuAllocationAndQueueing) {
+  Scheduler s({0, 1, 2}, 2);
+  EXPECT_EQ(s.CheckFits(4, 0).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.CheckFits(0, 3).code(), StatusCode::kFailedPrecondition);
+  s.Enqueue("a", 2, 0);
+  s.Enqueue("b", 2, 0);
+  s.Enqueue("c", 1, 0);  // would fit, but must not overtake b
+  s.Enqueue("cpu", 0, 2);
+  auto got = s.Admit();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].job_id, "a");
+  EXPECT_EQ(got[0].gpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(got[1].job_id, "cpu");
+  EXPECT_EQ(s.queued(), 2u);
+  s.Release("a");  // 3 GPUs free again: b (2) and then c (1) fit
+  got = s.Admit();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].job_id, "b");
+  EXPECT_EQ(got[1].job_id, "c");
+  EXPECT_EQ(got[1].gpus, (std::vector<int>{2}));
+  EXPECT_EQ(s.gpus_free(), 0u);
+  EXPECT_FALSE(s.Dequeue("c"));
+  s.Enqueue("d", 1, 0);
+  EXPECT_TRUE(s.Dequeue("d"));
+}
+
+TEST(GpuDiscovery, ParsesOverridesAndNvidiaSmi) {
+  EXPECT_TRUE(ParseGpuList("none")->empty());
+  EXPECT_TRUE(ParseGpuList("")->empty());
+  EXPECT_EQ(ParseGpuList("0, 2")->at(1).index, 2);
+  EXPECT_EQ(ParseGpuList("0,x").status().message(), "gpus: bad GPU index 'x'");
+  EXPECT_EQ(ParseGpuList("1,1").status().code(), StatusCode::kInvalidArgument);
+  auto smi = ParseNvidiaSmi("0, NVIDIA H100 80GB HBM3, 81559\n1, NVIDIA H100 80GB HBM3, 81559\n");
+  ASSERT_TRUE(smi.ok());
+  ASSERT_EQ(smi->size(), 2u);
+  EXPECT_EQ(smi->at(1).name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(smi->at(0).memory_mib, 81559u);
+}
+
+TEST(Artifacts, ResolveInsideRejectsEscapes) {
+  TempDir d;
+  std::string root = d.path() + "/job";
+  std::filesystem::create_directories(root + "/run/sub");
+  std::ofstream(root + "/run/sub/f.txt") << "x";
+  std::ofstream(d.path() + "/outside") << "y";
+  std::filesystem::create_symlink(d.path() + "/outside", root + "/run/link");
+  EXPECT_TRUE(ResolveInside(root, "run/sub/f.txt").ok());
+  EXPECT_EQ(ResolveInside(root, "").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveInside(root, "/etc/passwd").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveInside(root, "run/../../outside").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveInside(root, "..").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveInside(root, "run/link").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(ResolveInside(root, "run/nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ResolveInside(root, "run/sub").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ResolveInside(root, "run/sub/..f.txt").status().code() == StatusCode::kNotFound);
+  EXPECT_EQ(CheckpointStep("checkpoint-000012"), 12);
+  EXPECT_EQ(CheckpointStep("checkpoint-"), -1);
+  EXPECT_EQ(CheckpointStep("checkpoint-1a"), -1);
+}
+
+TEST(Artifacts, HashesAreCachedUntilTheFileChanges) {
+  TempDir d;
+  auto store = StateStore::Open(d.path() + "/agent.db").value();
+  Artifacts arts(store.get());
+  std::string job = d.path() + "/job";
+  std::filesystem::create_directories(job + "/run/checkpoint-000002");
+  std::ofstream(job + "/run/checkpoint-000002/model.bin") << "weights";
+  std::ofstream(job + "/run/checkpoint-000002/DONE") << "";
+  auto list = arts.List("job-1", job);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ(list->at(1).path, "run/checkpoint-000002/model.bin");
+  EXPECT_EQ(list->at(1).sha256, Sha256Hex("weights"));
+  EXPECT_EQ(list->at(1).checkpoint_step, 2);
+  EXPECT_TRUE(list->at(1).checkpoint_complete);
+  struct stat st;
+  ::stat((job + "/run/checkpoint-000002/model.bin").c_str(), &st);
+  int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+  EXPECT_EQ(*store->CachedHash("job-1", "run/checkpoint-000002/model.bin", 7, mtime), Sha256Hex("weights"));
+}
+
+TEST(JobSpec, ValidatesAndRewrites) {
+  auto path_of = [](const std::string& sha) -> StatusOr<std::string> { return "/blobs/" + sha; };
+  std::string sha = Sha256Hex("d");
+  auto spec = ValidateSpec(R"({"data": {"train": "local.jsonl"}, "lr": 1})", {{"/data/train", sha}}, path_of);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ((*spec)["data"]["train"], "/blobs/" + sha);
+  SetOutputDir(&*spec, "/x/run");
+  EXPECT_EQ((*spec)["output_dir"], "/x/run");
+  EXPECT_EQ(ValidateSpec("3", {}, path_of).status().message(), "spec_json: not a JSON object");
+  EXPECT_EQ(ValidateSpec(R"({"data": {"train": 3}})", {{"/data/train", sha}}, path_of).status().message(),
+            "blobs[0].json_pointer: spec_json/data/train must be a string (a file reference)");
+  EXPECT_EQ(ValidateSpec("{}", {{"/a", "nothex"}}, path_of).status().message(),
+            "blobs[0].sha256: must be 64 lowercase hex digits");
+}
+
+TEST(Auth, TokenFileIsPrivateAndChecked) {
+  TempDir d;
+  std::string path = d.path() + "/token";
+  auto t = LoadOrCreateToken(path);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->size(), 64u);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(*LoadOrCreateToken(path), *t);
+  ::chmod(path.c_str(), 0644);
+  EXPECT_EQ(LoadOrCreateToken(path).status().code(), StatusCode::kPermissionDenied);
+  Authenticator auth(*t);
+  EXPECT_TRUE(auth.CheckHeader("Bearer " + *t, true).ok());
+  EXPECT_EQ(auth.CheckHeader("", false).code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(auth.CheckHeader("Bearer x", true).message(), "wrong bearer token");
+  EXPECT_EQ(auth.CheckHeader(*t, true).code(), StatusCode::kUnauthenticated);
+}
+
+}  // namespace
+}  // namespace sftctl::agent

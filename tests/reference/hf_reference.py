@@ -1,0 +1,284 @@
+#!/usr/bin/python3
+"""Golden reference for sftctl's Hugging Face parity tests (llm.c style).
+
+An independent PyTorch re-implementation of transformers' Llama / Qwen2 forward pass
+(modeling_llama.py / modeling_qwen2.py, eager attention), written from
+../shared/notes/formats.md, plus a tiny pure-Python safetensors reader/writer (the
+`transformers`, `safetensors` and `peft` packages are not available here).
+
+For each family it writes a random HF-format checkpoint and the reference outputs:
+
+  OUT/llama/   config.json (GQA, head_dim != hidden/heads, llama3 rope_scaling, untied),
+               model.safetensors in BF16
+  OUT/qwen2/   config.json (q/k/v bias, tied embeddings, "rope_parameters" form),
+               3 F32 shards + model.safetensors.index.json
+  OUT/<family>/reference.safetensors: input_ids [B,T] I64, labels [B,T] I64 (-100 on
+               "prompt" positions), logits [B,T,V] F32, loss [] F32 (mean CE over
+               shifted targets != -100), all computed in fp32.
+
+Usage: /usr/bin/python3 tests/reference/hf_reference.py --out DIR
+Deterministic (fixed seeds). Needs torch and numpy (Debian: python3-torch, python3-numpy).
+"""
+import argparse
+import json
+import math
+import os
+import struct
+
+import numpy as np
+import torch
+
+DTYPES = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2), "F16": (torch.float16, 2),
+          "I64": (torch.int64, 8)}
+NAMES = {v[0]: k for k, v in DTYPES.items()}
+
+
+# ---- safetensors -------------------------------------------------------------------------
+def st_write(path, tensors, metadata=None):
+    header = {}
+    if metadata:
+        header["__metadata__"] = metadata
+    offset = 0
+    blobs = []
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        raw = t.view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes()
+        header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blobs.append(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def st_read(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, size = DTYPES[info["dtype"]]
+        b, e = info["data_offsets"]
+        buf = bytearray(data[base + b:base + e])
+        if dtype == torch.bfloat16:
+            t = torch.frombuffer(buf, dtype=torch.int16).view(torch.bfloat16) if buf else torch.empty(0, dtype=dtype)
+        else:
+            t = torch.frombuffer(buf, dtype=dtype) if buf else torch.empty(0, dtype=dtype)
+        out[name] = t.reshape(info["shape"]).clone()
+    return out
+
+
+def load_folder(d):
+    index = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(index):
+        files = sorted(set(json.load(open(index))["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    sd = {}
+    for f in files:
+        sd.update(st_read(os.path.join(d, f)))
+    return sd
+
+
+# ---- transformers' math -----------------------------------------------------------------
+def rope_inv_freq(cfg):
+    dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    base = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type == "linear":
+        inv_freq = inv_freq / params["factor"]
+    elif rope_type == "llama3":
+        factor = params["factor"]
+        low, high = params["low_freq_factor"], params["high_freq_factor"]
+        old_len = params["original_max_position_embeddings"]
+        low_wl, high_wl = old_len / low, old_len / high
+        wavelen = 2 * math.pi / inv_freq
+        llama = torch.where(wavelen > low_wl, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * llama / factor + smooth * llama
+        medium = ~(wavelen < high_wl) * ~(wavelen > low_wl)
+        inv_freq = torch.where(medium, smoothed, llama)
+    else:
+        assert rope_type == "default", rope_type
+    return inv_freq
+
+
+def rms_norm(x, w, eps):
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    var = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(var + eps)
+    return w * h.to(dtype)
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def linear(x, sd, name):
+    y = x @ sd[name + ".weight"].t()
+    if name + ".bias" in sd:
+        y = y + sd[name + ".bias"]
+    return y
+
+
+def forward(cfg, sd, ids):
+    B, T = ids.shape
+    H, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    D = cfg.get("head_dim") or cfg["hidden_size"] // H
+    eps = cfg["rms_norm_eps"]
+    h = sd["model.embed_tokens.weight"][ids]
+    pos = torch.arange(T)[None, :].expand(B, T)
+    inv_freq = rope_inv_freq(cfg)
+    freqs = (inv_freq[None, :, None].float().expand(B, -1, 1) @ pos[:, None, :].float()).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos()[:, None], emb.sin()[:, None]  # attention_scaling = 1
+    dtype = h.dtype
+    mask = torch.full((T, T), torch.finfo(dtype).min).triu(1)[None, None]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        res = h
+        x = rms_norm(h, sd[p + "input_layernorm.weight"], eps)
+        q = linear(x, sd, p + "self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
+        k = linear(x, sd, p + "self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
+        v = linear(x, sd, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = H // KV
+        k = k[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
+        v = v[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
+        w = torch.matmul(q, k.transpose(2, 3)) * D ** -0.5 + mask
+        w = torch.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        o = torch.matmul(w, v).transpose(1, 2).reshape(B, T, H * D)
+        h = res + linear(o, sd, p + "self_attn.o_proj")
+        res = h
+        x = rms_norm(h, sd[p + "post_attention_layernorm.weight"], eps)
+        mlp = linear(torch.nn.functional.silu(linear(x, sd, p + "mlp.gate_proj")) * linear(x, sd, p + "mlp.up_proj"),
+                     sd, p + "mlp.down_proj")
+        h = res + mlp
+    h = rms_norm(h, sd["model.norm.weight"], eps)
+    head = sd["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else sd["lm_head.weight"]
+    return h @ head.t()
+
+
+def loss_fn(logits, labels):
+    logits = logits.float()
+    shift_logits = logits[..., :-1, :].contiguous().view(-1, logits.shape[-1])
+    shift_labels = labels[..., 1:].contiguous().view(-1)
+    return torch.nn.functional.cross_entropy(shift_logits, shift_labels, ignore_index=-100, reduction="mean")
+
+
+# ---- random checkpoints -----------------------------------------------------------------
+def random_state(cfg, gen):
+    H, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    D = cfg.get("head_dim") or cfg["hidden_size"] // H
+    C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    qwen = cfg["model_type"] == "qwen2"
+    bias = qwen or cfg.get("attention_bias", False)
+
+    def rnd(*shape, std=0.08):
+        return torch.randn(*shape, generator=gen) * std
+
+    sd = {"model.embed_tokens.weight": rnd(V, C, std=0.5), "model.norm.weight": 1 + rnd(C, std=0.1)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        sd[p + "input_layernorm.weight"] = 1 + rnd(C, std=0.1)
+        sd[p + "post_attention_layernorm.weight"] = 1 + rnd(C, std=0.1)
+        for n, out in (("q_proj", H * D), ("k_proj", KV * D), ("v_proj", KV * D)):
+            sd[p + "self_attn." + n + ".weight"] = rnd(out, C, std=0.15)
+            if bias:
+                sd[p + "self_attn." + n + ".bias"] = rnd(out, std=0.3)
+        sd[p + "self_attn.o_proj.weight"] = rnd(C, H * D)
+        sd[p + "mlp.gate_proj.weight"] = rnd(I, C, std=0.15)
+        sd[p + "mlp.up_proj.weight"] = rnd(I, C, std=0.15)
+        sd[p + "mlp.down_proj.weight"] = rnd(C, I)
+    if not cfg.get("tie_word_embeddings"):
+        sd["lm_head.weight"] = rnd(V, C, std=0.15)
+    return sd
+
+
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 160, "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 24, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 16},
+    "attention_bias": False, "mlp_bias": False, "hidden_act": "silu", "tie_word_embeddings": False,
+    "bos_token_id": 1, "eos_token_id": [2, 3], "torch_dtype": "bfloat16",
+}
+QWEN2 = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 144, "hidden_size": 48,
+    "intermediate_size": 80, "num_hidden_layers": 3, "num_attention_heads": 6, "num_key_value_heads": 2,
+    "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    "hidden_act": "silu", "tie_word_embeddings": True, "bos_token_id": 140, "eos_token_id": 141,
+    "torch_dtype": "float32",
+}
+
+
+def make(out, name, cfg, dtype, shards, seed):
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    gen = torch.Generator().manual_seed(seed)
+    sd = {k: v.to(dtype) for k, v in random_state(cfg, gen).items()}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    for f in os.listdir(d):
+        if f.startswith("model"):
+            os.remove(os.path.join(d, f))
+    names = sorted(sd)
+    if shards == 1:
+        st_write(os.path.join(d, "model.safetensors"), sd, {"format": "pt"})
+    else:
+        per = (len(names) + shards - 1) // shards
+        weight_map, total = {}, 0
+        for s in range(shards):
+            fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            part = {n: sd[n] for n in names[s * per:(s + 1) * per]}
+            st_write(os.path.join(d, fname), part, {"format": "pt"})
+            for n, t in part.items():
+                weight_map[n] = fname
+                total += t.numel() * t.element_size()
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    # Reference outputs, from the files as written (so dtype rounding is included), in fp32.
+    sd = {k: v.float() for k, v in load_folder(d).items()}
+    B, T = 3, 24
+    ids = torch.randint(0, cfg["vocab_size"], (B, T), generator=gen)
+    labels = ids.clone()
+    labels[0, :5] = -100
+    labels[1, :11] = -100
+    labels[2, 20:] = -100
+    with torch.no_grad():
+        logits = forward(cfg, sd, ids)
+        loss = loss_fn(logits, labels)
+    st_write(os.path.join(d, "reference.safetensors"),
+             {"input_ids": ids, "labels": labels, "logits": logits.float().contiguous(),
+              "loss": loss.float().reshape(())}, {"format": "pt"})
+    print(f"{name}: loss {loss.item():.6f}, logits |max| {logits.abs().max().item():.3f} -> {d}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    make(a.out, "llama", LLAMA, torch.bfloat16, 1, 1234)
+    make(a.out, "qwen2", QWEN2, torch.float32, 3, 4321)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+// SFT data: format detection, malformed-line errors (file:line + problem), loss masks, pad ==
+// eos, truncation/dropped counts, the on-disk token cache (memory bounded by the index), and
+// packing (same loss as unpacked).
+#include "trainer/data.h"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "tests/trainer/test_util.h"
+#include "trainer/trainer.h"
+
+namespace sftctl::trainer {
+namespace {
+
+using sftctl::testing::MakeTempDir;
+using sftctl::testing::TinySpec;
+using sftctl::testing::WriteText;
+
+// A spec training on `jsonl` (written to dir/data/train.jsonl) with the byte tokenizer.
+JobSpec SpecWith(const std::string& dir, const std::string& jsonl) {
+  JobSpec s = TinySpec(dir, 1);
+  WriteText(dir + "/data/train.jsonl", jsonl);
+  s.data.eval.clear();
+  return s;
+}
+
+Status LoadError(const std::string& jsonl, const std::string& format = "auto") {
+  const std::string dir = MakeTempDir("data-err");
+  JobSpec spec = SpecWith(dir, jsonl);
+  spec.data.format = format;
+  spec.data.chat_template = "chatml";
+  ByteTokenizer tok;
+  auto d = LoadDataset(spec, tok);
+  return d.ok() ? OkStatus() : d.status();
+}
+
+TEST(DataFormat, MalformedLinesNameFileLineAndProblem) {
+  const std::string ok_pc = "{\"prompt\": \"a\", \"completion\": \"b\"}\n";
+  const std::string ok_chat =
+      R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})"
+      "\n";
+  struct Case {
+    std::string jsonl, format, expected;
+  };
+  const std::vector<Case> cases = {
+      {ok_pc + "{\"prompt\": \"a\", \"completion\": \n", "auto", "train.jsonl:2: invalid JSON"},
+      {ok_pc + "[1, 2]\n", "auto", "train.jsonl:2: each line must be a JSON object"},
+      {ok_pc + "{\"input\": \"x\"}\n", "auto", "train.jsonl:2: cannot tell the format"},
+      {ok_pc + "{\"text\": \"x\", \"prompt\": \"y\"}\n", "auto", "train.jsonl:2: ambiguous record"},
+      {"{\"text\": \"x\"}\n" + ok_pc, "auto",
+       "train.jsonl:2: record is 'prompt_completion' but the file is 'text' (formats cannot be mixed"},
+      {ok_pc + ok_chat, "auto", "train.jsonl:2: record is 'messages' but the file is 'prompt_completion'"},
+      {ok_pc, "text", "train.jsonl:1: record is 'prompt_completion' but data.format is 'text'"},
+      {ok_pc + "{\"prompt\": \"a\"}\n", "auto", "train.jsonl:2: missing field 'completion'"},
+      {ok_pc + "{\"prompt\": 3, \"completion\": \"b\"}\n", "auto",
+       "train.jsonl:2: field 'prompt' must be a string"},
+      {"{\"text\": null}\n", "auto", "train.jsonl:1: field 'text' must be a string"},
+      {"{\"messages\": \"hi\"}\n", "auto", "train.jsonl:1: field 'messages' must be a list"},
+      {"{\"messages\": []}\n", "auto", "train.jsonl:1: field 'messages' is empty"},
+      {"{\"messages\": [\"hi\"]}\n", "auto", "train.jsonl:1: messages[0] must be an object"},
+      {ok_chat + R"({"messages": [{"role": "tool", "content": "x"}, {"role": "assistant", "content": "a"}]})"
+                 "\n",
+       "auto", "train.jsonl:2: messages[0]: field 'role' must be system, user or assistant, got 'tool'"},
+      {R"({"messages": [{"role": "user"}, {"role": "assistant", "content": "a"}]})"
+       "\n",
+       "auto", "train.jsonl:1: messages[0]: missing field 'content'"},
+      {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": 5}]})"
+       "\n",
+       "auto", "train.jsonl:1: messages[1]: field 'content' must be a string"},
+      {ok_chat + R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]})"
+                 "\n",
+       "auto", "train.jsonl:2: the conversation has no assistant message"},
+      {"\n  \n", "auto", "train.jsonl' is empty"},
+  };
+  for (const auto& c : cases) {
+    Status s = LoadError(c.jsonl, c.format);
+    EXPECT_FALSE(s.ok()) << c.expected;
+    EXPECT_NE(s.message().find(c.expected), std::string::npos) << "got: " << s.message();
+  }
+  EXPECT_TRUE(LoadError(ok_pc + "\n" + ok_pc).ok()) << "blank lines are skipped";
+  EXPECT_TRUE(LoadError(ok_chat + ok_chat).ok());
+}
+
+TEST(DataFormat, MessagesWithoutAChatTemplateSayHowToChooseOne) {
+  const std::string dir = MakeTempDir("data-notmpl");
+  JobSpec spec = SpecWith(
+      dir, R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})"
+           "\n");
+  ByteTokenizer tok;
+  auto d = LoadDataset(spec, tok);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("train.jsonl:1: 'messages' data needs a chat template"),
+            std::string::npos)
+      << d.status().message();
+}
+
+// Decoded trained tokens (positions >= 1) and untrained ones of one sample.
+std::pair<std::string, std::string> Split(const SampleView& s) {
+  std::string trained, rest;
+  for (int64_t t = 0; t < s.size(); ++t) {
+    const int32_t id = s.id(t);
+    std::string piece = id == ByteTokenizer::kEndId ? "<END>" : std::string(1, static_cast<char>(id));
+    (t > 0 && s.trained(t) ? trained : rest) += piece;
+  }
+  return {trained, rest};
+}
+
+TEST(DataMask, TextPromptCompletionAndChatML) {
+  ByteTokenizer tok;
+  const std::string dir = MakeTempDir("data-mask");
+  JobSpec spec = SpecWith(dir, "{\"text\": \"abc\"}\n");
+  auto d = LoadDataset(spec, tok);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(Split(d->train[0]), std::make_pair(std::string("bc<END>"), std::string("a")));
+  EXPECT_EQ(d->train[0].prompt_len(), 0);
+
+  WriteText(dir + "/data/train.jsonl", "{\"prompt\": \"Q?\", \"completion\": \"42\"}\n");
+  d = LoadDataset(spec, tok);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(Split(d->train[0]), std::make_pair(std::string("42<END>"), std::string("Q?")));
+  EXPECT_EQ(d->train[0].prompt_len(), 2);
+
+  WriteText(dir + "/data/train.jsonl",
+            R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"},)"
+            R"( {"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"},)"
+            R"( {"role": "assistant", "content": "A2"}]})"
+            "\n");
+  spec.data.chat_template = "chatml";
+  d = LoadDataset(spec, tok);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto [trained, rest] = Split(d->train[0]);
+  EXPECT_EQ(trained, "A1<|im_end|>A2<|im_end|>");
+  EXPECT_EQ(rest,
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\n\n"
+            "<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n\n");
+
+  spec.data.chat_template = "llama3";
+  d = LoadDataset(spec, tok);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(Split(d->train[0]).first, "A1<|eot_id|>A2<|eot_id|>");
+}
+
+TEST(DataMask, PadEqualToEosKeepsTheEndTokenTrained) {
+  ByteTokenizer tok;
+  const std::string dir = MakeTempDir("data-pad");
+  JobSpec spec = SpecWith(dir,
+                          "{\"prompt\": \"a\", \"completion\": \"bcdef\"}\n"
+                          "{\"prompt\": \"a\", \"completion\": \"b\"}\n");
+  auto d = LoadDataset(spec, tok);
+  ASSERT_TRUE(d.ok());
+  const int32_t eos = ByteTokenizer::kEndId;
+  Batch b = Collate(d->train, {0, 1}, /*pad_id=*/eos);
+  auto labels = b.labels.accessor<int64_t, 2>();
+  auto ids = b.input_ids.accessor<int64_t, 2>();
+  // Row 1: "a" "b" <END> then padding with the same id: the real end is a target, pads are not.
+  EXPECT_EQ(ids[1][2], eos);
+  EXPECT_EQ(labels[1][2], eos);
+  for (int64_t t = 3; t < b.input_ids.size(1); ++t) {
+    EXPECT_EQ(ids[1][t], eos);
+    EXPECT_EQ(labels[1][t], kIgnoreLabel);
+  }
+  EXPECT_EQ(labels[0][6], eos);
+  EXPECT_EQ(b.targets, 6 + 2);
+}
+
+TEST(DataStats, TruncatedAndDroppedAreCounted) {
+  ByteTokenizer tok;
+  const std::string dir = MakeTempDir("data-trunc");
+  JobSpec spec = SpecWith(dir,
+                          "{\"prompt\": \"0123456789\", \"completion\": \"x\"}\n"  // prompt fills: dropped
+                          "{\"prompt\": \"01\", \"completion\": \"xyzxyzxyz\"}\n"  // truncated, kept
+                          "{\"prompt\": \"01\", \"completion\": \"x\"}\n");        // as is
+  spec.data.max_seq_len = 8;
+  auto d = LoadDataset(spec, tok);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->train_stats.samples, 3);
+  EXPECT_EQ(d->train_stats.truncated, 2);
+  EXPECT_EQ(d->train_stats.dropped, 1);
+  ASSERT_EQ(d->train.size(), 2u);
+  EXPECT_EQ(d->train[0].size(), 8);
+  EXPECT_EQ(d->train_stats.tokens, 8 + 4);
+  EXPECT_EQ(d->train_stats.trained_tokens, 6 + 2);
+
+  // Nothing trainable at all is an error, not an empty run.
+  WriteText(dir + "/data/train.jsonl", "{\"prompt\": \"0123456789\", \"completion\": \"x\"}\n");
+  d = LoadDataset(spec, tok);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("no sample has a trainable token (all 1 dropped"), std::string::npos);
+}
+
+TEST(DataCache, OnlyTheIndexIsInMemory) {
+  ByteTokenizer tok;
+  const std::string dir = MakeTempDir("data-cache");
+  std::string jsonl;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i)
+    jsonl += "{\"text\": \"" + std::string(200, static_cast<char>('a' + i % 26)) + "\"}\n";
+  JobSpec spec = SpecWith(dir, jsonl);
+  spec.data.eval_fraction = 0.1;
+  // Load in a child process and report the growth of its peak RSS.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    struct rusage before, after;
+    ::getrusage(RUSAGE_SELF, &before);
+    auto d = LoadDataset(spec, tok);
+    ::getrusage(RUSAGE_SELF, &after);
+    long grown_kb = d.ok() ? after.ru_maxrss - before.ru_maxrss : -1;
+    if (::write(fds[1], &grown_kb, sizeof(grown_kb)) != sizeof(grown_kb)) ::_exit(2);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  long grown_kb = -2;
+  ASSERT_EQ(::read(fds[0], &grown_kb, sizeof(grown_kb)), static_cast<ssize_t>(sizeof(grown_kb)));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_GE(grown_kb, 0) << "LoadDataset failed in the child";
+  // The JSONL is ~4.2 MB and its tokens ~16 MB; loading must hold neither in RAM.
+  EXPECT_LT(grown_kb, 3 * 1024) << "peak RSS grew by " << grown_kb << " KiB";
+
+  auto d = LoadDataset(spec, tok);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->train.size() + d->eval.size(), static_cast<size_t>(n));
+  EXPECT_EQ(d->eval.size(), static_cast<size_t>(n / 10));
+  const TokenCache* cache = d->train.cache();
+  EXPECT_LE(cache->index_bytes(), sizeof(uint64_t) * (n + 1));
+  EXPECT_EQ(cache->total_tokens(), static_cast<int64_t>(n) * 201);
+  EXPECT_EQ(std::filesystem::file_size(cache->path()), static_cast<uintmax_t>(cache->total_tokens()) * 4);
+  EXPECT_EQ(cache->path(), spec.output_dir + "/data-cache/train.tokens");
+}
+
+TEST(Packing, PackedLossEqualsUnpacked) {
+  ByteTokenizer tok;
+  const std::string dir = MakeTempDir("data-pack");
+  JobSpec spec = TinySpec(dir, 1);
+  spec.model.config["max_position_embeddings"] = 64;
+  spec.data.max_seq_len = 64;
+  auto d = LoadDataset(spec, tok);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  torch::manual_seed(3);
+  auto model = BuildModel(spec, tok);
+  ASSERT_TRUE(model.ok());
+  CausalLM m = *model;
+  torch::NoGradGuard g;
+  const std::vector<int64_t> idx = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  Batch plain = Collate(d->train, idx, ByteTokenizer::kPadId);
+  Batch packed = Collate(d->train, idx, ByteTokenizer::kPadId, spec.data.max_seq_len);
+  ASSERT_TRUE(packed.attn_mask.defined() && packed.positions.defined());
+  EXPECT_LT(packed.input_ids.size(0), plain.input_ids.size(0)) << "several samples share a row";
+  EXPECT_LE(packed.input_ids.size(1), spec.data.max_seq_len);
+  EXPECT_EQ(packed.targets, plain.targets);
+  EXPECT_EQ(packed.tokens, plain.tokens);
+  // Positions restart per sample.
+  EXPECT_EQ(packed.positions[0][0].item<int64_t>(), 0);
+  EXPECT_EQ(packed.positions[0][d->train[0].size()].item<int64_t>(), 0);
+  const double a = m->LossSum(plain.input_ids, plain.labels).item<double>();
+  const double b =
+      m->LossSum(packed.input_ids, packed.labels, packed.positions, packed.attn_mask).item<double>();
+  EXPECT_NEAR(a, b, 1e-5 * std::abs(a));
+  // Without the block mask, attention would leak across samples and change the loss.
+  const double leaky = m->LossSum(packed.input_ids, packed.labels, packed.positions).item<double>();
+  EXPECT_GT(std::abs(leaky - a), 1e-4 * std::abs(a));
+}
+
+TEST(Packing, TrainingWithPackingRuns) {
+  const std::string dir = MakeTempDir("data-pack-train");
+  JobSpec spec = TinySpec(dir, 3);
+  spec.data.packing = true;
+  spec.model.config["max_position_embeddings"] = 64;
+  spec.data.max_seq_len = 64;
+  auto r = Train(spec, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->steps, 3);
+  EXPECT_TRUE(std::isfinite(r->last_loss));
+}
+
+}  // namespace
+}  // namespace sftctl::trainer

@@ -1,0 +1,44 @@
+#include "trainer/projection.h"
+
+#include <cmath>
+
+namespace sftctl::trainer {
+
+ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, bool with_bias)
+    : in_(in_features), out_(out_features) {
+  weight = register_parameter("weight", torch::empty({out_features, in_features}));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (with_bias) {
+    const double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0.0;
+    bias = register_parameter("bias", torch::empty({out_features}).uniform_(-bound, bound));
+  }
+}
+
+torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
+  if (!has_lora()) return y;
+  torch::Tensor h = x;
+  if (lora_dropout > 0 && is_training()) {
+    h = torch::nn::functional::dropout(
+        h, torch::nn::functional::DropoutFuncOptions().p(lora_dropout).training(true));
+  }
+  return y + lora_B->forward(lora_A->forward(h)) * lora_scale;
+}
+
+void ProjectionImpl::EnableLora(int64_t r, double scale, double dropout) {
+  TORCH_CHECK(!has_lora(), "LoRA adapter already enabled");
+  const auto opts = torch::TensorOptions().device(weight.device());
+  lora_A = register_module("lora_A", torch::nn::Linear(torch::nn::LinearOptions(in_, r).bias(false)));
+  lora_B = register_module("lora_B", torch::nn::Linear(torch::nn::LinearOptions(r, out_).bias(false)));
+  lora_A->to(opts.device());
+  lora_B->to(opts.device());
+  torch::NoGradGuard no_grad;
+  // PEFT: nn.init.kaiming_uniform_(lora_A.weight, a=math.sqrt(5)); nn.init.zeros_(lora_B.weight).
+  torch::nn::init::kaiming_uniform_(lora_A->weight, std::sqrt(5.0));
+  lora_B->weight.zero_();
+  lora_scale = scale;
+  lora_dropout = dropout;
+}
+
+}  // namespace sftctl::trainer
