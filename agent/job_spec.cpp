@@ -30,10 +30,15 @@ StatusOr<nlohmann::json> ValidateSpec(
     }
     if (ptr.empty())
       return InvalidArgumentError(field + ".json_pointer: must name a field, not the whole spec");
+    // The reference names a field of an object ("/model/path") or an existing element of a
+    // list ("/data/train/0"); appending to lists is not allowed.
     nlohmann::json::json_pointer parent = ptr.parent_pointer();
-    if (!spec.contains(parent) || !spec[parent].is_object()) {
-      return InvalidArgumentError(field + ".json_pointer: parent of '" + ref.json_pointer +
-                                  "' is not an object in spec_json");
+    const bool in_object = spec.contains(parent) && spec[parent].is_object();
+    const bool in_list = spec.contains(parent) && spec[parent].is_array() && spec.contains(ptr);
+    if (!in_object && !in_list) {
+      return InvalidArgumentError(
+          field + ".json_pointer: '" + ref.json_pointer +
+          "' names neither a field of an object nor an existing list element in spec_json");
     }
     if (spec.contains(ptr) && !spec[ptr].is_string() && !spec[ptr].is_null()) {
       return InvalidArgumentError(field + ".json_pointer: spec_json" + ref.json_pointer +

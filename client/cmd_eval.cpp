@@ -1,7 +1,5 @@
 // `sftctl eval --model DIR --data FILE.jsonl [--dump-logits OUT]`: loss and perplexity of a model
 // folder on a dataset, with the training masking rules (runs sftctl-trainer).
-#include <iostream>
-
 #include "client/commands.h"
 #include "client/trainer_exec.h"
 
@@ -30,12 +28,6 @@ void RegisterEvalCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--batch-size", a->batch_size, "Sequences per batch")->check(CLI::PositiveNumber);
   cmd->add_option("--device", a->device, "auto, cpu, cuda, cuda:N, mps");
   cmd->callback([a, &ctx] {
-    auto trainer = FindSiblingBinary("sftctl-trainer");
-    if (!trainer.ok()) {
-      std::cerr << "error: " << trainer.status().message() << std::endl;
-      ctx.exit_code = 2;
-      return;
-    }
     std::vector<std::string> args = {
         "eval", "--model", a->model, "--data", a->data, "--batch-size", std::to_string(a->batch_size)};
     if (!a->adapter.empty()) args.insert(args.end(), {"--adapter", a->adapter});
@@ -44,9 +36,7 @@ void RegisterEvalCommand(CLI::App& app, CommandContext& ctx) {
     if (!a->tokenizer.empty()) args.insert(args.end(), {"--tokenizer", a->tokenizer});
     if (a->max_seq_len > 0) args.insert(args.end(), {"--max-seq-len", std::to_string(a->max_seq_len)});
     if (!a->device.empty()) args.insert(args.end(), {"--device", a->device});
-    auto code = RunChild(*trainer, args);
-    ctx.exit_code = code.ok() ? *code : 2;
-    if (!code.ok()) std::cerr << "error: " << code.status().message() << std::endl;
+    ctx.exit_code = RunTrainer(args);
   });
 }
 

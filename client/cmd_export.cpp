@@ -1,7 +1,5 @@
 // `sftctl export --model DIR [--merge --adapter DIR] -o OUT`: write a Hugging Face model folder,
 // optionally with a LoRA adapter merged into the weights (runs sftctl-trainer).
-#include <iostream>
-
 #include "client/commands.h"
 #include "client/trainer_exec.h"
 
@@ -26,21 +24,13 @@ void RegisterExportCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--max-shard-size", a->max_shard_size, "Shard above this many bytes (default 5e9)")
       ->check(CLI::PositiveNumber);
   cmd->callback([a, &ctx] {
-    auto trainer = FindSiblingBinary("sftctl-trainer");
-    if (!trainer.ok()) {
-      std::cerr << "error: " << trainer.status().message() << std::endl;
-      ctx.exit_code = 2;
-      return;
-    }
     std::vector<std::string> args = {"export", "--model", a->model, "-o", a->out};
     if (a->merge) args.push_back("--merge");
     if (!a->adapter.empty()) args.insert(args.end(), {"--adapter", a->adapter});
     if (!a->dtype.empty()) args.insert(args.end(), {"--dtype", a->dtype});
     if (a->max_shard_size > 0)
       args.insert(args.end(), {"--max-shard-size", std::to_string(a->max_shard_size)});
-    auto code = RunChild(*trainer, args);
-    ctx.exit_code = code.ok() ? *code : 2;
-    if (!code.ok()) std::cerr << "error: " << code.status().message() << std::endl;
+    ctx.exit_code = RunTrainer(args);
   });
 }
 

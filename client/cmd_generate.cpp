@@ -1,6 +1,4 @@
 // `sftctl generate --model DIR --prompt TEXT`: sample from a checkpoint (runs sftctl-trainer).
-#include <iostream>
-
 #include "client/commands.h"
 #include "client/trainer_exec.h"
 
@@ -25,12 +23,6 @@ void RegisterGenerateCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--seed", a->seed, "Sampling seed");
   cmd->add_option("--device", a->device, "auto, cpu, cuda, cuda:N, mps");
   cmd->callback([a, &ctx] {
-    auto trainer = FindSiblingBinary("sftctl-trainer");
-    if (!trainer.ok()) {
-      std::cerr << "error: " << trainer.status().message() << std::endl;
-      ctx.exit_code = 2;
-      return;
-    }
     std::vector<std::string> args = {"generate",
                                      "--model",
                                      a->model,
@@ -43,9 +35,7 @@ void RegisterGenerateCommand(CLI::App& app, CommandContext& ctx) {
                                      "--seed",
                                      std::to_string(a->seed)};
     if (!a->device.empty()) args.insert(args.end(), {"--device", a->device});
-    auto code = RunChild(*trainer, args);
-    ctx.exit_code = code.ok() ? *code : 2;
-    if (!code.ok()) std::cerr << "error: " << code.status().message() << std::endl;
+    ctx.exit_code = RunTrainer(args);
   });
 }
 

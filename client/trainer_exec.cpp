@@ -74,4 +74,12 @@ StatusOr<int> RunChild(const std::string& path, const std::vector<std::string>& 
   return WEXITSTATUS(status);
 }
 
+int RunTrainer(const std::vector<std::string>& args) {
+  auto trainer = FindSiblingBinary("sftctl-trainer");
+  StatusOr<int> code = trainer.ok() ? RunChild(*trainer, args) : StatusOr<int>(trainer.status());
+  if (code.ok()) return *code;
+  std::fprintf(stderr, "error: %s\n", code.status().message().c_str());
+  return 2;
+}
+
 }  // namespace sftctl::client

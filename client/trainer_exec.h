@@ -16,4 +16,8 @@ StatusOr<std::string> FindSiblingBinary(const std::string& name);
 // client while waiting are forwarded to the child, which checkpoints or exits on its own.
 StatusOr<int> RunChild(const std::string& path, const std::vector<std::string>& args);
 
+// Runs `sftctl-trainer ARGS...` (the commands that need LibTorch) and returns the exit code
+// to leave with: the trainer's own, or 2 after printing why it could not be run.
+int RunTrainer(const std::vector<std::string>& args);
+
 }  // namespace sftctl::client

@@ -262,6 +262,24 @@ TEST(JobSpec, ValidatesAndRewrites) {
             "blobs[0].sha256: must be 64 lowercase hex digits");
 }
 
+TEST(JobSpec, RewritesListElementsButNeverAppends) {
+  // data.train is a list in sftctl specs: each element can be a blob reference.
+  auto path_of = [](const std::string& sha) -> StatusOr<std::string> { return "/blobs/" + sha; };
+  const std::string a = Sha256Hex("a"), b = Sha256Hex("b");
+  auto spec = ValidateSpec(R"({"data": {"train": ["x.jsonl", "y.jsonl"]}})",
+                           {{"/data/train/0", a}, {"/data/train/1", b}}, path_of);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ((*spec)["data"]["train"], nlohmann::json::array({"/blobs/" + a, "/blobs/" + b}));
+  for (const char* ptr : {"/data/train/2", "/data/train/-", "/data/nothing/0"}) {
+    auto bad = ValidateSpec(R"({"data": {"train": ["x.jsonl"]}})", {{ptr, a}}, path_of);
+    ASSERT_FALSE(bad.ok()) << ptr;
+    EXPECT_EQ(bad.status().message(),
+              std::string("blobs[0].json_pointer: '") + ptr +
+                  "' names neither a field of an object nor an existing list element in "
+                  "spec_json");
+  }
+}
+
 TEST(Auth, TokenFileIsPrivateAndChecked) {
   TempDir d;
   std::string path = d.path() + "/token";
