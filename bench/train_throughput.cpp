@@ -55,7 +55,8 @@ struct Size {
   int64_t hidden, layers, heads, intermediate;
 };
 
-const std::vector<Size> kSizes = {{"5M", 256, 6, 4, 768}, {"28M", 512, 8, 8, 1536}};
+// "demo" is the built-in demo's model (profile it with --batch 128 --seq 20).
+const std::vector<Size> kSizes = {{"5M", 256, 6, 4, 768}, {"28M", 512, 8, 8, 1536}, {"demo", 128, 2, 4, 384}};
 
 struct Options {
   int64_t steps = 20, warmup = 3, threads = 0, batch = 4, seq = 256, peak_n = 2048, peak_reps = 5;
@@ -122,7 +123,7 @@ Options ParseArgs(int argc, char** argv) {
   }
   for (const auto& s : o.sizes) {
     if (std::none_of(kSizes.begin(), kSizes.end(), [&](const Size& k) { return k.name == s; })) {
-      Usage("unknown size " + s + " (5M, 28M)");
+      Usage("unknown size " + s + " (5M, 28M, demo)");
     }
   }
   return o;
