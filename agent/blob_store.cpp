@@ -90,17 +90,7 @@ Status BlobStore::Upload::Write(const std::string& data) {
   if (pos_ + data.size() > size_) {
     return InvalidArgumentError("data: upload exceeds the declared size " + std::to_string(size_));
   }
-  const char* p = data.data();
-  size_t left = data.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd_, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("cannot write", owner_->PartialPath(sha_), errno);
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  SFT_RETURN_IF_ERROR(WriteFully(fd_, data, owner_->PartialPath(sha_)));
   if (hasher_) hasher_->Update(data);
   pos_ += data.size();
   return OkStatus();

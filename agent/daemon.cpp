@@ -98,16 +98,6 @@ bool IsLoopback(const std::string& host) {
   return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
-void WriteAll(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
-}
-
 std::string SelfDir() {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -120,7 +110,7 @@ std::string SelfDir() {
 // `ready_fd`. Returns the exit code.
 int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   auto fail = [&](const std::string& msg) {
-    WriteAll(ready_fd, "SFTD_ERROR " + msg + "\n");
+    (void)WriteFully(ready_fd, "SFTD_ERROR " + msg + "\n", "ready pipe");
     spdlog::error("{}", msg);
     return 1;
   };
@@ -139,7 +129,8 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     // Another agent started meanwhile: report it instead.
     Running r = FindRunning(dir, std::chrono::seconds(10));
     if (!r.running) return fail("another sftd holds " + Path(dir, "sftd.lock"));
-    WriteAll(ready_fd, ReadyLine("127.0.0.1:" + std::to_string(r.port), dir, r.version, r.pid));
+    (void)WriteFully(ready_fd, ReadyLine("127.0.0.1:" + std::to_string(r.port), dir, r.version, r.pid),
+                     "ready pipe");
     return 0;
   }
   bool tls = !opts.tls_cert.empty() && !opts.tls_key.empty();
@@ -221,7 +212,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
                  port, dir, cfg.gpus.size(), cfg.trainer_path);
     std::string addr =
         (IsLoopback(opts.listen) ? std::string("127.0.0.1") : host) + ":" + std::to_string(port);
-    WriteAll(ready_fd, ReadyLine(addr, dir, version, ::getpid()));
+    (void)WriteFully(ready_fd, ReadyLine(addr, dir, version, ::getpid()), "ready pipe");
     if (ready_fd != STDOUT_FILENO) ::close(ready_fd);
 
     int sig = 0;
@@ -430,13 +421,13 @@ int RunBridge(const std::string& data_dir) {
         in_open = false;
         ::shutdown(sock, SHUT_WR);
       } else {
-        WriteAll(sock, std::string(buf.data(), static_cast<size_t>(k)));
+        (void)WriteFully(sock, std::string_view(buf.data(), static_cast<size_t>(k)), "agent socket");
       }
     }
     if (fds[1].revents) {
       ssize_t k = ::read(sock, buf.data(), buf.size());
       if (k <= 0) break;
-      WriteAll(STDOUT_FILENO, std::string(buf.data(), static_cast<size_t>(k)));
+      (void)WriteFully(STDOUT_FILENO, std::string_view(buf.data(), static_cast<size_t>(k)), "stdout");
     }
   }
   ::close(sock);

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "common/file_system.h"
+
 namespace sftctl::agent {
 namespace {
 
@@ -15,21 +17,6 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-Status WriteAll(int fd, const std::string& data, const std::string& path) {
-  const char* p = data.data();
-  size_t left = data.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("cannot write", path, errno);
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  return OkStatus();
 }
 
 }  // namespace
@@ -135,7 +122,7 @@ StatusOr<uint64_t> Journal::Append(std::vector<JournalEvent> events) {
       ring_.push_back(std::move(ev));
       if (ring_.size() > kRingSize) ring_.pop_front();
     }
-    SFT_RETURN_IF_ERROR(WriteAll(fd_, data, path_));
+    SFT_RETURN_IF_ERROR(WriteFully(fd_, data, path_));
     file_size_ = off;
     last = last_seq_;
     FireWaitersLocked(&fire);

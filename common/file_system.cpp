@@ -20,20 +20,7 @@ class PosixWritableFile : public WritableFile {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  Status Append(std::string_view data) override {
-    const char* p = data.data();
-    size_t left = data.size();
-    while (left > 0) {
-      ssize_t n = ::write(fd_, p, left);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoError("cannot write", path_, errno);
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
-    return OkStatus();
-  }
+  Status Append(std::string_view data) override { return WriteFully(fd_, data, path_); }
 
   Status Sync() override {
     if (::fsync(fd_) != 0) return ErrnoError("cannot fsync", path_, errno);
@@ -140,6 +127,19 @@ class PosixFileSystem : public FileSystem {
 FileSystem* FileSystem::Default() {
   static PosixFileSystem* fs = new PosixFileSystem();
   return fs;
+}
+
+Status WriteFully(int fd, std::string_view data, const std::string& path) {
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoError("cannot write", path, n < 0 ? errno : EIO);
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return OkStatus();
 }
 
 std::string JoinPath(std::string_view a, std::string_view b) {

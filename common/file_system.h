@@ -57,6 +57,10 @@ class FileSystem {
 // place, so readers see either the old or the new content, never a mix.
 Status WriteFileAtomic(FileSystem* fs, const std::string& path, std::string_view data);
 
+// Writes all of `data` to the open descriptor `fd`, retrying interrupted and partial writes.
+// Errors read "cannot write '<path>': <strerror>" (`path` only names the file in messages).
+Status WriteFully(int fd, std::string_view data, const std::string& path);
+
 // Joins path components with '/'.
 std::string JoinPath(std::string_view a, std::string_view b);
 

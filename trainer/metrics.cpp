@@ -7,22 +7,10 @@
 #include <chrono>
 #include <cmath>
 
+#include "common/file_system.h"
+
 namespace sftctl::trainer {
 namespace {
-
-void WriteAll(int fd, const std::string& s) {
-  const char* p = s.data();
-  size_t left = s.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // the supervisor went away; metrics.jsonl still has everything
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-}
 
 std::string Duration(double s) {
   if (!std::isfinite(s) || s < 0) return "--:--";
@@ -65,7 +53,8 @@ void MetricsSink::Emit(nlohmann::json record) {
     std::fputs(line.c_str(), file_);
     std::fflush(file_);
   }
-  if (events_fd_ >= 0) WriteAll(events_fd_, line);
+  // A failed write means the supervisor went away; metrics.jsonl still has everything.
+  if (events_fd_ >= 0) (void)WriteFully(events_fd_, line, "--events-fd " + std::to_string(events_fd_));
 }
 
 void MetricsSink::ShowStep(const nlohmann::json& r, int64_t total_steps) {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -247,6 +248,26 @@ TEST_F(FileSystemTest, RenameAndSyncDir) {
 TEST(FileSystemDefaultTest, IsASingleton) {
   EXPECT_NE(FileSystem::Default(), nullptr);
   EXPECT_EQ(FileSystem::Default(), FileSystem::Default());
+}
+
+TEST(WriteFullyTest, WritesEverythingThroughAPipe) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::string data(40000, 'x');  // less than a pipe's buffer: no reader needed
+  ASSERT_TRUE(WriteFully(fds[1], data, "pipe").ok());
+  ::close(fds[1]);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) got.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  EXPECT_EQ(got, data);
+}
+
+TEST(WriteFullyTest, ErrorNamesThePath) {
+  Status s = WriteFully(-1, "data", "/some/file");
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_EQ(s.message(), "cannot write '/some/file': Bad file descriptor");
 }
 
 }  // namespace
