@@ -160,6 +160,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   cfg.kill_grace = std::chrono::milliseconds(opts.kill_grace_ms);
   cfg.poll = std::chrono::milliseconds(std::max(10, opts.poll_ms));
   cfg.default_heartbeat_s = static_cast<uint32_t>(std::max(1, opts.heartbeat_s));
+  cfg.rendezvous_addr = RendezvousAddr(opts);
   Supervisor supervisor(cfg, store->get(), &blobs);
   if (Status s = supervisor.Start(); !s.ok()) return fail(s.ToString());
 
@@ -233,6 +234,17 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
 }  // namespace
 
 std::string AgentVersion() { return SFTCTL_VERSION; }
+
+std::string RendezvousAddr(const DaemonOptions& opts) {
+  if (!opts.rendezvous_addr.empty()) return opts.rendezvous_addr;
+  if (IsLoopback(opts.listen)) return "127.0.0.1";
+  if (opts.listen == "0.0.0.0" || opts.listen == "::" || opts.listen == "[::]" || opts.listen.empty()) {
+    char name[256] = {};
+    if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
+    return "127.0.0.1";
+  }
+  return opts.listen;
+}
 
 std::string DefaultDataDir() {
   if (const char* d = std::getenv("SFTD_DATA_DIR"); d && *d) return d;

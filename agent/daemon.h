@@ -23,9 +23,17 @@ struct DaemonOptions {
   int kill_grace_ms = 10000;
   int poll_ms = 100;
   int heartbeat_s = 1800;
-  int cpu_slots = 0;             // 0: number of CPUs
+  int cpu_slots = 0;  // 0: number of CPUs
+  // master_addr reported for node 0 of multi-node jobs; empty: see RendezvousAddr.
+  std::string rendezvous_addr;
   std::string version_override;  // tests only: pretend to be another version
 };
+
+// The master_addr node 0 of a multi-node job reports: `rendezvous_addr` when set; else "127.0.0.1" when
+// listening on loopback (the client, which reached the agent through SSH, overrides it with the host
+// name it used); else this host's name when listening on a wildcard address (0.0.0.0, ::); else the
+// listen address itself.
+std::string RendezvousAddr(const DaemonOptions& opts);
 
 // $SFTD_DATA_DIR, else $XDG_DATA_HOME/sftd, else $HOME/.local/share/sftd.
 std::string DefaultDataDir();

@@ -1,12 +1,37 @@
 #include "agent/job_spec.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+#include <set>
+
+#include "common/file_system.h"
 #include "common/sha256.h"
 
 namespace sftctl::agent {
 
+std::string DirEntryProblem(const std::string& entry) {
+  if (entry.empty()) return "must not be empty";
+  if (entry.find('\0') != std::string::npos) return "must not contain NUL";
+  if (entry.front() == '/') return "'" + entry + "' must be relative, not absolute";
+  size_t start = 0;
+  for (;;) {
+    size_t slash = entry.find('/', start);
+    std::string part = entry.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (part.empty()) return "'" + entry + "' has an empty path component";
+    if (part == "..") return "'" + entry + "' must not contain '..'";
+    if (part == ".") return "'" + entry + "' must not contain '.' components";
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return "";
+}
+
 StatusOr<nlohmann::json> ValidateSpec(
     const std::string& spec_json, const std::vector<SpecBlobRef>& refs,
-    const std::function<StatusOr<std::string>(const std::string&)>& blob_path) {
+    const std::function<StatusOr<std::string>(const std::string&)>& blob_path,
+    std::vector<SpecFolder>* folders) {
   nlohmann::json spec;
   try {
     spec = nlohmann::json::parse(spec_json);
@@ -17,6 +42,15 @@ StatusOr<nlohmann::json> ValidateSpec(
   if (spec.contains("output_dir") && !spec["output_dir"].is_string()) {
     return InvalidArgumentError("spec_json.output_dir: must be a string");
   }
+  // Per json_pointer: the first reference using it, and whether it is a folder.
+  struct Use {
+    size_t first;
+    bool folder;
+    std::set<std::string> entries;
+    size_t folder_index = 0;
+  };
+  std::map<std::string, Use> uses;
+  std::vector<SpecFolder> found;
   for (size_t i = 0; i < refs.size(); ++i) {
     const std::string field = "blobs[" + std::to_string(i) + "]";
     const SpecBlobRef& ref = refs[i];
@@ -40,14 +74,79 @@ StatusOr<nlohmann::json> ValidateSpec(
           field + ".json_pointer: '" + ref.json_pointer +
           "' names neither a field of an object nor an existing list element in spec_json");
     }
-    if (spec.contains(ptr) && !spec[ptr].is_string() && !spec[ptr].is_null()) {
+    const bool folder = !ref.dir_entry.empty();
+    auto [it, fresh] = uses.try_emplace(ref.json_pointer, Use{i, folder, {}, 0});
+    Use& use = it->second;
+    if (!fresh && (use.folder != folder || !folder)) {
+      return InvalidArgumentError(
+          field + (folder ? ".dir_entry" : ".json_pointer") + ": '" + ref.json_pointer +
+          "' is already set by blobs[" + std::to_string(use.first) + "]" +
+          (use.folder != folder ? (use.folder ? " as a folder (give every reference a dir_entry)"
+                                              : " as a single file (it has no dir_entry)")
+                                : ""));
+    }
+    if (fresh && spec.contains(ptr) && !spec[ptr].is_string() && !spec[ptr].is_null()) {
       return InvalidArgumentError(field + ".json_pointer: spec_json" + ref.json_pointer +
                                   " must be a string (a file reference)");
     }
     SFT_ASSIGN_OR_RETURN(std::string path, blob_path(ref.sha256));
-    spec[ptr] = path;
+    if (!folder) {
+      spec[ptr] = path;
+      continue;
+    }
+    if (std::string why = DirEntryProblem(ref.dir_entry); !why.empty())
+      return InvalidArgumentError(field + ".dir_entry: " + why);
+    if (!use.entries.insert(ref.dir_entry).second) {
+      return InvalidArgumentError(field + ".dir_entry: '" + ref.dir_entry +
+                                  "' appears twice in the folder for '" + ref.json_pointer + "'");
+    }
+    if (fresh) {
+      use.folder_index = found.size();
+      found.push_back({ref.json_pointer, {}});
+    }
+    found[use.folder_index].entries.emplace_back(ref.dir_entry, path);
+  }
+  // An entry may not be both a file and the folder of another entry ("a" and "a/b").
+  for (const SpecFolder& f : found) {
+    const std::set<std::string>& names = uses[f.json_pointer].entries;
+    for (const auto& [entry, path] : f.entries) {
+      for (size_t slash = entry.find('/'); slash != std::string::npos; slash = entry.find('/', slash + 1)) {
+        if (names.count(entry.substr(0, slash))) {
+          size_t idx = 0;
+          for (size_t i = 0; i < refs.size(); ++i) {
+            if (refs[i].json_pointer == f.json_pointer && refs[i].dir_entry == entry) idx = i;
+          }
+          return InvalidArgumentError("blobs[" + std::to_string(idx) + "].dir_entry: '" + entry +
+                                      "' is inside '" + entry.substr(0, slash) +
+                                      "', which is a file of the same folder");
+        }
+      }
+    }
+  }
+  if (folders != nullptr) {
+    for (SpecFolder& f : found) folders->push_back(std::move(f));
   }
   return spec;
+}
+
+Status MaterializeFolders(const std::string& job_dir, const std::vector<SpecFolder>& folders,
+                          nlohmann::json* spec) {
+  FileSystem* fs = FileSystem::Default();
+  for (size_t n = 0; n < folders.size(); ++n) {
+    const std::string dir = job_dir + "/inputs/" + std::to_string(n);
+    for (const auto& [entry, blob] : folders[n].entries) {
+      const std::string dst = dir + "/" + entry;
+      SFT_RETURN_IF_ERROR(fs->CreateDirs(dst.substr(0, dst.rfind('/'))));
+      if (::unlink(dst.c_str()) != 0 && errno != ENOENT) return ErrnoError("cannot replace", dst, errno);
+      // A hard link keeps the entry's own name and survives the blob being garbage-collected; a
+      // symlink where the blob store is on another file system (or links are not allowed).
+      if (::link(blob.c_str(), dst.c_str()) != 0 && ::symlink(blob.c_str(), dst.c_str()) != 0) {
+        return ErrnoError("cannot link blob " + blob + " to", dst, errno);
+      }
+    }
+    (*spec)[nlohmann::json::json_pointer(folders[n].json_pointer)] = dir;
+  }
+  return OkStatus();
 }
 
 void SetOutputDir(nlohmann::json* spec, const std::string& run_dir) { (*spec)["output_dir"] = run_dir; }

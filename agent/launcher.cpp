@@ -50,7 +50,7 @@ StatusOr<SpawnedRank> SpawnRank(const std::string& trainer, const std::string& j
     }
   }
   // Environment: ours minus the variables we set.
-  static const char* kOwn[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
+  static const char* kOwn[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",          "LOCAL_WORLD_SIZE",
                                "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"};
   std::vector<std::string> envs;
   for (char** e = environ; e && *e; ++e) {
@@ -64,6 +64,7 @@ StatusOr<SpawnedRank> SpawnRank(const std::string& trainer, const std::string& j
   envs.push_back("RANK=" + std::to_string(env.rank));
   envs.push_back("WORLD_SIZE=" + std::to_string(env.world_size));
   envs.push_back("LOCAL_RANK=" + std::to_string(env.local_rank));
+  envs.push_back("LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size));
   envs.push_back("MASTER_ADDR=" + env.master_addr);
   envs.push_back("MASTER_PORT=" + std::to_string(env.master_port));
   envs.push_back("CUDA_VISIBLE_DEVICES=" + env.cuda_visible_devices);
@@ -156,12 +157,12 @@ std::string SignalName(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-int FreeTcpPort() {
+int FreeTcpPort(bool any_interface) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 29500;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_addr.s_addr = htonl(any_interface ? INADDR_ANY : INADDR_LOOPBACK);
   addr.sin_port = 0;
   socklen_t len = sizeof(addr);
   int port = 29500;

@@ -17,13 +17,18 @@
 
 namespace sftctl::agent {
 
+// The torch.distributed environment of one rank (the trainer reads these; see docs/agent.md).
+// `rank` is the global rank and also names the rank's log files (logs/rank-<rank>.*).
 struct RankEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
-  std::string cuda_visible_devices;  // empty: CUDA_VISIBLE_DEVICES="" (no GPU)
+  // Every rank of a GPU job sees all of the job's GPUs (so cuda:LOCAL_RANK is its own GPU and NCCL
+  // can use peer access); empty: CUDA_VISIBLE_DEVICES="" (no GPU).
+  std::string cuda_visible_devices;
 };
 
 struct SpawnedRank {
@@ -52,7 +57,8 @@ bool SameProcessAlive(pid_t pid, uint64_t start_time);
 std::vector<pid_t> ProcessGroupMembers(pid_t pgid);
 // "SIGKILL" etc.
 std::string SignalName(int sig);
-// A currently free TCP port on 127.0.0.1 (for MASTER_PORT).
-int FreeTcpPort();
+// A currently free TCP port (for MASTER_PORT): on 127.0.0.1, or with `any_interface` on every
+// interface (a multi-node TCPStore is reached from other hosts). 29500 if none could be probed.
+int FreeTcpPort(bool any_interface = false);
 
 }  // namespace sftctl::agent

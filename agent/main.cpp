@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
                     "default step heartbeat timeout (a job may set its own)");
   start->add_option("--cpu-slots", opts.cpu_slots,
                     "CPU ranks that may run at once (default: number of CPUs)");
+  start->add_option("--rendezvous-addr", opts.rendezvous_addr,
+                    "master_addr that node 0 of a multi-node job reports (default: 127.0.0.1 when "
+                    "listening on loopback, else the host name or --listen address)");
   start->add_option("--version-override", opts.version_override, "testing only")->group("");
 
   std::string data_dir;

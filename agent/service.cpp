@@ -331,7 +331,10 @@ void JobToProto(const JobRecord& rec, const std::vector<HistoryRecord>* history,
   out->set_state(rec.state);
   out->set_reason(rec.reason);
   out->set_gpus(rec.gpus);
-  out->set_world_size(rec.world_size);
+  // The job's world size: across all nodes for a multi-node job (this node runs ranks_size() of them).
+  out->set_world_size(IsMultiNode(rec) ? rec.rendezvous.world_size() : rec.world_size);
+  if (IsMultiNode(rec)) *out->mutable_rendezvous() = rec.rendezvous;
+  out->set_first_failed_rank(rec.first_failed_rank);
   for (int g : rec.assigned_gpus) out->add_assigned_gpus(static_cast<uint32_t>(g));
   out->set_restarts(rec.restarts);
   out->set_max_restarts(rec.max_restarts);

@@ -1,5 +1,7 @@
 #include "agent/state_store.h"
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace sftctl::agent {
@@ -63,6 +65,31 @@ std::vector<int> SplitInts(const std::string& s) {
   return out;
 }
 
+// The rendezvous as a JSON object ("" when the job is single-node).
+std::string RendezvousToText(const ::sftctl::v1::Rendezvous& r) {
+  if (r.num_nodes() <= 1) return "";
+  nlohmann::json j = {{"num_nodes", r.num_nodes()},     {"node_rank", r.node_rank()},
+                      {"world_size", r.world_size()},   {"rank_offset", r.rank_offset()},
+                      {"master_addr", r.master_addr()}, {"master_port", r.master_port()},
+                      {"group_id", r.group_id()}};
+  return j.dump();
+}
+
+::sftctl::v1::Rendezvous RendezvousFromText(const std::string& text) {
+  ::sftctl::v1::Rendezvous r;
+  if (text.empty()) return r;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return r;
+  r.set_num_nodes(j.value("num_nodes", 0u));
+  r.set_node_rank(j.value("node_rank", 0u));
+  r.set_world_size(j.value("world_size", 0u));
+  r.set_rank_offset(j.value("rank_offset", 0u));
+  r.set_master_addr(j.value("master_addr", ""));
+  r.set_master_port(j.value("master_port", 0u));
+  r.set_group_id(j.value("group_id", ""));
+  return r;
+}
+
 const char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS jobs (
   num INTEGER PRIMARY KEY,
@@ -84,7 +111,9 @@ CREATE TABLE IF NOT EXISTS jobs (
   last_loss REAL NOT NULL DEFAULT 0,
   pgid INTEGER NOT NULL DEFAULT 0,
   job_dir TEXT NOT NULL,
-  spec_json TEXT NOT NULL
+  spec_json TEXT NOT NULL,
+  rendezvous TEXT NOT NULL DEFAULT '',
+  first_failed_rank INTEGER NOT NULL DEFAULT -1
 );
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_request_id ON jobs(client_request_id) WHERE client_request_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS ranks (
@@ -159,7 +188,28 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) 
   // FULL: a committed state change survives power loss too; state changes are rare.
   SFT_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
   SFT_RETURN_IF_ERROR(store->Exec(kSchema));
+  SFT_RETURN_IF_ERROR(store->Migrate());
   return store;
+}
+
+Status StateStore::Migrate() {
+  // Columns added after the first release; CREATE TABLE IF NOT EXISTS leaves old tables as they were.
+  static const struct {
+    const char* name;
+    const char* ddl;
+  } kAdded[] = {
+      {"rendezvous", "ALTER TABLE jobs ADD COLUMN rendezvous TEXT NOT NULL DEFAULT ''"},
+      {"first_failed_rank", "ALTER TABLE jobs ADD COLUMN first_failed_rank INTEGER NOT NULL DEFAULT -1"},
+  };
+  std::vector<std::string> have;
+  {
+    Stmt q(db_, "PRAGMA table_info(jobs)");
+    while (q.Step() == SQLITE_ROW) have.push_back(q.Text(1));
+  }
+  for (const auto& c : kAdded) {
+    if (std::find(have.begin(), have.end(), c.name) == have.end()) SFT_RETURN_IF_ERROR(Exec(c.ddl));
+  }
+  return OkStatus();
 }
 
 StateStore::~StateStore() { sqlite3_close(db_); }
@@ -190,13 +240,13 @@ StatusOr<JobRecord> StateStore::InsertJob(JobRecord rec) {
   if (!rec.job_dir.empty() && rec.job_dir.back() == '/') rec.job_dir += rec.id;
   Stmt ins(db_,
            "INSERT INTO jobs (num, id, name, client_request_id, state, reason, gpus, world_size, "
-           "max_restarts, heartbeat_s, created_ms, job_dir, spec_json) VALUES "
-           "(?1, ?2, ?3, NULLIF(?4, ''), ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+           "max_restarts, heartbeat_s, created_ms, job_dir, spec_json, rendezvous) VALUES "
+           "(?1, ?2, ?3, NULLIF(?4, ''), ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
   ins.Bind(1, rec.num).Bind(2, rec.id).Bind(3, rec.name).Bind(4, rec.client_request_id);
   ins.Bind(5, static_cast<int64_t>(rec.state)).Bind(6, rec.reason).Bind(7, static_cast<int64_t>(rec.gpus));
   ins.Bind(8, static_cast<int64_t>(rec.world_size)).Bind(9, static_cast<int64_t>(rec.max_restarts));
   ins.Bind(10, static_cast<int64_t>(rec.heartbeat_s)).Bind(11, rec.created_ms).Bind(12, rec.job_dir);
-  ins.Bind(13, rec.spec_json);
+  ins.Bind(13, rec.spec_json).Bind(14, RendezvousToText(rec.rendezvous));
   if (ins.Step() != SQLITE_DONE) return fail(ins.Error("insert job"));
   Stmt h(db_, "INSERT INTO history (job_id, time_ms, state, reason) VALUES (?1, ?2, ?3, ?4)");
   h.Bind(1, rec.id).Bind(2, rec.created_ms).Bind(3, static_cast<int64_t>(rec.state)).Bind(4, rec.reason);
@@ -214,11 +264,13 @@ Status StateStore::SaveJob(const JobRecord& rec, const HistoryRecord* change) {
   };
   Stmt up(db_,
           "UPDATE jobs SET state=?2, reason=?3, assigned_gpus=?4, restarts=?5, started_ms=?6, "
-          "finished_ms=?7, last_step=?8, last_loss=?9, pgid=?10, spec_json=?11, world_size=?12 WHERE id=?1");
+          "finished_ms=?7, last_step=?8, last_loss=?9, pgid=?10, spec_json=?11, world_size=?12, "
+          "rendezvous=?13, first_failed_rank=?14 WHERE id=?1");
   up.Bind(1, rec.id).Bind(2, static_cast<int64_t>(rec.state)).Bind(3, rec.reason);
   up.Bind(4, JoinInts(rec.assigned_gpus)).Bind(5, static_cast<int64_t>(rec.restarts));
   up.Bind(6, rec.started_ms).Bind(7, rec.finished_ms).Bind(8, rec.last_step).Bind(9, rec.last_loss);
   up.Bind(10, rec.pgid).Bind(11, rec.spec_json).Bind(12, static_cast<int64_t>(rec.world_size));
+  up.Bind(13, RendezvousToText(rec.rendezvous)).Bind(14, static_cast<int64_t>(rec.first_failed_rank));
   if (up.Step() != SQLITE_DONE) return fail(up.Error("update job"));
   {
     Stmt del(db_, "DELETE FROM ranks WHERE job_id=?1");
@@ -249,7 +301,7 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
   std::string sql =
       "SELECT num, id, name, COALESCE(client_request_id, ''), state, reason, gpus, world_size, "
       "assigned_gpus, restarts, max_restarts, heartbeat_s, created_ms, started_ms, finished_ms, last_step, "
-      "last_loss, pgid, job_dir, spec_json FROM jobs";
+      "last_loss, pgid, job_dir, spec_json, rendezvous, first_failed_rank FROM jobs";
   sql += where_id.empty() ? " ORDER BY num" : " WHERE id=?1";
   Stmt q(db_, sql.c_str());
   if (!where_id.empty()) q.Bind(1, where_id);
@@ -276,6 +328,8 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
     r.pgid = q.Int(17);
     r.job_dir = q.Text(18);
     r.spec_json = q.Text(19);
+    r.rendezvous = RendezvousFromText(q.Text(20));
+    r.first_failed_rank = static_cast<int>(q.Int(21));
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return q.Error("query jobs");

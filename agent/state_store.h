@@ -60,12 +60,20 @@ struct JobRecord {
   int64_t pgid = 0;
   std::string job_dir;
   std::string spec_json;
-  std::vector<RankRecord> ranks;
+  std::vector<RankRecord> ranks;  // RankRecord.rank is the global rank (rank_offset + local rank)
+  // Multi-node jobs (rendezvous.num_nodes > 1): this node's part, master_addr/port filled in. Then
+  // `world_size` above still counts the ranks on this host; rendezvous.world_size counts all of them.
+  ::sftctl::v1::Rendezvous rendezvous;
+  int first_failed_rank = -1;  // global rank that failed first in the latest attempt; -1: none
 };
+
+// Multi-node when the rendezvous spans more than one node.
+inline bool IsMultiNode(const JobRecord& rec) { return rec.rendezvous.num_nodes() > 1; }
 
 class StateStore {
  public:
-  // Opens (creating if needed) the database at `path` in WAL mode.
+  // Opens (creating if needed) the database at `path` in WAL mode; adds columns that a database of an
+  // older agent lacks.
   static StatusOr<std::unique_ptr<StateStore>> Open(const std::string& path);
   ~StateStore();
 
@@ -91,6 +99,7 @@ class StateStore {
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}
   Status Exec(const char* sql);
+  Status Migrate();
   StatusOr<std::vector<JobRecord>> QueryJobs(const std::string& where_id);
 
   std::mutex mu_;

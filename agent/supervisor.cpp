@@ -1,9 +1,12 @@
 #include "agent/supervisor.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +39,78 @@ std::string JoinGpus(const std::vector<int>& g) {
   std::string s;
   for (size_t i = 0; i < g.size(); ++i) s += (i ? "," : "") + std::to_string(g[i]);
   return s;
+}
+
+// "exit code 1" / "killed by signal 9 (SIGKILL)".
+std::string HowEnded(int exit_code, int sig) {
+  if (sig != 0) return "killed by signal " + std::to_string(sig) + " (" + SignalName(sig) + ")";
+  return "exit code " + std::to_string(exit_code);
+}
+
+// A pidfd for `pid` (readable once the process has exited), or -1 where the kernel has none.
+int OpenPidFd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+bool IsLoopbackAddr(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr a{};
+  return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+// MASTER_ADDR for the ranks of node 0 of a multi-node job. The trainer binds Gloo to loopback when
+// MASTER_ADDR is a loopback address, which the other nodes could not reach; so a loopback `reported`
+// address (an agent behind an SSH tunnel, whose client tells the other nodes its own name for this
+// host) is replaced by this host's name when that resolves. Otherwise `reported` itself.
+std::string NodeZeroMasterAddr(const std::string& reported) {
+  if (!IsLoopbackAddr(reported)) return reported;
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return reported;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &res) != 0) return reported;
+  ::freeaddrinfo(res);
+  return name;
+}
+
+// Checks a multi-node rendezvous against this node's rank count. INVALID_ARGUMENT naming the field.
+Status ValidateRendezvous(const ::sftctl::v1::Rendezvous& r, uint32_t local_ranks) {
+  auto bad = [](const std::string& field, const std::string& why) {
+    return InvalidArgumentError("rendezvous." + field + ": " + why);
+  };
+  if (r.group_id().empty()) return bad("group_id", "must not be empty (the same string on every node)");
+  if (r.node_rank() >= r.num_nodes()) {
+    return bad("node_rank", std::to_string(r.node_rank()) + " must be less than num_nodes (" +
+                                std::to_string(r.num_nodes()) + ")");
+  }
+  if (r.world_size() < r.num_nodes()) {
+    return bad("world_size", std::to_string(r.world_size()) + " must be at least num_nodes (" +
+                                 std::to_string(r.num_nodes()) + ")");
+  }
+  if (r.node_rank() == 0 && r.rank_offset() != 0)
+    return bad("rank_offset", "must be 0 on node 0 (it hosts rank 0)");
+  if (r.node_rank() > 0 && r.rank_offset() == 0)
+    return bad("rank_offset",
+               "must be > 0 on node " + std::to_string(r.node_rank()) + " (node 0 holds rank 0)");
+  if (static_cast<uint64_t>(r.rank_offset()) + local_ranks > r.world_size()) {
+    return bad("rank_offset", "rank_offset " + std::to_string(r.rank_offset()) + " + " +
+                                  std::to_string(local_ranks) + " rank(s) on this node exceeds world_size " +
+                                  std::to_string(r.world_size()));
+  }
+  if (r.master_port() > 65535)
+    return bad("master_port", std::to_string(r.master_port()) + " is not a TCP port");
+  if (r.node_rank() > 0 && r.master_addr().empty())
+    return bad("master_addr", "required on node_rank > 0 (node 0's Job.rendezvous.master_addr)");
+  if (r.node_rank() > 0 && r.master_port() == 0)
+    return bad("master_port", "required on node_rank > 0 (node 0's Job.rendezvous.master_port)");
+  return OkStatus();
 }
 
 }  // namespace
@@ -140,7 +215,7 @@ void Supervisor::DoSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCa
       return InvalidArgumentError("cpu_ranks: must be 0 when gpus > 0 (one rank per GPU)");
     }
     std::vector<SpecBlobRef> refs;
-    for (const auto& b : req.blobs()) refs.push_back({b.json_pointer(), b.sha256()});
+    for (const auto& b : req.blobs()) refs.push_back({b.json_pointer(), b.sha256(), b.dir_entry()});
     auto blob_path = [this](const std::string& sha) -> StatusOr<std::string> {
       SFT_ASSIGN_OR_RETURN(BlobStore::Stat st, blobs_->StatBlob(sha));
       if (!st.complete) {
@@ -149,8 +224,21 @@ void Supervisor::DoSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCa
       }
       return blobs_->BlobPath(sha);
     };
-    SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ValidateSpec(req.spec_json(), refs, blob_path));
+    std::vector<SpecFolder> folders;
+    SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ValidateSpec(req.spec_json(), refs, blob_path, &folders));
+    // `world`: the ranks on this host (all of them unless the job spans several nodes).
     uint32_t world = req.gpus() > 0 ? req.gpus() : std::max<uint32_t>(1, req.cpu_ranks());
+    ::sftctl::v1::Rendezvous rdzv;
+    if (req.has_rendezvous() && req.rendezvous().num_nodes() > 1) {
+      rdzv = req.rendezvous();
+      SFT_RETURN_IF_ERROR(ValidateRendezvous(rdzv, world));
+      if (rdzv.node_rank() == 0) {
+        // Node 0 hosts the TCPStore (its rank 0): a port free on every interface, and the address the
+        // other nodes should use (the client may override it with the host name it reached us by).
+        if (rdzv.master_port() == 0) rdzv.set_master_port(static_cast<uint32_t>(FreeTcpPort(true)));
+        if (rdzv.master_addr().empty()) rdzv.set_master_addr(config_.rendezvous_addr);
+      }
+    }
     SFT_RETURN_IF_ERROR(scheduler_.CheckFits(req.gpus(), req.gpus() > 0 ? 0 : world));
     JobRecord rec;
     rec.name = req.name();
@@ -159,13 +247,16 @@ void Supervisor::DoSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCa
     rec.reason = "submitted";
     rec.gpus = req.gpus();
     rec.world_size = world;
-    rec.max_restarts = req.max_restarts();
+    // A multi-node job never restarts: its other nodes would not restart with it.
+    rec.max_restarts = rdzv.num_nodes() > 1 ? 0 : req.max_restarts();
     rec.heartbeat_s = req.heartbeat_timeout_s();
+    rec.rendezvous = rdzv;
     rec.created_ms = NowMs();
     rec.job_dir = config_.data_dir + "/jobs/";  // InsertJob appends the id
     SFT_ASSIGN_OR_RETURN(rec, store_->InsertJob(std::move(rec)));
     SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/logs"));
     SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/run"));
+    SFT_RETURN_IF_ERROR(MaterializeFolders(rec.job_dir, folders, &spec));
     SetOutputDir(&spec, rec.job_dir + "/run");
     rec.spec_json = spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
     SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), rec.job_dir + "/spec.json", rec.spec_json));
@@ -177,7 +268,13 @@ void Supervisor::DoSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCa
     ev.text = "submitted";
     SFT_RETURN_IF_ERROR(journal->Append({ev}).status());
     scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : world);
-    spdlog::info("{}: submitted ({} GPUs, world size {})", rec.id, rec.gpus, world);
+    if (IsMultiNode(rec)) {
+      spdlog::info("{}: submitted node {}/{} of group '{}' ({} GPUs, ranks {}..{} of {}, master {}:{})",
+                   rec.id, rdzv.node_rank(), rdzv.num_nodes(), rdzv.group_id(), rec.gpus, rdzv.rank_offset(),
+                   rdzv.rank_offset() + world - 1, rdzv.world_size(), rdzv.master_addr(), rdzv.master_port());
+    } else {
+      spdlog::info("{}: submitted ({} GPUs, world size {})", rec.id, rec.gpus, world);
+    }
     Schedule();
     return store_->GetJob(rec.id);
   }();
@@ -235,22 +332,31 @@ void Supervisor::Launch(const Allocation& alloc) {
   if (st.ok()) st = FileSystem::Default()->CreateDirs(rec.job_dir + "/run");
   if (st.ok()) st = WriteFileAtomic(FileSystem::Default(), rec.job_dir + "/spec.json", rec.spec_json);
   RankEnv env;
-  env.world_size = static_cast<int>(rec.world_size);
-  env.master_port = FreeTcpPort();
+  const int offset = static_cast<int>(rec.rendezvous.rank_offset());
+  env.world_size =
+      IsMultiNode(rec) ? static_cast<int>(rec.rendezvous.world_size()) : static_cast<int>(rec.world_size);
+  env.local_world_size = static_cast<int>(rec.world_size);
+  if (!IsMultiNode(rec)) {
+    env.master_port = FreeTcpPort();
+  } else {
+    env.master_port = static_cast<int>(rec.rendezvous.master_port());
+    env.master_addr = rec.rendezvous.node_rank() > 0 ? rec.rendezvous.master_addr()
+                                                     : NodeZeroMasterAddr(rec.rendezvous.master_addr());
+  }
   env.cuda_visible_devices = JoinGpus(alloc.gpus);
   pid_t pgid = 0;
   std::vector<RankRun> ranks;
   for (uint32_t r = 0; st.ok() && r < rec.world_size; ++r) {
-    env.rank = static_cast<int>(r);
+    env.rank = offset + static_cast<int>(r);
     env.local_rank = static_cast<int>(r);
     auto spawned = SpawnRank(config_.trainer_path, rec.job_dir, env, pgid);
     if (!spawned.ok()) {
-      st = spawned.status().WithContext("launch rank " + std::to_string(r));
+      st = spawned.status().WithContext("launch rank " + std::to_string(env.rank));
       break;
     }
     if (pgid == 0) pgid = spawned->pid;
     RankRun rr;
-    rr.rank = static_cast<int>(r);
+    rr.rank = env.rank;
     rr.pid = spawned->pid;
     rr.start_time = spawned->start_time;
     ranks.push_back(rr);
@@ -274,6 +380,7 @@ void Supervisor::Launch(const Allocation& alloc) {
   run->ranks = std::move(ranks);
   rec.pgid = pgid;
   rec.started_ms = NowMs();
+  rec.first_failed_rank = -1;
   rec.ranks.clear();
   for (const RankRun& rr : run->ranks) {
     rec.ranks.push_back({rr.rank, rr.pid, rr.start_time, true, false, 0, 0});
@@ -281,13 +388,37 @@ void Supervisor::Launch(const Allocation& alloc) {
   std::string why = "launched " + std::to_string(rec.world_size) + " rank(s)" +
                     (alloc.gpus.empty() ? " on CPU" : " on GPUs " + JoinGpus(alloc.gpus)) + ", attempt " +
                     std::to_string(rec.restarts + 1);
+  if (IsMultiNode(rec)) {
+    why += "; node " + std::to_string(rec.rendezvous.node_rank()) + "/" +
+           std::to_string(rec.rendezvous.num_nodes()) + ", ranks " + std::to_string(offset) + ".." +
+           std::to_string(offset + static_cast<int>(rec.world_size) - 1) + " of " +
+           std::to_string(rec.rendezvous.world_size()) + ", master " + env.master_addr + ":" +
+           std::to_string(env.master_port);
+  }
   st = Transition(&rec, run->journal.get(), JobState::RUNNING, why);
   if (!st.ok()) spdlog::error("{}: {}", rec.id, st.ToString());
   run->last_progress = Clock::now();
   run->last_save = Clock::now();
   Run* raw = run.get();
   runs_[rec.id] = std::move(run);
+  WatchExits(raw);
   ArmTimer(raw);
+}
+
+void Supervisor::WatchExits(Run* run) {
+  for (RankRun& rr : run->ranks) {
+    if (!rr.alive || rr.exit_fd) continue;
+    int fd = OpenPidFd(rr.pid);
+    if (fd < 0) continue;  // no pidfd: the poll timer notices the exit
+    rr.exit_fd = std::make_shared<boost::asio::posix::stream_descriptor>(io_, fd);
+    std::string id = run->rec.id;
+    rr.exit_fd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                           [this, id](const boost::system::error_code& ec) {
+                             if (ec) return;  // cancelled: the run is gone
+                             auto it = runs_.find(id);
+                             if (it != runs_.end()) Tick(it->second.get());
+                           });
+  }
 }
 
 void Supervisor::ArmTimer(Run* run) {
@@ -358,7 +489,10 @@ void Supervisor::Drain(Run* run, bool final_drain) {
               run->saw_done = true;
             } else if (kind == "error") {
               run->saw_error = true;
-              if (j.contains("message") && j["message"].is_string()) run->trainer_error = j["message"];
+              if (j.contains("message") && j["message"].is_string()) {
+                if (run->trainer_error.empty()) run->trainer_error = j["message"];
+                if (rr.trainer_error.empty()) rr.trainer_error = j["message"];
+              }
             }
           }
         }
@@ -403,6 +537,7 @@ void Supervisor::BeginStop(Run* run, JobState state, const std::string& reason, 
 void Supervisor::Tick(Run* run) {
   Drain(run, false);
   bool changed = false;
+  const RankRun* first_failed = nullptr;  // of the ranks reaped in this tick
   for (RankRun& rr : run->ranks) {
     if (!rr.alive) continue;
     if (rr.own_child) {
@@ -421,17 +556,24 @@ void Supervisor::Tick(Run* run) {
     }
     if (rr.alive) continue;
     changed = true;
+    rr.exit_fd.reset();
     bool failed = rr.exit_known && (rr.signal != 0 || rr.exit_code != 0);
     if (failed && !run->stopping) {
-      std::string why = rr.signal != 0 ? "rank " + std::to_string(rr.rank) + " killed by signal " +
-                                             std::to_string(rr.signal) + " (" + SignalName(rr.signal) + ")"
-                                       : "rank " + std::to_string(rr.rank) + " exited with code " +
-                                             std::to_string(rr.exit_code);
-      BeginStop(run, JobState::FAILED, why, true);
+      // Reaped together: a rank killed by a signal beats one that exited with an error code.
+      if (first_failed == nullptr || (rr.signal != 0 && first_failed->signal == 0)) first_failed = &rr;
     } else if (!rr.exit_known && run->saw_error && !run->stopping) {
       BeginStop(run, JobState::FAILED,
                 "agent-restart: rank " + std::to_string(rr.rank) + " ended after a trainer error", true);
     }
+  }
+  if (first_failed != nullptr && !run->stopping) {
+    const RankRun& rr = *first_failed;
+    run->rec.first_failed_rank = rr.rank;
+    std::string why =
+        "rank " + std::to_string(rr.rank) + " failed first: " + HowEnded(rr.exit_code, rr.signal);
+    if (!rr.trainer_error.empty()) why += " (trainer error: " + rr.trainer_error + ")";
+    BeginStop(run, JobState::FAILED, why, true);
+    run->rank_failed = true;
   }
   bool any_alive = false;
   for (const RankRun& rr : run->ranks) any_alive |= rr.alive;
@@ -504,7 +646,7 @@ void Supervisor::Finalize(Run* run) {
     reason = "agent-restart: ranks ended while the agent was down";
     requeue = true;
   }
-  if (final == JobState::FAILED && !run->trainer_error.empty())
+  if (final == JobState::FAILED && !run->rank_failed && !run->trainer_error.empty())
     reason += " (trainer error: " + run->trainer_error + ")";
   for (RankRecord& k : rec.ranks) k.running = false;
   scheduler_.Release(rec.id);
@@ -588,6 +730,7 @@ Status Supervisor::Recover() {
       raw->recovered_dead = true;
     }
     spdlog::info("{}: recovered after agent restart: {}/{} rank(s) alive", rec.id, alive, raw->ranks.size());
+    WatchExits(raw);
     ArmTimer(raw);
   }
   return OkStatus();

@@ -1,7 +1,15 @@
-// Supervisor: the job state machine. Admits queued jobs (Scheduler), launches their ranks (Launcher),
+// Supervisor: the job state machine. Admits queued jobs (Scheduler), launches their ranks (Launcher)
+// with the torch.distributed environment (single-node, or this node's part of a multi-node job),
 // tails their output into the Journal, enforces the step heartbeat, stops jobs (SIGTERM, then SIGKILL
 // after a grace period, then verifies that no process of the job's process group remains), applies the
 // restart budget, and on start re-attaches to or resolves the jobs a previous agent left running.
+//
+// The first rank to exit non-zero or by a signal fails the job: JobRecord.first_failed_rank names it
+// and the reason reads "rank 1 failed first: killed by signal 9 (SIGKILL)" or "rank 0 failed first:
+// exit code 1 (trainer error: <its error event>)". A pidfd per rank wakes the event thread as soon as a
+// rank exits (polling every `poll` where pidfds are unavailable); when several failed ranks are reaped
+// together, one killed by a signal is taken as the first (peers of a dead rank exit with an error
+// code), then the lowest rank.
 //
 // Threading: all job state changes happen on one event thread (a Boost.Asio io_context). Public
 // methods may be called from any thread: they post to that thread and report through a callback that
@@ -13,6 +21,7 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
@@ -40,6 +49,8 @@ struct SupervisorConfig {
   std::chrono::milliseconds kill_grace{10000};
   std::chrono::milliseconds poll{100};
   uint32_t default_heartbeat_s = 1800;
+  // Multi-node jobs: the master_addr reported for node 0 (see docs/agent.md, "Multi-node jobs").
+  std::string rendezvous_addr = "127.0.0.1";
 };
 
 struct SupervisorStats {
@@ -81,6 +92,8 @@ class Supervisor {
     int exit_code = 0;
     int signal = 0;
     uint64_t off[3] = {0, 0, 0};
+    std::string trainer_error;  // the message of this rank's first "error" event in this attempt
+    std::shared_ptr<boost::asio::posix::stream_descriptor> exit_fd;  // pidfd: readable once it exits
   };
   struct Run {
     JobRecord rec;
@@ -96,7 +109,8 @@ class Supervisor {
     bool requeue_allowed = true;
     bool saw_done = false;
     bool saw_error = false;
-    std::string trainer_error;
+    bool rank_failed = false;     // stopping because a rank failed (the reason names it)
+    std::string trainer_error;    // the first error event of any rank
     bool recovered_dead = false;  // every rank had died while the agent was down
     bool progress_dirty = false;
     std::chrono::steady_clock::time_point last_save;
@@ -108,6 +122,8 @@ class Supervisor {
   void Schedule();
   void Launch(const Allocation& alloc);
   void Tick(Run* run);
+  // Opens a pidfd for each live rank and runs Tick as soon as one becomes readable.
+  void WatchExits(Run* run);
   void ArmTimer(Run* run);
   void Drain(Run* run, bool final_drain);
   void BeginStop(Run* run, JobState state, const std::string& reason, bool requeue_allowed);

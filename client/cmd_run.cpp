@@ -1,13 +1,17 @@
-// `sftctl run --local [SPEC]`: train on this machine. Without SPEC, the built-in demo.
+// `sftctl run --local [--ranks N|auto] [SPEC]`: train on this machine. Without SPEC, the built-in demo.
+// With --ranks N > 1 the trainer runs as N torch.distributed ranks (client/local_launcher.h); auto = one
+// rank per GPU that `nvidia-smi -L` lists, else 1.
 //
 // The client resolves the YAML spec (defaults, relative paths, validation), writes the
 // canonical JSON into the run folder, and runs sftctl-trainer on it: the trainer is the same
 // binary the agent runs on GPU hosts, so local and remote runs behave the same.
+#include <algorithm>
 #include <ctime>
 #include <iostream>
 
 #include "client/commands.h"
 #include "client/demo.h"
+#include "client/local_launcher.h"
 #include "client/trainer_exec.h"
 #include "common/file_system.h"
 #include "common/spec_yaml.h"
@@ -24,34 +28,23 @@ struct RunArgs {
   int64_t seed = -1;
   int events_fd = -1;
   std::vector<std::string> sets;  // "train.lr=1e-3"
+  std::string ranks = "1";        // a positive number or "auto"
 };
 
-// Applies `--set path=value` overrides to the canonical JSON of a spec. The value is read as
-// a YAML scalar or flow collection ("3", "1e-3", "true", "[a.jsonl, b.jsonl]").
-Status ApplySets(const std::vector<std::string>& sets, nlohmann::json* j) {
-  for (const auto& s : sets) {
-    const size_t eq = s.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return InvalidArgumentError("--set '" + s + "': expected FIELD=VALUE, e.g. --set train.lr=1e-4");
-    }
-    const std::string path = s.substr(0, eq);
-    auto value = YamlToJson(s.substr(eq + 1), "--set " + path);
-    if (!value.ok()) return value.status();
-    nlohmann::json* node = j;
-    size_t start = 0;
-    for (;;) {
-      const size_t dot = path.find('.', start);
-      const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-      if (!node->is_object() || !node->contains(key)) {
-        return InvalidArgumentError("--set: unknown field '" + path + "' (see docs/spec.md)");
-      }
-      node = &(*node)[key];
-      if (dot == std::string::npos) break;
-      start = dot + 1;
-    }
-    *node = value->value;
+// --ranks: a positive number, or "auto" (GPUs listed by nvidia-smi, else 1).
+StatusOr<int> ParseRanks(const std::string& s) {
+  if (s == "auto") return std::max(1, CountNvidiaGpus());
+  int n = 0;
+  size_t used = 0;
+  try {
+    n = std::stoi(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
   }
-  return OkStatus();
+  if (used != s.size() || s.empty() || n < 1) {
+    return InvalidArgumentError("--ranks: expected a positive number or 'auto', got '" + s + "'");
+  }
+  return n;
 }
 
 std::string Timestamp() {
@@ -69,6 +62,8 @@ int Run(const RunArgs& a) {
   if (!a.local) {
     return fail(InvalidArgumentError("only local runs are available here: use `sftctl run --local [SPEC]`"));
   }
+  auto nranks = ParseRanks(a.ranks);
+  if (!nranks.ok()) return fail(nranks.status());
   const bool demo = a.spec_path.empty();
   JobSpec spec;
   if (demo) {
@@ -91,7 +86,7 @@ int Run(const RunArgs& a) {
   if (a.seed >= 0) spec.seed = a.seed;
   // Re-validate after overrides, through the same parser the trainer uses.
   nlohmann::json j = ToJson(spec);
-  if (Status s = ApplySets(a.sets, &j); !s.ok()) return fail(s);
+  if (Status s = ApplySetOverrides(a.sets, &j); !s.ok()) return fail(s);
   auto canonical = ParseSpec(j, "", [](const std::string&) { return std::string("command line"); });
   if (!canonical.ok()) return fail(canonical.status());
   if (Status s = CheckSpecFiles(*canonical); !s.ok()) return fail(s);
@@ -105,8 +100,25 @@ int Run(const RunArgs& a) {
   auto trainer = FindSiblingBinary("sftctl-trainer");
   if (!trainer.ok()) return fail(trainer.status());
   std::vector<std::string> args = {"train", "--spec", spec_json};
-  if (a.events_fd >= 0) args.insert(args.end(), {"--events-fd", std::to_string(a.events_fd)});
-  auto code = RunChild(*trainer, args);
+  std::vector<std::string> events_args;
+  if (a.events_fd >= 0) events_args = {"--events-fd", std::to_string(a.events_fd)};
+  StatusOr<int> code = 0;
+  if (*nranks == 1) {
+    args.insert(args.end(), events_args.begin(), events_args.end());
+    code = RunChild(*trainer, args);
+  } else {
+    LocalLaunchOptions lo;
+    lo.trainer = *trainer;
+    lo.args = args;
+    lo.rank0_args = events_args;
+    lo.ranks = *nranks;
+    lo.log_dir = JoinPath(spec.output_dir, "logs");
+    std::cerr << "sftctl: " << *nranks << " ranks; rank 0 reports here, ranks 1.." << *nranks - 1
+              << " log to " << lo.log_dir << "/rank-<r>.{out,err}" << std::endl;
+    auto launched = LaunchLocalRanks(lo);
+    if (!launched.ok()) return fail(launched.status());
+    code = launched->exit_code;
+  }
   if (!code.ok()) return fail(code.status());
   if (*code == 0 && demo) {
     char name[32];
@@ -131,6 +143,8 @@ void RegisterRunCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--precision", args->precision, "Override precision: auto, fp32, bf16");
   cmd->add_option("--seed", args->seed, "Override the seed")->check(CLI::NonNegativeNumber);
   cmd->add_option("--set", args->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)");
+  cmd->add_option("--ranks", args->ranks,
+                  "Train as N distributed ranks on this machine (auto: one per GPU from nvidia-smi)");
   cmd->add_option("--events-fd", args->events_fd,
                   "Also write metric records (JSON lines) to this descriptor");
   cmd->callback([args, &ctx] { ctx.exit_code = Run(*args); });

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace sftctl::client {
 
@@ -18,5 +19,11 @@ void RegisterTokenizeCommand(CLI::App& app, CommandContext& ctx);
 void RegisterInspectDataCommand(CLI::App& app, CommandContext& ctx);
 void RegisterEvalCommand(CLI::App& app, CommandContext& ctx);
 void RegisterExportCommand(CLI::App& app, CommandContext& ctx);
+// Remote commands (docs/remote.md): submit, logs, pull, status/list/cancel (cmd_jobs.cpp), plot.
+void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx);
+void RegisterLogsCommand(CLI::App& app, CommandContext& ctx);
+void RegisterPullCommand(CLI::App& app, CommandContext& ctx);
+void RegisterJobCommands(CLI::App& app, CommandContext& ctx);
+void RegisterPlotCommand(CLI::App& app, CommandContext& ctx);
 
 }  // namespace sftctl::client

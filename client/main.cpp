@@ -18,7 +18,17 @@ int main(int argc, char** argv) {
   sftctl::client::RegisterInspectDataCommand(app, ctx);
   sftctl::client::RegisterEvalCommand(app, ctx);
   sftctl::client::RegisterExportCommand(app, ctx);
+  sftctl::client::RegisterSubmitCommand(app, ctx);
+  sftctl::client::RegisterLogsCommand(app, ctx);
+  sftctl::client::RegisterPullCommand(app, ctx);
+  sftctl::client::RegisterJobCommands(app, ctx);
+  sftctl::client::RegisterPlotCommand(app, ctx);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Help and --version exit 0; a usage error exits 2 ("fix your input"), like every other input error.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   return ctx.exit_code;
 }

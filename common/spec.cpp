@@ -316,6 +316,25 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
     SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
     s.lora = l;
   }
+  const json* dist = nullptr;
+  SFT_RETURN_IF_ERROR(top.Object("distributed", &dist));
+  if (dist != nullptr) {
+    ObjectReader r(*dist, "distributed", locate);
+    SFT_RETURN_IF_ERROR(r.Double("timeout_s", &s.distributed.timeout_s, 1.0, 86400.0));
+    SFT_RETURN_IF_ERROR(r.Double("bucket_mb", &s.distributed.bucket_mb, 0.0, 4096.0));
+    if (s.distributed.bucket_mb <= 0) return r.Error("bucket_mb", "must be > 0");
+    SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
+  }
+  if (const json* hosts = top.Get("hosts"); hosts != nullptr) {
+    if (!hosts->is_array())
+      return top.Error("hosts", std::string("must be a list of host names, got ") + TypeName(*hosts));
+    for (const auto& h : *hosts) {
+      if (!h.is_string())
+        return top.Error("hosts", std::string("must list host names, found ") + TypeName(h));
+      if (h.get<std::string>().empty()) return top.Error("hosts", "host names must not be empty");
+      s.hosts.push_back(h.get<std::string>());
+    }
+  }
   SFT_RETURN_IF_ERROR(top.CheckNoUnknown());
 
   if (s.name.empty()) s.name = "run";
@@ -378,6 +397,8 @@ json ToJson(const JobSpec& s) {
       {"checkpoint", {{"interval", s.checkpoint.interval}, {"keep", s.checkpoint.keep}}},
   };
   out["lora"] = lora;
+  out["distributed"] = {{"timeout_s", s.distributed.timeout_s}, {"bucket_mb", s.distributed.bucket_mb}};
+  out["hosts"] = s.hosts;
   return out;
 }
 

@@ -78,6 +78,12 @@ struct LoraSpec {
   bool use_rslora = false;
 };
 
+// Multi-rank data-parallel training (docs/distributed.md). Used when WORLD_SIZE > 1.
+struct DistributedSpec {
+  double timeout_s = 300;  // rendezvous and every collective; a dead or hung peer fails the run after it
+  double bucket_mb = 25;   // gradient all-reduce bucket size, overlapped with backward
+};
+
 struct JobSpec {
   std::string name;             // defaults to the spec file's stem.
   std::string output_dir;       // defaults to runs/<name>.
@@ -93,6 +99,10 @@ struct JobSpec {
   EvalSpec eval;
   CheckpointSpec checkpoint;
   std::optional<LoraSpec> lora;  // absent: full fine-tune
+  DistributedSpec distributed;
+  // SSH host names of a multi-node job (rank placement is the client's and agent's business;
+  // the trainer ignores it).
+  std::vector<std::string> hosts;
 };
 
 // Maps a field path such as "train.lr" to a location such as "job.yaml:12" for messages.

@@ -119,4 +119,30 @@ StatusOr<JobSpec> LoadSpecFile(const std::string& path) {
   return spec;
 }
 
+Status ApplySetOverrides(const std::vector<std::string>& sets, nlohmann::json* j) {
+  for (const auto& s : sets) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgumentError("--set '" + s + "': expected FIELD=VALUE, e.g. --set train.lr=1e-4");
+    }
+    const std::string path = s.substr(0, eq);
+    auto value = YamlToJson(s.substr(eq + 1), "--set " + path);
+    if (!value.ok()) return value.status();
+    nlohmann::json* node = j;
+    size_t start = 0;
+    for (;;) {
+      const size_t dot = path.find('.', start);
+      const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      if (!node->is_object() || !node->contains(key)) {
+        return InvalidArgumentError("--set: unknown field '" + path + "' (see docs/spec.md)");
+      }
+      node = &(*node)[key];
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    *node = value->value;
+  }
+  return OkStatus();
+}
+
 }  // namespace sftctl

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "common/spec.h"
 
@@ -25,5 +26,10 @@ StatusOr<YamlDocument> YamlToJson(const std::string& text, const std::string& fi
 // Reads, converts and validates a YAML job spec. Relative paths resolve against the spec's
 // folder; the default name is the file's stem. Errors read "<file>:<line>: field '<path>': ...".
 StatusOr<JobSpec> LoadSpecFile(const std::string& path);
+
+// Applies `--set FIELD=VALUE` overrides (FIELD a dotted path that must already exist, e.g.
+// "train.lr") to the canonical JSON of a spec. VALUE is read as a YAML scalar or flow collection
+// ("3", "1e-3", "true", "[a.jsonl, b.jsonl]"). The caller re-validates the result with ParseSpec.
+Status ApplySetOverrides(const std::vector<std::string>& sets, nlohmann::json* j);
 
 }  // namespace sftctl

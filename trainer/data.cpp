@@ -68,14 +68,14 @@ StatusOr<std::shared_ptr<TokenCache>> TokenCache::Build(const std::string& path,
   return cache;
 }
 
-StatusOr<Dataset> LoadDataset(const JobSpec& spec, const Tokenizer& tok) {
+StatusOr<Dataset> LoadDataset(const JobSpec& spec, const Tokenizer& tok, const std::string& cache_dir) {
   DataOptions opt;
   opt.format = spec.data.format;
   opt.max_seq_len = spec.data.max_seq_len;
   opt.chat_template = spec.data.chat_template;
   opt.tokenizer_dir = ResolveTokenizerSource(spec);
   SampleEncoder encoder(tok, opt);
-  const std::string dir = spec.output_dir + "/data-cache";
+  const std::string dir = cache_dir.empty() ? spec.output_dir + "/data-cache" : cache_dir;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return ErrnoError("cannot create folder", dir, ec.value());

@@ -103,8 +103,9 @@ struct Dataset {
 
 // Loads data.train / data.eval per the spec, caching tokens under <output_dir>/data-cache;
 // with eval_fraction and no eval files, holds out a seeded random fraction of the training
-// samples. Errors name "<file>:<line>" and the problem.
-StatusOr<Dataset> LoadDataset(const JobSpec& spec, const Tokenizer& tok);
+// samples. Errors name "<file>:<line>" and the problem. `cache_dir` overrides where the token
+// files go (data-parallel ranks other than 0 write nothing into the run folder).
+StatusOr<Dataset> LoadDataset(const JobSpec& spec, const Tokenizer& tok, const std::string& cache_dir = "");
 
 struct Batch {
   torch::Tensor input_ids;  // [B, T] int64, padded with the pad id

@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -101,8 +102,9 @@ AutocastScope::~AutocastScope() {
 
 void ClearAutocastCache() { at::autocast::clear_cache(); }
 
-int ConfigureThreads(int64_t requested) {
-  int n = requested > 0 ? static_cast<int>(requested) : static_cast<int>(std::thread::hardware_concurrency());
+int ConfigureThreads(int64_t requested, int local_ranks) {
+  int n = requested > 0 ? static_cast<int>(requested)
+                        : static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_ranks);
   if (n <= 0) n = 1;
   torch::set_num_threads(n);
   return torch::get_num_threads();

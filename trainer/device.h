@@ -45,7 +45,8 @@ class AutocastScope {
 // Drops autocast's cache of casted weights; call after each optimizer step.
 void ClearAutocastCache();
 
-// Sets LibTorch's intra-op threads (0: all cores) and returns the number in use.
-int ConfigureThreads(int64_t requested);
+// Sets LibTorch's intra-op threads and returns the number in use. 0: the cores shared by the
+// `local_ranks` processes of this host, max(1, cores / local_ranks).
+int ConfigureThreads(int64_t requested, int local_ranks = 1);
 
 }  // namespace sftctl::trainer

@@ -5,20 +5,24 @@
 namespace sftctl::trainer {
 
 EvalResult Evaluate(CausalLM& model, const SampleSet& samples, const EvalSpec& spec, const DevicePlan& plan,
-                    int32_t pad_id, int32_t eos_id) {
+                    int32_t pad_id, int32_t eos_id, EvalShard shard) {
   EvalResult r;
   if (samples.empty()) return r;
+  const size_t bs = static_cast<size_t>(spec.batch_size);
+  auto mine = [&](size_t start) { return static_cast<int>((start / bs) % shard.count) == shard.index; };
   {
     torch::NoGradGuard no_grad;
     AutocastScope autocast(plan);
     double loss_sum = 0;
-    for (size_t start = 0; start < samples.size(); start += static_cast<size_t>(spec.batch_size)) {
+    for (size_t start = 0; start < samples.size(); start += bs) {
+      if (!mine(start)) continue;
       std::vector<int64_t> idx;
       for (size_t i = start; i < std::min(samples.size(), start + spec.batch_size); ++i) idx.push_back(i);
       Batch b = Collate(samples, idx, pad_id);
       loss_sum += model->LossSum(b.input_ids.to(plan.device), b.labels.to(plan.device)).item<double>();
       r.targets += b.targets;
     }
+    r.loss_sum = loss_sum;
     r.loss = r.targets ? loss_sum / r.targets : 0.0;
   }
   if (spec.exact_match) {
@@ -39,9 +43,15 @@ EvalResult Evaluate(CausalLM& model, const SampleSet& samples, const EvalSpec& s
     opts.max_new_tokens = std::min<int64_t>(spec.max_new_tokens, static_cast<int64_t>(longest));
     opts.stop_ids = {eos_id};
     opts.batch_size = spec.batch_size;
-    auto got = Generate(model, prompts, opts, plan);
-    r.exact_total = static_cast<int64_t>(prompts.size());
-    for (size_t i = 0; i < got.size(); ++i) r.exact_correct += got[i] == expected[i];
+    opts.shard_index = shard.index;
+    opts.shard_count = shard.count;
+    std::vector<char> decoded;
+    auto got = Generate(model, prompts, opts, plan, &decoded);
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!decoded[i]) continue;
+      ++r.exact_total;
+      r.exact_correct += got[i] == expected[i];
+    }
   }
   ClearAutocastCache();
   return r;

@@ -6,7 +6,8 @@
 namespace sftctl::trainer {
 
 std::vector<std::vector<int32_t>> Generate(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
-                                           const GenerateOptions& opts, const DevicePlan& plan) {
+                                           const GenerateOptions& opts, const DevicePlan& plan,
+                                           std::vector<char>* decoded) {
   torch::NoGradGuard no_grad;
   AutocastScope autocast(plan);
   std::vector<std::vector<int32_t>> out(prompts.size());
@@ -14,11 +15,16 @@ std::vector<std::vector<int32_t>> Generate(CausalLM& model, const std::vector<st
   for (size_t i = 0; i < prompts.size(); ++i) by_length[prompts[i].size()].push_back(i);
   torch::Generator gen = at::detail::createCPUGenerator(opts.seed);
   const int64_t max_len = model->config().max_position_embeddings;
+  if (decoded) decoded->assign(prompts.size(), 0);
+  int64_t batch_no = -1;
 
   for (const auto& [len, rows_all] : by_length) {
     for (size_t start = 0; start < rows_all.size(); start += static_cast<size_t>(opts.batch_size)) {
+      if (++batch_no % opts.shard_count != opts.shard_index) continue;
       std::vector<size_t> rows(rows_all.begin() + start,
                                rows_all.begin() + std::min(rows_all.size(), start + opts.batch_size));
+      if (decoded)
+        for (size_t r : rows) (*decoded)[r] = 1;
       const int64_t B = static_cast<int64_t>(rows.size());
       torch::Tensor ids = torch::empty({B, static_cast<int64_t>(len)}, torch::kInt64);
       for (int64_t r = 0; r < B; ++r) {

@@ -19,11 +19,17 @@ struct GenerateOptions {
   uint64_t seed = 0;         // for sampling
   std::vector<int32_t> stop_ids;
   int64_t batch_size = 256;
+  // Data-parallel evaluation: decode only the batches b (numbered over all length groups) with
+  // b % shard_count == shard_index; the other prompts come back empty and not `decoded`.
+  int shard_index = 0;
+  int shard_count = 1;
 };
 
 // Returns the new tokens for each prompt, ending with a stop id when one was produced.
+// `decoded` (optional) receives, per prompt, whether this shard decoded it.
 // REQUIRES: every prompt is non-empty.
 std::vector<std::vector<int32_t>> Generate(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
-                                           const GenerateOptions& opts, const DevicePlan& plan);
+                                           const GenerateOptions& opts, const DevicePlan& plan,
+                                           std::vector<char>* decoded = nullptr);
 
 }  // namespace sftctl::trainer

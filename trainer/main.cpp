@@ -69,6 +69,7 @@ int RunTrain(const std::string& spec_path, int events_fd) {
   auto result = Train(*spec, options);
   if (!result.ok()) return Fail(result.status(), events_fd);
   const TrainResult& r = *result;
+  if (r.rank != 0) return 0;  // rank 0 reports for a data-parallel job
   std::ostringstream summary;
   summary << "done: " << r.steps << " steps in " << static_cast<int>(r.elapsed_s) << " s (" << r.device
           << ", " << r.precision << "), final train loss " << r.last_loss;

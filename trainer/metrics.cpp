@@ -41,12 +41,19 @@ StatusOr<std::unique_ptr<MetricsSink>> MetricsSink::Open(const std::string& json
   return m;
 }
 
+std::unique_ptr<MetricsSink> MetricsSink::Silent() {
+  std::unique_ptr<MetricsSink> m(new MetricsSink());
+  m->silent_ = true;
+  return m;
+}
+
 MetricsSink::~MetricsSink() {
   Finish();
   if (file_) std::fclose(file_);
 }
 
 void MetricsSink::Emit(nlohmann::json record) {
+  if (silent_) return;
   record["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (file_) {
@@ -58,6 +65,7 @@ void MetricsSink::Emit(nlohmann::json record) {
 }
 
 void MetricsSink::ShowStep(const nlohmann::json& r, int64_t total_steps) {
+  if (silent_) return;
   const int64_t step = r.value("step", int64_t{0});
   const double loss = r.value("loss", 0.0), tps = r.value("tokens_per_s", 0.0),
                elapsed = r.value("elapsed_s", 0.0);
@@ -84,6 +92,7 @@ void MetricsSink::ShowStep(const nlohmann::json& r, int64_t total_steps) {
 }
 
 void MetricsSink::Say(const std::string& line) {
+  if (silent_) return;
   if (bar_drawn_) std::fprintf(stderr, "\r\033[K");
   spdlog::info("{}", line);
   bar_drawn_ = false;

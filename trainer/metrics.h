@@ -24,6 +24,8 @@ class MetricsSink {
   // TTY bar instead of periodic log lines.
   static StatusOr<std::unique_ptr<MetricsSink>> Open(const std::string& jsonl_path, int events_fd,
                                                      bool progress_bar, int64_t log_interval);
+  // A sink that drops everything (data-parallel ranks other than 0).
+  static std::unique_ptr<MetricsSink> Silent();
   ~MetricsSink();
 
   // Writes one record (adds "time": unix seconds) to the file and the events descriptor.
@@ -41,6 +43,7 @@ class MetricsSink {
   int events_fd_ = -1;
   bool bar_ = false;
   bool bar_drawn_ = false;
+  bool silent_ = false;
   int64_t log_interval_ = 10;
   std::chrono::steady_clock::time_point last_draw_{};
 };

@@ -1,5 +1,6 @@
 #include "trainer/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "trainer/fused_ops.h"
@@ -22,19 +23,25 @@ FlatAdamW::FlatAdamW(const std::vector<std::pair<std::string, torch::Tensor>>& p
                      const std::function<bool(const std::string&, const torch::Tensor&)>& decay)
     : t_(t) {
   std::vector<std::pair<std::string, torch::Tensor>> with, without;
-  for (const auto& [name, p] : params) {
+  std::vector<int64_t> with_index, without_index;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
     if (!p.requires_grad()) continue;
-    (decay(name, p) && t.weight_decay > 0 ? with : without).emplace_back(name, p);
+    const bool decays = decay(name, p) && t.weight_decay > 0;
+    (decays ? with : without).emplace_back(name, p);
+    (decays ? with_index : without_index).push_back(static_cast<int64_t>(i));
   }
   for (auto* ps : {&with, &without}) {
     if (ps->empty()) continue;
     groups_.emplace_back();
     groups_.back().weight_decay = ps == &with ? t.weight_decay : 0.0;
-    Build(groups_.back(), *ps);
+    Build(groups_.back(), *ps, ps == &with ? with_index : without_index);
   }
 }
 
-void FlatAdamW::Build(Group& g, const std::vector<std::pair<std::string, torch::Tensor>>& ps) {
+void FlatAdamW::Build(Group& g, const std::vector<std::pair<std::string, torch::Tensor>>& ps,
+                      const std::vector<int64_t>& index) {
+  g.index = index;
   int64_t total = 0;
   for (const auto& [name, p] : ps) {
     g.spans.emplace_back(total, p.numel());
@@ -125,6 +132,35 @@ Status FlatAdamW::LoadState(const std::function<torch::Tensor(const std::string&
   }
   steps_ = steps;
   return OkStatus();
+}
+
+std::vector<FlatAdamW::Slot> FlatAdamW::Slots() const {
+  std::vector<Slot> out;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const Group& g = groups_[gi];
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      out.push_back({g.params[i].first, g.params[i].second, static_cast<int>(gi), g.spans[i].first,
+                     g.spans[i].second, g.index[i]});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Slot& a, const Slot& b) { return a.index < b.index; });
+  return out;
+}
+
+std::vector<torch::Tensor> FlatAdamW::GradBuffers() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& g : groups_) out.push_back(g.grad);
+  return out;
+}
+
+std::vector<torch::Tensor> FlatAdamW::StateBuffers() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& g : groups_) {
+    out.push_back(g.data);
+    out.push_back(g.exp_avg);
+    out.push_back(g.exp_avg_sq);
+  }
+  return out;
 }
 
 }  // namespace sftctl::trainer

@@ -44,14 +44,33 @@ class FlatAdamW {
   // Restores state saved by StateTensors. Errors name the missing or mis-shaped tensor.
   Status LoadState(const std::function<torch::Tensor(const std::string&)>& lookup, int64_t steps);
 
+  // The flat layout, for data-parallel training (trainer/distributed.h).
+  struct Slot {
+    std::string name;
+    torch::Tensor param;  // a view of buffer `group`
+    int group = 0;
+    int64_t offset = 0, numel = 0;
+    int64_t index = 0;  // position in the constructor's `params` (registration order)
+  };
+  // Every trainable parameter, in registration order.
+  std::vector<Slot> Slots() const;
+  // The gradient buffers, one per group (what ZeroGrad clears and Step reads).
+  std::vector<torch::Tensor> GradBuffers() const;
+  // The buffers that, with steps(), are the whole optimizer state: per group the parameters,
+  // exp_avg and exp_avg_sq. Broadcasting them from one rank makes every rank's state equal.
+  std::vector<torch::Tensor> StateBuffers() const;
+  void set_steps(int64_t steps) { steps_ = steps; }
+
  private:
   struct Group {
     double weight_decay = 0;
     torch::Tensor data, grad, exp_avg, exp_avg_sq;
     std::vector<std::pair<std::string, torch::Tensor>> params;  // views into data
     std::vector<std::pair<int64_t, int64_t>> spans;             // (offset, numel)
+    std::vector<int64_t> index;                                 // registration order
   };
-  void Build(Group& g, const std::vector<std::pair<std::string, torch::Tensor>>& ps);
+  void Build(Group& g, const std::vector<std::pair<std::string, torch::Tensor>>& ps,
+             const std::vector<int64_t>& index);
 
   TrainSpec t_;
   std::vector<Group> groups_;

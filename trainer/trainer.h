@@ -1,10 +1,16 @@
 // Train(): one supervised fine-tuning run, from spec to final checkpoint.
 //
-// Reading order of trainer.cpp follows the run: threads and device, tokenizer, data, model
-// (from scratch or from an HF folder), resume from the newest complete checkpoint, then the
-// loop (gradient accumulation with the loss normalised by the target tokens of the whole
+// Reading order of trainer.cpp follows the run: ranks, threads and device, tokenizer, data,
+// model (from scratch or from an HF folder), resume from the newest complete checkpoint, then
+// the loop (gradient accumulation with the loss normalised by the target tokens of the whole
 // window, non-finite guard, clipping, AdamW, schedule), periodic evaluation and checkpoints,
 // and the final evaluation and checkpoint.
+//
+// With WORLD_SIZE > 1 in the environment the run is one rank of a data-parallel job
+// (docs/distributed.md, trainer/distributed.h): rank 0 resumes and broadcasts its state, every
+// rank trains on its slice of each global batch, gradients are summed across ranks and the
+// loss is normalised by the global target count, so the result equals single-process training
+// with the global batch. Only rank 0 writes the run folder and reports progress.
 #pragma once
 
 #include <torch/torch.h>
@@ -47,14 +53,27 @@ struct TrainResult {
   DataStats train_stats, eval_stats;
   std::string precision, device;
   int64_t resumed_from_step = -1;  // -1: fresh start
+  int rank = 0, world_size = 1;
 };
 
 StatusOr<TrainResult> Train(const JobSpec& spec, const TrainOptions& options);
 
+struct WindowOptions {
+  // Target tokens each micro-batch's summed loss is divided by; 0: those of this window. Data-
+  // parallel ranks pass the global count of the window over all ranks.
+  int64_t normaliser = 0;
+  // May replace a micro-batch's summed loss before backward (NaN injection in tests).
+  std::function<void(torch::Tensor&)> on_loss;
+  // Called just before the last micro-batch's backward (arms the gradient all-reduce hooks).
+  std::function<void()> before_last_backward;
+};
+
 // Runs forward and backward over one accumulation window, adding into the parameters'
 // gradients. Each micro-batch's loss is its summed token loss divided by the target tokens
 // of the whole window, so the window's gradient equals that of one batch holding all its
-// samples. Returns the window's summed token loss. `on_loss` may replace a micro-batch loss.
+// samples. Returns the window's summed token loss. An empty window does nothing.
+double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,
+                        const WindowOptions& options);
 double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,
                         const std::function<void(torch::Tensor&)>& on_loss = nullptr);
 

@@ -1,10 +1,261 @@
 #include "client/ssh/ssh_agent.h"
 
-namespace sftctl::client {
+#include <grpcpp/create_channel_posix.h>
+#include <pwd.h>
+#include <unistd.h>
 
-// Placeholder until the SSH transport lands.
+#include <chrono>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "client/ssh/channel_pump.h"
+#include "client/ssh/ssh_config.h"
+#include "client/ssh/ssh_session.h"
+
+namespace sftctl::client {
+namespace {
+
+using ssh::ChannelPump;
+using ssh::SshSession;
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+// A path for the remote shell: "~/x" becomes "$HOME"/'x'; everything else is quoted as is.
+std::string RemotePath(const std::string& p) {
+  if (p.rfind("~/", 0) == 0) return "\"$HOME\"/" + ShellQuote(p.substr(2));
+  return ShellQuote(p);
+}
+
+std::string LocalHome() {
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h) return h;
+  passwd* pw = ::getpwuid(::getuid());
+  return pw != nullptr && pw->pw_dir != nullptr ? pw->pw_dir : "/";
+}
+
+std::string LocalUser() {
+  passwd* pw = ::getpwuid(::getuid());
+  if (pw != nullptr && pw->pw_name != nullptr) return pw->pw_name;
+  const char* u = std::getenv("USER");
+  return u != nullptr ? u : "root";
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// The last line of `text` that starts with `prefix`, without the prefix; empty if none.
+std::string LineAfter(const std::string& text, const std::string& prefix) {
+  size_t pos = 0;
+  std::string found;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    if (line.rfind(prefix, 0) == 0) found = Trim(line.substr(prefix.size()));
+    if (nl == std::string::npos) break;
+    pos = nl + 1;
+  }
+  return found;
+}
+
+// What `sftd status --json` or the SFTD_READY line says about the agent.
+struct AgentInfo {
+  std::string sftd;  // the remote command that runs sftd (shell syntax)
+  int port = 0;
+  std::string token_file;
+  std::string version;
+};
+
+Status ParseAgentJson(const std::string& display, const std::string& what, const std::string& text,
+                      AgentInfo* info, bool* running) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return InternalError(display + ": unexpected output from `" + what + "`: " + text);
+  *running = j.value("running", true);
+  if (!*running) return OkStatus();
+  std::string addr = j.value("addr", "");
+  size_t colon = addr.rfind(':');
+  info->port = colon == std::string::npos ? 0 : std::atoi(addr.c_str() + colon + 1);
+  info->token_file = j.value("token_file", "");
+  info->version = j.value("version", "");
+  if (info->port <= 0 || info->token_file.empty()) {
+    return InternalError(display + ": `" + what + "` gave no agent address or token file: " + text);
+  }
+  return OkStatus();
+}
+
+// Finds sftd on the host, starts the agent when needed and allowed; fills `info`.
+Status FindAgent(SshSession& session, const ConnectOptions& opts, int timeout_s, AgentInfo* info) {
+  const std::string& display = session.display();
+  std::string dd = opts.agent_data_dir.empty() ? "" : " --data-dir " + RemotePath(opts.agent_data_dir);
+  std::vector<std::string> candidates;
+  if (!opts.sftd.empty()) {
+    candidates.push_back(RemotePath(opts.sftd));
+  } else {
+    candidates = {"sftd", "\"$HOME\"/.local/bin/sftd"};
+  }
+  std::string status_out;
+  for (const auto& c : candidates) {
+    SFT_ASSIGN_OR_RETURN(ssh::ExecResult r, session.Exec(c + " status --json" + dd, timeout_s));
+    if (r.exit_code == 127 || r.exit_code == 126) continue;  // not found / not executable
+    if (r.exit_code != 0 && r.exit_code != 3) {
+      return UnavailableError(display + ": `" + c + " status` failed (exit " + std::to_string(r.exit_code) +
+                              "): " + Trim(r.err + r.out));
+    }
+    info->sftd = c;
+    status_out = Trim(r.out);
+    break;
+  }
+  if (info->sftd.empty()) {
+    if (!opts.sftd.empty()) {
+      return NotFoundError(display + ": sftd is not installed on the host: " + opts.sftd +
+                           " cannot be run there. Check the path given with --sftd");
+    }
+    return NotFoundError(
+        display +
+        ": sftd is not installed on the host (tried `sftd` on the PATH of a non-interactive SSH "
+        "command and ~/.local/bin/sftd). Install it there (deploy/setup.sh), or pass its path "
+        "with --sftd /path/to/sftd");
+  }
+  bool running = false;
+  SFT_RETURN_IF_ERROR(ParseAgentJson(display, info->sftd + " status --json", status_out, info, &running));
+  if (running) return OkStatus();
+  if (!opts.start_agent) {
+    return FailedPreconditionError(display +
+                                   ": sftd is not running on the host (start it there with `sftd start "
+                                   "--detach`, or let sftctl start it)");
+  }
+  std::string cmd = info->sftd + " start --detach" + dd;
+  SFT_ASSIGN_OR_RETURN(ssh::ExecResult r, session.Exec(cmd, std::max(timeout_s, 60)));
+  std::string ready = LineAfter(r.out, "SFTD_READY ");
+  if (r.exit_code != 0 || ready.empty()) {
+    std::string why = LineAfter(r.err, "SFTD_ERROR ");
+    return UnavailableError(display + ": starting the agent (`" + cmd + "`) failed (exit " +
+                            std::to_string(r.exit_code) + "): " + (why.empty() ? Trim(r.err + r.out) : why));
+  }
+  SFT_RETURN_IF_ERROR(ParseAgentJson(display, cmd, ready, info, &running));
+  return OkStatus();
+}
+
+class SshAgentConnection : public AgentConnection {
+ public:
+  SshAgentConnection(std::unique_ptr<ChannelPump> pump, std::shared_ptr<grpc::Channel> channel,
+                     std::string token, std::string description, std::string host)
+      : pump_(std::move(pump)),
+        channel_(std::move(channel)),
+        token_(std::move(token)),
+        description_(std::move(description)),
+        host_(std::move(host)) {}
+  ~SshAgentConnection() override {
+    pump_.reset();  // gRPC sees EOF: every pending call ends UNAVAILABLE
+    channel_.reset();
+  }
+  std::shared_ptr<grpc::Channel> channel() const override { return channel_; }
+  const std::string& token() const override { return token_; }
+  std::string description() const override { return description_; }
+  const std::string& host() const override { return host_; }
+  // Why the tunnel stopped and what `sftd bridge` said on stderr, for error messages.
+  std::string TransportProblem() const {
+    std::string p = pump_->failure();
+    std::string e = pump_->stderr_tail();
+    while (!e.empty() && e.back() == '\n') e.pop_back();
+    if (!e.empty()) p += (p.empty() ? "" : "; ") + std::string("remote stderr: ") + e;
+    return p;
+  }
+
+ private:
+  std::unique_ptr<ChannelPump> pump_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::string token_, description_, host_;
+};
+
+}  // namespace
+
 StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& opts) {
-  return UnimplementedError("SSH transport is not implemented yet");
+  const std::string home = LocalHome();
+  std::string config =
+      opts.ssh_config_file.empty() ? home + "/.ssh/config" : ssh::ExpandTilde(opts.ssh_config_file, home);
+  SFT_ASSIGN_OR_RETURN(ssh::ResolvedHost host, ssh::ResolveHost(opts.host, config, home, LocalUser()));
+
+  ssh::SessionOptions so;
+  so.host = host;
+  so.identity_file = ssh::ExpandTilde(opts.identity_file, home);
+  if (const char* sock = std::getenv("SSH_AUTH_SOCK"); sock != nullptr) so.agent_socket = sock;
+  so.home = home;
+  so.known_hosts_file = opts.known_hosts_file.empty() ? home + "/.ssh/known_hosts"
+                                                      : ssh::ExpandTilde(opts.known_hosts_file, home);
+  so.accept_new_host_key = opts.accept_new_host_key;
+  so.keepalive_s = opts.keepalive_s;
+  so.connect_timeout_s = opts.connect_timeout_s;
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<SshSession> session, SshSession::Connect(so));
+  const std::string display = session->display();
+  const int timeout_s = std::max(1, opts.connect_timeout_s);
+
+  AgentInfo agent;
+  SFT_RETURN_IF_ERROR(FindAgent(*session, opts, timeout_s, &agent));
+
+  // The token travels through the session only; it is never written on this machine.
+  SFT_ASSIGN_OR_RETURN(ssh::ExecResult tok,
+                       session->Exec("cat -- " + RemotePath(agent.token_file), timeout_s));
+  std::string token = Trim(tok.out);
+  if (tok.exit_code != 0 || token.empty()) {
+    return PermissionDeniedError(display + ": cannot read the agent token " + agent.token_file + ": " +
+                                 Trim(tok.err));
+  }
+
+  // Transport ladder: direct-tcpip, else (server refuses forwarding) `sftd bridge` on an exec channel.
+  std::string dd = opts.agent_data_dir.empty() ? "" : " --data-dir " + RemotePath(opts.agent_data_dir);
+  LIBSSH2_CHANNEL* ch = nullptr;
+  std::string via;
+  bool bridge = opts.transport == Transport::kBridge;
+  if (!bridge) {
+    auto fwd = session->OpenDirectTcpip("127.0.0.1", agent.port);
+    if (fwd.ok()) {
+      ch = *fwd;
+      via = "direct-tcpip";
+    } else if (opts.transport == Transport::kForward ||
+               fwd.status().code() != StatusCode::kFailedPrecondition) {
+      return fwd.status();
+    } else {
+      bridge = true;
+      via = "sftd bridge (the server refused port forwarding)";
+    }
+  }
+  if (bridge) {
+    SFT_ASSIGN_OR_RETURN(ch, session->OpenExecChannel(agent.sftd + " bridge" + dd));
+    if (via.empty()) via = "sftd bridge";
+  }
+  std::string description = display + " via " + via + " (" + session->negotiated() + ")";
+
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<ChannelPump> pump, ChannelPump::Start(std::move(session), ch, bridge));
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomInsecureChannelFromFd("sftd", pump->TakeClientFd(), args);
+  auto conn = std::make_unique<SshAgentConnection>(std::move(pump), channel, token, description, opts.host);
+
+  // The agent must answer before the connection is handed out.
+  auto stub = conn->NewStub();
+  grpc::ClientContext ctx;
+  conn->Authorize(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+  v1::VersionResponse v;
+  grpc::Status gs = stub->Version(&ctx, v1::VersionRequest(), &v);
+  if (!gs.ok()) {
+    std::string problem = conn->TransportProblem();
+    return UnavailableError(display + ": the agent did not answer Version() through " + via + ": " +
+                            gs.error_message() + (problem.empty() ? "" : " (" + problem + ")"));
+  }
+  return std::unique_ptr<AgentConnection>(std::move(conn));
 }
 
 }  // namespace sftctl::client

@@ -111,6 +111,7 @@ TEST_F(AgentE2E, SubmitStreamCompleteListAndPullArtifacts) {
   v1::Job done = a.Get(job.id());
   EXPECT_EQ(done.state(), v1::SUCCEEDED);
   EXPECT_EQ(done.reason(), "all 1 rank(s) exited 0");
+  EXPECT_EQ(done.first_failed_rank(), -1);
   EXPECT_EQ(done.last_step(), 5);
   EXPECT_EQ(done.last_seq(), events.back().seq());
   ASSERT_EQ(done.ranks_size(), 1);
@@ -290,7 +291,8 @@ TEST_F(AgentE2E, SigkillOneRankFailsJobNamingSignalAndStopsOthers) {
   ASSERT_EQ(running.ranks_size(), 3);
   ::kill(static_cast<pid_t>(running.ranks(1).pid()), SIGKILL);
   v1::Job failed = a.WaitState(job.id(), v1::FAILED);
-  EXPECT_EQ(failed.reason(), "rank 1 killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(failed.reason(), "rank 1 failed first: killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(failed.first_failed_rank(), 1);
   EXPECT_EQ(failed.ranks(1).signal(), SIGKILL);
   for (const auto& r : failed.ranks()) {
     EXPECT_FALSE(r.running());
@@ -318,9 +320,12 @@ TEST_F(AgentE2E, CrashWithRestartBudgetResumesFromCheckpoint) {
   EXPECT_EQ(done.restarts(), 1u);
   bool saw = false;
   for (const auto& h : done.history()) {
-    saw |= h.state() == v1::QUEUED && h.reason().find("rank 0 exited with code 7") != std::string::npos;
+    saw |= h.state() == v1::QUEUED &&
+           h.reason() ==
+               "restart 1/2 after: rank 0 failed first: exit code 7 (trainer error: stub crash at step 4)";
   }
   EXPECT_TRUE(saw);
+  EXPECT_EQ(done.first_failed_rank(), -1) << "the successful relaunch had no failed rank";
   bool resumed = false;
   for (const auto& e : a.Events(job.id(), 0, false))
     resumed |= e.text().find("resume_from=2") != std::string::npos;

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -271,6 +272,48 @@ class Agent {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Agent::Stub> stub_;
 };
+
+// Uploads `data` as one blob (sha256 of data) in a single stream; returns the RPC status.
+inline grpc::Status UploadWhole(Agent& a, const std::string& sha256, const std::string& data) {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + a.token());
+  ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+  v1::BlobStatus resp;
+  auto writer = a.stub()->UploadBlob(&ctx, &resp);
+  v1::UploadBlobRequest first;
+  first.set_sha256(sha256);
+  first.set_size(data.size());
+  writer->Write(first);
+  v1::UploadBlobRequest chunk;
+  chunk.set_data(data);
+  writer->Write(chunk);
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+// A multi-node rendezvous for node `node_rank`.
+inline v1::Rendezvous MakeRendezvous(uint32_t num_nodes, uint32_t node_rank, uint32_t world_size,
+                                     uint32_t rank_offset, const std::string& group_id = "g1",
+                                     const std::string& master_addr = "", uint32_t master_port = 0) {
+  v1::Rendezvous r;
+  r.set_num_nodes(num_nodes);
+  r.set_node_rank(node_rank);
+  r.set_world_size(world_size);
+  r.set_rank_offset(rank_offset);
+  r.set_group_id(group_id);
+  r.set_master_addr(master_addr);
+  r.set_master_port(master_port);
+  return r;
+}
+
+// The lines a job's ranks printed to stdout, by rank.
+inline std::map<int, std::vector<std::string>> StdoutByRank(const std::vector<v1::Event>& events) {
+  std::map<int, std::vector<std::string>> out;
+  for (const auto& e : events) {
+    if (e.kind() == v1::Event::STDOUT) out[e.rank()].push_back(e.text());
+  }
+  return out;
+}
 
 inline nlohmann::json StubSpec(nlohmann::json stub) {
   return {{"model", "tiny"}, {"output_dir", "ignored"}, {"stub", std::move(stub)}};

@@ -134,6 +134,65 @@ TEST(StateStore, JobsRanksHistoryRoundTrip) {
   EXPECT_EQ((*store)->GetJob("job-2").status().code(), StatusCode::kNotFound);
 }
 
+TEST(StateStore, RendezvousAndFirstFailedRankPersist) {
+  TempDir d;
+  auto store = StateStore::Open(d.path() + "/agent.db");
+  ASSERT_TRUE(store.ok());
+  JobRecord rec;
+  rec.job_dir = d.path() + "/jobs/";
+  rec.rendezvous.set_num_nodes(2);
+  rec.rendezvous.set_node_rank(1);
+  rec.rendezvous.set_world_size(4);
+  rec.rendezvous.set_rank_offset(2);
+  rec.rendezvous.set_master_addr("10.0.0.5");
+  rec.rendezvous.set_master_port(29501);
+  rec.rendezvous.set_group_id("grp");
+  auto ins = (*store)->InsertJob(rec);
+  ASSERT_TRUE(ins.ok());
+  auto got = (*store)->GetJob(ins->id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->rendezvous.SerializeAsString(), rec.rendezvous.SerializeAsString());
+  EXPECT_EQ(got->first_failed_rank, -1);
+  got->first_failed_rank = 3;
+  ASSERT_TRUE((*store)->SaveJob(*got, nullptr).ok());
+  store->reset();
+  auto reopened = StateStore::Open(d.path() + "/agent.db");
+  ASSERT_TRUE(reopened.ok());
+  auto again = (*reopened)->GetJob(ins->id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->first_failed_rank, 3);
+  EXPECT_EQ(again->rendezvous.master_port(), 29501u);
+  EXPECT_TRUE(IsMultiNode(*again));
+}
+
+TEST(StateStore, DatabaseOfAnOlderAgentGainsTheNewColumns) {
+  TempDir d;
+  const std::string db_path = d.path() + "/agent.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  // The jobs table as the first release created it, with one job.
+  const char* old_schema =
+      "CREATE TABLE jobs (num INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, name TEXT NOT NULL DEFAULT '', "
+      "client_request_id TEXT, state INTEGER NOT NULL, reason TEXT NOT NULL DEFAULT '', gpus INTEGER NOT "
+      "NULL, world_size INTEGER NOT NULL, assigned_gpus TEXT NOT NULL DEFAULT '', restarts INTEGER NOT NULL "
+      "DEFAULT 0, max_restarts INTEGER NOT NULL DEFAULT 0, heartbeat_s INTEGER NOT NULL DEFAULT 0, "
+      "created_ms INTEGER NOT NULL, started_ms INTEGER NOT NULL DEFAULT 0, finished_ms INTEGER NOT NULL "
+      "DEFAULT 0, last_step INTEGER NOT NULL DEFAULT -1, last_loss REAL NOT NULL DEFAULT 0, pgid INTEGER NOT "
+      "NULL DEFAULT 0, job_dir TEXT NOT NULL, spec_json TEXT NOT NULL);"
+      "INSERT INTO jobs (num, id, state, gpus, world_size, created_ms, job_dir, spec_json) "
+      "VALUES (1, 'job-1', 4, 0, 1, 5, '/j', '{}');";
+  ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto store = StateStore::Open(db_path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto got = (*store)->GetJob("job-1");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->first_failed_rank, -1);
+  EXPECT_FALSE(IsMultiNode(*got));
+  got->first_failed_rank = 0;
+  EXPECT_TRUE((*store)->SaveJob(*got, nullptr).ok());
+}
+
 TEST(BlobStore, MismatchStoresNothingResumeCompletes) {
   TempDir d;
   auto store = StateStore::Open(d.path() + "/agent.db").value();
@@ -250,15 +309,16 @@ TEST(Artifacts, HashesAreCachedUntilTheFileChanges) {
 TEST(JobSpec, ValidatesAndRewrites) {
   auto path_of = [](const std::string& sha) -> StatusOr<std::string> { return "/blobs/" + sha; };
   std::string sha = Sha256Hex("d");
-  auto spec = ValidateSpec(R"({"data": {"train": "local.jsonl"}, "lr": 1})", {{"/data/train", sha}}, path_of);
+  auto spec =
+      ValidateSpec(R"({"data": {"train": "local.jsonl"}, "lr": 1})", {{"/data/train", sha, ""}}, path_of);
   ASSERT_TRUE(spec.ok());
   EXPECT_EQ((*spec)["data"]["train"], "/blobs/" + sha);
   SetOutputDir(&*spec, "/x/run");
   EXPECT_EQ((*spec)["output_dir"], "/x/run");
   EXPECT_EQ(ValidateSpec("3", {}, path_of).status().message(), "spec_json: not a JSON object");
-  EXPECT_EQ(ValidateSpec(R"({"data": {"train": 3}})", {{"/data/train", sha}}, path_of).status().message(),
+  EXPECT_EQ(ValidateSpec(R"({"data": {"train": 3}})", {{"/data/train", sha, ""}}, path_of).status().message(),
             "blobs[0].json_pointer: spec_json/data/train must be a string (a file reference)");
-  EXPECT_EQ(ValidateSpec("{}", {{"/a", "nothex"}}, path_of).status().message(),
+  EXPECT_EQ(ValidateSpec("{}", {{"/a", "nothex", ""}}, path_of).status().message(),
             "blobs[0].sha256: must be 64 lowercase hex digits");
 }
 
@@ -267,16 +327,75 @@ TEST(JobSpec, RewritesListElementsButNeverAppends) {
   auto path_of = [](const std::string& sha) -> StatusOr<std::string> { return "/blobs/" + sha; };
   const std::string a = Sha256Hex("a"), b = Sha256Hex("b");
   auto spec = ValidateSpec(R"({"data": {"train": ["x.jsonl", "y.jsonl"]}})",
-                           {{"/data/train/0", a}, {"/data/train/1", b}}, path_of);
+                           {{"/data/train/0", a, ""}, {"/data/train/1", b, ""}}, path_of);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ((*spec)["data"]["train"], nlohmann::json::array({"/blobs/" + a, "/blobs/" + b}));
   for (const char* ptr : {"/data/train/2", "/data/train/-", "/data/nothing/0"}) {
-    auto bad = ValidateSpec(R"({"data": {"train": ["x.jsonl"]}})", {{ptr, a}}, path_of);
+    auto bad = ValidateSpec(R"({"data": {"train": ["x.jsonl"]}})", {{ptr, a, ""}}, path_of);
     ASSERT_FALSE(bad.ok()) << ptr;
     EXPECT_EQ(bad.status().message(),
               std::string("blobs[0].json_pointer: '") + ptr +
                   "' names neither a field of an object nor an existing list element in "
                   "spec_json");
+  }
+}
+
+TEST(JobSpec, FolderReferencesMakeOneFolderPerField) {
+  TempDir d;
+  const std::string a = Sha256Hex("a"), b = Sha256Hex("b");
+  std::filesystem::create_directories(d.path() + "/blobs");
+  std::ofstream(d.path() + "/blobs/" + a) << "config";
+  std::ofstream(d.path() + "/blobs/" + b) << "tokenizer";
+  auto path_of = [&](const std::string& sha) -> StatusOr<std::string> { return d.path() + "/blobs/" + sha; };
+  const std::string spec_json = R"({"model": {"path": "local/model"}, "tokenizer": "t"})";
+  std::vector<SpecFolder> folders;
+  auto spec = ValidateSpec(
+      spec_json,
+      {{"/model/path", a, "config.json"}, {"/tokenizer", b, ""}, {"/model/path", b, "sub/tok.json"}}, path_of,
+      &folders);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ((*spec)["tokenizer"], d.path() + "/blobs/" + b);
+  ASSERT_EQ(folders.size(), 1u);
+  EXPECT_EQ(folders[0].json_pointer, "/model/path");
+  ASSERT_TRUE(MaterializeFolders(d.path() + "/job", folders, &*spec).ok());
+  EXPECT_EQ((*spec)["model"]["path"], d.path() + "/job/inputs/0");
+  auto read = [](const std::string& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_EQ(read(d.path() + "/job/inputs/0/config.json"), "config");
+  EXPECT_EQ(read(d.path() + "/job/inputs/0/sub/tok.json"), "tokenizer");
+  // A second attempt replaces the links instead of failing on them.
+  EXPECT_TRUE(MaterializeFolders(d.path() + "/job", folders, &*spec).ok());
+
+  struct Case {
+    std::vector<SpecBlobRef> refs;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{{"/model/path", a, "ok.json"}, {"/model/path", b, "../x"}},
+       "blobs[1].dir_entry: '../x' must not contain '..'"},
+      {{{"/model/path", a, "/etc/passwd"}},
+       "blobs[0].dir_entry: '/etc/passwd' must be relative, not absolute"},
+      {{{"/model/path", a, "a//b"}}, "blobs[0].dir_entry: 'a//b' has an empty path component"},
+      {{{"/model/path", a, "./a"}}, "blobs[0].dir_entry: './a' must not contain '.' components"},
+      {{{"/model/path", a, "c.json"}, {"/model/path", b, "c.json"}},
+       "blobs[1].dir_entry: 'c.json' appears twice in the folder for '/model/path'"},
+      {{{"/model/path", a, "c.json"}, {"/model/path", b, ""}},
+       "blobs[1].json_pointer: '/model/path' is already set by blobs[0] as a folder (give every reference a "
+       "dir_entry)"},
+      {{{"/model/path", a, ""}, {"/model/path", b, "c.json"}},
+       "blobs[1].dir_entry: '/model/path' is already set by blobs[0] as a single file (it has no dir_entry)"},
+      {{{"/tokenizer", a, ""}, {"/tokenizer", b, ""}},
+       "blobs[1].json_pointer: '/tokenizer' is already set by blobs[0]"},
+      {{{"/model/path", a, "sub"}, {"/model/path", b, "sub/x.json"}},
+       "blobs[1].dir_entry: 'sub/x.json' is inside 'sub', which is a file of the same folder"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ValidateSpec(spec_json, c.refs, path_of, &folders);
+    ASSERT_FALSE(bad.ok()) << c.message;
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(bad.status().message(), c.message);
   }
 }
 

@@ -4,12 +4,17 @@
 //   mode: "normal" (default) | "sleep" (steps forever) | "hang" (stops emitting after hang_after steps)
 //         | "crash" (rank crash_rank exits exit_code at step crash_at; with crash_once only on a fresh start)
 //   steps, step_ms, model_bytes, checkpoint_every, log_lines (extra stdout lines per step),
-//   bulk_lines (print this many stdout lines at start), ignore_term, spawn_child
+//   bulk_lines (print this many stdout lines at start), ignore_term, spawn_child,
+//   list_dir (a JSON pointer into the spec naming a folder: prints "entry <relative path> <content>" for
+//   each file in it)
+// At start it prints its distributed environment: "env RANK=.. WORLD_SIZE=.. LOCAL_RANK=..
+// LOCAL_WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.." and emits {"event":"start","rank":..,"world_size":..}.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -111,8 +117,28 @@ int main(int argc, char** argv) {
             << (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "")
             << " MASTER_PORT=" << (std::getenv("MASTER_PORT") ? std::getenv("MASTER_PORT") : "")
             << " resume_from=" << start << std::endl;
+  auto env = [](const char* k) { return std::string(std::getenv(k) ? std::getenv(k) : ""); };
+  std::cout << "env RANK=" << env("RANK") << " WORLD_SIZE=" << env("WORLD_SIZE")
+            << " LOCAL_RANK=" << env("LOCAL_RANK") << " LOCAL_WORLD_SIZE=" << env("LOCAL_WORLD_SIZE")
+            << " MASTER_ADDR=" << env("MASTER_ADDR") << " MASTER_PORT=" << env("MASTER_PORT") << std::endl;
+  if (stub.contains("list_dir")) {
+    std::string dir = spec.value(nlohmann::json::json_pointer(stub["list_dir"].get<std::string>()), "");
+    std::vector<std::string> lines;
+    std::error_code ec;
+    for (auto& e : fs::recursive_directory_iterator(dir, ec)) {
+      if (!e.is_regular_file()) continue;
+      std::ifstream f(e.path());
+      std::string content((std::istreambuf_iterator<char>(f)), {});
+      lines.push_back("entry " + fs::relative(e.path(), dir).string() + " " + content);
+    }
+    std::sort(lines.begin(), lines.end());
+    for (auto& l : lines) std::cout << l << std::endl;
+  }
   std::cerr << "stub stderr line" << std::endl;
-  Emit({{"event", "start"}, {"rank", rank}, {"resume_step", start}});
+  Emit({{"event", "start"},
+        {"rank", rank},
+        {"world_size", std::atoi(env("WORLD_SIZE").empty() ? "1" : env("WORLD_SIZE").c_str())},
+        {"resume_step", start}});
   for (long long i = 0; i < bulk_lines; ++i) std::printf("bulk line %lld of the log\n", i);
   std::fflush(stdout);
   for (int step = start + 1; mode == "sleep" || step <= steps; ++step) {

@@ -182,6 +182,57 @@ TEST(Spec, LoraErrorsNameTheField) {
   EXPECT_NE(err("l7.yaml", "8").find("field 'lora': must be a mapping"), std::string::npos);
 }
 
+TEST(Spec, DistributedAndHostsDefaultsAndRoundTrip) {
+  auto defaults = LoadSpecFile(TempFile("dist-default.yaml", kMinimal));
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_DOUBLE_EQ(defaults->distributed.timeout_s, 300);
+  EXPECT_DOUBLE_EQ(defaults->distributed.bucket_mb, 25);
+  EXPECT_TRUE(defaults->hosts.empty());
+  const auto j = ToJson(*defaults);
+  EXPECT_EQ(j["distributed"], (nlohmann::json{{"timeout_s", 300.0}, {"bucket_mb", 25.0}}));
+  EXPECT_EQ(j["hosts"], nlohmann::json::array());
+
+  auto spec = LoadSpecFile(TempFile(
+      "dist.yaml",
+      std::string(kMinimal) + "distributed: {timeout_s: 30, bucket_mb: 0.5}\nhosts: [gpu-a, gpu-b]\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_DOUBLE_EQ(spec->distributed.timeout_s, 30);
+  EXPECT_DOUBLE_EQ(spec->distributed.bucket_mb, 0.5);
+  EXPECT_EQ(spec->hosts, (std::vector<std::string>{"gpu-a", "gpu-b"}));
+  auto again = ParseSpec(ToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ToJson(*again), ToJson(*spec));
+  EXPECT_EQ(again->hosts, spec->hosts);
+}
+
+TEST(Spec, DistributedErrorsNameTheField) {
+  auto err = [](const std::string& name, const std::string& extra) {
+    auto s = LoadSpecFile(TempFile(name, std::string(kMinimal) + extra + "\n"));
+    return s.ok() ? std::string("(ok)") : s.status().message();
+  };
+  EXPECT_NE(err("d1.yaml", "distributed: {timeout_s: 0}")
+                .find("field 'distributed.timeout_s': must be in [1, 86400], got 0"),
+            std::string::npos);
+  EXPECT_NE(err("d2.yaml", "distributed: {bucket_mb: 0}").find("field 'distributed.bucket_mb': must be > 0"),
+            std::string::npos);
+  EXPECT_NE(err("d3.yaml", "distributed: {timeout_s: soon}")
+                .find("field 'distributed.timeout_s': must be a number, got a string"),
+            std::string::npos);
+  const std::string e4 = err("d4.yaml", "distributed: {timeout: 30}");
+  EXPECT_NE(e4.find("d4.yaml:5: field 'distributed.timeout': unknown field (did you mean "
+                    "'distributed.timeout_s'?)"),
+            std::string::npos)
+      << e4;
+  EXPECT_NE(err("d5.yaml", "distributed: 30").find("field 'distributed': must be a mapping"),
+            std::string::npos);
+  EXPECT_NE(err("d6.yaml", "hosts: gpu-a").find("field 'hosts': must be a list of host names, got a string"),
+            std::string::npos);
+  EXPECT_NE(err("d7.yaml", "hosts: [gpu-a, 3]").find("field 'hosts': must list host names, found an integer"),
+            std::string::npos);
+  EXPECT_NE(err("d8.yaml", "hosts: [\"\"]").find("field 'hosts': host names must not be empty"),
+            std::string::npos);
+}
+
 TEST(Spec, ModelNeedsExactlyOneSource) {
   auto spec = LoadSpecFile(TempFile("nomodel.yaml", "model: {}\ndata: {train: a.jsonl}\n"));
   ASSERT_FALSE(spec.ok());

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# sftctl pull vs scp of the same file through the same sshd on 127.0.0.1, in one run.
+#
+#   bench/pull_vs_scp/run.sh [BUILD_DIR]        (default build/release; needs pull_bench, sftd,
+#                                                sftd-stub-trainer: `cmake --build B --target pull_bench`)
+#   MB=1024 ROUNDS=3 SWEEP=1 bench/pull_vs_scp/run.sh build/h-ssh
+#
+# Starts a throwaway sshd (ed25519 host/user keys, UsePAM no, StrictModes no, its own config — the shell
+# twin of tests/ssh/sshd_fixture.h) and a real sftd with the stub trainer, submits a job whose checkpoint
+# holds an MB MiB model.bin, then times, alternating, ROUNDS times each:
+#   scp   root@127.0.0.1:<file> (OpenSSH client, default cipher, writes a file)
+#   pull  ConnectOverSsh + ListArtifacts + PullArtifact + sha256 verify + write a file (pull_bench)
+# and prints MiB/s of each (best and median) and the ratio pull/scp. `sftctl pull` pulls whole
+# checkpoints of registered jobs; until it can pull one file of a job we did not submit through
+# `sftctl submit`, this script measures pull_bench, which does the same RPCs.
+# SWEEP=1 also times pull with each cipher/MAC pair libssh2 1.10 offers (SFTCTL_SSH_CIPHERS/MACS).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+BUILD="$(cd "${1:-$ROOT/build/release}" && pwd)"
+MB="${MB:-1024}"
+ROUNDS="${ROUNDS:-3}"
+BIN="$BUILD/bin"
+for b in pull_bench sftd sftd-stub-trainer; do
+  [[ -x "$BIN/$b" ]] || { echo "missing $BIN/$b (cmake --build $BUILD --target pull_bench)" >&2; exit 2; }
+done
+
+T="$(mktemp -d "${TMPDIR:-/tmp}/pull-vs-scp-XXXXXX")"
+SSHD_PID=""
+cleanup() {
+  "$BIN/sftd" stop --data-dir "$T/agent" >/dev/null 2>&1 || true
+  if [[ -n "$SSHD_PID" ]]; then
+    pkill -KILL -P "$SSHD_PID" 2>/dev/null || true  # per-connection children of our listener only
+    kill "$SSHD_PID" 2>/dev/null || true
+    wait "$SSHD_PID" 2>/dev/null || true
+  fi
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+# --- sshd on 127.0.0.1 ---------------------------------------------------------------------------
+[[ "$(id -u)" == 0 && ! -d /run/sshd ]] && mkdir -m 0755 /run/sshd
+ssh-keygen -q -t ed25519 -N '' -f "$T/host_key"
+ssh-keygen -q -t ed25519 -N '' -f "$T/user_key"
+cp "$T/user_key.pub" "$T/authorized_keys"
+USER_NAME="$(id -un)"
+PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+SFTP=/usr/lib/openssh/sftp-server; [[ -x $SFTP ]] || SFTP=internal-sftp
+cat > "$T/sshd_config" <<CFG
+Port $PORT
+ListenAddress 127.0.0.1
+HostKey $T/host_key
+PidFile $T/sshd.pid
+AuthorizedKeysFile $T/authorized_keys
+UsePAM no
+StrictModes no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+AllowTcpForwarding yes
+Subsystem sftp $SFTP
+LogLevel ERROR
+CFG
+/usr/sbin/sshd -D -f "$T/sshd_config" -E "$T/sshd.log" &
+SSHD_PID=$!
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+echo "[127.0.0.1]:$PORT $(cut -d' ' -f1,2 "$T/host_key.pub")" > "$T/known_hosts"
+
+# --- agent with the stub trainer, and the file -------------------------------------------------------
+"$BIN/sftd" start --detach --data-dir "$T/agent" --gpus none --trainer "$BIN/sftd-stub-trainer" >/dev/null
+COMMON=(--host "$USER_NAME@127.0.0.1:$PORT" -i "$T/user_key" --known-hosts "$T/known_hosts"
+        --sftd "$BIN/sftd" --data-dir "$T/agent")
+SETUP="$("$BIN/pull_bench" "${COMMON[@]}" setup --mb "$MB")"
+JOB="$(awk '/^JOB /{print $2}' <<<"$SETUP")"
+FILE="$(awk '/^FILE /{print $2}' <<<"$SETUP")"
+REL="$(awk '/^REL /{print $2}' <<<"$SETUP")"
+SIZE="$(stat -c %s "$FILE")"
+cat "$FILE" > /dev/null  # both sides read from the page cache
+
+now() { date +%s.%N; }
+mibs() { python3 -c "import sys; print(f'{$SIZE/1048576/float(sys.argv[1]):.0f}')" "$1"; }
+
+time_scp() {
+  rm -f "$T/scp.out"
+  local t0 t1
+  t0="$(now)"
+  scp -q -F /dev/null -o BatchMode=yes -o UserKnownHostsFile="$T/known_hosts" -o StrictHostKeyChecking=yes \
+      -i "$T/user_key" -P "$PORT" "$USER_NAME@127.0.0.1:$FILE" "$T/scp.out"
+  t1="$(now)"
+  python3 -c "print($t1-$t0)"
+}
+time_pull() {
+  rm -f "$T/pull.out"
+  local t0 t1 line
+  t0="$(now)"
+  line="$("$BIN/pull_bench" "${COMMON[@]}" pull --job "$JOB" --path "$REL" --out "$T/pull.out" 2>>"$T/pull.err")"
+  t1="$(now)"
+  echo "$line" > "$T/pull.json"
+  python3 -c "print($t1-$t0)"
+}
+
+echo "pull_vs_scp: $((SIZE / 1048576)) MiB, sshd 127.0.0.1:$PORT, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+SCP=(); PULL=()
+for r in $(seq "$ROUNDS"); do
+  SCP+=("$(time_scp)")
+  PULL+=("$(time_pull)")
+  echo "  round $r: scp $(mibs "${SCP[-1]}") MiB/s, pull $(mibs "${PULL[-1]}") MiB/s"
+done
+cmp -s "$T/scp.out" "$FILE" || { echo "scp copy differs" >&2; exit 1; }
+cmp -s "$T/pull.out" "$FILE" || { echo "pull copy differs" >&2; exit 1; }
+echo "  pull detail (last round): $(cat "$T/pull.json")"
+[[ -s "$T/pull.err" ]] && sed "s/^/  /" "$T/pull.err"
+python3 - "$SIZE" "${SCP[*]}" "${PULL[*]}" <<'PY'
+import statistics, sys
+size = int(sys.argv[1]) / 1048576
+scp = [float(x) for x in sys.argv[2].split()]
+pull = [float(x) for x in sys.argv[3].split()]
+def row(name, xs):
+    best, med = size / min(xs), size / statistics.median(xs)
+    print(f"{name:<44} best {best:7.0f} MiB/s   median {med:7.0f} MiB/s")
+    return best, med
+sb, sm = row("scp (OpenSSH, whole command)", scp)
+pb, pm = row("sftctl pull path (connect+list+pull+sha256)", pull)
+print(f"{'ratio pull/scp':<44} best {pb/sb:7.2f}x        median {pm/sm:7.2f}x   (target >= 1.0x)")
+PY
+
+if [[ "${SWEEP:-0}" == 1 ]]; then
+  echo "cipher/MAC sweep (pull, one run each; the default order is in client/ssh/ssh_session.cpp):"
+  for c in aes128-ctr aes256-ctr; do
+    for m in hmac-sha2-256 hmac-sha1 hmac-sha2-512; do
+      t="$(SFTCTL_SSH_CIPHERS=$c SFTCTL_SSH_MACS=$m time_pull)"
+      echo "  $c + $m: $(mibs "$t") MiB/s"
+    done
+  done
+fi

@@ -1,0 +1,101 @@
+// AgentSession and Reconnector: the gRPC stub the remote commands call through, and the retry loop
+// that survives a dropped connection (an SSH tunnel going away mid-stream).
+//
+// Commands connect once up front (an unreachable host is reported at once, exit 4); after that a
+// Reconnector owns the session and, when a call fails with a transient error, drops it, waits an
+// exponential backoff and connects again through its SessionFactory, within a bounded number of
+// attempts and time since the last progress.
+//
+// Thread safety: an AgentSession may be used from several threads for calls (like the connection it
+// wraps); a Reconnector is used by one thread at a time.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "client/agent_connection.h"
+#include "common/status.h"
+#include "sftctl/v1/agent.grpc.pb.h"
+
+namespace sftctl::client {
+
+namespace v1 = ::sftctl::v1;
+
+// One connected agent: its stub, token and the connection keeping the transport up.
+class AgentSession {
+ public:
+  // Takes a live connection and makes a stub on its channel.
+  explicit AgentSession(std::unique_ptr<AgentConnection> conn);
+  // Tests: any stub (e.g. on an in-process server) with the token to send.
+  AgentSession(std::unique_ptr<v1::Agent::StubInterface> stub, std::string token, std::string host);
+  AgentSession(const AgentSession&) = delete;
+  AgentSession& operator=(const AgentSession&) = delete;
+
+  v1::Agent::StubInterface* stub() const { return stub_.get(); }
+  // The registry name of the host (ConnectOptions::host as the connection reports it).
+  const std::string& host() const { return host_; }
+  std::string description() const { return description_; }
+  // Adds the bearer token and, when timeout > 0, a deadline of now + timeout.
+  void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+
+ private:
+  // Declared before stub_ so the stub is destroyed first (the connection must outlive it).
+  std::unique_ptr<AgentConnection> conn_;
+  std::unique_ptr<v1::Agent::StubInterface> stub_;
+  std::string token_, host_, description_;
+};
+
+using SessionFactory = std::function<StatusOr<std::unique_ptr<AgentSession>>()>;
+
+// Connects with ConnectToAgent(opts). Errors carry the host name.
+SessionFactory MakeSessionFactory(const ConnectOptions& opts);
+
+// A gRPC status as a Status, the message prefixed with `context` when given.
+Status FromGrpc(const grpc::Status& s, const std::string& context = "");
+
+// True for failures a new connection may cure: UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN,
+// CANCELLED (not asked for by us), ABORTED.
+bool IsTransient(const Status& s);
+
+struct RetryPolicy {
+  int max_attempts = 8;  // consecutive failed attempts without progress
+  std::chrono::milliseconds initial_backoff{200};
+  std::chrono::milliseconds max_backoff{5000};
+  std::chrono::seconds max_time{180};  // since the last progress
+};
+
+class Reconnector {
+ public:
+  // `first` (may be null) is the session to start with; `factory` makes later ones.
+  Reconnector(std::unique_ptr<AgentSession> first, SessionFactory factory, RetryPolicy policy = {});
+
+  // The current session, connecting through the factory when there is none.
+  StatusOr<AgentSession*> Session();
+  // After a failed attempt: drops the session; returns true (after sleeping the backoff) when `s`
+  // is transient and the budget allows another attempt, false when the caller should give up.
+  bool ShouldRetry(const Status& s);
+  // Resets the attempt budget (bytes or events arrived since the last failure).
+  void MadeProgress();
+  // The error to report after ShouldRetry returned false for `s`.
+  Status GiveUp(const Status& s) const;
+  int reconnects() const { return reconnects_; }
+  const std::string& host() const { return host_; }
+
+ private:
+  std::unique_ptr<AgentSession> session_;
+  SessionFactory factory_;
+  RetryPolicy policy_;
+  int attempts_ = 0;
+  int reconnects_ = 0;
+  std::chrono::steady_clock::time_point since_;
+  std::string host_;
+};
+
+// Runs `call` on the reconnector's session, retrying transient failures. `call` must be idempotent.
+Status WithRetry(Reconnector* rc, const std::function<Status(AgentSession&)>& call);
+
+}  // namespace sftctl::client

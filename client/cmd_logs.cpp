@@ -1,0 +1,51 @@
+// `sftctl logs JOB [-f]`: a job's rank output and metrics, resumed across dropped connections.
+// With -f it waits for the job to end and exits with its final state (0 SUCCEEDED, 1 FAILED,
+// 3 CANCELLED). A multi-node job shows node 0 (where global rank 0 runs).
+#include <iostream>
+
+#include "client/commands.h"
+#include "client/job_target.h"
+#include "client/log_follower.h"
+
+namespace sftctl::client {
+namespace {
+
+struct LogsArgs {
+  RemoteOptions ro;
+  std::string job;
+  bool follow = false;
+  uint64_t after_seq = 0;
+};
+
+int Logs(const LogsArgs& a) {
+  JobRegistry registry;
+  auto rec = ResolveJob(a.job, a.ro, registry);
+  if (!rec.ok()) return ReportError(rec.status(), a.ro.json);
+  const NodeRecord& node = rec->nodes.front();
+  auto rc = ConnectNode(node);
+  if (!rc.ok()) return ReportError(rc.status(), a.ro.json);
+  auto result = PrintEvents(rc->get(), node.id, a.after_seq, a.follow, a.ro.json);
+  if ((*rc)->reconnects() > 0) {
+    std::cerr << "note: resumed after " << (*rc)->reconnects() << " reconnect(s) to " << node.host << "\n";
+  }
+  if (!result.ok()) return ReportError(result.status(), a.ro.json);
+  if (!a.follow) return kExitOk;
+  const v1::JobState state = result->final_state.value_or(v1::FAILED);
+  if (!a.ro.json) std::cerr << rec->Ref() << ": " << StateName(state) << "\n";
+  return ExitCodeForState(state);
+}
+
+}  // namespace
+
+void RegisterLogsCommand(CLI::App& app, CommandContext& ctx) {
+  auto a = std::make_shared<LogsArgs>();
+  auto* cmd = app.add_subcommand("logs", "Show a job's output and metrics (-f: follow until it ends)");
+  cmd->add_option("job", a->job, "JOB, HOST/JOB or a job name (see `sftctl list`)")->required();
+  cmd->add_flag("-f,--follow", a->follow,
+                "Wait for new events until the job ends; exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED");
+  cmd->add_option("--after-seq", a->after_seq, "Start after this event number");
+  AddRemoteOptions(cmd, &a->ro, "The host of JOB (default: from the job registry)");
+  cmd->callback([a, &ctx] { ctx.exit_code = Logs(*a); });
+}
+
+}  // namespace sftctl::client

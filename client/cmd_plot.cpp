@@ -1,0 +1,147 @@
+// `sftctl plot JOB|RUN_DIR -o loss.png`: the loss curves of a run as a PNG (client/plot.h).
+// A RUN_DIR (a `run --local` or `pull` folder) is read from its metrics.jsonl; a JOB's
+// run/metrics.jsonl is fetched from its agent, or, when there is none yet, its METRIC events.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "client/commands.h"
+#include "client/job_target.h"
+#include "client/log_follower.h"
+#include "client/plot.h"
+
+namespace sftctl::client {
+namespace {
+
+struct PlotArgs {
+  RemoteOptions ro;
+  std::string target;
+  std::string output = "loss.png";
+  std::string title;
+  PlotOptions plot;
+};
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The records of a JSON-lines text; lines that are not JSON objects are skipped.
+std::vector<nlohmann::json> ParseLines(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    auto rec = nlohmann::json::parse(text.substr(start, end - start), nullptr, false);
+    if (rec.is_object()) out.push_back(std::move(rec));
+    start = end + 1;
+  }
+  return out;
+}
+
+// run/metrics.jsonl of the job, or its METRIC events when the file is not there.
+StatusOr<std::vector<nlohmann::json>> FetchMetrics(Reconnector* rc, const std::string& job_id) {
+  std::string text;
+  bool missing = false;
+  Status s = WithRetry(rc, [&](AgentSession& a) {
+    text.clear();
+    grpc::ClientContext ctx;
+    a.Prepare(&ctx, std::chrono::minutes(10));
+    v1::PullArtifactRequest req;
+    req.set_job_id(job_id);
+    req.set_path("run/metrics.jsonl");
+    auto reader = a.stub()->PullArtifact(&ctx, req);
+    v1::ArtifactChunk chunk;
+    while (reader->Read(&chunk)) text += chunk.data();
+    grpc::Status fin = reader->Finish();
+    if (fin.error_code() == grpc::StatusCode::NOT_FOUND) {
+      // The job or the file: tell them apart by asking for the job.
+      grpc::ClientContext gctx;
+      a.Prepare(&gctx);
+      v1::GetJobRequest greq;
+      greq.set_job_id(job_id);
+      v1::Job job;
+      Status g = FromGrpc(a.stub()->GetJob(&gctx, greq, &job), a.host() + ": " + job_id);
+      if (!g.ok()) return g;
+      missing = true;
+      return OkStatus();
+    }
+    return FromGrpc(fin, a.host() + ": run/metrics.jsonl of " + job_id);
+  });
+  if (!s.ok()) return s;
+  if (!missing) return ParseLines(text);
+  std::vector<nlohmann::json> records;
+  auto r = FollowEvents(rc, job_id, 0, /*follow=*/false, [&](const v1::Event& e) {
+    if (e.kind() != v1::Event::METRIC || e.rank() > 0) return;
+    auto rec = nlohmann::json::parse(e.text(), nullptr, false);
+    if (rec.is_object()) records.push_back(std::move(rec));
+  });
+  if (!r.ok()) return r.status();
+  return records;
+}
+
+int Plot(const PlotArgs& a) {
+  const bool json = a.ro.json;
+  std::vector<nlohmann::json> records;
+  std::string title = a.title;
+  const bool is_run_dir =
+      a.ro.hosts.empty() && (IsDir(a.target) || a.target.find(".jsonl") != std::string::npos);
+  if (is_run_dir) {
+    const std::string file =
+        IsDir(a.target) ? (std::filesystem::path(a.target) / "metrics.jsonl").string() : a.target;
+    auto recs = ReadMetricsFile(file);
+    if (!recs.ok()) return ReportError(recs.status(), json);
+    records = std::move(*recs);
+    if (title.empty()) {
+      std::filesystem::path p =
+          std::filesystem::absolute(IsDir(a.target) ? a.target : file).lexically_normal();
+      title = (IsDir(a.target) ? p : p.parent_path()).filename().string();
+    }
+  } else {
+    JobRegistry registry;
+    auto rec = ResolveJob(a.target, a.ro, registry);
+    if (!rec.ok()) {
+      Status s = rec.status();
+      if (s.code() == StatusCode::kNotFound) {
+        s = NotFoundError(s.message() + "; '" + a.target + "' is not a run folder either");
+      }
+      return ReportError(s, json);
+    }
+    const NodeRecord& node = rec->nodes.front();
+    auto rc = ConnectNode(node);
+    if (!rc.ok()) return ReportError(rc.status(), json);
+    auto recs = FetchMetrics(rc->get(), node.id);
+    if (!recs.ok()) return ReportError(recs.status(), json);
+    records = std::move(*recs);
+    if (title.empty()) title = rec->name.empty() ? rec->Ref() : rec->name + " (" + rec->Ref() + ")";
+  }
+  Status s = RenderLossPlot(records, title, a.output, a.plot);
+  if (!s.ok()) return ReportError(s, json);
+  if (json) {
+    std::cout << nlohmann::json{{"png", a.output}, {"records", records.size()}, {"title", title}}.dump()
+              << std::endl;
+  } else {
+    std::cerr << "wrote " << a.output << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterPlotCommand(CLI::App& app, CommandContext& ctx) {
+  auto a = std::make_shared<PlotArgs>();
+  auto* cmd = app.add_subcommand("plot", "Draw a run's train and eval loss as a PNG");
+  cmd->add_option("target", a->target,
+                  "A run folder (with metrics.jsonl) or a job: JOB, HOST/JOB, a job name")
+      ->required();
+  cmd->add_option("-o,--output", a->output, "PNG file to write (default: loss.png)");
+  cmd->add_option("--title", a->title, "Title (default: the run's name)");
+  cmd->add_option("--width", a->plot.width, "Width in pixels")->check(CLI::Range(200, 8192));
+  cmd->add_option("--height", a->plot.height, "Height in pixels")->check(CLI::Range(150, 8192));
+  AddRemoteOptions(cmd, &a->ro, "The host of JOB (default: from the job registry)");
+  cmd->callback([a, &ctx] { ctx.exit_code = Plot(*a); });
+}
+
+}  // namespace sftctl::client

@@ -1,0 +1,307 @@
+// `sftctl submit --host H SPEC`: upload what the spec references and queue it on the host's agent.
+//
+// The spec is loaded like `run --local` loads it; its local files travel as sha256-addressed blobs
+// (an unchanged file is not sent again, an interrupted upload resumes); the job is recorded in the
+// job registry. Several hosts (repeated --host, or the spec's `hosts`) make one multi-node job:
+// node 0 is submitted first and reports the rendezvous the other nodes join.
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "client/commands.h"
+#include "client/job_registry.h"
+#include "client/job_target.h"
+#include "client/log_follower.h"
+#include "client/progress.h"
+#include "client/remote_options.h"
+#include "client/remote_spec.h"
+#include "client/ssh/ssh_config.h"
+#include "client/uploader.h"
+
+namespace sftctl::client {
+namespace {
+
+struct SubmitArgs {
+  RemoteOptions ro;
+  std::string spec_path;
+  bool follow = false;
+  std::string name;
+  int gpus = -1;
+  int cpu_ranks = -1;
+  unsigned max_restarts = 0;
+  unsigned heartbeat_s = 0;
+  std::vector<std::string> sets;
+};
+
+struct Node {
+  ConnectOptions opts;
+  std::unique_ptr<Reconnector> rc;
+  UploadStats stats;
+  v1::Job job;
+  bool submitted = false;
+};
+
+// The address other nodes can reach node 0 by: the host it was reached by (an ssh config alias
+// resolved to its HostName, without user@ and :port); empty when that is this machine (a loopback
+// name), where the agent's own report is kept.
+std::string ReachableAddress(const ConnectOptions& opts) {
+  if (IsLocalHost(opts.host)) return "";
+  const char* home_env = std::getenv("HOME");
+  const std::string home = home_env != nullptr ? home_env : "";
+  const std::string config = opts.ssh_config_file.empty() ? home + "/.ssh/config" : opts.ssh_config_file;
+  std::string h;
+  if (auto resolved = ssh::ResolveHost(opts.host, config, home, ""); resolved.ok()) {
+    h = resolved->hostname;
+  } else {
+    h = opts.host.substr(opts.host.find('@') == std::string::npos ? 0 : opts.host.find('@') + 1);
+    if (std::count(h.begin(), h.end(), ':') == 1) h = h.substr(0, h.find(':'));
+  }
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h == "localhost" || h.rfind("127.", 0) == 0 || h == "::1") return "";
+  return h;
+}
+
+Status SubmitOne(Reconnector* rc, const v1::SubmitJobRequest& req, v1::Job* job) {
+  return WithRetry(rc, [&](AgentSession& a) {
+    grpc::ClientContext ctx;
+    a.Prepare(&ctx);
+    // Idempotent: a retried request with the same client_request_id returns the same job.
+    return FromGrpc(a.stub()->SubmitJob(&ctx, req, job), a.host() + ": submit");
+  });
+}
+
+void CancelQuietly(Reconnector* rc, const std::string& id) {
+  (void)WithRetry(rc, [&](AgentSession& a) {
+    grpc::ClientContext ctx;
+    a.Prepare(&ctx);
+    v1::CancelJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    return FromGrpc(a.stub()->CancelJob(&ctx, req, &job));
+  });
+}
+
+int Submit(const SubmitArgs& a) {
+  const bool json = a.ro.json;
+  auto spec = LoadRemoteSpec(a.spec_path, a.sets, a.name);
+  if (!spec.ok()) return ReportError(spec.status(), json);
+  std::vector<std::string> hosts = a.ro.hosts.empty() ? spec->hosts : a.ro.hosts;
+  if (hosts.empty()) {
+    return ReportError(InvalidArgumentError("give the host to run on: --host HOST (or `hosts:` in the spec)"),
+                       json);
+  }
+  if (std::set<std::string>(hosts.begin(), hosts.end()).size() != hosts.size()) {
+    return ReportError(InvalidArgumentError("a host is listed twice; each node of a job needs its own host"),
+                       json);
+  }
+  for (const auto& n : spec->notes) std::cerr << "note: " << n << "\n";
+  if (Status s = HashSpecFiles(&spec->files); !s.ok()) return ReportError(s, json);
+  // Each distinct blob once per host.
+  std::map<std::string, const SpecFile*> blobs;
+  for (const auto& f : spec->files) blobs.emplace(f.sha256, &f);
+
+  std::vector<Node> nodes(hosts.size());
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    auto opts = MakeConnectOptions(a.ro, hosts[i]);
+    if (!opts.ok()) return ReportError(opts.status(), json);
+    nodes[i].opts = *opts;
+    auto rc = ConnectHost(*opts);
+    if (!rc.ok()) return ReportError(rc.status(), json);
+    nodes[i].rc = std::move(*rc);
+  }
+
+  // Ranks per node: --gpus N, --cpu-ranks N, else one GPU when node 0 has GPUs (and the spec does
+  // not ask for the CPU), else one CPU rank.
+  uint32_t gpus = 0, cpu_ranks = 0;
+  if (a.gpus >= 0) {
+    gpus = static_cast<uint32_t>(a.gpus);
+  } else if (a.cpu_ranks >= 0) {
+    cpu_ranks = static_cast<uint32_t>(a.cpu_ranks);
+  } else {
+    v1::HealthResponse health;
+    Status s = WithRetry(nodes[0].rc.get(), [&](AgentSession& sess) {
+      grpc::ClientContext ctx;
+      sess.Prepare(&ctx);
+      return FromGrpc(sess.stub()->Health(&ctx, v1::HealthRequest(), &health), sess.host() + ": health");
+    });
+    if (!s.ok()) return ReportError(s, json);
+    if (health.gpus_total() > 0 && spec->spec.device != "cpu" && spec->spec.device != "mps") {
+      gpus = 1;
+    } else {
+      cpu_ranks = 1;
+    }
+  }
+  const uint32_t per_node = gpus > 0 ? gpus : std::max<uint32_t>(cpu_ranks, 1);
+
+  // Uploads.
+  uint64_t total = 0;
+  for (const auto& [sha, f] : blobs) total += f->size;
+  Progress progress(StderrIsTty(), total * nodes.size());
+  for (auto& n : nodes) {
+    for (const auto& [sha, f] : blobs) {
+      progress.SetLabel(n.rc->host() + " " + f->local_path.substr(f->local_path.rfind('/') + 1));
+      Status s = UploadFile(n.rc.get(), f->local_path, f->size, sha, &progress, &n.stats);
+      if (!s.ok()) {
+        progress.Finish();
+        return ReportError(s.WithContext("upload of '" + f->local_path + "' to " + n.rc->host() + " failed"),
+                           json);
+      }
+    }
+  }
+  progress.Finish();
+  const double upload_s = progress.Seconds();
+
+  v1::SubmitJobRequest base;
+  base.set_spec_json(spec->json.dump());
+  for (const auto& f : spec->files) {
+    auto* ref = base.add_blobs();
+    ref->set_json_pointer(f.json_pointer);
+    ref->set_sha256(f.sha256);
+    ref->set_dir_entry(f.dir_entry);
+  }
+  base.set_name(spec->spec.name);
+  base.set_gpus(gpus);
+  base.set_cpu_ranks(cpu_ranks);
+  base.set_max_restarts(a.max_restarts);
+  base.set_heartbeat_timeout_s(a.heartbeat_s);
+  const std::string request_id = RandomHex(16);
+  const bool multi = nodes.size() > 1;
+  const std::string group = RandomHex(8);
+  std::string master_addr;
+  uint32_t master_port = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    v1::SubmitJobRequest req = base;
+    req.set_client_request_id(multi ? request_id + "-node" + std::to_string(i) : request_id);
+    if (multi) {
+      auto* rv = req.mutable_rendezvous();
+      rv->set_num_nodes(static_cast<uint32_t>(nodes.size()));
+      rv->set_node_rank(static_cast<uint32_t>(i));
+      rv->set_world_size(per_node * static_cast<uint32_t>(nodes.size()));
+      rv->set_rank_offset(per_node * static_cast<uint32_t>(i));
+      rv->set_group_id(group);
+      if (i > 0) {
+        rv->set_master_addr(master_addr);
+        rv->set_master_port(master_port);
+      }
+    }
+    Status s = SubmitOne(nodes[i].rc.get(), req, &nodes[i].job);
+    if (s.ok() && multi && i == 0) {
+      master_addr = nodes[0].job.rendezvous().master_addr();
+      master_port = nodes[0].job.rendezvous().master_port();
+      const std::string reached = ReachableAddress(nodes[0].opts);
+      if (!reached.empty()) master_addr = reached;
+      if (master_addr.empty() || master_port == 0) {
+        s = FailedPreconditionError(nodes[0].rc->host() + ": the agent reported no rendezvous address for " +
+                                    nodes[0].job.id() + " (does it support multi-node jobs?)");
+        nodes[0].submitted = true;
+      }
+    }
+    if (!s.ok()) {
+      std::string cancelled;
+      for (size_t k = 0; k < nodes.size(); ++k) {
+        if (!nodes[k].submitted) continue;
+        CancelQuietly(nodes[k].rc.get(), nodes[k].job.id());
+        cancelled += (cancelled.empty() ? "" : ", ") + nodes[k].rc->host() + "/" + nodes[k].job.id();
+      }
+      if (!cancelled.empty())
+        s = s.WithContext("node " + std::to_string(i) + " failed (cancelled " + cancelled + ")");
+      return ReportError(s, json);
+    }
+    nodes[i].submitted = true;
+  }
+
+  JobRecord rec;
+  rec.host = nodes[0].rc->host();
+  rec.id = nodes[0].job.id();
+  rec.name = spec->spec.name;
+  rec.submitted_unix_ms = NowUnixMs();
+  for (auto& n : nodes) {
+    ConnectOptions o = n.opts;
+    o.host = n.rc->host();
+    rec.nodes.push_back(NodeRecord::From(o, n.job.id()));
+  }
+  JobRegistry registry;
+  if (Status s = registry.Add(rec); !s.ok()) {
+    std::cerr << "warning: the job was submitted but could not be recorded in " << registry.path() << ": "
+              << s.message() << "\n  reach it with: sftctl logs " << rec.Ref() << "\n";
+  }
+
+  UploadStats sum;
+  for (const auto& n : nodes) {
+    sum.files_sent += n.stats.files_sent;
+    sum.files_unchanged += n.stats.files_unchanged;
+    sum.bytes_sent += n.stats.bytes_sent;
+    sum.bytes_unchanged += n.stats.bytes_unchanged;
+  }
+  if (json) {
+    nlohmann::json nodes_json = nlohmann::json::array();
+    for (const auto& n : nodes) {
+      nodes_json.push_back({{"host", n.rc->host()},
+                            {"id", n.job.id()},
+                            {"state", StateName(n.job.state())},
+                            {"uploaded_files", n.stats.files_sent},
+                            {"uploaded_bytes", n.stats.bytes_sent},
+                            {"unchanged_files", n.stats.files_unchanged}});
+    }
+    nlohmann::json out = {{"job", rec.id},
+                          {"host", rec.host},
+                          {"ref", rec.Ref()},
+                          {"name", rec.name},
+                          {"state", StateName(nodes[0].job.state())},
+                          {"gpus", gpus},
+                          {"cpu_ranks", cpu_ranks},
+                          {"uploaded_files", sum.files_sent},
+                          {"uploaded_bytes", sum.bytes_sent},
+                          {"unchanged_files", sum.files_unchanged},
+                          {"nodes", nodes_json}};
+    std::cout << out.dump() << std::endl;
+  } else {
+    std::cout << rec.id << "\n";
+    std::cerr << "submitted " << rec.Ref() << " (" << rec.name << "): " << StateName(nodes[0].job.state());
+    if (multi) std::cerr << ", " << nodes.size() << " nodes";
+    std::cerr << "\nuploaded " << sum.files_sent << " file" << (sum.files_sent == 1 ? "" : "s") << ", "
+              << FormatBytes(sum.bytes_sent);
+    if (sum.bytes_sent >= 1000 * 1000 && upload_s > 0) {
+      char rate[32];
+      std::snprintf(rate, sizeof(rate), "%.1f", static_cast<double>(sum.bytes_sent) / 1e6 / upload_s);
+      std::cerr << " (" << rate << " MB/s)";
+    }
+    std::cerr << "; " << sum.files_unchanged << " unchanged\n";
+    if (!a.follow) std::cerr << "follow it with: sftctl logs -f " << rec.id << "\n";
+  }
+  std::cout.flush();
+  if (!a.follow) return kExitOk;
+  auto result = PrintEvents(nodes[0].rc.get(), rec.id, 0, /*follow=*/true, json);
+  if (!result.ok()) return ReportError(result.status(), json);
+  return ExitCodeForState(result->final_state.value_or(v1::FAILED));
+}
+
+}  // namespace
+
+void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
+  auto a = std::make_shared<SubmitArgs>();
+  auto* cmd = app.add_subcommand("submit", "Upload a job's files to a host and queue it on the host's agent");
+  cmd->add_option("spec", a->spec_path, "Job spec (YAML or JSON; see docs/spec.md)")->required();
+  AddRemoteOptions(cmd, &a->ro,
+                   "Host to run on: [user@]host[:port], an ssh config alias, local[:DATA_DIR]; repeat for a "
+                   "multi-node job",
+                   /*multi_host=*/true);
+  cmd->add_flag("-f,--follow", a->follow, "Stream the job's logs until it ends (exit code as `logs -f`)");
+  cmd->add_option("--name", a->name, "Job name (default: the spec's name)");
+  auto* gpus =
+      cmd->add_option("--gpus", a->gpus, "GPUs per node (one rank per GPU)")->check(CLI::PositiveNumber);
+  cmd->add_option("--cpu-ranks", a->cpu_ranks, "CPU ranks per node (a CPU job)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(gpus);
+  cmd->add_option("--max-restarts", a->max_restarts,
+                  "Relaunch after a failure this many times (resumes from the newest checkpoint)");
+  cmd->add_option("--heartbeat-s", a->heartbeat_s,
+                  "Stop the job as hung after this long without a step (0: the agent's default)");
+  cmd->add_option("--set", a->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)")
+      ->allow_extra_args(false);
+  cmd->callback([a, &ctx] { ctx.exit_code = Submit(*a); });
+}
+
+}  // namespace sftctl::client

@@ -1,0 +1,209 @@
+#include "client/job_registry.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "client/remote_options.h"
+#include "common/file_system.h"
+
+namespace sftctl::client {
+namespace {
+
+using nlohmann::json;
+
+json NodeToJson(const NodeRecord& n) {
+  return {{"host", n.host},
+          {"id", n.id},
+          {"identity_file", n.identity_file},
+          {"sftd", n.sftd},
+          {"agent_data_dir", n.agent_data_dir},
+          {"transport", n.transport},
+          {"accept_new_host_key", n.accept_new_host_key}};
+}
+
+NodeRecord NodeFromJson(const json& j) {
+  NodeRecord n;
+  n.host = j.value("host", "");
+  n.id = j.value("id", "");
+  n.identity_file = j.value("identity_file", "");
+  n.sftd = j.value("sftd", "");
+  n.agent_data_dir = j.value("agent_data_dir", "");
+  n.transport = j.value("transport", "auto");
+  n.accept_new_host_key = j.value("accept_new_host_key", false);
+  return n;
+}
+
+json RecordToJson(const JobRecord& r) {
+  json nodes = json::array();
+  for (const auto& n : r.nodes) nodes.push_back(NodeToJson(n));
+  return {{"host", r.host},
+          {"id", r.id},
+          {"name", r.name},
+          {"submitted_unix_ms", r.submitted_unix_ms},
+          {"nodes", nodes}};
+}
+
+StatusOr<std::vector<JobRecord>> Parse(const std::string& text, const std::string& path) {
+  std::vector<JobRecord> out;
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return out;
+  try {
+    json j = json::parse(text);
+    for (const auto& e : j.at("jobs")) {
+      JobRecord r;
+      r.host = e.at("host").get<std::string>();
+      r.id = e.at("id").get<std::string>();
+      r.name = e.value("name", "");
+      r.submitted_unix_ms = e.value("submitted_unix_ms", int64_t{0});
+      if (e.contains("nodes")) {
+        for (const auto& n : e["nodes"]) r.nodes.push_back(NodeFromJson(n));
+      }
+      if (r.nodes.empty()) {
+        NodeRecord n;
+        n.host = r.host;
+        n.id = r.id;
+        r.nodes.push_back(n);
+      }
+      out.push_back(std::move(r));
+    }
+  } catch (const json::exception& e) {
+    return DataLossError("job registry '" + path + "' is damaged (" + e.what() + "); fix or remove it");
+  }
+  return out;
+}
+
+StatusOr<std::string> ReadIfExists(const std::string& path) {
+  FileSystem* fs = FileSystem::Default();
+  if (!fs->Exists(path)) return std::string();
+  return fs->ReadFile(path);
+}
+
+// An exclusive flock on <registry>.lock for the lifetime of the object.
+class RegistryLock {
+ public:
+  static StatusOr<std::unique_ptr<RegistryLock>> Acquire(const std::string& path) {
+    const std::string lock = path + ".lock";
+    int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return ErrnoError("cannot open", lock, errno);
+    while (::flock(fd, LOCK_EX) != 0) {
+      if (errno != EINTR) {
+        int err = errno;
+        ::close(fd);
+        return ErrnoError("cannot lock", lock, err);
+      }
+    }
+    return std::unique_ptr<RegistryLock>(new RegistryLock(fd));
+  }
+  ~RegistryLock() { ::close(fd_); }  // closing releases the flock
+
+ private:
+  explicit RegistryLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+}  // namespace
+
+ConnectOptions NodeRecord::ToConnectOptions() const {
+  ConnectOptions c;
+  c.host = host;
+  c.identity_file = identity_file;
+  c.sftd = sftd;
+  c.agent_data_dir = agent_data_dir;
+  c.accept_new_host_key = accept_new_host_key;
+  auto t = ParseTransport(transport);
+  c.transport = t.ok() ? *t : Transport::kAuto;
+  return c;
+}
+
+NodeRecord NodeRecord::From(const ConnectOptions& opts, const std::string& job_id) {
+  NodeRecord n;
+  n.host = opts.host;
+  n.id = job_id;
+  n.identity_file = opts.identity_file;
+  n.sftd = opts.sftd;
+  n.agent_data_dir = opts.agent_data_dir;
+  n.transport = TransportName(opts.transport);
+  n.accept_new_host_key = opts.accept_new_host_key;
+  return n;
+}
+
+std::optional<std::pair<std::string, std::string>> SplitJobRef(const std::string& ref) {
+  const size_t slash = ref.rfind('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == ref.size()) return std::nullopt;
+  return std::make_pair(ref.substr(0, slash), ref.substr(slash + 1));
+}
+
+std::string JobRegistry::DefaultPath() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  std::string base;
+  if (xdg != nullptr && xdg[0] == '/') {
+    base = xdg;
+  } else {
+    const char* home = std::getenv("HOME");
+    base = std::string(home != nullptr ? home : ".") + "/.config";
+  }
+  return base + "/sftctl/jobs.json";
+}
+
+StatusOr<std::vector<JobRecord>> JobRegistry::Load() const {
+  auto text = ReadIfExists(path_);
+  if (!text.ok()) return text.status();
+  return Parse(*text, path_);
+}
+
+Status JobRegistry::Add(const JobRecord& r) const {
+  FileSystem* fs = FileSystem::Default();
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  if (!dir.empty()) SFT_RETURN_IF_ERROR(fs->CreateDirs(dir));
+  SFT_ASSIGN_OR_RETURN(auto lock, RegistryLock::Acquire(path_));
+  SFT_ASSIGN_OR_RETURN(std::string text, ReadIfExists(path_));
+  SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, Parse(text, path_));
+  json out = json::array();
+  for (const auto& j : jobs) {
+    if (j.host == r.host && j.id == r.id) continue;
+    out.push_back(RecordToJson(j));
+  }
+  out.push_back(RecordToJson(r));
+  json doc = {{"version", 1}, {"jobs", out}};
+  return WriteFileAtomic(fs, path_, doc.dump(2) + "\n");
+}
+
+StatusOr<JobRecord> JobRegistry::Resolve(const std::string& ref) const {
+  SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, Load());
+  if (auto split = SplitJobRef(ref)) {
+    for (const auto& j : jobs) {
+      for (const auto& n : j.nodes) {
+        if (n.host == split->first && n.id == split->second) return j;
+      }
+    }
+    return NotFoundError("unknown job '" + ref + "': not in the job registry " + path_ +
+                         " (give --host to reach a job submitted elsewhere)");
+  }
+  auto pick = [&](const std::function<bool(const JobRecord&)>& match) -> StatusOr<std::optional<JobRecord>> {
+    std::vector<const JobRecord*> hits;
+    for (const auto& j : jobs) {
+      if (match(j)) hits.push_back(&j);
+    }
+    if (hits.empty()) return std::optional<JobRecord>();
+    if (hits.size() == 1) return std::optional<JobRecord>(*hits[0]);
+    std::string names;
+    for (const auto* h : hits) names += (names.empty() ? "" : ", ") + h->Ref();
+    return InvalidArgumentError("job '" + ref + "' is ambiguous in the job registry " + path_ +
+                                ": it could be " + names + "; name it as HOST/JOB");
+  };
+  SFT_ASSIGN_OR_RETURN(auto by_id, pick([&](const JobRecord& j) { return j.id == ref; }));
+  if (by_id) return *by_id;
+  SFT_ASSIGN_OR_RETURN(auto by_name,
+                       pick([&](const JobRecord& j) { return !j.name.empty() && j.name == ref; }));
+  if (by_name) return *by_name;
+  return NotFoundError("unknown job '" + ref + "': not in the job registry " + path_ +
+                       " (see `sftctl list`; give HOST/JOB or --host for a job submitted elsewhere)");
+}
+
+}  // namespace sftctl::client

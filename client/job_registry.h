@@ -1,0 +1,74 @@
+// JobRegistry: the jobs this user submitted, so `logs JOB`, `pull JOB`, ... need no --host.
+//
+// One JSON file, $XDG_CONFIG_HOME/sftctl/jobs.json (default ~/.config/sftctl/jobs.json):
+//   {"version": 1, "jobs": [{"host": "gpu-box", "id": "job-3", "name": "tiny",
+//     "submitted_unix_ms": 1700000000000,
+//     "nodes": [{"host": "gpu-box", "id": "job-3", "identity_file": "", "sftd": "",
+//                "agent_data_dir": "", "transport": "auto", "accept_new_host_key": false}, ...]}]}
+// A job is (host, agent job id); a multi-node job is one entry (node 0's host and id) listing every
+// node, node 0 first. Updates take an exclusive flock on jobs.json.lock, read, modify, and replace the
+// file atomically (temporary file, fsync, rename), so concurrent sftctl processes never lose entries.
+//
+// Job references: "job-3" when exactly one entry has that id (or, failing that, that name);
+// "HOST/job-3" always (HOST may itself contain '/', as in "local:/tmp/agent": the last '/' splits).
+//
+// Thread safety: a JobRegistry is a path; concurrent use from threads and processes is safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/agent_connection.h"
+#include "common/status.h"
+
+namespace sftctl::client {
+
+struct NodeRecord {
+  std::string host;  // ConnectOptions::host
+  std::string id;    // the agent's job id on that host
+  std::string identity_file, sftd, agent_data_dir;
+  std::string transport = "auto";
+  bool accept_new_host_key = false;
+
+  ConnectOptions ToConnectOptions() const;
+  static NodeRecord From(const ConnectOptions& opts, const std::string& job_id);
+};
+
+struct JobRecord {
+  std::string host;  // node 0's host
+  std::string id;    // node 0's job id
+  std::string name;
+  int64_t submitted_unix_ms = 0;
+  std::vector<NodeRecord> nodes;  // node 0 first; never empty for a valid record
+
+  // "HOST/ID", the reference that is never ambiguous.
+  std::string Ref() const { return host + "/" + id; }
+};
+
+// Splits "HOST/job-3" at the last '/'. Returns nullopt for a reference without '/'.
+std::optional<std::pair<std::string, std::string>> SplitJobRef(const std::string& ref);
+
+class JobRegistry {
+ public:
+  // $XDG_CONFIG_HOME/sftctl/jobs.json, else $HOME/.config/sftctl/jobs.json.
+  static std::string DefaultPath();
+
+  explicit JobRegistry(std::string path = DefaultPath()) : path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+  // Every entry, oldest first. A missing file is an empty registry. Errors: DATA_LOSS (not valid
+  // JSON, naming the file), INTERNAL (I/O).
+  StatusOr<std::vector<JobRecord>> Load() const;
+  // Adds `r`, replacing an entry with the same host and id.
+  Status Add(const JobRecord& r) const;
+  // Finds the entry for a reference (see above). Errors: NOT_FOUND naming the registry file;
+  // INVALID_ARGUMENT for an ambiguous reference, listing the candidates as HOST/ID.
+  StatusOr<JobRecord> Resolve(const std::string& ref) const;
+
+ private:
+  std::string path_;
+};
+
+}  // namespace sftctl::client

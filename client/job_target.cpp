@@ -1,0 +1,54 @@
+#include "client/job_target.h"
+
+namespace sftctl::client {
+
+StatusOr<JobRecord> ResolveJob(const std::string& ref, const RemoteOptions& o, const JobRegistry& registry) {
+  if (ref.empty()) return InvalidArgumentError("give a job: JOB, HOST/JOB or --host HOST JOB");
+  std::string host, id;
+  if (!o.hosts.empty()) {
+    host = o.hosts.front();
+    id = ref;
+    if (auto split = SplitJobRef(ref)) {
+      if (split->first != host) {
+        return InvalidArgumentError("job '" + ref + "' names host '" + split->first + "' but --host is '" +
+                                    host + "'");
+      }
+      id = split->second;
+    }
+  } else if (auto split = SplitJobRef(ref)) {
+    host = split->first;
+    id = split->second;
+  } else {
+    return registry.Resolve(ref);
+  }
+  // A host and an id: the registry entry when there is one, else the command's options.
+  auto known = registry.Resolve(host + "/" + id);
+  if (known.ok()) return known;
+  if (known.status().code() != StatusCode::kNotFound) return known.status();
+  SFT_ASSIGN_OR_RETURN(ConnectOptions opts, MakeConnectOptions(o, host));
+  JobRecord r;
+  r.host = host;
+  r.id = id;
+  r.nodes.push_back(NodeRecord::From(opts, id));
+  return r;
+}
+
+StatusOr<std::unique_ptr<Reconnector>> ConnectHost(const ConnectOptions& opts) {
+  SessionFactory factory = MakeSessionFactory(opts);
+  auto first = factory();
+  if (!first.ok()) {
+    // Connection errors already name the host ("gpu-box: host key ..."); say what failed once.
+    const Status& s = first.status();
+    const bool named = s.message().rfind(opts.host, 0) == 0;
+    // Every failure to connect is "cannot reach" (exit 4), except a malformed host or option (exit 2).
+    const StatusCode code = s.code() == StatusCode::kInvalidArgument ? s.code() : StatusCode::kUnavailable;
+    return Status(code, "cannot reach " + (named ? s.message() : opts.host + ": " + s.message()));
+  }
+  return std::make_unique<Reconnector>(std::move(*first), factory);
+}
+
+StatusOr<std::unique_ptr<Reconnector>> ConnectNode(const NodeRecord& node) {
+  return ConnectHost(node.ToConnectOptions());
+}
+
+}  // namespace sftctl::client

@@ -1,0 +1,193 @@
+#include "client/log_follower.h"
+
+#include <cstdio>
+#include <iostream>
+
+namespace sftctl::client {
+
+bool IsFinal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+
+std::string StateName(v1::JobState s) {
+  switch (s) {
+    case v1::QUEUED:
+      return "QUEUED";
+    case v1::RUNNING:
+      return "RUNNING";
+    case v1::CANCELLING:
+      return "CANCELLING";
+    case v1::SUCCEEDED:
+      return "SUCCEEDED";
+    case v1::FAILED:
+      return "FAILED";
+    case v1::CANCELLED:
+      return "CANCELLED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+int ExitCodeForState(v1::JobState s) {
+  switch (s) {
+    case v1::SUCCEEDED:
+      return 0;
+    case v1::CANCELLED:
+      return 3;
+    default:
+      return 1;
+  }
+}
+
+StatusOr<FollowResult> FollowEvents(Reconnector* rc, const std::string& job_id, uint64_t after_seq,
+                                    bool follow, const std::function<void(const v1::Event&)>& on_event,
+                                    const std::function<void()>& after_batch) {
+  FollowResult r;
+  r.last_seq = after_seq;
+  for (;;) {
+    auto session = rc->Session();
+    Status failure;
+    bool progressed = false;
+    if (!session.ok()) {
+      failure = session.status();
+    } else {
+      AgentSession& a = **session;
+      v1::StreamEventsRequest req;
+      req.set_job_id(job_id);
+      req.set_after_seq(r.last_seq);
+      req.set_follow(follow);
+      grpc::ClientContext ctx;
+      a.Prepare(&ctx, std::chrono::milliseconds(0));
+      auto reader = a.stub()->StreamEvents(&ctx, req);
+      v1::StreamEventsResponse msg;
+      while (reader->Read(&msg)) {
+        for (const auto& e : msg.events()) {
+          if (e.seq() <= r.last_seq) continue;  // never deliver twice
+          r.last_seq = e.seq();
+          progressed = true;
+          if (e.kind() == v1::Event::STATE) {
+            if (IsFinal(e.state())) {
+              r.final_state = e.state();
+              r.reason = e.text();
+            } else {
+              r.final_state.reset();  // a restart: FAILED -> QUEUED
+            }
+          }
+          on_event(e);
+        }
+        if (after_batch) after_batch();
+      }
+      failure = FromGrpc(reader->Finish(), a.host() + ": events of " + job_id);
+      if (failure.ok()) {
+        if (!follow || r.final_state) return r;
+        // The stream ended without a final state (agent stopping): ask, then resume.
+        v1::GetJobRequest greq;
+        greq.set_job_id(job_id);
+        v1::Job job;
+        grpc::ClientContext gctx;
+        a.Prepare(&gctx);
+        failure = FromGrpc(a.stub()->GetJob(&gctx, greq, &job), a.host() + ": " + job_id);
+        if (failure.ok() && IsFinal(job.state()) && job.last_seq() <= r.last_seq) {
+          r.final_state = job.state();
+          r.reason = job.reason();
+          return r;
+        }
+        if (failure.ok())
+          failure = UnavailableError(a.host() + ": the event stream of " + job_id + " ended early");
+      }
+    }
+    if (progressed) rc->MadeProgress();
+    if (!rc->ShouldRetry(failure)) return rc->GiveUp(failure);
+  }
+}
+
+StatusOr<FollowResult> PrintEvents(Reconnector* rc, const std::string& job_id, uint64_t after_seq,
+                                   bool follow, bool json) {
+  EventPrinter printer;
+  return FollowEvents(
+      rc, job_id, after_seq, follow,
+      [&](const v1::Event& e) {
+        if (json) {
+          std::cout << EventToJson(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        } else {
+          const std::string line = printer.Format(e);
+          if (!line.empty()) std::cout << line << "\n";
+        }
+      },
+      [] { std::cout.flush(); });
+}
+
+namespace {
+
+std::string Num(const nlohmann::json& rec, const char* key, const char* fmt) {
+  if (!rec.contains(key) || !rec[key].is_number()) return "?";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, rec[key].get<double>());
+  return buf;
+}
+
+}  // namespace
+
+std::string EventPrinter::Format(const v1::Event& e) {
+  switch (e.kind()) {
+    case v1::Event::STDOUT:
+    case v1::Event::STDERR:
+      return e.rank() > 0 ? "[rank " + std::to_string(e.rank()) + "] " + e.text() : e.text();
+    case v1::Event::STATE:
+      return "== " + StateName(e.state()) + (e.text().empty() ? "" : ": " + e.text());
+    case v1::Event::METRIC:
+      break;
+    default:
+      return "";
+  }
+  nlohmann::json rec = nlohmann::json::parse(e.text(), nullptr, /*allow_exceptions=*/false);
+  if (!rec.is_object()) return "metric: " + e.text();
+  const std::string ev = rec.value("event", "");
+  const std::string step = rec.contains("step") ? rec["step"].dump() : "?";
+  const std::string prefix = e.rank() > 0 ? "[rank " + std::to_string(e.rank()) + "] " : "";
+  if (ev == "start") {
+    total_steps_ = rec.value("total_steps", int64_t{0});
+    return prefix + "start: " + (rec.contains("parameters") ? rec["parameters"].dump() : "?") +
+           " parameters, " + std::to_string(total_steps_) + " steps on " + rec.value("device", "?") + " (" +
+           rec.value("precision", "?") + ")";
+  }
+  if (ev == "step") {
+    return prefix + "step " + step + (total_steps_ > 0 ? "/" + std::to_string(total_steps_) : "") +
+           ": loss " + Num(rec, "loss", "%.4f") + ", lr " + Num(rec, "lr", "%.2e") + ", grad norm " +
+           Num(rec, "grad_norm", "%.3f") + ", " + Num(rec, "tokens_per_s", "%.0f") + " tok/s";
+  }
+  if (ev == "eval") {
+    std::string s = prefix + "eval at step " + step + ": loss " + Num(rec, "eval_loss", "%.4f");
+    if (rec.contains("exact_match")) {
+      s += ", exact match " + Num(rec, "exact_match", "%.3f") + " (" +
+           rec.value("exact_correct", nlohmann::json(0)).dump() + "/" +
+           rec.value("exact_total", nlohmann::json(0)).dump() + ")";
+    }
+    return s;
+  }
+  if (ev == "checkpoint") return prefix + "checkpoint at step " + step + ": " + rec.value("path", "");
+  if (ev == "done") {
+    std::string s = prefix + "done at step " + step + ": loss " + Num(rec, "loss", "%.4f");
+    if (rec.contains("eval_loss")) s += ", eval loss " + Num(rec, "eval_loss", "%.4f");
+    if (rec.contains("exact_match")) s += ", exact match " + Num(rec, "exact_match", "%.3f");
+    return s;
+  }
+  if (ev == "error") return prefix + "error: " + rec.value("code", "") + " " + rec.value("message", "");
+  return prefix + ev + ": " + e.text();
+}
+
+nlohmann::json EventToJson(const v1::Event& e) {
+  static const char* kKinds[] = {"unknown", "stdout", "stderr", "metric", "state"};
+  const int k = static_cast<int>(e.kind());
+  nlohmann::json j = {{"seq", e.seq()},
+                      {"time_unix_ms", e.time_unix_ms()},
+                      {"kind", k >= 0 && k <= 4 ? kKinds[k] : "unknown"},
+                      {"rank", e.rank()},
+                      {"text", e.text()}};
+  if (e.kind() == v1::Event::STATE) j["state"] = StateName(e.state());
+  if (e.kind() == v1::Event::METRIC) {
+    nlohmann::json rec = nlohmann::json::parse(e.text(), nullptr, false);
+    if (!rec.is_discarded()) j["record"] = rec;
+  }
+  return j;
+}
+
+}  // namespace sftctl::client

@@ -1,0 +1,186 @@
+#include "client/puller.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "common/file_system.h"
+#include "common/sha256.h"
+
+namespace sftctl::client {
+namespace {
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { Close(); }
+  int get() const { return fd_; }
+  int Close() {
+    int r = 0;
+    if (fd_ >= 0) r = ::close(fd_);
+    fd_ = -1;
+    return r;
+  }
+
+ private:
+  int fd_;
+};
+
+// Hashes the first `size` bytes of `path` into `h`.
+Status HashPrefix(const std::string& path, uint64_t size, Sha256* h) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError("cannot read", path, errno);
+  std::string buf(1 << 20, '\0');
+  uint64_t done = 0;
+  while (done < size) {
+    ssize_t n = ::read(fd.get(), buf.data(), std::min<uint64_t>(buf.size(), size - done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("cannot read", path, errno);
+    if (n == 0) return DataLossError("'" + path + "' became shorter while it was read");
+    h->Update(buf.data(), static_cast<size_t>(n));
+    done += static_cast<uint64_t>(n);
+  }
+  return OkStatus();
+}
+
+uint64_t FileSize(const std::string& path, bool* exists) {
+  struct stat st;
+  *exists = ::stat(path.c_str(), &st) == 0;
+  return *exists ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+}  // namespace
+
+Status PullFile(Reconnector* rc, const std::string& job_id, const PullItem& item, bool force,
+                Progress* progress, PullStats* stats) {
+  const std::string& dest = item.local_path;
+  bool dest_exists = false;
+  FileSize(dest, &dest_exists);
+  if (dest_exists) {
+    SFT_ASSIGN_OR_RETURN(std::string have, Sha256File(dest));
+    if (!item.sha256.empty() && have == item.sha256) {
+      ++stats->files_skipped;
+      stats->bytes_skipped += item.size;
+      if (progress) progress->Add(item.size);
+      return OkStatus();
+    }
+    if (!force) {
+      return AlreadyExistsError(
+          "'" + dest + "' already exists and differs from the job's '" + item.remote_path + "' (sha256 " +
+          have.substr(0, 12) + "... here, " +
+          (item.sha256.empty() ? std::string("unknown") : item.sha256.substr(0, 12) + "...") +
+          " on the host); move it away or pass --force to replace it");
+    }
+  }
+  const std::string parent = std::filesystem::path(dest).parent_path().string();
+  FileSystem* fs = FileSystem::Default();
+  if (!parent.empty()) SFT_RETURN_IF_ERROR(fs->CreateDirs(parent));
+  const std::string part = dest + ".part";
+
+  bool fresh_done = false;
+  for (;;) {
+    bool part_exists = false;
+    uint64_t offset = FileSize(part, &part_exists);
+    if (item.size > 0 && offset > item.size && !item.sha256.empty()) {
+      SFT_RETURN_IF_ERROR(fs->RemoveAll(part));
+      offset = 0;
+    }
+    const bool resumed = offset > 0;
+    Sha256 hasher;
+    if (offset > 0) SFT_RETURN_IF_ERROR(HashPrefix(part, offset, &hasher));
+    if (progress) progress->Add(offset);
+    Fd out(::open(part.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (out.get() < 0) return ErrnoError("cannot write", part, errno);
+    if (::ftruncate(out.get(), static_cast<off_t>(offset)) != 0)
+      return ErrnoError("cannot truncate", part, errno);
+
+    std::string expected_sha = item.sha256;
+    uint64_t total = item.size;
+    bool restart_from_zero = false;
+    for (;;) {
+      auto session = rc->Session();
+      Status failure;
+      bool progressed = false;
+      if (!session.ok()) {
+        failure = session.status();
+      } else {
+        AgentSession& a = **session;
+        v1::PullArtifactRequest req;
+        req.set_job_id(job_id);
+        req.set_path(item.remote_path);
+        req.set_offset(offset);
+        grpc::ClientContext ctx;
+        a.Prepare(&ctx, std::chrono::milliseconds(0));
+        auto reader = a.stub()->PullArtifact(&ctx, req);
+        v1::ArtifactChunk chunk;
+        bool first = true;
+        Status local;
+        while (reader->Read(&chunk)) {
+          if (first) {
+            first = false;
+            if (!chunk.sha256().empty()) expected_sha = chunk.sha256();
+            total = chunk.total_size();
+          }
+          if (chunk.offset() != offset) {
+            local = DataLossError(a.host() + ": '" + item.remote_path + "' chunk at offset " +
+                                  std::to_string(chunk.offset()) + ", expected " + std::to_string(offset));
+            ctx.TryCancel();
+            break;
+          }
+          const std::string& data = chunk.data();
+          if (Status w = WriteFully(out.get(), data, part); !w.ok()) {
+            local = w;
+            ctx.TryCancel();
+            break;
+          }
+          hasher.Update(data);
+          offset += data.size();
+          stats->bytes_fetched += data.size();
+          progressed |= !data.empty();
+          if (progress) progress->Add(data.size());
+        }
+        grpc::Status fin = reader->Finish();
+        if (!local.ok()) return local;
+        failure = FromGrpc(fin, a.host() + ": pull of '" + item.remote_path + "'");
+        if (failure.ok()) break;
+        if (failure.code() == StatusCode::kOutOfRange) {  // the .part is longer than the file now
+          restart_from_zero = true;
+          break;
+        }
+      }
+      if (progressed) rc->MadeProgress();
+      if (!rc->ShouldRetry(failure)) return rc->GiveUp(failure);
+    }
+    if (restart_from_zero) {
+      out.Close();
+      SFT_RETURN_IF_ERROR(fs->RemoveAll(part));
+      if (fresh_done)
+        return DataLossError("'" + item.remote_path + "' keeps changing on the host; pull it again later");
+      fresh_done = true;
+      continue;
+    }
+    if (::fsync(out.get()) != 0) return ErrnoError("cannot sync", part, errno);
+    if (out.Close() != 0) return ErrnoError("cannot close", part, errno);
+    const std::string got = hasher.HexDigest();
+    if (offset != total || (!expected_sha.empty() && got != expected_sha)) {
+      SFT_RETURN_IF_ERROR(fs->RemoveAll(part));
+      if (resumed && !fresh_done) {
+        fresh_done = true;  // the kept .part was stale or damaged: fetch it whole once
+        continue;
+      }
+      return DataLossError("'" + item.remote_path +
+                           "' does not verify after download: " + std::to_string(offset) + " of " +
+                           std::to_string(total) + " bytes, sha256 " + got + ", expected " + expected_sha);
+    }
+    SFT_RETURN_IF_ERROR(fs->Rename(part, dest));
+    if (!parent.empty()) SFT_RETURN_IF_ERROR(fs->SyncDir(parent));
+    ++stats->files_fetched;
+    rc->MadeProgress();
+    return OkStatus();
+  }
+}
+
+}  // namespace sftctl::client

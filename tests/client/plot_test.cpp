@@ -1,0 +1,149 @@
+// client/plot.h: the PNG is valid and has the requested size, the curves are drawn in their colors,
+// metrics files are read with line-numbered errors, and failures are specific and leave nothing behind.
+#include "client/plot.h"
+
+#include <cairo.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace sftctl::client {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir(const std::string& tag) {
+  std::string t = (fs::temp_directory_path() / ("sftctl-plot-" + tag + "-XXXXXX")).string();
+  return ::mkdtemp(t.data());
+}
+
+std::vector<nlohmann::json> Records() {
+  std::vector<nlohmann::json> r = {{{"event", "start"}}};
+  for (int s = 1; s <= 50; ++s)
+    r.push_back({{"event", "step"}, {"step", s}, {"loss", 3.0 * std::exp(-s / 15.0) + 0.5}});
+  for (int s = 10; s <= 50; s += 10)
+    r.push_back({{"event", "eval"}, {"step", s}, {"eval_loss", 3.2 * std::exp(-s / 15.0) + 0.7}});
+  r.push_back({{"event", "done"}});
+  return r;
+}
+
+// Pixels of `surface` within `tol` of `c` (per channel), counted inside the rectangle.
+int CountColor(cairo_surface_t* surface, PlotRgb c, int tol, int x0, int y0, int x1, int y1) {
+  const unsigned char* data = cairo_image_surface_get_data(surface);
+  const int stride = cairo_image_surface_get_stride(surface);
+  int n = 0;
+  for (int y = y0; y < y1; ++y) {
+    for (int x = x0; x < x1; ++x) {
+      uint32_t px = *reinterpret_cast<const uint32_t*>(data + y * stride + x * 4);
+      int r = (px >> 16) & 0xff, g = (px >> 8) & 0xff, b = px & 0xff;
+      n += std::abs(r - c.r) <= tol && std::abs(g - c.g) <= tol && std::abs(b - c.b) <= tol;
+    }
+  }
+  return n;
+}
+
+TEST(Plot, WritesAValidPngWithBothCurves) {
+  const std::string dir = TempDir("ok");
+  const std::string png = dir + "/loss.png";
+  PlotOptions opts;
+  opts.width = 800;
+  opts.height = 500;
+  ASSERT_TRUE(RenderLossPlot(Records(), "tiny run", png, opts).ok());
+
+  std::ifstream f(png, std::ios::binary);
+  char sig[8] = {};
+  f.read(sig, 8);
+  EXPECT_EQ(std::string(sig, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+
+  cairo_surface_t* s = cairo_image_surface_create_from_png(png.c_str());
+  ASSERT_EQ(cairo_surface_status(s), CAIRO_STATUS_SUCCESS);
+  EXPECT_EQ(cairo_image_surface_get_width(s), 800);
+  EXPECT_EQ(cairo_image_surface_get_height(s), 500);
+  cairo_surface_flush(s);
+  // Inside the plot area (margins are 80 left, 24 right, 56 top, 64 bottom) something is drawn ...
+  const int area = (800 - 24 - 80) * (500 - 64 - 56);
+  EXPECT_LT(CountColor(s, kPlotBackground, 0, 80, 56, 800 - 24, 500 - 64), area * 98 / 100);
+  // ... including the train line and the eval markers in their colors (not only the legend's samples).
+  EXPECT_GT(CountColor(s, kTrainColor, 12, 80, 56, 560, 500 - 64), 200);
+  EXPECT_GT(CountColor(s, kEvalColor, 12, 80, 56, 560, 500 - 64), 100);
+  cairo_surface_destroy(s);
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename(), "loss.png") << "temp left";
+  fs::remove_all(dir);
+}
+
+TEST(Plot, TrainOnlyAndSinglePointsStillPlot) {
+  const std::string dir = TempDir("one");
+  ASSERT_TRUE(
+      RenderLossPlot({{{"event", "step"}, {"step", 1}, {"loss", 2.0}}}, "one step", dir + "/a.png").ok());
+  cairo_surface_t* s = cairo_image_surface_create_from_png((dir + "/a.png").c_str());
+  ASSERT_EQ(cairo_surface_status(s), CAIRO_STATUS_SUCCESS);
+  EXPECT_EQ(cairo_image_surface_get_width(s), PlotOptions().width);
+  EXPECT_EQ(CountColor(s, kEvalColor, 12, 0, 0, PlotOptions().width, PlotOptions().height), 0)
+      << "no eval series";
+  cairo_surface_destroy(s);
+  fs::remove_all(dir);
+}
+
+TEST(Plot, ErrorsAreSpecific) {
+  const std::string dir = TempDir("err");
+  // No data: only records without losses (a non-finite loss does not count).
+  Status none = RenderLossPlot({{{"event", "start"}}, {{"event", "step"}, {"step", 1}, {"loss", "nan"}}}, "t",
+                               dir + "/x.png");
+  EXPECT_EQ(none.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      none.message(),
+      "nothing to plot: no \"step\" record with a loss and no \"eval\" record with an eval_loss among 2 "
+      "record(s)");
+  EXPECT_FALSE(fs::exists(dir + "/x.png"));
+  // A folder that does not exist: the message names the target.
+  Status missing = RenderLossPlot(Records(), "t", dir + "/no/such/dir/x.png");
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("cannot write plot '" + dir + "/no/such/dir/x.png'"), std::string::npos)
+      << missing.message();
+  EXPECT_NE(missing.message().find("No such file or directory"), std::string::npos) << missing.message();
+  // An unwritable folder (unless running as root, who may write anyway).
+  if (::geteuid() != 0) {
+    fs::create_directories(dir + "/ro");
+    ::chmod((dir + "/ro").c_str(), 0555);
+    Status ro = RenderLossPlot(Records(), "t", dir + "/ro/x.png");
+    EXPECT_NE(ro.message().find("Permission denied"), std::string::npos) << ro.message();
+    EXPECT_TRUE(fs::is_empty(dir + "/ro")) << "no temporary file is left behind";
+    ::chmod((dir + "/ro").c_str(), 0755);
+  }
+  PlotOptions tiny;
+  tiny.width = 10;
+  EXPECT_EQ(RenderLossPlot(Records(), "t", dir + "/x.png", tiny).message(),
+            "plot size 10x600 is out of range (200..8192 x 150..8192)");
+  fs::remove_all(dir);
+}
+
+TEST(Plot, ReadMetricsFileNamesTheBadLine) {
+  const std::string dir = TempDir("read");
+  const std::string path = dir + "/metrics.jsonl";
+  std::ofstream(path) << "{\"event\": \"start\"}\n\n{\"event\": \"step\", \"step\": 1, \"loss\": 2}\n";
+  auto ok = ReadMetricsFile(path);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ASSERT_EQ(ok->size(), 2u);
+  EXPECT_EQ((*ok)[1]["loss"], 2);
+
+  std::ofstream(path) << "{\"event\": \"start\"}\n{\"event\": \"step\", \"step\": 1, \"lo\n";
+  auto bad = ReadMetricsFile(path);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message().rfind(path + ":2: not valid JSON: ", 0), 0u) << bad.status().message();
+
+  std::ofstream(path) << "{\"event\": \"start\"}\n[1, 2]\n";
+  EXPECT_EQ(ReadMetricsFile(path).status().message(), path + ":2: not a JSON object");
+
+  auto missing = ReadMetricsFile(dir + "/nope.jsonl");
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(dir + "/nope.jsonl"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace sftctl::client

@@ -1,0 +1,158 @@
+// The remote commands over SSH, against a real OpenSSH sshd on 127.0.0.1 (tests/ssh/sshd_fixture.h)
+// and the real sftd/sftctl-trainer behind it: with port forwarding, through `sftd bridge` when the
+// server refuses forwarding, and across dropped tunnels (pull resumes, logs -f has no gap or repeat).
+#include <gtest/gtest.h>
+
+#include "tests/remote/remote_test_util.h"
+#include "tests/ssh/sshd_fixture.h"
+
+namespace sftctl::remotetest {
+namespace {
+
+using sshtest::SshdFixture;
+using sshtest::SshdOptions;
+
+class RemoteSsh : public ::testing::Test {
+ protected:
+  void StartSshd(SshdOptions opts = {}) {
+    auto s = SshdFixture::Start(opts);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    sshd_ = std::move(*s);
+    sftctl_ = std::make_unique<Sftctl>(sshd_->home());
+    work_ = tmp_.path() + "/work";
+  }
+  // Host options for every command.
+  std::vector<std::string> Host() const {
+    return {"--host",           sshd_->host(),          "-i", sshd_->user_key(), "--sftd", sshd_->sftd_path(),
+            "--agent-data-dir", sshd_->agent_data_dir()};
+  }
+  std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) const {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  }
+  std::string AgentRunFile(const std::string& job, const std::string& rel) const {
+    return sshd_->agent_data_dir() + "/jobs/" + job + "/run/" + rel;
+  }
+  // submit (JSON) -> job id.
+  std::string Submit(const std::string& spec, const std::vector<std::string>& extra = {}) {
+    Result r = sftctl_->Run(With(With({"submit", spec, "--json", "--cpu-ranks", "1"}, Host()), extra));
+    EXPECT_EQ(r.exit_code, 0) << r.All();
+    return r.Json().value("job", "");
+  }
+  // pull into `out`; every pulled file equals the agent's copy.
+  void PullAndCompare(const std::string& job, const std::string& out) {
+    Result r = sftctl_->Run({"pull", job, "-o", out, "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.All();
+    const auto files = ListFiles(out);
+    ASSERT_GE(files.size(), 4u);
+    for (const auto& f : files) EXPECT_EQ(Sha(out + "/" + f), Sha(AgentRunFile(job, f))) << f;
+    EXPECT_TRUE(std::filesystem::exists(
+        out + "/" + r.Json()["checkpoint"].get<std::string>().substr(out.size() + 1) + "/model.safetensors"))
+        << r.All();
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<SshdFixture> sshd_;
+  std::unique_ptr<Sftctl> sftctl_;
+  std::string work_;
+};
+
+TEST_F(RemoteSsh, SubmitLogsPullWithForwardingAndResumeAPullAfterTheTunnelDrops) {
+  StartSshd();
+  const std::string spec = WriteTinyJob(work_, 3);
+  const std::string job = Submit(spec, {"--transport", "forward"});
+  ASSERT_FALSE(job.empty());
+  // The registry keeps the host options: no --host from here on.
+  Result r = sftctl_->Run({"logs", "-f", job, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  std::string why;
+  EXPECT_GT(CheckSeqs(r.JsonLines(), &why), 0) << why;
+  const std::string out = tmp_.path() + "/pulled";
+  PullAndCompare(job, out);
+
+  // A big top-level file of the run, pulled while the tunnel is dropped under it.
+  std::string big(96 << 20, '\0');
+  for (size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>(i / 4096);
+  WriteFile(AgentRunFile(job, "big.bin"), big);
+  const std::string part = out + "/big.bin.part";
+  pid_t pid =
+      sftctl_->Spawn({"pull", job, "-o", out, "--json"}, tmp_.path() + "/p1.out", tmp_.path() + "/p1.err");
+  uint64_t at_drop = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    std::error_code ec;
+    at_drop = std::filesystem::exists(part, ec) ? std::filesystem::file_size(part, ec) : 0;
+    return at_drop > 0 || std::filesystem::exists(out + "/big.bin");
+  })) << ReadFile(tmp_.path() + "/p1.err");
+  ASSERT_TRUE(sshd_->DropSessions().ok());
+  const int first = Sftctl::Wait(pid);
+  const std::string err1 = ReadFile(tmp_.path() + "/p1.err");
+  // It either resumed by itself (reconnect) or gave up with "cannot reach" (exit 4), keeping the .part.
+  EXPECT_TRUE(first == 0 || first == 4) << first << "\n" << err1;
+  r = sftctl_->Run({"pull", job, "-o", out, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  EXPECT_EQ(Sha(out + "/big.bin"), Sha256Hex(big));
+  EXPECT_FALSE(std::filesystem::exists(part));
+  if (first == 4) {
+    // The rerun fetched only what the first run had not.
+    EXPECT_LT(r.Json()["bytes_fetched"].get<uint64_t>(), big.size()) << r.All();
+  } else {
+    // The first run resumed by itself: nothing left to fetch.
+    EXPECT_EQ(r.Json()["files_fetched"], 0) << r.All();
+    if (at_drop < big.size()) {
+      EXPECT_NE(err1.find("note: resumed after 1 reconnect(s)"), std::string::npos) << err1;
+    }
+    const nlohmann::json j1 = nlohmann::json::parse(ReadFile(tmp_.path() + "/p1.out"), nullptr, false);
+    EXPECT_LE(j1.value("bytes_fetched", uint64_t{0}), big.size() + 4096) << "restarted from zero?\n" << err1;
+  }
+}
+
+TEST_F(RemoteSsh, SubmitFollowAndPullThroughTheBridgeWhenForwardingIsRefused) {
+  SshdOptions no_forwarding;
+  no_forwarding.allow_tcp_forwarding = false;
+  StartSshd(no_forwarding);
+  const std::string spec = WriteTinyJob(work_, 3);
+  // forward only: refused, and reported as unreachable.
+  Result r = sftctl_->Run(With({"submit", spec, "--transport", "forward"}, Host()));
+  EXPECT_EQ(r.exit_code, 4) << r.All();
+  // auto falls back to `sftd bridge`; --follow streams until the job ends.
+  r = sftctl_->Run(With({"submit", spec, "--json", "--cpu-ranks", "1", "--follow"}, Host()));
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  const auto lines = r.JsonLines();
+  ASSERT_FALSE(lines.empty());
+  const std::string job = lines.front()["job"];
+  EXPECT_EQ(lines.back()["state"], "SUCCEEDED") << r.All();
+  PullAndCompare(job, tmp_.path() + "/pulled");
+  r = sftctl_->Run({"status", job, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  EXPECT_EQ(r.Json()["state"], "SUCCEEDED");
+}
+
+TEST_F(RemoteSsh, LogsFollowResumesAfterTheTunnelDropsWithNoGapOrDuplicate) {
+  StartSshd();
+  const std::string spec = WriteTinyJob(work_, 1000);
+  const std::string job = Submit(spec);
+  ASSERT_FALSE(job.empty());
+  const std::string out = tmp_.path() + "/logs.out", err = tmp_.path() + "/logs.err";
+  pid_t pid = sftctl_->Spawn({"logs", "-f", job, "--json"}, out, err);
+  // Drop the tunnel once steps are streaming.
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(out).find("\"event\":\"step\"") != std::string::npos; }))
+      << ReadFile(err);
+  ASSERT_TRUE(sshd_->DropSessions().ok());
+  const int code = Sftctl::Wait(pid);
+  Result r;
+  r.exit_code = code;
+  r.out = ReadFile(out);
+  r.err = ReadFile(err);
+  ASSERT_EQ(code, 0) << r.All();
+  std::string why;
+  const int64_t n = CheckSeqs(r.JsonLines(), &why);
+  ASSERT_GT(n, 0) << why << "\n" << r.All();
+  Result st = sftctl_->Run({"status", job, "--json"});
+  ASSERT_EQ(st.exit_code, 0) << st.All();
+  EXPECT_EQ(st.Json()["nodes"][0]["last_seq"].get<int64_t>(), n);
+  EXPECT_EQ(r.JsonLines().back()["state"], "SUCCEEDED");
+  EXPECT_NE(r.err.find("reconnect"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace sftctl::remotetest

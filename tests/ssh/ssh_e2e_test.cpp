@@ -1,0 +1,382 @@
+// End-to-end tests of the SSH transport: ConnectOverSsh against a real sshd (sshd_fixture.h) and a real
+// sftd (SFTCTL_BIN_DIR).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "client/ssh/ssh_agent.h"
+#include "tests/ssh/sshd_fixture.h"
+
+namespace sftctl::sshtest {
+namespace {
+
+using client::ConnectOptions;
+using client::ConnectOverSsh;
+using client::Transport;
+using namespace std::chrono_literals;
+
+// Sets (or unsets, with nullptr) an environment variable for the test's lifetime. Each ctest test
+// runs in its own process, so HOME/SSH_AUTH_SOCK changes stay local.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old != nullptr) old_ = old;
+    had_ = old != nullptr;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_.c_str(), old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+std::unique_ptr<SshdFixture> StartSshd(SshdOptions o = {}) {
+  auto f = SshdFixture::Start(o);
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  return f.ok() ? std::move(*f) : nullptr;
+}
+
+// Health() through the connection; returns the gRPC status code.
+grpc::StatusCode Health(const client::AgentConnection& c, std::chrono::seconds timeout = 10s) {
+  auto stub = c.NewStub();
+  grpc::ClientContext ctx;
+  c.Authorize(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::HealthResponse h;
+  return stub->Health(&ctx, v1::HealthRequest(), &h).error_code();
+}
+
+std::string Version(const client::AgentConnection& c) {
+  auto stub = c.NewStub();
+  grpc::ClientContext ctx;
+  c.Authorize(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  v1::VersionResponse v;
+  grpc::Status s = stub->Version(&ctx, v1::VersionRequest(), &v);
+  return s.ok() ? v.version() : "error: " + s.error_message();
+}
+
+bool AgentRunning(const SshdFixture& f) {
+  return RunCommand({f.sftd_path(), "status", "--data-dir", f.agent_data_dir()}).exit_code == 0;
+}
+
+// A HOME with an empty .ssh, so no default key or config of the machine leaks into a test.
+std::string EmptyHome(const SshdFixture& f) {
+  std::string h = f.dir() + "/empty-home";
+  std::filesystem::create_directories(h);
+  return h;
+}
+
+TEST(SshConnect, UnknownHostIsRefusedWithFingerprintAndFlag) {
+  auto f = StartSshd({.known_hosts = KnownHosts::kNone});
+  ASSERT_TRUE(f);
+  auto c = ConnectOverSsh(f->Options());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnauthenticated);
+  const std::string m = c.status().message();
+  EXPECT_NE(m.find(f->host_key_fingerprint()), std::string::npos) << m;
+  EXPECT_NE(m.find("--accept-new-host-key"), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown host"), std::string::npos) << m;
+  EXPECT_EQ(f->ReadKnownHostsForTest(), "");  // nothing recorded
+  EXPECT_EQ(f->Log().find("Accepted publickey"), std::string::npos);
+}
+
+TEST(SshConnect, AcceptNewHostKeyRecordsItAndCreatesDotSsh) {
+  auto f = StartSshd({.known_hosts = KnownHosts::kNone});
+  ASSERT_TRUE(f);
+  std::string home = f->dir() + "/fresh-home";  // no .ssh yet: the default known_hosts lives there
+  std::filesystem::create_directories(home);
+  ScopedEnv env_home("HOME", home.c_str());
+  ScopedEnv env_agent("SSH_AUTH_SOCK", nullptr);
+  ConnectOptions o = f->Options();
+  o.known_hosts_file.clear();
+  o.accept_new_host_key = true;
+  {
+    auto c = ConnectOverSsh(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat((home + "/.ssh").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  std::string kh = ReadWholeFile(home + "/.ssh/known_hosts");
+  EXPECT_NE(kh.find(f->KnownHostsLine()), std::string::npos) << kh;
+  // OpenSSH agrees with what was recorded.
+  EXPECT_EQ(RunCommand({"ssh-keygen", "-F", "[127.0.0.1]:" + std::to_string(f->port()), "-f",
+                        home + "/.ssh/known_hosts"})
+                .exit_code,
+            0);
+  o.accept_new_host_key = false;
+  auto again = ConnectOverSsh(o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(Health(**again), grpc::StatusCode::OK);
+}
+
+TEST(SshConnect, HashedKnownHostsEntryMatches) {
+  auto f = StartSshd({.known_hosts = KnownHosts::kHashed});
+  ASSERT_TRUE(f);
+  ASSERT_EQ(f->ReadKnownHostsForTest().rfind("|1|", 0), 0u);
+  auto c = ConnectOverSsh(f->Options());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
+}
+
+TEST(SshConnect, ChangedHostKeyIsRefusedBeforeAuthentication) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->RestartWithNewHostKey().ok());
+  size_t log_start = f->LogSize();
+  ConnectOptions o = f->Options();
+  o.accept_new_host_key = true;  // accepts new hosts, never changed keys
+  auto c = ConnectOverSsh(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnauthenticated);
+  const std::string m = c.status().message();
+  EXPECT_NE(m.find("HOST KEY MISMATCH"), std::string::npos) << m;
+  EXPECT_NE(m.find(f->host_key_fingerprint()), std::string::npos) << m;
+  EXPECT_NE(m.find("ssh-keygen -R"), std::string::npos) << m;
+  // sshd saw the connection but no authentication attempt at all.
+  ASSERT_TRUE(
+      WaitUntil([&] { return f->Log().substr(log_start).find("127.0.0.1") != std::string::npos; }, 10s));
+  std::string log = f->Log().substr(log_start);
+  EXPECT_EQ(log.find("publickey"), std::string::npos) << log;
+  EXPECT_EQ(log.find("Accepted"), std::string::npos) << log;
+  EXPECT_EQ(f->ReadKnownHostsForTest().find(f->host_key_fingerprint()), std::string::npos);
+}
+
+TEST(SshConnect, WrongUserKeyIsRefusedNamingUserHostAndKeys) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  ScopedEnv env_home("HOME", EmptyHome(*f).c_str());
+  ScopedEnv env_agent("SSH_AUTH_SOCK", nullptr);
+  auto wrong = f->NewUserKey("ed25519", /*authorize=*/false);
+  ASSERT_TRUE(wrong.ok());
+  ConnectOptions o = f->Options();
+  o.identity_file = *wrong;
+  auto c = ConnectOverSsh(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnauthenticated);
+  const std::string m = c.status().message();
+  EXPECT_NE(m.find("authentication failed for " + f->user() + "@127.0.0.1"), std::string::npos) << m;
+  EXPECT_NE(m.find(*wrong + " (ssh-ed25519, refused by the server)"), std::string::npos) << m;
+  EXPECT_EQ(m.find("RSA"), std::string::npos) << m;
+}
+
+TEST(SshConnect, RsaUserKeyGetsTheLibssh2Explanation) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  ScopedEnv env_home("HOME", EmptyHome(*f).c_str());
+  ScopedEnv env_agent("SSH_AUTH_SOCK", nullptr);
+  auto rsa = f->NewUserKey("rsa", /*authorize=*/true);
+  ASSERT_TRUE(rsa.ok());
+  ConnectOptions o = f->Options();
+  o.identity_file = *rsa;
+  auto c = ConnectOverSsh(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnauthenticated);
+  const std::string m = c.status().message();
+  EXPECT_NE(m.find("RSA key " + *rsa), std::string::npos) << m;
+  EXPECT_NE(m.find("libssh2 1.10"), std::string::npos) << m;
+  EXPECT_NE(m.find("OpenSSH >= 8.8"), std::string::npos) << m;
+  EXPECT_NE(m.find("ssh-keygen -t ed25519"), std::string::npos) << m;
+  EXPECT_NE(m.find("authorized_keys"), std::string::npos) << m;
+}
+
+TEST(SshConnect, SshConfigAliasResolvesHostUserPortAndIdentity) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  ScopedEnv env_home("HOME", f->home().c_str());
+  ScopedEnv env_agent("SSH_AUTH_SOCK", nullptr);
+  std::filesystem::copy_file(f->user_key(), f->home() + "/.ssh/id_box");
+  WriteWholeFile(f->ssh_config(), "Host gpu-?\n  HostName 127.0.0.1\n  Port " + std::to_string(f->port()) +
+                                      "\n  User " + f->user() +
+                                      "\n  IdentityFile ~/.ssh/id_box\nHost *\n  Port 1\n");
+  ConnectOptions o = f->Options();
+  o.host = "gpu-7";
+  o.identity_file.clear();
+  auto c = ConnectOverSsh(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ((*c)->host(), "gpu-7");
+  EXPECT_NE((*c)->description().find(f->user() + "@127.0.0.1:" + std::to_string(f->port())),
+            std::string::npos)
+      << (*c)->description();
+  EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
+}
+
+TEST(SshConnect, ForwardingStartsTheAgentOnDemandAndReachesIt) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  ASSERT_FALSE(AgentRunning(*f));
+  ConnectOptions o = f->Options();
+  o.start_agent = false;
+  auto refused = ConnectOverSsh(o);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("sftd is not running"), std::string::npos);
+
+  o.start_agent = true;
+  auto c = ConnectOverSsh(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(AgentRunning(*f));
+  EXPECT_NE((*c)->description().find("via direct-tcpip"), std::string::npos) << (*c)->description();
+  EXPECT_EQ((*c)->token().size(), 64u);
+  EXPECT_FALSE(Version(**c).empty());
+  EXPECT_EQ(Version(**c).rfind("error", 0), std::string::npos);
+  EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
+  // A second connection finds the running agent.
+  auto c2 = ConnectOverSsh(o);
+  ASSERT_TRUE(c2.ok()) << c2.status().ToString();
+  EXPECT_EQ((*c2)->token(), (*c)->token());
+  EXPECT_EQ(Health(**c2), grpc::StatusCode::OK);
+}
+
+TEST(SshConnect, BridgeWhenTheServerRefusesForwarding) {
+  auto f = StartSshd({.allow_tcp_forwarding = false});
+  ASSERT_TRUE(f);
+  ConnectOptions o = f->Options();
+  o.transport = Transport::kForward;
+  auto forced = ConnectOverSsh(o);
+  ASSERT_FALSE(forced.ok());
+  EXPECT_EQ(forced.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(forced.status().message().find("refused port forwarding"), std::string::npos)
+      << forced.status().message();
+
+  o.transport = Transport::kAuto;
+  auto c = ConnectOverSsh(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE((*c)->description().find("via sftd bridge"), std::string::npos) << (*c)->description();
+  EXPECT_EQ(Version(**c).rfind("error", 0), std::string::npos);
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(Health(**c), grpc::StatusCode::OK);
+}
+
+TEST(SshConnect, ForcedBridgeWorksWithForwardingAllowed) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  ConnectOptions o = f->Options();
+  o.transport = Transport::kBridge;
+  auto c = ConnectOverSsh(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE((*c)->description().find("via sftd bridge"), std::string::npos) << (*c)->description();
+  EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
+}
+
+TEST(SshConnect, MissingSftdSaysHowToPassIt) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  ConnectOptions o = f->Options();
+  o.sftd = f->dir() + "/no/such/sftd";
+  auto c = ConnectOverSsh(o);
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("sftd is not installed on the host"), std::string::npos);
+  EXPECT_NE(c.status().message().find("--sftd"), std::string::npos);
+  // Without --sftd: `sftd` on PATH, then ~/.local/bin/sftd (of the remote user).
+  std::string remote_home = ::getpwuid(::getuid())->pw_dir;
+  if (RunCommand({"sh", "-c", "command -v sftd"}).exit_code == 0 ||
+      std::filesystem::exists(remote_home + "/.local/bin/sftd")) {
+    GTEST_SKIP() << "sftd is installed on this machine";
+  }
+  o.sftd.clear();
+  c = ConnectOverSsh(o);
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("--sftd"), std::string::npos);
+}
+
+TEST(SshConnect, DroppedSessionMakesRpcsUnavailableAndDestructionPrompt) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  ConnectOptions o = f->Options();
+  o.keepalive_s = 1;
+  auto c = ConnectOverSsh(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(Health(**c), grpc::StatusCode::OK);
+  ASSERT_TRUE(f->DropSessions().ok());
+  auto t0 = std::chrono::steady_clock::now();
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        code = Health(**c, 2s);
+        return code == grpc::StatusCode::UNAVAILABLE;
+      },
+      15s))
+      << "last code " << code;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  auto d0 = std::chrono::steady_clock::now();
+  c->reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - d0, 3s);
+  // The listener is still up: a new connection works.
+  auto again = ConnectOverSsh(o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(Health(**again), grpc::StatusCode::OK);
+}
+
+TEST(SshConnect, SshAgentAuthentication) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  SshAgentProcess agent;
+  ASSERT_TRUE(agent.Start(f->dir()).ok());
+  ASSERT_TRUE(agent.Add(f->user_key()).ok());
+  ScopedEnv env_home("HOME", EmptyHome(*f).c_str());
+  ScopedEnv env_agent("SSH_AUTH_SOCK", agent.socket().c_str());
+  ConnectOptions o = f->Options();
+  o.identity_file.clear();
+  auto c = ConnectOverSsh(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
+  EXPECT_NE(f->Log().find("Accepted publickey"), std::string::npos);
+}
+
+// The fixture itself, with OpenSSH's own client: the e2e tests of other commands rely on it.
+TEST(SshdFixture, OpenSshClientConnectsDropsAndSeesChangedKey) {
+  auto sshd = SshdFixture::Start();
+  ASSERT_TRUE(sshd.ok()) << sshd.status().ToString();
+  auto& f = **sshd;
+  std::vector<std::string> ssh = {"ssh",
+                                  "-F",
+                                  "/dev/null",
+                                  "-i",
+                                  f.user_key(),
+                                  "-p",
+                                  std::to_string(f.port()),
+                                  "-o",
+                                  "UserKnownHostsFile=" + f.known_hosts(),
+                                  "-o",
+                                  "StrictHostKeyChecking=yes",
+                                  "-o",
+                                  "BatchMode=yes",
+                                  f.user() + "@127.0.0.1",
+                                  "echo",
+                                  "hello"};
+  CommandResult r = RunCommand(ssh);
+  ASSERT_EQ(r.exit_code, 0) << r.output << "\n" << f.Log();
+  EXPECT_NE(r.output.find("hello"), std::string::npos);
+  EXPECT_NE(f.Log().find("Accepted publickey"), std::string::npos);
+  EXPECT_EQ(f.host_key_fingerprint().rfind("SHA256:", 0), 0u);
+  // Hashed known_hosts still matches.
+  ASSERT_TRUE(f.WriteKnownHosts(KnownHosts::kHashed).ok());
+  EXPECT_EQ(f.ReadKnownHostsForTest().rfind("|1|", 0), 0u);
+  EXPECT_EQ(RunCommand(ssh).exit_code, 0);
+  ASSERT_TRUE(f.DropSessions().ok());
+  std::string old_fp = f.host_key_fingerprint();
+  ASSERT_TRUE(f.RestartWithNewHostKey().ok());
+  EXPECT_NE(f.host_key_fingerprint(), old_fp);
+  r = RunCommand(ssh);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("HOST IDENTIFICATION HAS CHANGED"), std::string::npos) << r.output;
+  EXPECT_TRUE(f.Stop().ok());
+}
+
+}  // namespace
+}  // namespace sftctl::sshtest

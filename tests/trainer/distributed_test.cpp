@@ -1,0 +1,560 @@
+// Data-parallel training (trainer/distributed.h): shard slicing and bucket assignment as units,
+// then the real sftctl-trainer binary launched as 1 and 2 ranks on 127.0.0.1: 2 ranks x batch b
+// equal 1 rank x batch 2b, a dead or hung peer fails the survivor within the timeout, a 2-rank
+// run resumes bit-exactly, and a 2-rank checkpoint resumes on 1 rank at the same data position.
+#include "trainer/distributed.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "tests/trainer/test_util.h"
+#include "trainer/checkpoint.h"
+#include "trainer/tensor_io.h"
+#include "trainer/trainer.h"
+
+namespace sftctl::trainer {
+namespace {
+
+using sftctl::testing::MakeTempDir;
+using sftctl::testing::ReadMetrics;
+using sftctl::testing::TinySpec;
+using Clock = std::chrono::steady_clock;
+
+// ---- Units --------------------------------------------------------------------------------
+
+TEST(ShardSlice, RanksTakeConsecutiveSlicesOfTheGlobalBatch) {
+  EXPECT_EQ(ShardSlice(8, 4, 0), (std::pair<int64_t, int64_t>{0, 4}));
+  EXPECT_EQ(ShardSlice(8, 4, 1), (std::pair<int64_t, int64_t>{4, 8}));
+  // The short end of an epoch: rank 1 gets the rest, rank 2 nothing.
+  EXPECT_EQ(ShardSlice(6, 4, 1), (std::pair<int64_t, int64_t>{4, 6}));
+  EXPECT_EQ(ShardSlice(6, 4, 2), (std::pair<int64_t, int64_t>{6, 6}));
+  // Every drawn sample is used by exactly one rank.
+  for (int64_t drawn : {1, 5, 11, 12}) {
+    std::vector<int> used(drawn, 0);
+    for (int r = 0; r < 3; ++r) {
+      auto [lo, hi] = ShardSlice(drawn, 4, r);
+      for (int64_t i = lo; i < hi; ++i) ++used[i];
+    }
+    for (int64_t i = 0; i < drawn; ++i) EXPECT_EQ(used[i], 1) << "drawn " << drawn << " sample " << i;
+  }
+}
+
+TEST(AssignBuckets, ReverseRegistrationOrderWithinCap) {
+  // Registration order 0..4; decay group 0 holds 0, 2, 4 and group 1 holds 1, 3.
+  std::vector<ParamSlot> slots = {
+      {0, 0, 100, 0}, {1, 0, 10, 1}, {0, 100, 300, 2}, {1, 10, 10, 3}, {0, 400, 50, 4}};
+  auto buckets = AssignBuckets(slots, 200 * 4);  // 200 fp32 values
+  ASSERT_EQ(buckets.size(), 3u);
+  // First: the newest parameters of group 0 (4, then 2: 350 values reach the cap).
+  EXPECT_EQ(buckets[0].group, 0);
+  EXPECT_EQ(buckets[0].offset, 100);
+  EXPECT_EQ(buckets[0].numel, 350);
+  EXPECT_EQ(buckets[0].slots, (std::vector<size_t>{4, 2}));
+  // Then group 1 (newest index 3), then the oldest parameter of group 0.
+  EXPECT_EQ(buckets[1].group, 1);
+  EXPECT_EQ(buckets[1].offset, 0);
+  EXPECT_EQ(buckets[1].numel, 20);
+  EXPECT_EQ(buckets[1].slots, (std::vector<size_t>{3, 1}));
+  EXPECT_EQ(buckets[2].group, 0);
+  EXPECT_EQ(buckets[2].offset, 0);
+  EXPECT_EQ(buckets[2].numel, 100);
+
+  // A huge cap: one bucket per group; a tiny one: one bucket per parameter.
+  EXPECT_EQ(AssignBuckets(slots, int64_t{1} << 30).size(), 2u);
+  auto each = AssignBuckets(slots, 4);
+  ASSERT_EQ(each.size(), 5u);
+  for (size_t b = 0; b < each.size(); ++b) {
+    ASSERT_EQ(each[b].slots.size(), 1u);
+    EXPECT_EQ(slots[each[b].slots[0]].index, static_cast<int64_t>(4 - b)) << "bucket " << b;
+  }
+}
+
+TEST(AssignBuckets, CoversTheOptimizerBuffersExactly) {
+  const std::string dir = MakeTempDir("dist-buckets");
+  JobSpec spec = TinySpec(dir, 1);
+  ByteTokenizer tok;
+  torch::manual_seed(1);
+  auto model = BuildModel(spec, tok);
+  ASSERT_TRUE(model.ok());
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& p : (*model)->named_parameters()) params.emplace_back(p.key(), p.value());
+  FlatAdamW opt(params, spec.train,
+                [](const std::string& n, const torch::Tensor& p) { return p.dim() == 2; });
+  std::vector<ParamSlot> slots;
+  for (const auto& s : opt.Slots()) slots.push_back({s.group, s.offset, s.numel, s.index});
+  const auto grads = opt.GradBuffers();
+  ASSERT_EQ(grads.size(), 2u);
+  auto buckets = AssignBuckets(slots, 16 * 1024);
+  EXPECT_GT(buckets.size(), 4u);
+  std::vector<std::vector<int>> covered(grads.size());
+  for (size_t g = 0; g < grads.size(); ++g) covered[g].assign(grads[g].numel(), 0);
+  std::set<size_t> seen;
+  for (const auto& b : buckets) {
+    int64_t sum = 0;
+    for (size_t i : b.slots) {
+      EXPECT_TRUE(seen.insert(i).second) << "slot " << i << " in two buckets";
+      EXPECT_EQ(slots[i].group, b.group);
+      sum += slots[i].numel;
+    }
+    EXPECT_EQ(sum, b.numel) << "a bucket is exactly its parameters";
+    for (int64_t k = b.offset; k < b.offset + b.numel; ++k) ++covered[b.group][k];
+  }
+  EXPECT_EQ(seen.size(), slots.size());
+  for (const auto& c : covered)
+    for (int v : c) ASSERT_EQ(v, 1);
+  // The first bucket holds the last registered parameter.
+  int64_t newest = 0;
+  for (const auto& s : slots) newest = std::max(newest, s.index);
+  const auto& first = buckets.front().slots;
+  EXPECT_TRUE(std::any_of(first.begin(), first.end(), [&](size_t i) { return slots[i].index == newest; }));
+}
+
+TEST(DistEnv, ParsesAndNamesTheBadVariable) {
+  auto parse = [](std::map<std::string, std::string> vars) {
+    return ParseDistEnv([vars](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    });
+  };
+  auto single = parse({});
+  ASSERT_TRUE(single.ok());
+  EXPECT_FALSE(single->distributed());
+  auto two = parse({{"WORLD_SIZE", "2"},
+                    {"RANK", "1"},
+                    {"LOCAL_RANK", "1"},
+                    {"LOCAL_WORLD_SIZE", "2"},
+                    {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", "29511"}});
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->rank, 1);
+  EXPECT_EQ(two->world_size, 2);
+  EXPECT_EQ(two->local_rank, 1);
+  EXPECT_EQ(two->master_port, 29511);
+  auto bad_rank = parse({{"WORLD_SIZE", "2"}, {"RANK", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+  ASSERT_FALSE(bad_rank.ok());
+  EXPECT_NE(bad_rank.status().message().find("RANK: 2 is not below WORLD_SIZE 2"), std::string::npos);
+  auto no_port = parse({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "h"}});
+  ASSERT_FALSE(no_port.ok());
+  EXPECT_NE(no_port.status().message().find("MASTER_PORT is required"), std::string::npos);
+  auto junk = parse({{"WORLD_SIZE", "two"}});
+  ASSERT_FALSE(junk.ok());
+  EXPECT_NE(junk.status().message().find("WORLD_SIZE: expected an integer >= 1, got 'two'"),
+            std::string::npos);
+}
+
+// ---- Processes ----------------------------------------------------------------------------
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Rank {
+  pid_t pid = -1;
+  std::string log;     // stderr + stdout
+  std::string events;  // --events-fd 3
+};
+
+// Writes the spec to <dir>/spec-<tag>.json and starts one sftctl-trainer per rank (world 1: no
+// distributed variables at all). Each rank gets 1 thread, its own TMPDIR and an events file.
+std::vector<Rank> Launch(const JobSpec& spec, int world, const std::string& tag) {
+  const std::string dir = std::filesystem::path(spec.output_dir).parent_path().string();
+  const std::string spec_path = dir + "/spec-" + tag + ".json";
+  sftctl::testing::WriteText(spec_path, ToJson(spec).dump(2));
+  const int port = FreePort();
+  std::vector<Rank> ranks(world);
+  for (int r = 0; r < world; ++r) {
+    Rank& k = ranks[r];
+    k.log = dir + "/" + tag + "-rank" + std::to_string(r) + ".log";
+    k.events = dir + "/" + tag + "-rank" + std::to_string(r) + ".events";
+    const std::string tmp = dir + "/tmp-" + tag + "-rank" + std::to_string(r);
+    std::filesystem::create_directories(tmp);
+    std::vector<std::string> env = {"PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "OMP_NUM_THREADS=1"};
+    if (world > 1) {
+      env.insert(env.end(), {"WORLD_SIZE=" + std::to_string(world), "RANK=" + std::to_string(r),
+                             "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world),
+                             "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)});
+    }
+    const std::string bin = std::string(SFTCTL_BIN_DIR) + "/sftctl-trainer";
+    std::vector<std::string> args = {bin, "train", "--spec", spec_path, "--events-fd", "3"};
+    k.pid = ::fork();
+    if (k.pid == 0) {
+      int log = ::open(k.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int ev = ::open(k.events.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+      ::dup2(ev, 3);
+      std::vector<char*> argv, envp;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      for (auto& e : env) envp.push_back(e.data());
+      envp.push_back(nullptr);
+      ::execve(bin.c_str(), argv.data(), envp.data());
+      ::_exit(127);
+    }
+  }
+  return ranks;
+}
+
+// Waits for `pid` up to `limit`; returns its exit code (128 + signal when killed), or -1 after
+// killing it when it overran.
+int WaitExit(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  int status = 0;
+  while (true) {
+    pid_t got = ::waitpid(pid, &status, WNOHANG);
+    if (got == pid) break;
+    if (Clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+// Runs a job to completion; every rank must exit 0.
+void RunJob(const JobSpec& spec, int world, const std::string& tag) {
+  auto ranks = Launch(spec, world, tag);
+  for (int r = 0; r < world; ++r) {
+    const int code = WaitExit(ranks[r].pid, std::chrono::seconds(240));
+    ASSERT_EQ(code, 0) << tag << " rank " << r << ":\n" << ReadFile(ranks[r].log);
+  }
+}
+
+// A spec for process tests: 1 thread per rank, fp32, no eval unless asked.
+JobSpec ProcSpec(const std::string& dir, int64_t steps, int64_t batch, int64_t accum) {
+  JobSpec s = TinySpec(dir, steps);
+  s.threads = 1;
+  s.train.batch_size = batch;
+  s.train.grad_accum = accum;
+  s.distributed.timeout_s = 20;
+  s.distributed.bucket_mb = 0.01;  // ~2600 values: the tiny model's gradients span several buckets
+  return s;
+}
+
+std::vector<nlohmann::json> Events(const std::string& path, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const auto& r : ReadMetrics(path))
+    if (r["event"] == kind) out.push_back(r);
+  return out;
+}
+
+double MaxRelDiff(const NamedTensors& a, const std::map<std::string, torch::Tensor>& b, std::string* worst) {
+  double m = 0;
+  for (const auto& [name, t] : a) {
+    const torch::Tensor& u = b.at(name);
+    const double rel = (t - u).norm().item<double>() / (u.norm().item<double>() + 1e-30);
+    if (rel > m) m = rel, *worst = name;
+  }
+  return m;
+}
+
+std::map<std::string, torch::Tensor> Weights(const std::string& checkpoint) {
+  auto w = LoadTensors(checkpoint + "/model.safetensors");
+  EXPECT_TRUE(w.ok()) << checkpoint << ": " << w.status().ToString();
+  return w.ok() ? *w : std::map<std::string, torch::Tensor>();
+}
+
+class TwoRanksEqualOneRank : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(TwoRanksEqualOneRank, SameWeightsLossesAndEval) {
+  const int64_t accum = GetParam();
+  const int64_t steps = 6, b = 4;
+  const std::string dir = MakeTempDir("dist-equal");
+  JobSpec one = ProcSpec(dir + "/one", steps, 2 * b, accum);
+  JobSpec two = ProcSpec(dir + "/two", steps, b, accum);
+
+  // The two ranks' slices hold different numbers of target tokens, so normalising each rank by
+  // its own count (a mean of means) would give a different gradient than the global count.
+  {
+    ByteTokenizer tok;
+    JobSpec probe = two;
+    probe.output_dir = dir + "/probe";
+    auto data = LoadDataset(probe, tok);
+    ASSERT_TRUE(data.ok()) << data.status().ToString();
+    Sampler sampler(static_cast<int64_t>(data->train.size()), static_cast<uint64_t>(two.seed));
+    int uneven = 0;
+    for (int64_t m = 0; m < steps * accum; ++m) {
+      const auto drawn = sampler.Next(2 * b);
+      int64_t targets[2];
+      for (int r = 0; r < 2; ++r) {
+        auto [lo, hi] = ShardSlice(static_cast<int64_t>(drawn.size()), b, r);
+        targets[r] = Collate(data->train, std::vector<int64_t>(drawn.begin() + lo, drawn.begin() + hi),
+                             ByteTokenizer::kPadId)
+                         .targets;
+      }
+      uneven += targets[0] != targets[1];
+    }
+    ASSERT_GE(uneven, steps * accum / 2) << "the test needs ranks with different target counts";
+  }
+
+  RunJob(one, 1, "one");
+  RunJob(two, 2, "two");
+
+  const std::string ckpt = "/checkpoint-00000" + std::to_string(steps);
+  std::string worst;
+  const auto w_one = Weights(one.output_dir + ckpt);
+  const auto w_two = Weights(two.output_dir + ckpt);
+  ASSERT_EQ(w_one.size(), w_two.size());
+  ASSERT_FALSE(w_one.empty());
+  NamedTensors a(w_two.begin(), w_two.end());
+  const double rel = MaxRelDiff(a, w_one, &worst);
+  EXPECT_LE(rel, 1e-5) << worst;
+  std::printf("largest relative weight difference, 2 ranks vs 1: %.3g (%s)\n", rel, worst.c_str());
+  // Training moved the weights well beyond that tolerance.
+  JobSpec init = ProcSpec(dir + "/init", 0, b, accum);
+  ByteTokenizer tok;
+  torch::manual_seed(static_cast<uint64_t>(init.seed));
+  auto fresh = BuildModel(init, tok);
+  ASSERT_TRUE(fresh.ok());
+  NamedTensors f;
+  for (const auto& p : (*fresh)->named_parameters()) f.emplace_back(p.key(), p.value());
+  EXPECT_GT(MaxRelDiff(f, w_one, &worst), 1e-2);
+
+  const auto s_one = Events(one.output_dir + "/metrics.jsonl", "step");
+  const auto s_two = Events(two.output_dir + "/metrics.jsonl", "step");
+  ASSERT_EQ(s_one.size(), static_cast<size_t>(steps));
+  ASSERT_EQ(s_two.size(), static_cast<size_t>(steps));
+  for (int64_t i = 0; i < steps; ++i) {
+    EXPECT_NEAR(s_two[i]["loss"].get<double>(), s_one[i]["loss"].get<double>(),
+                1e-5 * s_one[i]["loss"].get<double>())
+        << "step " << i + 1;
+    EXPECT_NEAR(s_two[i]["grad_norm"].get<double>(), s_one[i]["grad_norm"].get<double>(),
+                1e-4 * s_one[i]["grad_norm"].get<double>())
+        << "step " << i + 1;
+    EXPECT_EQ(s_two[i]["tokens"], s_one[i]["tokens"]) << "global tokens of step " << i + 1;
+    EXPECT_TRUE(s_two[i].contains("allreduce_s"));
+    EXPECT_FALSE(s_one[i].contains("allreduce_s"));
+  }
+  // Evaluation is sharded over the ranks and summed: the same result as one rank.
+  const auto e_one = Events(one.output_dir + "/metrics.jsonl", "eval");
+  const auto e_two = Events(two.output_dir + "/metrics.jsonl", "eval");
+  ASSERT_EQ(e_one.size(), 1u);
+  ASSERT_EQ(e_two.size(), 1u);
+  EXPECT_EQ(e_two[0]["eval_targets"], e_one[0]["eval_targets"]);
+  EXPECT_NEAR(e_two[0]["eval_loss"].get<double>(), e_one[0]["eval_loss"].get<double>(),
+              1e-5 * e_one[0]["eval_loss"].get<double>());
+  EXPECT_EQ(e_two[0]["exact_total"], 16);
+  EXPECT_EQ(e_two[0]["exact_total"], e_one[0]["exact_total"]);
+  EXPECT_EQ(e_two[0]["exact_correct"], e_one[0]["exact_correct"]);
+
+  // Rank 0 reports everything, rank 1 only its start; rank 1 left no token cache behind.
+  const std::string base = dir + "/two/two-rank";
+  const auto ev0 = ReadMetrics(base + "0.events");
+  const auto ev1 = ReadMetrics(base + "1.events");
+  ASSERT_FALSE(ev0.empty());
+  EXPECT_EQ(ev0.front()["event"], "start");
+  EXPECT_EQ(ev0.front()["rank"], 0);
+  EXPECT_EQ(ev0.front()["world_size"], 2);
+  EXPECT_GT(ev0.front()["buckets"].get<int>(), 2);
+  EXPECT_EQ(ev0.back()["event"], "done");
+  ASSERT_EQ(ev1.size(), 1u) << ReadFile(base + "1.events");
+  EXPECT_EQ(ev1[0]["event"], "start");
+  EXPECT_EQ(ev1[0]["rank"], 1);
+  EXPECT_EQ(ev1[0]["world_size"], 2);
+  EXPECT_TRUE(std::filesystem::is_empty(dir + "/two/tmp-two-rank1"));
+  EXPECT_EQ(ReadMetrics(two.output_dir + "/metrics.jsonl").size(), ev0.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(GradAccum, TwoRanksEqualOneRank, ::testing::Values(1, 2),
+                         [](const auto& info) { return "accum" + std::to_string(info.param); });
+
+// 20 samples in global batches of 8: the third batch holds 4, all on rank 0, so rank 1 has an empty
+// shard. It must still take part in every all-reduce (in the same order) and the result must equal
+// one rank's.
+TEST(TwoRanksEqualOneRankAtEpochEnd, RankWithAnEmptyShardStillAllReduces) {
+  const int64_t steps = 3, b = 4;
+  const std::string dir = MakeTempDir("dist-epoch-end");
+  JobSpec one = ProcSpec(dir + "/one", steps, 2 * b, 1);
+  JobSpec two = ProcSpec(dir + "/two", steps, b, 1);
+  for (JobSpec* s : {&one, &two}) {
+    const std::string train =
+        std::filesystem::path(s->output_dir).parent_path().string() + "/data/train20.jsonl";
+    sftctl::testing::WriteText(train, sftctl::testing::AdditionJsonl(20));
+    s->data.train = {train};
+  }
+  RunJob(one, 1, "one");
+  RunJob(two, 2, "two");
+  const std::string ckpt = "/checkpoint-00000" + std::to_string(steps);
+  const auto w_one = Weights(one.output_dir + ckpt);
+  const auto w_two = Weights(two.output_dir + ckpt);
+  ASSERT_FALSE(w_one.empty());
+  ASSERT_EQ(w_one.size(), w_two.size());
+  std::string worst;
+  NamedTensors a(w_two.begin(), w_two.end());
+  EXPECT_LE(MaxRelDiff(a, w_one, &worst), 1e-5) << worst;
+  const auto last = Events(two.output_dir + "/metrics.jsonl", "step").back();
+  EXPECT_EQ(last["step"], steps);
+  EXPECT_EQ(last["tokens"], Events(one.output_dir + "/metrics.jsonl", "step").back()["tokens"]);
+}
+
+// Starts a long 2-rank run and waits until rank 0 has logged a step.
+std::vector<Rank> StartLongRun(const JobSpec& spec, const std::string& tag) {
+  auto ranks = Launch(spec, 2, tag);
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (Clock::now() < deadline) {
+    if (!Events(spec.output_dir + "/metrics.jsonl", "step").empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return ranks;
+}
+
+TEST(DistributedFailure, DeadPeerFailsTheSurvivorWithinTheTimeout) {
+  const std::string dir = MakeTempDir("dist-kill");
+  JobSpec spec = ProcSpec(dir + "/job", 100000, 4, 1);
+  auto ranks = StartLongRun(spec, "kill");
+  ASSERT_FALSE(Events(spec.output_dir + "/metrics.jsonl", "step").empty()) << ReadFile(ranks[0].log);
+  ::kill(ranks[1].pid, SIGKILL);
+  EXPECT_EQ(WaitExit(ranks[1].pid, std::chrono::seconds(30)), 128 + SIGKILL);
+  const int code = WaitExit(ranks[0].pid, std::chrono::seconds(20 + 30));
+  const std::string log = ReadFile(ranks[0].log);
+  ASSERT_NE(code, -1) << "rank 0 did not exit within the timeout:\n" << log;
+  EXPECT_NE(code, 0);
+  EXPECT_NE(log.find("rank 0: collective"), std::string::npos) << log;
+  EXPECT_NE(log.find("peer connection closed (a peer rank died or hung; distributed.timeout_s = 20)"),
+            std::string::npos)
+      << log;
+  // The supervisor also gets the error on the events descriptor.
+  const auto errors = Events(ranks[0].events, "error");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0]["code"], "UNAVAILABLE");
+}
+
+TEST(DistributedFailure, HungPeerFailsTheSurvivorWithinTheTimeout) {
+  const std::string dir = MakeTempDir("dist-hang");
+  JobSpec spec = ProcSpec(dir + "/job", 100000, 4, 1);
+  spec.distributed.timeout_s = 10;
+  auto ranks = StartLongRun(spec, "hang");
+  ASSERT_FALSE(Events(spec.output_dir + "/metrics.jsonl", "step").empty()) << ReadFile(ranks[0].log);
+  ::kill(ranks[1].pid, SIGSTOP);
+  const int code = WaitExit(ranks[0].pid, std::chrono::seconds(10 + 30));
+  ::kill(ranks[1].pid, SIGKILL);
+  WaitExit(ranks[1].pid, std::chrono::seconds(30));
+  const std::string log = ReadFile(ranks[0].log);
+  ASSERT_NE(code, -1) << "rank 0 did not exit within the timeout:\n" << log;
+  EXPECT_NE(code, 0);
+  EXPECT_NE(log.find("rank 0: collective"), std::string::npos) << log;
+  EXPECT_NE(log.find("timed out (a peer rank died or hung; distributed.timeout_s = 10)"), std::string::npos)
+      << log;
+}
+
+TEST(DistributedFailure, MissingRankFailsTheRendezvousWithinTheTimeout) {
+  const std::string dir = MakeTempDir("dist-alone");
+  JobSpec spec = ProcSpec(dir + "/job", 4, 4, 1);
+  spec.distributed.timeout_s = 2;
+  auto ranks = Launch(spec, 2, "alone");
+  ::kill(ranks[1].pid, SIGKILL);  // rank 1 never arrives
+  WaitExit(ranks[1].pid, std::chrono::seconds(30));
+  const int code = WaitExit(ranks[0].pid, std::chrono::seconds(2 + 30));
+  const std::string log = ReadFile(ranks[0].log);
+  ASSERT_NE(code, -1) << "rank 0 did not exit within the timeout:\n" << log;
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(log.find("rank 0: cannot join the other ranks at 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("timed out: 1 of 2 ranks arrived"), std::string::npos) << log;
+  EXPECT_FALSE(std::filesystem::exists(spec.output_dir)) << "nothing is written before the ranks meet";
+}
+
+TEST(DistributedResume, InterruptedTwoRankRunResumesBitExactly) {
+  const std::string dir = MakeTempDir("dist-resume");
+  // A constant schedule after warm-up, so the interrupted run's shorter max_steps does not
+  // change the learning rate of its first steps.
+  auto spec_for = [&](const std::string& sub, int64_t steps) {
+    JobSpec s = ProcSpec(dir + "/" + sub, steps, 4, 2);
+    s.train.schedule = "constant";
+    s.eval.exact_match = false;
+    return s;
+  };
+  JobSpec full = spec_for("full", 8);
+  RunJob(full, 2, "full");
+  JobSpec part = spec_for("part", 4);
+  RunJob(part, 2, "part1");
+  part.train.max_steps = 8;
+  RunJob(part, 2, "part2");
+
+  const auto start = Events(part.output_dir + "/metrics.jsonl", "start");
+  ASSERT_EQ(start.size(), 2u);
+  EXPECT_EQ(start[1]["step"], 4);
+  EXPECT_EQ(start[1]["resumed_from"], part.output_dir + "/checkpoint-000004");
+  const auto l_full = Events(full.output_dir + "/metrics.jsonl", "step");
+  const auto l_part = Events(part.output_dir + "/metrics.jsonl", "step");
+  ASSERT_EQ(l_full.size(), 8u);
+  ASSERT_EQ(l_part.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(l_full[i]["loss"], l_part[i]["loss"]) << "step " << i + 1;
+
+  const auto w_full = Weights(full.output_dir + "/checkpoint-000008");
+  const auto w_part = Weights(part.output_dir + "/checkpoint-000008");
+  ASSERT_EQ(w_full.size(), w_part.size());
+  for (const auto& [name, t] : w_full) EXPECT_TRUE(torch::equal(t, w_part.at(name))) << name;
+  auto o_full = LoadTensors(full.output_dir + "/checkpoint-000008/optimizer.safetensors");
+  auto o_part = LoadTensors(part.output_dir + "/checkpoint-000008/optimizer.safetensors");
+  ASSERT_TRUE(o_full.ok() && o_part.ok());
+  ASSERT_TRUE(o_full->count("rng.cpu.rank1")) << "each rank's RNG state is saved";
+  for (const auto& [name, t] : *o_full) EXPECT_TRUE(torch::equal(t, o_part->at(name))) << name;
+}
+
+TEST(DistributedResume, TwoRankCheckpointContinuesOnOneRank) {
+  const std::string dir = MakeTempDir("dist-shrink");
+  // 2 ranks x 4 sequences x 2 micro-batches: 16 samples per step, 48 after 3 steps.
+  JobSpec spec = ProcSpec(dir + "/job", 3, 4, 2);
+  spec.eval.exact_match = false;
+  RunJob(spec, 2, "two");
+  auto st = ReadTrainerState(spec.output_dir + "/checkpoint-000003");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->step, 3);
+  EXPECT_EQ(st->epoch, 0);
+  EXPECT_EQ(st->position, 48);
+
+  // 1 rank, same per-rank batch: 8 samples per step from position 48 on; 96 samples per epoch,
+  // so steps 4-9 finish epoch 0 and step 10 takes the first 8 samples of epoch 1.
+  spec.train.max_steps = 10;
+  RunJob(spec, 1, "one");
+  const auto start = Events(spec.output_dir + "/metrics.jsonl", "start");
+  ASSERT_EQ(start.size(), 2u);
+  EXPECT_EQ(start[1]["step"], 3);
+  EXPECT_FALSE(start[1].contains("world_size"));
+  st = ReadTrainerState(spec.output_dir + "/checkpoint-000010");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->step, 10);
+  EXPECT_EQ(st->epoch, 1);
+  EXPECT_EQ(st->position, 8);
+  const auto steps = Events(spec.output_dir + "/metrics.jsonl", "step");
+  ASSERT_EQ(steps.size(), 10u);
+  EXPECT_DOUBLE_EQ(steps[3]["epoch"].get<double>(), 56.0 / 96.0);
+  EXPECT_TRUE(std::isfinite(steps.back()["loss"].get<double>()));
+}
+
+}  // namespace
+}  // namespace sftctl::trainer

@@ -1,0 +1,438 @@
+#include "trainer/distributed.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+// Torch's CMake targets define USE_C10D_GLOO (and USE_C10D_NCCL in CUDA builds) when LibTorch
+// was built with them; the headers are empty otherwise.
+#if defined(USE_C10D_GLOO)
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#define SFTCTL_HAVE_GLOO 1
+#else
+#define SFTCTL_HAVE_GLOO 0
+#endif
+
+// NCCL exists only in CUDA builds of LibTorch that define USE_C10D_NCCL (trainer/CMakeLists.txt
+// sets it for CUDA builds); Debian's CPU LibTorch ships the header but not the library.
+#if defined(USE_C10D_NCCL) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#define SFTCTL_HAVE_NCCL 1
+#else
+#define SFTCTL_HAVE_NCCL 0
+#endif
+
+namespace sftctl::trainer {
+namespace {
+
+// LibTorch 2.0 split the process group into a front end and backends (Gloo, NCCL); the
+// collectives we call have the same signatures on both.
+#if TORCH_VERSION_MAJOR >= 2
+using Backend = c10d::Backend;
+#else
+using Backend = c10d::ProcessGroup;
+#endif
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::chrono::milliseconds Millis(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
+}
+
+// The message of whatever a collective threw, without LibTorch's backtrace.
+std::string ExceptionText(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error& err) {
+    return err.what_without_backtrace();
+  } catch (const std::exception& err) {
+    return err.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+bool IsLoopback(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
+StatusOr<int> EnvInt(const std::function<const char*(const char*)>& getenv, const char* name,
+                     std::optional<int> fallback, int min_value) {
+  const char* v = getenv(name);
+  if (v == nullptr || *v == '\0') {
+    if (fallback) return *fallback;
+    return InvalidArgumentError(std::string("environment variable ") + name +
+                                " is required when WORLD_SIZE > 1");
+  }
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || n < min_value || n > 1'000'000) {
+    return InvalidArgumentError(
+        fmt::format("environment variable {}: expected an integer >= {}, got '{}'", name, min_value, v));
+  }
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+StatusOr<DistEnv> ParseDistEnv(const std::function<const char*(const char*)>& getenv) {
+  DistEnv env;
+  SFT_ASSIGN_OR_RETURN(env.world_size, EnvInt(getenv, "WORLD_SIZE", 1, 1));
+  if (env.world_size == 1) return env;
+  SFT_ASSIGN_OR_RETURN(env.rank, EnvInt(getenv, "RANK", std::nullopt, 0));
+  if (env.rank >= env.world_size) {
+    return InvalidArgumentError(
+        fmt::format("environment variable RANK: {} is not below WORLD_SIZE {}", env.rank, env.world_size));
+  }
+  SFT_ASSIGN_OR_RETURN(env.local_world_size, EnvInt(getenv, "LOCAL_WORLD_SIZE", 1, 1));
+  SFT_ASSIGN_OR_RETURN(env.local_rank, EnvInt(getenv, "LOCAL_RANK", 0, 0));
+  if (env.local_rank >= env.local_world_size) {
+    return InvalidArgumentError(
+        fmt::format("environment variable LOCAL_RANK: {} is not below LOCAL_WORLD_SIZE {}", env.local_rank,
+                    env.local_world_size));
+  }
+  const char* addr = getenv("MASTER_ADDR");
+  if (addr == nullptr || *addr == '\0')
+    return InvalidArgumentError("environment variable MASTER_ADDR is required when WORLD_SIZE > 1");
+  env.master_addr = addr;
+  SFT_ASSIGN_OR_RETURN(env.master_port, EnvInt(getenv, "MASTER_PORT", std::nullopt, 1));
+  if (env.master_port > 65535)
+    return InvalidArgumentError(
+        fmt::format("environment variable MASTER_PORT: {} is not a port", env.master_port));
+  if (const char* ifname = getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr) env.socket_ifname = ifname;
+  return env;
+}
+
+StatusOr<DistEnv> ReadDistEnv() {
+  return ParseDistEnv([](const char* name) { return std::getenv(name); });
+}
+
+std::pair<int64_t, int64_t> ShardSlice(int64_t drawn, int64_t per_rank, int rank) {
+  const int64_t begin = std::min(drawn, per_rank * rank);
+  const int64_t end = std::min(drawn, per_rank * (rank + 1));
+  return {begin, end};
+}
+
+std::vector<Bucket> AssignBuckets(const std::vector<ParamSlot>& slots, int64_t cap_bytes) {
+  const int64_t cap = std::max<int64_t>(1, cap_bytes / static_cast<int64_t>(sizeof(float)));
+  int groups = 0;
+  for (const auto& s : slots) groups = std::max(groups, s.group + 1);
+  std::vector<Bucket> out;
+  std::vector<int64_t> newest;  // per bucket: the highest registration index it holds
+  for (int g = 0; g < groups; ++g) {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (slots[i].group == g) order.push_back(i);
+    // Reverse registration order (the order backward finishes gradients in).
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return slots[a].index > slots[b].index; });
+    Bucket cur;
+    auto flush = [&] {
+      if (cur.slots.empty()) return;
+      int64_t lo = INT64_MAX, hi = 0, top = -1;
+      for (size_t i : cur.slots) {
+        lo = std::min(lo, slots[i].offset);
+        hi = std::max(hi, slots[i].offset + slots[i].numel);
+        top = std::max(top, slots[i].index);
+      }
+      cur.group = g;
+      cur.offset = lo;
+      cur.numel = hi - lo;
+      out.push_back(cur);
+      newest.push_back(top);
+      cur = Bucket();
+    };
+    int64_t filled = 0;
+    for (size_t i : order) {
+      cur.slots.push_back(i);
+      filled += slots[i].numel;
+      if (filled >= cap) {
+        flush();
+        filled = 0;
+      }
+    }
+    flush();
+  }
+  std::vector<size_t> perm(out.size());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
+  std::stable_sort(perm.begin(), perm.end(), [&](size_t a, size_t b) { return newest[a] > newest[b]; });
+  std::vector<Bucket> sorted;
+  for (size_t i : perm) sorted.push_back(out[i]);
+  return sorted;
+}
+
+std::string DescribeCommError(const std::string& what) {
+  auto has = [&](const char* s) { return what.find(s) != std::string::npos; };
+  if (has("closed by peer") || has("reset by peer") || has("Broken pipe") || has("Connection refused") ||
+      has("Connection closed") || has("EOF")) {
+    return "peer connection closed";
+  }
+  if (has("imed out") || has("Timeout") || has("timeout")) return "timed out";
+  std::string first = what.substr(0, what.find('\n'));
+  return first.size() > 200 ? first.substr(0, 200) + "..." : first;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ProcessGroup
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<Backend> pg;
+};
+
+class ProcessGroup::Pending {
+ public:
+  c10::intrusive_ptr<c10d::Work> work;
+  std::vector<at::Tensor> tensors;  // must outlive the operation
+  Clock::time_point start = Clock::now();
+  std::string launch_error;  // set when the launch itself threw
+};
+
+StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, const torch::Device& device,
+                                                           double timeout_s) {
+  std::unique_ptr<ProcessGroup> g(new ProcessGroup());
+  g->impl_ = std::make_unique<Impl>();
+  g->rank_ = env.rank;
+  g->world_size_ = env.world_size;
+  g->timeout_s_ = timeout_s;
+  const auto t0 = Clock::now();
+  const auto timeout = Millis(timeout_s);
+  std::string stage = "the rendezvous store";
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<std::uint16_t>(env.master_port);
+    opts.isServer = env.rank == 0;
+    opts.numWorkers = static_cast<std::size_t>(env.world_size);
+    opts.waitWorkers = false;  // counted below, with an error that says how many arrived
+    opts.timeout = timeout;
+    g->impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    // Every rank checks in; the last one opens the gate. Bounded by what is left of the timeout.
+    stage = "the other ranks";
+    const int64_t arrived = g->impl_->store->add("sftctl/joined", 1);
+    if (arrived == env.world_size) g->impl_->store->set("sftctl/all-joined", std::vector<uint8_t>{1});
+    const auto left =
+        std::max(std::chrono::milliseconds(1),
+                 timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0));
+    try {
+      g->impl_->store->wait({"sftctl/all-joined"}, left);
+    } catch (...) {
+      const int64_t now = g->impl_->store->add("sftctl/joined", 0);
+      throw std::runtime_error(fmt::format("timed out: {} of {} ranks arrived", now, env.world_size));
+    }
+    stage = "the process group";
+#if SFTCTL_HAVE_NCCL
+    if (device.is_cuda()) {
+      auto o = c10d::ProcessGroupNCCL::Options::create();
+      o->timeout = timeout;
+      g->impl_->pg =
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(g->impl_->store, env.rank, env.world_size, o);
+      g->backend_name_ = "nccl";
+      return g;
+    }
+#endif
+#if !SFTCTL_HAVE_GLOO
+    throw std::runtime_error("this LibTorch was built without Gloo (USE_C10D_GLOO), and NCCL needs CUDA");
+#else
+    auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+    if (!env.socket_ifname.empty()) {
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(env.socket_ifname));
+    } else if (IsLoopback(env.master_addr)) {
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    g->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(g->impl_->store, env.rank, env.world_size, o);
+    g->backend_name_ = "gloo";
+#endif
+  } catch (...) {
+    const std::string what = ExceptionText(std::current_exception());
+    g->broken_ = true;
+    return UnavailableError(fmt::format(
+        "rank {}: cannot join {} at {}:{} within {:.1f} s: {} (are all {} ranks started, and is MASTER_PORT "
+        "free on rank 0's host? distributed.timeout_s = {:g})",
+        env.rank, stage, env.master_addr, env.master_port, Since(t0),
+        what.rfind("timed out: ", 0) == 0 ? what : DescribeCommError(what), env.world_size, timeout_s));
+  }
+  return g;
+}
+
+ProcessGroup::~ProcessGroup() {
+  if (broken_ && impl_) {
+    // A failed collective can leave Gloo's worker threads blocked in a socket, and the backend's
+    // destructor joins them: leak it so the process can exit and report the error.
+    (void)impl_->pg.release();
+    (void)impl_->store.release();
+    (void)impl_.release();
+  }
+}
+
+Status ProcessGroup::Failed(const std::string& what, double waited_s, const std::string& cause) {
+  broken_ = true;
+  return UnavailableError(
+      fmt::format("rank {}: collective {} failed after {:.1f} s: {} (a peer rank died or hung; "
+                  "distributed.timeout_s = {:g})",
+                  rank_, what, waited_s, cause, timeout_s_));
+}
+
+std::shared_ptr<ProcessGroup::Pending> ProcessGroup::AllReduceSumAsync(torch::Tensor t) {
+  auto p = std::make_shared<Pending>();
+  p->tensors = {std::move(t)};
+  if (broken_) {
+    p->launch_error = "the process group failed earlier";
+    return p;
+  }
+  try {
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.timeout = Millis(timeout_s_);
+    p->work = impl_->pg->allreduce(p->tensors, opts);
+  } catch (...) {
+    p->launch_error = ExceptionText(std::current_exception());
+  }
+  return p;
+}
+
+Status ProcessGroup::Wait(const std::shared_ptr<Pending>& p, const std::string& what) {
+  if (!p->launch_error.empty()) return Failed(what, Since(p->start), DescribeCommError(p->launch_error));
+  try {
+    // Gloo's own timeout covers a silent peer; the bounded wait enforces it for any backend.
+    p->work->wait(Millis(timeout_s_));
+  } catch (...) {
+    return Failed(what, Since(p->start), DescribeCommError(ExceptionText(std::current_exception())));
+  }
+  return OkStatus();
+}
+
+Status ProcessGroup::AllReduceSum(torch::Tensor& t, const std::string& what) {
+  auto p = AllReduceSumAsync(t);
+  return Wait(p, what);
+}
+
+Status ProcessGroup::Broadcast(torch::Tensor& t, int root, const std::string& what) {
+  if (broken_) return Failed(what, 0, "the process group failed earlier");
+  const auto t0 = Clock::now();
+  try {
+    std::vector<at::Tensor> tensors = {t};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    opts.rootTensor = 0;
+    opts.timeout = Millis(timeout_s_);
+    auto work = impl_->pg->broadcast(tensors, opts);
+    work->wait(Millis(timeout_s_));
+  } catch (...) {
+    return Failed(what, Since(t0), DescribeCommError(ExceptionText(std::current_exception())));
+  }
+  return OkStatus();
+}
+
+Status ProcessGroup::AllGather(const torch::Tensor& in, std::vector<torch::Tensor>* out,
+                               const std::string& what) {
+  if (broken_) return Failed(what, 0, "the process group failed earlier");
+  const auto t0 = Clock::now();
+  try {
+    std::vector<at::Tensor> inputs = {in.contiguous()};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < world_size_; ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
+    c10d::AllgatherOptions opts;
+    opts.timeout = Millis(timeout_s_);
+    auto work = impl_->pg->allgather(outputs, inputs, opts);
+    work->wait(Millis(timeout_s_));
+    *out = outputs[0];
+  } catch (...) {
+    return Failed(what, Since(t0), DescribeCommError(ExceptionText(std::current_exception())));
+  }
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// GradBuckets
+
+GradBuckets::GradBuckets(ProcessGroup* pg, const FlatAdamW& optimizer, double bucket_mb)
+    : pg_(pg), grad_buffers_(optimizer.GradBuffers()) {
+  const auto slots = optimizer.Slots();
+  for (const auto& s : slots) slots_.push_back({s.group, s.offset, s.numel, s.index});
+  buckets_ = AssignBuckets(slots_, std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024)));
+  bucket_of_slot_.assign(slots_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t i : buckets_[b].slots) bucket_of_slot_[i] = b;
+  remaining_.assign(buckets_.size(), 0);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    // The accumulator's post-hook runs after the gradient was added into .grad (our flat
+    // buffer), so the value it sees is final for this backward.
+    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(slots[i].param);
+    acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          OnGradReady(i);
+          return outputs;
+        }));
+    accumulators_.push_back(acc);
+  }
+}
+
+GradBuckets::~GradBuckets() {
+  std::lock_guard<std::mutex> lock(mu_);
+  armed_ = false;
+}
+
+void GradBuckets::Arm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  armed_ = true;
+  next_ = 0;
+  pending_.clear();
+  for (size_t b = 0; b < buckets_.size(); ++b) remaining_[b] = static_cast<int64_t>(buckets_[b].slots.size());
+}
+
+void GradBuckets::OnGradReady(size_t slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!armed_) return;
+  --remaining_[bucket_of_slot_[slot]];
+  LaunchReadyLocked();
+}
+
+void GradBuckets::LaunchReadyLocked() {
+  while (next_ < buckets_.size() && remaining_[next_] <= 0) {
+    const Bucket& b = buckets_[next_++];
+    pending_.push_back(pg_->AllReduceSumAsync(grad_buffers_[b.group].narrow(0, b.offset, b.numel)));
+  }
+}
+
+Status GradBuckets::Finish(double* wait_s) {
+  std::vector<std::shared_ptr<ProcessGroup::Pending>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A rank whose shard of this window was empty ran no backward and was never armed: it still
+    // all-reduces every bucket (its zero gradients), in the same order as the other ranks.
+    if (!armed_) {
+      next_ = 0;
+      pending_.clear();
+    }
+    // Buckets whose gradients backward never touched (an empty shard, unused parameters) go
+    // now, still in bucket order.
+    for (auto& r : remaining_) r = 0;
+    LaunchReadyLocked();
+    armed_ = false;
+    pending.swap(pending_);
+  }
+  const auto t0 = Clock::now();
+  Status status;
+  for (size_t b = 0; b < pending.size() && status.ok(); ++b) {
+    status =
+        pg_->Wait(pending[b], fmt::format("allreduce (gradient bucket {} of {})", b + 1, pending.size()));
+  }
+  if (wait_s) *wait_s = Since(t0);
+  return status;
+}
+
+}  // namespace sftctl::trainer

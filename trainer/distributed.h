@@ -1,0 +1,170 @@
+// Multi-rank data-parallel training: the process group and the bucketed gradient all-reduce.
+//
+// A supervisor (sftd, or `sftctl run --local --ranks N`) starts one sftctl-trainer per rank with
+//   RANK, WORLD_SIZE          this process's global rank and the number of ranks
+//   LOCAL_RANK, LOCAL_WORLD_SIZE   its index and the rank count on this host (GPU cuda:LOCAL_RANK,
+//                             CPU threads = cores / LOCAL_WORLD_SIZE)
+//   MASTER_ADDR, MASTER_PORT  where rank 0 serves the rendezvous store (c10d::TCPStore)
+//   GLOO_SOCKET_IFNAME        optional: the network interface Gloo binds to
+// WORLD_SIZE unset or 1 means a single process: no process group, nothing here is used.
+//
+// ProcessGroup joins a c10d process group (Gloo on CPU; NCCL on CUDA where LibTorch was built
+// with it, else Gloo) and wraps the few collectives the trainer needs. Every collective and the
+// store use distributed.timeout_s: a dead peer (connection closed) or a hung one (no progress
+// within the timeout) turns into an UNAVAILABLE Status that names this rank, the collective,
+// the time it waited and the cause. After such an error the process group is unusable; its
+// threads may still be blocked in a socket, so it is deliberately leaked rather than joined.
+//
+// GradBuckets overlaps the gradient all-reduce with backward the way DDP does: the flat
+// gradient buffers of FlatAdamW are cut into buckets of about distributed.bucket_mb (in reverse
+// registration order, since backward produces the last layers' gradients first); while armed, a
+// post-hook on each parameter's gradient accumulator counts down its bucket and launches an
+// asynchronous SUM all-reduce of the bucket as soon as all its gradients are final. Buckets are
+// launched strictly in bucket order so every rank issues the same collectives in the same order.
+//
+// Thread safety: one thread at a time uses a ProcessGroup: the training thread, except that
+// GradBuckets' hooks call AllReduceSumAsync while the training thread is inside backward (on
+// CUDA from an autograd worker thread; the hooks are serialised by GradBuckets' mutex).
+// Arm/Finish belong to the training thread.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "trainer/optimizer.h"
+
+namespace sftctl::trainer {
+
+struct DistEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string socket_ifname;  // GLOO_SOCKET_IFNAME; empty: choose from master_addr
+  bool distributed() const { return world_size > 1; }
+};
+
+// Reads the variables above through `getenv` (tests pass their own). Errors name the variable:
+// non-integers, RANK outside [0, WORLD_SIZE), LOCAL_RANK outside [0, LOCAL_WORLD_SIZE), a
+// missing MASTER_ADDR / MASTER_PORT when WORLD_SIZE > 1.
+StatusOr<DistEnv> ParseDistEnv(const std::function<const char*(const char*)>& getenv);
+StatusOr<DistEnv> ReadDistEnv();  // from the process environment
+
+// Data sharding. Every rank draws the same `drawn` global samples per micro-step (W * b, or
+// fewer at the end of an epoch); rank r trains on positions [begin, end) of them:
+// [r*b, (r+1)*b) clamped to `drawn`, so a short last batch may leave a rank empty.
+std::pair<int64_t, int64_t> ShardSlice(int64_t drawn, int64_t per_rank, int rank);
+
+// One parameter's place in the optimizer's flat buffers (see FlatAdamW::Slots).
+struct ParamSlot {
+  int group = 0;       // which flat buffer
+  int64_t offset = 0;  // first element in it
+  int64_t numel = 0;
+  int64_t index = 0;  // registration order (position in model->named_parameters())
+};
+
+// A contiguous slice [offset, offset + numel) of flat buffer `group`, holding `slots`.
+struct Bucket {
+  int group = 0;
+  int64_t offset = 0;
+  int64_t numel = 0;
+  std::vector<size_t> slots;  // indices into the ParamSlot list
+};
+
+// Cuts the flat gradient buffers into buckets of at least `cap_bytes` (fp32) where the
+// parameters allow (a parameter is never split; the last bucket of a group may be smaller).
+// Parameters are taken in reverse registration order within each group, and buckets are
+// returned in launch order: descending by the highest registration index they hold, so the
+// bucket whose gradients backward finishes first comes first. REQUIRES: cap_bytes > 0.
+std::vector<Bucket> AssignBuckets(const std::vector<ParamSlot>& slots, int64_t cap_bytes);
+
+// Cause text of a collective failure: "peer connection closed", "timed out", or the original.
+std::string DescribeCommError(const std::string& what);
+
+class ProcessGroup {
+ public:
+  // Rendezvous through rank 0's TCPStore and creates the backend. `device` picks NCCL (CUDA,
+  // when compiled in) or Gloo. Errors (UNAVAILABLE) name the rank, master address and timeout.
+  static StatusOr<std::unique_ptr<ProcessGroup>> Join(const DistEnv& env, const torch::Device& device,
+                                                      double timeout_s);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const std::string& backend() const { return backend_name_; }
+  double timeout_s() const { return timeout_s_; }
+
+  // Blocking collectives on whole tensors (contiguous, same shape and dtype on every rank).
+  Status AllReduceSum(torch::Tensor& t, const std::string& what = "allreduce");
+  Status Broadcast(torch::Tensor& t, int root, const std::string& what = "broadcast");
+  // `out` receives one tensor per rank, each shaped like `in`.
+  Status AllGather(const torch::Tensor& in, std::vector<torch::Tensor>* out,
+                   const std::string& what = "allgather");
+
+  // Asynchronous SUM all-reduce of `t` (in place). The handle is waited with Wait.
+  class Pending;
+  std::shared_ptr<Pending> AllReduceSumAsync(torch::Tensor t);
+  Status Wait(const std::shared_ptr<Pending>& p, const std::string& what = "allreduce");
+
+ private:
+  struct Impl;
+  ProcessGroup() = default;
+  Status Failed(const std::string& what, double waited_s, const std::string& cause);
+
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0, world_size_ = 1;
+  double timeout_s_ = 300;
+  std::string backend_name_;
+  bool broken_ = false;
+};
+
+// Bucketed, backward-overlapped SUM all-reduce of FlatAdamW's gradient buffers.
+class GradBuckets {
+ public:
+  // Buckets `optimizer`'s gradient buffers and registers a post-hook on each trainable
+  // parameter's gradient accumulator. `pg` and the optimizer's buffers must outlive this object.
+  GradBuckets(ProcessGroup* pg, const FlatAdamW& optimizer, double bucket_mb);
+  ~GradBuckets();
+  GradBuckets(const GradBuckets&) = delete;
+  GradBuckets& operator=(const GradBuckets&) = delete;
+
+  // The next backward (the window's last micro-batch) launches buckets as their gradients
+  // become final.
+  void Arm();
+  // Launches every bucket not launched yet (in order; all of them when Arm() was not called
+  // because this rank's shard of the window was empty), waits for all, disarms. `wait_s`
+  // receives the time spent waiting. After it returns OK the buffers hold the sum over ranks.
+  Status Finish(double* wait_s);
+  size_t num_buckets() const { return buckets_.size(); }
+
+ private:
+  void OnGradReady(size_t slot);
+  void LaunchReadyLocked();
+
+  ProcessGroup* pg_;
+  std::vector<ParamSlot> slots_;
+  std::vector<torch::Tensor> grad_buffers_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_slot_;
+  std::vector<std::shared_ptr<void>> accumulators_;  // keeps the hooked grad accumulators alive
+
+  std::mutex mu_;
+  bool armed_ = false;
+  std::vector<int64_t> remaining_;  // per bucket: slots whose gradient is not final yet
+  size_t next_ = 0;                 // next bucket to launch
+  std::vector<std::shared_ptr<ProcessGroup::Pending>> pending_;
+};
+
+}  // namespace sftctl::trainer
