@@ -55,10 +55,5 @@ std::optional<ProcStat> ReadProcStat(pid_t pid);
 bool SameProcessAlive(pid_t pid, uint64_t start_time);
 // Pids of every live (non-zombie) process in process group `pgid`.
 std::vector<pid_t> ProcessGroupMembers(pid_t pgid);
-// "SIGKILL" etc.
-std::string SignalName(int sig);
-// A currently free TCP port (for MASTER_PORT): on 127.0.0.1, or with `any_interface` on every
-// interface (a multi-node TCPStore is reached from other hosts). 29500 if none could be probed.
-int FreeTcpPort(bool any_interface = false);
 
 }  // namespace sftctl::agent

@@ -18,6 +18,7 @@
 #include "agent/job_spec.h"
 #include "agent/launcher.h"
 #include "common/file_system.h"
+#include "common/process_util.h"
 
 namespace sftctl::agent {
 namespace {
@@ -42,21 +43,6 @@ std::string JoinGpus(const std::vector<int>& g) {
 }
 
 // "exit code 1" / "killed by signal 9 (SIGKILL)".
-std::string HowEnded(int exit_code, int sig) {
-  if (sig != 0) return "killed by signal " + std::to_string(sig) + " (" + SignalName(sig) + ")";
-  return "exit code " + std::to_string(exit_code);
-}
-
-// A pidfd for `pid` (readable once the process has exited), or -1 where the kernel has none.
-int OpenPidFd(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-  (void)pid;
-  return -1;
-#endif
-}
-
 bool IsLoopbackAddr(const std::string& host) {
   if (host == "localhost" || host == "::1") return true;
   in_addr a{};
@@ -570,7 +556,7 @@ void Supervisor::Tick(Run* run) {
     const RankRun& rr = *first_failed;
     run->rec.first_failed_rank = rr.rank;
     std::string why =
-        "rank " + std::to_string(rr.rank) + " failed first: " + HowEnded(rr.exit_code, rr.signal);
+        "rank " + std::to_string(rr.rank) + " failed first: " + DescribeExit(rr.exit_code, rr.signal);
     if (!rr.trainer_error.empty()) why += " (trainer error: " + rr.trainer_error + ")";
     BeginStop(run, JobState::FAILED, why, true);
     run->rank_failed = true;

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "common/file_system.h"
+#include "common/process_util.h"
 
 extern char** environ;
 
@@ -45,29 +46,12 @@ void Forward(int sig) {
   }
 }
 
-std::string SignalName(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
 std::string HowEnded(int status) {
-  if (WIFSIGNALED(status)) {
-    int sig = WTERMSIG(status);
-    return "killed by signal " + std::to_string(sig) + " (" + SignalName(sig) + ")";
-  }
-  return "exit code " + std::to_string(WEXITSTATUS(status));
+  return DescribeExit(WIFEXITED(status) ? WEXITSTATUS(status) : 0,
+                      WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 bool Failed(int status) { return WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0); }
-
-int OpenPidFd(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-  (void)pid;
-  return -1;
-#endif
-}
 
 struct Rank {
   int rank = 0;
@@ -126,22 +110,6 @@ StatusOr<int> OpenLog(const std::string& path) {
 
 }  // namespace
 
-int FreeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 29500;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 29500;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 int CountNvidiaGpus() {
   FILE* p = ::popen("nvidia-smi -L 2>/dev/null", "r");
   if (p == nullptr) return 0;
@@ -158,7 +126,7 @@ StatusOr<LocalLaunchResult> LaunchLocalRanks(const LocalLaunchOptions& opts) {
                                 std::to_string(kMaxRanks) + " for a multi-rank launch");
   }
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(opts.log_dir));
-  const int port = FreeLoopbackPort();
+  const int port = FreeTcpPort();
 
   // Environment: ours minus the variables each rank gets its own value of.
   static const char* kOwn[] = {"RANK",        "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",

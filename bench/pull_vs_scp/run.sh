@@ -2,17 +2,16 @@
 # sftctl pull vs scp of the same file through the same sshd on 127.0.0.1, in one run.
 #
 #   bench/pull_vs_scp/run.sh [BUILD_DIR]        (default build/release; needs pull_bench, sftd,
-#                                                sftd-stub-trainer: `cmake --build B --target pull_bench`)
+#                                                sftd-stub-trainer, sftctl: `cmake --build B`)
 #   MB=1024 ROUNDS=3 SWEEP=1 bench/pull_vs_scp/run.sh build/h-ssh
 #
 # Starts a throwaway sshd (ed25519 host/user keys, UsePAM no, StrictModes no, its own config — the shell
 # twin of tests/ssh/sshd_fixture.h) and a real sftd with the stub trainer, submits a job whose checkpoint
 # holds an MB MiB model.bin, then times, alternating, ROUNDS times each:
-#   scp   root@127.0.0.1:<file> (OpenSSH client, default cipher, writes a file)
-#   pull  ConnectOverSsh + ListArtifacts + PullArtifact + sha256 verify + write a file (pull_bench)
-# and prints MiB/s of each (best and median) and the ratio pull/scp. `sftctl pull` pulls whole
-# checkpoints of registered jobs; until it can pull one file of a job we did not submit through
-# `sftctl submit`, this script measures pull_bench, which does the same RPCs.
+#   scp          root@127.0.0.1:<file> (OpenSSH client, default cipher, writes a file)
+#   sftctl pull  the whole command: the job's checkpoint folder + metrics, sha256-verified, fsynced
+#   pull_bench   ConnectOverSsh + ListArtifacts + PullArtifact + sha256 verify + write (timing detail)
+# and prints MiB/s of each (best and median) and the ratios to scp (target >= 1.0x).
 # SWEEP=1 also times pull with each cipher/MAC pair libssh2 1.10 offers (SFTCTL_SSH_CIPHERS/MACS).
 set -euo pipefail
 
@@ -21,7 +20,7 @@ BUILD="$(cd "${1:-$ROOT/build/release}" && pwd)"
 MB="${MB:-1024}"
 ROUNDS="${ROUNDS:-3}"
 BIN="$BUILD/bin"
-for b in pull_bench sftd sftd-stub-trainer; do
+for b in pull_bench sftd sftd-stub-trainer sftctl; do
   [[ -x "$BIN/$b" ]] || { echo "missing $BIN/$b (cmake --build $BUILD --target pull_bench)" >&2; exit 2; }
 done
 
@@ -65,6 +64,7 @@ CFG
 SSHD_PID=$!
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 echo "[127.0.0.1]:$PORT $(cut -d' ' -f1,2 "$T/host_key.pub")" > "$T/known_hosts"
+mkdir -p -m 0700 "$T/home/.ssh" && cp "$T/known_hosts" "$T/home/.ssh/known_hosts"  # for sftctl
 
 # --- agent with the stub trainer, and the file -------------------------------------------------------
 "$BIN/sftd" start --detach --data-dir "$T/agent" --gpus none --trainer "$BIN/sftd-stub-trainer" >/dev/null
@@ -89,6 +89,16 @@ time_scp() {
   t1="$(now)"
   python3 -c "print($t1-$t0)"
 }
+time_sftctl() {  # the whole `sftctl pull` command: the checkpoint folder + metrics, sha256-verified
+  rm -rf "$T/sftctl.out"
+  local t0 t1
+  t0="$(now)"
+  HOME="$T/home" XDG_CONFIG_HOME="$T/home/.config" "$BIN/sftctl" pull --host "$USER_NAME@127.0.0.1:$PORT" \
+      -i "$T/user_key" --sftd "$BIN/sftd" --agent-data-dir "$T/agent" "$JOB" -o "$T/sftctl.out" \
+      >/dev/null 2>>"$T/pull.err"
+  t1="$(now)"
+  python3 -c "print($t1-$t0)"
+}
 time_pull() {
   rm -f "$T/pull.out"
   local t0 t1 line
@@ -100,28 +110,33 @@ time_pull() {
 }
 
 echo "pull_vs_scp: $((SIZE / 1048576)) MiB, sshd 127.0.0.1:$PORT, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-SCP=(); PULL=()
+SCP=(); PULL=(); SFT=()
 for r in $(seq "$ROUNDS"); do
   SCP+=("$(time_scp)")
+  SFT+=("$(time_sftctl)")
   PULL+=("$(time_pull)")
-  echo "  round $r: scp $(mibs "${SCP[-1]}") MiB/s, pull $(mibs "${PULL[-1]}") MiB/s"
+  echo "  round $r: scp $(mibs "${SCP[-1]}") MiB/s, sftctl pull $(mibs "${SFT[-1]}") MiB/s, pull_bench $(mibs "${PULL[-1]}") MiB/s"
 done
 cmp -s "$T/scp.out" "$FILE" || { echo "scp copy differs" >&2; exit 1; }
+cmp -s "$T/sftctl.out/checkpoint-000001/model.bin" "$FILE" || { echo "sftctl pull copy differs" >&2; exit 1; }
 cmp -s "$T/pull.out" "$FILE" || { echo "pull copy differs" >&2; exit 1; }
 echo "  pull detail (last round): $(cat "$T/pull.json")"
 [[ -s "$T/pull.err" ]] && sed "s/^/  /" "$T/pull.err"
-python3 - "$SIZE" "${SCP[*]}" "${PULL[*]}" <<'PY'
+python3 - "$SIZE" "${SCP[*]}" "${PULL[*]}" "${SFT[*]}" <<'PY'
 import statistics, sys
 size = int(sys.argv[1]) / 1048576
 scp = [float(x) for x in sys.argv[2].split()]
 pull = [float(x) for x in sys.argv[3].split()]
+sft = [float(x) for x in sys.argv[4].split()]
 def row(name, xs):
     best, med = size / min(xs), size / statistics.median(xs)
     print(f"{name:<44} best {best:7.0f} MiB/s   median {med:7.0f} MiB/s")
     return best, med
 sb, sm = row("scp (OpenSSH, whole command)", scp)
-pb, pm = row("sftctl pull path (connect+list+pull+sha256)", pull)
-print(f"{'ratio pull/scp':<44} best {pb/sb:7.2f}x        median {pm/sm:7.2f}x   (target >= 1.0x)")
+tb, tm = row("sftctl pull (whole command)", sft)
+pb, pm = row("pull_bench (connect+list+pull+sha256)", pull)
+print(f"{'ratio sftctl pull/scp':<44} best {tb/sb:7.2f}x        median {tm/sm:7.2f}x   (target >= 1.0x)")
+print(f"{'ratio pull_bench/scp':<44} best {pb/sb:7.2f}x        median {pm/sm:7.2f}x")
 PY
 
 if [[ "${SWEEP:-0}" == 1 ]]; then
