@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "tests/client/process_util.h"
+#include "tests/client/tiny_job.h"
 #include "tests/trainer/test_util.h"
 
 namespace sftctl {
@@ -16,17 +17,8 @@ using sftctl::testing::ReadMetrics;
 using sftctl::testing::RunCommand;
 using sftctl::testing::WriteText;
 
-const char* kTinyModel = R"(model:
-  config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 4,
-           max_position_embeddings: 64}
-tokenizer: byte
-)";
-
 std::string WriteSpec(const std::string& dir, const std::string& extra) {
-  WriteText(dir + "/train.jsonl", sftctl::testing::AdditionJsonl(20));
-  const std::string path = dir + "/job.yaml";
-  WriteText(path, std::string(kTinyModel) + "data:\n  train: train.jsonl\n" + extra);
-  return path;
+  return sftctl::testing::WriteTinyJobSpec(dir, extra);
 }
 
 TEST(RunLocal, TrainsFromASpecAndWritesTheRunFolder) {
@@ -67,7 +59,8 @@ TEST(RunLocal, WrongTypeIsRejected) {
 
 TEST(RunLocal, MissingDataFileIsNamed) {
   const std::string dir = MakeTempDir("run-missing");
-  WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: nowhere.jsonl}\n");
+  WriteText(dir + "/job.yaml",
+            std::string(sftctl::testing::kTinyJobModel) + "data: {train: nowhere.jsonl}\n");
   auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("field 'data.train': file '" + dir + "/nowhere.jsonl' does not exist"),
@@ -78,7 +71,7 @@ TEST(RunLocal, MissingDataFileIsNamed) {
 TEST(RunLocal, EmptyDataFileIsNamed) {
   const std::string dir = MakeTempDir("run-empty");
   WriteText(dir + "/empty.jsonl", "");
-  WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: empty.jsonl}\n");
+  WriteText(dir + "/job.yaml", std::string(sftctl::testing::kTinyJobModel) + "data: {train: empty.jsonl}\n");
   auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("data file '" + dir + "/empty.jsonl' is empty"), std::string::npos) << r.output;
@@ -88,7 +81,7 @@ TEST(RunLocal, MalformedJsonlLineIsNamed) {
   const std::string dir = MakeTempDir("run-badline");
   WriteText(dir + "/bad.jsonl",
             "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": 3, \"completion\": \"b\"}\n");
-  WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: bad.jsonl}\n");
+  WriteText(dir + "/job.yaml", std::string(sftctl::testing::kTinyJobModel) + "data: {train: bad.jsonl}\n");
   auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find(dir + "/bad.jsonl:2: field 'prompt' must be a string"), std::string::npos)
@@ -98,7 +91,7 @@ TEST(RunLocal, MalformedJsonlLineIsNamed) {
 TEST(RunLocal, MixedFormatsInOneFileAreRejected) {
   const std::string dir = MakeTempDir("run-mixed");
   WriteText(dir + "/mixed.jsonl", "{\"text\": \"hello\"}\n{\"prompt\": \"a\", \"completion\": \"b\"}\n");
-  WriteText(dir + "/job.yaml", std::string(kTinyModel) + "data: {train: mixed.jsonl}\n");
+  WriteText(dir + "/job.yaml", std::string(sftctl::testing::kTinyJobModel) + "data: {train: mixed.jsonl}\n");
   auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("mixed.jsonl:2: record is 'prompt_completion' but the file is 'text'"),

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/client/process_util.h"
+#include "tests/client/tiny_job.h"
 #include "tests/trainer/test_util.h"
 
 namespace sftctl {
@@ -25,18 +26,9 @@ using sftctl::testing::ReadMetrics;
 using sftctl::testing::RunCommand;
 using sftctl::testing::WriteText;
 
-const char* kTinyModel = R"(model:
-  config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 4,
-           max_position_embeddings: 64}
-tokenizer: byte
-)";
-
 // 24 samples: with batch 4 on 2 ranks, 3 steps are exactly one epoch.
-std::string WriteSpec(const std::string& dir, const std::string& extra, int samples = 24) {
-  WriteText(dir + "/train.jsonl", sftctl::testing::AdditionJsonl(samples));
-  const std::string path = dir + "/job.yaml";
-  WriteText(path, std::string(kTinyModel) + "data:\n  train: train.jsonl\n" + extra);
-  return path;
+std::string WriteSpec(const std::string& dir, const std::string& extra) {
+  return sftctl::testing::WriteTinyJobSpec(dir, extra, 24);
 }
 
 std::string ReadAll(const std::string& path) {
