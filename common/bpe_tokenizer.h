@@ -35,11 +35,16 @@
 
 namespace sftctl {
 
+// The components, each in its own file: bpe_normalizer.h, bpe_pre_tokenizer.h (regex splitting),
+// bpe_merges.h (the BPE model's merges), bpe_added_tokens.h (the added-token matcher) and
+// bpe_vocab.h (the byte-level alphabet); bpe_tokenizer_json.cpp loads tokenizer.json into them
+// and bpe_tokenizer.cpp encodes and decodes with them.
 namespace bpe_internal {
-class Regex;
+struct NormalizerStep;
 struct PreTokenizerStep;
 class MergeTable;
 class AddedTokenMatcher;
+class TokenizerJsonLoader;
 }  // namespace bpe_internal
 
 // One entry of tokenizer.json "added_tokens" (or tokenizer_config.json "added_tokens_decoder").
@@ -87,12 +92,11 @@ class BpeTokenizer : public Tokenizer {
   const std::vector<AddedToken>& added_tokens() const { return added_tokens_; }
 
  private:
+  friend class bpe_internal::TokenizerJsonLoader;  // FromJson (bpe_tokenizer_json.cpp) fills the tables
   BpeTokenizer();
 
-  struct NormalizerStep;
   void EncodeSection(std::string_view text, bool parse_special, std::vector<int32_t>* ids) const;
   void EncodeWord(std::string_view word, std::vector<int32_t>* ids) const;
-  void MergeWord(std::string_view word, std::vector<int32_t>* out) const;
   void AppendDecoded(int32_t id, bool skip_special, std::string* out) const;
 
   std::string name_;
@@ -111,7 +115,7 @@ class BpeTokenizer : public Tokenizer {
   std::unique_ptr<bpe_internal::MergeTable> merges_;
   bool ignore_merges_ = false;
 
-  std::vector<NormalizerStep> normalizers_;
+  std::vector<bpe_internal::NormalizerStep> normalizers_;
   std::vector<bpe_internal::PreTokenizerStep> pre_tokenizers_;
 
   std::vector<AddedToken> added_tokens_;

@@ -173,6 +173,22 @@ TEST(BpeTokenizerErrors, VocabProblems) {
   j["model"]["vocab"].erase(ByteLevel("A"));
   EXPECT_EQ(ErrorOf(j),
             "tokenizer.json: model.vocab: has no token for byte 0x41 ('A'): not a byte-level BPE vocabulary");
+  // An id near 2^31 would size the id tables to ~137 GB: refused before anything is allocated.
+  j = MakeJson(Spec{});
+  j["model"]["vocab"]["far"] = 2147483000;
+  const std::string far = ErrorOf(j);
+  EXPECT_EQ(far.rfind("tokenizer.json: model.vocab: the largest token id, 2147483000, is far beyond the ", 0),
+            0u)
+      << far;
+}
+
+TEST(BpeTokenizerErrors, NestingIsBounded) {
+  // Sequences inside Sequences are walked recursively: deep nesting is refused at parse time.
+  json n = {{"type", "NFC"}};
+  for (int i = 0; i < 40; ++i) n = {{"type", "Sequence"}, {"normalizers", json::array({n})}};
+  json j = MakeJson(Spec{});
+  j["normalizer"] = n;
+  EXPECT_EQ(ErrorOf(j), "tokenizer.json: JSON nested more than 64 levels deep");
 }
 
 TEST(BpeTokenizerErrors, InvalidJsonAndUnsupportedComponents) {
