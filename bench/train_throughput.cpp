@@ -13,8 +13,13 @@
 // embeddings or norms) and the second term is QK^T and PV over the full T x T score matrix (the
 // manual attention computes it all; causal masking skips nothing), forward + backward (3x forward).
 //
+// --parallel LIST runs every config once per parallel backend of the fused kernels
+// (trainer/parallel.h: "aten" -- printed as openmp or aten-native -- and "pool"), back to back,
+// and tags each JSON line with "parallel"; by default only the build's current backend runs.
+//
 // Usage: train_throughput [--steps N] [--warmup N] [--sizes 5M,28M] [--precisions fp32,bf16]
 //                         [--threads N] [--batch B] [--seq T] [--peak-n N] [--peak-reps R]
+//                         [--parallel aten,pool]
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
@@ -37,6 +42,7 @@
 #include "trainer/model.h"
 #include "trainer/model_config.h"
 #include "trainer/optimizer.h"
+#include "trainer/parallel.h"
 #include "trainer/trainer.h"
 
 namespace {
@@ -62,6 +68,7 @@ struct Options {
   int64_t steps = 20, warmup = 3, threads = 0, batch = 4, seq = 256, peak_n = 2048, peak_reps = 5;
   std::vector<std::string> sizes = {"5M", "28M"}, precisions = {"fp32", "bf16"};
   std::string profile;  // file prefix for chrome traces of the timed steps
+  std::vector<parallel::Backend> backends = {parallel::CurrentBackend()};
 };
 
 std::vector<std::string> Split(const std::string& s) {
@@ -77,8 +84,26 @@ std::vector<std::string> Split(const std::string& s) {
 [[noreturn]] void Usage(const std::string& why, int code = 2) {
   std::cerr << "train_throughput: " << why
             << "\nusage: train_throughput [--steps N] [--warmup N] [--sizes 5M,28M] [--precisions fp32,bf16]"
-               " [--threads N] [--batch B] [--seq T] [--peak-n N] [--peak-reps R] [--profile PREFIX]\n";
+               " [--threads N] [--batch B] [--seq T] [--peak-n N] [--peak-reps R] [--profile PREFIX]"
+               " [--parallel aten,pool]\n";
   std::exit(code);
+}
+
+// "aten" (or its build-specific name, openmp / aten-native) and "pool"; each must be available.
+std::vector<parallel::Backend> ParseBackends(const std::string& list) {
+  std::vector<parallel::Backend> out;
+  for (const auto& name : Split(list)) {
+    if (name == "pool") {
+      out.push_back(parallel::Backend::kPool);
+    } else if (name == "aten" || name == parallel::BackendName(parallel::Backend::kAten)) {
+      if (!parallel::AtenAvailable()) Usage("parallel backend " + name + " is serial in this build");
+      out.push_back(parallel::Backend::kAten);
+    } else {
+      Usage("unknown parallel backend " + name + " (aten, pool)");
+    }
+  }
+  if (out.empty()) Usage("--parallel needs at least one backend");
+  return out;
 }
 
 Options ParseArgs(int argc, char** argv) {
@@ -114,6 +139,8 @@ Options ParseArgs(int argc, char** argv) {
       o.precisions = Split(v);
     } else if (a == "--profile") {
       o.profile = v;
+    } else if (a == "--parallel") {
+      o.backends = ParseBackends(v);
     } else {
       Usage("unknown option " + a);
     }
@@ -205,12 +232,14 @@ json RunConfig(const Size& size, const std::string& precision, const Options& o,
   std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
   std::vector<double> step_s;
   Clock::time_point t_timed;
+  const std::string suffix =
+      o.backends.size() > 1 ? std::string("-") + parallel::BackendName(parallel::CurrentBackend()) : "";
   for (int64_t step = 0; step < total_steps; ++step) {
     if (step == o.warmup) {
       t_timed = Clock::now();
       if (!o.profile.empty()) {
         profile_out =
-            std::make_unique<std::ofstream>(o.profile + "." + size.name + "-" + precision + ".json");
+            std::make_unique<std::ofstream>(o.profile + "." + size.name + "-" + precision + suffix + ".json");
         profile = std::make_unique<torch::autograd::profiler::RecordProfile>(*profile_out);
       }
     }
@@ -246,6 +275,7 @@ json RunConfig(const Size& size, const std::string& precision, const Options& o,
           {"impl", "cpp"},
           {"size", size.name},
           {"precision", precision},
+          {"parallel", parallel::BackendName(parallel::CurrentBackend())},
           {"params", n_params},
           {"matmul_params", n_matmul},
           {"batch", o.batch},
@@ -288,7 +318,12 @@ int main(int argc, char** argv) {
   for (const auto& s : o.sizes) {
     const Size& size =
         *std::find_if(kSizes.begin(), kSizes.end(), [&](const Size& k) { return k.name == s; });
-    for (const auto& p : o.precisions) std::cout << RunConfig(size, p, o, peak[p]).dump() << std::endl;
+    for (const auto& p : o.precisions) {
+      for (const parallel::Backend backend : o.backends) {
+        if (!parallel::SetBackend(backend).ok()) std::exit(1);  // checked in ParseBackends
+        std::cout << RunConfig(size, p, o, peak[p]).dump() << std::endl;
+      }
+    }
   }
   return 0;
 }

@@ -14,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "client/trainer_exec.h"
+#include "common/fd_util.h"
 #include "common/file_system.h"
+#include "common/rpc_limits.h"
 
 extern char** environ;
 
@@ -30,11 +32,11 @@ struct Captured {
 // (a detached sftd closes the descriptors it inherited) and the child exits.
 StatusOr<Captured> RunCapture(const std::string& path, const std::vector<std::string>& args) {
   int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoError("cannot create a pipe for", path, errno);
-  if (::pipe2(err, O_CLOEXEC) != 0) {
+  if (Status s = MakePipe(out); !s.ok()) return s.WithContext("running '" + path + "'");
+  if (Status s = MakePipe(err); !s.ok()) {
     ::close(out[0]);
     ::close(out[1]);
-    return ErrnoError("cannot create a pipe for", path, errno);
+    return s.WithContext("running '" + path + "'");
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -186,6 +188,7 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectLocalAgent(const ConnectOption
   grpc::ChannelArguments ch_args;
   ch_args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);  // never send loopback traffic through $http_proxy
   ch_args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, opts.keepalive_s * 1000);
+  ch_args.SetMaxReceiveMessageSize(kMaxRpcMessageBytes);
   auto channel = grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), ch_args);
   auto conn = std::make_unique<LocalConnection>(channel, Trim(*token), host, data_dir);
 

@@ -3,12 +3,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,10 +15,13 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/child_exit_watch.h"
 #include "common/file_system.h"
+#include "common/parent_death.h"
 #include "common/process_util.h"
 
 extern char** environ;
@@ -56,7 +56,6 @@ bool Failed(int status) { return WIFSIGNALED(status) || (WIFEXITED(status) && WE
 struct Rank {
   int rank = 0;
   pid_t pid = 0;
-  int pidfd = -1;
   bool alive = false;
   int status = 0;
   std::string out, err, events;  // log paths (ranks > 0)
@@ -142,13 +141,16 @@ StatusOr<LocalLaunchResult> LaunchLocalRanks(const LocalLaunchOptions& opts) {
   }
 
   std::vector<Rank> ranks(static_cast<size_t>(opts.ranks));
+  // Both before the first fork: no exit may be missed, and every rank can arm its parent-death signal.
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<ChildExitWatch> exits, ChildExitWatch::Create());
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<ParentDeathSignal> parent_death, ParentDeathSignal::Create(SIGTERM));
   g_nranks = 0;
   g_signal = 0;
   struct sigaction sa {
   }, old_int{}, old_term{};
   sa.sa_handler = Forward;
-  ::sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR and the loop notices
+  sigemptyset(&sa.sa_mask);  // no "::": a macro on macOS
+  sa.sa_flags = 0;           // no SA_RESTART: the exit wait returns early and the loop notices
   ::sigaction(SIGINT, &sa, &old_int);
   ::sigaction(SIGTERM, &sa, &old_term);
   auto restore = [&] {
@@ -163,7 +165,6 @@ StatusOr<LocalLaunchResult> LaunchLocalRanks(const LocalLaunchOptions& opts) {
         ::kill(r.pid, SIGKILL);
         ::waitpid(r.pid, nullptr, 0);
       }
-      if (r.pidfd >= 0) ::close(r.pidfd);
     }
     if (pgid > 0) ::killpg(pgid, SIGKILL);
     restore();
@@ -222,7 +223,7 @@ StatusOr<LocalLaunchResult> LaunchLocalRanks(const LocalLaunchOptions& opts) {
     if (pid == 0) {
       // Child: only async-signal-safe calls until exec.
       ::setpgid(0, pgid);
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      (void)parent_death->ArmInChild();
       if (::getppid() != parent) ::_exit(127);  // sftctl already died
       ::signal(SIGINT, SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);
@@ -247,7 +248,7 @@ StatusOr<LocalLaunchResult> LaunchLocalRanks(const LocalLaunchOptions& opts) {
     }
     r.pid = pid;
     r.alive = true;
-    r.pidfd = OpenPidFd(pid);
+    exits->Watch(pid);
     g_pids[i] = pid;
     g_nranks = i + 1;
     if (g_signal != 0) ::kill(pid, g_signal);  // a Ctrl-C during the launch reaches late ranks too
@@ -259,16 +260,12 @@ StatusOr<LocalLaunchResult> LaunchLocalRanks(const LocalLaunchOptions& opts) {
   Clock::time_point kill_at{};
   size_t alive = ranks.size();
   while (alive > 0) {
-    std::vector<pollfd> pfds;
-    for (const Rank& r : ranks) {
-      if (r.alive && r.pidfd >= 0) pfds.push_back({r.pidfd, POLLIN, 0});
-    }
     int timeout_ms = 100;
     if (stopping && !sigkilled) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 100));
     }
-    ::poll(pfds.data(), pfds.size(), timeout_ms);  // EINTR (a forwarded signal) just loops
+    exits->Wait(timeout_ms);  // EINTR (a forwarded signal) just loops
     std::vector<Rank*> failed_now;
     for (Rank& r : ranks) {
       if (!r.alive) continue;
@@ -278,8 +275,7 @@ StatusOr<LocalLaunchResult> LaunchLocalRanks(const LocalLaunchOptions& opts) {
       r.alive = false;
       r.status = got == r.pid ? status : 0;
       g_pids[r.rank] = 0;
-      if (r.pidfd >= 0) ::close(r.pidfd);
-      r.pidfd = -1;
+      exits->Forget(r.pid);
       --alive;
       // A rank ended by the signal the user sent (Ctrl-C) did not fail on its own.
       const bool by_user = g_signal != 0 && WIFSIGNALED(status) && WTERMSIG(status) == g_signal;

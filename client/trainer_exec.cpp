@@ -5,10 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+
+#include "common/self_exe.h"
 
 namespace sftctl::client {
 namespace {
@@ -24,12 +25,8 @@ bool IsExecutable(const std::string& p) { return ::access(p.c_str(), X_OK) == 0;
 }  // namespace
 
 StatusOr<std::string> FindSiblingBinary(const std::string& name) {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n > 0) {
-    buf[n] = '\0';
-    std::string dir(buf);
-    dir.resize(dir.rfind('/') + 1);
+  if (StatusOr<std::string> self = SelfExePath(); self.ok()) {
+    const std::string dir = DirWithSlash(*self);
     if (IsExecutable(dir + name)) return dir + name;
   }
   if (const char* path = std::getenv("PATH")) {
@@ -58,7 +55,7 @@ StatusOr<int> RunChild(const std::string& path, const std::vector<std::string>& 
   struct sigaction sa {
   }, old_int{}, old_term{};
   sa.sa_handler = Forward;
-  ::sigemptyset(&sa.sa_mask);
+  sigemptyset(&sa.sa_mask);  // no "::": a macro on macOS
   ::sigaction(SIGINT, &sa, &old_int);
   ::sigaction(SIGTERM, &sa, &old_term);
   int status = 0;

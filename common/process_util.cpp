@@ -2,17 +2,61 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
+
+#if defined(__linux__)
+#include <sys/syscall.h>  // SYS_pidfd_open
+#endif
 
 #include <cstring>
 
+#include "common/fd_util.h"
+
 namespace sftctl {
 
+namespace {
+
+struct NamedSignal {
+  int number;
+  const char* name;
+};
+
+// The POSIX signals and the common extensions; numbers differ between systems, names do not.
+// (glibc's sigabbrev_np does this on Linux only.)
+constexpr NamedSignal kSignals[] = {
+    {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"},   {SIGILL, "SIGILL"},
+    {SIGTRAP, "SIGTRAP"},     {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},     {SIGFPE, "SIGFPE"},
+    {SIGKILL, "SIGKILL"},     {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"},   {SIGUSR2, "SIGUSR2"},
+    {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},   {SIGCHLD, "SIGCHLD"},
+    {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"},   {SIGTTIN, "SIGTTIN"},
+    {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"},   {SIGXFSZ, "SIGXFSZ"},
+    {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"}, {SIGSYS, "SIGSYS"},
+#if defined(SIGIO)
+    {SIGIO, "SIGIO"},
+#endif
+#if defined(SIGSTKFLT)
+    {SIGSTKFLT, "SIGSTKFLT"},
+#endif
+#if defined(SIGPWR)
+    {SIGPWR, "SIGPWR"},
+#endif
+#if defined(SIGEMT)
+    {SIGEMT, "SIGEMT"},
+#endif
+#if defined(SIGINFO)
+    {SIGINFO, "SIGINFO"},
+#endif
+};
+
+}  // namespace
+
 std::string SignalName(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+  for (const NamedSignal& s : kSignals) {
+    if (s.number == sig) return s.name;
+  }
+  return "signal " + std::to_string(sig);
 }
 
 std::string DescribeExit(int exit_code, int sig) {
@@ -21,7 +65,7 @@ std::string DescribeExit(int exit_code, int sig) {
 }
 
 int OpenPidFd(pid_t pid) {
-#ifdef SYS_pidfd_open
+#if defined(__linux__) && defined(SYS_pidfd_open)
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 #else
   (void)pid;
@@ -30,8 +74,9 @@ int OpenPidFd(pid_t pid) {
 }
 
 int FreeTcpPort(bool any_interface) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 29500;
+  StatusOr<int> sock = MakeSocket(AF_INET, SOCK_STREAM, 0);
+  if (!sock.ok()) return 29500;
+  const int fd = *sock;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(any_interface ? INADDR_ANY : INADDR_LOOPBACK);

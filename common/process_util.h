@@ -8,7 +8,8 @@
 
 namespace sftctl {
 
-// "SIGKILL" etc.; "signal N" for a number without a name.
+// "SIGKILL" etc. (the same names on Linux and macOS, from a table); "signal N" for a number without
+// a name (e.g. real-time signals).
 std::string SignalName(int sig);
 
 // How a process ended, for messages: "exit code 1" or "killed by signal 9 (SIGKILL)".
@@ -16,7 +17,8 @@ std::string SignalName(int sig);
 std::string DescribeExit(int exit_code, int sig);
 
 // A pidfd for `pid` (readable once the process has exited; the caller closes it), or -1 where the
-// kernel has none (callers then poll with waitpid).
+// kernel has none, and always off Linux (callers then poll with waitpid, or use ChildExitWatch
+// from common/child_exit_watch.h, which falls back to a SIGCHLD self-pipe).
 int OpenPidFd(pid_t pid);
 
 // A currently free TCP port (e.g. for MASTER_PORT): on 127.0.0.1, or with `any_interface` on every

@@ -16,8 +16,10 @@ BUILD_PKGS=(
   libpcre2-dev libutf8proc-dev libcairo2-dev
 )
 TEST_PKGS=(
-  libgtest-dev libgmock-dev openssh-server openssh-client
+  libgtest-dev libgmock-dev openssh-server openssh-client clang libclang-rt-dev
   python3 python3-torch python3-numpy python3-jinja2
+  # The portability checks (tests/portability): a cached Debian 13 root stands in for a GPU host.
+  debootstrap rsync
 )
 
 want=("${BUILD_PKGS[@]}")

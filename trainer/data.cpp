@@ -114,8 +114,8 @@ StatusOr<Dataset> LoadDataset(const JobSpec& spec, const Tokenizer& tok, const s
   return d;
 }
 
-Batch Collate(const SampleSet& samples, const std::vector<int64_t>& indices, int32_t pad_id,
-              int64_t pack_len) {
+Batch Collate(const SampleSet& samples, const std::vector<int64_t>& indices, int32_t pad_id, int64_t pack_len,
+              bool pinned) {
   // rows[r]: the samples of row r, in order.
   std::vector<std::vector<SampleView>> rows;
   std::vector<int64_t> row_len;
@@ -141,14 +141,15 @@ Batch Collate(const SampleSet& samples, const std::vector<int64_t>& indices, int
   for (int64_t n : row_len) max_len = std::max(max_len, n);
   const int64_t B = static_cast<int64_t>(rows.size()), T = max_len;
   Batch b;
-  b.input_ids = torch::full({B, T}, pad_id, torch::kInt64);
-  b.labels = torch::full({B, T}, kIgnoreLabel, torch::kInt64);
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pinned);
+  b.input_ids = torch::full({B, T}, pad_id, i64);
+  b.labels = torch::full({B, T}, kIgnoreLabel, i64);
   auto ids = b.input_ids.accessor<int64_t, 2>();
   auto labels = b.labels.accessor<int64_t, 2>();
   const bool packed = pack_len > 0;
   // segment[r][p]: which sample of row r position p belongs to.
-  torch::Tensor segment = torch::empty({packed ? B : 0, packed ? T : 0}, torch::kInt64);
-  if (packed) b.positions = torch::zeros({B, T}, torch::kInt64);
+  torch::Tensor segment = torch::empty({packed ? B : 0, packed ? T : 0}, i64);
+  if (packed) b.positions = torch::zeros({B, T}, i64);
   auto seg = segment.accessor<int64_t, 2>();
   auto pos = (packed ? b.positions : segment).accessor<int64_t, 2>();
   for (int64_t r = 0; r < B; ++r) {
@@ -176,15 +177,20 @@ Batch Collate(const SampleSet& samples, const std::vector<int64_t>& indices, int
     if (packed)
       for (int64_t q = p; q < T; ++q) seg[r][q] = -1 - q;
   }
-  if (packed) {
-    torch::Tensor same = segment.unsqueeze(2) == segment.unsqueeze(1);  // [B, T, T]
-    torch::Tensor causal = torch::ones({T, T}, torch::kBool).tril();
-    torch::Tensor allowed = same.logical_and(causal);
-    b.attn_mask =
-        torch::zeros({B, 1, T, T}, torch::kFloat32)
-            .masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
-  }
+  if (packed) b.segments = segment;
+  // Position r * T + t predicts label [r][t + 1] (the model shifts).
+  torch::Tensor rt = b.labels.slice(1, 1).ne(kIgnoreLabel).nonzero();  // [targets, 2]
+  b.target_index = rt.select(1, 0) * T + rt.select(1, 1);
+  if (pinned) b.target_index = b.target_index.pin_memory();
   return b;
+}
+
+torch::Tensor PackedAttentionMask(const torch::Tensor& segments) {
+  const int64_t T = segments.size(1);
+  torch::Tensor same = segments.unsqueeze(2) == segments.unsqueeze(1);  // [B, T, T]
+  torch::Tensor causal =
+      torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(segments.device())).tril();
+  return same.logical_and(causal).unsqueeze(1);
 }
 
 uint64_t SplitMix64(uint64_t& state) {

@@ -10,8 +10,12 @@
 // Batches: padding and prompt positions get label kIgnoreLabel by position, never by comparing
 // ids, so a pad id equal to eos cannot mask the real end token. With packing, the samples of a
 // micro-batch are packed first-fit into rows of at most max_seq_len tokens; positions restart
-// at 0 for each sample and a block-causal additive mask keeps attention inside each sample,
-// so the summed loss equals that of the unpacked batch.
+// at 0 for each sample and a block-causal mask (PackedAttentionMask, built from the batch's
+// segment ids on the training device) keeps attention inside each sample, so the summed loss
+// equals that of the unpacked batch.
+//
+// Batches are host tensors; with `pinned` (CUDA training) they live in page-locked memory, so the
+// trainer copies them to the GPU with non_blocking copies that do not wait for the GPU.
 #pragma once
 
 #include <torch/torch.h>
@@ -111,15 +115,25 @@ struct Batch {
   torch::Tensor input_ids;  // [B, T] int64, padded with the pad id
   torch::Tensor labels;     // [B, T] int64, kIgnoreLabel on prompt and padding
   torch::Tensor positions;  // [B, T] int64 when packed, else undefined (0..T-1)
-  torch::Tensor attn_mask;  // [B, 1, T, T] float additive block-causal mask when packed
-  int64_t targets = 0;      // number of trained (shifted) target positions
-  int64_t tokens = 0;       // non-padding tokens
+  // [B, T] int64 when packed, else undefined: the sample each position belongs to within its
+  // row (0, 1, ...); padding position p has its own segment -1 - p.
+  torch::Tensor segments;
+  // [targets] int64: the flat positions r * T + t (t < T - 1) whose next label is trained, in
+  // order; CausalLM::LossSum gathers exactly these without a device-to-host sync.
+  torch::Tensor target_index;
+  int64_t targets = 0;  // number of trained (shifted) target positions
+  int64_t tokens = 0;   // non-padding tokens
 };
 
 // Pads the selected samples to the longest one, one sample per row; with pack_len > 0, packs
-// them first-fit (in order) into rows of at most pack_len tokens. REQUIRES: !indices.empty().
+// them first-fit (in order) into rows of at most pack_len tokens. `pinned`: allocate the
+// tensors in page-locked memory (REQUIRES: a CUDA build with a GPU). REQUIRES: !indices.empty().
 Batch Collate(const SampleSet& samples, const std::vector<int64_t>& indices, int32_t pad_id,
-              int64_t pack_len = 0);
+              int64_t pack_len = 0, bool pinned = false);
+
+// The block-causal attention mask of a packed batch: [B, 1, T, T] bool, true where query t may
+// attend to key s (s <= t within the same segment), on `segments`' device.
+torch::Tensor PackedAttentionMask(const torch::Tensor& segments);
 
 // A deterministic epoch-based sampler: each epoch visits every sample once in an order drawn
 // from (seed, epoch). Its position is the data state saved in checkpoints.

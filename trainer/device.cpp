@@ -1,6 +1,7 @@
 #include "trainer/device.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <fstream>
@@ -71,33 +72,64 @@ StatusOr<DevicePlan> ChooseDevice(const std::string& device, const std::string& 
   return plan;
 }
 
+// LibTorch 2.4 made autocast device-generic and deprecated the per-device calls (a -Werror build
+// against 2.6 fails on them); 1.13 (Debian 12) has only those. The version split lives here.
+#if defined(TORCH_VERSION_MAJOR) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+#define SFTCTL_GENERIC_AUTOCAST 1
+#else
+#define SFTCTL_GENERIC_AUTOCAST 0
+#endif
+
+namespace {
+
+void SetAutocast(at::DeviceType type, bool on, at::ScalarType dtype) {
+#if SFTCTL_GENERIC_AUTOCAST
+  if (on) at::autocast::set_autocast_dtype(type, dtype);
+  at::autocast::set_autocast_enabled(type, on);
+#else
+  if (type == at::kCPU) {
+    if (on) at::autocast::set_autocast_cpu_dtype(dtype);
+    at::autocast::set_cpu_enabled(on);
+  } else {
+    if (on) at::autocast::set_autocast_gpu_dtype(dtype);
+    at::autocast::set_enabled(on);
+  }
+#endif
+}
+
+}  // namespace
+
+bool AutocastEnabled(at::DeviceType type) {
+#if SFTCTL_GENERIC_AUTOCAST
+  return at::autocast::is_autocast_enabled(type);
+#else
+  return type == at::kCPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+
+at::ScalarType AutocastDtype(at::DeviceType type) {
+#if SFTCTL_GENERIC_AUTOCAST
+  return at::autocast::get_autocast_dtype(type);
+#else
+  return type == at::kCPU ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
 AutocastScope::AutocastScope(const DevicePlan& plan) {
   if (!plan.bf16) return;
   if (plan.device.is_cpu()) {
     cpu_ = true;
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    at::autocast::set_cpu_enabled(true);
+    SetAutocast(at::kCPU, true, at::kBFloat16);
   } else if (plan.device.is_cuda()) {
     cuda_ = true;
-#if defined(TORCH_VERSION_MAJOR) && \
-    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-#else
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-    at::autocast::set_enabled(true);
-#endif
+    SetAutocast(at::kCUDA, true, at::kBFloat16);
   }
 }
 
 AutocastScope::~AutocastScope() {
-  if (cpu_) at::autocast::set_cpu_enabled(false);
-#if defined(TORCH_VERSION_MAJOR) && \
-    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
-  if (cuda_) at::autocast::set_autocast_enabled(at::kCUDA, false);
-#else
-  if (cuda_) at::autocast::set_enabled(false);
-#endif
+  if (cpu_) SetAutocast(at::kCPU, false, at::kBFloat16);
+  if (cuda_) SetAutocast(at::kCUDA, false, at::kBFloat16);
 }
 
 void ClearAutocastCache() { at::autocast::clear_cache(); }

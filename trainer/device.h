@@ -42,6 +42,10 @@ class AutocastScope {
   bool cpu_ = false, cuda_ = false;
 };
 
+// Whether autocast is on for `type`, and its dtype (on any LibTorch version).
+bool AutocastEnabled(at::DeviceType type);
+at::ScalarType AutocastDtype(at::DeviceType type);
+
 // Drops autocast's cache of casted weights; call after each optimizer step.
 void ClearAutocastCache();
 

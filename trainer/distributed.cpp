@@ -15,8 +15,9 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 // Torch's CMake targets define USE_C10D_GLOO (and USE_C10D_NCCL in CUDA builds) when LibTorch
-// was built with them; the headers are empty otherwise.
-#if defined(USE_C10D_GLOO)
+// was built with them. A pip wheel (and Debian 13's libtorch-dev without libgloo-dev) defines it
+// but ships no gloo headers, which ProcessGroupGloo.hpp includes: Gloo is used only when both hold.
+#if defined(USE_C10D_GLOO) && __has_include(<gloo/algorithm.h>)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #define SFTCTL_HAVE_GLOO 1
 #else
@@ -26,6 +27,8 @@
 // NCCL exists only in CUDA builds of LibTorch that define USE_C10D_NCCL (trainer/CMakeLists.txt
 // sets it for CUDA builds); Debian's CPU LibTorch ships the header but not the library.
 #if defined(USE_C10D_NCCL) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
+#include <c10/cuda/CUDAFunctions.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #define SFTCTL_HAVE_NCCL 1
 #else
@@ -64,7 +67,7 @@ std::string ExceptionText(const std::exception_ptr& e) {
   }
 }
 
-bool IsLoopback(const std::string& addr) {
+[[maybe_unused]] bool IsLoopback(const std::string& addr) {  // used by the Gloo path
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
 }
 
@@ -190,23 +193,87 @@ std::string DescribeCommError(const std::string& what) {
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<Backend> pg;
+  Recorder recorder;  // set instead of `pg` by Recording()
+#if SFTCTL_HAVE_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // `pg` when it is NCCL
+#endif
 };
 
 class ProcessGroup::Pending {
  public:
-  c10::intrusive_ptr<c10d::Work> work;
-  std::vector<at::Tensor> tensors;  // must outlive the operation
+  c10::intrusive_ptr<c10d::Work> work;  // null for a recording group
+  std::vector<at::Tensor> tensors;      // on the group's device; must outlive the operation
+  torch::Tensor original;               // the caller's tensor, when `tensors[0]` is a staged copy
   Clock::time_point start = Clock::now();
   std::string launch_error;  // set when the launch itself threw
 };
 
+namespace {
+
+#if SFTCTL_HAVE_NCCL
+// Makes a dead or hung NCCL peer reach Wait() as an exception on every rank, within the timeout,
+// instead of ending the process from one of ProcessGroupNCCL's threads. Read by the
+// ProcessGroupNCCL constructor, so set just before it (and overriding the environment: the
+// failure contract of distributed.h depends on them).
+//  - blocking wait: Work::wait blocks the CPU until the collective is done, fails after the
+//    timeout, aborts the communicators and throws; it also switches the watchdog's async error
+//    handling off, whose default (TearDown / SkipCleanUp) would abort the whole process;
+//  - no heartbeat monitor and no flight-recorder dump, which end the process some minutes after
+//    a timeout that this trainer already reported.
+// LibTorch < 2.2 spells the first NCCL_BLOCKING_WAIT and has neither of the others.
+void ConfigureNcclFailureHandling() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+  ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 1);
+  ::setenv("TORCH_NCCL_ENABLE_MONITORING", "0", 1);
+  ::setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "0", 1);
+#else
+  ::setenv("NCCL_BLOCKING_WAIT", "1", 1);
+#endif
+}
+
+// Aborts the communicators of a failed group, so that kernels stuck waiting for a dead peer
+// stop spinning and the GPU can be used (and the process can exit).
+void AbortNccl(const c10::intrusive_ptr<c10d::ProcessGroupNCCL>& nccl) {
+  if (!nccl) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  try {
+    nccl->abort();
+  } catch (...) {
+  }
+#else
+  (void)nccl;  // LibTorch < 2.4: WorkNCCL::wait aborted the communicators before throwing
+#endif
+}
+#endif
+
+bool SameDevice(const torch::Device& tensor, const torch::Device& group) {
+  return tensor.type() == group.type() && (!group.has_index() || tensor.index() == group.index());
+}
+
+}  // namespace
+
+bool GlooAvailable() { return SFTCTL_HAVE_GLOO; }
+bool NcclAvailable() { return SFTCTL_HAVE_NCCL; }
+
 StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, const torch::Device& device,
                                                            double timeout_s) {
+  if (!device.is_cuda() && !GlooAvailable()) {
+    return FailedPreconditionError(
+        "multi-rank training on " + device.str() +
+        " needs a LibTorch built with Gloo, and this trainer was built without it (pip wheels ship no gloo "
+        "headers): train with one rank, or on CUDA GPUs (NCCL)");
+  }
+  if (device.is_cuda() && !NcclAvailable()) {
+    return FailedPreconditionError(
+        "multi-rank training on CUDA needs NCCL, and this trainer was built without it (nccl.h was not found "
+        "at configure time: install the nvidia-nccl wheel or libnccl-dev and rebuild)");
+  }
   std::unique_ptr<ProcessGroup> g(new ProcessGroup());
   g->impl_ = std::make_unique<Impl>();
   g->rank_ = env.rank;
   g->world_size_ = env.world_size;
   g->timeout_s_ = timeout_s;
+  g->device_ = device.is_cuda() ? device : torch::Device(torch::kCPU);
   const auto t0 = Clock::now();
   const auto timeout = Millis(timeout_s);
   std::string stage = "the rendezvous store";
@@ -234,16 +301,20 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, c
     stage = "the process group";
 #if SFTCTL_HAVE_NCCL
     if (device.is_cuda()) {
+      ConfigureNcclFailureHandling();
+      // The communicator and the caching allocator work on the current device: this rank's GPU.
+      if (device.has_index()) c10::cuda::set_device(device.index());
       auto o = c10d::ProcessGroupNCCL::Options::create();
-      o->timeout = timeout;
-      g->impl_->pg =
+      o->timeout = timeout;  // the watchdog's; Wait() enforces the same bound itself
+      g->impl_->nccl =
           c10::make_intrusive<c10d::ProcessGroupNCCL>(g->impl_->store, env.rank, env.world_size, o);
+      g->impl_->pg = g->impl_->nccl;
       g->backend_name_ = "nccl";
       return g;
     }
 #endif
 #if !SFTCTL_HAVE_GLOO
-    throw std::runtime_error("this LibTorch was built without Gloo (USE_C10D_GLOO), and NCCL needs CUDA");
+    throw std::logic_error("unreachable: Join checked for Gloo");
 #else
     auto o = c10d::ProcessGroupGloo::Options::create(timeout);
     if (!env.socket_ifname.empty()) {
@@ -268,17 +339,60 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, c
   return g;
 }
 
+std::unique_ptr<ProcessGroup> ProcessGroup::Recording(int rank, int world_size, const torch::Device& device,
+                                                      Recorder recorder) {
+  std::unique_ptr<ProcessGroup> g(new ProcessGroup());
+  g->impl_ = std::make_unique<Impl>();
+  g->impl_->recorder = std::move(recorder);
+  g->rank_ = rank;
+  g->world_size_ = world_size;
+  g->device_ = device;
+  g->backend_name_ = "recording";
+  return g;
+}
+
 ProcessGroup::~ProcessGroup() {
   if (broken_ && impl_) {
-    // A failed collective can leave Gloo's worker threads blocked in a socket, and the backend's
-    // destructor joins them: leak it so the process can exit and report the error.
+    // A failed collective can leave Gloo's worker threads blocked in a socket (or NCCL's in a
+    // kernel), and the backend's destructor joins them: leak it so the process can exit and
+    // report the error.
     (void)impl_->pg.release();
+#if SFTCTL_HAVE_NCCL
+    (void)impl_->nccl.release();
+#endif
     (void)impl_->store.release();
     (void)impl_.release();
+    return;
   }
+#if SFTCTL_HAVE_NCCL && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+  // LibTorch 2.4+ warns when a NCCL group is destroyed without being shut down first.
+  if (impl_ && impl_->nccl) {
+    try {
+      impl_->nccl->shutdown();
+    } catch (...) {
+    }
+  }
+#endif
+}
+
+torch::Tensor ProcessGroup::Stage(const torch::Tensor& t) const {
+  if (SameDevice(t.device(), device_) && t.is_contiguous()) return t;
+  return t.to(device_).contiguous();
+}
+
+void ProcessGroup::Unstage(torch::Tensor& original, const torch::Tensor& staged) const {
+  // A meta device (Recording) has no values to bring back.
+  if (staged.unsafeGetTensorImpl() == original.unsafeGetTensorImpl() || staged.is_meta()) return;
+  torch::NoGradGuard no_grad;
+  original.copy_(staged);
 }
 
 Status ProcessGroup::Failed(const std::string& what, double waited_s, const std::string& cause) {
+  if (!broken_) {
+#if SFTCTL_HAVE_NCCL
+    AbortNccl(impl_->nccl);
+#endif
+  }
   broken_ = true;
   return UnavailableError(
       fmt::format("rank {}: collective {} failed after {:.1f} s: {} (a peer rank died or hung; "
@@ -286,14 +400,21 @@ Status ProcessGroup::Failed(const std::string& what, double waited_s, const std:
                   rank_, what, waited_s, cause, timeout_s_));
 }
 
-std::shared_ptr<ProcessGroup::Pending> ProcessGroup::AllReduceSumAsync(torch::Tensor t) {
+std::shared_ptr<ProcessGroup::Pending> ProcessGroup::AllReduceSumAsync(torch::Tensor t,
+                                                                       const std::string& what) {
   auto p = std::make_shared<Pending>();
-  p->tensors = {std::move(t)};
   if (broken_) {
     p->launch_error = "the process group failed earlier";
     return p;
   }
   try {
+    torch::Tensor staged = Stage(t);
+    if (staged.unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) p->original = t;
+    p->tensors = {std::move(staged)};
+    if (impl_->recorder) {
+      impl_->recorder("allreduce", what, p->tensors[0]);
+      return p;
+    }
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
     opts.timeout = Millis(timeout_s_);
@@ -307,8 +428,10 @@ std::shared_ptr<ProcessGroup::Pending> ProcessGroup::AllReduceSumAsync(torch::Te
 Status ProcessGroup::Wait(const std::shared_ptr<Pending>& p, const std::string& what) {
   if (!p->launch_error.empty()) return Failed(what, Since(p->start), DescribeCommError(p->launch_error));
   try {
-    // Gloo's own timeout covers a silent peer; the bounded wait enforces it for any backend.
-    p->work->wait(Millis(timeout_s_));
+    // Gloo's own timeout covers a silent peer; the bounded wait enforces it for any backend
+    // (NCCL: a blocking wait, ConfigureNcclFailureHandling).
+    if (p->work) p->work->wait(Millis(timeout_s_));
+    if (p->original.defined()) Unstage(p->original, p->tensors[0]);
   } catch (...) {
     return Failed(what, Since(p->start), DescribeCommError(ExceptionText(std::current_exception())));
   }
@@ -316,7 +439,7 @@ Status ProcessGroup::Wait(const std::shared_ptr<Pending>& p, const std::string& 
 }
 
 Status ProcessGroup::AllReduceSum(torch::Tensor& t, const std::string& what) {
-  auto p = AllReduceSumAsync(t);
+  auto p = AllReduceSumAsync(t, what);
   return Wait(p, what);
 }
 
@@ -324,13 +447,18 @@ Status ProcessGroup::Broadcast(torch::Tensor& t, int root, const std::string& wh
   if (broken_) return Failed(what, 0, "the process group failed earlier");
   const auto t0 = Clock::now();
   try {
-    std::vector<at::Tensor> tensors = {t};
-    c10d::BroadcastOptions opts;
-    opts.rootRank = root;
-    opts.rootTensor = 0;
-    opts.timeout = Millis(timeout_s_);
-    auto work = impl_->pg->broadcast(tensors, opts);
-    work->wait(Millis(timeout_s_));
+    std::vector<at::Tensor> tensors = {Stage(t)};
+    if (impl_->recorder) {
+      impl_->recorder("broadcast", what, tensors[0]);
+    } else {
+      c10d::BroadcastOptions opts;
+      opts.rootRank = root;
+      opts.rootTensor = 0;
+      opts.timeout = Millis(timeout_s_);
+      auto work = impl_->pg->broadcast(tensors, opts);
+      work->wait(Millis(timeout_s_));
+    }
+    Unstage(t, tensors[0]);
   } catch (...) {
     return Failed(what, Since(t0), DescribeCommError(ExceptionText(std::current_exception())));
   }
@@ -342,14 +470,30 @@ Status ProcessGroup::AllGather(const torch::Tensor& in, std::vector<torch::Tenso
   if (broken_) return Failed(what, 0, "the process group failed earlier");
   const auto t0 = Clock::now();
   try {
-    std::vector<at::Tensor> inputs = {in.contiguous()};
+    std::vector<at::Tensor> inputs = {Stage(in)};
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int r = 0; r < world_size_; ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
-    c10d::AllgatherOptions opts;
-    opts.timeout = Millis(timeout_s_);
-    auto work = impl_->pg->allgather(outputs, inputs, opts);
-    work->wait(Millis(timeout_s_));
-    *out = outputs[0];
+    if (impl_->recorder) {
+      impl_->recorder("allgather", what, inputs[0]);
+      for (auto& o : outputs[0]) impl_->recorder("allgather", what, o);
+    } else {
+      c10d::AllgatherOptions opts;
+      opts.timeout = Millis(timeout_s_);
+      auto work = impl_->pg->allgather(outputs, inputs, opts);
+      work->wait(Millis(timeout_s_));
+    }
+    out->clear();
+    for (const auto& o : outputs[0]) {
+      if (impl_->recorder) {
+        out->push_back(in.clone());  // this rank's own value for every rank
+      } else if (SameDevice(in.device(), device_)) {
+        out->push_back(o);
+      } else {
+        torch::Tensor r = torch::empty_like(in);
+        Unstage(r, o);
+        out->push_back(r);
+      }
+    }
   } catch (...) {
     return Failed(what, Since(t0), DescribeCommError(ExceptionText(std::current_exception())));
   }
@@ -404,7 +548,8 @@ void GradBuckets::OnGradReady(size_t slot) {
 void GradBuckets::LaunchReadyLocked() {
   while (next_ < buckets_.size() && remaining_[next_] <= 0) {
     const Bucket& b = buckets_[next_++];
-    pending_.push_back(pg_->AllReduceSumAsync(grad_buffers_[b.group].narrow(0, b.offset, b.numel)));
+    pending_.push_back(pg_->AllReduceSumAsync(grad_buffers_[b.group].narrow(0, b.offset, b.numel),
+                                              fmt::format("allreduce (gradient bucket {})", next_)));
   }
 }
 

@@ -8,12 +8,18 @@
 //   GLOO_SOCKET_IFNAME        optional: the network interface Gloo binds to
 // WORLD_SIZE unset or 1 means a single process: no process group, nothing here is used.
 //
-// ProcessGroup joins a c10d process group (Gloo on CPU; NCCL on CUDA where LibTorch was built
-// with it, else Gloo) and wraps the few collectives the trainer needs. Every collective and the
-// store use distributed.timeout_s: a dead peer (connection closed) or a hung one (no progress
+// ProcessGroup joins a c10d process group (Gloo on CPU; NCCL on CUDA, when compiled in) and
+// wraps the few collectives the trainer needs. Each collective takes tensors on any device: the
+// group stages them on its own device (CUDA for NCCL, which accepts nothing else; CPU for Gloo)
+// and copies results back, in one place (ProcessGroup's Stage/Unstage), so call sites may pass
+// host tensors (counts, the resume header, RNG states). Every collective and the store use
+// distributed.timeout_s: a dead peer (connection closed, NCCL error) or a hung one (no progress
 // within the timeout) turns into an UNAVAILABLE Status that names this rank, the collective,
-// the time it waited and the cause. After such an error the process group is unusable; its
-// threads may still be blocked in a socket, so it is deliberately leaked rather than joined.
+// the time it waited and the cause, on every surviving rank. NCCL is configured for that
+// before the group is created (blocking waits, errors cleaned up without tearing the process
+// down; docs/distributed.md). After such an error the process group is unusable; its threads
+// may still be blocked in a socket or a kernel, so it is aborted (NCCL) and deliberately leaked
+// rather than joined.
 //
 // GradBuckets overlaps the gradient all-reduce with backward the way DDP does: the flat
 // gradient buffers of FlatAdamW are cut into buckets of about distributed.bucket_mb (in reverse
@@ -88,44 +94,69 @@ struct Bucket {
 // bucket whose gradients backward finishes first comes first. REQUIRES: cap_bytes > 0.
 std::vector<Bucket> AssignBuckets(const std::vector<ParamSlot>& slots, int64_t cap_bytes);
 
+// Which c10d backends this trainer was built with: Gloo (CPU ranks) needs LibTorch's gloo headers,
+// NCCL (CUDA ranks) a CUDA LibTorch and nccl.h (trainer/CMakeLists.txt).
+bool GlooAvailable();
+bool NcclAvailable();
+
 // Cause text of a collective failure: "peer connection closed", "timed out", or the original.
 std::string DescribeCommError(const std::string& what);
 
 class ProcessGroup {
  public:
-  // Rendezvous through rank 0's TCPStore and creates the backend. `device` picks NCCL (CUDA,
-  // when compiled in) or Gloo. Errors (UNAVAILABLE) name the rank, master address and timeout.
+  // Rendezvous through rank 0's TCPStore and creates the backend. `device` picks NCCL (CUDA) or
+  // Gloo (CPU). Errors: FAILED_PRECONDITION when that backend is not compiled in (before any
+  // rendezvous); UNAVAILABLE naming the rank, master address and timeout.
   static StatusOr<std::unique_ptr<ProcessGroup>> Join(const DistEnv& env, const torch::Device& device,
                                                       double timeout_s);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
+  // Test seam: a group that communicates with nobody. Each collective stages its tensors on
+  // `device` exactly as a real group does and hands them to `recorder` (the collective's name,
+  // what it is for, and each tensor as the backend would receive it). Results are this rank's
+  // own values (an all-reduce as if the other ranks contributed zeros, a broadcast as if this
+  // rank were the root, an all-gather of `world_size` copies); a `meta` device carries no data,
+  // so nothing is copied back from it and the caller's tensors keep their values.
+  using Recorder =
+      std::function<void(const std::string& op, const std::string& what, const torch::Tensor& t)>;
+  static std::unique_ptr<ProcessGroup> Recording(int rank, int world_size, const torch::Device& device,
+                                                 Recorder recorder);
+
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   const std::string& backend() const { return backend_name_; }
   double timeout_s() const { return timeout_s_; }
+  // Where collectives run: the CUDA device for NCCL, the CPU for Gloo.
+  const torch::Device& device() const { return device_; }
 
-  // Blocking collectives on whole tensors (contiguous, same shape and dtype on every rank).
+  // Blocking collectives on whole tensors (same shape and dtype on every rank, any device;
+  // results land in the caller's tensors).
   Status AllReduceSum(torch::Tensor& t, const std::string& what = "allreduce");
   Status Broadcast(torch::Tensor& t, int root, const std::string& what = "broadcast");
-  // `out` receives one tensor per rank, each shaped like `in`.
+  // `out` receives one tensor per rank, each shaped like `in` and on `in`'s device.
   Status AllGather(const torch::Tensor& in, std::vector<torch::Tensor>* out,
                    const std::string& what = "allgather");
 
-  // Asynchronous SUM all-reduce of `t` (in place). The handle is waited with Wait.
+  // Asynchronous SUM all-reduce of `t` (in place; copied back by Wait when `t` is not on the
+  // group's device). The handle is waited with Wait.
   class Pending;
-  std::shared_ptr<Pending> AllReduceSumAsync(torch::Tensor t);
+  std::shared_ptr<Pending> AllReduceSumAsync(torch::Tensor t, const std::string& what = "allreduce");
   Status Wait(const std::shared_ptr<Pending>& p, const std::string& what = "allreduce");
 
  private:
   struct Impl;
   ProcessGroup() = default;
   Status Failed(const std::string& what, double waited_s, const std::string& cause);
+  // The one place tensors move to and from the group's device.
+  torch::Tensor Stage(const torch::Tensor& t) const;
+  void Unstage(torch::Tensor& original, const torch::Tensor& staged) const;
 
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, world_size_ = 1;
   double timeout_s_ = 300;
+  torch::Device device_{torch::kCPU};
   std::string backend_name_;
   bool broken_ = false;
 };

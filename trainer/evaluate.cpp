@@ -14,14 +14,20 @@ EvalResult Evaluate(CausalLM& model, const SampleSet& samples, const EvalSpec& s
     torch::NoGradGuard no_grad;
     AutocastScope autocast(plan);
     double loss_sum = 0;
+    torch::Tensor loss_acc;
     for (size_t start = 0; start < samples.size(); start += bs) {
       if (!mine(start)) continue;
       std::vector<int64_t> idx;
-      for (size_t i = start; i < std::min(samples.size(), start + spec.batch_size); ++i) idx.push_back(i);
+      for (size_t i = start; i < std::min<size_t>(samples.size(), start + spec.batch_size); ++i)
+        idx.push_back(i);
       Batch b = Collate(samples, idx, pad_id);
-      loss_sum += model->LossSum(b.input_ids.to(plan.device), b.labels.to(plan.device)).item<double>();
+      // Summed on the device: one host read after the last batch.
+      torch::Tensor ls = model->LossSum(b.input_ids.to(plan.device), b.labels.to(plan.device), {}, {},
+                                        b.target_index.to(plan.device));
+      loss_acc = loss_acc.defined() ? loss_acc + ls.to(torch::kFloat64) : ls.to(torch::kFloat64);
       r.targets += b.targets;
     }
+    if (loss_acc.defined()) loss_sum = loss_acc.item<double>();
     r.loss_sum = loss_sum;
     r.loss = r.targets ? loss_sum / r.targets : 0.0;
   }

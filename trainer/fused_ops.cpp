@@ -1,7 +1,5 @@
 #include "trainer/fused_ops.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -11,6 +9,8 @@
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "trainer/parallel.h"
 
 namespace sftctl::trainer::fused {
 namespace {
@@ -158,7 +158,7 @@ struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
         using Y = decltype(yt);
         const X* xp = x.data_ptr<X>();
         Y* yp = y.data_ptr<Y>();
-        at::parallel_for(0, N, Grain(C), [&](int64_t b, int64_t e) {
+        parallel::For(0, N, Grain(C), [&](int64_t b, int64_t e) {
           RmsNormForwardRows<X, Y>(xp, wp, yp, ip, b, e, C, static_cast<float>(eps));
         });
       });
@@ -186,7 +186,7 @@ struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
         const X* xp = x.data_ptr<X>();
         const G* gp = g.data_ptr<G>();
         X* gxp = gx.data_ptr<X>();
-        at::parallel_for(0, K, 1, [&](int64_t kb, int64_t ke) {
+        parallel::For(0, K, 1, [&](int64_t kb, int64_t ke) {
           for (int64_t k = kb; k < ke; ++k) {
             float* pw = partial.data() + k * C;
             for (int64_t r = k * rows_per; r < std::min(N, (k + 1) * rows_per); ++r) {
@@ -237,7 +237,7 @@ struct QkvRopeFn : public torch::autograd::Function<QkvRopeFn> {
       using X = decltype(xt);
       const X* src = qkv.data_ptr<X>();
       X *qp = q.data_ptr<X>(), *kp = k.data_ptr<X>(), *vp = v.data_ptr<X>();
-      at::parallel_for(0, B * T, Grain(W), [&](int64_t b0, int64_t e0) {
+      parallel::For(0, B * T, Grain(W), [&](int64_t b0, int64_t e0) {
         for (int64_t bt = b0; bt < e0; ++bt) {
           const int64_t b = bt / T, t = bt % T;
           const int64_t p = pp ? pp[bt] : t;
@@ -286,7 +286,7 @@ struct QkvRopeFn : public torch::autograd::Function<QkvRopeFn> {
       using X = decltype(xt);
       const X *gqp = gq.data_ptr<X>(), *gkp = gk.data_ptr<X>(), *gvp = gv.data_ptr<X>();
       X* dst = gqkv.data_ptr<X>();
-      at::parallel_for(0, B * T, Grain(W), [&](int64_t b0, int64_t e0) {
+      parallel::For(0, B * T, Grain(W), [&](int64_t b0, int64_t e0) {
         for (int64_t bt = b0; bt < e0; ++bt) {
           const int64_t b = bt / T, t = bt % T;
           const int64_t p = pp ? pp[bt] : t;
@@ -329,7 +329,7 @@ struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
         using P = decltype(pt);
         const S* sp = scores.data_ptr<S>();
         P* pp = probs.data_ptr<P>();
-        at::parallel_for(0, Z * R, Grain(T), [&](int64_t b, int64_t e) {
+        parallel::For(0, Z * R, Grain(T), [&](int64_t b, int64_t e) {
           std::vector<float> buf(static_cast<size_t>(T));
           for (int64_t zr = b; zr < e; ++zr) {
             const int64_t t = (zr % R) % T;
@@ -372,7 +372,7 @@ struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
         const P* pp = probs.data_ptr<P>();
         const P* gp = g.data_ptr<P>();
         S* out = gs.data_ptr<S>();
-        at::parallel_for(0, Z * R, Grain(T), [&](int64_t b, int64_t e) {
+        parallel::For(0, Z * R, Grain(T), [&](int64_t b, int64_t e) {
           for (int64_t zr = b; zr < e; ++zr) {
             const int64_t t = (zr % R) % T;
             const P* p = pp + zr * T;
@@ -404,8 +404,7 @@ struct SwiGluFn : public torch::autograd::Function<SwiGluFn> {
       using X = decltype(xt);
       const X* src = gu.data_ptr<X>();
       X* yp = y.data_ptr<X>();
-      at::parallel_for(0, N, Grain(I2),
-                       [&](int64_t b, int64_t e) { SwiGluForwardRows<X>(src, yp, b, e, I); });
+      parallel::For(0, N, Grain(I2), [&](int64_t b, int64_t e) { SwiGluForwardRows<X>(src, yp, b, e, I); });
     });
     ctx->save_for_backward({gu});
     return y;
@@ -421,7 +420,7 @@ struct SwiGluFn : public torch::autograd::Function<SwiGluFn> {
       const X* src = gu.data_ptr<X>();
       const X* gyp = gy.data_ptr<X>();
       X* out = ggu.data_ptr<X>();
-      at::parallel_for(0, N, Grain(I2), [&](int64_t b, int64_t e) {
+      parallel::For(0, N, Grain(I2), [&](int64_t b, int64_t e) {
         std::vector<float> tmp(static_cast<size_t>(5 * I));
         SwiGluBackwardRows<X>(src, gyp, out, b, e, I, tmp.data());
       });
@@ -496,7 +495,7 @@ void AdamWStep(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch
               one_b2 = static_cast<float>(1.0 - beta2), step = static_cast<float>(lr / bc1),
               sqrt_bc2 = static_cast<float>(std::sqrt(bc2)), e = static_cast<float>(eps);
   const float keep = wd > 0 ? decay : 1.0f;
-  at::parallel_for(0, p.numel(), 1 << 15, [&](int64_t b, int64_t end) {
+  parallel::For(0, p.numel(), 1 << 15, [&](int64_t b, int64_t end) {
     AdamWRange(pp, gp, mp, vp, b, end, keep, b1, b2, one_b1, one_b2, step, sqrt_bc2, e);
   });
 }
@@ -507,7 +506,7 @@ double SumOfSquares(const torch::Tensor& flat) {
   constexpr int64_t kChunks = 64;
   const int64_t per = (n + kChunks - 1) / kChunks;
   std::vector<double> partial(kChunks, 0.0);
-  at::parallel_for(0, kChunks, 1, [&](int64_t kb, int64_t ke) {
+  parallel::For(0, kChunks, 1, [&](int64_t kb, int64_t ke) {
     for (int64_t k = kb; k < ke; ++k) {
       double s = 0;
       for (int64_t i = k * per; i < std::min(n, (k + 1) * per); ++i) s += static_cast<double>(x[i]) * x[i];

@@ -2,9 +2,11 @@
 // a hand-written backward. They replace chains of small ATen ops whose bf16 CPU kernels (in
 // LibTorch 1.13) cost more than the matrix multiplies around them.
 //
-// Every kernel reads float or bf16, computes in fp32, and rounds once on output. Reductions
-// use a fixed chunking that depends only on the tensor shape, never on the thread count, so
-// results are deterministic (exact resume relies on it). The composite ATen formulations in
+// Every kernel reads float or bf16, computes in fp32, and rounds once on output. The loops run
+// in parallel through trainer/parallel.h (LibTorch's OpenMP threads where the build has them,
+// else a small pool). Reductions use a fixed chunking that depends only on the tensor shape,
+// never on the thread count or the parallel backend, so results are deterministic (exact resume
+// relies on it). The composite ATen formulations in
 // model.cpp remain the reference: tests/trainer/fused_ops_test.cpp compares both, forward
 // and backward. Callers use these only for CPU tensors (see Supported()).
 //

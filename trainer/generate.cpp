@@ -22,7 +22,7 @@ std::vector<std::vector<int32_t>> Generate(CausalLM& model, const std::vector<st
     for (size_t start = 0; start < rows_all.size(); start += static_cast<size_t>(opts.batch_size)) {
       if (++batch_no % opts.shard_count != opts.shard_index) continue;
       std::vector<size_t> rows(rows_all.begin() + start,
-                               rows_all.begin() + std::min(rows_all.size(), start + opts.batch_size));
+                               rows_all.begin() + std::min<size_t>(rows_all.size(), start + opts.batch_size));
       if (decoded)
         for (size_t r : rows) (*decoded)[r] = 1;
       const int64_t B = static_cast<int64_t>(rows.size());

@@ -1,5 +1,8 @@
 #include "trainer/hf_tools.h"
 
+#include <stdlib.h>
+#include <unistd.h>  // mkdtemp on macOS
+
 #include <cmath>
 #include <filesystem>
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "trainer/device.h"
 #include "trainer/fused_ops.h"
 
 namespace sftctl::trainer {
@@ -15,7 +16,7 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
 
 // The dtype a matmul consuming `x` will run in: the autocast dtype when autocast is on.
 torch::ScalarType MatmulDtype(const torch::Tensor& x) {
-  if (x.device().is_cpu() && at::autocast::is_cpu_enabled()) return at::autocast::get_autocast_cpu_dtype();
+  if (x.device().is_cpu() && AutocastEnabled(at::kCPU)) return AutocastDtype(at::kCPU);
   return x.scalar_type();
 }
 
@@ -114,16 +115,30 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   torch::Tensor c = cos.to(q.scalar_type()), s = sin.to(q.scalar_type());
   q = q * c + RotateHalf(q) * s;
   k = k * c + RotateHalf(k) * s;
+  torch::Tensor out;
+#if defined(TORCH_VERSION_MAJOR) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
+  // Causal GQA on CUDA: SDPA's flash kernel takes the KV heads as they are. (With a mask the
+  // memory-efficient kernel is the one that applies, and it needs repeated heads; the CPU keeps
+  // one path, so its results do not depend on the LibTorch version.)
+  if (kv_heads_ != heads_ && !attn_mask.defined() && x.is_cuda()) {
+    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                           /*scale=*/std::nullopt, /*enable_gqa=*/true);
+    out = out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+    return o_proj->forward(out);
+  }
+#endif
   if (kv_heads_ != heads_) {
     const int64_t rep = heads_ / kv_heads_;
     k = k.unsqueeze(2).expand({B, kv_heads_, rep, T, head_dim_}).reshape({B, heads_, T, head_dim_});
     v = v.unsqueeze(2).expand({B, kv_heads_, rep, T, head_dim_}).reshape({B, heads_, T, head_dim_});
   }
-  torch::Tensor out;
+  TORCH_CHECK(!attn_mask.defined() || attn_mask.scalar_type() == torch::kBool,
+              "attention masks are boolean (true: may attend)");
 #if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
   // LibTorch 2.x: fused attention (flash / memory-efficient kernels on CUDA).
   if (attn_mask.defined()) {
-    out = at::scaled_dot_product_attention(q, k, v, attn_mask.to(q.scalar_type()));
+    out = at::scaled_dot_product_attention(q, k, v, attn_mask);
   } else {
     out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
   }
@@ -131,7 +146,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) * scale;
   if (attn_mask.defined()) {
-    scores = scores + attn_mask;
+    scores = scores.masked_fill(attn_mask.logical_not(), -std::numeric_limits<float>::infinity());
   } else {
     torch::Tensor causal =
         torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
@@ -220,8 +235,18 @@ torch::Tensor CausalLMImpl::Logits(const torch::Tensor& hidden) {
 }
 
 torch::Tensor CausalLMImpl::LossSum(const torch::Tensor& input_ids, const torch::Tensor& labels,
-                                    const torch::Tensor& positions, const torch::Tensor& attn_mask) {
+                                    const torch::Tensor& positions, const torch::Tensor& attn_mask,
+                                    const torch::Tensor& target_index) {
   torch::Tensor hidden = Hidden(input_ids, positions, attn_mask);
+  if (target_index.defined()) {
+    // Flat position r * T + t predicts label r * T + t + 1: gathered by index, so no step
+    // depends on how many targets there are (a boolean mask would make the host wait for it).
+    torch::Tensor h = hidden.reshape({-1, hidden.size(-1)}).index_select(0, target_index);  // [N, C]
+    torch::Tensor logits = Logits(h).to(torch::kFloat32);
+    return torch::nn::functional::cross_entropy(
+        logits, labels.reshape({-1}).index_select(0, target_index + 1),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  }
   // Position t predicts token t+1: pair hidden[:, :-1] with labels[:, 1:].
   torch::Tensor targets = labels.slice(1, 1);
   torch::Tensor mask = targets.ne(-100);

@@ -47,8 +47,10 @@ class RotaryTables {
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& c);
-  // x: [B, T, C]. `positions`: [B, T] or undefined for 0..T-1. `attn_mask`: additive float
-  // mask broadcastable to [B, H, T, T], or undefined for plain causal attention.
+  // x: [B, T, C]. `positions`: [B, T] or undefined for 0..T-1. `attn_mask`: bool mask (true:
+  // may attend) broadcastable to [B, H, T, T] (PackedAttentionMask), or undefined for plain
+  // causal attention. On CUDA with LibTorch >= 2.5, causal GQA attention reads the K/V heads
+  // in place (SDPA's enable_gqa) instead of repeating them.
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
                         const torch::Tensor& attn_mask);
   // Linear layers that can carry a LoRA adapter (trainer/projection.h, trainer/lora.h).
@@ -96,17 +98,20 @@ class CausalLMImpl : public torch::nn::Module {
   explicit CausalLMImpl(const ModelConfig& c);
 
   // Final hidden states [B, T, C] for `input_ids` [B, T] (int64). `positions` ([B, T]) and
-  // `attn_mask` (additive, [B, 1, T, T]) are optional: undefined means positions 0..T-1
-  // and causal attention.
+  // `attn_mask` (bool, [B, 1, T, T], see AttentionImpl::forward) are optional: undefined means
+  // positions 0..T-1 and causal attention.
   torch::Tensor Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions = {},
                        const torch::Tensor& attn_mask = {});
   // Logits for hidden states of any leading shape: [..., C] -> [..., V].
   torch::Tensor Logits(const torch::Tensor& hidden);
   // Sum of next-token cross-entropy over positions whose label is not -100, computed in fp32
   // with logits formed only at those positions. `labels` is aligned with `input_ids` (HF
-  // convention: the model shifts). Returns a scalar; the caller divides by the target count.
+  // convention: the model shifts). `target_index` (Batch::target_index, on the model's device)
+  // names those positions; without it they are found with a boolean mask, which on CUDA makes
+  // the host wait for the GPU. Returns a scalar; the caller divides by the target count.
   torch::Tensor LossSum(const torch::Tensor& input_ids, const torch::Tensor& labels,
-                        const torch::Tensor& positions = {}, const torch::Tensor& attn_mask = {});
+                        const torch::Tensor& positions = {}, const torch::Tensor& attn_mask = {},
+                        const torch::Tensor& target_index = {});
 
   const ModelConfig& config() const { return config_; }
   // Moves the RoPE tables along with the parameters.

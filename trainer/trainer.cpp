@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "common/tokenizer_loader.h"
@@ -94,6 +95,58 @@ StatusOr<std::string> RankCacheDir(int rank) {
   return std::string(buf.data());
 }
 
+// What rank 0 tells the other ranks before training, packed into one int64 tensor (the
+// elapsed time by its bits): the layout lives here only.
+struct RankZeroHeader {
+  bool resumed = false;
+  bool base_loaded = false;  // rank 0 loaded frozen base weights from the checkpoint
+  TrainerState state;
+  std::vector<char> rank_has_rng;  // per rank: the checkpoint holds its RNG stream
+
+  enum Field {
+    kResumed,
+    kBaseLoaded,
+    kStep,
+    kEpoch,
+    kPosition,
+    kTokensSeen,
+    kBadSteps,
+    kElapsedBits,
+    kRanks
+  };
+
+  torch::Tensor Pack() const {
+    torch::Tensor t = torch::zeros({kRanks + static_cast<int64_t>(rank_has_rng.size())}, torch::kInt64);
+    auto h = t.accessor<int64_t, 1>();
+    h[kResumed] = resumed;
+    h[kBaseLoaded] = base_loaded;
+    h[kStep] = state.step;
+    h[kEpoch] = state.epoch;
+    h[kPosition] = state.position;
+    h[kTokensSeen] = state.tokens_seen;
+    h[kBadSteps] = state.bad_steps;
+    std::memcpy(&h[kElapsedBits], &state.elapsed_s, sizeof(double));
+    for (size_t r = 0; r < rank_has_rng.size(); ++r) h[kRanks + static_cast<int64_t>(r)] = rank_has_rng[r];
+    return t;
+  }
+
+  static RankZeroHeader Unpack(const torch::Tensor& packed) {
+    const torch::Tensor t = packed.to(torch::kCPU).contiguous();
+    auto h = t.accessor<int64_t, 1>();
+    RankZeroHeader out;
+    out.resumed = h[kResumed] != 0;
+    out.base_loaded = h[kBaseLoaded] != 0;
+    out.state.step = h[kStep];
+    out.state.epoch = h[kEpoch];
+    out.state.position = h[kPosition];
+    out.state.tokens_seen = h[kTokensSeen];
+    out.state.bad_steps = h[kBadSteps];
+    std::memcpy(&out.state.elapsed_s, &h[kElapsedBits], sizeof(double));
+    for (int64_t r = kRanks; r < t.size(0); ++r) out.rank_has_rng.push_back(h[r] != 0);
+    return out;
+  }
+};
+
 // Makes every rank's model, optimizer, trainer state and RNG equal to rank 0's (which alone
 // read the checkpoint, so ranks need no shared folder). Each rank r > 0 gets its own saved
 // RNG stream ("rng.cpu.rank<r>") when the checkpoint has one.
@@ -104,33 +157,23 @@ Status ShareRankZeroState(ProcessGroup& pg, CausalLM& model, FlatAdamW& optimize
   const int rank = pg.rank(), world = pg.world_size();
   auto gen = at::detail::getDefaultCPUGenerator();
   const torch::Tensor own_rng = gen.get_state();
-  // Header: resumed, base weights loaded, trainer state, and which ranks have an RNG state.
-  torch::Tensor header = torch::zeros({8 + world}, torch::kFloat64);
+  RankZeroHeader mine;
+  mine.rank_has_rng.assign(world, 0);
   if (rank == 0) {
-    auto h = header.accessor<double, 1>();
-    h[0] = resume_dir->has_value();
-    h[1] = base_loaded;
-    h[2] = static_cast<double>(state->step);
-    h[3] = static_cast<double>(state->epoch);
-    h[4] = static_cast<double>(state->position);
-    h[5] = static_cast<double>(state->tokens_seen);
-    h[6] = static_cast<double>(state->bad_steps);
-    h[7] = state->elapsed_s;
+    mine.resumed = resume_dir->has_value();
+    mine.base_loaded = base_loaded;
+    mine.state = *state;
     for (int r = 1; r < world; ++r) {
       auto it = optimizer_state.find("rng.cpu.rank" + std::to_string(r));
-      h[8 + r] = it != optimizer_state.end() && it->second.sizes() == own_rng.sizes();
+      mine.rank_has_rng[r] = it != optimizer_state.end() && it->second.sizes() == own_rng.sizes();
     }
   }
-  SFT_RETURN_IF_ERROR(pg.Broadcast(header, 0, "broadcast (resume state)"));
-  auto h = header.accessor<double, 1>();
-  const bool resumed = h[0] != 0;
+  torch::Tensor packed = mine.Pack();
+  SFT_RETURN_IF_ERROR(pg.Broadcast(packed, 0, "broadcast (resume state)"));
+  const RankZeroHeader h = RankZeroHeader::Unpack(packed);
+  const bool resumed = h.resumed;
   if (rank != 0) {
-    state->step = static_cast<int64_t>(h[2]);
-    state->epoch = static_cast<int64_t>(h[3]);
-    state->position = static_cast<int64_t>(h[4]);
-    state->tokens_seen = static_cast<int64_t>(h[5]);
-    state->bad_steps = static_cast<int64_t>(h[6]);
-    state->elapsed_s = h[7];
+    *state = h.state;
     if (resumed) *resume_dir = "(rank 0's checkpoint)";
   }
   // Trainable parameters always (the seeded init already agrees; this makes it certain), the
@@ -141,7 +184,7 @@ Status ShareRankZeroState(ProcessGroup& pg, CausalLM& model, FlatAdamW& optimize
     torch::Tensor b = buffers[i];
     SFT_RETURN_IF_ERROR(pg.Broadcast(b, 0, "broadcast (parameters and optimizer state)"));
   }
-  if (h[1] != 0) {
+  if (h.base_loaded) {
     for (const auto& p : model->parameters()) {
       if (p.requires_grad()) continue;
       torch::Tensor t = p.data();
@@ -150,7 +193,7 @@ Status ShareRankZeroState(ProcessGroup& pg, CausalLM& model, FlatAdamW& optimize
   }
   optimizer.set_steps(state->step);
   for (int r = 1; r < world; ++r) {
-    if (h[8 + r] == 0) continue;
+    if (!h.rank_has_rng[r]) continue;
     torch::Tensor t = rank == 0 ? optimizer_state.at("rng.cpu.rank" + std::to_string(r)).clone()
                                 : torch::empty_like(own_rng);
     SFT_RETURN_IF_ERROR(pg.Broadcast(t, 0, "broadcast (RNG states)"));
@@ -186,7 +229,12 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
 
   // 0. Ranks: WORLD_SIZE > 1 makes this process one rank of a data-parallel job
   // (trainer/distributed.h). Rank 0 (`lead`) alone writes the run folder and reports progress.
-  SFT_ASSIGN_OR_RETURN(const DistEnv env, ReadDistEnv());
+  DistEnv env;
+  if (options.hooks.dist_env) {
+    env = *options.hooks.dist_env;
+  } else {
+    SFT_ASSIGN_OR_RETURN(env, ReadDistEnv());
+  }
   const bool lead = env.rank == 0;
   const int world = env.world_size;
   result.rank = env.rank;
@@ -198,7 +246,9 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
   result.precision = plan.precision();
   result.device = plan.device.str();
   std::unique_ptr<ProcessGroup> pg;
-  if (env.distributed()) {
+  if (env.distributed() && options.hooks.process_group) {
+    pg = options.hooks.process_group(env, plan.device);
+  } else if (env.distributed()) {
     SFT_ASSIGN_OR_RETURN(pg, ProcessGroup::Join(env, plan.device, spec.distributed.timeout_s));
   }
 
@@ -414,7 +464,8 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
       const auto [lo, hi] = ShardSlice(static_cast<int64_t>(drawn.size()), spec.train.batch_size, env.rank);
       if (lo == hi) continue;  // the short end of an epoch left this rank nothing
       window.push_back(Collate(data.train, std::vector<int64_t>(drawn.begin() + lo, drawn.begin() + hi), pad,
-                               spec.data.packing ? spec.data.max_seq_len : 0));
+                               spec.data.packing ? spec.data.max_seq_len : 0,
+                               /*pinned=*/plan.device.is_cuda()));
       window_targets += window.back().targets;
       window_tokens += window.back().tokens;
     }
@@ -422,26 +473,23 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
     if (pg) {
       // The loss is normalised by the target tokens of the window over all ranks.
       const auto t_comm = Clock::now();
-      torch::Tensor counts = torch::tensor(
-          {static_cast<double>(window_targets), static_cast<double>(window_tokens)}, torch::kFloat64);
+      torch::Tensor counts = torch::tensor({window_targets, window_tokens}, torch::kInt64);
       SFT_RETURN_IF_ERROR(pg->AllReduceSum(counts, "allreduce (window token counts)"));
-      window_targets = static_cast<int64_t>(counts[0].item<double>());
-      window_tokens = static_cast<int64_t>(counts[1].item<double>());
+      window_targets = counts[0].item<int64_t>();
+      window_tokens = counts[1].item<int64_t>();
       allreduce_s += Seconds(t_comm);
     }
     WindowOptions wo;
     wo.normaliser = window_targets;
     if (options.hooks.on_loss) wo.on_loss = [&](torch::Tensor& ls) { options.hooks.on_loss(state.step, ls); };
     if (buckets) wo.before_last_backward = [&] { buckets->Arm(); };
-    double loss_sum = AccumulateWindow(model, window, plan, wo);
+    torch::Tensor loss_t = AccumulateWindowLoss(model, window, plan, wo).reshape({1});
     if (pg) {
-      // Wait for the gradient buckets still in flight, then add up the loss.
+      // Wait for the gradient buckets still in flight, then add up the loss (on the device).
       double wait_s = 0;
       SFT_RETURN_IF_ERROR(buckets->Finish(&wait_s));
       const auto t_comm = Clock::now();
-      torch::Tensor ls = torch::tensor({loss_sum}, torch::kFloat64);
-      SFT_RETURN_IF_ERROR(pg->AllReduceSum(ls, "allreduce (window loss)"));
-      loss_sum = ls.item<double>();
+      SFT_RETURN_IF_ERROR(pg->AllReduceSum(loss_t, "allreduce (window loss)"));
       allreduce_s += wait_s + Seconds(t_comm);
     }
     ++state.step;
@@ -449,9 +497,13 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
     state.position = sampler.position();
     state.tokens_seen += window_tokens;
     session_tokens += window_tokens;
-    const double loss = loss_sum / static_cast<double>(window_targets);
     torch::Tensor norm_t = optimizer.GradNorm();
-    const double grad_norm = norm_t.item<double>();
+    // The step's one wait for the device: the loss and the gradient norm, read together.
+    const torch::Tensor host =
+        torch::cat({loss_t.reshape({1}), norm_t.to(torch::kFloat64).reshape({1})}).to(torch::kCPU);
+    const double loss_sum = host[0].item<double>();
+    const double grad_norm = host[1].item<double>();
+    const double loss = loss_sum / static_cast<double>(window_targets);
 
     // Loss and gradients are global, so every rank takes the same decision here.
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
@@ -533,12 +585,18 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
 
 }  // namespace
 
-double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,
-                        const WindowOptions& options) {
+torch::Tensor AccumulateWindowLoss(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,
+                                   const WindowOptions& options) {
   int64_t window_targets = options.normaliser;
   if (window_targets == 0)
     for (const Batch& b : window) window_targets += b.targets;
-  double loss_sum = 0;
+  // Host batches go to the device without waiting: pinned (Collate) and non_blocking on CUDA.
+  const bool async = plan.device.is_cuda();
+  auto to_device = [&](const torch::Tensor& t) {
+    return t.defined() ? t.to(plan.device, t.scalar_type(), /*non_blocking=*/async) : torch::Tensor();
+  };
+  torch::Tensor loss_sum =
+      torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(plan.device));
   for (size_t i = 0; i < window.size(); ++i) {
     const Batch& b = window[i];
     torch::Tensor ls;
@@ -546,18 +604,25 @@ double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const
       // Forward under autocast; backward outside it, as PyTorch prescribes (backward ops run
       // in the dtypes the forward chose).
       AutocastScope autocast(plan);
-      // Packed batches (data.packing) carry positions and a block-causal mask.
-      torch::Tensor positions = b.positions.defined() ? b.positions.to(plan.device) : torch::Tensor();
-      torch::Tensor mask = b.attn_mask.defined() ? b.attn_mask.to(plan.device) : torch::Tensor();
-      ls = model->LossSum(b.input_ids.to(plan.device), b.labels.to(plan.device), positions, mask);
+      // Packed batches (data.packing) carry positions and segments; the block-causal mask is
+      // built on the device.
+      torch::Tensor segments = to_device(b.segments);
+      torch::Tensor mask = segments.defined() ? PackedAttentionMask(segments) : torch::Tensor();
+      ls = model->LossSum(to_device(b.input_ids), to_device(b.labels), to_device(b.positions), mask,
+                          to_device(b.target_index));
     }
     if (options.on_loss) options.on_loss(ls);
     if (i + 1 == window.size() && options.before_last_backward) options.before_last_backward();
     (ls / static_cast<double>(window_targets)).backward();
-    loss_sum += ls.item<double>();
+    loss_sum = loss_sum + ls.detach().to(torch::kFloat64);
   }
   ClearAutocastCache();
   return loss_sum;
+}
+
+double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,
+                        const WindowOptions& options) {
+  return AccumulateWindowLoss(model, window, plan, options).item<double>();
 }
 
 double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,

@@ -23,6 +23,7 @@
 #include "common/spec.h"
 #include "trainer/data.h"
 #include "trainer/device.h"
+#include "trainer/distributed.h"
 #include "trainer/model.h"
 
 namespace sftctl::trainer {
@@ -35,6 +36,11 @@ struct TrainHooks {
   std::optional<int64_t> stop_after_step;
   // Where checkpoints are written (fault injection). Default: FileSystem::Default().
   FileSystem* fs = nullptr;
+  // The rank environment, instead of RANK, WORLD_SIZE, ... (trainer/distributed.h).
+  std::optional<DistEnv> dist_env;
+  // When the run is distributed: makes its process group instead of ProcessGroup::Join (a
+  // recording group, in tests of where collectives run).
+  std::function<std::unique_ptr<ProcessGroup>(const DistEnv& env, const torch::Device& device)> process_group;
 };
 
 struct TrainOptions {
@@ -71,7 +77,13 @@ struct WindowOptions {
 // Runs forward and backward over one accumulation window, adding into the parameters'
 // gradients. Each micro-batch's loss is its summed token loss divided by the target tokens
 // of the whole window, so the window's gradient equals that of one batch holding all its
-// samples. Returns the window's summed token loss. An empty window does nothing.
+// samples. Returns the window's summed token loss as a float64 scalar on plan.device, without
+// waiting for the device: batches (pinned, on CUDA) are copied with non_blocking, the packed
+// mask is built on the device, targets are gathered by Batch::target_index. An empty window
+// does nothing and returns 0.
+torch::Tensor AccumulateWindowLoss(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,
+                                   const WindowOptions& options);
+// The same, returning the loss on the host.
 double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,
                         const WindowOptions& options);
 double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,

@@ -1,10 +1,6 @@
 #include "client/ssh/channel_pump.h"
 
-#include <fcntl.h>
-#include <linux/sockios.h>
 #include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include "common/fd_util.h"
 
 namespace sftctl::client::ssh {
 namespace {
@@ -43,12 +41,14 @@ struct Buffer {
 // True when a small packet (keepalive, window adjust, EOF) can go out without a partial send: the
 // socket is writable and its send queue nearly empty. libssh2 resumes a partially sent packet on the
 // next send of *any* kind and reports that next packet as sent, so a partial keepalive would silently
-// swallow channel data.
+// swallow channel data. Where the system cannot count the unsent bytes (SendQueueBytes < 0), POLLOUT
+// alone decides: BSD-derived kernels report it only with at least the send low-water mark (2 KiB by
+// default) free, more than any of these packets needs.
 bool SafeToSendSmall(int fd) {
   pollfd p{fd, POLLOUT, 0};
   if (::poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT)) return false;
-  int queued = 0;
-  return ::ioctl(fd, SIOCOUTQ, &queued) == 0 && queued < (16 << 10);
+  const long queued = SendQueueBytes(fd);
+  return queued < (16 << 10);
 }
 
 }  // namespace
@@ -60,9 +60,7 @@ StatusOr<std::unique_ptr<ChannelPump>> ChannelPump::Start(std::unique_ptr<SshSes
   p->channel_ = channel;
   p->capture_stderr_ = capture_stderr;
   int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    return ErrnoError("socketpair", "", errno);
-  }
+  SFT_RETURN_IF_ERROR(MakeSocketPair(AF_UNIX, SOCK_STREAM, sv));
   p->local_fd_ = sv[0];
   p->client_fd_ = sv[1];
   // Large socket buffers: fewer wake-ups per megabyte in both the pump and gRPC.
@@ -71,9 +69,8 @@ StatusOr<std::unique_ptr<ChannelPump>> ChannelPump::Start(std::unique_ptr<SshSes
   ::setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
   ::setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
   ::setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
-  ::fcntl(sv[0], F_SETFL, ::fcntl(sv[0], F_GETFL) | O_NONBLOCK);
-  p->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (p->wake_fd_ < 0) return ErrnoError("eventfd", "", errno);
+  SFT_RETURN_IF_ERROR(SetNonBlocking(sv[0]));
+  SFT_ASSIGN_OR_RETURN(p->waker_, Waker::Create());
   p->session_->SetNonBlocking();
   p->thread_ = std::thread([raw = p.get()] { raw->Run(); });
   return p;
@@ -81,14 +78,10 @@ StatusOr<std::unique_ptr<ChannelPump>> ChannelPump::Start(std::unique_ptr<SshSes
 
 ChannelPump::~ChannelPump() {
   stop_.store(true);
-  if (wake_fd_ >= 0) {
-    uint64_t one = 1;
-    (void)!::write(wake_fd_, &one, sizeof(one));
-  }
+  if (waker_) waker_->Wake();
   if (thread_.joinable()) thread_.join();
   if (client_fd_ >= 0) ::close(client_fd_);
   if (local_fd_ >= 0) ::close(local_fd_);
-  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 int ChannelPump::TakeClientFd() {
@@ -160,7 +153,7 @@ void ChannelPump::Run() {
 
     // 2. buffer -> gRPC.
     if (!down.empty()) {
-      ssize_t w = ::send(local_fd_, down.head(), down.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t w = SendNoSignal(local_fd_, down.head(), down.size(), MSG_DONTWAIT);
       if (w > 0) {
         down.consume(static_cast<size_t>(w));
         progress = true;
@@ -253,7 +246,7 @@ void ChannelPump::Run() {
     short lev = 0;
     if (!down.empty()) lev |= POLLOUT;
     if (!local_eof && up.room() > 0) lev |= POLLIN;
-    pollfd fds[3] = {{sock, sev, 0}, {local_fd_, lev, 0}, {wake_fd_, POLLIN, 0}};
+    pollfd fds[3] = {{sock, sev, 0}, {local_fd_, lev, 0}, {waker_->fd(), POLLIN, 0}};
     int timeout_ms = 1000;
     if (keepalive_s > 0) {
       auto until = std::chrono::duration_cast<std::chrono::milliseconds>(next_keepalive - now).count();

@@ -4,9 +4,9 @@
 //
 // Why a plain poll(2) loop and not Boost.Asio: the loop waits on exactly three descriptors (the SSH
 // socket, whose readiness libssh2 dictates through libssh2_session_block_directions; the local
-// socketpair end; a wake-up eventfd) and must re-drive libssh2 until EAGAIN after every wake-up,
-// because decrypted data can sit inside libssh2 while the socket is not readable. Asio would wrap the
-// same poll in reactor callbacks without removing any of that logic, and adds no second consumer.
+// socketpair end; a wake-up Waker, an eventfd or a self-pipe) and must re-drive libssh2 until EAGAIN after
+// every wake-up, because decrypted data can sit inside libssh2 while the socket is not readable. Asio would
+// wrap the same poll in reactor callbacks without removing any of that logic, and adds no second consumer.
 //
 // Ownership and threads: the pump owns the SshSession and the channel from Start() on; after Start()
 // no other thread may touch them (libssh2 sessions are not thread-safe). The destructor stops the
@@ -25,6 +25,7 @@
 
 #include "client/ssh/ssh_session.h"
 #include "common/status.h"
+#include "common/waker.h"
 
 namespace sftctl::client::ssh {
 
@@ -55,9 +56,9 @@ class ChannelPump {
   std::unique_ptr<SshSession> session_;
   LIBSSH2_CHANNEL* channel_ = nullptr;
   bool capture_stderr_ = false;
-  int local_fd_ = -1;   // pump's end of the socketpair
-  int client_fd_ = -1;  // gRPC's end until taken
-  int wake_fd_ = -1;    // eventfd: stop request
+  int local_fd_ = -1;             // pump's end of the socketpair
+  int client_fd_ = -1;            // gRPC's end until taken
+  std::unique_ptr<Waker> waker_;  // stop request
   std::atomic<bool> stop_{false};
   std::atomic<bool> alive_{true};
   mutable std::mutex mu_;

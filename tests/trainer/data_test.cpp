@@ -252,7 +252,7 @@ TEST(Packing, PackedLossEqualsUnpacked) {
   const std::vector<int64_t> idx = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   Batch plain = Collate(d->train, idx, ByteTokenizer::kPadId);
   Batch packed = Collate(d->train, idx, ByteTokenizer::kPadId, spec.data.max_seq_len);
-  ASSERT_TRUE(packed.attn_mask.defined() && packed.positions.defined());
+  ASSERT_TRUE(packed.segments.defined() && packed.positions.defined());
   EXPECT_LT(packed.input_ids.size(0), plain.input_ids.size(0)) << "several samples share a row";
   EXPECT_LE(packed.input_ids.size(1), spec.data.max_seq_len);
   EXPECT_EQ(packed.targets, plain.targets);
@@ -262,7 +262,8 @@ TEST(Packing, PackedLossEqualsUnpacked) {
   EXPECT_EQ(packed.positions[0][d->train[0].size()].item<int64_t>(), 0);
   const double a = m->LossSum(plain.input_ids, plain.labels).item<double>();
   const double b =
-      m->LossSum(packed.input_ids, packed.labels, packed.positions, packed.attn_mask).item<double>();
+      m->LossSum(packed.input_ids, packed.labels, packed.positions, PackedAttentionMask(packed.segments))
+          .item<double>();
   EXPECT_NEAR(a, b, 1e-5 * std::abs(a));
   // Without the block mask, attention would leak across samples and change the loss.
   const double leaky = m->LossSum(packed.input_ids, packed.labels, packed.positions).item<double>();

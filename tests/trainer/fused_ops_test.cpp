@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "trainer/model.h"
+#include "trainer/parallel.h"
 
 namespace sftctl::trainer {
 namespace {
@@ -132,6 +133,70 @@ TEST_P(FusedOps, SwiGluMatchesComposite) {
       },
       {gu}, {up.to(torch::kFloat32)});
   ExpectClose(fused, ref, tol());
+}
+
+// Every fused kernel, forward and backward, on inputs large enough to split into many parallel
+// subranges; outputs and gradients in one list.
+std::vector<torch::Tensor> RunEveryKernel(torch::ScalarType dtype) {
+  torch::manual_seed(7);
+  std::vector<torch::Tensor> all;
+  auto keep = [&](const std::vector<torch::Tensor>& ts) { all.insert(all.end(), ts.begin(), ts.end()); };
+  const auto x = torch::randn({1000, 64}).to(dtype), w = torch::rand({64}) + 0.5;
+  keep(Differentiate([&](auto& in) { return std::vector{fused::RmsNorm(in[0], in[1], 1e-5, dtype)}; }, {x, w},
+                     {torch::randn({1000, 64}).to(dtype)}));
+  const int64_t B = 2, T = 400, H = 4, Hk = 2, D = 8;
+  ModelConfig c;
+  c.head_dim = D;
+  c.rope_theta = 10000;
+  RotaryTables rope(c, T, torch::kCPU);
+  const auto positions = torch::randint(0, T, {B, T}, torch::kInt64);
+  keep(Differentiate(
+      [&](auto& in) {
+        auto [q, k, v] = fused::QkvRope(in[0], rope.cos_table(), rope.sin_table(), positions, H, Hk, D);
+        return std::vector{q, k, v};
+      },
+      {torch::randn({B, T, (H + 2 * Hk) * D}).to(dtype)},
+      {torch::randn({B, H, T, D}).to(dtype), torch::randn({B, Hk, T, D}).to(dtype),
+       torch::randn({B, Hk, T, D}).to(dtype)}));
+  keep(Differentiate([&](auto& in) { return std::vector{fused::CausalSoftmax(in[0], 0.3, dtype)}; },
+                     {torch::randn({8, 2 * 64, 64}).to(dtype) * 4},
+                     {torch::randn({8, 2 * 64, 64}).to(dtype)}));
+  keep(Differentiate([&](auto& in) { return std::vector{fused::SwiGlu(in[0])}; },
+                     {torch::randn({1000, 2 * 40}).to(dtype) * 3}, {torch::randn({1000, 40}).to(dtype)}));
+  auto p = torch::randn({200003}), g = torch::randn({200003}), m = torch::randn({200003}) * 0.1,
+       v = torch::rand({200003});
+  fused::AdamWStep(p, g, m, v, 1e-2, 0.1, 0.9, 0.95, 1e-8, 0.271, 0.142625);
+  keep({p, m, v, torch::tensor(fused::SumOfSquares(g), torch::kFloat64)});
+  return all;
+}
+
+// The same bits for any thread count and either parallel backend (exact resume relies on it).
+TEST_P(FusedOps, EveryKernelIsBitIdenticalAcrossBackendsAndThreadCounts) {
+  const int saved_threads = torch::get_num_threads();
+  const parallel::Backend saved_backend = parallel::CurrentBackend();
+  std::vector<parallel::Backend> backends = {parallel::Backend::kPool};
+  if (parallel::AtenAvailable()) backends.insert(backends.begin(), parallel::Backend::kAten);
+  std::vector<torch::Tensor> first;
+  for (parallel::Backend backend : backends) {
+    ASSERT_TRUE(parallel::SetBackend(backend).ok());
+    for (int threads : {1, 2, 3}) {
+      torch::set_num_threads(threads);
+      const auto got = RunEveryKernel(dtype());
+      if (first.empty()) {
+        first = got;
+        continue;
+      }
+      ASSERT_EQ(got.size(), first.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(torch::equal(got[i], first[i]))
+            << "tensor " << i << " differs with " << parallel::BackendName(backend) << ", " << threads
+            << " threads (max diff " << MaxAbs(got[i], first[i]) << ")";
+      }
+    }
+  }
+  torch::set_num_threads(saved_threads);
+  ASSERT_TRUE(parallel::SetBackend(saved_backend).ok());
+  EXPECT_EQ(first.size(), 3u + 4u + 2u + 2u + 4u);  // every kernel contributed
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedOps, ::testing::Values(torch::kFloat32, torch::kBFloat16),

