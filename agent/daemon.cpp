@@ -2,17 +2,23 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -31,6 +37,7 @@
 #include "agent/state_store.h"
 #include "agent/supervisor.h"
 #include "common/file_system.h"
+#include "common/rpc_limits.h"
 #include "sftctl/v1/agent.grpc.pb.h"
 
 #ifndef SFTCTL_VERSION
@@ -61,11 +68,36 @@ bool LockHeld(const std::string& dir) {
   return held;
 }
 
+// True when `pid` is an sftd run by this user: its executable has our binary's name and the
+// process is ours. A pid read from a data dir's sftd.pid may be stale and reused by an unrelated
+// process; nothing is signalled unless this holds.
+bool IsOurAgent(long pid) {
+  if (pid <= 0) return false;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  struct stat st {};
+  if (::stat(proc.c_str(), &st) != 0 || st.st_uid != ::geteuid()) return false;
+  auto exe_name = [](const std::string& link) {
+    char buf[PATH_MAX];
+    ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf) - 1);
+    if (n <= 0) return std::string();
+    std::string path(buf, static_cast<size_t>(n));
+    const std::string deleted = " (deleted)";  // a binary replaced by a rebuild or reinstall
+    if (path.size() > deleted.size() &&
+        path.compare(path.size() - deleted.size(), deleted.size(), deleted) == 0)
+      path.resize(path.size() - deleted.size());
+    return path.substr(path.rfind('/') + 1);
+  };
+  const std::string theirs = exe_name(proc + "/exe");
+  return !theirs.empty() && theirs == exe_name("/proc/self/exe");
+}
+
 struct Running {
   bool running = false;
   long pid = 0;
+  std::string host;  // what to dial: "127.0.0.1", "[::1]", ... (sftd.host; older agents: 127.0.0.1)
   int port = 0;
   std::string version;
+  std::string addr() const { return host + ":" + std::to_string(port); }
 };
 
 // Reads the files of a running agent; waits up to `wait` for a starting agent to write them.
@@ -75,9 +107,11 @@ Running FindRunning(const std::string& dir, std::chrono::milliseconds wait) {
     Running r;
     if (!LockHeld(dir)) return r;
     r.pid = std::atol(ReadSmallFile(Path(dir, "sftd.pid")).c_str());
+    r.host = ReadSmallFile(Path(dir, "sftd.host"));
+    if (r.host.empty()) r.host = "127.0.0.1";
     r.port = std::atoi(ReadSmallFile(Path(dir, "sftd.port")).c_str());
     r.version = ReadSmallFile(Path(dir, "sftd.version"));
-    r.running = r.pid > 0 && r.port > 0 && !r.version.empty() && ::kill(static_cast<pid_t>(r.pid), 0) == 0;
+    r.running = r.port > 0 && !r.version.empty() && IsOurAgent(r.pid);
     if (r.running || Clock::now() >= deadline) return r;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -98,12 +132,46 @@ bool IsLoopback(const std::string& host) {
   return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
+// A TCP connection to `host` (an address literal, IPv6 in brackets) and `port`; -1 with errno set.
+int ConnectTcp(std::string host, int port) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  int sock = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock >= 0 && ::connect(sock, res->ai_addr, res->ai_addrlen) != 0) {
+    int e = errno;
+    ::close(sock);
+    sock = -1;
+    errno = e;
+  }
+  ::freeaddrinfo(res);
+  return sock;
+}
+
 std::string SelfDir() {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) return ".";
   std::string p(buf, static_cast<size_t>(n));
   return p.substr(0, p.rfind('/'));
+}
+
+// Raises the soft limit on open files to the hard one (at most 65536): every rank holds three
+// output files, every client a socket, and the default soft limit of 1024 runs out first.
+void RaiseOpenFileLimit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  const rlim_t want = r.rlim_max == RLIM_INFINITY ? 65536 : std::min<rlim_t>(r.rlim_max, 65536);
+  if (r.rlim_cur >= want) return;
+  r.rlim_cur = want;
+  if (::setrlimit(RLIMIT_NOFILE, &r) != 0)
+    spdlog::warn("cannot raise the open-file limit: {}", std::strerror(errno));
 }
 
 // Runs the agent in this process until SIGTERM/SIGINT. Reports readiness (or "SFTD_ERROR <msg>") on
@@ -122,6 +190,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  RaiseOpenFileLimit();
 
   int lock_fd = ::open(Path(dir, "sftd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd < 0) return fail("cannot open " + Path(dir, "sftd.lock") + ": " + std::strerror(errno));
@@ -129,8 +198,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     // Another agent started meanwhile: report it instead.
     Running r = FindRunning(dir, std::chrono::seconds(10));
     if (!r.running) return fail("another sftd holds " + Path(dir, "sftd.lock"));
-    (void)WriteFully(ready_fd, ReadyLine("127.0.0.1:" + std::to_string(r.port), dir, r.version, r.pid),
-                     "ready pipe");
+    (void)WriteFully(ready_fd, ReadyLine(r.addr(), dir, r.version, r.pid), "ready pipe");
     return 0;
   }
   bool tls = !opts.tls_cert.empty() && !opts.tls_key.empty();
@@ -144,6 +212,8 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   if (!store.ok()) return fail(store.status().ToString());
   BlobStore blobs(Path(dir, "blobs"), store->get());
   if (Status s = blobs.Init(); !s.ok()) return fail(s.ToString());
+  GarbageCollector gc(dir, store->get(), &blobs);
+  AutoGc auto_gc(&gc, dir, opts.gc, std::chrono::seconds(std::max(1, opts.gc_check_s)), opts.gc_min_free_pct);
 
   SupervisorConfig cfg;
   cfg.data_dir = dir;
@@ -175,6 +245,8 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     deps.store = store->get();
     deps.blobs = &blobs;
     deps.artifacts = &artifacts;
+    deps.gc = &gc;
+    deps.gc_policy = opts.gc;
     deps.auth = &auth;
     deps.version = version;
     auto service = std::make_unique<AgentService>(deps);
@@ -194,13 +266,22 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
                            : opts.listen;
     builder.AddListeningPort(host + ":" + std::to_string(opts.port), creds, &port);
     builder.RegisterService(service.get());
-    builder.SetMaxReceiveMessageSize(16 << 20);
+    builder.SetMaxReceiveMessageSize(kMaxRpcMessageBytes);
+    builder.SetMaxSendMessageSize(kMaxRpcMessageBytes);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreamsPerConnection);
+    // Bounded memory for all connections together: a flood of clients slows down, never grows sftd.
+    grpc::ResourceQuota quota("sftd");
+    quota.Resize(size_t{1} << 30);
+    builder.SetResourceQuota(quota);
     server = builder.BuildAndStart();
     if (!server || port == 0) {
       supervisor.Stop();
       return fail("cannot listen on " + host + ":" + std::to_string(opts.port) + " (port in use?)");
     }
-    Status s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.port"), std::to_string(port) + "\n");
+    const std::string dial_host = DialHost(opts.listen);
+    Status s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.host"), dial_host + "\n");
+    if (s.ok())
+      s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.port"), std::to_string(port) + "\n");
     if (s.ok()) s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.version"), version + "\n");
     if (s.ok())
       s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.pid"), std::to_string(::getpid()) + "\n");
@@ -211,10 +292,10 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     }
     spdlog::info("sftd {} listening on {}:{} (data dir {}, {} GPU(s), trainer {})", version, opts.listen,
                  port, dir, cfg.gpus.size(), cfg.trainer_path);
-    std::string addr =
-        (IsLoopback(opts.listen) ? std::string("127.0.0.1") : host) + ":" + std::to_string(port);
-    (void)WriteFully(ready_fd, ReadyLine(addr, dir, version, ::getpid()), "ready pipe");
+    (void)WriteFully(ready_fd, ReadyLine(dial_host + ":" + std::to_string(port), dir, version, ::getpid()),
+                     "ready pipe");
     if (ready_fd != STDOUT_FILENO) ::close(ready_fd);
+    auto_gc.Start();
 
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -224,9 +305,11 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     server.reset();
     service.reset();  // joins the worker pool
   }
+  auto_gc.Stop();
   supervisor.Stop();
   ::unlink(Path(dir, "sftd.pid").c_str());
   ::unlink(Path(dir, "sftd.port").c_str());
+  ::unlink(Path(dir, "sftd.host").c_str());
   ::close(lock_fd);
   return 0;
 }
@@ -234,6 +317,16 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
 }  // namespace
 
 std::string AgentVersion() { return SFTCTL_VERSION; }
+
+std::string DialHost(const std::string& listen) {
+  std::string h = listen;
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h.empty() || h == "0.0.0.0" || h == "localhost") return "127.0.0.1";
+  if (h == "::") return "[::1]";
+  in6_addr a6{};
+  if (::inet_pton(AF_INET6, h.c_str(), &a6) == 1) return "[" + h + "]";
+  return h;
+}
 
 std::string RendezvousAddr(const DaemonOptions& opts) {
   if (!opts.rendezvous_addr.empty()) return opts.rendezvous_addr;
@@ -249,25 +342,58 @@ std::string RendezvousAddr(const DaemonOptions& opts) {
 std::string DefaultDataDir() {
   if (const char* d = std::getenv("SFTD_DATA_DIR"); d && *d) return d;
   if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/sftd";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.local/share/sftd";
+  std::string home;
+  if (const char* h = std::getenv("HOME"); h && *h) {
+    home = h;
+  } else if (const passwd* pw = ::getpwuid(::geteuid()); pw && pw->pw_dir && *pw->pw_dir) {
+    home = pw->pw_dir;  // never a shared folder such as /tmp
+  }
+  return home.empty() ? "" : home + "/.local/share/sftd";
+}
+
+Status CheckDataDirTrust(const std::string& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return ErrnoError("cannot inspect the data dir", dir, errno);
+  if (!S_ISDIR(st.st_mode)) return FailedPreconditionError("the data dir " + dir + " is not a folder");
+  if (st.st_uid != ::geteuid()) {
+    return PermissionDeniedError(
+        "the data dir " + dir + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user (uid " +
+        std::to_string(::geteuid()) +
+        "): another user could read its token or plant jobs; use a folder of your own");
+  }
+  if (st.st_mode & S_IWOTH) {
+    return PermissionDeniedError("the data dir " + dir +
+                                 " is writable by every user: its jobs and blobs cannot be trusted; "
+                                 "use a folder of your own");
+  }
+  if (::chmod(dir.c_str(), 0700) != 0) return ErrnoError("cannot make the data dir private", dir, errno);
+  return OkStatus();
 }
 
 int RunStart(DaemonOptions opts) {
   std::string dir = opts.data_dir.empty() ? DefaultDataDir() : opts.data_dir;
+  if (dir.empty()) {
+    std::cerr
+        << "SFTD_ERROR FAILED_PRECONDITION: no data dir: HOME is unset and this user has no home folder; "
+           "pass --data-dir or set SFTD_DATA_DIR\n";
+    return 1;
+  }
   if (Status s = FileSystem::Default()->CreateDirs(dir); !s.ok()) {
     std::cerr << "SFTD_ERROR " << s.ToString() << "\n";
     return 1;
   }
-  ::chmod(dir.c_str(), 0700);
   char real[PATH_MAX];
   if (::realpath(dir.c_str(), real) != nullptr) dir = real;
+  if (Status s = CheckDataDirTrust(dir); !s.ok()) {
+    std::cerr << "SFTD_ERROR " << s.ToString() << "\n";
+    return 1;
+  }
   std::string want_version = opts.version_override.empty() ? AgentVersion() : opts.version_override;
 
   Running r = FindRunning(dir, std::chrono::seconds(5));
   if (r.running) {
     if (r.version == want_version) {
-      std::cout << ReadyLine("127.0.0.1:" + std::to_string(r.port), dir, r.version, r.pid) << std::flush;
+      std::cout << ReadyLine(r.addr(), dir, r.version, r.pid) << std::flush;
       return 0;
     }
     std::cerr << "sftd: running agent is version " << r.version << ", restarting it as " << want_version
@@ -337,15 +463,14 @@ int RunStatus(const std::string& data_dir, bool json) {
   nlohmann::json j = {{"running", r.running}, {"data_dir", dir}};
   if (r.running) {
     j["pid"] = r.pid;
-    j["addr"] = "127.0.0.1:" + std::to_string(r.port);
+    j["addr"] = r.addr();
     j["version"] = r.version;
     j["token_file"] = Path(dir, "token");
     auto token = FileSystem::Default()->ReadFile(Path(dir, "token"));
     if (token.ok()) {
       std::string t = *token;
       while (!t.empty() && t.back() == '\n') t.pop_back();
-      auto channel =
-          grpc::CreateChannel("127.0.0.1:" + std::to_string(r.port), grpc::InsecureChannelCredentials());
+      auto channel = grpc::CreateChannel(r.addr(), grpc::InsecureChannelCredentials());
       auto stub = ::sftctl::v1::Agent::NewStub(channel);
       grpc::ClientContext ctx;
       ctx.AddMetadata("authorization", "Bearer " + t);
@@ -367,8 +492,8 @@ int RunStatus(const std::string& data_dir, bool json) {
   if (json) {
     std::cout << j.dump() << "\n";
   } else if (r.running) {
-    std::cout << "sftd " << r.version << " running, pid " << r.pid << ", 127.0.0.1:" << r.port
-              << ", data dir " << dir << "\n";
+    std::cout << "sftd " << r.version << " running, pid " << r.pid << ", " << r.addr() << ", data dir " << dir
+              << "\n";
   } else {
     std::cout << "sftd is not running (data dir " << dir << ")\n";
   }
@@ -384,6 +509,12 @@ int RunStop(const std::string& data_dir, int timeout_s, bool quiet) {
   }
   if (r.pid <= 0) {
     std::cerr << "sftd: the lock is held but " << Path(dir, "sftd.pid") << " is missing\n";
+    return 1;
+  }
+  if (!IsOurAgent(r.pid)) {
+    std::cerr << "sftd: the lock of " << dir << " is held, but pid " << r.pid << " in "
+              << Path(dir, "sftd.pid")
+              << " is not an sftd of this user (a stale pid file?); not signalling it\n";
     return 1;
   }
   ::kill(static_cast<pid_t>(r.pid), SIGTERM);
@@ -407,14 +538,9 @@ int RunBridge(const std::string& data_dir) {
     return 1;
   }
   ::signal(SIGPIPE, SIG_IGN);
-  int sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(r.port));
-  if (sock < 0 || ::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    std::cerr << "sftd bridge: cannot connect to 127.0.0.1:" << r.port << ": " << std::strerror(errno)
-              << "\n";
+  int sock = ConnectTcp(r.host, r.port);
+  if (sock < 0) {
+    std::cerr << "sftd bridge: cannot connect to " << r.addr() << ": " << std::strerror(errno) << "\n";
     return 1;
   }
   // Copy stdin -> socket and socket -> stdout until the agent side closes.
@@ -443,6 +569,75 @@ int RunBridge(const std::string& data_dir) {
     }
   }
   ::close(sock);
+  return 0;
+}
+
+namespace {
+
+Status GcThroughAgent(const std::string& dir, const ::sftctl::v1::CollectGarbageRequest& req,
+                      ::sftctl::v1::CollectGarbageResponse* resp) {
+  Running r = FindRunning(dir, std::chrono::seconds(2));
+  if (!r.running) return UnavailableError("the agent of " + dir + " is starting or stopping; try again");
+  SFT_ASSIGN_OR_RETURN(std::string token, FileSystem::Default()->ReadFile(Path(dir, "token")));
+  while (!token.empty() && token.back() == '\n') token.pop_back();
+  auto stub = ::sftctl::v1::Agent::NewStub(grpc::CreateChannel(r.addr(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(30));
+  grpc::Status s = stub->CollectGarbage(&ctx, req, resp);
+  if (!s.ok()) {
+    return Status(static_cast<StatusCode>(s.error_code()), "agent " + r.addr() + ": " + s.error_message());
+  }
+  return OkStatus();
+}
+
+// No agent runs: hold its lock (so none starts meanwhile) and collect in this process.
+Status GcOffline(const std::string& dir, const ::sftctl::v1::CollectGarbageRequest& req,
+                 ::sftctl::v1::CollectGarbageResponse* resp) {
+  if (!FileSystem::Default()->IsDirectory(dir)) return NotFoundError("no agent data dir at " + dir);
+  SFT_RETURN_IF_ERROR(CheckDataDirTrust(dir));
+  int lock_fd = ::open(Path(dir, "sftd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) return ErrnoError("cannot open", Path(dir, "sftd.lock"), errno);
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd);
+    return UnavailableError("an agent started on " + dir + " meanwhile; run `sftd gc` again");
+  }
+  auto run = [&]() -> Status {
+    SFT_ASSIGN_OR_RETURN(GcPolicy policy, GcPolicyFromRequest(req, GcPolicy{}));
+    SFT_ASSIGN_OR_RETURN(auto store, StateStore::Open(Path(dir, "agent.db")));
+    BlobStore blobs(Path(dir, "blobs"), store.get());
+    SFT_RETURN_IF_ERROR(blobs.Init());
+    GarbageCollector gc(dir, store.get(), &blobs);
+    SFT_ASSIGN_OR_RETURN(GcResult result, gc.Run(policy, req.dry_run()));
+    ToProto(result, resp);
+    return OkStatus();
+  };
+  Status s = run();
+  ::close(lock_fd);
+  return s;
+}
+
+}  // namespace
+
+int RunGc(const std::string& data_dir, const ::sftctl::v1::CollectGarbageRequest& req, bool json) {
+  std::string dir = data_dir.empty() ? DefaultDataDir() : data_dir;
+  ::sftctl::v1::CollectGarbageResponse resp;
+  Status s = dir.empty()     ? FailedPreconditionError("no data dir: pass --data-dir or set SFTD_DATA_DIR")
+             : LockHeld(dir) ? GcThroughAgent(dir, req, &resp)
+                             : GcOffline(dir, req, &resp);
+  if (!s.ok()) {
+    std::cerr << "sftd gc: " << s.ToString() << "\n";
+    return 1;
+  }
+  if (json) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions options;
+    options.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(resp, &out, options);
+    std::cout << out << "\n";
+  } else {
+    std::cout << FormatGcReport(resp, req.dry_run());
+  }
   return 0;
 }
 

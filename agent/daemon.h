@@ -2,13 +2,18 @@
 // machine-readable line; `status`, `stop` and `bridge` talk to the agent a data dir's files point at.
 //
 // Files in the data dir: sftd.lock (flock held by the running agent: the source of truth for "is it
-// running"), sftd.pid, sftd.port, sftd.version (written after the port is bound), token (0600),
-// agent.db (SQLite WAL), sftd.log (stdout/stderr of a detached agent), blobs/, jobs/<id>/.
+// running"), sftd.pid, sftd.host + sftd.port (the address to dial), sftd.version (written after the
+// port is bound), token (0600), agent.db (SQLite WAL), sftd.log (stdout/stderr of a detached agent),
+// blobs/, jobs/<id>/.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "agent/gc.h"
+#include "common/status.h"
+#include "sftctl/v1/agent.pb.h"
 
 namespace sftctl::agent {
 
@@ -27,7 +32,18 @@ struct DaemonOptions {
   // master_addr reported for node 0 of multi-node jobs; empty: see RendezvousAddr.
   std::string rendezvous_addr;
   std::string version_override;  // tests only: pretend to be another version
+  // Garbage collection (agent/gc.h): the policy `sftd gc` and automatic collection use; automatic
+  // collection checks every gc_check_s whether the store is over gc.max_store_bytes or the disk has
+  // less than gc_min_free_pct percent free (0: never automatically).
+  GcPolicy gc;
+  int gc_check_s = 600;
+  int gc_min_free_pct = 10;
 };
+
+// The address a local client dials for an agent listening on `listen`: "127.0.0.1" for 0.0.0.0,
+// localhost or no address; "[::1]" for "::"; an IPv6 literal in brackets ("::1" -> "[::1]"); else
+// `listen` itself. Written to the data dir's sftd.host and reported in SFTD_READY and `status`.
+std::string DialHost(const std::string& listen);
 
 // The master_addr node 0 of a multi-node job reports: `rendezvous_addr` when set; else "127.0.0.1" when
 // listening on loopback (the client, which reached the agent through SSH, overrides it with the host
@@ -35,8 +51,14 @@ struct DaemonOptions {
 // listen address itself.
 std::string RendezvousAddr(const DaemonOptions& opts);
 
-// $SFTD_DATA_DIR, else $XDG_DATA_HOME/sftd, else $HOME/.local/share/sftd.
+// $SFTD_DATA_DIR, else $XDG_DATA_HOME/sftd, else $HOME/.local/share/sftd (HOME unset: the
+// user's home from the password database); "" when there is none (never a shared folder).
 std::string DefaultDataDir();
+
+// The data dir holds the token and the jobs: it must be a real folder of this user that no other
+// user can write. OK (after chmod 0700), or PERMISSION_DENIED (another owner; world-writable),
+// FAILED_PRECONDITION (not a folder), naming the folder.
+Status CheckDataDirTrust(const std::string& dir);
 std::string AgentVersion();
 
 // Each returns the process exit code.
@@ -45,5 +67,10 @@ int RunStatus(const std::string& data_dir, bool json);
 // `quiet`: report on stderr (stdout stays reserved for the SFTD_READY line of `start`).
 int RunStop(const std::string& data_dir, int timeout_s, bool quiet = false);
 int RunBridge(const std::string& data_dir);
+// `sftd gc`: asks the running agent to collect (CollectGarbage), or, when none runs, takes the data
+// dir's lock and collects itself with the default policy and `req`'s overrides. Prints what was
+// removed (or would be: req.dry_run()), one line per entry, or one JSON object with `json`. Exit 0,
+// or 1 with the error on stderr.
+int RunGc(const std::string& data_dir, const ::sftctl::v1::CollectGarbageRequest& req, bool json);
 
 }  // namespace sftctl::agent

@@ -7,37 +7,18 @@
 #include <set>
 
 #include "common/file_system.h"
+#include "common/json_parse.h"
+#include "common/safe_path.h"
 #include "common/sha256.h"
 
 namespace sftctl::agent {
 
-std::string DirEntryProblem(const std::string& entry) {
-  if (entry.empty()) return "must not be empty";
-  if (entry.find('\0') != std::string::npos) return "must not contain NUL";
-  if (entry.front() == '/') return "'" + entry + "' must be relative, not absolute";
-  size_t start = 0;
-  for (;;) {
-    size_t slash = entry.find('/', start);
-    std::string part = entry.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (part.empty()) return "'" + entry + "' has an empty path component";
-    if (part == "..") return "'" + entry + "' must not contain '..'";
-    if (part == ".") return "'" + entry + "' must not contain '.' components";
-    if (slash == std::string::npos) break;
-    start = slash + 1;
-  }
-  return "";
-}
+namespace {
 
-StatusOr<nlohmann::json> ValidateSpec(
-    const std::string& spec_json, const std::vector<SpecBlobRef>& refs,
+StatusOr<nlohmann::json> ApplyBlobRefs(
+    nlohmann::json spec, const std::vector<SpecBlobRef>& refs,
     const std::function<StatusOr<std::string>(const std::string&)>& blob_path,
     std::vector<SpecFolder>* folders) {
-  nlohmann::json spec;
-  try {
-    spec = nlohmann::json::parse(spec_json);
-  } catch (const nlohmann::json::parse_error& e) {
-    return InvalidArgumentError(std::string("spec_json: not valid JSON: ") + e.what());
-  }
   if (!spec.is_object()) return InvalidArgumentError("spec_json: not a JSON object");
   if (spec.contains("output_dir") && !spec["output_dir"].is_string()) {
     return InvalidArgumentError("spec_json.output_dir: must be a string");
@@ -94,8 +75,8 @@ StatusOr<nlohmann::json> ValidateSpec(
       spec[ptr] = path;
       continue;
     }
-    if (std::string why = DirEntryProblem(ref.dir_entry); !why.empty())
-      return InvalidArgumentError(field + ".dir_entry: " + why);
+    if (Status why = CheckRelativePath(ref.dir_entry); !why.ok())
+      return why.WithContext(field + ".dir_entry");
     if (!use.entries.insert(ref.dir_entry).second) {
       return InvalidArgumentError(field + ".dir_entry: '" + ref.dir_entry +
                                   "' appears twice in the folder for '" + ref.json_pointer + "'");
@@ -127,6 +108,22 @@ StatusOr<nlohmann::json> ValidateSpec(
     for (SpecFolder& f : found) folders->push_back(std::move(f));
   }
   return spec;
+}
+
+}  // namespace
+
+StatusOr<nlohmann::json> ValidateSpec(
+    const std::string& spec_json, const std::vector<SpecBlobRef>& refs,
+    const std::function<StatusOr<std::string>(const std::string&)>& blob_path,
+    std::vector<SpecFolder>* folders) {
+  SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ParseJson(spec_json, "spec_json"));
+  // A client is trusted no further than its token: whatever its spec holds (a list index past
+  // 2^63 in a JSON pointer, a type nobody expected), the answer is INVALID_ARGUMENT, never a throw.
+  try {
+    return ApplyBlobRefs(std::move(spec), refs, blob_path, folders);
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgumentError(std::string("spec_json: ") + e.what());
+  }
 }
 
 Status MaterializeFolders(const std::string& job_dir, const std::vector<SpecFolder>& folders,

@@ -32,20 +32,17 @@ struct SpecFolder {
   std::vector<std::pair<std::string, std::string>> entries;  // {dir_entry, blob path}
 };
 
-// Parses `spec_json` and applies the blob references. `blob_path(sha)` returns the local path of a
-// complete blob or FAILED_PRECONDITION. File references are applied to the returned spec; folder
-// references are validated and appended to `folders` (their fields are set by MaterializeFolders).
-// Errors: INVALID_ARGUMENT naming the field ("spec_json: not a JSON object",
-// "spec_json.output_dir: must be a string", "blobs[1].json_pointer: ...", "blobs[2].dir_entry: ..."),
-// FAILED_PRECONDITION from blob_path.
+// Parses `spec_json` (at most kMaxJsonDepth levels deep; common/json_parse.h) and applies the blob
+// references. Folder entries (dir_entry) must pass common/safe_path's CheckRelativePath. `blob_path(sha)`
+// returns the local path of a complete blob or FAILED_PRECONDITION. File references are applied to the
+// returned spec; folder references are validated and appended to `folders` (their fields are set by
+// MaterializeFolders). Never throws. Errors: INVALID_ARGUMENT naming the field ("spec_json: not a JSON
+// object", "spec_json.output_dir: must be a string", "blobs[1].json_pointer: ...", "blobs[2].dir_entry:
+// ..."), FAILED_PRECONDITION from blob_path.
 StatusOr<nlohmann::json> ValidateSpec(
     const std::string& spec_json, const std::vector<SpecBlobRef>& refs,
     const std::function<StatusOr<std::string>(const std::string&)>& blob_path,
     std::vector<SpecFolder>* folders = nullptr);
-
-// "" when `entry` is a valid folder entry (relative, no empty, "." or ".." components, no NUL), else
-// what is wrong with it.
-std::string DirEntryProblem(const std::string& entry);
 
 // Creates <job_dir>/inputs/<n>/<dir_entry> for every folder (replacing what a previous attempt left
 // there) and sets each folder's field in `spec` to <job_dir>/inputs/<n>. Errors: INTERNAL naming the path.

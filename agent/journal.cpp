@@ -81,8 +81,7 @@ StatusOr<std::shared_ptr<Journal>> Journal::Open(const std::string& path) {
       if ((ev.seq - 1) % kIndexEvery == 0) j->index_.push_back(pos + start);
       j->last_seq_ = ev.seq;
       if (ev.src >= 0) j->source_offsets_[{ev.rank, ev.src}] = ev.src_end;
-      j->ring_.push_back(std::move(ev));
-      if (j->ring_.size() > kRingSize) j->ring_.pop_front();
+      j->PushRingLocked(std::move(ev));
       start = nl + 1;
       good = pos + start;
     }
@@ -107,23 +106,36 @@ StatusOr<uint64_t> Journal::Append(std::vector<JournalEvent> events) {
   uint64_t last;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // All or nothing: the lines are numbered and written first; memory (seq, index, ring, source
+    // offsets) changes only once they are all on file. A failed or short write (ENOSPC, EFBIG) is
+    // cut off again, so the file and memory never disagree and the next Append reuses the seqs.
     std::string data;
-    int64_t now = NowMs();
-    uint64_t off = file_size_;
+    std::vector<size_t> line_sizes;
+    const int64_t now = NowMs();
+    uint64_t seq = last_seq_;
     for (JournalEvent& ev : events) {
-      ev.seq = last_seq_ + 1;
+      ev.seq = ++seq;
       if (ev.time_ms == 0) ev.time_ms = now;
-      std::string line = EncodeJournalLine(ev);
-      if ((ev.seq - 1) % kIndexEvery == 0) index_.push_back(off);
-      off += line.size();
+      const std::string line = EncodeJournalLine(ev);
+      line_sizes.push_back(line.size());
       data += line;
-      last_seq_ = ev.seq;
-      if (ev.src >= 0) source_offsets_[{ev.rank, ev.src}] = ev.src_end;
-      ring_.push_back(std::move(ev));
-      if (ring_.size() > kRingSize) ring_.pop_front();
     }
-    SFT_RETURN_IF_ERROR(WriteFully(fd_, data, path_));
-    file_size_ = off;
+    if (Status w = WriteFully(fd_, data, path_); !w.ok()) {
+      if (::ftruncate(fd_, static_cast<off_t>(file_size_)) != 0) {
+        return ErrnoError("cannot undo a failed journal write (" + w.message() + ")", path_, errno);
+      }
+      return w;
+    }
+    uint64_t off = file_size_;
+    for (size_t i = 0; i < events.size(); ++i) {
+      JournalEvent& ev = events[i];
+      if ((ev.seq - 1) % kIndexEvery == 0) index_.push_back(off);
+      off += line_sizes[i];
+      if (ev.src >= 0) source_offsets_[{ev.rank, ev.src}] = ev.src_end;
+      PushRingLocked(std::move(ev));
+    }
+    file_size_ += data.size();
+    last_seq_ = seq;
     last = last_seq_;
     FireWaitersLocked(&fire);
   }
@@ -140,6 +152,7 @@ StatusOr<std::vector<JournalEvent>> Journal::Read(uint64_t after_seq, size_t max
   std::vector<JournalEvent> out;
   uint64_t start_off;
   uint64_t end_off;
+  uint64_t skip;  // lines between the indexed one and after_seq: counted, not decoded
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (after_seq >= last_seq_ || max_events == 0) return out;
@@ -151,6 +164,7 @@ StatusOr<std::vector<JournalEvent>> Journal::Read(uint64_t after_seq, size_t max
     size_t idx = static_cast<size_t>(after_seq / kIndexEvery);
     start_off = index_[idx];
     end_off = file_size_;
+    skip = after_seq - idx * kIndexEvery;
   }
   // Older than the ring: read the file from the nearest indexed line (outside the lock).
   std::string buf;
@@ -170,6 +184,11 @@ StatusOr<std::vector<JournalEvent>> Journal::Read(uint64_t after_seq, size_t max
     for (;;) {
       size_t nl = buf.find('\n', start);
       if (nl == std::string::npos) break;
+      if (skip > 0) {
+        --skip;
+        start = nl + 1;
+        continue;
+      }
       JournalEvent ev;
       if (!DecodeJournalLine(buf.substr(start, nl - start), &ev)) {
         return DataLossError("journal '" + path_ + "': corrupt line near offset " + std::to_string(pos));
@@ -213,6 +232,21 @@ void Journal::NotifyWhenAfter(uint64_t after_seq, std::function<void()> fn) {
     }
   }
   fn();
+}
+
+size_t Journal::ring_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ring_bytes_;
+}
+
+void Journal::PushRingLocked(JournalEvent ev) {
+  ring_bytes_ += ev.text.size();
+  ring_.push_back(std::move(ev));
+  while (ring_.size() > 1 &&
+         (ring_.size() > kRingSize || ring_bytes_ - ring_.back().text.size() > kRingBytes)) {
+    ring_bytes_ -= ring_.front().text.size();
+    ring_.pop_front();
+  }
 }
 
 void Journal::FireWaitersLocked(std::vector<std::function<void()>>* out) {

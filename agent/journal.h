@@ -39,7 +39,10 @@ struct JournalEvent {
 
 class Journal {
  public:
+  // The in-memory ring keeps the newest events: at most kRingSize of them and, beyond its newest
+  // event, at most kRingBytes of text (4096 lines of 1 MiB would otherwise hold 4 GiB per job).
   static constexpr size_t kRingSize = 4096;
+  static constexpr size_t kRingBytes = size_t{8} << 20;
   static constexpr uint64_t kIndexEvery = 256;
 
   // Opens or creates the journal at `path`, rebuilding seq, index and source offsets from the file. A
@@ -48,7 +51,8 @@ class Journal {
   ~Journal();
 
   // Appends events in order, assigning seqs; returns the last seq. Data reaches the OS page cache
-  // (survives an agent crash); Flush() makes it durable.
+  // (survives an agent crash); Flush() makes it durable. All or nothing: on an error (disk full,
+  // file too large) nothing of the batch is in the file or in memory, and followers see nothing.
   StatusOr<uint64_t> Append(std::vector<JournalEvent> events);
   Status Flush();
 
@@ -56,6 +60,8 @@ class Journal {
   StatusOr<std::vector<JournalEvent>> Read(uint64_t after_seq, size_t max_events);
 
   uint64_t last_seq() const;
+  // Text bytes held in the in-memory ring (tests).
+  size_t ring_bytes() const;
   // A finished journal belongs to a job in a final state: followers stop at its end.
   void SetFinished(bool finished);
   bool finished() const;
@@ -69,6 +75,7 @@ class Journal {
  private:
   Journal(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
   void FireWaitersLocked(std::vector<std::function<void()>>* out);
+  void PushRingLocked(JournalEvent ev);
 
   const std::string path_;
   int fd_;
@@ -77,6 +84,7 @@ class Journal {
   uint64_t file_size_ = 0;
   bool finished_ = false;
   std::deque<JournalEvent> ring_;
+  size_t ring_bytes_ = 0;        // text bytes in ring_
   std::vector<uint64_t> index_;  // index_[i] = file offset of seq i*kIndexEvery+1
   std::vector<std::pair<uint64_t, std::function<void()>>> waiters_;
   std::map<std::pair<int, int>, uint64_t> source_offsets_;

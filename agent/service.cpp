@@ -15,6 +15,10 @@ namespace v1 = ::sftctl::v1;
 namespace {
 
 constexpr size_t kEventsPerMessage = 512;
+// Event text per StreamEvents message: far below any client's receive limit (gRPC's default is
+// 4 MiB) even when every line is as long as the supervisor allows (64 KiB). At least one event is
+// always sent.
+constexpr size_t kEventBytesPerMessage = 1 << 20;
 
 // A write reactor that fails at once (e.g. UNAUTHENTICATED) and deletes itself.
 template <typename T>
@@ -82,7 +86,10 @@ class EventsReactor : public grpc::ServerWriteReactor<v1::StreamEventsResponse> 
       if (!events.ok()) return FinishLocked(ToGrpc(events.status()));
       if (!events->empty()) {
         msg.Clear();
+        size_t bytes = 0;
         for (const JournalEvent& ev : *events) {
+          if (msg.events_size() > 0 && bytes + ev.text.size() > kEventBytesPerMessage) break;
+          bytes += ev.text.size();
           v1::Event* e = msg.add_events();
           e->set_seq(ev.seq);
           e->set_time_unix_ms(ev.time_ms);
@@ -91,7 +98,7 @@ class EventsReactor : public grpc::ServerWriteReactor<v1::StreamEventsResponse> 
           e->set_text(ev.text);
           e->set_state(ev.state);
         }
-        after = events->back().seq;
+        after = msg.events(msg.events_size() - 1).seq();
         reactor->StartWrite(&msg);
         return;
       }
@@ -245,16 +252,20 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
       }
       Status st;
       bool done = false;
+      // The answer is built here and copied into `resp` only under the lock and only while the
+      // RPC is not finished: a client cancel during a slow Finish (fsync, hashing) lets gRPC
+      // free `resp`.
+      v1::BlobStatus out;
       if (!ok) {  // the client half-closed: all bytes are here
         if (!upload) {
           st = InvalidArgumentError("sha256: no message received (the first must carry sha256 and size)");
         } else {
           st = upload->Finish();
           if (st.ok()) {
-            resp->set_sha256(sha);
-            resp->set_complete(true);
-            resp->set_size(upload->written());
-            resp->set_path(blobs->BlobPath(sha));
+            out.set_sha256(sha);
+            out.set_complete(true);
+            out.set_size(upload->written());
+            out.set_path(blobs->BlobPath(sha));
           }
         }
         done = true;
@@ -267,11 +278,11 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
             upload = std::move(*begun);
           } else if (begun.status().code() == StatusCode::kAlreadyExists) {
             auto stat = blobs->StatBlob(sha);
-            resp->set_sha256(sha);
-            resp->set_complete(true);
-            resp->set_size(stat.ok() ? stat->size : 0);
-            resp->set_deduplicated(true);
-            resp->set_path(blobs->BlobPath(sha));
+            out.set_sha256(sha);
+            out.set_complete(true);
+            out.set_size(stat.ok() ? stat->size : 0);
+            out.set_deduplicated(true);
+            out.set_path(blobs->BlobPath(sha));
             done = true;
           } else {
             st = begun.status();
@@ -294,7 +305,10 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
         // A digest mismatch already deleted the partial bytes; other errors keep them for a resume.
         return FinishLocked(ToGrpc(st));
       }
-      if (done) return FinishLocked(grpc::Status::OK);
+      if (done) {
+        *resp = std::move(out);
+        return FinishLocked(grpc::Status::OK);
+      }
       reactor->StartRead(&req);
     }
   };
@@ -365,9 +379,15 @@ void JobToProto(const JobRecord& rec, const std::vector<HistoryRecord>* history,
 }
 
 AgentService::AgentService(ServiceDeps deps)
-    : deps_(std::move(deps)), pool_(deps_.worker_threads), started_(std::chrono::steady_clock::now()) {}
+    : deps_(std::move(deps)),
+      pool_(deps_.worker_threads),
+      bulk_pool_(deps_.bulk_threads),
+      started_(std::chrono::steady_clock::now()) {}
 
-AgentService::~AgentService() { pool_.join(); }
+AgentService::~AgentService() {
+  pool_.join();
+  bulk_pool_.join();
+}
 
 #define SFT_AUTH_UNARY(ctx)                            \
   auto* reactor = (ctx)->DefaultReactor();             \
@@ -440,7 +460,7 @@ grpc::ServerUnaryReactor* AgentService::ListArtifacts(grpc::CallbackServerContex
                                                       const v1::ListArtifactsRequest* req,
                                                       v1::ListArtifactsResponse* resp) {
   SFT_AUTH_UNARY(ctx);
-  boost::asio::post(pool_, [this, reactor, req, resp] {
+  boost::asio::post(bulk_pool_, [this, reactor, req, resp] {
     auto rec = deps_.store->GetJob(req->job_id());
     if (!rec.ok()) return reactor->Finish(ToGrpc(rec.status()));
     auto list = deps_.artifacts->List(rec->id, rec->job_dir);
@@ -508,10 +528,30 @@ grpc::ServerReadReactor<v1::UploadBlobRequest>* AgentService::UploadBlob(grpc::C
                                                                          v1::BlobStatus* resp) {
   if (Status a = deps_.auth->Check(*ctx); !a.ok()) return new FailedReader<v1::UploadBlobRequest>(a);
   auto st = std::make_shared<UploadReactor::State>();
-  st->pool = &pool_;
+  st->pool = &bulk_pool_;
   st->blobs = deps_.blobs;
   st->resp = resp;
   return new UploadReactor(st);
+}
+
+grpc::ServerUnaryReactor* AgentService::CollectGarbage(grpc::CallbackServerContext* ctx,
+                                                       const v1::CollectGarbageRequest* req,
+                                                       v1::CollectGarbageResponse* resp) {
+  SFT_AUTH_UNARY(ctx);
+  if (deps_.gc == nullptr) {
+    reactor->Finish(ToGrpc(UnimplementedError("this agent has no garbage collector")));
+    return reactor;
+  }
+  // Scanning and removing folders blocks: the bulk pool, never the reaction.
+  boost::asio::post(bulk_pool_, [this, reactor, req, resp] {
+    auto policy = GcPolicyFromRequest(*req, deps_.gc_policy);
+    if (!policy.ok()) return reactor->Finish(ToGrpc(policy.status()));
+    auto result = deps_.gc->Run(*policy, req->dry_run());
+    if (!result.ok()) return reactor->Finish(ToGrpc(result.status()));
+    ToProto(*result, resp);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* AgentService::Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* req,

@@ -18,6 +18,7 @@
 #include "agent/artifacts.h"
 #include "agent/auth.h"
 #include "agent/blob_store.h"
+#include "agent/gc.h"
 #include "agent/state_store.h"
 #include "agent/supervisor.h"
 #include "common/status.h"
@@ -34,9 +35,15 @@ struct ServiceDeps {
   StateStore* store = nullptr;
   BlobStore* blobs = nullptr;
   Artifacts* artifacts = nullptr;
+  GarbageCollector* gc = nullptr;
+  GcPolicy gc_policy;  // CollectGarbage's defaults
   const Authenticator* auth = nullptr;
   std::string version;
+  // Short work (job lookups, event and artifact reads) runs on `worker_threads`; work that hashes or
+  // fsyncs whole files (ListArtifacts, UploadBlob) on `bulk_threads` of its own, so that hashing a
+  // large checkpoint never holds up `logs -f` or `status`.
   size_t worker_threads = 2;
+  size_t bulk_threads = 2;
   size_t pull_chunk_bytes = 1 << 20;
 };
 
@@ -69,6 +76,9 @@ class AgentService final : public ::sftctl::v1::Agent::CallbackService {
                                      ::sftctl::v1::BlobStatus* resp) override;
   grpc::ServerReadReactor<::sftctl::v1::UploadBlobRequest>* UploadBlob(
       grpc::CallbackServerContext* ctx, ::sftctl::v1::BlobStatus* resp) override;
+  grpc::ServerUnaryReactor* CollectGarbage(grpc::CallbackServerContext* ctx,
+                                           const ::sftctl::v1::CollectGarbageRequest* req,
+                                           ::sftctl::v1::CollectGarbageResponse* resp) override;
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const ::sftctl::v1::HealthRequest* req,
                                    ::sftctl::v1::HealthResponse* resp) override;
   grpc::ServerUnaryReactor* Version(grpc::CallbackServerContext* ctx, const ::sftctl::v1::VersionRequest* req,
@@ -77,6 +87,7 @@ class AgentService final : public ::sftctl::v1::Agent::CallbackService {
  private:
   ServiceDeps deps_;
   boost::asio::thread_pool pool_;
+  boost::asio::thread_pool bulk_pool_;
   std::chrono::steady_clock::time_point started_;
 };
 

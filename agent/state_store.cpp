@@ -251,7 +251,7 @@ StatusOr<JobRecord> StateStore::InsertJob(JobRecord rec) {
   Stmt h(db_, "INSERT INTO history (job_id, time_ms, state, reason) VALUES (?1, ?2, ?3, ?4)");
   h.Bind(1, rec.id).Bind(2, rec.created_ms).Bind(3, static_cast<int64_t>(rec.state)).Bind(4, rec.reason);
   if (h.Step() != SQLITE_DONE) return fail(h.Error("insert history"));
-  SFT_RETURN_IF_ERROR(Exec("COMMIT"));
+  SFT_RETURN_IF_ERROR(Commit());
   return rec;
 }
 
@@ -293,7 +293,15 @@ Status StateStore::SaveJob(const JobRecord& rec, const HistoryRecord* change) {
     h.Bind(4, change->reason);
     if (h.Step() != SQLITE_DONE) return fail(h.Error("insert history"));
   }
-  return Exec("COMMIT");
+  return Commit();
+}
+
+Status StateStore::Commit() {
+  Status st = Exec("COMMIT");
+  // A failed COMMIT (disk full, I/O error, busy) can leave the transaction open, and the next
+  // BEGIN would then fail forever: roll back, so the database keeps its last committed state.
+  if (!st.ok() && !sqlite3_get_autocommit(db_)) (void)Exec("ROLLBACK");
+  return st;
 }
 
 StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_id) {
@@ -395,6 +403,14 @@ Status StateStore::PutBlob(const std::string& sha256, uint64_t size) {
   Stmt q(db_, "INSERT OR REPLACE INTO blobs (sha256, size) VALUES (?1, ?2)");
   q.Bind(1, sha256).Bind(2, static_cast<int64_t>(size));
   if (q.Step() != SQLITE_DONE) return q.Error("put blob");
+  return OkStatus();
+}
+
+Status StateStore::DeleteBlob(const std::string& sha256) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "DELETE FROM blobs WHERE sha256=?1");
+  q.Bind(1, sha256);
+  if (q.Step() != SQLITE_DONE) return q.Error("delete blob");
   return OkStatus();
 }
 

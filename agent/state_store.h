@@ -89,6 +89,7 @@ class StateStore {
   StatusOr<std::optional<std::string>> FindByRequestId(const std::string& client_request_id);
 
   Status PutBlob(const std::string& sha256, uint64_t size);
+  Status DeleteBlob(const std::string& sha256);
 
   // Artifact hash cache keyed by (job, path, size, mtime).
   std::optional<std::string> CachedHash(const std::string& job_id, const std::string& path, uint64_t size,
@@ -99,6 +100,8 @@ class StateStore {
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}
   Status Exec(const char* sql);
+  // COMMIT; on failure the transaction is rolled back (never left open). REQUIRES: mu_ held.
+  Status Commit();
   Status Migrate();
   StatusOr<std::vector<JobRecord>> QueryJobs(const std::string& where_id);
 

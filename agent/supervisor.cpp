@@ -172,23 +172,32 @@ StatusOr<std::shared_ptr<Journal>> Supervisor::JournalFor(const std::string& job
   return j;
 }
 
-Status Supervisor::Transition(JobRecord* rec, Journal* journal, JobState state, const std::string& reason) {
-  bool final = IsFinal(state);
+Status Supervisor::Transition(JobRecord* rec, Journal* journal, JobState state, const std::string& reason,
+                              bool* saved) {
+  const bool final = IsFinal(state);
   JournalEvent ev;
   ev.kind = Event::STATE;
   ev.state = state;
   ev.text = reason;
-  SFT_RETURN_IF_ERROR(journal->Append({ev}).status());
-  if (final) SFT_RETURN_IF_ERROR(journal->Flush());  // the journal is durable before the final state
-  int64_t now = NowMs();
+  // The database, not the journal, says what runs: the job is saved even when its journal cannot
+  // take the event (disk full), so that a restarted agent never launches a running job again.
+  Status journaled = journal->Append({ev}).status();
+  if (journaled.ok() && final) journaled = journal->Flush();  // durable before the final state
+  const int64_t now = NowMs();
+  const JobRecord before = *rec;
   rec->state = state;
   rec->reason = reason;
   if (final) rec->finished_ms = now;
   HistoryRecord h{state, reason, now};
-  SFT_RETURN_IF_ERROR(store_->SaveJob(*rec, &h));
+  Status st = store_->SaveJob(*rec, &h);
+  if (saved != nullptr) *saved = st.ok();
+  if (!st.ok()) {
+    *rec = before;  // memory keeps agreeing with the database
+    return st.WithContext("saving the job as " + std::string(JobStateName(state)));
+  }
   journal->SetFinished(final);
   spdlog::info("{}: {} ({})", rec->id, JobStateName(state), reason);
-  return OkStatus();
+  return journaled.WithContext("journaling the job's state " + std::string(JobStateName(state)));
 }
 
 void Supervisor::DoSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done) {
@@ -381,14 +390,33 @@ void Supervisor::Launch(const Allocation& alloc) {
            std::to_string(rec.rendezvous.world_size()) + ", master " + env.master_addr + ":" +
            std::to_string(env.master_port);
   }
-  st = Transition(&rec, run->journal.get(), JobState::RUNNING, why);
-  if (!st.ok()) spdlog::error("{}: {}", rec.id, st.ToString());
+  bool saved = false;
+  st = Transition(&rec, run->journal.get(), JobState::RUNNING, why, &saved);
+  if (!saved) {
+    // Ranks the database does not know about would run untracked and be launched again after a
+    // restart: stop them, and fail the job (as far as the database can still be written).
+    spdlog::error("{}: {}; stopping its ranks", rec.id, st.ToString());
+    ::killpg(pgid, SIGKILL);  // our unreaped children: the group cannot have been reused
+    for (const RankRun& rr : run->ranks) ::waitpid(rr.pid, nullptr, 0);
+    scheduler_.Release(rec.id);
+    rec.assigned_gpus.clear();
+    rec.pgid = 0;
+    rec.ranks.clear();
+    Status t = Transition(&rec, run->journal.get(), JobState::FAILED, "launch: " + st.message());
+    if (!t.ok()) spdlog::error("{}: {}", rec.id, t.ToString());
+    return;
+  }
   run->last_progress = Clock::now();
   run->last_save = Clock::now();
   Run* raw = run.get();
   runs_[rec.id] = std::move(run);
   WatchExits(raw);
   ArmTimer(raw);
+  if (!st.ok()) {
+    // Saved, but its journal cannot take events: the ranks are tracked; stop them cleanly.
+    spdlog::error("{}: {}", rec.id, st.ToString());
+    BeginStop(raw, JobState::FAILED, "disk full? cannot journal the job: " + st.message(), false);
+  }
 }
 
 void Supervisor::WatchExits(Run* run) {
@@ -418,8 +446,10 @@ void Supervisor::ArmTimer(Run* run) {
   });
 }
 
-void Supervisor::Drain(Run* run, bool final_drain) {
+bool Supervisor::Drain(Run* run, bool final_drain) {
   std::vector<JournalEvent> events;
+  std::vector<std::pair<uint64_t*, uint64_t>> advanced;  // rank-file offsets, applied once journaled
+  bool more = false;
   for (RankRun& rr : run->ranks) {
     for (int src = 0; src < 3; ++src) {
       std::string path = RankFile(run->rec.job_dir, rr.rank, src);
@@ -431,6 +461,7 @@ void Supervisor::Drain(Run* run, bool final_drain) {
         continue;
       }
       size_t want = static_cast<size_t>(std::min<uint64_t>(st.st_size - rr.off[src], kMaxReadPerTick));
+      more |= st.st_size - rr.off[src] > kMaxReadPerTick;
       std::string buf(want, '\0');
       ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(rr.off[src]));
       ::close(fd);
@@ -485,12 +516,47 @@ void Supervisor::Drain(Run* run, bool final_drain) {
         events.push_back(std::move(ev));
         start = next;
       }
-      rr.off[src] += start;
+      advanced.push_back({&rr.off[src], rr.off[src] + start});
     }
   }
-  if (!events.empty()) {
-    auto appended = run->journal->Append(std::move(events));
-    if (!appended.ok()) spdlog::error("{}: journal: {}", run->rec.id, appended.status().ToString());
+  if (events.empty()) return more;
+  auto appended = run->journal->Append(std::move(events));
+  if (!appended.ok()) {
+    // Nothing of this batch was journaled: the rank files keep their offsets (the output is read
+    // again later), and the job stops rather than run on with output nobody can see.
+    spdlog::error("{}: journal: {}", run->rec.id, appended.status().ToString());
+    BeginStop(run, JobState::FAILED,
+              "disk full? cannot journal the job's output: " + appended.status().message(), false);
+    return false;
+  }
+  for (const auto& [off, to] : advanced) *off = to;
+  return more;
+}
+
+// The job's process group is the group of its first rank (pgid == that rank's pid). A pid cannot
+// be reused while it still names a live group, so a live process whose pid is the pgid but which
+// is not that rank (another start time) means the whole group died while the agent was down and
+// the number now belongs to someone else's group: it is never signalled.
+bool Supervisor::GroupIsOurs(const Run& run) const {
+  const pid_t pgid = static_cast<pid_t>(run.rec.pgid);
+  if (pgid <= 0) return false;
+  for (const RankRun& rr : run.ranks) {
+    if (rr.pid == pgid && rr.own_child) return true;  // not reused before we reap it
+  }
+  const bool pid_in_use = ::kill(pgid, 0) == 0 || errno == EPERM;
+  if (!pid_in_use) return true;  // the leader is gone; any member left keeps the number ours
+  for (const RankRun& rr : run.ranks) {
+    if (rr.pid == pgid) return SameProcessAlive(pgid, rr.start_time);
+  }
+  return false;
+}
+
+void Supervisor::SignalGroup(Run* run, int sig) {
+  if (GroupIsOurs(*run)) {
+    ::killpg(static_cast<pid_t>(run->rec.pgid), sig);
+  } else if (run->rec.pgid > 0) {
+    spdlog::warn("{}: process group {} now belongs to another process; not signalling it", run->rec.id,
+                 run->rec.pgid);
   }
 }
 
@@ -511,7 +577,7 @@ void Supervisor::BeginStop(Run* run, JobState state, const std::string& reason, 
     run->kill_at = Clock::now() + config_.kill_grace;
     bool any_alive = false;
     for (const RankRun& rr : run->ranks) any_alive |= rr.alive;
-    if (any_alive && run->rec.pgid > 0) ::killpg(static_cast<pid_t>(run->rec.pgid), SIGTERM);
+    if (any_alive) SignalGroup(run, SIGTERM);
     spdlog::info("{}: stopping ({}); SIGTERM sent", run->rec.id, reason);
   }
   if (state == JobState::CANCELLED && run->rec.state == JobState::RUNNING) {
@@ -569,7 +635,7 @@ void Supervisor::Tick(Run* run) {
     BeginStop(run, JobState::FAILED, "hang: no step event for " + std::to_string(hb) + " s", true);
   }
   if (run->stopping && !run->sigkilled && now >= run->kill_at && run->rec.pgid > 0) {
-    ::killpg(static_cast<pid_t>(run->rec.pgid), SIGKILL);
+    SignalGroup(run, SIGKILL);
     run->sigkilled = true;
     spdlog::info("{}: grace period over; SIGKILL sent", run->rec.id);
   }
@@ -587,9 +653,10 @@ void Supervisor::Tick(Run* run) {
   if (!any_alive) {
     // Every rank is gone; anything left in the process group (a rank's children) is killed before the
     // job may end, so nothing of it keeps holding a GPU.
-    std::vector<pid_t> left = ProcessGroupMembers(static_cast<pid_t>(run->rec.pgid));
+    std::vector<pid_t> left =
+        GroupIsOurs(*run) ? ProcessGroupMembers(static_cast<pid_t>(run->rec.pgid)) : std::vector<pid_t>();
     if (!left.empty()) {
-      ::killpg(static_cast<pid_t>(run->rec.pgid), SIGKILL);
+      SignalGroup(run, SIGKILL);
       ArmTimer(run);
       return;
     }
@@ -606,7 +673,8 @@ void Supervisor::Tick(Run* run) {
 }
 
 void Supervisor::Finalize(Run* run) {
-  Drain(run, true);
+  while (Drain(run, true)) {
+  }  // everything the ranks wrote, however much arrived since the last tick
   JobRecord& rec = run->rec;
   JobState final = JobState::FAILED;
   std::string reason;

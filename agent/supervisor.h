@@ -125,11 +125,20 @@ class Supervisor {
   // Opens a pidfd for each live rank and runs Tick as soon as one becomes readable.
   void WatchExits(Run* run);
   void ArmTimer(Run* run);
-  void Drain(Run* run, bool final_drain);
+  // Journals the ranks' new output, at most kMaxReadPerTick per file. Returns true when a file has
+  // more than that unread (the final drain repeats until it returns false).
+  bool Drain(Run* run, bool final_drain);
+  // Whether run's recorded process group is still its own (see supervisor.cpp), and signalling it
+  // only then.
+  bool GroupIsOurs(const Run& run) const;
+  void SignalGroup(Run* run, int sig);
   void BeginStop(Run* run, JobState state, const std::string& reason, bool requeue_allowed);
   void Finalize(Run* run);
-  // Journals a state event (fsynced when final), then saves the record with a history entry.
-  Status Transition(JobRecord* rec, Journal* journal, JobState state, const std::string& reason);
+  // Journals a state event (fsynced when final), then saves the record with a history entry. The
+  // record is saved even when the journal fails (that error is returned after the save); when the
+  // save fails, *rec is left as it was and the error is returned. `saved` (optional) tells which.
+  Status Transition(JobRecord* rec, Journal* journal, JobState state, const std::string& reason,
+                    bool* saved = nullptr);
   std::string JobDir(const std::string& id) const;
 
   SupervisorConfig config_;

@@ -8,6 +8,7 @@
 #include "client/commands.h"
 #include "client/job_target.h"
 #include "client/log_follower.h"
+#include "common/terminal_text.h"
 
 namespace sftctl::client {
 namespace {
@@ -132,8 +133,10 @@ int StatusCmd(const JobArgs& a) {
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
     const v1::Job& j = jobs[i];
-    std::cout << rec->nodes[i].host << "/" << j.id() << " (" << j.name() << "): " << StateName(j.state());
-    if (!j.reason().empty()) std::cout << " - " << j.reason();
+    // Names, reasons and folders come from the agent: escaped before they reach the terminal.
+    std::cout << rec->nodes[i].host << "/" << EscapeForTerminal(j.id()) << " (" << EscapeForTerminal(j.name())
+              << "): " << StateName(j.state());
+    if (!j.reason().empty()) std::cout << " - " << EscapeForTerminal(j.reason());
     std::cout << "\n  step " << (j.last_step() < 0 ? std::string("-") : std::to_string(j.last_step()))
               << ", loss " << Loss(j) << "; "
               << (j.gpus() > 0 ? std::to_string(j.gpus()) + " GPU(s)" : std::string("CPU")) << ", "
@@ -153,7 +156,7 @@ int StatusCmd(const JobArgs& a) {
       }
       std::cout << "\n";
     }
-    std::cout << "  job dir " << j.job_dir() << "\n";
+    std::cout << "  job dir " << EscapeForTerminal(j.job_dir()) << "\n";
   }
   return kExitOk;
 }
@@ -249,7 +252,7 @@ int ListCmd(const RemoteOptions& ro) {
     if (!s.ok()) {
       if (first_error.ok()) first_error = s;
       errors.push_back({{"host", opts.host}, {"code", StatusCodeName(s.code())}, {"message", s.message()}});
-      if (!ro.json) std::cerr << "error: " << s.message() << "\n";
+      if (!ro.json) std::cerr << "error: " << EscapeForTerminal(s.message()) << "\n";
       continue;
     }
     const std::string host = (*rc)->host();
@@ -276,7 +279,7 @@ int ListCmd(const RemoteOptions& ro) {
         line += r[c];
         if (c + 1 < r.size()) line += std::string(width[c] - r[c].size() + 2, ' ');
       }
-      std::cout << line << "\n";
+      std::cout << EscapeForTerminal(line) << "\n";
     }
   }
   return first_error.ok() ? kExitOk : ExitCodeFor(first_error);

@@ -1,12 +1,13 @@
 // `sftctl pull JOB [--step N | --latest] [-o DIR]`: a complete checkpoint and the run's top-level
-// files (metrics.jsonl, spec.json) into DIR, laid out like a `run --local` folder. Resumable and
+// files (metrics.jsonl, spec.json) into DIR, laid out like a `run --local` folder. Which files, and
+// where, is client/pull_plan.h (agent-listed paths are checked; DONE comes last). Resumable and
 // verified (client/puller.h); a rerun fetches only what is missing.
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "client/commands.h"
 #include "client/job_target.h"
+#include "client/pull_plan.h"
 #include "client/puller.h"
 #include "common/file_system.h"
 
@@ -21,12 +22,6 @@ struct PullArgs {
   std::string out_dir;
   bool force = false;
 };
-
-std::string Join(const std::set<int64_t>& steps) {
-  std::string s;
-  for (int64_t v : steps) s += (s.empty() ? "" : ", ") + std::to_string(v);
-  return s.empty() ? "none" : s;
-}
 
 int Pull(const PullArgs& a) {
   const bool json = a.ro.json;
@@ -47,44 +42,13 @@ int Pull(const PullArgs& a) {
   });
   if (!s.ok()) return ReportError(s, json);
 
-  std::set<int64_t> complete;
-  for (const auto& art : list.artifacts()) {
-    if (art.path().rfind("run/checkpoint-", 0) == 0 && art.checkpoint_step() >= 0 &&
-        art.checkpoint_complete()) {
-      complete.insert(art.checkpoint_step());
-    }
-  }
-  int64_t step = a.step;
-  if (step >= 0) {
-    if (complete.count(step) == 0) {
-      return ReportError(NotFoundError(rec->Ref() + " has no complete checkpoint at step " +
-                                       std::to_string(step) + " (complete: " + Join(complete) + ")"),
-                         json);
-    }
-  } else if (complete.empty()) {
-    return ReportError(
-        FailedPreconditionError(rec->Ref() + " has no complete checkpoint yet (see `sftctl status " +
-                                rec->Ref() + "`)"),
-        json);
-  } else {
-    step = *complete.rbegin();
-  }
-
   const std::string dir = a.out_dir.empty() ? "./" + rec->id : a.out_dir;
-  std::vector<PullItem> items;
-  uint64_t total = 0;
-  std::string checkpoint_dir;
-  for (const auto& art : list.artifacts()) {
-    if (art.path().rfind("run/", 0) != 0) continue;
-    const std::string rel = art.path().substr(4);
-    const bool top = rel.find('/') == std::string::npos;
-    const bool in_checkpoint = rel.rfind("checkpoint-", 0) == 0 && art.checkpoint_step() == step;
-    if (!top && !in_checkpoint) continue;
-    if (top && rel.size() > 5 && rel.compare(rel.size() - 5, 5, ".part") == 0) continue;
-    if (in_checkpoint) checkpoint_dir = rel.substr(0, rel.find('/'));
-    items.push_back({art.path(), JoinPath(dir, rel), art.size(), art.sha256()});
-    total += art.size();
-  }
+  auto plan = PlanPull(list, a.step, dir, rec->Ref());
+  if (!plan.ok()) return ReportError(plan.status(), json);
+  const int64_t step = plan->step;
+  const std::vector<PullItem>& items = plan->items;
+  const std::string& checkpoint_dir = plan->checkpoint_dir;
+  const uint64_t total = plan->total_bytes;
   if (Status c = FileSystem::Default()->CreateDirs(dir); !c.ok()) return ReportError(c, json);
 
   PullStats stats;

@@ -64,12 +64,13 @@ std::string ReachableAddress(const ConnectOptions& opts) {
 }
 
 Status SubmitOne(Reconnector* rc, const v1::SubmitJobRequest& req, v1::Job* job) {
-  return WithRetry(rc, [&](AgentSession& a) {
+  SFT_RETURN_IF_ERROR(WithRetry(rc, [&](AgentSession& a) {
     grpc::ClientContext ctx;
     a.Prepare(&ctx);
     // Idempotent: a retried request with the same client_request_id returns the same job.
     return FromGrpc(a.stub()->SubmitJob(&ctx, req, job), a.host() + ": submit");
-  });
+  }));
+  return CheckJobId(job->id());  // it names folders and references here
 }
 
 void CancelQuietly(Reconnector* rc, const std::string& id) {

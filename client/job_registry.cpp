@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include "client/remote_options.h"
 #include "common/file_system.h"
+#include "common/terminal_text.h"
 
 namespace sftctl::client {
 namespace {
@@ -24,8 +26,7 @@ json NodeToJson(const NodeRecord& n) {
           {"identity_file", n.identity_file},
           {"sftd", n.sftd},
           {"agent_data_dir", n.agent_data_dir},
-          {"transport", n.transport},
-          {"accept_new_host_key", n.accept_new_host_key}};
+          {"transport", n.transport}};
 }
 
 NodeRecord NodeFromJson(const json& j) {
@@ -36,7 +37,7 @@ NodeRecord NodeFromJson(const json& j) {
   n.sftd = j.value("sftd", "");
   n.agent_data_dir = j.value("agent_data_dir", "");
   n.transport = j.value("transport", "auto");
-  n.accept_new_host_key = j.value("accept_new_host_key", false);
+  // "accept_new_host_key" in registries written by older versions is ignored: see NodeRecord.
   return n;
 }
 
@@ -115,7 +116,6 @@ ConnectOptions NodeRecord::ToConnectOptions() const {
   c.identity_file = identity_file;
   c.sftd = sftd;
   c.agent_data_dir = agent_data_dir;
-  c.accept_new_host_key = accept_new_host_key;
   auto t = ParseTransport(transport);
   c.transport = t.ok() ? *t : Transport::kAuto;
   return c;
@@ -129,8 +129,17 @@ NodeRecord NodeRecord::From(const ConnectOptions& opts, const std::string& job_i
   n.sftd = opts.sftd;
   n.agent_data_dir = opts.agent_data_dir;
   n.transport = TransportName(opts.transport);
-  n.accept_new_host_key = opts.accept_new_host_key;
   return n;
+}
+
+Status CheckJobId(const std::string& id) {
+  bool ok = !id.empty() && id.size() <= 64 && id != "." && id != "..";
+  for (char c : id)
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
+  if (ok) return OkStatus();
+  return InvalidArgumentError("the agent reported an unusable job id '" +
+                              EscapeForTerminal(id.substr(0, 64)) +
+                              "' (expected 1-64 characters of A-Z a-z 0-9 . _ -)");
 }
 
 std::optional<std::pair<std::string, std::string>> SplitJobRef(const std::string& ref) {

@@ -4,7 +4,7 @@
 //   {"version": 1, "jobs": [{"host": "gpu-box", "id": "job-3", "name": "tiny",
 //     "submitted_unix_ms": 1700000000000,
 //     "nodes": [{"host": "gpu-box", "id": "job-3", "identity_file": "", "sftd": "",
-//                "agent_data_dir": "", "transport": "auto", "accept_new_host_key": false}, ...]}]}
+//                "agent_data_dir": "", "transport": "auto"}, ...]}]}
 // A job is (host, agent job id); a multi-node job is one entry (node 0's host and id) listing every
 // node, node 0 first. Updates take an exclusive flock on jobs.json.lock, read, modify, and replace the
 // file atomically (temporary file, fsync, rename), so concurrent sftctl processes never lose entries.
@@ -30,7 +30,8 @@ struct NodeRecord {
   std::string id;    // the agent's job id on that host
   std::string identity_file, sftd, agent_data_dir;
   std::string transport = "auto";
-  bool accept_new_host_key = false;
+  // --accept-new-host-key is deliberately not recorded: it recorded the host's key at submit, and
+  // every later reconnect (logs, pull, status) must check against that key strictly.
 
   ConnectOptions ToConnectOptions() const;
   static NodeRecord From(const ConnectOptions& opts, const std::string& job_id);
@@ -46,6 +47,11 @@ struct JobRecord {
   // "HOST/ID", the reference that is never ambiguous.
   std::string Ref() const { return host + "/" + id; }
 };
+
+// OK when `id` (as an agent reported it) can name a job locally: 1-64 characters of
+// [A-Za-z0-9._-], not "." or "..". The id becomes a folder name (`pull`'s default destination)
+// and part of printed references, so anything else is refused (INVALID_ARGUMENT naming it).
+Status CheckJobId(const std::string& id);
 
 // Splits "HOST/job-3" at the last '/'. Returns nullopt for a reference without '/'.
 std::optional<std::pair<std::string, std::string>> SplitJobRef(const std::string& ref);

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/terminal_text.h"
+
 namespace sftctl::client {
 
 bool IsFinal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
@@ -108,8 +110,8 @@ StatusOr<FollowResult> PrintEvents(Reconnector* rc, const std::string& job_id, u
         if (json) {
           std::cout << EventToJson(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         } else {
-          const std::string line = printer.Format(e);
-          if (!line.empty()) std::cout << line << "\n";
+          const std::string line = printer.Format(e);  // agent text: escaped before printing
+          if (!line.empty()) std::cout << EscapeForTerminal(line) << "\n";
         }
       },
       [] { std::cout.flush(); });
@@ -127,6 +129,14 @@ std::string Num(const nlohmann::json& rec, const char* key, const char* fmt) {
 }  // namespace
 
 std::string EventPrinter::Format(const v1::Event& e) {
+  try {
+    return FormatUnchecked(e);
+  } catch (const nlohmann::json::exception&) {  // a metric whose fields have unexpected types
+    return "metric: " + e.text();
+  }
+}
+
+std::string EventPrinter::FormatUnchecked(const v1::Event& e) {
   switch (e.kind()) {
     case v1::Event::STDOUT:
     case v1::Event::STDERR:

@@ -44,12 +44,15 @@ int ExitCodeForState(v1::JobState s);
 
 // Renders events for people: rank output lines as they are ("[rank N] " before ranks other than 0),
 // step/eval/checkpoint/start/done/error records as one readable line, state changes as "== STATE: reason".
+// The text is the agent's, unescaped: print it through EscapeForTerminal (PrintEvents does).
 class EventPrinter {
  public:
-  // The line for `e` (no newline); empty when the event shows nothing.
+  // The line for `e` (no newline); empty when the event shows nothing. A metric record whose
+  // fields have unexpected types is shown raw ("metric: ...") instead of throwing.
   std::string Format(const v1::Event& e);
 
  private:
+  std::string FormatUnchecked(const v1::Event& e);
   int64_t total_steps_ = 0;
 };
 

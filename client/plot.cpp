@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "common/file_system.h"
+#include "common/json_parse.h"
 
 namespace sftctl::client {
 namespace {
@@ -78,12 +79,7 @@ StatusOr<std::vector<nlohmann::json>> ReadMetricsFile(const std::string& path) {
   std::string line;
   for (int n = 1; std::getline(f, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      return InvalidArgumentError(path + ":" + std::to_string(n) + ": not valid JSON: " + e.what());
-    }
+    SFT_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(line, path + ":" + std::to_string(n)));
     if (!j.is_object()) return InvalidArgumentError(path + ":" + std::to_string(n) + ": not a JSON object");
     out.push_back(std::move(j));
   }

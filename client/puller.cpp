@@ -92,7 +92,7 @@ Status PullFile(Reconnector* rc, const std::string& job_id, const PullItem& item
     Sha256 hasher;
     if (offset > 0) SFT_RETURN_IF_ERROR(HashPrefix(part, offset, &hasher));
     if (progress) progress->Add(offset);
-    Fd out(::open(part.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    Fd out(::open(part.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
     if (out.get() < 0) return ErrnoError("cannot write", part, errno);
     if (::ftruncate(out.get(), static_cast<off_t>(offset)) != 0)
       return ErrnoError("cannot truncate", part, errno);

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/terminal_text.h"
+
 namespace sftctl::client {
 
 void AddRemoteOptions(CLI::App* cmd, RemoteOptions* o, const std::string& host_help, bool multi_host) {
@@ -91,7 +93,7 @@ int ExitCodeFor(const Status& s) {
 }
 
 int ReportError(const Status& s, bool json) {
-  std::cerr << "error: " << s.message() << std::endl;
+  std::cerr << "error: " << EscapeForTerminal(s.message()) << std::endl;  // may quote the agent
   if (json) {
     nlohmann::json j = {{"error", {{"code", StatusCodeName(s.code())}, {"message", s.message()}}}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;

@@ -1,8 +1,11 @@
 #include "common/chat_template.h"
 
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "common/json_parse.h"
 
 namespace sftctl {
 namespace {
@@ -182,6 +185,17 @@ StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view text, const std:
 }
 
 StatusOr<ChatTemplate> ChatTemplate::Load(const std::string& setting, const std::string& tokenizer_dir) {
+  try {
+    return LoadUnchecked(setting, tokenizer_dir);
+  } catch (const json::exception& e) {
+    const bool have_dir = !tokenizer_dir.empty() && tokenizer_dir != "byte";
+    return InvalidArgumentError((have_dir ? tokenizer_dir + "/tokenizer_config.json" : setting) +
+                                ": unusable chat template configuration: " + e.what());
+  }
+}
+
+StatusOr<ChatTemplate> ChatTemplate::LoadUnchecked(const std::string& setting,
+                                                   const std::string& tokenizer_dir) {
   std::string bos, eos;
   const bool have_dir = !tokenizer_dir.empty() && tokenizer_dir != "byte";
   const std::string config_path = have_dir ? tokenizer_dir + "/tokenizer_config.json" : "";
@@ -189,11 +203,8 @@ StatusOr<ChatTemplate> ChatTemplate::Load(const std::string& setting, const std:
   if (have_dir) {
     std::ifstream in(config_path, std::ios::binary);
     if (in) {
-      try {
-        cfg = json::parse(in);
-      } catch (const json::parse_error& e) {
-        return InvalidArgumentError(config_path + ": invalid JSON: " + e.what());
-      }
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      SFT_ASSIGN_OR_RETURN(cfg, ParseJson(text, config_path));
       if (cfg.contains("bos_token")) bos = TokenText(cfg["bos_token"]);
       if (cfg.contains("eos_token")) eos = TokenText(cfg["eos_token"]);
     }

@@ -55,7 +55,8 @@ class ChatTemplate {
   enum class Family { kChatML, kQwen3, kLlama3 };
 
   // `setting` as in data.chat_template; `tokenizer_dir` is the folder with
-  // tokenizer_config.json (empty or "byte": none).
+  // tokenizer_config.json (empty or "byte": none). Never throws: a config whose fields have
+  // unexpected types is INVALID_ARGUMENT naming the file.
   static StatusOr<ChatTemplate> Load(const std::string& setting, const std::string& tokenizer_dir);
   // Recognises the Jinja `template_text`; `label` names its source in errors.
   static StatusOr<ChatTemplate> FromJinja(std::string_view template_text, const std::string& bos_token,
@@ -78,6 +79,8 @@ class ChatTemplate {
   std::string end_of_turn() const;
 
  private:
+  static StatusOr<ChatTemplate> LoadUnchecked(const std::string& setting, const std::string& tokenizer_dir);
+
   Family family_ = Family::kChatML;
   std::string default_system_;             // chatml: used when messages[0] is not a system message
   std::string bos_token_;                  // llama3

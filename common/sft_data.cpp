@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/bpe_tokenizer.h"
+#include "common/json_parse.h"
 
 namespace sftctl {
 namespace {
@@ -182,6 +183,25 @@ Status SampleEncoder::EncodeMessages(const json& rec, const std::string& where, 
   return OkStatus();
 }
 
+namespace {
+
+enum class LineRead { kLine, kEnd, kTooLong };
+
+// One line of `in` without its '\n', of at most `max` bytes; kTooLong as soon as it is longer.
+LineRead ReadBoundedLine(std::istream& in, std::string* line, size_t max) {
+  line->clear();
+  std::streambuf* sb = in.rdbuf();
+  for (;;) {
+    const int c = sb->sbumpc();
+    if (c == std::char_traits<char>::eof()) return line->empty() ? LineRead::kEnd : LineRead::kLine;
+    if (c == '\n') return LineRead::kLine;
+    if (line->size() >= max) return LineRead::kTooLong;
+    line->push_back(static_cast<char>(c));
+  }
+}
+
+}  // namespace
+
 Status SampleEncoder::ScanFile(const std::string& path, DataStats* stats,
                                const std::function<Status(EncodedSample&)>& fn, int64_t limit) {
   std::ifstream in(path, std::ios::binary);
@@ -191,17 +211,18 @@ Status SampleEncoder::ScanFile(const std::string& path, DataStats* stats,
   std::string line;
   int64_t line_no = 0, records = 0, kept = 0;
   EncodedSample s;
-  while ((limit < 0 || kept < limit) && std::getline(in, line)) {
+  while (limit < 0 || kept < limit) {
+    const LineRead got = ReadBoundedLine(in, &line, kMaxLineBytes);
+    if (got == LineRead::kEnd) break;
     ++line_no;
+    if (got == LineRead::kTooLong) {
+      return InvalidArgumentError(path + ":" + std::to_string(line_no) + ": the line is longer than " +
+                                  std::to_string(kMaxLineBytes >> 20) + " MiB (one JSON record per line)");
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(line_no);
-    json rec;
-    try {
-      rec = json::parse(line);
-    } catch (const json::parse_error& e) {
-      return InvalidArgumentError(where + ": invalid JSON: " + e.what());
-    }
+    SFT_ASSIGN_OR_RETURN(json rec, ParseJson(line, where));
     SFT_ASSIGN_OR_RETURN(std::string f, DetectFormat(rec, where));
     if (file_format.empty()) {
       file_format = f;
@@ -209,7 +230,11 @@ Status SampleEncoder::ScanFile(const std::string& path, DataStats* stats,
       return InvalidArgumentError(where + ": record is '" + f + "' but " + format_origin + " is '" +
                                   file_format + "' (formats cannot be mixed in one file)");
     }
-    SFT_RETURN_IF_ERROR(Encode(rec, file_format, where, &s));
+    try {  // a field of an unexpected type names its line instead of throwing
+      SFT_RETURN_IF_ERROR(Encode(rec, file_format, where, &s));
+    } catch (const json::exception& e) {
+      return InvalidArgumentError(where + ": unusable record: " + e.what());
+    }
     s.line = line_no;
     ++records;
     ++stats->samples;

@@ -68,6 +68,10 @@ std::string ResolveTokenizerSource(const JobSpec& spec);
 // Encodes records; loads the chat template on the first `messages` record.
 class SampleEncoder {
  public:
+  // The longest JSONL record ScanFile accepts: far above any sample a model can train on (a 32k-token
+  // sample is well under 1 MiB), low enough that a file without newlines cannot exhaust memory.
+  static constexpr size_t kMaxLineBytes = size_t{64} << 20;
+
   SampleEncoder(const Tokenizer& tok, DataOptions options);
 
   // The format of one record, or an error naming `where`.
@@ -79,7 +83,8 @@ class SampleEncoder {
 
   // Reads `path` line by line (never whole), calling `fn` for every kept sample after
   // truncation and updating `stats`. Stops after `limit` kept samples when limit >= 0.
-  // An empty file is an error.
+  // An empty file is an error, and so is a line longer than kMaxLineBytes (INVALID_ARGUMENT
+  // naming the file and line; nothing more of it is read into memory).
   Status ScanFile(const std::string& path, DataStats* stats, const std::function<Status(EncodedSample&)>& fn,
                   int64_t limit = -1);
 

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -60,8 +61,9 @@ class ObjectReader {
   Status Int(const std::string& key, int64_t* out, int64_t min_value) {
     const json* v = Get(key);
     if (v == nullptr) return OkStatus();
-    if (v->is_number_float() &&
-        v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>()))) {
+    // A float counts when it is a whole number in int64's range (casting one outside it is undefined).
+    if (v->is_number_float() && v->get<double>() >= -0x1p63 && v->get<double>() < 0x1p63 &&
+        v->get<double>() == std::trunc(v->get<double>())) {
       *out = static_cast<int64_t>(v->get<double>());
     } else if (v->is_number_integer() || v->is_number_unsigned()) {
       *out = v->get<int64_t>();

@@ -2,10 +2,13 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
+
+#include "common/unicode_normalize.h"
 
 namespace sftctl {
 namespace {
@@ -27,7 +30,8 @@ json ScalarToJson(const YAML::Node& node) {
       return s;
     }
   }
-  if (std::regex_match(s, kFloat)) return std::stod(s);
+  // strtod, not stod: a float out of double's range ("1e999", "1e-400") is +-inf or 0, not an exception.
+  if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
   if (s == ".inf" || s == "+.inf") return std::numeric_limits<double>::infinity();
   if (s == "-.inf") return -std::numeric_limits<double>::infinity();
   if (s == ".nan") return std::numeric_limits<double>::quiet_NaN();
@@ -43,6 +47,10 @@ Status Convert(const YAML::Node& node, const std::string& path, const std::strin
       *out = nullptr;
       return OkStatus();
     case YAML::NodeType::Scalar:
+      // JSON (spec.json, spec_json) holds UTF-8 only: dump() would throw on other bytes.
+      if (!IsValidUtf8(node.Scalar())) {
+        return InvalidArgumentError(file + ":" + std::to_string(node.Mark().line + 1) + ": not valid UTF-8");
+      }
       *out = ScalarToJson(node);
       return OkStatus();
     case YAML::NodeType::Sequence: {
@@ -63,6 +71,10 @@ Status Convert(const YAML::Node& node, const std::string& path, const std::strin
                                       ": keys must be plain names");
         }
         std::string key = kv.first.Scalar();
+        if (!IsValidUtf8(key)) {
+          return InvalidArgumentError(file + ":" + std::to_string(kv.first.Mark().line + 1) +
+                                      ": not valid UTF-8");
+        }
         std::string child = path.empty() ? key : path + "." + key;
         if (out->contains(key)) {
           return InvalidArgumentError(file + ":" + std::to_string(kv.first.Mark().line + 1) + ": field '" +

@@ -28,18 +28,21 @@ enum class HostKeyState {
   kMismatch,        // the host is known with a different key of the same type: possible MITM
   kOtherTypeKnown,  // the host is known, but only with keys of other types
   kUnknown,         // the host has no entry
+  kRevoked,         // an "@revoked" line names this key: refused for every host, always
 };
 
 // "host" for port 22, else "[host]:port" (how OpenSSH names the host in known_hosts).
 std::string KnownHostsName(const std::string& host, int port);
 
 // Checks `key` for host:port against `file` (a missing file means no entries). Lines libssh2 cannot
-// parse (e.g. @cert-authority, sk- keys) are skipped, not fatal.
+// parse (e.g. @cert-authority, sk- keys) are skipped, not fatal. "@revoked" lines are read here
+// (libssh2 1.10 cannot): a key they name is kRevoked whatever host pattern the line gives.
 StatusOr<HostKeyState> CheckKnownHost(LIBSSH2_SESSION* session, const std::string& file,
                                       const std::string& host, int port, const HostKey& key);
 
-// Appends a plain entry for host:port to `file`, creating its folder with mode 0700 (and the file
-// with 0600) when missing.
+// Appends an entry for host:port to `file`, creating its folder with mode 0700 (and the file with
+// 0600) when missing. The entry is hashed ("|1|salt|HMAC-SHA1", as HashKnownHosts writes it) when
+// the file already holds hashed entries, so recording a host does not reveal it; plain otherwise.
 Status AddKnownHost(LIBSSH2_SESSION* session, const std::string& file, const std::string& host, int port,
                     const HostKey& key);
 

@@ -1,6 +1,8 @@
 #include "client/ssh/ssh_agent.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/create_channel_posix.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -11,6 +13,8 @@
 #include "client/ssh/channel_pump.h"
 #include "client/ssh/ssh_config.h"
 #include "client/ssh/ssh_session.h"
+#include "common/json_parse.h"
+#include "common/rpc_limits.h"
 
 namespace sftctl::client {
 namespace {
@@ -71,26 +75,61 @@ std::string LineAfter(const std::string& text, const std::string& prefix) {
 // What `sftd status --json` or the SFTD_READY line says about the agent.
 struct AgentInfo {
   std::string sftd;  // the remote command that runs sftd (shell syntax)
+  std::string host;  // where the agent listens on the host: an address literal, IPv6 without brackets
   int port = 0;
   std::string token_file;
   std::string version;
 };
 
+// "127.0.0.1:41234" or "[::1]:41234" -> host (IPv6 without brackets) and port; false unless the
+// host is an IP address literal and the port is in 1..65535. The text comes from the host, which
+// is not trusted.
+bool SplitAgentAddr(const std::string& addr, std::string* host, int* port) {
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= addr.size() || addr.size() - colon > 6) return false;
+  std::string h = addr.substr(0, colon), p = addr.substr(colon + 1);
+  if (p.find_first_not_of("0123456789") != std::string::npos) return false;
+  *port = std::atoi(p.c_str());
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  in_addr a4{};
+  in6_addr a6{};
+  if (::inet_pton(AF_INET, h.c_str(), &a4) != 1 && ::inet_pton(AF_INET6, h.c_str(), &a6) != 1) return false;
+  *host = h;
+  return *port > 0 && *port <= 65535;
+}
+
 Status ParseAgentJson(const std::string& display, const std::string& what, const std::string& text,
                       AgentInfo* info, bool* running) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return InternalError(display + ": unexpected output from `" + what + "`: " + text);
-  *running = j.value("running", true);
+  // (Errors quote at most 512 bytes of it; ReportError escapes them for the terminal.)
+  const std::string shown = text.substr(0, 512);
+  auto j = ParseJson(text, what);
+  auto r = j.ok() && j->is_object() ? j->find("running") : nlohmann::json::iterator();
+  if (!j.ok() || !j->is_object() || (r != j->end() && !r->is_boolean())) {
+    return InternalError(display + ": unexpected output from `" + what + "`: " + shown);
+  }
+  const auto str = [&](const char* key) {
+    auto it = j->find(key);
+    return it != j->end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  *running = r == j->end() || r->get<bool>();
   if (!*running) return OkStatus();
-  std::string addr = j.value("addr", "");
-  size_t colon = addr.rfind(':');
-  info->port = colon == std::string::npos ? 0 : std::atoi(addr.c_str() + colon + 1);
-  info->token_file = j.value("token_file", "");
-  info->version = j.value("version", "");
-  if (info->port <= 0 || info->token_file.empty()) {
-    return InternalError(display + ": `" + what + "` gave no agent address or token file: " + text);
+  info->token_file = str("token_file");
+  info->version = str("version");
+  if (!SplitAgentAddr(str("addr"), &info->host, &info->port) || info->token_file.empty() ||
+      info->token_file.find('\n') != std::string::npos) {
+    return InternalError(display + ": `" + what + "` gave no usable agent address or token file: " + shown);
   }
   return OkStatus();
+}
+
+// A bearer token is printable ASCII (sftd makes 64 hex digits); anything else from the host is refused
+// before it reaches gRPC metadata.
+bool PlausibleToken(const std::string& t) {
+  if (t.empty() || t.size() > 1024) return false;
+  for (char c : t) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
 }
 
 // Finds sftd on the host, starts the agent when needed and allowed; fills `info`.
@@ -211,6 +250,10 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& 
     return PermissionDeniedError(display + ": cannot read the agent token " + agent.token_file + ": " +
                                  Trim(tok.err));
   }
+  if (!PlausibleToken(token)) {
+    return InternalError(display + ": the agent token in " + agent.token_file +
+                         " is not a token (expected printable ASCII without spaces)");
+  }
 
   // Transport ladder: direct-tcpip, else (server refuses forwarding) `sftd bridge` on an exec channel.
   std::string dd = opts.agent_data_dir.empty() ? "" : " --data-dir " + RemotePath(opts.agent_data_dir);
@@ -218,7 +261,7 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& 
   std::string via;
   bool bridge = opts.transport == Transport::kBridge;
   if (!bridge) {
-    auto fwd = session->OpenDirectTcpip("127.0.0.1", agent.port);
+    auto fwd = session->OpenDirectTcpip(agent.host, agent.port);
     if (fwd.ok()) {
       ch = *fwd;
       via = "direct-tcpip";
@@ -238,7 +281,7 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& 
 
   SFT_ASSIGN_OR_RETURN(std::unique_ptr<ChannelPump> pump, ChannelPump::Start(std::move(session), ch, bridge));
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxReceiveMessageSize(kMaxRpcMessageBytes);
   // A fixed 8 MiB HTTP/2 stream window instead of BDP probing: the probe's pings queue behind the
   // data in the tunnel's buffers, and the window it picked made 1 GiB pulls stall erratically
   // (45-215 MiB/s from run to run on loopback; steady ~200 MiB/s with the fixed window).

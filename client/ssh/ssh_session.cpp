@@ -17,6 +17,7 @@
 
 #include "client/ssh/known_hosts.h"
 #include "client/ssh/ssh_keys.h"
+#include "common/fd_util.h"
 
 namespace sftctl::client::ssh {
 namespace {
@@ -82,7 +83,13 @@ std::string SshSession::negotiated() const {
   return std::string(c ? c : "?") + "/" + (m ? m : "?");
 }
 
-void SshSession::SetNonBlocking() { libssh2_session_set_blocking(session_, 0); }
+void SshSession::SetNonBlocking() {
+  libssh2_session_set_blocking(session_, 0);
+  // libssh2 keepalives are armed only now, for the pump. In blocking mode libssh2 caps each wait at the
+  // keepalive interval and reports LIBSSH2_ERROR_TIMEOUT when nothing arrives in it, so a remote command
+  // that is silent for longer than one interval (`sftd start` on a loaded host) would fail as timed out.
+  if (keepalive_s_ > 0) libssh2_keepalive_config(session_, 1, static_cast<unsigned>(keepalive_s_));
+}
 
 StatusOr<std::unique_ptr<SshSession>> SshSession::Connect(const SessionOptions& opts) {
   static std::once_flag once;
@@ -98,7 +105,6 @@ StatusOr<std::unique_ptr<SshSession>> SshSession::Connect(const SessionOptions& 
   SFT_RETURN_IF_ERROR(s->Handshake(opts));
   SFT_RETURN_IF_ERROR(s->VerifyHostKey(opts));
   SFT_RETURN_IF_ERROR(s->Authenticate(opts));
-  if (opts.keepalive_s > 0) libssh2_keepalive_config(s->session_, 1, static_cast<unsigned>(opts.keepalive_s));
   return s;
 }
 
@@ -115,8 +121,10 @@ Status SshSession::ConnectTcp(const SessionOptions& opts) {
   std::string last = "no address";
   bool timed_out = false;
   for (addrinfo* a = res; a != nullptr && fd_ < 0; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) continue;
+    StatusOr<int> sock =
+        MakeSocket(a->ai_family, a->ai_socktype, a->ai_protocol, FdFlags{/*nonblocking=*/true});
+    if (!sock.ok()) continue;
+    const int fd = *sock;
     int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
     if (rc != 0 && errno == EINPROGRESS) {
       int ms = static_cast<int>(
@@ -203,6 +211,10 @@ Status SshSession::VerifyHostKey(const SessionOptions& opts) {
           "`), or remove the old "
           "entries with `ssh-keygen -R '" +
           name + "'` and connect with --accept-new-host-key");
+    case HostKeyState::kRevoked:
+      return UnauthenticatedError(display_ + ": the " + key.type_name + " host key of " + name + " (" +
+                                  key.fingerprint + ") is marked @revoked in " + file +
+                                  ". Not authenticating, with or without --accept-new-host-key");
     case HostKeyState::kUnknown:
       break;
   }
@@ -374,16 +386,27 @@ StatusOr<ExecResult> SshSession::Exec(const std::string& command, int timeout_s)
   ExecResult r;
   char buf[16384];
   Status failure = OkStatus();
+  // The host is not trusted: its answer to a setup command is small, and a flood is an error, not a
+  // reason to grow without bound.
+  auto take = [&](std::string* into, ssize_t n) {
+    if (into->size() + static_cast<size_t>(n) > kMaxExecOutputBytes) {
+      failure = ResourceExhaustedError(display_ + ": `" + command + "` printed more than " +
+                                       std::to_string(kMaxExecOutputBytes >> 20) + " MiB");
+      return false;
+    }
+    into->append(buf, static_cast<size_t>(n));
+    return true;
+  };
   // Read stdout and stderr alternately so neither fills the window while the other is read.
   for (;;) {
     ssize_t n = libssh2_channel_read(ch, buf, sizeof(buf));
     if (n > 0) {
-      r.out.append(buf, static_cast<size_t>(n));
+      if (!take(&r.out, n)) break;
       continue;
     }
     ssize_t e = libssh2_channel_read_stderr(ch, buf, sizeof(buf));
     if (e > 0) {
-      r.err.append(buf, static_cast<size_t>(e));
+      if (!take(&r.err, e)) break;
       continue;
     }
     if (n < 0 && n != LIBSSH2_ERROR_EAGAIN) {

@@ -51,7 +51,9 @@ class SshSession {
   SshSession& operator=(const SshSession&) = delete;
 
   // Runs `command` through the remote user's shell and collects its output (setup phase, blocking).
-  // UNAVAILABLE when the session fails; the command's own failure is in exit_code.
+  // UNAVAILABLE when the session fails, DEADLINE_EXCEEDED after timeout_s, RESOURCE_EXHAUSTED when
+  // stdout or stderr exceeds kMaxExecOutputBytes; the command's own failure is in exit_code.
+  static constexpr size_t kMaxExecOutputBytes = size_t{4} << 20;
   StatusOr<ExecResult> Exec(const std::string& command, int timeout_s);
 
   // A direct-tcpip channel to host:port on the server side with a large receive window.
@@ -60,7 +62,8 @@ class SshSession {
   // An exec channel running `command` with a large receive window; stderr stays a separate stream.
   StatusOr<LIBSSH2_CHANNEL*> OpenExecChannel(const std::string& command);
 
-  // Switches to non-blocking mode for the pump. After this only one thread may use the session.
+  // Switches to non-blocking mode for the pump and arms keepalives (the pump sends them). After this
+  // only one thread may use the session.
   void SetNonBlocking();
   // The pump has disconnected (or given up on) the session: the destructor only frees it.
   void MarkDisconnected() { disconnected_ = true; }

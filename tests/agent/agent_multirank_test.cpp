@@ -184,7 +184,7 @@ TEST_F(AgentMultiRank, FolderOfBlobsIsOneFolderInTheJobDir) {
   add(Sha256Hex(tok), "../escape.json");
   s = a.stub()->SubmitJob(a.Ctx().get(), req, &job);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(s.error_message(), "blobs[2].dir_entry: '../escape.json' must not contain '..'");
+  EXPECT_EQ(s.error_message(), "blobs[2].dir_entry: unsafe path '../escape.json': has a '..' component");
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 // Unit tests of the agent's components (no gRPC server, no processes except where noted).
 #include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +12,7 @@
 #include "agent/artifacts.h"
 #include "agent/auth.h"
 #include "agent/blob_store.h"
+#include "agent/daemon.h"
 #include "agent/gpu_discovery.h"
 #include "agent/job_spec.h"
 #include "agent/journal.h"
@@ -60,6 +64,55 @@ TEST(Journal, AppendsNumberedEventsAndReplaysFromRingAndFile) {
     }
   }
   EXPECT_TRUE((*j)->Read(n, 10)->empty());
+}
+
+// A full disk (here: RLIMIT_FSIZE, which fails the write with EFBIG after a few bytes) must not
+// leave the file and memory disagreeing: the failed batch leaves no trace and the next one
+// continues the numbering, also after a reopen.
+TEST(Journal, AFailedAppendLeavesFileAndMemoryUnchanged) {
+  TempDir d;
+  const std::string path = d.path() + "/j.jsonl";
+  auto j = Journal::Open(path);
+  ASSERT_TRUE(j.ok());
+  ASSERT_EQ(*(*j)->Append({Line("one"), Line("two")}), 2u);
+  const auto size_before = std::filesystem::file_size(path);
+
+  ::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = size_before + 10;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &tight), 0);
+  auto failed = (*j)->Append({Line(std::string(1000, 'x')), Line("four")});
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_EQ(std::filesystem::file_size(path), size_before);
+  EXPECT_EQ((*j)->last_seq(), 2u);
+  EXPECT_EQ((*j)->Read(0, 10)->size(), 2u);
+
+  ASSERT_EQ(*(*j)->Append({Line("three")}), 3u);
+  j->reset();
+  auto again = Journal::Open(path);
+  ASSERT_TRUE(again.ok());
+  auto all = (*again)->Read(0, 10);
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[2].text, "three");
+  EXPECT_EQ((*all)[2].seq, 3u);
+}
+
+// Long lines do not grow the in-memory ring without bound; older events come from the file.
+TEST(Journal, TheRingIsBoundedByBytesAndOlderEventsComeFromTheFile) {
+  TempDir d;
+  auto j = Journal::Open(d.path() + "/j.jsonl");
+  ASSERT_TRUE(j.ok());
+  const std::string mib(1 << 20, 'y');
+  for (int i = 0; i < 24; ++i) ASSERT_TRUE((*j)->Append({Line(std::to_string(i) + mib)}).ok());
+  EXPECT_LE((*j)->ring_bytes(), Journal::kRingBytes + mib.size() + 8);
+  EXPECT_GE((*j)->ring_bytes(), Journal::kRingBytes - mib.size());
+  auto all = (*j)->Read(0, 100);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 24u);
+  for (int i = 0; i < 24; ++i) EXPECT_EQ((*all)[i].text.substr(0, 2), (std::to_string(i) + "y").substr(0, 2));
 }
 
 TEST(Journal, ReopenRebuildsStateAndTruncatesTornTail) {
@@ -132,6 +185,51 @@ TEST(StateStore, JobsRanksHistoryRoundTrip) {
   EXPECT_EQ((*hist)[1].reason, "launched");
   EXPECT_EQ(*(*(*store)->FindByRequestId("abc")), "job-1");
   EXPECT_EQ((*store)->GetJob("job-2").status().code(), StatusCode::kNotFound);
+}
+
+// A full disk (RLIMIT_FSIZE) while saving: the save fails with an error, the job keeps its last
+// committed state, and once there is room again the store works (no transaction was left open).
+TEST(StateStore, AFullDiskFailsTheSaveAndLosesNothingCommitted) {
+  TempDir d;
+  const std::string db = d.path() + "/agent.db";
+  auto store = StateStore::Open(db);
+  ASSERT_TRUE(store.ok());
+  JobRecord rec;
+  rec.name = "n";
+  rec.job_dir = d.path() + "/jobs/";
+  auto ins = (*store)->InsertJob(rec);
+  ASSERT_TRUE(ins.ok());
+  JobRecord running = *ins;
+  running.state = JobState::RUNNING;
+  HistoryRecord launched{JobState::RUNNING, "launched", 9};
+  ASSERT_TRUE((*store)->SaveJob(running, &launched).ok());
+
+  ::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = std::filesystem::file_size(db) + 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &tight), 0);
+  JobRecord big = running;
+  big.state = JobState::SUCCEEDED;
+  big.spec_json = std::string(4 << 20, 'x');  // more pages than the limit lets SQLite write
+  HistoryRecord done{JobState::SUCCEEDED, "done", 10};
+  Status full = (*store)->SaveJob(big, &done);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  EXPECT_FALSE(full.ok());
+  EXPECT_NE(full.message().find("sqlite"), std::string::npos) << full.ToString();
+
+  auto got = (*store)->GetJob(ins->id);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->state, JobState::RUNNING);
+  EXPECT_EQ((*store)->History(ins->id)->size(), 2u);
+  big.spec_json = "{}";
+  ASSERT_TRUE((*store)->SaveJob(big, &done).ok());
+  store->reset();
+  auto reopened = StateStore::Open(db);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->GetJob(ins->id)->state, JobState::SUCCEEDED);
+  EXPECT_EQ((*reopened)->History(ins->id)->size(), 3u);
 }
 
 TEST(StateStore, RendezvousAndFirstFailedRankPersist) {
@@ -374,11 +472,10 @@ TEST(JobSpec, FolderReferencesMakeOneFolderPerField) {
   };
   const std::vector<Case> cases = {
       {{{"/model/path", a, "ok.json"}, {"/model/path", b, "../x"}},
-       "blobs[1].dir_entry: '../x' must not contain '..'"},
-      {{{"/model/path", a, "/etc/passwd"}},
-       "blobs[0].dir_entry: '/etc/passwd' must be relative, not absolute"},
-      {{{"/model/path", a, "a//b"}}, "blobs[0].dir_entry: 'a//b' has an empty path component"},
-      {{{"/model/path", a, "./a"}}, "blobs[0].dir_entry: './a' must not contain '.' components"},
+       "blobs[1].dir_entry: unsafe path '../x': has a '..' component"},
+      {{{"/model/path", a, "/etc/passwd"}}, "blobs[0].dir_entry: unsafe path '/etc/passwd': absolute"},
+      {{{"/model/path", a, "a//b"}}, "blobs[0].dir_entry: unsafe path 'a//b': has an empty component"},
+      {{{"/model/path", a, "./a"}}, "blobs[0].dir_entry: unsafe path './a': has a '.' component"},
       {{{"/model/path", a, "c.json"}, {"/model/path", b, "c.json"}},
        "blobs[1].dir_entry: 'c.json' appears twice in the folder for '/model/path'"},
       {{{"/model/path", a, "c.json"}, {"/model/path", b, ""}},
@@ -416,6 +513,53 @@ TEST(Auth, TokenFileIsPrivateAndChecked) {
   EXPECT_EQ(auth.CheckHeader("", false).code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(auth.CheckHeader("Bearer x", true).message(), "wrong bearer token");
   EXPECT_EQ(auth.CheckHeader(*t, true).code(), StatusCode::kUnauthenticated);
+}
+
+// The data dir holds the token and the jobs: only a private folder of this user is used.
+TEST(DataDirTrust, OnlyAPrivateFolderOfThisUserIsUsed) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/data";
+  std::filesystem::create_directory(dir);
+  ::chmod(dir.c_str(), 0755);
+  ASSERT_TRUE(CheckDataDirTrust(dir).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u) << "made private";
+
+  ::chmod(dir.c_str(), 0777);
+  Status s = CheckDataDirTrust(dir);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("writable by every user"), std::string::npos) << s.message();
+
+  std::ofstream(tmp.path() + "/file") << "x";
+  EXPECT_EQ(CheckDataDirTrust(tmp.path() + "/file").code(), StatusCode::kFailedPrecondition);
+
+  if (::geteuid() == 0) {  // only root can give a folder away (CI runs as root)
+    const std::string theirs = tmp.path() + "/theirs";
+    std::filesystem::create_directory(theirs);
+    ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+    s = CheckDataDirTrust(theirs);
+    EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+    EXPECT_NE(s.message().find("belongs to uid 65534, not to this user"), std::string::npos) << s.message();
+  }
+}
+
+TEST(DataDirTrust, WithoutHomeTheDefaultIsTheUsersHomeNeverTmp) {
+  const char* env[] = {"SFTD_DATA_DIR", "XDG_DATA_HOME", "HOME"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* e : env) {
+    if (const char* v = std::getenv(e)) saved.emplace_back(e, v);
+    ::unsetenv(e);
+  }
+  const std::string dir = DefaultDataDir();
+  for (const auto& [k, v] : saved) ::setenv(k.c_str(), v.c_str(), 1);
+  EXPECT_EQ(dir.rfind("/tmp", 0), std::string::npos) << dir;
+  const passwd* pw = ::getpwuid(::geteuid());
+  if (pw != nullptr && pw->pw_dir != nullptr && *pw->pw_dir) {
+    EXPECT_EQ(dir, std::string(pw->pw_dir) + "/.local/share/sftd");
+  } else {
+    EXPECT_EQ(dir, "");
+  }
 }
 
 }  // namespace

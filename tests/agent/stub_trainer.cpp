@@ -4,7 +4,8 @@
 //   mode: "normal" (default) | "sleep" (steps forever) | "hang" (stops emitting after hang_after steps)
 //         | "crash" (rank crash_rank exits exit_code at step crash_at; with crash_once only on a fresh start)
 //   steps, step_ms, model_bytes, checkpoint_every, log_lines (extra stdout lines per step),
-//   bulk_lines (print this many stdout lines at start), ignore_term, spawn_child,
+//   bulk_lines (print this many stdout lines at start; bulk_line_bytes pads each to that length),
+//   ignore_term, spawn_child,
 //   list_dir (a JSON pointer into the spec naming a folder: prints "entry <relative path> <content>" for
 //   each file in it)
 // At start it prints its distributed environment: "env RANK=.. WORLD_SIZE=.. LOCAL_RANK=..
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   int ckpt_every = stub.value("checkpoint_every", 0);
   int log_lines = stub.value("log_lines", 0);
   long long bulk_lines = stub.value("bulk_lines", 0LL);
+  const size_t bulk_line_bytes = stub.value("bulk_line_bytes", 0);
   int rank = std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "0");
   std::string out = spec.value("output_dir", "run");
   fs::create_directories(out);
@@ -139,7 +141,11 @@ int main(int argc, char** argv) {
         {"rank", rank},
         {"world_size", std::atoi(env("WORLD_SIZE").empty() ? "1" : env("WORLD_SIZE").c_str())},
         {"resume_step", start}});
-  for (long long i = 0; i < bulk_lines; ++i) std::printf("bulk line %lld of the log\n", i);
+  for (long long i = 0; i < bulk_lines; ++i) {
+    std::string line = "bulk line " + std::to_string(i) + " of the log";
+    if (line.size() < bulk_line_bytes) line.resize(bulk_line_bytes, 'x');
+    std::printf("%s\n", line.c_str());
+  }
   std::fflush(stdout);
   for (int step = start + 1; mode == "sleep" || step <= steps; ++step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));

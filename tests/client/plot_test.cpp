@@ -134,7 +134,7 @@ TEST(Plot, ReadMetricsFileNamesTheBadLine) {
   std::ofstream(path) << "{\"event\": \"start\"}\n{\"event\": \"step\", \"step\": 1, \"lo\n";
   auto bad = ReadMetricsFile(path);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad.status().message().rfind(path + ":2: not valid JSON: ", 0), 0u) << bad.status().message();
+  EXPECT_EQ(bad.status().message().rfind(path + ":2: invalid JSON: ", 0), 0u) << bad.status().message();
 
   std::ofstream(path) << "{\"event\": \"start\"}\n[1, 2]\n";
   EXPECT_EQ(ReadMetricsFile(path).status().message(), path + ":2: not a JSON object");

@@ -129,7 +129,8 @@ TEST_F(RemoteSsh, SubmitFollowAndPullThroughTheBridgeWhenForwardingIsRefused) {
 
 TEST_F(RemoteSsh, LogsFollowResumesAfterTheTunnelDropsWithNoGapOrDuplicate) {
   StartSshd();
-  const std::string spec = WriteTinyJob(work_, 1000);
+  // Long enough (a few seconds on an idle machine) that the drop always lands mid-stream.
+  const std::string spec = WriteTinyJob(work_, 6000);
   const std::string job = Submit(spec);
   ASSERT_FALSE(job.empty());
   const std::string out = tmp_.path() + "/logs.out", err = tmp_.path() + "/logs.err";

@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 
 #include "client/ssh/ssh_agent.h"
+#include "client/ssh/ssh_session.h"
 #include "tests/ssh/sshd_fixture.h"
 
 namespace sftctl::sshtest {
@@ -320,6 +322,72 @@ TEST(SshConnect, DroppedSessionMakesRpcsUnavailableAndDestructionPrompt) {
   auto again = ConnectOverSsh(o);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(Health(**again), grpc::StatusCode::OK);
+}
+
+// A setup command that prints nothing for longer than the keepalive interval still finishes (libssh2's
+// blocking waits used to stop at the keepalive interval with LIBSSH2_ERROR_TIMEOUT), and a host that
+// floods a setup command's output gets a clear error instead of unbounded memory.
+TEST(SshSession, ExecOutlivesTheKeepaliveIntervalAndRefusesAFlood) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  client::ssh::SessionOptions so;
+  auto host = client::ssh::ResolveHost(f->host(), f->ssh_config(), EmptyHome(*f), "");
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  so.host = *host;
+  so.identity_file = f->user_key();
+  so.home = EmptyHome(*f);
+  so.known_hosts_file = f->known_hosts();
+  so.keepalive_s = 1;
+  auto s = client::ssh::SshSession::Connect(so);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto quiet = (*s)->Exec("sleep 3; echo done", 20);
+  ASSERT_TRUE(quiet.ok()) << quiet.status().ToString();
+  EXPECT_EQ(quiet->out, "done\n");
+  EXPECT_EQ(quiet->exit_code, 0);
+  auto flood = (*s)->Exec("head -c 6000000 /dev/zero", 20);
+  EXPECT_EQ(flood.status().code(), StatusCode::kResourceExhausted) << flood.status().ToString();
+  EXPECT_NE(flood.status().message().find("printed more than 4 MiB"), std::string::npos);
+}
+
+// The host is not trusted: an `sftd` there that answers with the wrong JSON types, an address that
+// is not an address, or a token with control characters gets a clear error, never a crash (an
+// uncaught nlohmann type_error used to abort sftctl).
+TEST(SshConnect, AHostileSftdGetsAClearErrorNotACrash) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  struct Case {
+    const char* status_json;
+    const char* token;
+    const char* expect;
+  } cases[] = {
+      {R"({"running":"yes","addr":1})", "t", "unexpected output from"},
+      {R"({"running":true,"addr":"\u001b]0;owned\u0007:99999","token_file":"TOKEN"})", "t",
+       "gave no usable agent address"},
+      {R"({"running":true,"addr":"evil.example:80","token_file":"TOKEN"})", "t",
+       "gave no usable agent address"},
+      {R"({"running":true,"addr":"127.0.0.1:9","token_file":"TOKEN"})", "tok\033[2Jen", "is not a token"},
+  };
+  for (const Case& c : cases) {
+    const std::string token_file = f->dir() + "/evil-token";
+    {
+      std::ofstream t(token_file);
+      t << c.token << "\n";
+    }
+    std::string json = c.status_json;
+    for (size_t p; (p = json.find("TOKEN")) != std::string::npos;) json.replace(p, 5, token_file);
+    const std::string script = f->dir() + "/evil-sftd";
+    {
+      std::ofstream sh(script);
+      sh << "#!/bin/sh\nprintf '%s\\n' '" << json << "'\n";
+    }
+    ::chmod(script.c_str(), 0755);
+    ConnectOptions o = f->Options();
+    o.sftd = script;
+    auto conn = ConnectOverSsh(o);
+    ASSERT_FALSE(conn.ok()) << c.status_json;
+    EXPECT_EQ(conn.status().code(), StatusCode::kInternal) << conn.status().ToString();
+    EXPECT_NE(conn.status().message().find(c.expect), std::string::npos) << conn.status().ToString();
+  }
 }
 
 TEST(SshConnect, SshAgentAuthentication) {

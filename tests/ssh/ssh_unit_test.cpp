@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <libssh2.h>
 
+#include <algorithm>
+
 #include "client/ssh/known_hosts.h"
 #include "client/ssh/ssh_config.h"
 #include "client/ssh/ssh_keys.h"
@@ -137,21 +139,26 @@ TEST(SshKeys, KeyTypeOfFilesWithAndWithoutPub) {
   std::filesystem::remove_all(dir);
 }
 
+// A new host key made by ssh-keygen in `dir` (type "ed25519" or "ecdsa"), and its known_hosts text
+// ("<type> <base64>").
+std::pair<HostKey, std::string> KeyPair(const std::string& dir, const std::string& name,
+                                        const std::string& type) {
+  auto r = sshtest::RunCommand({"ssh-keygen", "-q", "-t", type, "-N", "", "-f", dir + "/" + name});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream ss(sshtest::ReadWholeFile(dir + "/" + name + ".pub"));
+  std::string t, b64;
+  ss >> t >> b64;
+  HostKey k;
+  k.blob = *Base64Decode(b64);
+  k.type_name = t;
+  k.libssh2_type = t == "ssh-ed25519" ? LIBSSH2_HOSTKEY_TYPE_ED25519 : LIBSSH2_HOSTKEY_TYPE_ECDSA_256;
+  return {k, t + " " + b64};
+}
+
 TEST(KnownHosts, PlainHashedMismatchOtherTypeAndAdd) {
   std::string dir = ::testing::TempDir() + "/knownhosts-" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  auto keygen = [&](const std::string& name, const std::string& type) {
-    auto r = sshtest::RunCommand({"ssh-keygen", "-q", "-t", type, "-N", "", "-f", dir + "/" + name});
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    std::istringstream ss(sshtest::ReadWholeFile(dir + "/" + name + ".pub"));
-    std::string t, b64;
-    ss >> t >> b64;
-    HostKey k;
-    k.blob = *Base64Decode(b64);
-    k.type_name = t;
-    k.libssh2_type = t == "ssh-ed25519" ? LIBSSH2_HOSTKEY_TYPE_ED25519 : LIBSSH2_HOSTKEY_TYPE_ECDSA_256;
-    return std::make_pair(k, t + " " + b64);
-  };
+  auto keygen = [&](const std::string& name, const std::string& type) { return KeyPair(dir, name, type); };
   auto [key, line] = keygen("a", "ed25519");
   auto [other, other_line] = keygen("b", "ed25519");
   auto [ecdsa, ecdsa_line] = keygen("c", "ecdsa");
@@ -182,6 +189,37 @@ TEST(KnownHosts, PlainHashedMismatchOtherTypeAndAdd) {
   EXPECT_NE(text.find("gpu-box " + other_line), std::string::npos) << text;
   EXPECT_EQ(*CheckKnownHost(s, kh2, "127.0.0.1", 2200, key), HostKeyState::kMatch);
   auto found = sshtest::RunCommand({"ssh-keygen", "-F", "[127.0.0.1]:2200", "-f", kh2});
+  EXPECT_EQ(found.exit_code, 0) << found.output;
+  libssh2_session_free(s);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KnownHosts, RevokedKeysAreRefusedAndHashedFilesGetHashedEntries) {
+  std::string dir = ::testing::TempDir() + "/knownhosts-rev-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto keygen = [&](const std::string& name) { return KeyPair(dir, name, "ed25519"); };
+  auto [key, line] = keygen("a");
+  auto [other, other_line] = keygen("b");
+  ASSERT_EQ(libssh2_init(0), 0);
+  LIBSSH2_SESSION* s = libssh2_session_init();
+  const std::string kh = dir + "/known_hosts";
+
+  // A revoked key is refused even where a plain entry for the host holds it, and for any host.
+  sshtest::WriteWholeFile(kh, "[127.0.0.1]:2222 " + line + "\n@revoked * " + line + "\n");
+  EXPECT_EQ(*CheckKnownHost(s, kh, "127.0.0.1", 2222, key), HostKeyState::kRevoked);
+  EXPECT_EQ(*CheckKnownHost(s, kh, "elsewhere", 22, key), HostKeyState::kRevoked);
+  EXPECT_EQ(*CheckKnownHost(s, kh, "127.0.0.1", 2222, other), HostKeyState::kMismatch);
+
+  // A file of hashed entries gets a hashed entry: the host name is not written, and both
+  // libssh2 and OpenSSH find it.
+  sshtest::WriteWholeFile(kh, "gpu-box " + other_line + "\n");
+  ASSERT_EQ(sshtest::RunCommand({"ssh-keygen", "-H", "-f", kh}).exit_code, 0);
+  ASSERT_TRUE(AddKnownHost(s, kh, "10.1.2.3", 2200, key).ok());
+  const std::string text = sshtest::ReadWholeFile(kh);
+  EXPECT_EQ(text.find("10.1.2.3"), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  EXPECT_EQ(*CheckKnownHost(s, kh, "10.1.2.3", 2200, key), HostKeyState::kMatch);
+  auto found = sshtest::RunCommand({"ssh-keygen", "-F", "[10.1.2.3]:2200", "-f", kh});
   EXPECT_EQ(found.exit_code, 0) << found.output;
   libssh2_session_free(s);
   std::filesystem::remove_all(dir);

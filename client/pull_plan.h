@@ -1,0 +1,42 @@
+// Which of a job's artifacts `sftctl pull` fetches, and where they go.
+//
+// The agent's listing is not trusted (the laptop does not trust the GPU host): every path that
+// would be fetched must pass common/safe_path's policy, or the whole plan is refused before a
+// byte is written. Files that declare a folder complete (a checkpoint's DONE marker, which the
+// trainer trusts to resume from) are fetched last, so an interrupted pull never leaves a folder
+// that looks complete.
+//
+// Thread safety: pure functions of their arguments (PathBeneath looks at the local disk).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/puller.h"
+#include "common/status.h"
+#include "sftctl/v1/agent.pb.h"
+
+namespace sftctl::client {
+
+struct PullPlan {
+  int64_t step = -1;            // the checkpoint's step
+  std::string checkpoint_dir;   // its folder, relative to the destination ("checkpoint-000004")
+  std::vector<PullItem> items;  // the run's top-level files and the checkpoint's; markers last
+  uint64_t total_bytes = 0;
+};
+
+// The files of checkpoint `step` (< 0: the newest complete one) and the run's top-level files
+// (metrics.jsonl, spec.json; not *.part), placed under `dir` the way `run --local` lays out a
+// run folder. `job_ref` names the job in errors.
+// Errors: NOT_FOUND (no complete checkpoint at `step`), FAILED_PRECONDITION (no complete
+// checkpoint yet; or a symbolic link in the way under `dir`), INVALID_ARGUMENT (the agent listed
+// an unsafe path).
+StatusOr<PullPlan> PlanPull(const v1::ListArtifactsResponse& list, int64_t step, const std::string& dir,
+                            const std::string& job_ref);
+
+// True for a file whose presence declares its folder complete (a checkpoint's "DONE").
+bool IsCompletionMarker(std::string_view rel_path);
+
+}  // namespace sftctl::client

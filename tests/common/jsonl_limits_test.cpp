@@ -1,0 +1,60 @@
+// JSONL data from outside: a line without an end cannot exhaust memory, and the error names the line.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/sft_data.h"
+#include "common/tokenizer.h"
+
+namespace sftctl {
+namespace {
+
+TEST(JsonlLimits, ALineLongerThanTheLimitIsAnErrorNamingFileAndLine) {
+  std::string dir = (std::filesystem::temp_directory_path() / "sftctl-jsonl-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string path = dir + "/train.jsonl";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << R"({"text": "a fine first record"})"
+      << "\n";
+    f << R"({"text": ")" << std::string(SampleEncoder::kMaxLineBytes, 'x') << "\"}\n";
+    f << R"({"text": "never reached"})"
+      << "\n";
+  }
+  ByteTokenizer tok;
+  DataOptions opt;
+  opt.format = "text";
+  SampleEncoder enc(tok, opt);
+  DataStats stats;
+  int seen = 0;
+  Status st = enc.ScanFile(path, &stats, [&](EncodedSample&) {
+    ++seen;
+    return OkStatus();
+  });
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(st.message(), path + ":2: the line is longer than 64 MiB (one JSON record per line)");
+  EXPECT_EQ(seen, 1);
+
+  // A last line without '\n' is still a record.
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << R"({"text": "one"})"
+      << "\n"
+      << R"({"text": "two"})";
+  }
+  seen = 0;
+  EXPECT_TRUE(enc.ScanFile(path, &stats,
+                           [&](EncodedSample&) {
+                             ++seen;
+                             return OkStatus();
+                           })
+                  .ok());
+  EXPECT_EQ(seen, 2);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace sftctl

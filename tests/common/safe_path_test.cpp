@@ -1,0 +1,91 @@
+// The safe-path policy for names another machine chose (common/safe_path.h).
+#include "common/safe_path.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace sftctl {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(SafePath, AcceptsPlainRelativePaths) {
+  EXPECT_TRUE(CheckRelativePath("metrics.jsonl").ok());
+  EXPECT_TRUE(CheckRelativePath("checkpoint-000004/model.safetensors").ok());
+  EXPECT_TRUE(CheckRelativePath("a/..b/c..").ok());  // dots inside names are names
+}
+
+TEST(SafePath, RefusesEscapesNamingTheReason) {
+  struct Case {
+    std::string path, why;
+  } cases[] = {
+      {"", "empty"},
+      {"/home/u/.bashrc", "absolute"},
+      {"checkpoint-1/../../../../home/u/.bash_aliases", "a '..' component"},
+      {"..", "a '..' component"},
+      {"./x", "a '.' component"},
+      {"a//b", "an empty component"},
+      {"a/b/", "an empty component"},
+      {"a\\..\\b", "a backslash"},
+      {"ok\x1b[2J", "a control character"},
+      {std::string("a\0b", 3), "a control character"},
+      {std::string(5000, 'a'), "longer than 4096 bytes"},
+  };
+  for (const auto& c : cases) {
+    Status s = CheckRelativePath(c.path);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.path;
+    EXPECT_NE(s.message().find(c.why), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().find('\x1b'), std::string::npos) << "the error itself must be printable";
+  }
+}
+
+class SafePathDisk : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "sftctl-safepath-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+    fs::create_directories(root_ + "/out/real");
+    fs::create_directories(root_ + "/elsewhere");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  std::string root_;
+};
+
+TEST_F(SafePathDisk, JoinsBeneathTheRootWhenNothingIsInTheWay) {
+  auto p = PathBeneath(root_ + "/out", "real/new/file.bin");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(*p, root_ + "/out/real/new/file.bin");
+  EXPECT_FALSE(fs::exists(root_ + "/out/real/new")) << "PathBeneath creates nothing";
+}
+
+TEST_F(SafePathDisk, RefusesASymlinkedFolderOrFileBeneathTheRoot) {
+  fs::create_directory_symlink(root_ + "/elsewhere", root_ + "/out/checkpoint-000001");
+  auto p = PathBeneath(root_ + "/out", "checkpoint-000001/model.safetensors");
+  EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(p.status().message().find("symbolic link '" + root_ + "/out/checkpoint-000001'"),
+            std::string::npos)
+      << p.status().message();
+
+  fs::create_symlink(root_ + "/elsewhere/target", root_ + "/out/real/spec.json");
+  p = PathBeneath(root_ + "/out", "real/spec.json");
+  EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition);
+
+  std::ofstream(root_ + "/out/file") << "x";
+  p = PathBeneath(root_ + "/out", "file/inner");
+  EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(p.status().message().find("is not a folder"), std::string::npos);
+}
+
+TEST_F(SafePathDisk, TheRootItselfMayBeALink) {
+  fs::create_directory_symlink(root_ + "/elsewhere", root_ + "/link");
+  auto p = PathBeneath(root_ + "/link", "a/b");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(*p, root_ + "/link/a/b");
+}
+
+}  // namespace
+}  // namespace sftctl

@@ -1,0 +1,248 @@
+// The client against a hostile or flaky agent (the laptop does not trust the GPU host):
+//   - pull (client/pull_plan.h): listed paths that would escape the destination are refused
+//     before anything is written, a symbolic link in the way is refused, and a checkpoint's DONE
+//     marker is fetched last, so an interrupted pull never leaves a folder the trainer would
+//     resume from;
+//   - logs: control sequences in the agent's text never reach the terminal raw, and a metric
+//     record with unexpected field types is shown, not thrown;
+//   - submit: a job id that could not name a folder is refused, and --accept-new-host-key is
+//     not recorded for later reconnects.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "client/agent_session.h"
+#include "client/job_registry.h"
+#include "client/log_follower.h"
+#include "client/pull_plan.h"
+#include "client/puller.h"
+#include "common/sha256.h"
+#include "tests/remote/remote_test_util.h"
+
+namespace sftctl::remotetest {
+namespace {
+
+namespace v1 = ::sftctl::v1;
+namespace fs = std::filesystem;
+
+// Serves `files` (job-relative path -> bytes) whole, in one chunk each.
+class MapAgent final : public v1::Agent::Service {
+ public:
+  std::map<std::string, std::string> files;
+  std::vector<std::string> pulled;
+  std::vector<v1::Event> events;  // served by StreamEvents, then the stream ends
+
+  grpc::Status PullArtifact(grpc::ServerContext*, const v1::PullArtifactRequest* req,
+                            grpc::ServerWriter<v1::ArtifactChunk>* w) override {
+    auto it = files.find(req->path());
+    if (it == files.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, req->path());
+    pulled.push_back(req->path());
+    v1::ArtifactChunk c;
+    c.set_offset(req->offset());
+    c.set_total_size(it->second.size());
+    c.set_sha256(Sha256Hex(it->second));
+    c.set_data(it->second.substr(req->offset()));
+    w->Write(c);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status StreamEvents(grpc::ServerContext*, const v1::StreamEventsRequest*,
+                            grpc::ServerWriter<v1::StreamEventsResponse>* w) override {
+    v1::StreamEventsResponse resp;
+    for (const auto& e : events) *resp.add_events() = e;
+    w->Write(resp);
+    return grpc::Status::OK;
+  }
+};
+
+// A listing the way the agent makes it: byte-sorted, so "DONE" sorts before "model.safetensors".
+v1::ListArtifactsResponse Listing(const std::map<std::string, std::string>& files, int64_t step) {
+  v1::ListArtifactsResponse list;
+  for (const auto& [path, data] : files) {
+    v1::Artifact* a = list.add_artifacts();
+    a->set_path(path);
+    a->set_size(data.size());
+    a->set_sha256(Sha256Hex(data));
+    const bool in_ckpt = path.rfind("run/checkpoint-", 0) == 0;
+    a->set_checkpoint_step(in_ckpt ? step : -1);
+    a->set_checkpoint_complete(in_ckpt);
+  }
+  return list;
+}
+
+class PullPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder b;
+    b.RegisterService(&agent_);
+    server_ = b.BuildAndStart();
+    ASSERT_TRUE(server_);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  std::unique_ptr<client::Reconnector> MakeReconnector() {
+    client::RetryPolicy p;
+    p.initial_backoff = std::chrono::milliseconds(1);
+    p.max_attempts = 2;
+    auto factory = [this]() -> StatusOr<std::unique_ptr<client::AgentSession>> {
+      grpc::ChannelArguments args;
+      return std::make_unique<client::AgentSession>(v1::Agent::NewStub(server_->InProcessChannel(args)),
+                                                    "token", "fake");
+    };
+    auto first = factory();
+    return std::make_unique<client::Reconnector>(std::move(*first), factory, p);
+  }
+
+  MapAgent agent_;
+  std::unique_ptr<grpc::Server> server_;
+  TempDir tmp_;
+};
+
+TEST_F(PullPlanTest, RefusesListedPathsThatEscapeTheDestinationAndWritesNothing) {
+  const std::string dir = tmp_.path() + "/out";
+  const std::vector<std::string> hostile = {
+      "run/checkpoint-000001/../../../../home/u/.bash_aliases",
+      "run/checkpoint-000001//etc/passwd",
+      "run/checkpoint-000001/./x",
+      "run/checkpoint-000001/title\x1b]0;pwned\x07",
+  };
+  for (const auto& bad : hostile) {
+    std::map<std::string, std::string> files = {
+        {"run/checkpoint-000001/DONE", "x"}, {"run/checkpoint-000001/model.safetensors", "w"}, {bad, "evil"}};
+    auto plan = client::PlanPull(Listing(files, 1), -1, dir, "gpu/job-1");
+    ASSERT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(plan.status().message().find("gpu/job-1 lists a file that cannot be pulled safely"),
+              std::string::npos)
+        << plan.status().message();
+    EXPECT_EQ(plan.status().message().find('\x1b'), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_EQ(std::distance(fs::directory_iterator(tmp_.path()), fs::directory_iterator()), 0);
+}
+
+TEST_F(PullPlanTest, RefusesASymlinkInTheDestination) {
+  const std::string dir = tmp_.path() + "/out";
+  fs::create_directories(dir);
+  fs::create_directories(tmp_.path() + "/elsewhere");
+  fs::create_directory_symlink(tmp_.path() + "/elsewhere", dir + "/checkpoint-000001");
+  std::map<std::string, std::string> files = {{"run/checkpoint-000001/model.safetensors", "w"}};
+  auto plan = client::PlanPull(Listing(files, 1), -1, dir, "gpu/job-1");
+  EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(plan.status().message().find("symbolic link"), std::string::npos) << plan.status().message();
+  EXPECT_TRUE(fs::is_empty(tmp_.path() + "/elsewhere"));
+}
+
+TEST_F(PullPlanTest, AnInterruptedPullLeavesNoDoneAndTheNextPullCompletesIt) {
+  agent_.files = {{"run/checkpoint-000002/DONE", "checkpoint-000002\n"},
+                  {"run/checkpoint-000002/model.safetensors", std::string(10000, 'w')},
+                  {"run/checkpoint-000002/optimizer.safetensors", std::string(7000, 'o')},
+                  {"run/metrics.jsonl", "{\"step\":2}\n"}};
+  const std::string dir = tmp_.path() + "/out";
+  auto plan = client::PlanPull(Listing(agent_.files, 2), -1, dir, "gpu/job-1");
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_EQ(plan->items.size(), 4u);
+  EXPECT_EQ(plan->checkpoint_dir, "checkpoint-000002");
+  EXPECT_EQ(plan->items.back().remote_path, "run/checkpoint-000002/DONE");
+
+  // Killed after the first file: whatever was fetched, the folder is not complete.
+  auto rc = MakeReconnector();
+  client::PullStats stats;
+  fs::create_directories(dir);
+  ASSERT_TRUE(client::PullFile(rc.get(), "job-1", plan->items[0], false, nullptr, &stats).ok());
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint-000002/DONE"));
+
+  // The next pull fetches the rest, skips what it has, and DONE arrives last.
+  agent_.pulled.clear();
+  for (const auto& item : plan->items) {
+    Status s = client::PullFile(rc.get(), "job-1", item, false, nullptr, &stats);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  EXPECT_EQ(stats.files_skipped, 1);
+  ASSERT_EQ(agent_.pulled.size(), 3u);
+  EXPECT_EQ(agent_.pulled.back(), "run/checkpoint-000002/DONE");
+  EXPECT_EQ(ReadFile(dir + "/checkpoint-000002/model.safetensors"), std::string(10000, 'w'));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-000002/DONE"));
+}
+
+v1::Event MakeEvent(uint64_t seq, v1::Event::Kind kind, const std::string& text) {
+  v1::Event e;
+  e.set_seq(seq);
+  e.set_kind(kind);
+  e.set_text(text);
+  return e;
+}
+
+TEST_F(PullPlanTest, LogsNeverPrintTheAgentsControlSequencesRaw) {
+  agent_.events = {MakeEvent(1, v1::Event::STDOUT, "step 1\x1b]0;owned\x07\x1b[2J done"),
+                   MakeEvent(2, v1::Event::METRIC, R"({"event":"start","device":5,"total_steps":"x"})"),
+                   MakeEvent(3, v1::Event::STDERR,
+                             "progress 10%\rprogress 20%\xc2\x9b"
+                             "1A"),
+                   MakeEvent(4, v1::Event::STATE, "reason \x1b[31mred")};
+  agent_.events.back().set_state(v1::SUCCEEDED);
+  auto rc = MakeReconnector();
+  std::ostringstream captured;
+  std::streambuf* old = std::cout.rdbuf(captured.rdbuf());
+  auto r = client::PrintEvents(rc.get(), "job-1", 0, /*follow=*/false, /*json=*/false);
+  std::cout.rdbuf(old);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::string out = captured.str();
+  EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
+  EXPECT_EQ(out.find("\xc2\x9b"), std::string::npos) << out;
+  EXPECT_NE(out.find("step 1\\x1b]0;owned\\x07\\x1b[2J done\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("metric: {\"event\":\"start\",\"device\":5"), std::string::npos) << out;
+  EXPECT_NE(out.find("progress 10%\rprogress 20%\\u009b1A\n"), std::string::npos) << out;  // \r kept
+  EXPECT_NE(out.find("== SUCCEEDED: reason \\x1b[31mred"), std::string::npos) << out;
+}
+
+TEST(HostileJobId, OnlyNamesThatCanBeAFolderAreAccepted) {
+  EXPECT_TRUE(client::CheckJobId("job-12").ok());
+  EXPECT_TRUE(client::CheckJobId("job_1.retry").ok());
+  for (const std::string& bad :
+       std::vector<std::string>{"", ".", "..", "../../home/u", "job/1", "job\x1b[2J", std::string(65, 'a')}) {
+    Status s = client::CheckJobId(bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("unusable job id"), std::string::npos);
+    EXPECT_EQ(s.message().find('\x1b'), std::string::npos);
+  }
+}
+
+// --accept-new-host-key records the key at submit; the registry must not carry the flag, or every
+// later `logs`/`pull` would accept whatever key a swapped host presents.
+TEST(RegistryTrust, AcceptNewHostKeyIsNeverRecorded) {
+  TempDir tmp;
+  client::ConnectOptions o;
+  o.host = "gpu-box";
+  o.accept_new_host_key = true;
+  client::JobRecord rec;
+  rec.host = "gpu-box";
+  rec.id = "job-1";
+  rec.nodes.push_back(client::NodeRecord::From(o, "job-1"));
+  client::JobRegistry registry(tmp.path() + "/jobs.json");
+  ASSERT_TRUE(registry.Add(rec).ok());
+  EXPECT_EQ(ReadFile(registry.path()).find("accept_new"), std::string::npos) << ReadFile(registry.path());
+  auto back = registry.Resolve("gpu-box/job-1");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_FALSE(back->nodes[0].ToConnectOptions().accept_new_host_key);
+
+  // A registry written by an older version that did record it is read strictly too.
+  WriteFile(registry.path(), R"({"version": 1, "jobs": [{"host": "gpu-box", "id": "job-2", "name": "",
+    "submitted_unix_ms": 0, "nodes": [{"host": "gpu-box", "id": "job-2", "accept_new_host_key": true}]}]})");
+  back = registry.Resolve("gpu-box/job-2");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_FALSE(back->nodes[0].ToConnectOptions().accept_new_host_key);
+}
+
+TEST(PullPlanMarkers, OnlyDoneMarksAFolderComplete) {
+  EXPECT_TRUE(client::IsCompletionMarker("run/checkpoint-000001/DONE"));
+  EXPECT_TRUE(client::IsCompletionMarker("DONE"));
+  EXPECT_FALSE(client::IsCompletionMarker("run/checkpoint-000001/NOT_DONE"));
+  EXPECT_FALSE(client::IsCompletionMarker("run/checkpoint-000001/DONE.part"));
+}
+
+}  // namespace
+}  // namespace sftctl::remotetest
