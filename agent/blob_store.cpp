@@ -17,14 +17,17 @@ Status BlobStore::Init() {
 }
 
 std::string BlobStore::BlobPath(const std::string& sha256) const { return JoinPath(dir_, sha256); }
-std::string BlobStore::PartialPath(const std::string& sha256) const {
-  return JoinPath(JoinPath(dir_, "partial"), sha256);
-}
+std::string BlobStore::PartialDir() const { return JoinPath(dir_, "partial"); }
+std::string BlobStore::PartialPath(const std::string& sha256) const { return JoinPath(PartialDir(), sha256); }
 
 StatusOr<BlobStore::Stat> BlobStore::StatBlob(const std::string& sha256) {
   if (!IsSha256Hex(sha256)) return InvalidArgumentError("sha256: must be 64 lowercase hex digits");
   struct stat st;
-  if (::stat(BlobPath(sha256).c_str(), &st) == 0) return Stat{true, static_cast<uint64_t>(st.st_size)};
+  if (::stat(BlobPath(sha256).c_str(), &st) == 0) {
+    // A client asking about a blob is about to use it: its mtime (last use) keeps it from gc.
+    (void)::utimensat(AT_FDCWD, BlobPath(sha256).c_str(), nullptr, 0);
+    return Stat{true, static_cast<uint64_t>(st.st_size)};
+  }
   if (::stat(PartialPath(sha256).c_str(), &st) == 0) return Stat{false, static_cast<uint64_t>(st.st_size)};
   return Stat{false, 0};
 }
@@ -68,6 +71,20 @@ StatusOr<std::unique_ptr<BlobStore::Upload>> BlobStore::BeginUpload(const std::s
     return fail(ErrnoError("cannot seek", path, err));
   }
   return std::unique_ptr<Upload>(new Upload(this, sha256, size, offset, fd));
+}
+
+Status BlobStore::RemoveIfUnused(const std::string& sha256, bool partial, int64_t used_before_s) {
+  if (!IsSha256Hex(sha256)) return InvalidArgumentError("sha256: must be 64 lowercase hex digits");
+  const std::string path = partial ? PartialPath(sha256) : BlobPath(sha256);
+  std::lock_guard<std::mutex> lock(mu_);  // BeginUpload cannot start meanwhile
+  if (active_.count(sha256))
+    return FailedPreconditionError("an upload of blob " + sha256 + " is in progress");
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return ErrnoError("cannot stat", path, errno);
+  if (st.st_mtime >= used_before_s) return FailedPreconditionError(path + " was used since the scan");
+  if (::unlink(path.c_str()) != 0) return ErrnoError("cannot remove", path, errno);
+  if (!partial) return store_->DeleteBlob(sha256);
+  return OkStatus();
 }
 
 void BlobStore::Release(const std::string& sha256) {

@@ -60,6 +60,14 @@ class BlobStore {
   // RESOURCE_EXHAUSTED (not enough disk space).
   StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& sha256, uint64_t size, uint64_t offset);
 
+  // Garbage collection (agent/gc.h). A blob's mtime is its last use: StatBlob of a complete blob
+  // touches it. RemoveIfUnused removes the blob (`partial`: its partial upload) unless an upload of it
+  // is in progress or it was used at or after `used_before_s` (seconds since the epoch). Errors:
+  // FAILED_PRECONDITION (busy or used since; nothing removed), NOT_FOUND, INTERNAL.
+  Status RemoveIfUnused(const std::string& sha256, bool partial, int64_t used_before_s);
+  const std::string& dir() const { return dir_; }
+  std::string PartialDir() const;
+
  private:
   std::string PartialPath(const std::string& sha256) const;
   void Release(const std::string& sha256);

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <map>
 
 #include "agent/daemon.h"
 
@@ -44,6 +45,20 @@ int main(int argc, char** argv) {
                     "master_addr that node 0 of a multi-node job reports (default: 127.0.0.1 when "
                     "listening on loopback, else the host name or --listen address)");
   start->add_option("--version-override", opts.version_override, "testing only")->group("");
+  const auto age_units =
+      CLI::AsNumberWithUnit(std::map<std::string, int64_t>{{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}});
+  start
+      ->add_option("--gc-max-store-bytes", opts.gc.max_store_bytes,
+                   "collect unused blobs automatically when the blob store holds more (e.g. 50GiB; "
+                   "0: no cap)")
+      ->transform(CLI::AsSizeValue(false));
+  start->add_option("--gc-min-free-pct", opts.gc_min_free_pct,
+                    "collect unused blobs automatically when the disk has less free (0: never)");
+  start
+      ->add_option("--gc-job-max-age", opts.gc.job_max_age_s,
+                   "remove folders of jobs finished longer ago (e.g. 30d; -1: keep them)")
+      ->transform(age_units);
+  start->add_option("--gc-check-s", opts.gc_check_s, "testing only")->group("");
 
   std::string data_dir;
   bool json = false;
@@ -58,6 +73,29 @@ int main(int argc, char** argv) {
   auto* bridge = app.add_subcommand("bridge", "copy stdin/stdout to and from the agent's TCP socket");
   bridge->add_option("--data-dir", data_dir, "data dir of the agent");
 
+  ::sftctl::v1::CollectGarbageRequest gc_req;
+  auto* gc = app.add_subcommand("gc", "remove blobs, partial uploads and old job folders no job needs");
+  gc->add_option("--data-dir", data_dir, "data dir of the agent");
+  gc->add_flag(
+      "--dry-run", [&](int64_t) { gc_req.set_dry_run(true); }, "report, remove nothing");
+  gc->add_flag("--json", json, "one JSON object");
+  gc->add_option_function<int64_t>(
+        "--blob-max-age", [&](int64_t v) { gc_req.set_blob_max_age_s(v); },
+        "remove unreferenced blobs unused for longer (default 7d)")
+      ->transform(age_units);
+  gc->add_option_function<int64_t>(
+        "--partial-max-age", [&](int64_t v) { gc_req.set_partial_max_age_s(v); },
+        "remove partial uploads untouched for longer (default 2d)")
+      ->transform(age_units);
+  gc->add_option_function<int64_t>(
+        "--job-max-age", [&](int64_t v) { gc_req.set_job_max_age_s(v); },
+        "remove folders of jobs finished longer ago (default 30d; -1: keep them)")
+      ->transform(age_units);
+  gc->add_option_function<uint64_t>(
+        "--max-store-bytes", [&](uint64_t v) { gc_req.set_max_store_bytes(v); },
+        "then remove the least recently used unreferenced blobs until the store fits (e.g. 20GiB)")
+      ->transform(CLI::AsSizeValue(false));
+
   CLI11_PARSE(app, argc, argv);
   // stdout carries exactly the one SFTD_READY line; logs go to stderr (sftd.log when detached).
   spdlog::set_default_logger(spdlog::stderr_color_mt("sftd"));
@@ -69,6 +107,7 @@ int main(int argc, char** argv) {
     if (*status) return sftctl::agent::RunStatus(data_dir, json);
     if (*stop) return sftctl::agent::RunStop(data_dir, timeout_s);
     if (*bridge) return sftctl::agent::RunBridge(data_dir);
+    if (*gc) return sftctl::agent::RunGc(data_dir, gc_req, json);
   } catch (const std::exception& e) {
     std::cerr << "sftd: " << e.what() << "\n";
     return 1;
