@@ -37,6 +37,7 @@
 #include "agent/state_store.h"
 #include "agent/supervisor.h"
 #include "common/file_system.h"
+#include "common/net_addr.h"
 #include "common/rpc_limits.h"
 #include "sftctl/v1/agent.grpc.pb.h"
 
@@ -126,12 +127,6 @@ std::string ReadyLine(const std::string& addr, const std::string& dir, const std
   return "SFTD_READY " + j.dump() + "\n";
 }
 
-bool IsLoopback(const std::string& host) {
-  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
-  in_addr a{};
-  return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
-}
-
 // A TCP connection to `host` (an address literal, IPv6 in brackets) and `port`; -1 with errno set.
 int ConnectTcp(std::string host, int port) {
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
@@ -202,7 +197,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     return 0;
   }
   bool tls = !opts.tls_cert.empty() && !opts.tls_key.empty();
-  if (!IsLoopback(opts.listen) && !tls) {
+  if (!IsLoopbackHost(opts.listen) && !tls) {
     return fail("refusing to listen on non-loopback address " + opts.listen +
                 " without TLS (--tls-cert/--tls-key); use an SSH tunnel or `sftd bridge`");
   }
@@ -330,7 +325,7 @@ std::string DialHost(const std::string& listen) {
 
 std::string RendezvousAddr(const DaemonOptions& opts) {
   if (!opts.rendezvous_addr.empty()) return opts.rendezvous_addr;
-  if (IsLoopback(opts.listen)) return "127.0.0.1";
+  if (IsLoopbackHost(opts.listen)) return "127.0.0.1";
   if (opts.listen == "0.0.0.0" || opts.listen == "::" || opts.listen == "[::]" || opts.listen.empty()) {
     char name[256] = {};
     if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;

@@ -18,6 +18,7 @@
 #include "agent/job_spec.h"
 #include "agent/launcher.h"
 #include "common/file_system.h"
+#include "common/net_addr.h"
 #include "common/process_util.h"
 
 namespace sftctl::agent {
@@ -42,19 +43,12 @@ std::string JoinGpus(const std::vector<int>& g) {
   return s;
 }
 
-// "exit code 1" / "killed by signal 9 (SIGKILL)".
-bool IsLoopbackAddr(const std::string& host) {
-  if (host == "localhost" || host == "::1") return true;
-  in_addr a{};
-  return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
-}
-
 // MASTER_ADDR for the ranks of node 0 of a multi-node job. The trainer binds Gloo to loopback when
 // MASTER_ADDR is a loopback address, which the other nodes could not reach; so a loopback `reported`
 // address (an agent behind an SSH tunnel, whose client tells the other nodes its own name for this
 // host) is replaced by this host's name when that resolves. Otherwise `reported` itself.
 std::string NodeZeroMasterAddr(const std::string& reported) {
-  if (!IsLoopbackAddr(reported)) return reported;
+  if (!IsLoopbackHost(reported)) return reported;
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return reported;
   addrinfo hints{};

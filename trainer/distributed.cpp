@@ -14,6 +14,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "common/net_addr.h"
+
 // Torch's CMake targets define USE_C10D_GLOO (and USE_C10D_NCCL in CUDA builds) when LibTorch
 // was built with them. A pip wheel (and Debian 13's libtorch-dev without libgloo-dev) defines it
 // but ships no gloo headers, which ProcessGroupGloo.hpp includes: Gloo is used only when both hold.
@@ -65,10 +67,6 @@ std::string ExceptionText(const std::exception_ptr& e) {
   } catch (...) {
     return "unknown exception";
   }
-}
-
-[[maybe_unused]] bool IsLoopback(const std::string& addr) {  // used by the Gloo path
-  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
 }
 
 StatusOr<int> EnvInt(const std::function<const char*(const char*)>& getenv, const char* name,
@@ -319,7 +317,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, c
     auto o = c10d::ProcessGroupGloo::Options::create(timeout);
     if (!env.socket_ifname.empty()) {
       o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(env.socket_ifname));
-    } else if (IsLoopback(env.master_addr)) {
+    } else if (IsLoopbackHost(env.master_addr)) {
       o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     } else {
       o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());

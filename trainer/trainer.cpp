@@ -222,365 +222,464 @@ std::string DescribeEval(const EvalResult& r, bool exact) {
   return s;
 }
 
-StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options) {
-  const auto t_start = Clock::now();
-  FileSystem* fs = options.hooks.fs ? options.hooks.fs : FileSystem::Default();
-  TrainResult result;
+// One training run. TrainImpl below reads top to bottom as its steps; each step is a method here,
+// and what the steps share lives in the members. Rank 0 (`lead_`) alone writes the run folder and
+// reports progress; every rank runs every step (collectives inside them must match up).
+class TrainRun {
+ public:
+  TrainRun(const JobSpec& spec, const TrainOptions& options)
+      : spec_(spec), options_(options), fs_(options.hooks.fs ? options.hooks.fs : FileSystem::Default()) {}
 
-  // 0. Ranks: WORLD_SIZE > 1 makes this process one rank of a data-parallel job
-  // (trainer/distributed.h). Rank 0 (`lead`) alone writes the run folder and reports progress.
-  DistEnv env;
-  if (options.hooks.dist_env) {
-    env = *options.hooks.dist_env;
+  Status JoinRanksAndPickDevice();
+  Status OpenRunFolder();
+  Status LoadData();
+  Status BuildModel();
+  Status Resume();
+  Status AnnounceStart();
+  Status Loop();
+  Status Finish();
+  TrainResult& result() { return result_; }
+
+ private:
+  // The micro-batches of one optimizer step on this rank, and the window's totals over all ranks.
+  struct Window {
+    std::vector<Batch> batches;
+    int64_t targets = 0, tokens = 0;
+    double allreduce_s = 0;
+  };
+  StatusOr<Window> DrawWindow();
+  Status TrainStep();
+  Status SkipBadStep(double loss, double grad_norm);
+  void ReportStep(double loss, double lr, double grad_norm, const Window& w);
+  Status Evaluate(int64_t step);
+  Status Save();
+
+  const JobSpec& spec_;
+  const TrainOptions& options_;
+  FileSystem* fs_;
+  const Clock::time_point t_start_ = Clock::now();
+  TrainResult result_;
+
+  DistEnv env_;
+  bool lead_ = true;
+  int world_ = 1;
+  int threads_ = 1;
+  DevicePlan plan_;
+  std::unique_ptr<ProcessGroup> pg_;  // null: a single process
+  std::unique_ptr<MetricsSink> metrics_ = MetricsSink::Silent();
+
+  std::unique_ptr<Tokenizer> tok_;
+  std::string tokenizer_source_;
+  int32_t eos_ = 0, pad_ = 0;
+  Dataset data_;
+
+  CausalLM model_{nullptr};
+  std::unique_ptr<FlatAdamW> optimizer_;
+  std::unique_ptr<GradBuckets> buckets_;  // gradient all-reduce overlapped with backward (pg_ only)
+  std::unique_ptr<CheckpointManager> checkpoints_;
+  std::optional<std::string> resume_dir_;
+  TrainerState state_;
+  std::unique_ptr<Sampler> sampler_;
+  int64_t total_steps_ = 0;
+
+  // The loop's clock and counters (this session only; state_.elapsed_s spans sessions).
+  Clock::time_point t_loop_;
+  double elapsed_before_ = 0;
+  int64_t session_tokens_ = 0;
+  int64_t last_saved_ = -1;
+};
+
+// 0-1. Ranks (WORLD_SIZE > 1 makes this process one rank of a data-parallel job, see
+// trainer/distributed.h), threads, device and precision, and the process group.
+Status TrainRun::JoinRanksAndPickDevice() {
+  if (options_.hooks.dist_env) {
+    env_ = *options_.hooks.dist_env;
   } else {
-    SFT_ASSIGN_OR_RETURN(env, ReadDistEnv());
+    SFT_ASSIGN_OR_RETURN(env_, ReadDistEnv());
   }
-  const bool lead = env.rank == 0;
-  const int world = env.world_size;
-  result.rank = env.rank;
-  result.world_size = world;
-
-  // 1. Threads, device and precision.
-  const int threads = ConfigureThreads(spec.threads, env.local_world_size);
-  SFT_ASSIGN_OR_RETURN(DevicePlan plan, ChooseDevice(RankDevice(spec.device, env), spec.precision));
-  result.precision = plan.precision();
-  result.device = plan.device.str();
-  std::unique_ptr<ProcessGroup> pg;
-  if (env.distributed() && options.hooks.process_group) {
-    pg = options.hooks.process_group(env, plan.device);
-  } else if (env.distributed()) {
-    SFT_ASSIGN_OR_RETURN(pg, ProcessGroup::Join(env, plan.device, spec.distributed.timeout_s));
+  lead_ = env_.rank == 0;
+  world_ = env_.world_size;
+  result_.rank = env_.rank;
+  result_.world_size = world_;
+  threads_ = ConfigureThreads(spec_.threads, env_.local_world_size);
+  SFT_ASSIGN_OR_RETURN(plan_, ChooseDevice(RankDevice(spec_.device, env_), spec_.precision));
+  result_.precision = plan_.precision();
+  result_.device = plan_.device.str();
+  if (env_.distributed() && options_.hooks.process_group) {
+    pg_ = options_.hooks.process_group(env_, plan_.device);
+  } else if (env_.distributed()) {
+    SFT_ASSIGN_OR_RETURN(pg_, ProcessGroup::Join(env_, plan_.device, spec_.distributed.timeout_s));
   }
+  return OkStatus();
+}
 
-  // 2. Run folder, metrics.
-  std::unique_ptr<MetricsSink> metrics = MetricsSink::Silent();
-  if (lead) {
-    SFT_RETURN_IF_ERROR(fs->CreateDirs(spec.output_dir));
-    SFT_RETURN_IF_ERROR(WriteRunSpec(fs, spec));
-    SFT_ASSIGN_OR_RETURN(metrics,
-                         MetricsSink::Open(JoinPath(spec.output_dir, "metrics.jsonl"), options.events_fd,
-                                           options.progress_bar, spec.train.log_interval));
+// 2. The run folder and its metrics (rank 0 only; other ranks keep a silent sink).
+Status TrainRun::OpenRunFolder() {
+  if (lead_) {
+    SFT_RETURN_IF_ERROR(fs_->CreateDirs(spec_.output_dir));
+    SFT_RETURN_IF_ERROR(WriteRunSpec(fs_, spec_));
+    SFT_ASSIGN_OR_RETURN(metrics_,
+                         MetricsSink::Open(JoinPath(spec_.output_dir, "metrics.jsonl"), options_.events_fd,
+                                           options_.progress_bar, spec_.train.log_interval));
   }
-  metrics->Say(fmt::format("device {} precision {} ({}), {} threads", plan.device.str(), plan.precision(),
-                           plan.reason, threads));
-  if (pg) metrics->Say(fmt::format("rank 0 of {} ranks ({})", world, pg->backend()));
+  metrics_->Say(fmt::format("device {} precision {} ({}), {} threads", plan_.device.str(), plan_.precision(),
+                            plan_.reason, threads_));
+  if (pg_) metrics_->Say(fmt::format("rank 0 of {} ranks ({})", world_, pg_->backend()));
+  return OkStatus();
+}
 
-  // 3. Tokenizer and data.
-  std::string tokenizer_source;
-  SFT_ASSIGN_OR_RETURN(auto tok, OpenTokenizer(spec, &tokenizer_source));
-  const int32_t eos = *tok->eos_id();
-  const int32_t pad = tok->pad_id().value_or(eos);
+// 3. Tokenizer and data. Ranks > 0 cache their token files in a folder of their own.
+Status TrainRun::LoadData() {
+  SFT_ASSIGN_OR_RETURN(tok_, OpenTokenizer(spec_, &tokenizer_source_));
+  eos_ = *tok_->eos_id();
+  pad_ = tok_->pad_id().value_or(eos_);
   std::string cache_dir;  // default: <run>/data-cache
-  if (!lead) {
-    SFT_ASSIGN_OR_RETURN(cache_dir, RankCacheDir(env.rank));
+  if (!lead_) {
+    SFT_ASSIGN_OR_RETURN(cache_dir, RankCacheDir(env_.rank));
   }
-  StatusOr<Dataset> loaded = LoadDataset(spec, *tok, cache_dir);
+  StatusOr<Dataset> loaded = LoadDataset(spec_, *tok_, cache_dir);
   if (!cache_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(cache_dir, ec);  // the mapped token files stay readable
   }
-  SFT_ASSIGN_OR_RETURN(Dataset data, std::move(loaded));
-  result.train_stats = data.train_stats;
-  result.eval_stats = data.eval_stats;
-  const DataStats& ts = data.train_stats;
-  metrics->Say(
+  SFT_ASSIGN_OR_RETURN(data_, std::move(loaded));
+  result_.train_stats = data_.train_stats;
+  result_.eval_stats = data_.eval_stats;
+  const DataStats& ts = data_.train_stats;
+  metrics_->Say(
       fmt::format("data: {} train samples ({} tokens, {} trained), {} eval samples; {} truncated to {} "
                   "tokens, {} dropped (no trained token left)",
-                  data.train.size(), ts.tokens, ts.trained_tokens, data.eval.size(), ts.truncated,
-                  spec.data.max_seq_len, ts.dropped));
+                  data_.train.size(), ts.tokens, ts.trained_tokens, data_.eval.size(), ts.truncated,
+                  spec_.data.max_seq_len, ts.dropped));
+  return OkStatus();
+}
 
-  // 4. Model: seeded init, or weights from model.path.
-  torch::manual_seed(static_cast<uint64_t>(spec.seed));
-  SFT_ASSIGN_OR_RETURN(CausalLM model, BuildModel(spec, *tok));
-  // LoRA: adapters on the target projections, every base weight frozen (trainer/lora.h).
-  if (spec.lora) SFT_RETURN_IF_ERROR(ApplyLora(model, *spec.lora));
+// 4. The model: seeded init or weights from model.path; LoRA adapters on the target projections,
+// every base weight frozen (trainer/lora.h).
+Status TrainRun::BuildModel() {
+  torch::manual_seed(static_cast<uint64_t>(spec_.seed));
+  SFT_ASSIGN_OR_RETURN(model_, ::sftctl::trainer::BuildModel(spec_, *tok_));
+  if (spec_.lora) SFT_RETURN_IF_ERROR(ApplyLora(model_, *spec_.lora));
   // Ranks > 0 draw their own random numbers (dropout) from here on.
-  if (env.rank > 0) torch::manual_seed(static_cast<uint64_t>(spec.seed) + 0x9e3779b97f4a7c15ull * env.rank);
+  if (env_.rank > 0)
+    torch::manual_seed(static_cast<uint64_t>(spec_.seed) + 0x9e3779b97f4a7c15ull * env_.rank);
+  return OkStatus();
+}
 
-  // 5. Resume from the newest complete checkpoint (or the one named by `resume`). Only rank 0
-  // reads it; step 5b hands its state to the other ranks.
-  CheckpointManager checkpoints(fs, spec.output_dir, spec.checkpoint.keep);
-  std::optional<std::string> resume_dir;
-  if (lead && spec.resume == "auto") {
+// 5. Resume from the newest complete checkpoint (or the one named by `resume`). Only rank 0 reads
+// it; then every rank starts from rank 0's weights, moments, step, data position and RNG streams.
+Status TrainRun::Resume() {
+  checkpoints_ = std::make_unique<CheckpointManager>(fs_, spec_.output_dir, spec_.checkpoint.keep);
+  if (lead_ && spec_.resume == "auto") {
     std::vector<std::string> incomplete;
-    SFT_ASSIGN_OR_RETURN(resume_dir, checkpoints.Latest(&incomplete));
-    for (const auto& d : incomplete) metrics->Say("ignoring incomplete checkpoint (no DONE marker): " + d);
-  } else if (lead && spec.resume != "never") {
-    if (!IsComplete(fs, spec.resume)) {
-      return FailedPreconditionError("field 'resume': '" + spec.resume +
+    SFT_ASSIGN_OR_RETURN(resume_dir_, checkpoints_->Latest(&incomplete));
+    for (const auto& d : incomplete) metrics_->Say("ignoring incomplete checkpoint (no DONE marker): " + d);
+  } else if (lead_ && spec_.resume != "never") {
+    if (!IsComplete(fs_, spec_.resume)) {
+      return FailedPreconditionError("field 'resume': '" + spec_.resume +
                                      "' is not a complete checkpoint (no DONE)");
     }
-    resume_dir = spec.resume;
+    resume_dir_ = spec_.resume;
   }
-  TrainerState state;
   std::map<std::string, torch::Tensor> optimizer_state;
   bool base_loaded = false;  // frozen weights came from the checkpoint
-  if (resume_dir) {
-    if (spec.lora) {
-      SFT_RETURN_IF_ERROR(LoadLoraCheckpoint(model, *resume_dir, &base_loaded));
+  if (resume_dir_) {
+    if (spec_.lora) {
+      SFT_RETURN_IF_ERROR(LoadLoraCheckpoint(model_, *resume_dir_, &base_loaded));
     } else {
-      SFT_RETURN_IF_ERROR(LoadWeights(model, *resume_dir));
+      SFT_RETURN_IF_ERROR(LoadWeights(model_, *resume_dir_));
     }
-    SFT_ASSIGN_OR_RETURN(state, ReadTrainerState(*resume_dir));
-    SFT_ASSIGN_OR_RETURN(optimizer_state, LoadTensors(JoinPath(*resume_dir, "optimizer.safetensors")));
-    metrics->Say(fmt::format("resuming from {} (step {})", *resume_dir, state.step));
+    SFT_ASSIGN_OR_RETURN(state_, ReadTrainerState(*resume_dir_));
+    SFT_ASSIGN_OR_RETURN(optimizer_state, LoadTensors(JoinPath(*resume_dir_, "optimizer.safetensors")));
+    metrics_->Say(fmt::format("resuming from {} (step {})", *resume_dir_, state_.step));
   }
-
-  model->ToDevice(plan.device);
-  model->train();
-  FlatAdamW optimizer(Parameters(model), spec.train, DecaysWeight);
-  if (resume_dir) {
-    SFT_RETURN_IF_ERROR(optimizer
-                            .LoadState(
-                                [&](const std::string& k) {
-                                  auto it = optimizer_state.find(k);
-                                  return it == optimizer_state.end() ? torch::Tensor() : it->second;
-                                },
-                                state.step)
-                            .WithContext(*resume_dir));
+  model_->ToDevice(plan_.device);
+  model_->train();
+  optimizer_ = std::make_unique<FlatAdamW>(Parameters(model_), spec_.train, DecaysWeight);
+  if (resume_dir_) {
+    auto find = [&](const std::string& k) {
+      auto it = optimizer_state.find(k);
+      return it == optimizer_state.end() ? torch::Tensor() : it->second;
+    };
+    SFT_RETURN_IF_ERROR(optimizer_->LoadState(find, state_.step).WithContext(*resume_dir_));
     if (auto it = optimizer_state.find("rng.cpu"); it != optimizer_state.end()) {
       auto gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(it->second);
     }
   }
-  // 5b. Every rank starts from rank 0's weights, moments, step, data position and RNG streams;
-  // gradients are then summed across ranks in buckets overlapped with backward.
-  std::unique_ptr<GradBuckets> buckets;
-  if (pg) {
+  if (pg_) {
     SFT_RETURN_IF_ERROR(
-        ShareRankZeroState(*pg, model, optimizer, &state, &resume_dir, base_loaded, optimizer_state));
-    buckets = std::make_unique<GradBuckets>(pg.get(), optimizer, spec.distributed.bucket_mb);
+        ShareRankZeroState(*pg_, model_, *optimizer_, &state_, &resume_dir_, base_loaded, optimizer_state));
+    buckets_ = std::make_unique<GradBuckets>(pg_.get(), *optimizer_, spec_.distributed.bucket_mb);
   }
-  if (resume_dir) result.resumed_from_step = state.step;
-  Sampler sampler(static_cast<int64_t>(data.train.size()), static_cast<uint64_t>(spec.seed));
-  sampler.Seek(state.epoch, state.position);
+  if (resume_dir_) result_.resumed_from_step = state_.step;
+  sampler_ =
+      std::make_unique<Sampler>(static_cast<int64_t>(data_.train.size()), static_cast<uint64_t>(spec_.seed));
+  sampler_->Seek(state_.epoch, state_.position);
+  total_steps_ = TotalSteps(spec_, static_cast<int64_t>(data_.train.size()), world_);
+  return OkStatus();
+}
 
-  const int64_t total_steps = TotalSteps(spec, static_cast<int64_t>(data.train.size()), world);
+// The "start" event: sizes, device, where it resumed from.
+Status TrainRun::AnnounceStart() {
   int64_t n_params = 0;
   int64_t n_trainable = 0;
-  for (const auto& [n, p] : Parameters(model)) {
+  for (const auto& [n, p] : Parameters(model_)) {
     n_params += p.numel();
     if (p.requires_grad()) n_trainable += p.numel();
   }
   json start = {{"event", "start"},
-                {"step", state.step},
-                {"total_steps", total_steps},
+                {"step", state_.step},
+                {"total_steps", total_steps_},
                 {"parameters", n_params},
                 {"trainable_parameters", n_trainable},
-                {"device", plan.device.str()},
-                {"precision", plan.precision()},
-                {"threads", threads},
-                {"train_samples", data.train.size()},
-                {"eval_samples", data.eval.size()},
-                {"resumed_from", lead ? resume_dir.value_or("") : ""}};
-  if (pg) {
-    start["rank"] = env.rank;
-    start["world_size"] = world;
-    start["buckets"] = buckets->num_buckets();
+                {"device", plan_.device.str()},
+                {"precision", plan_.precision()},
+                {"threads", threads_},
+                {"train_samples", data_.train.size()},
+                {"eval_samples", data_.eval.size()},
+                {"resumed_from", lead_ ? resume_dir_.value_or("") : ""}};
+  if (pg_) {
+    start["rank"] = env_.rank;
+    start["world_size"] = world_;
+    start["buckets"] = buckets_->num_buckets();
   }
-  metrics->Emit(start);
-  if (!lead && options.events_fd >= 0) {
+  metrics_->Emit(start);
+  if (!lead_ && options_.events_fd >= 0) {
     // Ranks > 0 report only their start (and, through main, an error) to their supervisor.
-    SFT_ASSIGN_OR_RETURN(auto rank_events, MetricsSink::Open("", options.events_fd, false, 1));
+    SFT_ASSIGN_OR_RETURN(auto rank_events, MetricsSink::Open("", options_.events_fd, false, 1));
     rank_events->Emit(start);
   }
-  metrics->Say(fmt::format("model: {} parameters; {} steps of {} x {} sequences{}", n_params, total_steps,
-                           spec.train.batch_size, spec.train.grad_accum,
-                           pg ? fmt::format(" x {} ranks", world) : std::string()));
+  metrics_->Say(fmt::format("model: {} parameters; {} steps of {} x {} sequences{}", n_params, total_steps_,
+                            spec_.train.batch_size, spec_.train.grad_accum,
+                            pg_ ? fmt::format(" x {} ranks", world_) : std::string()));
+  return OkStatus();
+}
 
-  auto evaluate = [&](int64_t step) -> Status {
-    const auto t_eval = Clock::now();
-    model->eval();
-    // Each rank evaluates its share of the batches; the sums are added across ranks.
-    EvalResult r = Evaluate(model, data.eval, spec.eval, plan, pad, eos, {env.rank, world});
-    model->train();
-    if (pg) {
-      torch::Tensor sums =
-          torch::tensor({r.loss_sum, static_cast<double>(r.targets), static_cast<double>(r.exact_correct),
-                         static_cast<double>(r.exact_total)},
-                        torch::kFloat64);
-      SFT_RETURN_IF_ERROR(pg->AllReduceSum(sums, "allreduce (evaluation sums)"));
-      auto a = sums.accessor<double, 1>();
-      r.loss_sum = a[0];
-      r.targets = static_cast<int64_t>(a[1]);
-      r.exact_correct = static_cast<int64_t>(a[2]);
-      r.exact_total = static_cast<int64_t>(a[3]);
-      r.loss = r.targets ? r.loss_sum / r.targets : 0.0;
-    }
-    json record = EvalRecord(step, r, spec.eval.exact_match);
-    record["eval_s"] = Seconds(t_eval);  // lets benchmarks subtract evaluation from wall time
-    metrics->Emit(record);
-    metrics->Say(fmt::format("step {}: {}", step, DescribeEval(r, spec.eval.exact_match)));
-    result.eval_loss = r.loss;
-    if (spec.eval.exact_match) result.exact_match = r.exact_match();
-    return OkStatus();
-  };
-  auto save = [&]() -> Status {
-    // Every rank's RNG stream goes into rank 0's checkpoint (gathered: folders need not be shared).
-    const torch::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
-    std::vector<torch::Tensor> rank_rngs;
-    if (pg) SFT_RETURN_IF_ERROR(pg->AllGather(rng, &rank_rngs, "allgather (RNG states for the checkpoint)"));
-    if (!lead) {
-      result.checkpoint_dir = JoinPath(spec.output_dir, CheckpointName(state.step));
-      return OkStatus();
-    }
-    CheckpointContents c;
-    json config = ModelConfigToJson(model->config());
-    c.config = config;
-    c.generation_config = GenerationConfigJson(model->config());
-    c.weights = Parameters(model);
-    if (spec.lora) {
-      // A PEFT adapter; base weights only when the base exists nowhere else (model.config).
-      c.weights = spec.model.config.is_null() ? NamedTensors() : BaseParameters(model);
-      c.adapter = AdapterTensors(model);
-      c.adapter_config = AdapterConfigJson(*spec.lora, spec.model.path);
-    }
-    c.optimizer = optimizer.StateTensors();
-    c.optimizer.emplace_back("rng.cpu", rng);
-    for (size_t r = 1; r < rank_rngs.size(); ++r)
-      c.optimizer.emplace_back("rng.cpu.rank" + std::to_string(r), rank_rngs[r]);
-    c.state = state;
-    c.tokenizer_source = tokenizer_source;
-    SFT_ASSIGN_OR_RETURN(result.checkpoint_dir, checkpoints.Save(c));
-    metrics->Emit({{"event", "checkpoint"}, {"step", state.step}, {"path", result.checkpoint_dir}});
-    return OkStatus();
-  };
-
-  // 6. The loop. One optimizer step = grad_accum micro-batches; the loss of each is its
-  // summed token loss divided by the target tokens of the whole window (over all ranks).
-  const auto t_loop = Clock::now();
-  const double elapsed_before = state.elapsed_s;
-  int64_t session_tokens = 0;
-  int64_t last_saved = resume_dir ? state.step : -1;
-  const int64_t global_batch = spec.train.batch_size * world;
-  while (state.step < total_steps) {
-    if (options.hooks.stop_after_step && state.step >= *options.hooks.stop_after_step) break;
-    // Every rank draws the same global batch and trains on its slice of it (ShardSlice).
-    std::vector<Batch> window;
-    int64_t window_targets = 0, window_tokens = 0;
-    for (int64_t a = 0; a < spec.train.grad_accum; ++a) {
-      const std::vector<int64_t> drawn = sampler.Next(global_batch);
-      const auto [lo, hi] = ShardSlice(static_cast<int64_t>(drawn.size()), spec.train.batch_size, env.rank);
-      if (lo == hi) continue;  // the short end of an epoch left this rank nothing
-      window.push_back(Collate(data.train, std::vector<int64_t>(drawn.begin() + lo, drawn.begin() + hi), pad,
-                               spec.data.packing ? spec.data.max_seq_len : 0,
-                               /*pinned=*/plan.device.is_cuda()));
-      window_targets += window.back().targets;
-      window_tokens += window.back().tokens;
-    }
-    double allreduce_s = 0;
-    if (pg) {
-      // The loss is normalised by the target tokens of the window over all ranks.
-      const auto t_comm = Clock::now();
-      torch::Tensor counts = torch::tensor({window_targets, window_tokens}, torch::kInt64);
-      SFT_RETURN_IF_ERROR(pg->AllReduceSum(counts, "allreduce (window token counts)"));
-      window_targets = counts[0].item<int64_t>();
-      window_tokens = counts[1].item<int64_t>();
-      allreduce_s += Seconds(t_comm);
-    }
-    WindowOptions wo;
-    wo.normaliser = window_targets;
-    if (options.hooks.on_loss) wo.on_loss = [&](torch::Tensor& ls) { options.hooks.on_loss(state.step, ls); };
-    if (buckets) wo.before_last_backward = [&] { buckets->Arm(); };
-    torch::Tensor loss_t = AccumulateWindowLoss(model, window, plan, wo).reshape({1});
-    if (pg) {
-      // Wait for the gradient buckets still in flight, then add up the loss (on the device).
-      double wait_s = 0;
-      SFT_RETURN_IF_ERROR(buckets->Finish(&wait_s));
-      const auto t_comm = Clock::now();
-      SFT_RETURN_IF_ERROR(pg->AllReduceSum(loss_t, "allreduce (window loss)"));
-      allreduce_s += wait_s + Seconds(t_comm);
-    }
-    ++state.step;
-    state.epoch = sampler.epoch();
-    state.position = sampler.position();
-    state.tokens_seen += window_tokens;
-    session_tokens += window_tokens;
-    torch::Tensor norm_t = optimizer.GradNorm();
-    // The step's one wait for the device: the loss and the gradient norm, read together.
-    const torch::Tensor host =
-        torch::cat({loss_t.reshape({1}), norm_t.to(torch::kFloat64).reshape({1})}).to(torch::kCPU);
-    const double loss_sum = host[0].item<double>();
-    const double grad_norm = host[1].item<double>();
-    const double loss = loss_sum / static_cast<double>(window_targets);
-
-    // Loss and gradients are global, so every rank takes the same decision here.
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-      optimizer.ZeroGrad();
-      ++state.bad_steps;
-      metrics->Emit({{"event", "skipped"},
-                     {"step", state.step},
-                     {"loss", loss},
-                     {"grad_norm", grad_norm},
-                     {"bad_steps", state.bad_steps}});
-      metrics->Say(fmt::format("step {}: non-finite {} ({}), update skipped ({} of {} allowed in a row)",
-                               state.step, std::isfinite(loss) ? "gradient norm" : "loss",
-                               std::isfinite(loss) ? grad_norm : loss, state.bad_steps,
-                               spec.train.max_bad_steps));
-      if (state.bad_steps >= spec.train.max_bad_steps) {
-        return AbortedError(
-            fmt::format("stopped at step {}: {} consecutive steps had a non-finite loss or gradient "
-                        "(train.max_bad_steps); "
-                        "lower train.lr, check the data, or try precision: fp32",
-                        state.step, state.bad_steps));
-      }
-      continue;
-    }
-    state.bad_steps = 0;
-    if (spec.train.clip_grad_norm > 0) optimizer.ClipGradNorm(norm_t, spec.train.clip_grad_norm);
-    const double lr = LearningRate(spec.train, state.step - 1, total_steps);
-    optimizer.Step(lr);
-    optimizer.ZeroGrad();
-
-    const double session_s = Seconds(t_loop);
-    state.elapsed_s = elapsed_before + session_s;
-    result.last_loss = loss;
-    json record = {{"event", "step"},
-                   {"step", state.step},
-                   {"epoch", state.epoch + static_cast<double>(state.position) / data.train.size()},
-                   {"loss", loss},
-                   {"lr", lr},
-                   {"grad_norm", grad_norm},
-                   {"tokens", window_tokens},
-                   {"tokens_per_s", session_s > 0 ? session_tokens / session_s : 0.0},
-                   {"elapsed_s", state.elapsed_s}};
-    if (pg) record["allreduce_s"] = allreduce_s;  // time this rank spent waiting on all-reduces
-    metrics->Emit(record);
-    metrics->ShowStep(record, total_steps);
-
-    if (spec.eval.interval > 0 && state.step % spec.eval.interval == 0 && state.step < total_steps &&
-        !data.eval.empty()) {
-      SFT_RETURN_IF_ERROR(evaluate(state.step));
-    }
-    if (spec.checkpoint.interval > 0 && state.step % spec.checkpoint.interval == 0) {
-      SFT_RETURN_IF_ERROR(save());
-      last_saved = state.step;
-    }
+// 6. The loop: optimizer steps until total_steps (or the test seam's stop), with evaluations and
+// checkpoints at their intervals.
+Status TrainRun::Loop() {
+  t_loop_ = Clock::now();
+  elapsed_before_ = state_.elapsed_s;
+  last_saved_ = resume_dir_ ? state_.step : -1;
+  while (state_.step < total_steps_) {
+    if (options_.hooks.stop_after_step && state_.step >= *options_.hooks.stop_after_step) break;
+    SFT_RETURN_IF_ERROR(TrainStep());
   }
-  metrics->Finish();
-  result.steps = state.step;
+  metrics_->Finish();
+  result_.steps = state_.step;
+  return OkStatus();
+}
 
-  // 7. Final evaluation and checkpoint (skipped when interrupted by the test seam).
-  const bool interrupted = state.step < total_steps;
+// Every rank draws the same global batch and trains on its slice of it (ShardSlice); the loss is
+// normalised by the target tokens of the window over all ranks.
+StatusOr<TrainRun::Window> TrainRun::DrawWindow() {
+  Window w;
+  const int64_t global_batch = spec_.train.batch_size * world_;
+  for (int64_t a = 0; a < spec_.train.grad_accum; ++a) {
+    const std::vector<int64_t> drawn = sampler_->Next(global_batch);
+    const auto [lo, hi] = ShardSlice(static_cast<int64_t>(drawn.size()), spec_.train.batch_size, env_.rank);
+    if (lo == hi) continue;  // the short end of an epoch left this rank nothing
+    w.batches.push_back(Collate(data_.train, std::vector<int64_t>(drawn.begin() + lo, drawn.begin() + hi),
+                                pad_, spec_.data.packing ? spec_.data.max_seq_len : 0,
+                                /*pinned=*/plan_.device.is_cuda()));
+    w.targets += w.batches.back().targets;
+    w.tokens += w.batches.back().tokens;
+  }
+  if (pg_) {
+    const auto t_comm = Clock::now();
+    torch::Tensor counts = torch::tensor({w.targets, w.tokens}, torch::kInt64);
+    SFT_RETURN_IF_ERROR(pg_->AllReduceSum(counts, "allreduce (window token counts)"));
+    w.targets = counts[0].item<int64_t>();
+    w.tokens = counts[1].item<int64_t>();
+    w.allreduce_s += Seconds(t_comm);
+  }
+  return w;
+}
+
+// One optimizer step = grad_accum micro-batches; the loss of each is its summed token loss divided
+// by the target tokens of the whole window (over all ranks).
+Status TrainRun::TrainStep() {
+  SFT_ASSIGN_OR_RETURN(Window w, DrawWindow());
+  WindowOptions wo;
+  wo.normaliser = w.targets;
+  if (options_.hooks.on_loss)
+    wo.on_loss = [&](torch::Tensor& ls) { options_.hooks.on_loss(state_.step, ls); };
+  if (buckets_) wo.before_last_backward = [&] { buckets_->Arm(); };
+  torch::Tensor loss_t = AccumulateWindowLoss(model_, w.batches, plan_, wo).reshape({1});
+  if (pg_) {
+    // Wait for the gradient buckets still in flight, then add up the loss (on the device).
+    double wait_s = 0;
+    SFT_RETURN_IF_ERROR(buckets_->Finish(&wait_s));
+    const auto t_comm = Clock::now();
+    SFT_RETURN_IF_ERROR(pg_->AllReduceSum(loss_t, "allreduce (window loss)"));
+    w.allreduce_s += wait_s + Seconds(t_comm);
+  }
+  ++state_.step;
+  state_.epoch = sampler_->epoch();
+  state_.position = sampler_->position();
+  state_.tokens_seen += w.tokens;
+  session_tokens_ += w.tokens;
+  torch::Tensor norm_t = optimizer_->GradNorm();
+  // The step's one wait for the device: the loss and the gradient norm, read together.
+  const torch::Tensor host =
+      torch::cat({loss_t.reshape({1}), norm_t.to(torch::kFloat64).reshape({1})}).to(torch::kCPU);
+  const double loss = host[0].item<double>() / static_cast<double>(w.targets);
+  const double grad_norm = host[1].item<double>();
+  // Loss and gradients are global, so every rank takes the same decision here.
+  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return SkipBadStep(loss, grad_norm);
+  state_.bad_steps = 0;
+  if (spec_.train.clip_grad_norm > 0) optimizer_->ClipGradNorm(norm_t, spec_.train.clip_grad_norm);
+  const double lr = LearningRate(spec_.train, state_.step - 1, total_steps_);
+  optimizer_->Step(lr);
+  optimizer_->ZeroGrad();
+  ReportStep(loss, lr, grad_norm, w);
+  if (spec_.eval.interval > 0 && state_.step % spec_.eval.interval == 0 && state_.step < total_steps_ &&
+      !data_.eval.empty()) {
+    SFT_RETURN_IF_ERROR(Evaluate(state_.step));
+  }
+  if (spec_.checkpoint.interval > 0 && state_.step % spec_.checkpoint.interval == 0) {
+    SFT_RETURN_IF_ERROR(Save());
+    last_saved_ = state_.step;
+  }
+  return OkStatus();
+}
+
+// A non-finite loss or gradient: no update; ABORTED after train.max_bad_steps of them in a row.
+Status TrainRun::SkipBadStep(double loss, double grad_norm) {
+  optimizer_->ZeroGrad();
+  ++state_.bad_steps;
+  metrics_->Emit({{"event", "skipped"},
+                  {"step", state_.step},
+                  {"loss", loss},
+                  {"grad_norm", grad_norm},
+                  {"bad_steps", state_.bad_steps}});
+  metrics_->Say(fmt::format("step {}: non-finite {} ({}), update skipped ({} of {} allowed in a row)",
+                            state_.step, std::isfinite(loss) ? "gradient norm" : "loss",
+                            std::isfinite(loss) ? grad_norm : loss, state_.bad_steps,
+                            spec_.train.max_bad_steps));
+  if (state_.bad_steps >= spec_.train.max_bad_steps) {
+    return AbortedError(
+        fmt::format("stopped at step {}: {} consecutive steps had a non-finite loss or gradient "
+                    "(train.max_bad_steps); "
+                    "lower train.lr, check the data, or try precision: fp32",
+                    state_.step, state_.bad_steps));
+  }
+  return OkStatus();
+}
+
+void TrainRun::ReportStep(double loss, double lr, double grad_norm, const Window& w) {
+  const double session_s = Seconds(t_loop_);
+  state_.elapsed_s = elapsed_before_ + session_s;
+  result_.last_loss = loss;
+  json record = {{"event", "step"},
+                 {"step", state_.step},
+                 {"epoch", state_.epoch + static_cast<double>(state_.position) / data_.train.size()},
+                 {"loss", loss},
+                 {"lr", lr},
+                 {"grad_norm", grad_norm},
+                 {"tokens", w.tokens},
+                 {"tokens_per_s", session_s > 0 ? session_tokens_ / session_s : 0.0},
+                 {"elapsed_s", state_.elapsed_s}};
+  if (pg_) record["allreduce_s"] = w.allreduce_s;  // time this rank spent waiting on all-reduces
+  metrics_->Emit(record);
+  metrics_->ShowStep(record, total_steps_);
+}
+
+// Each rank evaluates its share of the batches; the sums are added across ranks.
+Status TrainRun::Evaluate(int64_t step) {
+  const auto t_eval = Clock::now();
+  model_->eval();
+  EvalResult r =
+      ::sftctl::trainer::Evaluate(model_, data_.eval, spec_.eval, plan_, pad_, eos_, {env_.rank, world_});
+  model_->train();
+  if (pg_) {
+    torch::Tensor sums =
+        torch::tensor({r.loss_sum, static_cast<double>(r.targets), static_cast<double>(r.exact_correct),
+                       static_cast<double>(r.exact_total)},
+                      torch::kFloat64);
+    SFT_RETURN_IF_ERROR(pg_->AllReduceSum(sums, "allreduce (evaluation sums)"));
+    auto a = sums.accessor<double, 1>();
+    r.loss_sum = a[0];
+    r.targets = static_cast<int64_t>(a[1]);
+    r.exact_correct = static_cast<int64_t>(a[2]);
+    r.exact_total = static_cast<int64_t>(a[3]);
+    r.loss = r.targets ? r.loss_sum / r.targets : 0.0;
+  }
+  json record = EvalRecord(step, r, spec_.eval.exact_match);
+  record["eval_s"] = Seconds(t_eval);  // lets benchmarks subtract evaluation from wall time
+  metrics_->Emit(record);
+  metrics_->Say(fmt::format("step {}: {}", step, DescribeEval(r, spec_.eval.exact_match)));
+  result_.eval_loss = r.loss;
+  if (spec_.eval.exact_match) result_.exact_match = r.exact_match();
+  return OkStatus();
+}
+
+// A checkpoint by rank 0. Every rank's RNG stream goes into it (gathered: folders need not be shared).
+Status TrainRun::Save() {
+  const torch::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+  std::vector<torch::Tensor> rank_rngs;
+  if (pg_) SFT_RETURN_IF_ERROR(pg_->AllGather(rng, &rank_rngs, "allgather (RNG states for the checkpoint)"));
+  if (!lead_) {
+    result_.checkpoint_dir = JoinPath(spec_.output_dir, CheckpointName(state_.step));
+    return OkStatus();
+  }
+  CheckpointContents c;
+  c.config = ModelConfigToJson(model_->config());
+  c.generation_config = GenerationConfigJson(model_->config());
+  c.weights = Parameters(model_);
+  if (spec_.lora) {
+    // A PEFT adapter; base weights only when the base exists nowhere else (model.config).
+    c.weights = spec_.model.config.is_null() ? NamedTensors() : BaseParameters(model_);
+    c.adapter = AdapterTensors(model_);
+    c.adapter_config = AdapterConfigJson(*spec_.lora, spec_.model.path);
+  }
+  c.optimizer = optimizer_->StateTensors();
+  c.optimizer.emplace_back("rng.cpu", rng);
+  for (size_t r = 1; r < rank_rngs.size(); ++r)
+    c.optimizer.emplace_back("rng.cpu.rank" + std::to_string(r), rank_rngs[r]);
+  c.state = state_;
+  c.tokenizer_source = tokenizer_source_;
+  SFT_ASSIGN_OR_RETURN(result_.checkpoint_dir, checkpoints_->Save(c));
+  metrics_->Emit({{"event", "checkpoint"}, {"step", state_.step}, {"path", result_.checkpoint_dir}});
+  return OkStatus();
+}
+
+// 7. Final evaluation and checkpoint (skipped when interrupted by the test seam), and "done".
+Status TrainRun::Finish() {
+  const bool interrupted = state_.step < total_steps_;
   if (!interrupted) {
-    if (!data.eval.empty()) SFT_RETURN_IF_ERROR(evaluate(state.step));
-    if (last_saved != state.step) SFT_RETURN_IF_ERROR(save());
-    if (result.checkpoint_dir.empty())
-      result.checkpoint_dir = JoinPath(spec.output_dir, CheckpointName(state.step));
+    if (!data_.eval.empty()) SFT_RETURN_IF_ERROR(Evaluate(state_.step));
+    if (last_saved_ != state_.step) SFT_RETURN_IF_ERROR(Save());
+    if (result_.checkpoint_dir.empty())
+      result_.checkpoint_dir = JoinPath(spec_.output_dir, CheckpointName(state_.step));
   }
-  result.elapsed_s = Seconds(t_start);
+  result_.elapsed_s = Seconds(t_start_);
   json done = {{"event", interrupted ? "stopped" : "done"},
-               {"step", state.step},
-               {"loss", result.last_loss},
-               {"elapsed_s", result.elapsed_s},
-               {"checkpoint", result.checkpoint_dir},
-               {"dropped_samples", data.train_stats.dropped + data.eval_stats.dropped},
-               {"truncated_samples", data.train_stats.truncated + data.eval_stats.truncated}};
-  if (result.eval_loss) done["eval_loss"] = *result.eval_loss;
-  if (result.exact_match) done["exact_match"] = *result.exact_match;
-  metrics->Emit(done);
-  return result;
+               {"step", state_.step},
+               {"loss", result_.last_loss},
+               {"elapsed_s", result_.elapsed_s},
+               {"checkpoint", result_.checkpoint_dir},
+               {"dropped_samples", data_.train_stats.dropped + data_.eval_stats.dropped},
+               {"truncated_samples", data_.train_stats.truncated + data_.eval_stats.truncated}};
+  if (result_.eval_loss) done["eval_loss"] = *result_.eval_loss;
+  if (result_.exact_match) done["exact_match"] = *result_.exact_match;
+  metrics_->Emit(done);
+  return OkStatus();
+}
+
+StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options) {
+  TrainRun run(spec, options);
+  SFT_RETURN_IF_ERROR(run.JoinRanksAndPickDevice());
+  SFT_RETURN_IF_ERROR(run.OpenRunFolder());
+  SFT_RETURN_IF_ERROR(run.LoadData());
+  SFT_RETURN_IF_ERROR(run.BuildModel());
+  SFT_RETURN_IF_ERROR(run.Resume());
+  SFT_RETURN_IF_ERROR(run.AnnounceStart());
+  SFT_RETURN_IF_ERROR(run.Loop());
+  SFT_RETURN_IF_ERROR(run.Finish());
+  return std::move(run.result());
 }
 
 }  // namespace
