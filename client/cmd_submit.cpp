@@ -19,6 +19,7 @@
 #include "client/remote_spec.h"
 #include "client/ssh/ssh_config.h"
 #include "client/uploader.h"
+#include "common/net_addr.h"
 
 namespace sftctl::client {
 namespace {
@@ -59,7 +60,7 @@ std::string ReachableAddress(const ConnectOptions& opts) {
     if (std::count(h.begin(), h.end(), ':') == 1) h = h.substr(0, h.find(':'));
   }
   if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (h == "localhost" || h.rfind("127.", 0) == 0 || h == "::1") return "";
+  if (IsLoopbackHost(h)) return "";
   return h;
 }
 
@@ -84,102 +85,115 @@ void CancelQuietly(Reconnector* rc, const std::string& id) {
   });
 }
 
-int Submit(const SubmitArgs& a) {
-  const bool json = a.ro.json;
-  auto spec = LoadRemoteSpec(a.spec_path, a.sets, a.name);
-  if (!spec.ok()) return ReportError(spec.status(), json);
-  std::vector<std::string> hosts = a.ro.hosts.empty() ? spec->hosts : a.ro.hosts;
-  if (hosts.empty()) {
-    return ReportError(InvalidArgumentError("give the host to run on: --host HOST (or `hosts:` in the spec)"),
-                       json);
-  }
-  if (std::set<std::string>(hosts.begin(), hosts.end()).size() != hosts.size()) {
-    return ReportError(InvalidArgumentError("a host is listed twice; each node of a job needs its own host"),
-                       json);
-  }
-  for (const auto& n : spec->notes) std::cerr << "note: " << n << "\n";
-  if (Status s = HashSpecFiles(&spec->files); !s.ok()) return ReportError(s, json);
-  // Each distinct blob once per host.
-  std::map<std::string, const SpecFile*> blobs;
-  for (const auto& f : spec->files) blobs.emplace(f.sha256, &f);
-
+// One connection per host; node 0 first.
+StatusOr<std::vector<Node>> ConnectNodes(const RemoteOptions& ro, const std::vector<std::string>& hosts) {
   std::vector<Node> nodes(hosts.size());
   for (size_t i = 0; i < hosts.size(); ++i) {
-    auto opts = MakeConnectOptions(a.ro, hosts[i]);
-    if (!opts.ok()) return ReportError(opts.status(), json);
-    nodes[i].opts = *opts;
-    auto rc = ConnectHost(*opts);
-    if (!rc.ok()) return ReportError(rc.status(), json);
-    nodes[i].rc = std::move(*rc);
+    SFT_ASSIGN_OR_RETURN(nodes[i].opts, MakeConnectOptions(ro, hosts[i]));
+    SFT_ASSIGN_OR_RETURN(nodes[i].rc, ConnectHost(nodes[i].opts));
   }
+  return nodes;
+}
 
-  // Ranks per node: --gpus N, --cpu-ranks N, else one GPU when node 0 has GPUs (and the spec does
-  // not ask for the CPU), else one CPU rank.
+struct Ranks {
   uint32_t gpus = 0, cpu_ranks = 0;
-  if (a.gpus >= 0) {
-    gpus = static_cast<uint32_t>(a.gpus);
-  } else if (a.cpu_ranks >= 0) {
-    cpu_ranks = static_cast<uint32_t>(a.cpu_ranks);
-  } else {
-    v1::HealthResponse health;
-    Status s = WithRetry(nodes[0].rc.get(), [&](AgentSession& sess) {
-      grpc::ClientContext ctx;
-      sess.Prepare(&ctx);
-      return FromGrpc(sess.stub()->Health(&ctx, v1::HealthRequest(), &health), sess.host() + ": health");
-    });
-    if (!s.ok()) return ReportError(s, json);
-    if (health.gpus_total() > 0 && spec->spec.device != "cpu" && spec->spec.device != "mps") {
-      gpus = 1;
-    } else {
-      cpu_ranks = 1;
-    }
-  }
-  const uint32_t per_node = gpus > 0 ? gpus : std::max<uint32_t>(cpu_ranks, 1);
+  uint32_t per_node() const { return gpus > 0 ? gpus : std::max<uint32_t>(cpu_ranks, 1); }
+};
 
-  // Uploads.
+// Ranks per node: --gpus N, --cpu-ranks N, else one GPU when node 0 has GPUs (and the spec does not
+// ask for the CPU), else one CPU rank.
+StatusOr<Ranks> ChooseRanks(const SubmitArgs& a, const RemoteSpec& spec, Reconnector* node0) {
+  Ranks r;
+  if (a.gpus >= 0) {
+    r.gpus = static_cast<uint32_t>(a.gpus);
+    return r;
+  }
+  if (a.cpu_ranks >= 0) {
+    r.cpu_ranks = static_cast<uint32_t>(a.cpu_ranks);
+    return r;
+  }
+  v1::HealthResponse health;
+  SFT_RETURN_IF_ERROR(WithRetry(node0, [&](AgentSession& sess) {
+    grpc::ClientContext ctx;
+    sess.Prepare(&ctx);
+    return FromGrpc(sess.stub()->Health(&ctx, v1::HealthRequest(), &health), sess.host() + ": health");
+  }));
+  if (health.gpus_total() > 0 && spec.spec.device != "cpu" && spec.spec.device != "mps") {
+    r.gpus = 1;
+  } else {
+    r.cpu_ranks = 1;
+  }
+  return r;
+}
+
+// Each distinct file once per host (unchanged files are not sent again); returns the seconds taken.
+StatusOr<double> UploadToEveryNode(const RemoteSpec& spec, std::vector<Node>* nodes) {
+  std::map<std::string, const SpecFile*> blobs;
+  for (const auto& f : spec.files) blobs.emplace(f.sha256, &f);
   uint64_t total = 0;
   for (const auto& [sha, f] : blobs) total += f->size;
-  Progress progress(StderrIsTty(), total * nodes.size());
-  for (auto& n : nodes) {
+  Progress progress(StderrIsTty(), total * nodes->size());
+  for (auto& n : *nodes) {
     for (const auto& [sha, f] : blobs) {
       progress.SetLabel(n.rc->host() + " " + f->local_path.substr(f->local_path.rfind('/') + 1));
       Status s = UploadFile(n.rc.get(), f->local_path, f->size, sha, &progress, &n.stats);
       if (!s.ok()) {
         progress.Finish();
-        return ReportError(s.WithContext("upload of '" + f->local_path + "' to " + n.rc->host() + " failed"),
-                           json);
+        return s.WithContext("upload of '" + f->local_path + "' to " + n.rc->host() + " failed");
       }
     }
   }
   progress.Finish();
-  const double upload_s = progress.Seconds();
+  return progress.Seconds();
+}
 
+v1::SubmitJobRequest BaseRequest(const SubmitArgs& a, const RemoteSpec& spec, const Ranks& ranks) {
   v1::SubmitJobRequest base;
-  base.set_spec_json(spec->json.dump());
-  for (const auto& f : spec->files) {
+  base.set_spec_json(spec.json.dump());
+  for (const auto& f : spec.files) {
     auto* ref = base.add_blobs();
     ref->set_json_pointer(f.json_pointer);
     ref->set_sha256(f.sha256);
     ref->set_dir_entry(f.dir_entry);
   }
-  base.set_name(spec->spec.name);
-  base.set_gpus(gpus);
-  base.set_cpu_ranks(cpu_ranks);
+  base.set_name(spec.spec.name);
+  base.set_gpus(ranks.gpus);
+  base.set_cpu_ranks(ranks.cpu_ranks);
   base.set_max_restarts(a.max_restarts);
   base.set_heartbeat_timeout_s(a.heartbeat_s);
+  return base;
+}
+
+// Node 0 reports the rendezvous (master address and port) the other nodes join.
+Status ReadRendezvous(const Node& node0, std::string* master_addr, uint32_t* master_port) {
+  *master_addr = node0.job.rendezvous().master_addr();
+  *master_port = node0.job.rendezvous().master_port();
+  const std::string reached = ReachableAddress(node0.opts);
+  if (!reached.empty()) *master_addr = reached;
+  if (master_addr->empty() || *master_port == 0) {
+    return FailedPreconditionError(node0.rc->host() + ": the agent reported no rendezvous address for " +
+                                   node0.job.id() + " (does it support multi-node jobs?)");
+  }
+  return OkStatus();
+}
+
+// Submits every node (one idempotency key each). When a node fails, the nodes already submitted
+// are cancelled and the error names them.
+Status SubmitNodes(const v1::SubmitJobRequest& base, uint32_t per_node, std::vector<Node>* nodes) {
   const std::string request_id = RandomHex(16);
-  const bool multi = nodes.size() > 1;
+  const bool multi = nodes->size() > 1;
   const std::string group = RandomHex(8);
   std::string master_addr;
   uint32_t master_port = 0;
-  for (size_t i = 0; i < nodes.size(); ++i) {
+  for (size_t i = 0; i < nodes->size(); ++i) {
+    Node& node = (*nodes)[i];
     v1::SubmitJobRequest req = base;
     req.set_client_request_id(multi ? request_id + "-node" + std::to_string(i) : request_id);
     if (multi) {
       auto* rv = req.mutable_rendezvous();
-      rv->set_num_nodes(static_cast<uint32_t>(nodes.size()));
+      rv->set_num_nodes(static_cast<uint32_t>(nodes->size()));
       rv->set_node_rank(static_cast<uint32_t>(i));
-      rv->set_world_size(per_node * static_cast<uint32_t>(nodes.size()));
+      rv->set_world_size(per_node * static_cast<uint32_t>(nodes->size()));
       rv->set_rank_offset(per_node * static_cast<uint32_t>(i));
       rv->set_group_id(group);
       if (i > 0) {
@@ -187,38 +201,35 @@ int Submit(const SubmitArgs& a) {
         rv->set_master_port(master_port);
       }
     }
-    Status s = SubmitOne(nodes[i].rc.get(), req, &nodes[i].job);
+    Status s = SubmitOne(node.rc.get(), req, &node.job);
     if (s.ok() && multi && i == 0) {
-      master_addr = nodes[0].job.rendezvous().master_addr();
-      master_port = nodes[0].job.rendezvous().master_port();
-      const std::string reached = ReachableAddress(nodes[0].opts);
-      if (!reached.empty()) master_addr = reached;
-      if (master_addr.empty() || master_port == 0) {
-        s = FailedPreconditionError(nodes[0].rc->host() + ": the agent reported no rendezvous address for " +
-                                    nodes[0].job.id() + " (does it support multi-node jobs?)");
-        nodes[0].submitted = true;
-      }
+      s = ReadRendezvous(node, &master_addr, &master_port);
+      node.submitted = !s.ok();  // submitted, but unusable: cancelled below
     }
     if (!s.ok()) {
       std::string cancelled;
-      for (size_t k = 0; k < nodes.size(); ++k) {
-        if (!nodes[k].submitted) continue;
-        CancelQuietly(nodes[k].rc.get(), nodes[k].job.id());
-        cancelled += (cancelled.empty() ? "" : ", ") + nodes[k].rc->host() + "/" + nodes[k].job.id();
+      for (Node& k : *nodes) {
+        if (!k.submitted) continue;
+        CancelQuietly(k.rc.get(), k.job.id());
+        cancelled += (cancelled.empty() ? "" : ", ") + k.rc->host() + "/" + k.job.id();
       }
       if (!cancelled.empty())
         s = s.WithContext("node " + std::to_string(i) + " failed (cancelled " + cancelled + ")");
-      return ReportError(s, json);
+      return s;
     }
-    nodes[i].submitted = true;
+    node.submitted = true;
   }
+  return OkStatus();
+}
 
+// The job registry entry (so `logs`, `pull`, ... find the job by its id); a failure only warns.
+JobRecord RecordJob(const RemoteSpec& spec, const std::vector<Node>& nodes) {
   JobRecord rec;
   rec.host = nodes[0].rc->host();
   rec.id = nodes[0].job.id();
-  rec.name = spec->spec.name;
+  rec.name = spec.spec.name;
   rec.submitted_unix_ms = NowUnixMs();
-  for (auto& n : nodes) {
+  for (const auto& n : nodes) {
     ConnectOptions o = n.opts;
     o.host = n.rc->host();
     rec.nodes.push_back(NodeRecord::From(o, n.job.id()));
@@ -228,53 +239,95 @@ int Submit(const SubmitArgs& a) {
     std::cerr << "warning: the job was submitted but could not be recorded in " << registry.path() << ": "
               << s.message() << "\n  reach it with: sftctl logs " << rec.Ref() << "\n";
   }
+  return rec;
+}
 
-  UploadStats sum;
+void PrintSubmittedJson(const JobRecord& rec, const std::vector<Node>& nodes, const Ranks& ranks,
+                        const UploadStats& sum) {
+  nlohmann::json nodes_json = nlohmann::json::array();
   for (const auto& n : nodes) {
+    nodes_json.push_back({{"host", n.rc->host()},
+                          {"id", n.job.id()},
+                          {"state", StateName(n.job.state())},
+                          {"uploaded_files", n.stats.files_sent},
+                          {"uploaded_bytes", n.stats.bytes_sent},
+                          {"unchanged_files", n.stats.files_unchanged}});
+  }
+  nlohmann::json out = {{"job", rec.id},
+                        {"host", rec.host},
+                        {"ref", rec.Ref()},
+                        {"name", rec.name},
+                        {"state", StateName(nodes[0].job.state())},
+                        {"gpus", ranks.gpus},
+                        {"cpu_ranks", ranks.cpu_ranks},
+                        {"uploaded_files", sum.files_sent},
+                        {"uploaded_bytes", sum.bytes_sent},
+                        {"unchanged_files", sum.files_unchanged},
+                        {"nodes", nodes_json}};
+  std::cout << out.dump() << std::endl;
+}
+
+void PrintSubmittedText(const JobRecord& rec, const std::vector<Node>& nodes, const UploadStats& sum,
+                        double upload_s, bool follow) {
+  std::cout << rec.id << "\n";
+  std::cerr << "submitted " << rec.Ref() << " (" << rec.name << "): " << StateName(nodes[0].job.state());
+  if (nodes.size() > 1) std::cerr << ", " << nodes.size() << " nodes";
+  std::cerr << "\nuploaded " << sum.files_sent << " file" << (sum.files_sent == 1 ? "" : "s") << ", "
+            << FormatBytes(sum.bytes_sent);
+  if (sum.bytes_sent >= 1000 * 1000 && upload_s > 0) {
+    char rate[32];
+    std::snprintf(rate, sizeof(rate), "%.1f", static_cast<double>(sum.bytes_sent) / 1e6 / upload_s);
+    std::cerr << " (" << rate << " MB/s)";
+  }
+  std::cerr << "; " << sum.files_unchanged << " unchanged\n";
+  if (!follow) std::cerr << "follow it with: sftctl logs -f " << rec.id << "\n";
+}
+
+// The hosts to run on (--host wins over the spec's `hosts`), each listed once.
+StatusOr<std::vector<std::string>> NodeHosts(const SubmitArgs& a, const RemoteSpec& spec) {
+  std::vector<std::string> hosts = a.ro.hosts.empty() ? spec.hosts : a.ro.hosts;
+  if (hosts.empty())
+    return InvalidArgumentError("give the host to run on: --host HOST (or `hosts:` in the spec)");
+  if (std::set<std::string>(hosts.begin(), hosts.end()).size() != hosts.size()) {
+    return InvalidArgumentError("a host is listed twice; each node of a job needs its own host");
+  }
+  return hosts;
+}
+
+// Load and hash the spec's files, connect, choose ranks, upload, submit, record, report; then follow
+// the job's events with --follow.
+int Submit(const SubmitArgs& a) {
+  const bool json = a.ro.json;
+  auto spec = LoadRemoteSpec(a.spec_path, a.sets, a.name);
+  if (!spec.ok()) return ReportError(spec.status(), json);
+  auto hosts = NodeHosts(a, *spec);
+  if (!hosts.ok()) return ReportError(hosts.status(), json);
+  for (const auto& n : spec->notes) std::cerr << "note: " << n << "\n";
+  if (Status s = HashSpecFiles(&spec->files); !s.ok()) return ReportError(s, json);
+  auto nodes = ConnectNodes(a.ro, *hosts);
+  if (!nodes.ok()) return ReportError(nodes.status(), json);
+  auto ranks = ChooseRanks(a, *spec, (*nodes)[0].rc.get());
+  if (!ranks.ok()) return ReportError(ranks.status(), json);
+  auto upload_s = UploadToEveryNode(*spec, &*nodes);
+  if (!upload_s.ok()) return ReportError(upload_s.status(), json);
+  Status submitted = SubmitNodes(BaseRequest(a, *spec, *ranks), ranks->per_node(), &*nodes);
+  if (!submitted.ok()) return ReportError(submitted, json);
+  const JobRecord rec = RecordJob(*spec, *nodes);
+  UploadStats sum;
+  for (const auto& n : *nodes) {
     sum.files_sent += n.stats.files_sent;
     sum.files_unchanged += n.stats.files_unchanged;
     sum.bytes_sent += n.stats.bytes_sent;
     sum.bytes_unchanged += n.stats.bytes_unchanged;
   }
   if (json) {
-    nlohmann::json nodes_json = nlohmann::json::array();
-    for (const auto& n : nodes) {
-      nodes_json.push_back({{"host", n.rc->host()},
-                            {"id", n.job.id()},
-                            {"state", StateName(n.job.state())},
-                            {"uploaded_files", n.stats.files_sent},
-                            {"uploaded_bytes", n.stats.bytes_sent},
-                            {"unchanged_files", n.stats.files_unchanged}});
-    }
-    nlohmann::json out = {{"job", rec.id},
-                          {"host", rec.host},
-                          {"ref", rec.Ref()},
-                          {"name", rec.name},
-                          {"state", StateName(nodes[0].job.state())},
-                          {"gpus", gpus},
-                          {"cpu_ranks", cpu_ranks},
-                          {"uploaded_files", sum.files_sent},
-                          {"uploaded_bytes", sum.bytes_sent},
-                          {"unchanged_files", sum.files_unchanged},
-                          {"nodes", nodes_json}};
-    std::cout << out.dump() << std::endl;
+    PrintSubmittedJson(rec, *nodes, *ranks, sum);
   } else {
-    std::cout << rec.id << "\n";
-    std::cerr << "submitted " << rec.Ref() << " (" << rec.name << "): " << StateName(nodes[0].job.state());
-    if (multi) std::cerr << ", " << nodes.size() << " nodes";
-    std::cerr << "\nuploaded " << sum.files_sent << " file" << (sum.files_sent == 1 ? "" : "s") << ", "
-              << FormatBytes(sum.bytes_sent);
-    if (sum.bytes_sent >= 1000 * 1000 && upload_s > 0) {
-      char rate[32];
-      std::snprintf(rate, sizeof(rate), "%.1f", static_cast<double>(sum.bytes_sent) / 1e6 / upload_s);
-      std::cerr << " (" << rate << " MB/s)";
-    }
-    std::cerr << "; " << sum.files_unchanged << " unchanged\n";
-    if (!a.follow) std::cerr << "follow it with: sftctl logs -f " << rec.id << "\n";
+    PrintSubmittedText(rec, *nodes, sum, *upload_s, a.follow);
   }
   std::cout.flush();
   if (!a.follow) return kExitOk;
-  auto result = PrintEvents(nodes[0].rc.get(), rec.id, 0, /*follow=*/true, json);
+  auto result = PrintEvents((*nodes)[0].rc.get(), rec.id, 0, /*follow=*/true, json);
   if (!result.ok()) return ReportError(result.status(), json);
   return ExitCodeForState(result->final_state.value_or(v1::FAILED));
 }
