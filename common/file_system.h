@@ -53,6 +53,32 @@ class FileSystem {
   virtual Status SyncDir(const std::string& path) = 0;
 };
 
+// A FileSystem that passes every call to `base` (not owned; must outlive this). Test fakes derive
+// from it and override only the operations they change (inject a fault, count calls).
+class ForwardingFileSystem : public FileSystem {
+ public:
+  explicit ForwardingFileSystem(FileSystem* base) : base_(base) {}
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return base_->NewWritableFile(path);
+  }
+  StatusOr<std::string> ReadFile(const std::string& path) override { return base_->ReadFile(path); }
+  bool Exists(const std::string& path) override { return base_->Exists(path); }
+  bool IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
+  Status CreateDirs(const std::string& path) override { return base_->CreateDirs(path); }
+  StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    return base_->ListDir(path);
+  }
+  Status Rename(const std::string& from, const std::string& to) override { return base_->Rename(from, to); }
+  Status RemoveAll(const std::string& path) override { return base_->RemoveAll(path); }
+  Status SyncDir(const std::string& path) override { return base_->SyncDir(path); }
+
+ protected:
+  FileSystem* base() const { return base_; }
+
+ private:
+  FileSystem* base_;
+};
+
 // Writes `data` to `path` through a temporary sibling file, fsyncs and renames it into
 // place, so readers see either the old or the new content, never a mix.
 Status WriteFileAtomic(FileSystem* fs, const std::string& path, std::string_view data);

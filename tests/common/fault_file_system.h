@@ -10,9 +10,9 @@
 
 namespace sftctl::testing {
 
-class FaultFileSystem : public FileSystem {
+class FaultFileSystem : public ForwardingFileSystem {
  public:
-  explicit FaultFileSystem(FileSystem* base) : base_(base) {}
+  explicit FaultFileSystem(FileSystem* base) : ForwardingFileSystem(base) {}
 
   // Fail the Nth (1-based, counted from now) Append across all files; 0 disables.
   void FailAppendNumber(int n) {
@@ -26,22 +26,13 @@ class FaultFileSystem : public FileSystem {
 
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     if (Injected("create", path)) return UnavailableError("injected fault: create " + path);
-    SFT_ASSIGN_OR_RETURN(auto f, base_->NewWritableFile(path));
+    SFT_ASSIGN_OR_RETURN(auto f, base()->NewWritableFile(path));
     return std::unique_ptr<WritableFile>(new File(this, std::move(f), path));
-  }
-  StatusOr<std::string> ReadFile(const std::string& path) override { return base_->ReadFile(path); }
-  bool Exists(const std::string& path) override { return base_->Exists(path); }
-  bool IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  Status CreateDirs(const std::string& path) override { return base_->CreateDirs(path); }
-  StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
-    return base_->ListDir(path);
   }
   Status Rename(const std::string& from, const std::string& to) override {
     if (Injected("rename", to)) return UnavailableError("injected fault: rename " + to);
-    return base_->Rename(from, to);
+    return base()->Rename(from, to);
   }
-  Status RemoveAll(const std::string& path) override { return base_->RemoveAll(path); }
-  Status SyncDir(const std::string& path) override { return base_->SyncDir(path); }
 
  private:
   class File : public WritableFile {
@@ -68,7 +59,6 @@ class FaultFileSystem : public FileSystem {
 
   bool Injected(const std::string& op, const std::string& path) { return pred_ && pred_(op, path); }
 
-  FileSystem* base_;
   int appends_ = 0;
   int fail_append_ = 0;
   std::function<bool(const std::string&, const std::string&)> pred_;

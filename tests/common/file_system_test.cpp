@@ -19,29 +19,21 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 // Wraps the default file system; can fail Append or Rename.
-class FaultyFileSystem : public FileSystem {
+class FaultyFileSystem : public ForwardingFileSystem {
  public:
+  FaultyFileSystem() : ForwardingFileSystem(FileSystem::Default()) {}
   bool fail_append = false;
   bool fail_rename = false;
 
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    SFT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, base_->NewWritableFile(path));
+    SFT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, base()->NewWritableFile(path));
     if (!fail_append) return f;
     return std::unique_ptr<WritableFile>(new FailingFile(std::move(f)));
   }
-  StatusOr<std::string> ReadFile(const std::string& path) override { return base_->ReadFile(path); }
-  bool Exists(const std::string& path) override { return base_->Exists(path); }
-  bool IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  Status CreateDirs(const std::string& path) override { return base_->CreateDirs(path); }
-  StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
-    return base_->ListDir(path);
-  }
   Status Rename(const std::string& from, const std::string& to) override {
     if (fail_rename) return InternalError("injected rename failure");
-    return base_->Rename(from, to);
+    return base()->Rename(from, to);
   }
-  Status RemoveAll(const std::string& path) override { return base_->RemoveAll(path); }
-  Status SyncDir(const std::string& path) override { return base_->SyncDir(path); }
 
  private:
   class FailingFile : public WritableFile {
@@ -58,8 +50,6 @@ class FaultyFileSystem : public FileSystem {
    private:
     std::unique_ptr<WritableFile> base_;
   };
-
-  FileSystem* base_ = FileSystem::Default();
 };
 
 class FileSystemTest : public ::testing::Test {
