@@ -11,9 +11,12 @@
 #include "agent/state_store.h"
 #include "agent_test_util.h"
 #include "common/sha256.h"
+#include "tests/util/status_matchers.h"
 
 namespace sftctl::agent::testing {
 namespace {
+
+using ::sftctl::testing::StatusIs;
 
 constexpr int64_t kDay = 86400;
 constexpr int64_t kNow = 100 * kDay;
@@ -211,8 +214,7 @@ TEST(GcRequest, OverridesTheDefaultsAndRefusesNegativeAges) {
   EXPECT_EQ(p->max_store_bytes, 1u << 20);
   req.set_partial_max_age_s(-5);
   auto bad = GcPolicyFromRequest(req, GcPolicy{});
-  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad.status().message(), "partial_max_age_s: must be positive");
+  EXPECT_THAT(bad, StatusIs(StatusCode::kInvalidArgument, "partial_max_age_s: must be positive"));
 }
 
 // `sftd gc` through a running agent, automatic collection above the store cap, and `sftd gc` with no

@@ -8,9 +8,12 @@
 
 #include "common/sft_data.h"
 #include "common/tokenizer.h"
+#include "tests/util/status_matchers.h"
 
 namespace sftctl {
 namespace {
+
+using ::sftctl::testing::StatusIs;
 
 TEST(JsonlLimits, ALineLongerThanTheLimitIsAnErrorNamingFileAndLine) {
   std::string dir = (std::filesystem::temp_directory_path() / "sftctl-jsonl-XXXXXX").string();
@@ -34,8 +37,8 @@ TEST(JsonlLimits, ALineLongerThanTheLimitIsAnErrorNamingFileAndLine) {
     ++seen;
     return OkStatus();
   });
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
-  EXPECT_EQ(st.message(), path + ":2: the line is longer than 64 MiB (one JSON record per line)");
+  EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument,
+                           path + ":2: the line is longer than 64 MiB (one JSON record per line)"));
   EXPECT_EQ(seen, 1);
 
   // A last line without '\n' is still a record.

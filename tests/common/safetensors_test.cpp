@@ -14,10 +14,13 @@
 
 #include "common/file_system.h"
 #include "common/status.h"
+#include "tests/util/status_matchers.h"
 
 namespace sftctl {
 namespace safetensors {
 namespace {
+
+using ::sftctl::testing::StatusIs;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -119,8 +122,7 @@ class SafetensorsTest : public ::testing::Test {
 
   // Asserts `s` is DATA_LOSS and names the crafted file and `substr`.
   void ExpectCorrupt(const Status& s, const std::string& substr) {
-    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
-    EXPECT_THAT(s.message(), HasSubstr(substr));
+    EXPECT_THAT(s, StatusIs(StatusCode::kDataLoss, HasSubstr(substr)));
     EXPECT_THAT(s.message(), HasSubstr(Path("crafted.safetensors")));
   }
 
@@ -147,8 +149,7 @@ TEST(DTypeTest, ParseUnknown) {
   for (const char* bad : {"f32", "F8_E4M3", "U32", ""}) {
     StatusOr<DType> parsed = ParseDType(bad);
     ASSERT_FALSE(parsed.ok());
-    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(parsed.status().message(), HasSubstr(std::string("'") + bad + "'"));
+    EXPECT_THAT(parsed, StatusIs(StatusCode::kInvalidArgument, HasSubstr(std::string("'") + bad + "'")));
   }
 }
 
@@ -347,8 +348,7 @@ TEST_F(SafetensorsTest, WritePropagatesIoErrors) {
   LoggingFileSystem fs;
   fs.log.fail_append_at = 2;  // the first tensor's bytes
   Status s = Write(&fs, "mem", {{"v", DType::kF32, {1}, v.data(), 4}}, {});
-  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
-  EXPECT_EQ(s.message(), "injected: disk full");
+  EXPECT_THAT(s, StatusIs(StatusCode::kResourceExhausted, "injected: disk full"));
 
   s = Write(FileSystem::Default(), Path("no/such/dir/x.safetensors"), {{"v", DType::kF32, {1}, v.data(), 4}},
             {});
@@ -380,8 +380,7 @@ TEST_F(SafetensorsTest, WriteRejectsBadArgumentsBeforeCreatingTheFile) {
     SCOPED_TRACE(c.substr);
     LoggingFileSystem fs;
     Status s = Write(&fs, "mem.safetensors", c.refs, c.metadata);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-    EXPECT_THAT(s.message(), HasSubstr(c.substr));
+    EXPECT_THAT(s, StatusIs(StatusCode::kInvalidArgument, HasSubstr(c.substr)));
     EXPECT_THAT(s.message(), HasSubstr("mem.safetensors"));
     EXPECT_EQ(fs.files_created, 0);
   }
@@ -540,11 +539,9 @@ TEST_F(SafetensorsTest, RejectsBadMetadata) {
 
 TEST_F(SafetensorsTest, OpenReportsIoErrors) {
   StatusOr<std::unique_ptr<Reader>> r = Reader::Open(Path("missing.safetensors"));
-  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
-  EXPECT_THAT(r.status().message(), HasSubstr("missing.safetensors"));
+  EXPECT_THAT(r, StatusIs(StatusCode::kNotFound, HasSubstr("missing.safetensors")));
   r = Reader::Open(dir_);
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
-  EXPECT_THAT(r.status().message(), HasSubstr("not a regular file"));
+  EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, HasSubstr("not a regular file")));
 }
 
 TEST(ParseHeaderTest, UsesDataSizeAndPathForErrors) {
@@ -561,12 +558,11 @@ TEST(ParseHeaderTest, UsesDataSizeAndPathForErrors) {
   EXPECT_EQ(h->metadata.at("format"), "pt");
 
   h = Reader::ParseHeader(header, 5, "some/path");
-  EXPECT_EQ(h.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(h.status().message(),
-              HasSubstr("safetensors file 'some/path': tensor 'w': data_offsets [0, 6] out of range"));
+  EXPECT_THAT(
+      h, StatusIs(StatusCode::kDataLoss,
+                  HasSubstr("safetensors file 'some/path': tensor 'w': data_offsets [0, 6] out of range")));
   h = Reader::ParseHeader(header, 7, "some/path");
-  EXPECT_EQ(h.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(h.status().message(), HasSubstr("not fully covered"));
+  EXPECT_THAT(h, StatusIs(StatusCode::kDataLoss, HasSubstr("not fully covered")));
 }
 
 TEST_F(SafetensorsTest, ConcurrentReads) {
