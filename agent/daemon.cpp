@@ -61,6 +61,23 @@ std::string ReadSmallFile(const std::string& path) {
 }
 
 // True when some process holds the data dir's lock (an agent is running there).
+// A call to the agent running at `r`: its stub and a context carrying the data dir's bearer token,
+// due within `timeout`. Errors: the token file cannot be read.
+struct AgentCall {
+  std::unique_ptr<::sftctl::v1::Agent::Stub> stub;
+  grpc::ClientContext ctx;
+};
+StatusOr<std::unique_ptr<AgentCall>> CallAgent(const std::string& dir, const std::string& addr,
+                                               std::chrono::seconds timeout) {
+  SFT_ASSIGN_OR_RETURN(std::string token, FileSystem::Default()->ReadFile(Path(dir, "token")));
+  while (!token.empty() && token.back() == '\n') token.pop_back();
+  auto call = std::make_unique<AgentCall>();
+  call->stub = ::sftctl::v1::Agent::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  call->ctx.AddMetadata("authorization", "Bearer " + token);
+  call->ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  return call;
+}
+
 bool LockHeld(const std::string& dir) {
   int fd = ::open(Path(dir, "sftd.lock").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -461,17 +478,10 @@ int RunStatus(const std::string& data_dir, bool json) {
     j["addr"] = r.addr();
     j["version"] = r.version;
     j["token_file"] = Path(dir, "token");
-    auto token = FileSystem::Default()->ReadFile(Path(dir, "token"));
-    if (token.ok()) {
-      std::string t = *token;
-      while (!t.empty() && t.back() == '\n') t.pop_back();
-      auto channel = grpc::CreateChannel(r.addr(), grpc::InsecureChannelCredentials());
-      auto stub = ::sftctl::v1::Agent::NewStub(channel);
-      grpc::ClientContext ctx;
-      ctx.AddMetadata("authorization", "Bearer " + t);
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    auto call = CallAgent(dir, r.addr(), std::chrono::seconds(5));
+    if (call.ok()) {
       ::sftctl::v1::HealthResponse h;
-      grpc::Status s = stub->Health(&ctx, ::sftctl::v1::HealthRequest(), &h);
+      grpc::Status s = (*call)->stub->Health(&(*call)->ctx, ::sftctl::v1::HealthRequest(), &h);
       j["healthy"] = s.ok();
       if (s.ok()) {
         j["uptime_s"] = h.uptime_s();
@@ -573,13 +583,8 @@ Status GcThroughAgent(const std::string& dir, const ::sftctl::v1::CollectGarbage
                       ::sftctl::v1::CollectGarbageResponse* resp) {
   Running r = FindRunning(dir, std::chrono::seconds(2));
   if (!r.running) return UnavailableError("the agent of " + dir + " is starting or stopping; try again");
-  SFT_ASSIGN_OR_RETURN(std::string token, FileSystem::Default()->ReadFile(Path(dir, "token")));
-  while (!token.empty() && token.back() == '\n') token.pop_back();
-  auto stub = ::sftctl::v1::Agent::NewStub(grpc::CreateChannel(r.addr(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", "Bearer " + token);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(30));
-  grpc::Status s = stub->CollectGarbage(&ctx, req, resp);
+  SFT_ASSIGN_OR_RETURN(auto call, CallAgent(dir, r.addr(), std::chrono::minutes(30)));
+  grpc::Status s = call->stub->CollectGarbage(&call->ctx, req, resp);
   if (!s.ok()) {
     return Status(static_cast<StatusCode>(s.error_code()), "agent " + r.addr() + ": " + s.error_message());
   }

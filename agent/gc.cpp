@@ -26,7 +26,7 @@ int64_t NowS() {
       .count();
 }
 
-std::string Days(int64_t s) {
+std::string DescribeAge(int64_t s) {
   if (s >= 2 * 86400) return std::to_string(s / 86400) + " days";
   if (s >= 7200) return std::to_string(s / 3600) + " hours";
   return std::to_string(s / 60) + " minutes";
@@ -114,7 +114,7 @@ std::vector<GcRemoval> PlanGc(const GcSnapshot& snap, const GcPolicy& policy, in
       if (kind == GcKind::kBlob && snap.referenced.count(e.name)) continue;
       if (e.mtime_s >= fresh_after) continue;
       if (idle_for(e) > max_age) {
-        out.push_back({kind, e, "unused for " + Days(idle_for(e))});
+        out.push_back({kind, e, "unused for " + DescribeAge(idle_for(e))});
         store -= e.bytes;
       } else {
         spare.push_back({kind, &e});
@@ -140,7 +140,7 @@ std::vector<GcRemoval> PlanGc(const GcSnapshot& snap, const GcPolicy& policy, in
   if (policy.job_max_age_s > 0) {
     for (const GcEntry& job : snap.finished_jobs) {
       if (idle_for(job) > policy.job_max_age_s && job.mtime_s < fresh_after) {
-        out.push_back({GcKind::kJobFolder, job, "finished " + Days(idle_for(job)) + " ago"});
+        out.push_back({GcKind::kJobFolder, job, "finished " + DescribeAge(idle_for(job)) + " ago"});
       }
     }
   }
