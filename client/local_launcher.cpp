@@ -1,15 +1,10 @@
 #include "client/local_launcher.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,13 +18,10 @@
 #include "common/file_system.h"
 #include "common/parent_death.h"
 #include "common/process_util.h"
-
-extern char** environ;
+#include "common/rank_group.h"
 
 namespace sftctl::client {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxRanks = 1024;
 constexpr size_t kErrTailLines = 10;
@@ -46,20 +38,12 @@ void Forward(int sig) {
   }
 }
 
-std::string HowEnded(int status) {
-  return DescribeExit(WIFEXITED(status) ? WEXITSTATUS(status) : 0,
-                      WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-bool Failed(int status) { return WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0); }
-
 struct Rank {
   int rank = 0;
   pid_t pid = 0;
   bool alive = false;
-  int status = 0;
-  std::string out, err, events;  // log paths (ranks > 0)
-  uint64_t events_start = 0;     // size of the events log before this launch
+  std::string err, events;    // log paths (ranks > 0)
+  uint64_t events_start = 0;  // size of the events log before this launch
   uint64_t err_start = 0;
 };
 
@@ -96,48 +80,32 @@ std::vector<std::string> TailLines(const std::string& path, uint64_t from, size_
   return lines;
 }
 
-// Opens `path` for appending at fd >= 10 (so dup2 onto 0..3 in the child never clobbers it).
-StatusOr<int> OpenLog(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot open rank log", path, errno);
-  int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
-  int err = errno;
-  ::close(fd);
-  if (high < 0) return ErrnoError("cannot duplicate descriptor of", path, err);
-  return high;
-}
-
-// One `run --local --ranks N` launch: starts the ranks in one process group, forwards Ctrl-C to
-// them, and supervises them until all have exited (the first failure stops the others: SIGTERM,
-// then SIGKILL after opts.kill_grace).
+// One `run --local --ranks N` launch: the rank policy of common/rank_group.h, with this event loop:
+// sleep on the exit watch, forward Ctrl-C (which begins the stop), report the first failure.
 class LocalRankGroup {
  public:
   explicit LocalRankGroup(const LocalLaunchOptions& opts)
-      : opts_(opts), ranks_(static_cast<size_t>(opts.ranks)) {}
+      : opts_(opts), ranks_(static_cast<size_t>(opts.ranks)), stop_(opts.kill_grace) {}
   ~LocalRankGroup() { RestoreSignals(); }
 
   // The log folder, the exit watch and the parent-death signal (both before the first fork: no exit
   // may be missed, and every rank can arm its parent-death signal), the rendezvous port, and signal
   // forwarding.
   Status Prepare();
-  // Forks every rank; on failure kills the ranks already started.
+  // Starts every rank (StartRankGroup kills the started ones if one cannot start).
   Status StartAll();
   // Waits until every rank has exited.
   LocalLaunchResult Supervise();
 
  private:
-  StatusOr<std::vector<int>> OpenRankLogs(Rank& r);
-  std::vector<std::string> RankEnv(int rank) const;
-  Status StartRank(int i);
-  void ReapExited(std::vector<Rank*>* failed_now);
-  void ReportFirstFailure(const std::vector<Rank*>& failed_now);
-  void EscalateIfDue();
-  void KillStarted();
+  StatusOr<RankCommand> Command(int rank, std::vector<int>* fds);
+  void Reap();
+  void ReportFirstFailure(const EndedRank& first);
+  void Escalate();
   void RestoreSignals();
 
   const LocalLaunchOptions& opts_;
   std::vector<Rank> ranks_;
-  std::vector<std::string> base_env_;  // ours minus the variables each rank gets its own value of
   int port_ = 0;
   std::unique_ptr<ChildExitWatch> exits_;
   std::unique_ptr<ParentDeathSignal> parent_death_;
@@ -148,23 +116,12 @@ class LocalRankGroup {
 
   LocalLaunchResult result_;
   size_t alive_ = 0;
-  bool stopping_ = false, sigkilled_ = false;
-  Clock::time_point kill_at_{};
+  RankGroupStop stop_;
 };
 
 Status LocalRankGroup::Prepare() {
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(opts_.log_dir));
   port_ = FreeTcpPort();
-  static const char* kOwn[] = {"RANK",        "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                               "MASTER_ADDR", "MASTER_PORT"};
-  for (char** e = environ; e && *e; ++e) {
-    bool own = false;
-    for (const char* k : kOwn) {
-      size_t n = std::strlen(k);
-      own |= std::strncmp(*e, k, n) == 0 && (*e)[n] == '=';
-    }
-    if (!own) base_env_.emplace_back(*e);
-  }
   SFT_ASSIGN_OR_RETURN(exits_, ChildExitWatch::Create());
   SFT_ASSIGN_OR_RETURN(parent_death_, ParentDeathSignal::Create(SIGTERM));
   g_nranks = 0;
@@ -187,192 +144,121 @@ void LocalRankGroup::RestoreSignals() {
   forwarding_ = false;
 }
 
-void LocalRankGroup::KillStarted() {
-  for (Rank& r : ranks_) {
-    if (r.pid > 0 && r.alive) {
-      ::kill(r.pid, SIGKILL);
-      ::waitpid(r.pid, nullptr, 0);
-    }
+// Rank 0 shares the terminal and gets rank0_args; ranks > 0 write stdout, stderr and events to
+// <log_dir>/rank-N.{out,err,events} (their descriptors are appended to `fds`).
+StatusOr<RankCommand> LocalRankGroup::Command(int rank, std::vector<int>* fds) {
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  r.rank = rank;
+  RankEnv env;
+  env.rank = env.local_rank = rank;
+  env.world_size = env.local_world_size = opts_.ranks;
+  env.master_port = port_;  // CUDA_VISIBLE_DEVICES is inherited: rank r uses the r-th visible GPU
+  RankCommand cmd;
+  cmd.env = RankEnvironment(env);
+  cmd.argv = {opts_.trainer};
+  cmd.argv.insert(cmd.argv.end(), opts_.args.begin(), opts_.args.end());
+  if (rank == 0) {
+    cmd.argv.insert(cmd.argv.end(), opts_.rank0_args.begin(), opts_.rank0_args.end());
+    return cmd;
   }
-  if (pgid_ > 0) ::killpg(pgid_, SIGKILL);
-  RestoreSignals();
-}
-
-// Ranks > 0 write stdout, stderr and events to <log_dir>/rank-N.{out,err,events} (fds for 1, 2, 3).
-StatusOr<std::vector<int>> LocalRankGroup::OpenRankLogs(Rank& r) {
-  const std::string stem = opts_.log_dir + "/rank-" + std::to_string(r.rank);
-  r.out = stem + ".out";
+  cmd.argv.insert(cmd.argv.end(), {"--events-fd", "3"});
+  const std::string stem = opts_.log_dir + "/rank-" + std::to_string(rank);
   r.err = stem + ".err";
   r.events = stem + ".events";
   r.err_start = FileSize(r.err);
   r.events_start = FileSize(r.events);
-  std::vector<int> fds;
-  for (const std::string* path : {&r.out, &r.err, &r.events}) {
-    auto fd = OpenLog(*path);
-    if (!fd.ok()) {
-      for (int f : fds) ::close(f);
-      return fd.status();
-    }
-    fds.push_back(*fd);
+  int* targets[] = {&cmd.stdout_fd, &cmd.stderr_fd, &cmd.events_fd};
+  const std::string paths[] = {stem + ".out", r.err, r.events};
+  for (int k = 0; k < 3; ++k) {
+    SFT_ASSIGN_OR_RETURN(*targets[k], OpenRankLog(paths[k]));
+    fds->push_back(*targets[k]);
   }
-  return fds;
-}
-
-std::vector<std::string> LocalRankGroup::RankEnv(int rank) const {
-  std::vector<std::string> env = base_env_;
-  env.push_back("RANK=" + std::to_string(rank));
-  env.push_back("WORLD_SIZE=" + std::to_string(opts_.ranks));
-  env.push_back("LOCAL_RANK=" + std::to_string(rank));
-  env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(opts_.ranks));
-  env.push_back("MASTER_ADDR=127.0.0.1");
-  env.push_back("MASTER_PORT=" + std::to_string(port_));
-  return env;
+  return cmd;
 }
 
 Status LocalRankGroup::StartAll() {
-  for (int i = 0; i < opts_.ranks; ++i) {
-    Status s = StartRank(i);
-    if (!s.ok()) {
-      KillStarted();
-      return s;
-    }
-  }
-  alive_ = ranks_.size();
-  return OkStatus();
-}
-
-Status LocalRankGroup::StartRank(int i) {
-  Rank& r = ranks_[static_cast<size_t>(i)];
-  r.rank = i;
-  std::vector<std::string> args = {opts_.trainer};
-  args.insert(args.end(), opts_.args.begin(), opts_.args.end());
   std::vector<int> fds;
-  if (i == 0) {
-    args.insert(args.end(), opts_.rank0_args.begin(), opts_.rank0_args.end());
-  } else {
-    SFT_ASSIGN_OR_RETURN(fds, OpenRankLogs(r));
-    args.insert(args.end(), {"--events-fd", "3"});
+  std::vector<RankCommand> cmds;
+  Status st;
+  for (int i = 0; st.ok() && i < opts_.ranks; ++i) {
+    StatusOr<RankCommand> cmd = Command(i, &fds);
+    if (cmd.ok()) cmds.push_back(std::move(*cmd));
+    st = cmd.status();
   }
-  std::vector<std::string> env = RankEnv(i);
-  std::vector<char*> argv, envp;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pgid = pgid_;
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    // Child: only async-signal-safe calls until exec.
-    ::setpgid(0, pgid);
-    (void)parent_death_->ArmInChild();
-    if (::getppid() != parent) ::_exit(127);  // sftctl already died
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
-    if (!fds.empty()) {
-      int null_fd = ::open("/dev/null", O_RDONLY);
-      if (null_fd >= 0) ::dup2(null_fd, 0);
-      for (int k = 0; k < 3; ++k) ::dup2(fds[static_cast<size_t>(k)], k + 1);
-    }
-    ::execve(argv[0], argv.data(), envp.data());
-    const char msg[] = "error: cannot execute the trainer\n";
-    (void)!::write(2, msg, sizeof(msg) - 1);
-    ::_exit(127);
-  }
-  const int fork_errno = errno;
+  StatusOr<std::vector<pid_t>> pids = st.ok() ? StartRankGroup(cmds, parent_death_.get()) : st;
   for (int f : fds) ::close(f);
-  if (pid < 0) return ErrnoError("cannot start rank " + std::to_string(i) + " of", opts_.trainer, fork_errno);
-  // Parent: set the group too (whichever runs first wins the race; both agree). EACCES means the
-  // child already exec'd, having set it itself.
-  (void)::setpgid(pid, pgid_ == 0 ? pid : pgid_);
-  if (pgid_ == 0) pgid_ = pid;
-  r.pid = pid;
-  r.alive = true;
-  exits_->Watch(pid);
-  g_pids[i] = pid;
-  g_nranks = i + 1;
-  if (g_signal != 0) ::kill(pid, g_signal);  // a Ctrl-C during the launch reaches late ranks too
+  if (!pids.ok()) {
+    RestoreSignals();
+    return pids.status();
+  }
+  pgid_ = pids->front();
+  for (size_t i = 0; i < pids->size(); ++i) {
+    ranks_[i].pid = (*pids)[i];
+    ranks_[i].alive = true;
+    exits_->Watch(ranks_[i].pid);
+    g_pids[i] = ranks_[i].pid;
+  }
+  g_nranks = static_cast<sig_atomic_t>(pids->size());
+  alive_ = ranks_.size();
+  // A Ctrl-C during the launch reached only the ranks started before it: forward it to all.
+  if (g_signal != 0) ::killpg(pgid_, g_signal);
   return OkStatus();
 }
 
-// Reaps the ranks that exited; those that failed on their own (not by the user's Ctrl-C) go to
-// `failed_now`.
-void LocalRankGroup::ReapExited(std::vector<Rank*>* failed_now) {
+// Reaps the ranks that exited; the first failure decides the result and begins the stop.
+void LocalRankGroup::Reap() {
+  std::vector<EndedRank> reaped;
   for (Rank& r : ranks_) {
     if (!r.alive) continue;
     int status = 0;
     pid_t got = ::waitpid(r.pid, &status, WNOHANG);
     if (got == 0 || (got < 0 && errno == EINTR)) continue;
     r.alive = false;
-    r.status = got == r.pid ? status : 0;
     g_pids[r.rank] = 0;
     exits_->Forget(r.pid);
     --alive_;
-    // A rank ended by the signal the user sent (Ctrl-C) did not fail on its own.
-    const bool by_user = g_signal != 0 && WIFSIGNALED(status) && WTERMSIG(status) == g_signal;
-    if (got == r.pid && Failed(status) && !by_user) failed_now->push_back(&r);
-    if (got == r.pid && by_user && result_.exit_code == 0) result_.exit_code = 128 + g_signal;
+    if (got == r.pid) reaped.push_back({r.rank, RankExit::FromWaitStatus(status)});
   }
+  if (std::optional<EndedRank> first = stop_.FirstFailure(reaped)) ReportFirstFailure(*first);
 }
 
-// The first failure decides the result and is reported with the rank's error and log tail; the
-// other ranks get SIGTERM.
-void LocalRankGroup::ReportFirstFailure(const std::vector<Rank*>& failed_now) {
-  // Reaped together: a rank killed by a signal beats one that exited with an error code.
-  Rank* first = failed_now.front();
-  for (Rank* r : failed_now) {
-    if (WIFSIGNALED(r->status) && !WIFSIGNALED(first->status)) first = r;
-  }
-  result_.first_failed_rank = first->rank;
-  result_.failure = "rank " + std::to_string(first->rank) + " failed first: " + HowEnded(first->status);
-  result_.exit_code = WIFSIGNALED(first->status) ? 128 + WTERMSIG(first->status) : WEXITSTATUS(first->status);
-  if (first->rank > 0) {
-    std::string msg = LastErrorEvent(first->events, first->events_start);
-    if (!msg.empty()) result_.failure += " (trainer error: " + msg + ")";
-  }
+// Reports the first failure with the rank's error and log tail; the other ranks get SIGTERM.
+void LocalRankGroup::ReportFirstFailure(const EndedRank& first) {
+  const Rank& r = ranks_[static_cast<size_t>(first.rank)];
+  result_.first_failed_rank = first.rank;
+  result_.failure = FirstFailureReason(first, first.rank > 0 ? LastErrorEvent(r.events, r.events_start) : "");
+  result_.exit_code = first.exit.ShellCode();
   std::cerr << "\nerror: " << result_.failure;
-  if (alive_ > 0 && g_signal == 0) std::cerr << "; stopping the other " << alive_ << " rank(s)";
+  if (alive_ > 0) std::cerr << "; stopping the other " << alive_ << " rank(s)";
   std::cerr << std::endl;
-  if (first->rank > 0) {
-    for (const std::string& line : TailLines(first->err, first->err_start, kErrTailLines))
-      std::cerr << "[rank " << first->rank << "] " << line << "\n";
-    std::cerr << "(rank " << first->rank << " logs: " << opts_.log_dir << "/rank-" << first->rank
+  if (first.rank > 0) {
+    for (const std::string& line : TailLines(r.err, r.err_start, kErrTailLines))
+      std::cerr << "[rank " << first.rank << "] " << line << "\n";
+    std::cerr << "(rank " << first.rank << " logs: " << opts_.log_dir << "/rank-" << first.rank
               << ".{out,err})" << std::endl;
   }
-  if (!stopping_ && alive_ > 0) {
-    stopping_ = true;
-    kill_at_ = Clock::now() + opts_.kill_grace;
-    for (const Rank& r : ranks_) {
-      if (r.alive) ::kill(r.pid, SIGTERM);
-    }
-  }
+  if (stop_.Begin(Clock::Real()->Now()) && alive_ > 0) ::killpg(pgid_, SIGTERM);
 }
 
-// SIGKILL for the ranks still running kill_grace after SIGTERM.
-void LocalRankGroup::EscalateIfDue() {
-  if (!stopping_ || sigkilled_ || alive_ == 0 || Clock::now() < kill_at_) return;
+// SIGKILL for whatever of the group is still running kill_grace after the stop began.
+void LocalRankGroup::Escalate() {
+  if (alive_ == 0 || !stop_.KillDue(Clock::Real()->Now())) return;
   std::cerr << "error: " << alive_ << " rank(s) still running " << opts_.kill_grace.count()
-            << " ms after SIGTERM; sending SIGKILL" << std::endl;
+            << " ms after the stop began; sending SIGKILL" << std::endl;
   ::killpg(pgid_, SIGKILL);
-  for (const Rank& r : ranks_) {
-    if (r.alive) ::kill(r.pid, SIGKILL);
-  }
-  sigkilled_ = true;
 }
 
 LocalLaunchResult LocalRankGroup::Supervise() {
   while (alive_ > 0) {
-    int timeout_ms = 100;
-    if (stopping_ && !sigkilled_) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count();
-      timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 100));
-    }
-    exits_->Wait(timeout_ms);  // EINTR (a forwarded signal) just loops
-    std::vector<Rank*> failed_now;
-    ReapExited(&failed_now);
-    if (result_.first_failed_rank < 0 && !failed_now.empty()) ReportFirstFailure(failed_now);
-    EscalateIfDue();
+    exits_->Wait(
+        static_cast<int>(stop_.UntilKill(Clock::Real()->Now(), std::chrono::milliseconds(100)).count()));
+    // The user's Ctrl-C (already forwarded by the handler) begins the stop: ranks it ends did not
+    // fail on their own, and those still running after the grace period are killed.
+    if (g_signal != 0) stop_.Begin(Clock::Real()->Now());
+    Reap();
+    Escalate();
   }
+  if (result_.first_failed_rank < 0 && g_signal != 0) result_.exit_code = 128 + g_signal;
   RestoreSignals();
   return result_;
 }

@@ -1,6 +1,6 @@
 // LocalLauncher: the ranks of one multi-rank job on this machine (`sftctl run --local --ranks N`).
 //
-// Contract:
+// Contract (the launch policy itself, shared with the agent, is common/rank_group.h):
 //   * Starts N processes `trainer ARGS...` (N >= 2; a single rank is RunChild's job, unchanged) with the
 //     torch.distributed environment RANK=r, WORLD_SIZE=N, LOCAL_RANK=r, LOCAL_WORLD_SIZE=N,
 //     MASTER_ADDR=127.0.0.1, MASTER_PORT=<a port free on 127.0.0.1>. CUDA_VISIBLE_DEVICES is inherited, so
@@ -11,12 +11,13 @@
 //   * The ranks form their own process group (led by rank 0), so the terminal's Ctrl-C reaches only
 //     sftctl, which forwards SIGINT/SIGTERM once to every rank. Every rank gets SIGTERM if sftctl dies
 //     (common/parent_death.h: PR_SET_PDEATHSIG on Linux; on macOS a small watcher process per rank).
-//   * The first rank to exit non-zero or by a signal (ranks reaped together: one killed by a signal
-//     first, then the lowest rank) fails the job: a line "error: rank 1 failed first: killed by signal 9
+//   * The first failure (common/rank_group.h: ranks reaped together, one killed by a signal first,
+//     then the lowest rank) fails the job: a line "error: rank 1 failed first: killed by signal 9
 //     (SIGKILL)" (or "exit code 1", plus the rank's "error" event message when it has one) goes to
-//     stderr, followed for ranks > 0 by the last lines of its stderr log prefixed "[rank r] ". The other
-//     ranks get SIGTERM, and SIGKILL after `kill_grace`. Launch returns once every rank is reaped and
-//     nothing of the group is left.
+//     stderr, followed for ranks > 0 by the last lines of its stderr log prefixed "[rank r] ". The
+//     group gets SIGTERM. A forwarded Ctrl-C also begins the stop (ranks it ends did not fail on their
+//     own). Whatever still runs `kill_grace` after the stop began gets SIGKILL. Launch returns once
+//     every rank is reaped.
 //
 // Not thread-safe: one launch at a time per process (it owns SIGINT/SIGTERM while it runs).
 #pragma once
