@@ -1,12 +1,6 @@
 #include "agent/launcher.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,8 +9,6 @@
 #include <fstream>
 #include <sstream>
 
-extern char** environ;
-
 namespace sftctl::agent {
 
 std::string RankFile(const std::string& job_dir, int rank, int src) {
@@ -24,86 +16,35 @@ std::string RankFile(const std::string& job_dir, int rank, int src) {
   return job_dir + "/logs/rank-" + std::to_string(rank) + "." + kExt[src];
 }
 
-StatusOr<SpawnedRank> SpawnRank(const std::string& trainer, const std::string& job_dir, const RankEnv& env,
-                                pid_t pgid) {
-  if (::access(trainer.c_str(), X_OK) != 0) return ErrnoError("trainer not executable", trainer, errno);
-  int fds[3] = {-1, -1, -1};
-  auto close_all = [&]() {
-    for (int& fd : fds) {
-      if (fd >= 0) ::close(fd);
-      fd = -1;
+StatusOr<std::vector<SpawnedRank>> StartJobRanks(const std::string& trainer, const std::string& job_dir,
+                                                 const std::vector<RankEnv>& envs) {
+  std::vector<RankCommand> cmds;
+  std::vector<int> fds;
+  Status st;
+  for (const RankEnv& env : envs) {
+    RankCommand cmd;
+    cmd.argv = {trainer, "train", "--spec", job_dir + "/spec.json", "--events-fd", "3"};
+    cmd.env = RankEnvironment(env);
+    cmd.cwd = job_dir;
+    int* targets[] = {&cmd.stdout_fd, &cmd.stderr_fd, &cmd.events_fd};
+    for (int src = 0; st.ok() && src < 3; ++src) {
+      StatusOr<int> fd = OpenRankLog(RankFile(job_dir, env.rank, src));
+      if (fd.ok()) fds.push_back(*targets[src] = *fd);
+      st = fd.status();
     }
-  };
-  for (int src = 0; src < 3; ++src) {
-    std::string path = RankFile(job_dir, env.rank, src);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      close_all();
-      return ErrnoError("cannot open", path, errno);
-    }
-    // Keep the fds above 3 so dup2 onto 1, 2, 3 never aliases one of them.
-    fds[src] = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
-    ::close(fd);
-    if (fds[src] < 0) {
-      close_all();
-      return ErrnoError("cannot dup", path, errno);
-    }
+    cmds.push_back(std::move(cmd));
   }
-  // Environment: ours minus the variables we set.
-  static const char* kOwn[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",          "LOCAL_WORLD_SIZE",
-                               "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"};
-  std::vector<std::string> envs;
-  for (char** e = environ; e && *e; ++e) {
-    bool own = false;
-    for (const char* k : kOwn) {
-      size_t n = std::strlen(k);
-      if (std::strncmp(*e, k, n) == 0 && (*e)[n] == '=') own = true;
-    }
-    if (!own) envs.emplace_back(*e);
+  StatusOr<std::vector<pid_t>> pids = st.ok() ? StartRankGroup(cmds) : st;
+  for (int fd : fds) ::close(fd);
+  if (!pids.ok()) return pids.status();
+  std::vector<SpawnedRank> out;
+  for (size_t i = 0; i < pids->size(); ++i) {
+    SpawnedRank r;
+    r.rank = envs[i].rank;
+    r.pid = (*pids)[i];
+    if (auto stat = ReadProcStat(r.pid)) r.start_time = stat->start_time;
+    out.push_back(r);
   }
-  envs.push_back("RANK=" + std::to_string(env.rank));
-  envs.push_back("WORLD_SIZE=" + std::to_string(env.world_size));
-  envs.push_back("LOCAL_RANK=" + std::to_string(env.local_rank));
-  envs.push_back("LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size));
-  envs.push_back("MASTER_ADDR=" + env.master_addr);
-  envs.push_back("MASTER_PORT=" + std::to_string(env.master_port));
-  envs.push_back("CUDA_VISIBLE_DEVICES=" + env.cuda_visible_devices);
-  std::vector<char*> envp;
-  for (std::string& s : envs) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string spec = job_dir + "/spec.json";
-  std::vector<std::string> args = {trainer, "train", "--spec", spec, "--events-fd", "3"};
-  std::vector<char*> argv;
-  for (std::string& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawnattr_init(&attr);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, fds[0], 1);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-  posix_spawn_file_actions_adddup2(&fa, fds[2], 3);
-  posix_spawn_file_actions_addchdir_np(&fa, job_dir.c_str());
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD, SIGQUIT, SIGUSR1, SIGUSR2})
-    sigaddset(&defaults, s);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, pgid);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, trainer.c_str(), &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  close_all();
-  if (rc != 0) return ErrnoError("cannot start trainer", trainer, rc);
-  SpawnedRank out;
-  out.pid = pid;
-  if (auto st = ReadProcStat(pid)) out.start_time = st->start_time;
   return out;
 }
 

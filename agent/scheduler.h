@@ -4,7 +4,8 @@
 // start in submission order; when the oldest waiting job of a resource kind does not fit, younger jobs
 // of the same kind wait too (no starvation of big jobs); GPU and CPU jobs do not block each other.
 //
-// Thread safety: not thread-safe; the engine uses it from its single event thread.
+// Thread safety: not thread-safe; the supervisor uses it from its event thread, except CheckFits,
+// which reads only the capacity fixed at construction and may be called from any thread.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,7 @@ class Scheduler {
  public:
   Scheduler(std::vector<int> gpu_indices, uint32_t cpu_slots);
 
-  // FAILED_PRECONDITION when the job could never fit on this host.
+  // FAILED_PRECONDITION when the job could never fit on this host. Thread-safe.
   Status CheckFits(uint32_t gpus, uint32_t cpu_ranks) const;
   // Appends to the FIFO (no-op if already queued).
   void Enqueue(const std::string& job_id, uint32_t gpus, uint32_t cpu_ranks);

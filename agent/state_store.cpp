@@ -362,6 +362,15 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
   return out;
 }
 
+Status StateStore::SaveProgress(const std::string& id, int64_t last_step, double last_loss) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt up(db_, "UPDATE jobs SET last_step=?2, last_loss=?3 WHERE id=?1 AND state IN (?4, ?5)");
+  up.Bind(1, id).Bind(2, last_step).Bind(3, last_loss);
+  up.Bind(4, static_cast<int64_t>(JobState::RUNNING)).Bind(5, static_cast<int64_t>(JobState::CANCELLING));
+  if (up.Step() != SQLITE_DONE) return up.Error("save progress");
+  return OkStatus();
+}
+
 StatusOr<JobRecord> StateStore::GetJob(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (id.empty()) return NotFoundError("job_id: empty");

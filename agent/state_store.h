@@ -82,6 +82,9 @@ class StateStore {
   // Writes every mutable column and the ranks; with `change`, appends it to the history in the same
   // transaction.
   Status SaveJob(const JobRecord& rec, const HistoryRecord* change);
+  // Only last_step and last_loss, and only while the job is RUNNING or CANCELLING: a progress save
+  // that lands after the job's final state was saved changes nothing.
+  Status SaveProgress(const std::string& id, int64_t last_step, double last_loss);
   StatusOr<JobRecord> GetJob(const std::string& id);
   StatusOr<std::vector<JobRecord>> ListJobs();
   StatusOr<std::vector<HistoryRecord>> History(const std::string& id);

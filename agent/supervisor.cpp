@@ -12,7 +12,6 @@
 
 #include <boost/asio/post.hpp>
 #include <cerrno>
-#include <future>
 #include <nlohmann/json.hpp>
 
 #include "agent/job_spec.h"
@@ -22,9 +21,32 @@
 #include "common/process_util.h"
 
 namespace sftctl::agent {
+
+// The states of one run (one attempt of a job on this host) and the events that move it. A run's
+// state is its RankGroupStop phase (common/rank_group.h); Run::stop says why it is stopping.
+//
+//   state        event (where it is noticed)                      next         action
+//   running      a rank failed first (ReapRanks)                  terminating  SIGTERM the group; the
+//                                                                              reason names the rank
+//   running      no step event for heartbeat_s (Tick)             terminating  SIGTERM; "hang: ..."
+//   running      Cancel (DoCancel), or CANCELLING at recovery     terminating  SIGTERM; job CANCELLING
+//   running      the journal cannot take output (Drain, Launch)   terminating  SIGTERM; FAILED, no requeue
+//   running      recovered with some ranks dead (Recover), or a   terminating  SIGTERM; FAILED, requeue
+//                recovered rank ended after an error event (Reap)
+//   terminating  Cancel                                           terminating  the cause becomes the cancel
+//   terminating  kill_grace passed (Tick)                         killed       SIGKILL the group
+//   any          every rank gone, group members left (Tick)       (same)       SIGKILL the group; poll
+//   any          every rank gone, group empty (Tick)              (ended)      Finalize: the final state
+//                                                                              (Outcome), or QUEUED again
+//                                                                              within the restart budget
+//
+// Ranks that end after the stop began did not fail on their own: only a running run has a first
+// failure. A run that ended with no stop succeeded when every rank exited 0, or (re-attached ranks,
+// exit status unknowable) when the trainer reported "done" and no error; otherwise it failed and is
+// requeued.
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using ::sftctl::v1::Event;
 
 constexpr size_t kMaxLine = 64 * 1024;       // longer output lines are split
@@ -43,19 +65,15 @@ std::string JoinGpus(const std::vector<int>& g) {
   return s;
 }
 
-// MASTER_ADDR for the ranks of node 0 of a multi-node job. The trainer binds Gloo to loopback when
-// MASTER_ADDR is a loopback address, which the other nodes could not reach; so a loopback `reported`
-// address (an agent behind an SSH tunnel, whose client tells the other nodes its own name for this
-// host) is replaced by this host's name when that resolves. Otherwise `reported` itself.
-std::string NodeZeroMasterAddr(const std::string& reported) {
-  if (!IsLoopbackHost(reported)) return reported;
+// This host's name when it resolves (for the other nodes of a multi-node job), else "".
+std::string ResolvableHostName() {
   char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return reported;
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "";
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (::getaddrinfo(name, nullptr, &hints, &res) != 0) return reported;
+  if (::getaddrinfo(name, nullptr, &hints, &res) != 0) return "";
   ::freeaddrinfo(res);
   return name;
 }
@@ -93,6 +111,22 @@ Status ValidateRendezvous(const ::sftctl::v1::Rendezvous& r, uint32_t local_rank
   return OkStatus();
 }
 
+// The rendezvous of this node's part of a multi-node job (empty for a single-node job), checked.
+// Node 0 hosts the TCPStore (its rank 0): a port free on every interface, and the address the other
+// nodes should use (the client may override it with the host name it reached us by).
+StatusOr<::sftctl::v1::Rendezvous> NodeRendezvous(const ::sftctl::v1::SubmitJobRequest& req,
+                                                  uint32_t local_ranks, const std::string& default_addr) {
+  ::sftctl::v1::Rendezvous rdzv;
+  if (!req.has_rendezvous() || req.rendezvous().num_nodes() <= 1) return rdzv;
+  rdzv = req.rendezvous();
+  SFT_RETURN_IF_ERROR(ValidateRendezvous(rdzv, local_ranks));
+  if (rdzv.node_rank() == 0) {
+    if (rdzv.master_port() == 0) rdzv.set_master_port(static_cast<uint32_t>(FreeTcpPort(true)));
+    if (rdzv.master_addr().empty()) rdzv.set_master_addr(default_addr);
+  }
+  return rdzv;
+}
+
 }  // namespace
 
 Supervisor::Supervisor(SupervisorConfig config, StateStore* store, BlobStore* blobs)
@@ -104,36 +138,42 @@ std::string Supervisor::JobDir(const std::string& id) const { return config_.dat
 
 Status Supervisor::Start() {
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(config_.data_dir + "/jobs"));
+  host_name_ = ResolvableHostName();  // DNS once, here, never on the event thread
   SFT_RETURN_IF_ERROR(Recover());
-  work_ = std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
-      io_.get_executor());
+  using Guard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
+  work_ = std::make_unique<Guard>(io_.get_executor());
+  blocking_work_ = std::make_unique<Guard>(blocking_io_.get_executor());
   boost::asio::post(io_, [this] { Schedule(); });
-  thread_ = std::thread([this] {
+  auto loop = [](boost::asio::io_context* io, const char* name) {
     try {
-      io_.run();
+      io->run();
     } catch (const std::exception& e) {
-      spdlog::critical("supervisor event loop died: {}", e.what());
+      spdlog::critical("supervisor {} thread died: {}", name, e.what());
       std::abort();
     }
-  });
+  };
+  thread_ = std::thread(loop, &io_, "event");
+  blocking_thread_ = std::thread(loop, &blocking_io_, "blocking");
   return OkStatus();
 }
 
 void Supervisor::Stop() {
   if (!thread_.joinable()) return;
+  blocking_work_.reset();
+  blocking_io_.stop();
+  blocking_thread_.join();
   work_.reset();
   io_.stop();
   thread_.join();
   runs_.clear();
 }
 
-void Supervisor::RunSync(std::function<void()> fn) {
-  std::promise<void> p;
-  boost::asio::post(io_, [&] {
-    fn();
-    p.set_value();
-  });
-  p.get_future().wait();
+// MASTER_ADDR for the ranks of node 0 of a multi-node job. The trainer binds Gloo to loopback when
+// MASTER_ADDR is a loopback address, which the other nodes could not reach; so a loopback `reported`
+// address (an agent behind an SSH tunnel, whose client tells the other nodes its own name for this
+// host) is replaced by this host's name when that resolves. Otherwise `reported` itself.
+std::string Supervisor::NodeZeroMasterAddr(const std::string& reported) const {
+  return IsLoopbackHost(reported) && !host_name_.empty() ? host_name_ : reported;
 }
 
 SupervisorStats Supervisor::Stats() const {
@@ -142,7 +182,8 @@ SupervisorStats Supervisor::Stats() const {
 }
 
 void Supervisor::Submit(::sftctl::v1::SubmitJobRequest req, JobCallback done) {
-  boost::asio::post(io_, [this, req = std::move(req), done = std::move(done)] { DoSubmit(req, done); });
+  boost::asio::post(blocking_io_,
+                    [this, req = std::move(req), done = std::move(done)] { PrepareSubmit(req, done); });
 }
 
 void Supervisor::Cancel(std::string job_id, JobCallback done) {
@@ -194,87 +235,91 @@ Status Supervisor::Transition(JobRecord* rec, Journal* journal, JobState state, 
   return journaled.WithContext("journaling the job's state " + std::string(JobStateName(state)));
 }
 
-void Supervisor::DoSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done) {
-  auto result = [&]() -> StatusOr<JobRecord> {
-    if (!req.client_request_id().empty()) {
-      SFT_ASSIGN_OR_RETURN(auto found, store_->FindByRequestId(req.client_request_id()));
-      if (found) return store_->GetJob(*found);
+// On the blocking thread: creates the job (or finds the one its client request id made), then hands
+// it to the event thread, which queues it and answers.
+void Supervisor::PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done) {
+  bool created = false;
+  StatusOr<JobRecord> rec = CreateJob(req, &created);
+  boost::asio::post(io_, [this, rec = std::move(rec), created, done]() mutable {
+    if (rec.ok() && created) {
+      scheduler_.Enqueue(rec->id, rec->gpus, rec->gpus > 0 ? 0 : rec->world_size);
+      Schedule();
+      auto it = runs_.find(rec->id);
+      if (it != runs_.end()) rec = it->second->rec;  // launched at once
     }
-    if (req.gpus() > 0 && req.cpu_ranks() > 0) {
-      return InvalidArgumentError("cpu_ranks: must be 0 when gpus > 0 (one rank per GPU)");
+    done(std::move(rec));
+  });
+}
+
+// The job's record, folders, spec.json and journal (blocking thread; runs one at a time, so two
+// submits with the same client request id cannot both create a job).
+StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& req, bool* created) {
+  if (!req.client_request_id().empty()) {
+    SFT_ASSIGN_OR_RETURN(auto found, store_->FindByRequestId(req.client_request_id()));
+    if (found) return store_->GetJob(*found);
+  }
+  if (req.gpus() > 0 && req.cpu_ranks() > 0) {
+    return InvalidArgumentError("cpu_ranks: must be 0 when gpus > 0 (one rank per GPU)");
+  }
+  std::vector<SpecBlobRef> refs;
+  for (const auto& b : req.blobs()) refs.push_back({b.json_pointer(), b.sha256(), b.dir_entry()});
+  auto blob_path = [this](const std::string& sha) -> StatusOr<std::string> {
+    SFT_ASSIGN_OR_RETURN(BlobStore::Stat st, blobs_->StatBlob(sha));
+    if (!st.complete) {
+      return FailedPreconditionError("blob " + sha + " is not uploaded (agent holds " +
+                                     std::to_string(st.size) + " bytes); UploadBlob it first");
     }
-    std::vector<SpecBlobRef> refs;
-    for (const auto& b : req.blobs()) refs.push_back({b.json_pointer(), b.sha256(), b.dir_entry()});
-    auto blob_path = [this](const std::string& sha) -> StatusOr<std::string> {
-      SFT_ASSIGN_OR_RETURN(BlobStore::Stat st, blobs_->StatBlob(sha));
-      if (!st.complete) {
-        return FailedPreconditionError("blob " + sha + " is not uploaded (agent holds " +
-                                       std::to_string(st.size) + " bytes); UploadBlob it first");
-      }
-      return blobs_->BlobPath(sha);
-    };
-    std::vector<SpecFolder> folders;
-    SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ValidateSpec(req.spec_json(), refs, blob_path, &folders));
-    // `world`: the ranks on this host (all of them unless the job spans several nodes).
-    uint32_t world = req.gpus() > 0 ? req.gpus() : std::max<uint32_t>(1, req.cpu_ranks());
-    ::sftctl::v1::Rendezvous rdzv;
-    if (req.has_rendezvous() && req.rendezvous().num_nodes() > 1) {
-      rdzv = req.rendezvous();
-      SFT_RETURN_IF_ERROR(ValidateRendezvous(rdzv, world));
-      if (rdzv.node_rank() == 0) {
-        // Node 0 hosts the TCPStore (its rank 0): a port free on every interface, and the address the
-        // other nodes should use (the client may override it with the host name it reached us by).
-        if (rdzv.master_port() == 0) rdzv.set_master_port(static_cast<uint32_t>(FreeTcpPort(true)));
-        if (rdzv.master_addr().empty()) rdzv.set_master_addr(config_.rendezvous_addr);
-      }
-    }
-    SFT_RETURN_IF_ERROR(scheduler_.CheckFits(req.gpus(), req.gpus() > 0 ? 0 : world));
-    JobRecord rec;
-    rec.name = req.name();
-    rec.client_request_id = req.client_request_id();
-    rec.state = JobState::QUEUED;
-    rec.reason = "submitted";
-    rec.gpus = req.gpus();
-    rec.world_size = world;
-    // A multi-node job never restarts: its other nodes would not restart with it.
-    rec.max_restarts = rdzv.num_nodes() > 1 ? 0 : req.max_restarts();
-    rec.heartbeat_s = req.heartbeat_timeout_s();
-    rec.rendezvous = rdzv;
-    rec.created_ms = NowMs();
-    rec.job_dir = config_.data_dir + "/jobs/";  // InsertJob appends the id
-    SFT_ASSIGN_OR_RETURN(rec, store_->InsertJob(std::move(rec)));
-    SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/logs"));
-    SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/run"));
-    SFT_RETURN_IF_ERROR(MaterializeFolders(rec.job_dir, folders, &spec));
-    SetOutputDir(&spec, rec.job_dir + "/run");
-    rec.spec_json = spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), rec.job_dir + "/spec.json", rec.spec_json));
-    SFT_RETURN_IF_ERROR(store_->SaveJob(rec, nullptr));
-    SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(rec.id));
-    JournalEvent ev;
-    ev.kind = Event::STATE;
-    ev.state = JobState::QUEUED;
-    ev.text = "submitted";
-    SFT_RETURN_IF_ERROR(journal->Append({ev}).status());
-    scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : world);
-    if (IsMultiNode(rec)) {
-      spdlog::info("{}: submitted node {}/{} of group '{}' ({} GPUs, ranks {}..{} of {}, master {}:{})",
-                   rec.id, rdzv.node_rank(), rdzv.num_nodes(), rdzv.group_id(), rec.gpus, rdzv.rank_offset(),
-                   rdzv.rank_offset() + world - 1, rdzv.world_size(), rdzv.master_addr(), rdzv.master_port());
-    } else {
-      spdlog::info("{}: submitted ({} GPUs, world size {})", rec.id, rec.gpus, world);
-    }
-    Schedule();
-    return store_->GetJob(rec.id);
-  }();
-  done(std::move(result));
+    return blobs_->BlobPath(sha);
+  };
+  std::vector<SpecFolder> folders;
+  SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ValidateSpec(req.spec_json(), refs, blob_path, &folders));
+  // `world`: the ranks on this host (all of them unless the job spans several nodes).
+  uint32_t world = req.gpus() > 0 ? req.gpus() : std::max<uint32_t>(1, req.cpu_ranks());
+  SFT_ASSIGN_OR_RETURN(::sftctl::v1::Rendezvous rdzv, NodeRendezvous(req, world, config_.rendezvous_addr));
+  SFT_RETURN_IF_ERROR(scheduler_.CheckFits(req.gpus(), req.gpus() > 0 ? 0 : world));
+  JobRecord rec;
+  rec.name = req.name();
+  rec.client_request_id = req.client_request_id();
+  rec.state = JobState::QUEUED;
+  rec.reason = "submitted";
+  rec.gpus = req.gpus();
+  rec.world_size = world;
+  // A multi-node job never restarts: its other nodes would not restart with it.
+  rec.max_restarts = rdzv.num_nodes() > 1 ? 0 : req.max_restarts();
+  rec.heartbeat_s = req.heartbeat_timeout_s();
+  rec.rendezvous = rdzv;
+  rec.created_ms = NowMs();
+  rec.job_dir = config_.data_dir + "/jobs/";  // InsertJob appends the id
+  SFT_ASSIGN_OR_RETURN(rec, store_->InsertJob(std::move(rec)));
+  SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/logs"));
+  SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/run"));
+  SFT_RETURN_IF_ERROR(MaterializeFolders(rec.job_dir, folders, &spec));
+  SetOutputDir(&spec, rec.job_dir + "/run");
+  rec.spec_json = spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), rec.job_dir + "/spec.json", rec.spec_json));
+  SFT_RETURN_IF_ERROR(store_->SaveJob(rec, nullptr));
+  SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(rec.id));
+  JournalEvent ev;
+  ev.kind = Event::STATE;
+  ev.state = JobState::QUEUED;
+  ev.text = "submitted";
+  SFT_RETURN_IF_ERROR(journal->Append({ev}).status());
+  if (IsMultiNode(rec)) {
+    spdlog::info("{}: submitted node {}/{} of group '{}' ({} GPUs, ranks {}..{} of {}, master {}:{})", rec.id,
+                 rdzv.node_rank(), rdzv.num_nodes(), rdzv.group_id(), rec.gpus, rdzv.rank_offset(),
+                 rdzv.rank_offset() + world - 1, rdzv.world_size(), rdzv.master_addr(), rdzv.master_port());
+  } else {
+    spdlog::info("{}: submitted ({} GPUs, world size {})", rec.id, rec.gpus, world);
+  }
+  *created = true;
+  return rec;
 }
 
 void Supervisor::DoCancel(const std::string& job_id, const JobCallback& done) {
   auto result = [&]() -> StatusOr<JobRecord> {
     auto it = runs_.find(job_id);
     if (it != runs_.end()) {
-      BeginStop(it->second.get(), JobState::CANCELLED, "cancelled by user", false);
+      BeginStop(it->second.get(), {JobState::CANCELLED, "cancelled by user", false});
       return it->second->rec;
     }
     SFT_ASSIGN_OR_RETURN(JobRecord rec, store_->GetJob(job_id));
@@ -305,23 +350,77 @@ void Supervisor::Schedule() {
 
 void Supervisor::Launch(const Allocation& alloc) {
   auto rec_or = store_->GetJob(alloc.job_id);
-  auto journal_or = JournalFor(alloc.job_id);
-  if (!rec_or.ok() || !journal_or.ok()) {
-    spdlog::error("{}: cannot launch: {}", alloc.job_id,
-                  (!rec_or.ok() ? rec_or.status() : journal_or.status()).ToString());
+  auto journal_or = JournalFor(alloc.job_id);  // opened at submit or recovery: no replay here
+  Status st = !rec_or.ok() ? rec_or.status() : journal_or.status();
+  if (st.ok() && rec_or->state != JobState::QUEUED)  // e.g. cancelled before the submit was queued
+    st = FailedPreconditionError("job is " + std::string(JobStateName(rec_or->state)));
+  if (!st.ok()) {
+    spdlog::error("{}: cannot launch: {}", alloc.job_id, st.ToString());
     scheduler_.Release(alloc.job_id);
     return;
   }
-  auto run = std::make_unique<Run>();
+  auto run = std::make_unique<Run>(config_.kill_grace);
   run->rec = std::move(*rec_or);
   run->journal = *journal_or;
   JobRecord& rec = run->rec;
   rec.assigned_gpus = alloc.gpus;
-  Status st = FileSystem::Default()->CreateDirs(rec.job_dir + "/logs");
+  st = FileSystem::Default()->CreateDirs(rec.job_dir + "/logs");
   if (st.ok()) st = FileSystem::Default()->CreateDirs(rec.job_dir + "/run");
-  if (st.ok()) st = WriteFileAtomic(FileSystem::Default(), rec.job_dir + "/spec.json", rec.spec_json);
+  if (st.ok() && !FileSystem::Default()->Exists(rec.job_dir + "/spec.json"))
+    st = WriteFileAtomic(FileSystem::Default(), rec.job_dir + "/spec.json", rec.spec_json);
+  const std::vector<RankEnv> envs = RankEnvs(rec, alloc);
+  StatusOr<std::vector<SpawnedRank>> spawned = st.ok()
+                                                   ? StartJobRanks(config_.trainer_path, rec.job_dir, envs)
+                                                   : StatusOr<std::vector<SpawnedRank>>(st);
+  if (!spawned.ok()) return FailLaunch(&rec, run->journal.get(), {}, spawned.status());
+  auto offsets = run->journal->source_offsets();
+  rec.ranks.clear();
+  for (const SpawnedRank& s : *spawned) {
+    RankRun rr;
+    rr.rank = s.rank;
+    rr.pid = s.pid;
+    rr.start_time = s.start_time;
+    for (int src = 0; src < 3; ++src) {
+      auto it = offsets.find({rr.rank, src});
+      rr.off[src] = it == offsets.end() ? 0 : it->second;
+    }
+    run->ranks.push_back(rr);
+    rec.ranks.push_back({rr.rank, rr.pid, rr.start_time, true, false, 0, 0});
+  }
+  rec.pgid = spawned->front().pid;
+  rec.started_ms = NowMs();
+  rec.first_failed_rank = -1;
+  std::string why = "launched " + std::to_string(rec.world_size) + " rank(s)" +
+                    (alloc.gpus.empty() ? " on CPU" : " on GPUs " + JoinGpus(alloc.gpus)) + ", attempt " +
+                    std::to_string(rec.restarts + 1);
+  if (IsMultiNode(rec)) {
+    const RankEnv& first = envs.front();
+    why += "; node " + std::to_string(rec.rendezvous.node_rank()) + "/" +
+           std::to_string(rec.rendezvous.num_nodes()) + ", ranks " + std::to_string(first.rank) + ".." +
+           std::to_string(first.rank + static_cast<int>(rec.world_size) - 1) + " of " +
+           std::to_string(rec.rendezvous.world_size()) + ", master " + first.master_addr + ":" +
+           std::to_string(first.master_port);
+  }
+  bool saved = false;
+  st = Transition(&rec, run->journal.get(), JobState::RUNNING, why, &saved);
+  // Ranks the database does not know about would run untracked and be launched again after a
+  // restart: stop them, and fail the job (as far as the database can still be written).
+  if (!saved) return FailLaunch(&rec, run->journal.get(), *spawned, st);
+  run->last_progress = run->last_save = config_.clock->Now();
+  Run* raw = run.get();
+  runs_[rec.id] = std::move(run);
+  WatchExits(raw);
+  ArmTimer(raw);
+  if (!st.ok()) {
+    // Saved, but its journal cannot take events: the ranks are tracked; stop them cleanly.
+    spdlog::error("{}: {}", rec.id, st.ToString());
+    BeginStop(raw, {JobState::FAILED, "disk full? cannot journal the job: " + st.message(), false});
+  }
+}
+
+// The environment of each rank of this host: ranks rank_offset.. of a multi-node job, or 0..
+std::vector<RankEnv> Supervisor::RankEnvs(const JobRecord& rec, const Allocation& alloc) const {
   RankEnv env;
-  const int offset = static_cast<int>(rec.rendezvous.rank_offset());
   env.world_size =
       IsMultiNode(rec) ? static_cast<int>(rec.rendezvous.world_size()) : static_cast<int>(rec.world_size);
   env.local_world_size = static_cast<int>(rec.world_size);
@@ -332,85 +431,27 @@ void Supervisor::Launch(const Allocation& alloc) {
     env.master_addr = rec.rendezvous.node_rank() > 0 ? rec.rendezvous.master_addr()
                                                      : NodeZeroMasterAddr(rec.rendezvous.master_addr());
   }
-  env.cuda_visible_devices = JoinGpus(alloc.gpus);
-  pid_t pgid = 0;
-  std::vector<RankRun> ranks;
-  for (uint32_t r = 0; st.ok() && r < rec.world_size; ++r) {
-    env.rank = offset + static_cast<int>(r);
+  env.cuda_visible_devices = JoinGpus(alloc.gpus);  // "" on CPU: no GPU
+  std::vector<RankEnv> envs;
+  for (uint32_t r = 0; r < rec.world_size; ++r) {
+    env.rank = static_cast<int>(rec.rendezvous.rank_offset() + r);
     env.local_rank = static_cast<int>(r);
-    auto spawned = SpawnRank(config_.trainer_path, rec.job_dir, env, pgid);
-    if (!spawned.ok()) {
-      st = spawned.status().WithContext("launch rank " + std::to_string(env.rank));
-      break;
-    }
-    if (pgid == 0) pgid = spawned->pid;
-    RankRun rr;
-    rr.rank = env.rank;
-    rr.pid = spawned->pid;
-    rr.start_time = spawned->start_time;
-    ranks.push_back(rr);
+    envs.push_back(env);
   }
-  if (!st.ok()) {
-    if (pgid > 0) ::killpg(pgid, SIGKILL);
-    for (const RankRun& rr : ranks) ::waitpid(rr.pid, nullptr, 0);
-    scheduler_.Release(rec.id);
-    rec.assigned_gpus.clear();
-    Status t = Transition(&rec, run->journal.get(), JobState::FAILED, "launch: " + st.message());
-    if (!t.ok()) spdlog::error("{}: {}", rec.id, t.ToString());
-    return;
-  }
-  auto offsets = run->journal->source_offsets();
-  for (RankRun& rr : ranks) {
-    for (int src = 0; src < 3; ++src) {
-      auto it = offsets.find({rr.rank, src});
-      rr.off[src] = it == offsets.end() ? 0 : it->second;
-    }
-  }
-  run->ranks = std::move(ranks);
-  rec.pgid = pgid;
-  rec.started_ms = NowMs();
-  rec.first_failed_rank = -1;
-  rec.ranks.clear();
-  for (const RankRun& rr : run->ranks) {
-    rec.ranks.push_back({rr.rank, rr.pid, rr.start_time, true, false, 0, 0});
-  }
-  std::string why = "launched " + std::to_string(rec.world_size) + " rank(s)" +
-                    (alloc.gpus.empty() ? " on CPU" : " on GPUs " + JoinGpus(alloc.gpus)) + ", attempt " +
-                    std::to_string(rec.restarts + 1);
-  if (IsMultiNode(rec)) {
-    why += "; node " + std::to_string(rec.rendezvous.node_rank()) + "/" +
-           std::to_string(rec.rendezvous.num_nodes()) + ", ranks " + std::to_string(offset) + ".." +
-           std::to_string(offset + static_cast<int>(rec.world_size) - 1) + " of " +
-           std::to_string(rec.rendezvous.world_size()) + ", master " + env.master_addr + ":" +
-           std::to_string(env.master_port);
-  }
-  bool saved = false;
-  st = Transition(&rec, run->journal.get(), JobState::RUNNING, why, &saved);
-  if (!saved) {
-    // Ranks the database does not know about would run untracked and be launched again after a
-    // restart: stop them, and fail the job (as far as the database can still be written).
-    spdlog::error("{}: {}; stopping its ranks", rec.id, st.ToString());
-    ::killpg(pgid, SIGKILL);  // our unreaped children: the group cannot have been reused
-    for (const RankRun& rr : run->ranks) ::waitpid(rr.pid, nullptr, 0);
-    scheduler_.Release(rec.id);
-    rec.assigned_gpus.clear();
-    rec.pgid = 0;
-    rec.ranks.clear();
-    Status t = Transition(&rec, run->journal.get(), JobState::FAILED, "launch: " + st.message());
-    if (!t.ok()) spdlog::error("{}: {}", rec.id, t.ToString());
-    return;
-  }
-  run->last_progress = Clock::now();
-  run->last_save = Clock::now();
-  Run* raw = run.get();
-  runs_[rec.id] = std::move(run);
-  WatchExits(raw);
-  ArmTimer(raw);
-  if (!st.ok()) {
-    // Saved, but its journal cannot take events: the ranks are tracked; stop them cleanly.
-    spdlog::error("{}: {}", rec.id, st.ToString());
-    BeginStop(raw, JobState::FAILED, "disk full? cannot journal the job: " + st.message(), false);
-  }
+  return envs;
+}
+
+void Supervisor::FailLaunch(JobRecord* rec, Journal* journal, const std::vector<SpawnedRank>& ranks,
+                            const Status& why) {
+  spdlog::error("{}: cannot launch: {}", rec->id, why.ToString());
+  if (!ranks.empty()) ::killpg(ranks.front().pid, SIGKILL);  // our unreaped children: not reused
+  for (const SpawnedRank& r : ranks) ::waitpid(r.pid, nullptr, 0);
+  scheduler_.Release(rec->id);
+  rec->assigned_gpus.clear();
+  rec->pgid = 0;
+  rec->ranks.clear();
+  Status t = Transition(rec, journal, JobState::FAILED, "launch: " + why.message());
+  if (!t.ok()) spdlog::error("{}: {}", rec->id, t.ToString());
 }
 
 void Supervisor::WatchExits(Run* run) {
@@ -461,56 +502,9 @@ bool Supervisor::Drain(Run* run, bool final_drain) {
       ::close(fd);
       if (n <= 0) continue;
       buf.resize(static_cast<size_t>(n));
-      bool at_eof = rr.off[src] + static_cast<uint64_t>(n) == static_cast<uint64_t>(st.st_size);
-      size_t start = 0;
-      for (;;) {
-        size_t nl = buf.find('\n', start);
-        size_t end;
-        size_t next;
-        if (nl != std::string::npos && nl - start <= kMaxLine) {
-          end = nl;
-          next = nl + 1;
-        } else if (buf.size() - start >= kMaxLine) {
-          end = start + kMaxLine;  // an over-long line: emit in pieces
-          next = end;
-        } else if (final_drain && at_eof && start < buf.size()) {
-          end = buf.size();  // the unterminated last line of a dead rank
-          next = end;
-        } else {
-          break;
-        }
-        JournalEvent ev;
-        ev.rank = rr.rank;
-        ev.text = buf.substr(start, end - start);
-        if (!ev.text.empty() && ev.text.back() == '\r') ev.text.pop_back();
-        ev.src = src;
-        ev.src_end = rr.off[src] + next;
-        ev.kind = src == 0 ? Event::STDOUT : src == 1 ? Event::STDERR : Event::METRIC;
-        if (src == 2) {
-          nlohmann::json j = nlohmann::json::parse(ev.text, nullptr, false);
-          if (j.is_object() && j.contains("event") && j["event"].is_string()) {
-            const std::string& kind = j["event"].get_ref<const std::string&>();
-            if (kind == "step") {
-              if (j.contains("step") && j["step"].is_number_integer())
-                run->rec.last_step = j["step"].get<int64_t>();
-              if (j.contains("loss") && j["loss"].is_number()) run->rec.last_loss = j["loss"].get<double>();
-              run->last_progress = Clock::now();
-              run->progress_dirty = true;
-            } else if (kind == "done") {
-              run->saw_done = true;
-            } else if (kind == "error") {
-              run->saw_error = true;
-              if (j.contains("message") && j["message"].is_string()) {
-                if (run->trainer_error.empty()) run->trainer_error = j["message"];
-                if (rr.trainer_error.empty()) rr.trainer_error = j["message"];
-              }
-            }
-          }
-        }
-        events.push_back(std::move(ev));
-        start = next;
-      }
-      advanced.push_back({&rr.off[src], rr.off[src] + start});
+      const bool at_eof = rr.off[src] + static_cast<uint64_t>(n) == static_cast<uint64_t>(st.st_size);
+      const size_t used = SplitLines(run, &rr, src, buf, final_drain && at_eof, &events);
+      advanced.push_back({&rr.off[src], rr.off[src] + used});
     }
   }
   if (events.empty()) return more;
@@ -519,12 +513,62 @@ bool Supervisor::Drain(Run* run, bool final_drain) {
     // Nothing of this batch was journaled: the rank files keep their offsets (the output is read
     // again later), and the job stops rather than run on with output nobody can see.
     spdlog::error("{}: journal: {}", run->rec.id, appended.status().ToString());
-    BeginStop(run, JobState::FAILED,
-              "disk full? cannot journal the job's output: " + appended.status().message(), false);
+    BeginStop(run, {JobState::FAILED,
+                    "disk full? cannot journal the job's output: " + appended.status().message(), false});
     return false;
   }
   for (const auto& [off, to] : advanced) *off = to;
   return more;
+}
+
+size_t Supervisor::SplitLines(Run* run, RankRun* rr, int src, const std::string& buf, bool last_piece,
+                              std::vector<JournalEvent>* events) {
+  size_t start = 0;
+  for (;;) {
+    size_t nl = buf.find('\n', start);
+    size_t end, next;
+    if (nl != std::string::npos && nl - start <= kMaxLine) {
+      end = nl;
+      next = nl + 1;
+    } else if (buf.size() - start >= kMaxLine) {
+      end = next = start + kMaxLine;  // an over-long line: emit in pieces
+    } else if (last_piece && start < buf.size()) {
+      end = next = buf.size();  // the unterminated last line of a dead rank
+    } else {
+      return start;
+    }
+    JournalEvent ev;
+    ev.rank = rr->rank;
+    ev.text = buf.substr(start, end - start);
+    if (!ev.text.empty() && ev.text.back() == '\r') ev.text.pop_back();
+    ev.src = src;
+    ev.src_end = rr->off[src] + next;
+    ev.kind = src == 0 ? Event::STDOUT : src == 1 ? Event::STDERR : Event::METRIC;
+    if (src == 2) NoteTrainerEvent(run, rr, ev.text);
+    events->push_back(std::move(ev));
+    start = next;
+  }
+}
+
+// Progress (step, loss) and the trainer's outcome events ("done", "error") from its event stream.
+void Supervisor::NoteTrainerEvent(Run* run, RankRun* rr, const std::string& line) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) return;
+  const std::string& kind = j["event"].get_ref<const std::string&>();
+  if (kind == "step") {
+    if (j.contains("step") && j["step"].is_number_integer()) run->rec.last_step = j["step"].get<int64_t>();
+    if (j.contains("loss") && j["loss"].is_number()) run->rec.last_loss = j["loss"].get<double>();
+    run->last_progress = config_.clock->Now();
+    run->progress_dirty = true;
+  } else if (kind == "done") {
+    run->trainer.done = true;
+  } else if (kind == "error") {
+    run->trainer.error = true;
+    if (j.contains("message") && j["message"].is_string()) {
+      if (run->trainer.first_error.empty()) run->trainer.first_error = j["message"];
+      if (rr->trainer_error.empty()) rr->trainer_error = j["message"];
+    }
+  }
 }
 
 // The job's process group is the group of its first rank (pgid == that rank's pid). A pid cannot
@@ -554,95 +598,79 @@ void Supervisor::SignalGroup(Run* run, int sig) {
   }
 }
 
-void Supervisor::BeginStop(Run* run, JobState state, const std::string& reason, bool requeue_allowed) {
-  if (run->stopping) {
-    if (state == JobState::CANCELLED && run->stop_state != JobState::CANCELLED) {
-      run->stop_state = state;
-      run->stop_reason = reason;
-      run->requeue_allowed = false;
-    } else {
-      return;
-    }
-  } else {
-    run->stopping = true;
-    run->stop_state = state;
-    run->stop_reason = reason;
-    run->requeue_allowed = requeue_allowed;
-    run->kill_at = Clock::now() + config_.kill_grace;
+// running -> terminating (SIGTERM), or a cancel replacing the cause of a stop already under way.
+void Supervisor::BeginStop(Run* run, StopCause cause) {
+  const bool cancel = cause.state == JobState::CANCELLED;
+  if (cancel) cause.requeue = false;
+  if (!run->stop) {
+    run->stop = cause;
+    run->group.Begin(config_.clock->Now());
     bool any_alive = false;
     for (const RankRun& rr : run->ranks) any_alive |= rr.alive;
     if (any_alive) SignalGroup(run, SIGTERM);
-    spdlog::info("{}: stopping ({}); SIGTERM sent", run->rec.id, reason);
+    spdlog::info("{}: stopping ({}); SIGTERM sent", run->rec.id, cause.reason);
+  } else if (cancel && run->stop->state != JobState::CANCELLED) {
+    run->stop = cause;
+  } else {
+    return;
   }
-  if (state == JobState::CANCELLED && run->rec.state == JobState::RUNNING) {
-    Status st = Transition(&run->rec, run->journal.get(), JobState::CANCELLING, reason);
+  if (cancel && run->rec.state == JobState::RUNNING) {
+    Status st = Transition(&run->rec, run->journal.get(), JobState::CANCELLING, cause.reason);
     if (!st.ok()) spdlog::error("{}: {}", run->rec.id, st.ToString());
   }
 }
 
-void Supervisor::Tick(Run* run) {
-  Drain(run, false);
-  bool changed = false;
-  const RankRun* first_failed = nullptr;  // of the ranks reaped in this tick
+bool Supervisor::ReapRanks(Run* run) {
+  std::vector<EndedRank> reaped;
   for (RankRun& rr : run->ranks) {
     if (!rr.alive) continue;
     if (rr.own_child) {
       int wstatus = 0;
       pid_t r = ::waitpid(rr.pid, &wstatus, WNOHANG);
-      if (r == rr.pid) {
-        rr.alive = false;
-        rr.exit_known = true;
-        if (WIFEXITED(wstatus)) rr.exit_code = WEXITSTATUS(wstatus);
-        if (WIFSIGNALED(wstatus)) rr.signal = WTERMSIG(wstatus);
-      } else if (r < 0 && errno == ECHILD) {
-        rr.alive = false;
-      }
-    } else if (!SameProcessAlive(rr.pid, rr.start_time)) {
-      rr.alive = false;
+      if (r == rr.pid) rr.exit = RankExit::FromWaitStatus(wstatus);
+      rr.alive = r == 0 || (r < 0 && errno != ECHILD);
+    } else {
+      rr.alive = SameProcessAlive(rr.pid, rr.start_time);
     }
     if (rr.alive) continue;
-    changed = true;
     rr.exit_fd.reset();
-    bool failed = rr.exit_known && (rr.signal != 0 || rr.exit_code != 0);
-    if (failed && !run->stopping) {
-      // Reaped together: a rank killed by a signal beats one that exited with an error code.
-      if (first_failed == nullptr || (rr.signal != 0 && first_failed->signal == 0)) first_failed = &rr;
-    } else if (!rr.exit_known && run->saw_error && !run->stopping) {
-      BeginStop(run, JobState::FAILED,
-                "agent-restart: rank " + std::to_string(rr.rank) + " ended after a trainer error", true);
+    reaped.push_back({rr.rank, rr.exit});
+    if (!rr.exit.known && run->trainer.error && !run->stop) {
+      BeginStop(run,
+                {JobState::FAILED,
+                 "agent-restart: rank " + std::to_string(rr.rank) + " ended after a trainer error", true});
     }
   }
-  if (first_failed != nullptr && !run->stopping) {
-    const RankRun& rr = *first_failed;
-    run->rec.first_failed_rank = rr.rank;
-    std::string why =
-        "rank " + std::to_string(rr.rank) + " failed first: " + DescribeExit(rr.exit_code, rr.signal);
-    if (!rr.trainer_error.empty()) why += " (trainer error: " + rr.trainer_error + ")";
-    BeginStop(run, JobState::FAILED, why, true);
-    run->rank_failed = true;
+  for (RankRecord& k : run->rec.ranks) {
+    for (const RankRun& rr : run->ranks) {
+      if (rr.rank != k.rank) continue;
+      k.running = rr.alive;
+      k.exit_known = rr.exit.known;
+      k.exit_code = rr.exit.exit_code;
+      k.signal = rr.exit.signal;
+    }
   }
+  if (std::optional<EndedRank> first = run->group.FirstFailure(reaped)) {
+    run->rec.first_failed_rank = first->rank;
+    const RankRun* rr = nullptr;
+    for (const RankRun& k : run->ranks) rr = k.rank == first->rank ? &k : rr;
+    BeginStop(run, {JobState::FAILED, FirstFailureReason(*first, rr->trainer_error), true});
+  }
+  return !reaped.empty();
+}
+
+void Supervisor::Tick(Run* run) {
+  Drain(run, false);
+  const bool ranks_changed = ReapRanks(run);
   bool any_alive = false;
   for (const RankRun& rr : run->ranks) any_alive |= rr.alive;
-  auto now = Clock::now();
-  uint32_t hb = run->rec.heartbeat_s > 0 ? run->rec.heartbeat_s : config_.default_heartbeat_s;
-  if (any_alive && !run->stopping && now - run->last_progress > std::chrono::seconds(hb)) {
-    BeginStop(run, JobState::FAILED, "hang: no step event for " + std::to_string(hb) + " s", true);
-  }
-  if (run->stopping && !run->sigkilled && now >= run->kill_at && run->rec.pgid > 0) {
+  const Clock::TimePoint now = config_.clock->Now();
+  const uint32_t hb = run->rec.heartbeat_s > 0 ? run->rec.heartbeat_s : config_.default_heartbeat_s;
+  if (any_alive && !run->stop && now - run->last_progress > std::chrono::seconds(hb))
+    BeginStop(run, {JobState::FAILED, "hang: no step event for " + std::to_string(hb) + " s", true});
+  if (run->group.KillDue(now) && run->rec.pgid > 0) {
     SignalGroup(run, SIGKILL);
-    run->sigkilled = true;
     spdlog::info("{}: grace period over; SIGKILL sent", run->rec.id);
-  }
-  if (changed) {
-    for (RankRecord& k : run->rec.ranks) {
-      for (const RankRun& rr : run->ranks) {
-        if (rr.rank != k.rank) continue;
-        k.running = rr.alive;
-        k.exit_known = rr.exit_known;
-        k.exit_code = rr.exit_code;
-        k.signal = rr.signal;
-      }
-    }
   }
   if (!any_alive) {
     // Every rank is gone; anything left in the process group (a rank's children) is killed before the
@@ -654,60 +682,70 @@ void Supervisor::Tick(Run* run) {
       ArmTimer(run);
       return;
     }
-    Finalize(run);  // erases run
-    return;
+    return Finalize(run);  // erases run
   }
-  if (changed || (run->progress_dirty && now - run->last_save >= kProgressSaveEvery)) {
+  SaveRankRecords(run, ranks_changed, now);
+  ArmTimer(run);
+}
+
+// Saves how the ranks ended as soon as one did (a restarted agent needs it), and the progress at
+// most every kProgressSaveEvery, on the blocking thread.
+void Supervisor::SaveRankRecords(Run* run, bool ranks_changed, Clock::TimePoint now) {
+  if (ranks_changed) {
     Status st = store_->SaveJob(run->rec, nullptr);
     if (!st.ok()) spdlog::error("{}: {}", run->rec.id, st.ToString());
-    run->progress_dirty = false;
-    run->last_save = now;
+  } else if (run->progress_dirty && now - run->last_save >= kProgressSaveEvery) {
+    boost::asio::post(blocking_io_,
+                      [this, id = run->rec.id, step = run->rec.last_step, loss = run->rec.last_loss] {
+                        Status st = store_->SaveProgress(id, step, loss);
+                        if (!st.ok()) spdlog::error("{}: {}", id, st.ToString());
+                      });
+  } else {
+    return;
   }
-  ArmTimer(run);
+  run->progress_dirty = false;
+  run->last_save = now;
+}
+
+// How a run whose ranks are all gone ends (see the table at the top).
+Supervisor::StopCause Supervisor::Outcome(const Run& run) const {
+  StopCause out;
+  if (run.stop) {
+    out = *run.stop;
+    out.requeue = out.requeue && out.state == JobState::FAILED;
+  } else {
+    bool all_zero = true;
+    for (const RankRun& rr : run.ranks) all_zero &= rr.exit.known && !rr.exit.failed();
+    if (all_zero) {
+      out = {JobState::SUCCEEDED, "all " + std::to_string(run.ranks.size()) + " rank(s) exited 0", false};
+    } else if (run.trainer.done && !run.trainer.error) {
+      out = {JobState::SUCCEEDED, "trainer reported done (ranks ended while the agent was down)", false};
+    } else {
+      out = {JobState::FAILED, "agent-restart: ranks ended while the agent was down", true};
+    }
+  }
+  if (out.state == JobState::FAILED && !run.group.first_failure() && !run.trainer.first_error.empty())
+    out.reason += " (trainer error: " + run.trainer.first_error + ")";
+  return out;
 }
 
 void Supervisor::Finalize(Run* run) {
   while (Drain(run, true)) {
   }  // everything the ranks wrote, however much arrived since the last tick
   JobRecord& rec = run->rec;
-  JobState final = JobState::FAILED;
-  std::string reason;
-  bool requeue = false;
-  bool all_known = true;
-  bool all_zero = true;
-  for (const RankRun& rr : run->ranks) {
-    all_known &= rr.exit_known;
-    all_zero &= rr.exit_known && rr.signal == 0 && rr.exit_code == 0;
-  }
-  if (run->stopping) {
-    final = run->stop_state;
-    reason = run->stop_reason;
-    requeue = final == JobState::FAILED && run->requeue_allowed;
-  } else if (all_known && all_zero) {
-    final = JobState::SUCCEEDED;
-    reason = "all " + std::to_string(run->ranks.size()) + " rank(s) exited 0";
-  } else if (run->saw_done && !run->saw_error) {
-    final = JobState::SUCCEEDED;
-    reason = "trainer reported done (ranks ended while the agent was down)";
-  } else {
-    final = JobState::FAILED;
-    reason = "agent-restart: ranks ended while the agent was down";
-    requeue = true;
-  }
-  if (final == JobState::FAILED && !run->rank_failed && !run->trainer_error.empty())
-    reason += " (trainer error: " + run->trainer_error + ")";
+  const StopCause end = Outcome(*run);
   for (RankRecord& k : rec.ranks) k.running = false;
   scheduler_.Release(rec.id);
   rec.assigned_gpus.clear();
   Status st;
-  if (requeue && rec.restarts < rec.max_restarts) {
+  if (end.requeue && rec.restarts < rec.max_restarts) {
     rec.restarts++;
     st = Transition(&rec, run->journal.get(), JobState::QUEUED,
                     "restart " + std::to_string(rec.restarts) + "/" + std::to_string(rec.max_restarts) +
-                        " after: " + reason);
+                        " after: " + end.reason);
     scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : rec.world_size);
   } else {
-    st = Transition(&rec, run->journal.get(), final, reason);
+    st = Transition(&rec, run->journal.get(), end.state, end.reason);
   }
   if (!st.ok()) spdlog::error("{}: {}", rec.id, st.ToString());
   runs_.erase(rec.id);
@@ -718,70 +756,70 @@ Status Supervisor::Recover() {
   SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->ListJobs());
   for (JobRecord& rec : jobs) {
     if (rec.state == JobState::QUEUED) {
+      SFT_RETURN_IF_ERROR(JournalFor(rec.id).status());  // opened (replayed) now, not at launch
       scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : rec.world_size);
       continue;
     }
     if (rec.state != JobState::RUNNING && rec.state != JobState::CANCELLING) continue;
-    SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(rec.id));
-    auto run = std::make_unique<Run>();
-    run->journal = journal;
-    auto offsets = journal->source_offsets();
     size_t alive = 0;
     std::string dead_rank;
-    for (const RankRecord& k : rec.ranks) {
-      RankRun rr;
-      rr.rank = k.rank;
-      rr.pid = static_cast<pid_t>(k.pid);
-      rr.start_time = k.start_time;
-      rr.own_child = false;
-      rr.alive = k.running && SameProcessAlive(rr.pid, rr.start_time);
-      rr.exit_known = k.exit_known;
-      rr.exit_code = k.exit_code;
-      rr.signal = k.signal;
-      for (int src = 0; src < 3; ++src) {
-        auto it = offsets.find({rr.rank, src});
-        rr.off[src] = it == offsets.end() ? 0 : it->second;
-      }
-      if (rr.alive) {
-        ++alive;
-      } else if (dead_rank.empty()) {
-        dead_rank = std::to_string(rr.rank);
-      }
-      run->ranks.push_back(rr);
-    }
-    // Trainer outcome events journaled before the agent died (since the last launch).
-    uint64_t last = journal->last_seq();
-    auto tail = journal->Read(last > Journal::kRingSize ? last - Journal::kRingSize : 0, Journal::kRingSize);
-    if (tail.ok()) {
-      for (const JournalEvent& ev : *tail) {
-        if (ev.kind == Event::STATE && ev.state == JobState::RUNNING) run->saw_done = run->saw_error = false;
-        if (ev.kind != Event::METRIC) continue;
-        nlohmann::json j = nlohmann::json::parse(ev.text, nullptr, false);
-        if (!j.is_object()) continue;
-        std::string kind = j.value("event", "");
-        if (kind == "done") run->saw_done = true;
-        if (kind == "error") run->saw_error = true;
-      }
-    }
-    run->rec = rec;
-    run->last_progress = Clock::now();
-    run->last_save = Clock::now();
+    SFT_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, RecoverRun(rec, &alive, &dead_rank));
     scheduler_.Adopt(rec.id, rec.assigned_gpus, rec.gpus > 0 ? 0 : rec.world_size);
     Run* raw = run.get();
     runs_[rec.id] = std::move(run);
     if (rec.state == JobState::CANCELLING) {
-      BeginStop(raw, JobState::CANCELLED, rec.reason, false);
+      BeginStop(raw, {JobState::CANCELLED, rec.reason, false});
     } else if (alive > 0 && alive < raw->ranks.size()) {
-      BeginStop(raw, JobState::FAILED, "agent-restart: rank " + dead_rank + " died while the agent was down",
-                true);
-    } else if (alive == 0) {
-      raw->recovered_dead = true;
+      BeginStop(raw, {JobState::FAILED, "agent-restart: rank " + dead_rank + " died while the agent was down",
+                      true});
     }
     spdlog::info("{}: recovered after agent restart: {}/{} rank(s) alive", rec.id, alive, raw->ranks.size());
     WatchExits(raw);
     ArmTimer(raw);
   }
   return OkStatus();
+}
+
+// A run re-attached to the ranks a previous agent started (not our children), with the trainer's
+// outcome events journaled before that agent died (since the last launch).
+StatusOr<std::unique_ptr<Supervisor::Run>> Supervisor::RecoverRun(const JobRecord& rec, size_t* alive,
+                                                                  std::string* dead_rank) {
+  SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(rec.id));
+  auto run = std::make_unique<Run>(config_.kill_grace);
+  run->rec = rec;
+  run->journal = journal;
+  auto offsets = journal->source_offsets();
+  for (const RankRecord& k : rec.ranks) {
+    RankRun rr;
+    rr.rank = k.rank;
+    rr.pid = static_cast<pid_t>(k.pid);
+    rr.start_time = k.start_time;
+    rr.own_child = false;
+    rr.alive = k.running && SameProcessAlive(rr.pid, rr.start_time);
+    rr.exit.known = k.exit_known;
+    rr.exit.exit_code = k.exit_code;
+    rr.exit.signal = k.signal;
+    for (int src = 0; src < 3; ++src) {
+      auto it = offsets.find({rr.rank, src});
+      rr.off[src] = it == offsets.end() ? 0 : it->second;
+    }
+    if (rr.alive) ++*alive;
+    if (!rr.alive && dead_rank->empty()) *dead_rank = std::to_string(rr.rank);
+    run->ranks.push_back(rr);
+  }
+  uint64_t last = journal->last_seq();
+  auto tail = journal->Read(last > Journal::kRingSize ? last - Journal::kRingSize : 0, Journal::kRingSize);
+  for (const JournalEvent& ev : tail.ok() ? *tail : std::vector<JournalEvent>()) {
+    if (ev.kind == Event::STATE && ev.state == JobState::RUNNING) run->trainer = TrainerReport();
+    if (ev.kind != Event::METRIC) continue;
+    nlohmann::json j = nlohmann::json::parse(ev.text, nullptr, false);
+    if (!j.is_object()) continue;
+    const std::string kind = j.value("event", "");
+    run->trainer.done |= kind == "done";
+    run->trainer.error |= kind == "error";
+  }
+  run->last_progress = run->last_save = config_.clock->Now();
+  return run;
 }
 
 }  // namespace sftctl::agent

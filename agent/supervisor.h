@@ -1,20 +1,22 @@
-// Supervisor: the job state machine. Admits queued jobs (Scheduler), launches their ranks (Launcher)
-// with the torch.distributed environment (single-node, or this node's part of a multi-node job),
-// tails their output into the Journal, enforces the step heartbeat, stops jobs (SIGTERM, then SIGKILL
-// after a grace period, then verifies that no process of the job's process group remains), applies the
-// restart budget, and on start re-attaches to or resolves the jobs a previous agent left running.
+// Supervisor: the job state machine. Admits queued jobs (Scheduler), launches their ranks (Launcher,
+// with the shared launch policy of common/rank_group.h) with the torch.distributed environment
+// (single-node, or this node's part of a multi-node job), tails their output into the Journal,
+// enforces the step heartbeat, stops jobs (SIGTERM, then SIGKILL after a grace period, then verifies
+// that no process of the job's process group remains), applies the restart budget, and on start
+// re-attaches to or resolves the jobs a previous agent left running. Each run's states and the events
+// that move it between them are tabled at the top of supervisor.cpp.
 //
 // The first rank to exit non-zero or by a signal fails the job: JobRecord.first_failed_rank names it
 // and the reason reads "rank 1 failed first: killed by signal 9 (SIGKILL)" or "rank 0 failed first:
 // exit code 1 (trainer error: <its error event>)". A pidfd per rank wakes the event thread as soon as a
-// rank exits (polling every `poll` where pidfds are unavailable); when several failed ranks are reaped
-// together, one killed by a signal is taken as the first (peers of a dead rank exit with an error
-// code), then the lowest rank.
+// rank exits (polling every `poll` where pidfds are unavailable).
 //
 // Threading: all job state changes happen on one event thread (a Boost.Asio io_context). Public
 // methods may be called from any thread: they post to that thread and report through a callback that
-// runs there (it must not block). A job's final state is committed to the StateStore only after the
-// state-change event is journaled and fsynced.
+// runs there (it must not block). The slow parts of a submit (validating the spec, stat-ing and
+// linking blobs, writing spec.json, the SQLite insert, opening the journal) and the periodic progress
+// saves run on a second, "blocking" thread, in order. A job's final state is committed to the
+// StateStore only after the state-change event is journaled and fsynced.
 #pragma once
 
 #include <sys/types.h>
@@ -28,14 +30,18 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "agent/blob_store.h"
 #include "agent/journal.h"
+#include "agent/launcher.h"
 #include "agent/scheduler.h"
 #include "agent/state_store.h"
+#include "common/clock.h"
+#include "common/rank_group.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -49,6 +55,8 @@ struct SupervisorConfig {
   std::chrono::milliseconds kill_grace{10000};
   std::chrono::milliseconds poll{100};
   uint32_t default_heartbeat_s = 1800;
+  // The time of the step heartbeat and the kill grace (tests move it forward).
+  const Clock* clock = Clock::Real();
   // Multi-node jobs: the master_addr reported for node 0 (see docs/agent.md, "Multi-node jobs").
   std::string rendezvous_addr = "127.0.0.1";
 };
@@ -78,9 +86,6 @@ class Supervisor {
   StatusOr<std::shared_ptr<Journal>> JournalFor(const std::string& job_id);
   SupervisorStats Stats() const;
 
-  // Runs `fn` on the event thread and waits for it (tests).
-  void RunSync(std::function<void()> fn);
-
  private:
   struct RankRun {
     int rank = 0;
@@ -88,51 +93,69 @@ class Supervisor {
     uint64_t start_time = 0;
     bool alive = true;
     bool own_child = true;  // false after re-attach: not our child, exit status unknowable
-    bool exit_known = false;
-    int exit_code = 0;
-    int signal = 0;
+    RankExit exit;
     uint64_t off[3] = {0, 0, 0};
     std::string trainer_error;  // the message of this rank's first "error" event in this attempt
     std::shared_ptr<boost::asio::posix::stream_descriptor> exit_fd;  // pidfd: readable once it exits
   };
+  // Why a run is stopped: set once when the stop begins; a later cancel still turns a failure stop
+  // into a cancel (never requeued).
+  struct StopCause {
+    JobState state = JobState::FAILED;
+    std::string reason;
+    bool requeue = false;
+  };
+  // What the trainer reported through its events in this attempt.
+  struct TrainerReport {
+    bool done = false;
+    bool error = false;
+    std::string first_error;  // the first error event of any rank
+  };
   struct Run {
+    explicit Run(std::chrono::milliseconds kill_grace) : group(kill_grace) {}
     JobRecord rec;
     std::shared_ptr<Journal> journal;
     std::vector<RankRun> ranks;
+    RankGroupStop group;            // the run's state: running -> terminating -> killed
+    std::optional<StopCause> stop;  // set exactly when group.stopping()
+    TrainerReport trainer;
     std::unique_ptr<boost::asio::steady_timer> timer;
-    std::chrono::steady_clock::time_point last_progress;
-    std::chrono::steady_clock::time_point kill_at;
-    bool stopping = false;
-    bool sigkilled = false;
-    JobState stop_state = JobState::FAILED;
-    std::string stop_reason;
-    bool requeue_allowed = true;
-    bool saw_done = false;
-    bool saw_error = false;
-    bool rank_failed = false;     // stopping because a rank failed (the reason names it)
-    std::string trainer_error;    // the first error event of any rank
-    bool recovered_dead = false;  // every rank had died while the agent was down
+    Clock::TimePoint last_progress;
+    Clock::TimePoint last_save;
     bool progress_dirty = false;
-    std::chrono::steady_clock::time_point last_save;
   };
 
-  void DoSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done);
+  void PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done);
+  StatusOr<JobRecord> CreateJob(const ::sftctl::v1::SubmitJobRequest& req, bool* created);
   void DoCancel(const std::string& job_id, const JobCallback& done);
   Status Recover();
+  StatusOr<std::unique_ptr<Run>> RecoverRun(const JobRecord& rec, size_t* alive, std::string* dead_rank);
   void Schedule();
   void Launch(const Allocation& alloc);
+  std::vector<RankEnv> RankEnvs(const JobRecord& rec, const Allocation& alloc) const;
+  // Fails a job whose ranks could not be started or recorded; kills and reaps `ranks`.
+  void FailLaunch(JobRecord* rec, Journal* journal, const std::vector<SpawnedRank>& ranks, const Status& why);
   void Tick(Run* run);
+  // Reaps the ranks that ended; returns true when one did. The first failure begins the stop.
+  bool ReapRanks(Run* run);
+  void SaveRankRecords(Run* run, bool ranks_changed, Clock::TimePoint now);
   // Opens a pidfd for each live rank and runs Tick as soon as one becomes readable.
   void WatchExits(Run* run);
   void ArmTimer(Run* run);
   // Journals the ranks' new output, at most kMaxReadPerTick per file. Returns true when a file has
   // more than that unread (the final drain repeats until it returns false).
   bool Drain(Run* run, bool final_drain);
+  // Splits what was read from one rank file into journal events (an unterminated last line only on
+  // the final drain); returns how many bytes were consumed.
+  size_t SplitLines(Run* run, RankRun* rr, int src, const std::string& buf, bool last_piece,
+                    std::vector<JournalEvent>* events);
+  void NoteTrainerEvent(Run* run, RankRun* rr, const std::string& line);
   // Whether run's recorded process group is still its own (see supervisor.cpp), and signalling it
   // only then.
   bool GroupIsOurs(const Run& run) const;
   void SignalGroup(Run* run, int sig);
-  void BeginStop(Run* run, JobState state, const std::string& reason, bool requeue_allowed);
+  void BeginStop(Run* run, StopCause cause);
+  StopCause Outcome(const Run& run) const;
   void Finalize(Run* run);
   // Journals a state event (fsynced when final), then saves the record with a history entry. The
   // record is saved even when the journal fails (that error is returned after the save); when the
@@ -140,6 +163,7 @@ class Supervisor {
   Status Transition(JobRecord* rec, Journal* journal, JobState state, const std::string& reason,
                     bool* saved = nullptr);
   std::string JobDir(const std::string& id) const;
+  std::string NodeZeroMasterAddr(const std::string& reported) const;
 
   SupervisorConfig config_;
   StateStore* store_;
@@ -147,6 +171,11 @@ class Supervisor {
   boost::asio::io_context io_;
   std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::thread thread_;
+  // The blocking thread: submits' slow parts and progress saves, in order.
+  boost::asio::io_context blocking_io_;
+  std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> blocking_work_;
+  std::thread blocking_thread_;
+  std::string host_name_;  // this host's resolvable name, "" if none (looked up once, in Start)
   Scheduler scheduler_;
   std::map<std::string, std::unique_ptr<Run>> runs_;  // event thread only
 

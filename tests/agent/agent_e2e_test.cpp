@@ -808,7 +808,7 @@ TEST_F(AgentE2E, MissingTrainerFailsTheJobAtLaunch) {
   ASSERT_TRUE(a.Submit(StubSpec({{"steps", 1}}), &job).ok());
   v1::Job failed = a.WaitState(job.id(), v1::FAILED);
   EXPECT_EQ(failed.reason().rfind(
-                "launch: launch rank 0: trainer not executable '" + dir_.path() + "/no-such-trainer'", 0),
+                "launch: starting rank 0: trainer not executable '" + dir_.path() + "/no-such-trainer'", 0),
             0u)
       << failed.reason();
   v1::ListJobsResponse list;

@@ -1,0 +1,107 @@
+// The Supervisor in-process with the stub trainer and a clock the test moves forward: the step
+// heartbeat and the kill grace are seen to expire without waiting for them.
+#include "agent/supervisor.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <future>
+
+#include "tests/agent/agent_test_util.h"
+#include "tests/util/offset_clock.h"
+
+namespace sftctl::agent {
+namespace {
+
+using ::sftctl::agent::testing::StubPath;
+using ::sftctl::agent::testing::StubSpec;
+using ::sftctl::agent::testing::TempDir;
+using ::sftctl::testing::OffsetClock;
+using namespace std::chrono_literals;
+
+class SupervisorClock : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = StateStore::Open(dir_.path() + "/agent.db");
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(*store);
+    blobs_ = std::make_unique<BlobStore>(dir_.path() + "/blobs", store_.get());
+    ASSERT_TRUE(blobs_->Init().ok());
+  }
+  void TearDown() override {
+    if (supervisor_) supervisor_->Stop();
+    for (pid_t pgid : groups_) ::killpg(pgid, SIGKILL);
+  }
+
+  void StartSupervisor(std::chrono::milliseconds kill_grace) {
+    SupervisorConfig cfg;
+    cfg.data_dir = dir_.path();
+    cfg.trainer_path = StubPath();
+    cfg.kill_grace = kill_grace;
+    cfg.poll = 20ms;
+    cfg.clock = &clock_;
+    supervisor_ = std::make_unique<Supervisor>(cfg, store_.get(), blobs_.get());
+    ASSERT_TRUE(supervisor_->Start().ok());
+  }
+
+  JobRecord Submit(const nlohmann::json& stub) {
+    v1::SubmitJobRequest req;
+    req.set_spec_json(StubSpec(stub).dump());
+    std::promise<StatusOr<JobRecord>> p;
+    supervisor_->Submit(req, [&](StatusOr<JobRecord> r) { p.set_value(std::move(r)); });
+    StatusOr<JobRecord> rec = p.get_future().get();
+    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    return rec.ok() ? *rec : JobRecord();
+  }
+
+  // Polls the store until `pred(job)` holds (real time: the event thread's timers run on it).
+  JobRecord WaitFor(const std::string& id, const std::function<bool(const JobRecord&)>& pred) {
+    for (auto until = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < until;) {
+      auto rec = store_->GetJob(id);
+      if (rec.ok() && rec->pgid > 0 && groups_.empty()) groups_.push_back(static_cast<pid_t>(rec->pgid));
+      if (rec.ok() && pred(*rec)) return *rec;
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "timed out waiting for " << id;
+    return JobRecord();
+  }
+
+  TempDir dir_;
+  OffsetClock clock_;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<BlobStore> blobs_;
+  std::unique_ptr<Supervisor> supervisor_;
+  std::vector<pid_t> groups_;
+};
+
+TEST_F(SupervisorClock, AHangIsDetectedWhenTheHeartbeatPassesOnTheClock) {
+  StartSupervisor(10s);
+  // One step, then silence; the default heartbeat is 1800 s.
+  const JobRecord job = Submit({{"mode", "hang"}, {"hang_after", 1}, {"step_ms", 1}});
+  WaitFor(job.id, [](const JobRecord& r) { return r.state == JobState::RUNNING && r.last_step >= 1; });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(store_->GetJob(job.id)->state, JobState::RUNNING) << "no hang before the clock moves";
+  clock_.Advance(1801s);
+  const JobRecord failed = WaitFor(job.id, [](const JobRecord& r) { return IsFinal(r.state); });
+  EXPECT_EQ(failed.state, JobState::FAILED);
+  EXPECT_EQ(failed.reason, "hang: no step event for 1800 s");
+}
+
+TEST_F(SupervisorClock, ARankIgnoringSigtermIsKilledWhenTheGracePassesOnTheClock) {
+  StartSupervisor(std::chrono::hours(1));
+  const JobRecord job = Submit({{"mode", "sleep"}, {"step_ms", 5}, {"ignore_term", true}});
+  WaitFor(job.id, [](const JobRecord& r) { return r.state == JobState::RUNNING && r.last_step >= 1; });
+  std::promise<StatusOr<JobRecord>> cancelled;
+  supervisor_->Cancel(job.id, [&](StatusOr<JobRecord> r) { cancelled.set_value(std::move(r)); });
+  ASSERT_TRUE(cancelled.get_future().get().ok());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(store_->GetJob(job.id)->state, JobState::CANCELLING) << "SIGTERM is ignored; the grace is 1 h";
+  clock_.Advance(std::chrono::hours(1));
+  const JobRecord done = WaitFor(job.id, [](const JobRecord& r) { return IsFinal(r.state); });
+  EXPECT_EQ(done.state, JobState::CANCELLED);
+  ASSERT_EQ(done.ranks.size(), 1u);
+  EXPECT_EQ(done.ranks[0].signal, SIGKILL);
+}
+
+}  // namespace
+}  // namespace sftctl::agent
