@@ -48,7 +48,7 @@ class ObjectReader {
   Status Error(const std::string& key, const std::string& problem) const {
     std::string path = Path(key);
     std::string where = locate_ ? locate_(path) : std::string();
-    return InvalidArgumentError((where.empty() ? "" : where + ": ") + "field '" + path + "': " + problem);
+    return FieldError(where, path, problem);
   }
 
   const json* Get(const std::string& key) {

@@ -61,6 +61,11 @@ class [[nodiscard]] Status {
 
 inline Status OkStatus() { return Status(); }
 inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+// The one shape of a bad field in a file the user gave: INVALID_ARGUMENT
+// "<where>: field '<field>': <problem>" (no "<where>: " when `where` is empty).
+inline Status FieldError(const std::string& where, const std::string& field, const std::string& problem) {
+  return InvalidArgumentError((where.empty() ? "" : where + ": ") + "field '" + field + "': " + problem);
+}
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 inline Status FailedPreconditionError(std::string m) {

@@ -22,10 +22,6 @@ bool IsLoraParam(const std::string& name) {
   return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
 }
 
-Status FieldError(const std::string& source, const std::string& key, const std::string& problem) {
-  return InvalidArgumentError(source + ": field '" + key + "': " + problem);
-}
-
 }  // namespace
 
 double LoraScale(const LoraSpec& spec) {

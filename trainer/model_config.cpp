@@ -10,10 +10,6 @@ namespace {
 
 using nlohmann::json;
 
-Status FieldError(const std::string& source, const std::string& key, const std::string& problem) {
-  return InvalidArgumentError(source + ": field '" + key + "': " + problem);
-}
-
 // Reads j[key] into `out` when present and not null. `prefix` is prepended to the key in
 // messages ("rope_scaling." for nested objects).
 template <typename T>

@@ -196,5 +196,12 @@ TEST(MacroTest, AssignOrReturn) {
   EXPECT_EQ(*box, 3);  // untouched on error
 }
 
+TEST(StatusTest, FieldErrorNamesTheFileAndTheField) {
+  Status s = FieldError("run/config.json", "rope_scaling.factor", "must be a number, got \"x\"");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "run/config.json: field 'rope_scaling.factor': must be a number, got \"x\"");
+  EXPECT_EQ(FieldError("", "lr", "must be > 0").message(), "field 'lr': must be > 0");
+}
+
 }  // namespace
 }  // namespace sftctl
