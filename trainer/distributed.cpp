@@ -56,6 +56,11 @@ std::chrono::milliseconds Millis(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
 }
 
+// Not every rank checked in before the timeout (our own error: its message is used as it is).
+struct JoinTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // The message of whatever a collective threw, without LibTorch's backtrace.
 std::string ExceptionText(const std::exception_ptr& e) {
   try {
@@ -294,7 +299,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, c
       g->impl_->store->wait({"sftctl/all-joined"}, left);
     } catch (...) {
       const int64_t now = g->impl_->store->add("sftctl/joined", 0);
-      throw std::runtime_error(fmt::format("timed out: {} of {} ranks arrived", now, env.world_size));
+      throw JoinTimeout(fmt::format("timed out: {} of {} ranks arrived", now, env.world_size));
     }
     stage = "the process group";
 #if SFTCTL_HAVE_NCCL
@@ -326,13 +331,18 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, c
     g->backend_name_ = "gloo";
 #endif
   } catch (...) {
-    const std::string what = ExceptionText(std::current_exception());
+    std::string what = ExceptionText(std::current_exception());
+    try {
+      throw;
+    } catch (const JoinTimeout&) {
+    } catch (...) {
+      what = DescribeCommError(what);  // LibTorch's or Gloo's text: only its words tell what happened
+    }
     g->broken_ = true;
     return UnavailableError(fmt::format(
         "rank {}: cannot join {} at {}:{} within {:.1f} s: {} (are all {} ranks started, and is MASTER_PORT "
         "free on rank 0's host? distributed.timeout_s = {:g})",
-        env.rank, stage, env.master_addr, env.master_port, Since(t0),
-        what.rfind("timed out: ", 0) == 0 ? what : DescribeCommError(what), env.world_size, timeout_s));
+        env.rank, stage, env.master_addr, env.master_port, Since(t0), what, env.world_size, timeout_s));
   }
   return g;
 }

@@ -100,6 +100,8 @@ bool GlooAvailable();
 bool NcclAvailable();
 
 // Cause text of a collective failure: "peer connection closed", "timed out", or the original.
+// LibTorch and Gloo report these only as text (c10::Error, gloo::IoException); this is the one place
+// that reads it. Our own errors are told apart by type.
 std::string DescribeCommError(const std::string& what);
 
 class ProcessGroup {
