@@ -714,17 +714,17 @@ TEST_F(AgentE2E, TwoJobsWantingMoreGpusThanExistOneQueued) {
 
 TEST_F(AgentE2E, DetachedStartIsIdempotentStatusStopAndVersionRestart) {
   std::string d = dir_.path() + "/data";
-  auto [rc1, out1] = RunCommand({SftdPath(), "start", "--detach", "--data-dir", d, "--gpus", "none"});
+  auto [rc1, out1] = RunForStdout({SftdPath(), "start", "--detach", "--data-dir", d, "--gpus", "none"});
   ASSERT_EQ(rc1, 0);
   ASSERT_EQ(out1.rfind("SFTD_READY ", 0), 0u) << out1;
   EXPECT_EQ(std::count(out1.begin(), out1.end(), '\n'), 1) << "exactly one line";
   auto r1 = nlohmann::json::parse(out1.substr(11));
-  auto [rc2, out2] = RunCommand({SftdPath(), "start", "--detach", "--data-dir", d});
+  auto [rc2, out2] = RunForStdout({SftdPath(), "start", "--detach", "--data-dir", d});
   ASSERT_EQ(rc2, 0);
   auto r2 = nlohmann::json::parse(out2.substr(11));
   EXPECT_EQ(r2["pid"], r1["pid"]);
   EXPECT_EQ(r2["addr"], r1["addr"]);
-  auto [rc3, out3] = RunCommand({SftdPath(), "status", "--json", "--data-dir", d});
+  auto [rc3, out3] = RunForStdout({SftdPath(), "status", "--json", "--data-dir", d});
   EXPECT_EQ(rc3, 0);
   auto s = nlohmann::json::parse(out3);
   EXPECT_EQ(s["running"], true);
@@ -732,16 +732,16 @@ TEST_F(AgentE2E, DetachedStartIsIdempotentStatusStopAndVersionRestart) {
   EXPECT_EQ(s["pid"], r1["pid"]);
   // Another version: the running agent is replaced.
   auto [rc4, out4] =
-      RunCommand({SftdPath(), "start", "--detach", "--data-dir", d, "--version-override", "9.9.9"});
+      RunForStdout({SftdPath(), "start", "--detach", "--data-dir", d, "--version-override", "9.9.9"});
   ASSERT_EQ(rc4, 0) << out4;
   auto r4 = nlohmann::json::parse(out4.substr(11));
   EXPECT_NE(r4["pid"], r1["pid"]);
   EXPECT_EQ(r4["version"], "9.9.9");
   EXPECT_FALSE(ProcessAlive(r1["pid"].get<pid_t>()));
-  auto [rc5, out5] = RunCommand({SftdPath(), "stop", "--data-dir", d});
+  auto [rc5, out5] = RunForStdout({SftdPath(), "stop", "--data-dir", d});
   EXPECT_EQ(rc5, 0);
   EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(r4["pid"].get<pid_t>()); }));
-  auto [rc6, out6] = RunCommand({SftdPath(), "status", "--json", "--data-dir", d});
+  auto [rc6, out6] = RunForStdout({SftdPath(), "status", "--json", "--data-dir", d});
   EXPECT_EQ(rc6, 3);
   EXPECT_EQ(nlohmann::json::parse(out6)["running"], false);
 }
@@ -792,7 +792,7 @@ TEST_F(AgentE2E, StopNeverSignalsAStalePidThatIsNotAnAgent) {
   std::ofstream(d + "/sftd.pid") << victim << "\n";
   std::ofstream(d + "/sftd.port") << "1\n";
   std::ofstream(d + "/sftd.version") << "0.1.0\n";
-  auto [rc, out] = RunCommand({SftdPath(), "stop", "--data-dir", d});
+  auto [rc, out] = RunForStdout({SftdPath(), "stop", "--data-dir", d});
   EXPECT_EQ(rc, 1) << out;
   std::this_thread::sleep_for(100ms);
   EXPECT_TRUE(ProcessAlive(victim)) << "the unrelated process was signalled";
@@ -819,7 +819,7 @@ TEST_F(AgentE2E, MissingTrainerFailsTheJobAtLaunch) {
 
 TEST_F(AgentE2E, NonLoopbackListenWithoutTlsIsRefused) {
   auto [rc, out] =
-      RunCommand({SftdPath(), "start", "--data-dir", dir_.path(), "--listen", "0.0.0.0", "--gpus", "none"});
+      RunForStdout({SftdPath(), "start", "--data-dir", dir_.path(), "--listen", "0.0.0.0", "--gpus", "none"});
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("SFTD_ERROR refusing to listen on non-loopback address 0.0.0.0 without TLS"),
             std::string::npos)
@@ -837,12 +837,12 @@ TEST_F(AgentE2E, ListenOnIpv6LoopbackIsReportedAndDialledAsIpv6) {
   grpc::Status s = a.stub()->Version(a.Ctx().get(), v1::VersionRequest(), &v);
   EXPECT_TRUE(s.ok()) << s.error_message();
 
-  auto [rc, json] = RunCommand({SftdPath(), "status", "--json", "--data-dir", dir_.path()});
+  auto [rc, json] = RunForStdout({SftdPath(), "status", "--json", "--data-dir", dir_.path()});
   EXPECT_EQ(rc, 0) << json;
   auto st = nlohmann::json::parse(json, nullptr, false);
   EXPECT_EQ(st.value("addr", ""), addr) << json;
   EXPECT_EQ(st.value("healthy", false), true) << json;
-  auto [rc2, again] = RunCommand({SftdPath(), "start", "--data-dir", dir_.path(), "--gpus", "none"});
+  auto [rc2, again] = RunForStdout({SftdPath(), "start", "--data-dir", dir_.path(), "--gpus", "none"});
   EXPECT_EQ(rc2, 0);
   EXPECT_NE(again.find("\"addr\":\"" + addr + "\""), std::string::npos) << again;
 

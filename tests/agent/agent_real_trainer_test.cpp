@@ -63,7 +63,7 @@ std::map<int, nlohmann::json> StartEvents(const std::vector<v1::Event>& events) 
 TEST(AgentRealTrainer, TrainsATinyJobFromAnUploadedBlobAndServesItsCheckpoint) {
   TempDir dir;
   Agent a(dir.path());
-  ASSERT_TRUE(a.Start({"--trainer", BinDir() + "/sftctl-trainer"}));
+  ASSERT_TRUE(a.Start({"--trainer", Bin("sftctl-trainer")}));
 
   // Training data travels as a content-addressed blob.
   std::string data;
@@ -142,7 +142,7 @@ TEST(AgentRealTrainer, TrainsATinyJobFromAnUploadedBlobAndServesItsCheckpoint) {
 TEST(AgentRealTrainer, TwoCpuRanksTrainOneJob) {
   TempDir dir;
   Agent a(dir.path());
-  ASSERT_TRUE(a.Start({"--trainer", BinDir() + "/sftctl-trainer"}));
+  ASSERT_TRUE(a.Start({"--trainer", Bin("sftctl-trainer")}));
   v1::Job job;
   grpc::Status s = a.stub()->SubmitJob(a.Ctx().get(), TinyJob(a, 3, 2), &job);
   ASSERT_TRUE(s.ok()) << s.error_message();
@@ -167,7 +167,7 @@ TEST(AgentRealTrainer, TwoCpuRanksTrainOneJob) {
 TEST(AgentRealTrainer, SigkilledRankFailsTheJobNamingItAndNothingIsLeft) {
   TempDir dir;
   Agent a(dir.path());
-  ASSERT_TRUE(a.Start({"--trainer", BinDir() + "/sftctl-trainer"}));
+  ASSERT_TRUE(a.Start({"--trainer", Bin("sftctl-trainer")}));
   v1::Job job;
   grpc::Status s = a.stub()->SubmitJob(a.Ctx().get(), TinyJob(a, 1000000, 2), &job);
   ASSERT_TRUE(s.ok()) << s.error_message();
@@ -190,8 +190,8 @@ TEST(AgentRealTrainer, SigkilledRankFailsTheJobNamingItAndNothingIsLeft) {
 TEST(AgentRealTrainer, TwoAgentsRunOneJobAsTwoNodes) {
   TempDir d0, d1;
   Agent n0(d0.path()), n1(d1.path());
-  ASSERT_TRUE(n0.Start({"--trainer", BinDir() + "/sftctl-trainer"}));
-  ASSERT_TRUE(n1.Start({"--trainer", BinDir() + "/sftctl-trainer"}));
+  ASSERT_TRUE(n0.Start({"--trainer", Bin("sftctl-trainer")}));
+  ASSERT_TRUE(n1.Start({"--trainer", Bin("sftctl-trainer")}));
   v1::SubmitJobRequest r0 = TinyJob(n0, 3, 1);
   *r0.mutable_rendezvous() = MakeRendezvous(2, 0, 2, 0, "two-nodes");
   v1::Job j0;

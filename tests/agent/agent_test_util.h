@@ -27,35 +27,26 @@
 #include <vector>
 
 #include "sftctl/v1/agent.grpc.pb.h"
+#include "tests/util/command.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl::agent::testing {
 
 namespace v1 = ::sftctl::v1;
 using namespace std::chrono_literals;
 
-inline std::string BinDir() { return SFTCTL_BIN_DIR; }
-inline std::string SftdPath() { return BinDir() + "/sftd"; }
-inline std::string StubPath() { return BinDir() + "/sftd-stub-trainer"; }
+using ::sftctl::testing::Bin;
+using ::sftctl::testing::CommandResult;
+using ::sftctl::testing::RunCommand;
+using ::sftctl::testing::RunForStdout;
+// Removed with its contents at the end of the test.
+using ::sftctl::testing::TempDir;
+
+inline std::string SftdPath() { return Bin("sftd"); }
+inline std::string StubPath() { return Bin("sftd-stub-trainer"); }
 
 // Generous: the suite must pass on a loaded 2-core machine under sanitizers.
 constexpr auto kWait = 60s;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "sftd-test-XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    path_ = p ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Polls `pred` until true or `timeout`.
 inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = kWait) {
@@ -94,35 +85,6 @@ inline std::vector<pid_t> GroupMembers(pid_t pgid) {
     if (pgrp == pgid && state != 'Z') out.push_back(std::stoi(name));
   }
   return out;
-}
-
-// Runs a command, returns {exit code, stdout}.
-inline std::pair<int, std::string> RunCommand(const std::vector<std::string>& args) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return {-1, ""};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  posix_spawn_file_actions_addclose(&fa, p[0]);
-  std::vector<char*> argv;
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(p[1]);
-  std::string out;
-  if (rc == 0) {
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(p[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(p[0]);
-  if (rc != 0) return {-1, ""};
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 // A foreground `sftd start` child process.

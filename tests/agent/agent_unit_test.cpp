@@ -19,23 +19,13 @@
 #include "agent/scheduler.h"
 #include "agent/state_store.h"
 #include "common/sha256.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl::agent {
 namespace {
 namespace v1 = ::sftctl::v1;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (std::filesystem::temp_directory_path() / "sftd-unit-XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::sftctl::testing::TempDir;
 
 JournalEvent Line(const std::string& text, int rank = 0) {
   JournalEvent e;

@@ -240,17 +240,17 @@ TEST(SftdGc, ThroughTheAgentAutomaticallyAndWithNoAgent) {
     WriteFile(blobs + Sha256Hex(input), input, 30 * kDay);  // both look long unused
     WriteFile(blobs + Sha256Hex(unused), unused, 30 * kDay);
 
-    auto [rc, out] = RunCommand({SftdPath(), "gc", "--data-dir", dir.path(), "--dry-run"});
+    auto [rc, out] = RunForStdout({SftdPath(), "gc", "--data-dir", dir.path(), "--dry-run"});
     EXPECT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("would remove blob " + Sha256Hex(unused) + " (22 bytes): unused for 30 days"),
               std::string::npos)
         << out;
     EXPECT_EQ(out.find(Sha256Hex(input)), std::string::npos) << out;
     EXPECT_TRUE(Exists(blobs + Sha256Hex(unused)));
-    std::tie(rc, out) = RunCommand({SftdPath(), "gc", "--data-dir", dir.path(), "--json"});
-    EXPECT_EQ(rc, 0) << out;
-    auto j = nlohmann::json::parse(out, nullptr, false);
-    ASSERT_FALSE(j.is_discarded()) << out;
+    const CommandResult json = RunForStdout({SftdPath(), "gc", "--data-dir", dir.path(), "--json"});
+    EXPECT_EQ(json.exit_code, 0) << json.output;
+    auto j = nlohmann::json::parse(json.output, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << json.output;
     EXPECT_EQ(j["bytesFreed"], "22");
     EXPECT_EQ(j["referencedBlobs"], 1);
     EXPECT_FALSE(Exists(blobs + Sha256Hex(unused)));
@@ -274,14 +274,13 @@ TEST(SftdGc, ThroughTheAgentAutomaticallyAndWithNoAgent) {
   }
   // No agent: `sftd gc` collects under the data dir's lock.
   WriteFile(blobs + Sha256Hex(fresh), fresh, 10 * kDay);
-  auto [rc, out] = RunCommand({SftdPath(), "gc", "--data-dir", dir.path()});
+  auto [rc, out] = RunForStdout({SftdPath(), "gc", "--data-dir", dir.path()});
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("removed blob " + Sha256Hex(fresh)), std::string::npos) << out;
   EXPECT_FALSE(Exists(blobs + Sha256Hex(fresh)));
-  std::tie(rc, out) = RunCommand(
-      {"/bin/sh", "-c", SftdPath() + " gc --data-dir '" + dir.path() + "' --blob-max-age=-3d 2>&1"});
-  EXPECT_EQ(rc, 1);
-  EXPECT_NE(out.find("blob_max_age_s: must be positive"), std::string::npos) << out;
+  const CommandResult bad = RunCommand({SftdPath(), "gc", "--data-dir", dir.path(), "--blob-max-age=-3d"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("blob_max_age_s: must be positive"), std::string::npos) << bad.output;
 }
 
 }  // namespace

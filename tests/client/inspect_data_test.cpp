@@ -1,15 +1,15 @@
 // `sftctl inspect-data SPEC [-n N]` through the real binary.
 #include <gtest/gtest.h>
 
-#include "tests/client/process_util.h"
 #include "tests/trainer/test_util.h"
+#include "tests/util/command.h"
 
 namespace sftctl {
 namespace {
 
 using sftctl::testing::Bin;
 using sftctl::testing::MakeTempDir;
-using sftctl::testing::RunCommand;
+using sftctl::testing::RunShell;
 using sftctl::testing::WriteText;
 
 const char* kSpec = R"(model:
@@ -32,7 +32,7 @@ TEST(InspectData, MarksTrainedTokensAndCounts) {
       R"({"messages": [{"role": "user", "content": "this prompt is much too long to leave room for the answer"}, {"role": "assistant", "content": "z"}]})"
       "\n");
   WriteText(dir + "/job.yaml", kSpec);
-  auto r = RunCommand(Bin("sftctl") + " inspect-data " + dir + "/job.yaml -n 1");
+  auto r = RunShell(Bin("sftctl") + " inspect-data " + dir + "/job.yaml -n 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Not a terminal: trained tokens in plain brackets, the end-of-turn token included.
   EXPECT_NE(r.output.find("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n[Yo<|im_end|>]\n"),
@@ -44,14 +44,14 @@ TEST(InspectData, MarksTrainedTokensAndCounts) {
   EXPECT_NE(r.output.find("train: 3 samples, "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2 truncated, 1 dropped"), std::string::npos) << r.output;
 
-  r = RunCommand(Bin("sftctl") + " inspect-data " + dir + "/job.yaml -n 5 --color always");
+  r = RunShell(Bin("sftctl") + " inspect-data " + dir + "/job.yaml -n 5 --color always");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\x1b[32mYo<|im_end|>\x1b[0m"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("train.jsonl:2: 80 tokens"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(truncated)"), std::string::npos) << r.output;
 
   WriteText(dir + "/train.jsonl", "{\"text\": \"a\"}\n{\"prompt\": \"p\", \"completion\": \"c\"}\n");
-  r = RunCommand(Bin("sftctl") + " inspect-data " + dir + "/job.yaml");
+  r = RunShell(Bin("sftctl") + " inspect-data " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(
       r.output.find("error: " + dir + "/train.jsonl:2: record is 'prompt_completion' but the file is 'text'"),

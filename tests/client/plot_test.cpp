@@ -12,15 +12,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/util/temp_dir.h"
+
 namespace sftctl::client {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string TempDir(const std::string& tag) {
-  std::string t = (fs::temp_directory_path() / ("sftctl-plot-" + tag + "-XXXXXX")).string();
-  return ::mkdtemp(t.data());
-}
+using ::sftctl::testing::MakeTempDir;
 
 std::vector<nlohmann::json> Records() {
   std::vector<nlohmann::json> r = {{{"event", "start"}}};
@@ -48,7 +46,7 @@ int CountColor(cairo_surface_t* surface, PlotRgb c, int tol, int x0, int y0, int
 }
 
 TEST(Plot, WritesAValidPngWithBothCurves) {
-  const std::string dir = TempDir("ok");
+  const std::string dir = MakeTempDir("plot-ok");
   const std::string png = dir + "/loss.png";
   PlotOptions opts;
   opts.width = 800;
@@ -77,7 +75,7 @@ TEST(Plot, WritesAValidPngWithBothCurves) {
 }
 
 TEST(Plot, TrainOnlyAndSinglePointsStillPlot) {
-  const std::string dir = TempDir("one");
+  const std::string dir = MakeTempDir("plot-one");
   ASSERT_TRUE(
       RenderLossPlot({{{"event", "step"}, {"step", 1}, {"loss", 2.0}}}, "one step", dir + "/a.png").ok());
   cairo_surface_t* s = cairo_image_surface_create_from_png((dir + "/a.png").c_str());
@@ -90,7 +88,7 @@ TEST(Plot, TrainOnlyAndSinglePointsStillPlot) {
 }
 
 TEST(Plot, ErrorsAreSpecific) {
-  const std::string dir = TempDir("err");
+  const std::string dir = MakeTempDir("plot-err");
   // No data: only records without losses (a non-finite loss does not count).
   Status none = RenderLossPlot({{{"event", "start"}}, {{"event", "step"}, {"step", 1}, {"loss", "nan"}}}, "t",
                                dir + "/x.png");
@@ -123,7 +121,7 @@ TEST(Plot, ErrorsAreSpecific) {
 }
 
 TEST(Plot, ReadMetricsFileNamesTheBadLine) {
-  const std::string dir = TempDir("read");
+  const std::string dir = MakeTempDir("plot-read");
   const std::string path = dir + "/metrics.jsonl";
   std::ofstream(path) << "{\"event\": \"start\"}\n\n{\"event\": \"step\", \"step\": 1, \"loss\": 2}\n";
   auto ok = ReadMetricsFile(path);

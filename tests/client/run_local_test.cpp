@@ -4,9 +4,9 @@
 
 #include <fstream>
 
-#include "tests/client/process_util.h"
 #include "tests/client/tiny_job.h"
 #include "tests/trainer/test_util.h"
+#include "tests/util/command.h"
 
 namespace sftctl {
 namespace {
@@ -14,7 +14,7 @@ namespace {
 using sftctl::testing::Bin;
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
-using sftctl::testing::RunCommand;
+using sftctl::testing::RunShell;
 using sftctl::testing::WriteText;
 
 std::string WriteSpec(const std::string& dir, const std::string& extra) {
@@ -24,7 +24,7 @@ std::string WriteSpec(const std::string& dir, const std::string& extra) {
 TEST(RunLocal, TrainsFromASpecAndWritesTheRunFolder) {
   const std::string dir = MakeTempDir("run-ok");
   const std::string spec = WriteSpec(dir, "train: {max_steps: 3, batch_size: 4}\n");
-  auto r = RunCommand(Bin("sftctl") + " run --local " + spec);
+  auto r = RunShell(Bin("sftctl") + " run --local " + spec);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("checkpoint: " + dir + "/runs/job/checkpoint-000003"), std::string::npos)
       << r.output;
@@ -41,7 +41,7 @@ TEST(RunLocal, TrainsFromASpecAndWritesTheRunFolder) {
 TEST(RunLocal, UnknownFieldIsRejectedWithItsLine) {
   const std::string dir = MakeTempDir("run-unknown");
   const std::string spec = WriteSpec(dir, "train:\n  max_step: 3\n");
-  auto r = RunCommand(Bin("sftctl") + " run --local " + spec);
+  auto r = RunShell(Bin("sftctl") + " run --local " + spec);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(
       r.output.find("job.yaml:8: field 'train.max_step': unknown field (did you mean 'train.max_steps'?)"),
@@ -52,7 +52,7 @@ TEST(RunLocal, UnknownFieldIsRejectedWithItsLine) {
 
 TEST(RunLocal, WrongTypeIsRejected) {
   const std::string dir = MakeTempDir("run-type");
-  auto r = RunCommand(Bin("sftctl") + " run --local " + WriteSpec(dir, "train: {lr: fast}\n"));
+  auto r = RunShell(Bin("sftctl") + " run --local " + WriteSpec(dir, "train: {lr: fast}\n"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("field 'train.lr': must be a number, got a string"), std::string::npos) << r.output;
 }
@@ -61,7 +61,7 @@ TEST(RunLocal, MissingDataFileIsNamed) {
   const std::string dir = MakeTempDir("run-missing");
   WriteText(dir + "/job.yaml",
             std::string(sftctl::testing::kTinyJobModel) + "data: {train: nowhere.jsonl}\n");
-  auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
+  auto r = RunShell(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("field 'data.train': file '" + dir + "/nowhere.jsonl' does not exist"),
             std::string::npos)
@@ -72,7 +72,7 @@ TEST(RunLocal, EmptyDataFileIsNamed) {
   const std::string dir = MakeTempDir("run-empty");
   WriteText(dir + "/empty.jsonl", "");
   WriteText(dir + "/job.yaml", std::string(sftctl::testing::kTinyJobModel) + "data: {train: empty.jsonl}\n");
-  auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
+  auto r = RunShell(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("data file '" + dir + "/empty.jsonl' is empty"), std::string::npos) << r.output;
 }
@@ -82,7 +82,7 @@ TEST(RunLocal, MalformedJsonlLineIsNamed) {
   WriteText(dir + "/bad.jsonl",
             "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": 3, \"completion\": \"b\"}\n");
   WriteText(dir + "/job.yaml", std::string(sftctl::testing::kTinyJobModel) + "data: {train: bad.jsonl}\n");
-  auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
+  auto r = RunShell(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find(dir + "/bad.jsonl:2: field 'prompt' must be a string"), std::string::npos)
       << r.output;
@@ -92,7 +92,7 @@ TEST(RunLocal, MixedFormatsInOneFileAreRejected) {
   const std::string dir = MakeTempDir("run-mixed");
   WriteText(dir + "/mixed.jsonl", "{\"text\": \"hello\"}\n{\"prompt\": \"a\", \"completion\": \"b\"}\n");
   WriteText(dir + "/job.yaml", std::string(sftctl::testing::kTinyJobModel) + "data: {train: mixed.jsonl}\n");
-  auto r = RunCommand(Bin("sftctl") + " run --local " + dir + "/job.yaml");
+  auto r = RunShell(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("mixed.jsonl:2: record is 'prompt_completion' but the file is 'text'"),
             std::string::npos)
@@ -103,16 +103,16 @@ TEST(RunLocal, SetOverridesAnyFieldThroughTheSameValidation) {
   const std::string dir = MakeTempDir("run-set");
   const std::string spec = WriteSpec(dir, "train: {max_steps: 50, batch_size: 4}\n");
   auto ok =
-      RunCommand(Bin("sftctl") + " run --local " + spec + " --set train.max_steps=2 --set checkpoint.keep=1");
+      RunShell(Bin("sftctl") + " run --local " + spec + " --set train.max_steps=2 --set checkpoint.keep=1");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   auto j = nlohmann::json::parse(std::ifstream(dir + "/runs/job/spec.json"));
   EXPECT_EQ(j["train"]["max_steps"], 2);
   EXPECT_EQ(j["checkpoint"]["keep"], 1);
 
-  auto unknown = RunCommand(Bin("sftctl") + " run --local " + spec + " --set train.nope=1");
+  auto unknown = RunShell(Bin("sftctl") + " run --local " + spec + " --set train.nope=1");
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.output.find("--set: unknown field 'train.nope'"), std::string::npos) << unknown.output;
-  auto bad = RunCommand(Bin("sftctl") + " run --local " + spec + " --set train.lr=fast");
+  auto bad = RunShell(Bin("sftctl") + " run --local " + spec + " --set train.lr=fast");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("command line: field 'train.lr': must be a number, got a string"),
             std::string::npos)
@@ -122,7 +122,7 @@ TEST(RunLocal, SetOverridesAnyFieldThroughTheSameValidation) {
 TEST(RunLocal, EventsFdCarriesTheMetricRecords) {
   const std::string dir = MakeTempDir("run-events");
   const std::string spec = WriteSpec(dir, "train: {max_steps: 3, batch_size: 4}\n");
-  auto r = RunCommand(Bin("sftctl") + " run --local " + spec + " --events-fd 3 3>" + dir + "/events.jsonl");
+  auto r = RunShell(Bin("sftctl") + " run --local " + spec + " --events-fd 3 3>" + dir + "/events.jsonl");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto events = ReadMetrics(dir + "/events.jsonl");
   auto metrics = ReadMetrics(dir + "/runs/job/metrics.jsonl");
@@ -137,7 +137,7 @@ TEST(RunLocal, EventsFdCarriesTheMetricRecords) {
 }
 
 TEST(RunLocal, NoLocalFlagExplainsItself) {
-  auto r = RunCommand(Bin("sftctl") + " run");
+  auto r = RunShell(Bin("sftctl") + " run");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("sftctl run --local"), std::string::npos) << r.output;
 }
@@ -146,15 +146,15 @@ TEST(RunLocal, NoLocalFlagExplainsItself) {
 // held-out exact match, and the checkpoint must answer a held-out-style prompt.
 TEST(Demo, LearnsAdditionWithinAFixedStepBudget) {
   const std::string dir = MakeTempDir("demo");
-  auto r = RunCommand(Bin("sftctl") + " run --local -o " + dir + "/run --max-steps 1200");
+  auto r = RunShell(Bin("sftctl") + " run --local -o " + dir + "/run --max-steps 1200");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   double exact = -1;
   for (const auto& rec : ReadMetrics(dir + "/run/metrics.jsonl")) {
     if (rec["event"] == "eval" && rec["step"] == 1200) exact = rec["exact_match"].get<double>();
   }
   EXPECT_GE(exact, 0.90) << r.output;
-  auto g = RunCommand(Bin("sftctl") + " generate --model " + dir +
-                      "/run/checkpoint-001200 --prompt $'What is 47+38?\\n'");
+  auto g = RunShell(Bin("sftctl") + " generate --model " + dir +
+                    "/run/checkpoint-001200 --prompt $'What is 47+38?\\n'");
   ASSERT_EQ(g.exit_code, 0) << g.output;
   EXPECT_EQ(g.output, "85\n");
 }
@@ -166,20 +166,20 @@ namespace sftctl {
 namespace {
 
 TEST(Tokenize, EncodesAndDecodesWithTheByteTokenizer) {
-  auto enc = sftctl::testing::RunCommand("printf 'hi\\n<|end|>\\n' | " + sftctl::testing::Bin("sftctl") +
-                                         " tokenize --tokenizer byte");
+  auto enc = sftctl::testing::RunShell("printf 'hi\\n<|end|>\\n' | " + sftctl::testing::Bin("sftctl") +
+                                       " tokenize --tokenizer byte");
   ASSERT_EQ(enc.exit_code, 0) << enc.output;
   EXPECT_EQ(enc.output, "104 105\n256\n");
-  auto dec = sftctl::testing::RunCommand("printf '104 105 256\\n' | " + sftctl::testing::Bin("sftctl") +
-                                         " tokenize --tokenizer byte --decode");
+  auto dec = sftctl::testing::RunShell("printf '104 105 256\\n' | " + sftctl::testing::Bin("sftctl") +
+                                       " tokenize --tokenizer byte --decode");
   ASSERT_EQ(dec.exit_code, 0) << dec.output;
   EXPECT_EQ(dec.output, "hi<|end|>\n");
 }
 
 TEST(Tokenize, BadTokenizerFolderIsNamed) {
   const std::string dir = sftctl::testing::MakeTempDir("tok-bad");
-  auto r = sftctl::testing::RunCommand("echo hi | " + sftctl::testing::Bin("sftctl") +
-                                       " tokenize --tokenizer " + dir);
+  auto r = sftctl::testing::RunShell("echo hi | " + sftctl::testing::Bin("sftctl") +
+                                     " tokenize --tokenizer " + dir);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find(dir + "/tokenizer.json"), std::string::npos) << r.output;
 }

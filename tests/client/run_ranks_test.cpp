@@ -11,9 +11,9 @@
 #include <fstream>
 #include <thread>
 
-#include "tests/client/process_util.h"
 #include "tests/client/tiny_job.h"
 #include "tests/trainer/test_util.h"
+#include "tests/util/command.h"
 
 namespace sftctl {
 namespace {
@@ -23,7 +23,7 @@ using namespace std::chrono_literals;
 using sftctl::testing::Bin;
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
-using sftctl::testing::RunCommand;
+using sftctl::testing::RunShell;
 using sftctl::testing::WriteText;
 
 // 24 samples: with batch 4 on 2 ranks, 3 steps are exactly one epoch.
@@ -66,7 +66,7 @@ std::vector<pid_t> TrainerPids(int rank, const std::string& needle) {
 TEST(RunRanks, TwoRanksTrainOneJob) {
   const std::string dir = MakeTempDir("ranks-ok");
   const std::string spec = WriteSpec(dir, "train: {max_steps: 3, batch_size: 4}\n");
-  auto r = RunCommand(Bin("sftctl") + " run --local --ranks 2 " + spec);
+  auto r = RunShell(Bin("sftctl") + " run --local --ranks 2 " + spec);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string run = dir + "/runs/job";
   std::vector<std::string> checkpoints;
@@ -138,7 +138,7 @@ TEST(RunRanks, BadRanksValueIsRejected) {
   const std::string dir = MakeTempDir("ranks-bad");
   const std::string spec = WriteSpec(dir, "train: {max_steps: 3, batch_size: 4}\n");
   for (const char* v : {"0", "two", "-1", "2x"}) {
-    auto r = RunCommand(Bin("sftctl") + " run --local --ranks=" + v + " " + spec);
+    auto r = RunShell(Bin("sftctl") + " run --local --ranks=" + v + " " + spec);
     EXPECT_EQ(r.exit_code, 2) << v;
     EXPECT_NE(r.output.find(std::string("--ranks: expected a positive number or 'auto', got '") + v + "'"),
               std::string::npos)

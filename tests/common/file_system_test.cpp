@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl {
 namespace {
@@ -55,9 +56,8 @@ class FaultyFileSystem : public ForwardingFileSystem {
 class FileSystemTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = JoinPath(::testing::TempDir(), "file_system_test.XXXXXX");
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    dir_ = ::sftctl::testing::MakeTempDir("file-system");
+    ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { ASSERT_TRUE(fs_->RemoveAll(dir_).ok()); }
 

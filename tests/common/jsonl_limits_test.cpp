@@ -9,6 +9,7 @@
 #include "common/sft_data.h"
 #include "common/tokenizer.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl {
 namespace {
@@ -16,8 +17,8 @@ namespace {
 using ::sftctl::testing::StatusIs;
 
 TEST(JsonlLimits, ALineLongerThanTheLimitIsAnErrorNamingFileAndLine) {
-  std::string dir = (std::filesystem::temp_directory_path() / "sftctl-jsonl-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  ::sftctl::testing::TempDir tmp("jsonl");
+  const std::string& dir = tmp.path();
   const std::string path = dir + "/train.jsonl";
   {
     std::ofstream f(path, std::ios::binary);
@@ -56,7 +57,6 @@ TEST(JsonlLimits, ALineLongerThanTheLimitIsAnErrorNamingFileAndLine) {
                            })
                   .ok());
   EXPECT_EQ(seen, 2);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl {
 namespace {
@@ -34,13 +35,6 @@ RankExit Killed(int sig) {
   e.known = true;
   e.signal = sig;
   return e;
-}
-
-std::string TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "rank-group-XXXXXX").string();
-  const char* dir = ::mkdtemp(tmpl.data());
-  EXPECT_NE(dir, nullptr);
-  return tmpl;
 }
 
 std::string ReadAll(const std::string& path) {
@@ -121,7 +115,8 @@ TEST(RankGroupStopTest, TermOnceThenKillOnceAfterTheGrace) {
 }
 
 TEST(StartRankGroupTest, RanksShareOneGroupTheirEnvironmentFolderAndLogs) {
-  const std::string dir = TempDir();
+  ::sftctl::testing::TempDir tmp("rank-group");
+  const std::string& dir = tmp.path();
   std::vector<RankCommand> cmds;
   std::vector<int> fds;
   for (int r = 0; r < 3; ++r) {
@@ -169,11 +164,11 @@ TEST(StartRankGroupTest, RanksShareOneGroupTheirEnvironmentFolderAndLogs) {
     EXPECT_EQ(ReadAll(stem + ".err"), "err\n");
     EXPECT_EQ(ReadAll(stem + ".events"), "ev\n");
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(StartRankGroupTest, AProgramThatCannotRunStopsTheGroupAndIsNamed) {
-  const std::string dir = TempDir();
+  ::sftctl::testing::TempDir tmp("rank-group");
+  const std::string& dir = tmp.path();
   RankCommand sleeper;
   sleeper.argv = {"/bin/sh", "-c", "echo $$ > " + dir + "/pid; exec sleep 30"};
   sleeper.env = RankEnvironment(RankEnv{});
@@ -186,7 +181,6 @@ TEST(StartRankGroupTest, AProgramThatCannotRunStopsTheGroupAndIsNamed) {
   errno = 0;
   EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
   EXPECT_EQ(errno, ECHILD);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/util/temp_dir.h"
+
 namespace sftctl {
 namespace {
 
@@ -45,9 +47,8 @@ TEST(SafePath, RefusesEscapesNamingTheReason) {
 class SafePathDisk : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "sftctl-safepath-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
+    root_ = ::sftctl::testing::MakeTempDir("safepath");
+    ASSERT_FALSE(root_.empty());
     fs::create_directories(root_ + "/out/real");
     fs::create_directories(root_ + "/elsewhere");
   }

@@ -15,6 +15,7 @@
 #include "common/file_system.h"
 #include "common/status.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl {
 namespace safetensors {
@@ -93,9 +94,8 @@ class LoggingFileSystem : public FileSystem {
 class SafetensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = JoinPath(::testing::TempDir(), "safetensors_test.XXXXXX");
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    dir_ = ::sftctl::testing::MakeTempDir("safetensors");
+    ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { ASSERT_TRUE(FileSystem::Default()->RemoveAll(dir_).ok()); }
 

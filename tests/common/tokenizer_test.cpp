@@ -18,6 +18,7 @@
 #include "common/file_system.h"
 #include "common/tokenizer_loader.h"
 #include "common/unicode_normalize.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl {
 namespace {
@@ -545,9 +546,8 @@ TEST(BpeTokenizer, ConfigProvidesSpecialIdsAndExtraAddedTokens) {
 class LoadTokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/sftctl_tokenizer_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = ::sftctl::testing::MakeTempDir("tokenizer");
+    ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { (void)FileSystem::Default()->RemoveAll(dir_); }
   void Write(const std::string& name, const std::string& text) {

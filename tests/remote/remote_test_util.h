@@ -22,29 +22,15 @@
 #include <vector>
 
 #include "common/sha256.h"
+#include "tests/util/command.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl::remotetest {
 
 using namespace std::chrono_literals;
 
-inline std::string Bin(const std::string& name) { return std::string(SFTCTL_BIN_DIR) + "/" + name; }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "sftctl-remote-XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    path_ = p ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::sftctl::testing::Bin;
+using ::sftctl::testing::TempDir;
 
 inline std::string ReadFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

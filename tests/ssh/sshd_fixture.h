@@ -53,58 +53,14 @@
 
 #include "client/agent_connection.h"
 #include "common/status.h"
+#include "tests/util/command.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl::sshtest {
 
-struct CommandResult {
-  int exit_code = -1;  // -1: could not run / killed by a signal
-  std::string output;  // stdout and stderr together
-};
-
-// Runs argv (argv[0] looked up in PATH) with `env` added to the environment; waits for it.
-inline CommandResult RunCommand(const std::vector<std::string>& argv,
-                                const std::vector<std::string>& env = {}) {
-  CommandResult r;
-  std::vector<std::string> env_strings(env);
-  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);  // first one wins
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<char*> args;
-  std::vector<std::string> argv_copy(argv);
-  for (auto& a : argv_copy) args.push_back(a.data());
-  args.push_back(nullptr);
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return r;
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(p[0]);
-    ::close(p[1]);
-    return r;
-  }
-  if (pid == 0) {
-    ::dup2(p[1], 1);
-    ::dup2(p[1], 2);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::execvpe(args[0], args.data(), envp.data());
-    _exit(127);
-  }
-  ::close(p[1]);
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(p[0], buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    r.output.append(buf, static_cast<size_t>(n));
-  }
-  ::close(p[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+// Commands (ssh-keygen, ssh-add, sftd): tests/util/command.h.
+using ::sftctl::testing::CommandResult;
+using ::sftctl::testing::RunCommand;
 
 inline std::string ReadWholeFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -234,7 +190,7 @@ class SshdFixture {
   // $SFTCTL_TEST_SFTD, else the sftd of this build.
   std::string sftd_path() const {
     const char* env = std::getenv("SFTCTL_TEST_SFTD");
-    return env != nullptr && *env ? env : std::string(SFTCTL_BIN_DIR) + "/sftd";
+    return env != nullptr && *env ? env : ::sftctl::testing::Bin("sftd");
   }
   std::string host_key_path() const { return dir_ + "/host_ed25519"; }
   std::string log_path() const { return dir_ + "/sshd.log"; }
@@ -343,9 +299,8 @@ class SshdFixture {
 
   Status Init() {
     user_ = CurrentUser();
-    std::string tmpl = (std::filesystem::temp_directory_path() / "sftctl-sshd-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) return ErrnoError("mkdtemp", tmpl, errno);
-    dir_ = tmpl;
+    dir_ = ::sftctl::testing::MakeTempDir("sshd");
+    if (dir_.empty()) return ErrnoError("mkdtemp", std::filesystem::temp_directory_path().string(), errno);
     home_ = dir_ + "/home";
     std::filesystem::create_directories(home_ + "/.ssh");
     ::chmod((home_ + "/.ssh").c_str(), 0700);

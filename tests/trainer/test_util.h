@@ -1,4 +1,5 @@
-// Helpers for trainer tests: temporary folders, tiny specs and the demo task's data.
+// Helpers for trainer tests (temporary folders from tests/util/temp_dir.h): tiny specs and the demo task's
+// data.
 #pragma once
 
 #include <unistd.h>
@@ -11,16 +12,9 @@
 #include <vector>
 
 #include "common/spec.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl::testing {
-
-// A fresh, empty folder under the test temp dir.
-inline std::string MakeTempDir(const std::string& tag) {
-  std::string tmpl = std::filesystem::temp_directory_path().string() + "/sftctl-" + tag + "-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  return ::mkdtemp(buf.data());
-}
 
 inline void WriteText(const std::string& path, const std::string& text) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
