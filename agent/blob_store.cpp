@@ -6,13 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-
-#include "common/file_system.h"
+#include <vector>
 
 namespace sftctl::agent {
 
 Status BlobStore::Init() {
-  SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(JoinPath(dir_, "partial")));
+  SFT_RETURN_IF_ERROR(fs_->CreateDirs(JoinPath(dir_, "partial")));
   return OkStatus();
 }
 
@@ -61,16 +60,12 @@ StatusOr<std::unique_ptr<BlobStore::Upload>> BlobStore::BeginUpload(const std::s
                                          std::to_string(avail) + " free in " + dir_));
     }
   }
-  std::string path = PartialPath(sha256);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return fail(ErrnoError("cannot open", path, errno));
-  if (::lseek(fd, static_cast<off_t>(offset), SEEK_SET) < 0 ||
-      ::ftruncate(fd, static_cast<off_t>(offset)) != 0) {
-    int err = errno;
-    ::close(fd);
-    return fail(ErrnoError("cannot seek", path, err));
-  }
-  return std::unique_ptr<Upload>(new Upload(this, sha256, size, offset, fd));
+  // Appends go to the end of the partial file, cut to `offset` (what a writer that died mid-write left
+  // beyond the bytes StatBlob reported is dropped).
+  StatusOr<std::unique_ptr<AppendableFile>> file = fs_->NewAppendableFile(PartialPath(sha256));
+  if (!file.ok()) return fail(file.status());
+  if (Status t = (*file)->Truncate(offset); !t.ok()) return fail(t);
+  return std::unique_ptr<Upload>(new Upload(this, sha256, size, offset, std::move(*file)));
 }
 
 Status BlobStore::RemoveIfUnused(const std::string& sha256, bool partial, int64_t used_before_s) {
@@ -92,52 +87,71 @@ void BlobStore::Release(const std::string& sha256) {
   active_.erase(sha256);
 }
 
-BlobStore::Upload::Upload(BlobStore* owner, std::string sha, uint64_t size, uint64_t offset, int fd)
-    : owner_(owner), sha_(std::move(sha)), size_(size), pos_(offset), fd_(fd) {
+BlobStore::Upload::Upload(BlobStore* owner, std::string sha, uint64_t size, uint64_t offset,
+                          std::unique_ptr<AppendableFile> file)
+    : owner_(owner), sha_(std::move(sha)), size_(size), pos_(offset), file_(std::move(file)) {
   if (offset == 0) hasher_ = std::make_unique<Sha256>();
 }
 
 BlobStore::Upload::~Upload() {
-  if (fd_ >= 0) ::close(fd_);
+  if (file_) (void)file_->Close();
   if (!released_) owner_->Release(sha_);
 }
 
 Status BlobStore::Upload::Write(const std::string& data) {
-  if (fd_ < 0) return FailedPreconditionError("upload already finished");
+  if (!file_) return FailedPreconditionError("upload already finished");
   if (pos_ + data.size() > size_) {
     return InvalidArgumentError("data: upload exceeds the declared size " + std::to_string(size_));
   }
-  SFT_RETURN_IF_ERROR(WriteFully(fd_, data, owner_->PartialPath(sha_)));
+  if (Status w = file_->Append(data); !w.ok()) {
+    // A short write (full disk) left part of `data` behind: cut it off, or the file would no longer
+    // match pos_ and the running hash.
+    if (Status t = file_->Truncate(pos_); !t.ok()) {
+      (void)file_->Close();
+      file_.reset();
+      return Status(w.code(), w.message() + "; the upload ends (" + t.message() + ")");
+    }
+    return w;
+  }
   if (hasher_) hasher_->Update(data);
   pos_ += data.size();
   return OkStatus();
 }
 
+// The digest of the partial file: the running hash, or (a resumed upload) the file read back.
+StatusOr<std::string> BlobStore::Upload::HexDigest() {
+  if (hasher_) return hasher_->HexDigest();
+  Sha256 h;
+  std::vector<char> chunk(1 << 20);
+  for (uint64_t off = 0;;) {
+    SFT_ASSIGN_OR_RETURN(size_t n, file_->ReadAt(off, chunk.size(), chunk.data()));
+    if (n == 0) break;
+    h.Update(chunk.data(), n);
+    off += n;
+  }
+  return h.HexDigest();
+}
+
 Status BlobStore::Upload::Finish() {
   std::string partial = owner_->PartialPath(sha_);
-  if (fd_ < 0) return FailedPreconditionError("upload already finished");
+  if (!file_) return FailedPreconditionError("upload already finished");
   if (pos_ != size_) {
     // Short upload: keep the bytes for a resume.
     return DataLossError("size: received " + std::to_string(pos_) + " of " + std::to_string(size_) +
                          " bytes of blob " + sha_ + "; resume from offset " + std::to_string(pos_));
   }
-  if (::fsync(fd_) != 0) return ErrnoError("cannot fsync", partial, errno);
-  ::close(fd_);
-  fd_ = -1;
-  std::string got;
-  if (hasher_) {
-    got = hasher_->HexDigest();
-  } else {
-    SFT_ASSIGN_OR_RETURN(got, Sha256File(partial));
-  }
+  SFT_RETURN_IF_ERROR(file_->Sync());
+  SFT_ASSIGN_OR_RETURN(std::string got, HexDigest());
+  (void)file_->Close();  // synced above: nothing left for close to report
+  file_.reset();
   released_ = true;
   owner_->Release(sha_);
   if (got != sha_) {
-    ::unlink(partial.c_str());
+    (void)owner_->fs_->RemoveAll(partial);
     return DataLossError("sha256: uploaded bytes hash to " + got + ", expected " + sha_ + "; nothing stored");
   }
-  SFT_RETURN_IF_ERROR(FileSystem::Default()->Rename(partial, owner_->BlobPath(sha_)));
-  SFT_RETURN_IF_ERROR(FileSystem::Default()->SyncDir(owner_->dir_));
+  SFT_RETURN_IF_ERROR(owner_->fs_->Rename(partial, owner_->BlobPath(sha_)));
+  SFT_RETURN_IF_ERROR(owner_->fs_->SyncDir(owner_->dir_));
   return owner_->store_->PutBlob(sha_, size_);
 }
 

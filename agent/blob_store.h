@@ -4,6 +4,9 @@
 // StatBlob tells how many bytes are held. A finished upload is hashed and only renamed into place
 // when the digest matches; on mismatch the partial file is deleted, so nothing is stored.
 //
+// Uploaded bytes are written, synced, read back and renamed through a FileSystem (tests inject a full
+// disk); the metadata calls of StatBlob, the free-space check and garbage collection use POSIX directly.
+//
 // Thread safety: safe for concurrent use; at most one upload per sha256 at a time.
 #pragma once
 
@@ -14,6 +17,7 @@
 #include <string>
 
 #include "agent/state_store.h"
+#include "common/file_system.h"
 #include "common/sha256.h"
 #include "common/status.h"
 
@@ -30,6 +34,9 @@ class BlobStore {
   class Upload {
    public:
     ~Upload();
+    // All or nothing: a failed write (RESOURCE_EXHAUSTED on a full disk) is cut off the partial file,
+    // so the same data can be written again. Should that fail too, the upload ends (FAILED_PRECONDITION
+    // afterwards) and a new one resumes from the bytes held.
     Status Write(const std::string& data);
     // Verifies size and sha256; renames the blob into place. DATA_LOSS (and the partial file
     // deleted) on a short upload or a digest mismatch.
@@ -38,18 +45,21 @@ class BlobStore {
 
    private:
     friend class BlobStore;
-    Upload(BlobStore* owner, std::string sha, uint64_t size, uint64_t offset, int fd);
+    Upload(BlobStore* owner, std::string sha, uint64_t size, uint64_t offset,
+           std::unique_ptr<AppendableFile> file);
+    StatusOr<std::string> HexDigest();
     BlobStore* owner_;
     std::string sha_;
     uint64_t size_;
     uint64_t pos_;
-    int fd_;
+    std::unique_ptr<AppendableFile> file_;  // the partial file; null once finished
     bool released_ = false;
     std::unique_ptr<Sha256> hasher_;  // only when the upload started at offset 0
   };
 
-  // `dir` is created if missing.
-  BlobStore(std::string dir, StateStore* store) : dir_(std::move(dir)), store_(store) {}
+  // `dir` is created if missing. `fs` (not owned; must outlive the store) holds the uploaded bytes.
+  BlobStore(std::string dir, StateStore* store, FileSystem* fs = FileSystem::Default())
+      : dir_(std::move(dir)), store_(store), fs_(fs) {}
   Status Init();
 
   std::string BlobPath(const std::string& sha256) const;
@@ -74,6 +84,7 @@ class BlobStore {
 
   const std::string dir_;
   StateStore* store_;
+  FileSystem* const fs_;
   std::mutex mu_;
   std::set<std::string> active_;
 };

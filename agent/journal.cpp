@@ -1,14 +1,7 @@
 #include "agent/journal.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
 #include <nlohmann/json.hpp>
-
-#include "common/file_system.h"
 
 namespace sftctl::agent {
 namespace {
@@ -51,37 +44,38 @@ bool DecodeJournalLine(const std::string& line, JournalEvent* ev) {
   return true;
 }
 
-StatusOr<std::shared_ptr<Journal>> Journal::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot open journal", path, errno);
-  std::shared_ptr<Journal> j(new Journal(path, fd));
-  // Scan: rebuild seq, index, ring and source offsets; find the end of the last good line.
+StatusOr<std::shared_ptr<Journal>> Journal::Open(const std::string& path, FileSystem* fs) {
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<AppendableFile> file, fs->NewAppendableFile(path));
+  std::shared_ptr<Journal> j(new Journal(path, std::move(file)));
+  SFT_RETURN_IF_ERROR(j->Scan());
+  return j;
+}
+
+// Called by Open before the journal is shared, so without mu_.
+Status Journal::Scan() {
+  // Rebuild seq, index, ring and source offsets; find the end of the last good line.
   std::string buf;
   std::vector<char> chunk(1 << 16);
   uint64_t pos = 0;   // file offset of buf[0]
   uint64_t good = 0;  // end of the last valid line
   for (;;) {
-    ssize_t n = ::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(pos + buf.size()));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("cannot read journal", path, errno);
-    }
+    SFT_ASSIGN_OR_RETURN(size_t n, file_->ReadAt(pos + buf.size(), chunk.size(), chunk.data()));
     if (n == 0) break;
-    buf.append(chunk.data(), static_cast<size_t>(n));
+    buf.append(chunk.data(), n);
     size_t start = 0;
     bool bad = false;
     for (;;) {
       size_t nl = buf.find('\n', start);
       if (nl == std::string::npos) break;
       JournalEvent ev;
-      if (!DecodeJournalLine(buf.substr(start, nl - start), &ev) || ev.seq != j->last_seq_ + 1) {
+      if (!DecodeJournalLine(buf.substr(start, nl - start), &ev) || ev.seq != last_seq_ + 1) {
         bad = true;
         break;
       }
-      if ((ev.seq - 1) % kIndexEvery == 0) j->index_.push_back(pos + start);
-      j->last_seq_ = ev.seq;
-      if (ev.src >= 0) j->source_offsets_[{ev.rank, ev.src}] = ev.src_end;
-      j->PushRingLocked(std::move(ev));
+      if ((ev.seq - 1) % kIndexEvery == 0) index_.push_back(pos + start);
+      last_seq_ = ev.seq;
+      if (ev.src >= 0) source_offsets_[{ev.rank, ev.src}] = ev.src_end;
+      PushRingLocked(std::move(ev));
       start = nl + 1;
       good = pos + start;
     }
@@ -89,17 +83,31 @@ StatusOr<std::shared_ptr<Journal>> Journal::Open(const std::string& path) {
     pos += start;
     buf.erase(0, start);
   }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat journal", path, errno);
-  if (static_cast<uint64_t>(st.st_size) != good) {
-    if (::ftruncate(fd, static_cast<off_t>(good)) != 0)
-      return ErrnoError("cannot truncate journal", path, errno);
-  }
-  j->file_size_ = good;
-  return j;
+  SFT_ASSIGN_OR_RETURN(uint64_t size, file_->Size());
+  if (size != good) SFT_RETURN_IF_ERROR(file_->Truncate(good));
+  file_size_ = good;
+  return OkStatus();
 }
 
-Journal::~Journal() { ::close(fd_); }
+Journal::~Journal() { (void)file_->Close(); }
+
+// Appends `data` at file_size_, or nothing: a failed or short write (ENOSPC, EFBIG) is cut off again,
+// so the file and memory never disagree and the next Append reuses the seqs.
+Status Journal::WriteLocked(const std::string& data) {
+  if (torn_) {
+    if (Status t = file_->Truncate(file_size_); !t.ok()) {
+      return Status(t.code(), "journal still holds the rest of a failed write: " + t.message());
+    }
+    torn_ = false;
+  }
+  Status w = file_->Append(data);
+  if (w.ok()) return w;
+  if (Status t = file_->Truncate(file_size_); !t.ok()) {
+    torn_ = true;
+    return Status(w.code(), "cannot undo a failed journal write (" + w.message() + "): " + t.message());
+  }
+  return w;
+}
 
 StatusOr<uint64_t> Journal::Append(std::vector<JournalEvent> events) {
   std::vector<std::function<void()>> fire;
@@ -107,8 +115,7 @@ StatusOr<uint64_t> Journal::Append(std::vector<JournalEvent> events) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     // All or nothing: the lines are numbered and written first; memory (seq, index, ring, source
-    // offsets) changes only once they are all on file. A failed or short write (ENOSPC, EFBIG) is
-    // cut off again, so the file and memory never disagree and the next Append reuses the seqs.
+    // offsets) changes only once they are all on file.
     std::string data;
     std::vector<size_t> line_sizes;
     const int64_t now = NowMs();
@@ -120,12 +127,7 @@ StatusOr<uint64_t> Journal::Append(std::vector<JournalEvent> events) {
       line_sizes.push_back(line.size());
       data += line;
     }
-    if (Status w = WriteFully(fd_, data, path_); !w.ok()) {
-      if (::ftruncate(fd_, static_cast<off_t>(file_size_)) != 0) {
-        return ErrnoError("cannot undo a failed journal write (" + w.message() + ")", path_, errno);
-      }
-      return w;
-    }
+    SFT_RETURN_IF_ERROR(WriteLocked(data));
     uint64_t off = file_size_;
     for (size_t i = 0; i < events.size(); ++i) {
       JournalEvent& ev = events[i];
@@ -143,10 +145,7 @@ StatusOr<uint64_t> Journal::Append(std::vector<JournalEvent> events) {
   return last;
 }
 
-Status Journal::Flush() {
-  if (::fsync(fd_) != 0) return ErrnoError("cannot fsync journal", path_, errno);
-  return OkStatus();
-}
+Status Journal::Flush() { return file_->Sync(); }
 
 StatusOr<std::vector<JournalEvent>> Journal::Read(uint64_t after_seq, size_t max_events) {
   std::vector<JournalEvent> out;
@@ -172,14 +171,10 @@ StatusOr<std::vector<JournalEvent>> Journal::Read(uint64_t after_seq, size_t max
   uint64_t pos = start_off;
   while (out.size() < max_events && pos < end_off) {
     size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), end_off - pos));
-    ssize_t n = ::pread(fd_, chunk.data(), want, static_cast<off_t>(pos));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("cannot read journal", path_, errno);
-    }
+    SFT_ASSIGN_OR_RETURN(size_t n, file_->ReadAt(pos, want, chunk.data()));
     if (n == 0) break;
-    pos += static_cast<uint64_t>(n);
-    buf.append(chunk.data(), static_cast<size_t>(n));
+    pos += n;
+    buf.append(chunk.data(), n);
     size_t start = 0;
     for (;;) {
       size_t nl = buf.find('\n', start);

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_system.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -46,13 +47,16 @@ class Journal {
   static constexpr uint64_t kIndexEvery = 256;
 
   // Opens or creates the journal at `path`, rebuilding seq, index and source offsets from the file. A
-  // torn last line (the agent died mid-write) is truncated away.
-  static StatusOr<std::shared_ptr<Journal>> Open(const std::string& path);
+  // torn last line (the agent died mid-write) is truncated away. All file access goes through `fs`
+  // (not owned; must outlive the journal), so tests can inject a full disk.
+  static StatusOr<std::shared_ptr<Journal>> Open(const std::string& path,
+                                                 FileSystem* fs = FileSystem::Default());
   ~Journal();
 
   // Appends events in order, assigning seqs; returns the last seq. Data reaches the OS page cache
   // (survives an agent crash); Flush() makes it durable. All or nothing: on an error (disk full,
-  // file too large) nothing of the batch is in the file or in memory, and followers see nothing.
+  // file too large) nothing of the batch is in the file or in memory, and followers see nothing. Should
+  // cutting a failed write off fail too, the next Append cuts it off first (or fails again).
   StatusOr<uint64_t> Append(std::vector<JournalEvent> events);
   Status Flush();
 
@@ -73,15 +77,19 @@ class Journal {
   std::map<std::pair<int, int>, uint64_t> source_offsets() const;
 
  private:
-  Journal(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  Journal(std::string path, std::unique_ptr<AppendableFile> file)
+      : path_(std::move(path)), file_(std::move(file)) {}
+  Status Scan();
+  Status WriteLocked(const std::string& data);
   void FireWaitersLocked(std::vector<std::function<void()>>* out);
   void PushRingLocked(JournalEvent ev);
 
   const std::string path_;
-  int fd_;
+  const std::unique_ptr<AppendableFile> file_;  // Append/Truncate under mu_; ReadAt from any thread
   mutable std::mutex mu_;
   uint64_t last_seq_ = 0;
   uint64_t file_size_ = 0;
+  bool torn_ = false;  // bytes past file_size_ from a failed write could not be cut off yet
   bool finished_ = false;
   std::deque<JournalEvent> ring_;
   size_t ring_bytes_ = 0;        // text bytes in ring_

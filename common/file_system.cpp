@@ -13,25 +13,60 @@
 namespace sftctl {
 namespace {
 
+Status SyncFd(int fd, const std::string& path) {
+  if (::fsync(fd) != 0) return ErrnoError("cannot fsync", path, errno);
+  return OkStatus();
+}
+
+// Closes *fd once (later calls are no-ops) and sets it to -1.
+Status CloseFd(int* fd, const std::string& path) {
+  int f = *fd;
+  *fd = -1;
+  if (f >= 0 && ::close(f) != 0) return ErrnoError("cannot close", path, errno);
+  return OkStatus();
+}
+
 class PosixWritableFile : public WritableFile {
  public:
   PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  ~PosixWritableFile() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
+  ~PosixWritableFile() override { (void)CloseFd(&fd_, path_); }
 
   Status Append(std::string_view data) override { return WriteFully(fd_, data, path_); }
+  Status Sync() override { return SyncFd(fd_, path_); }
+  Status Close() override { return CloseFd(&fd_, path_); }
 
-  Status Sync() override {
-    if (::fsync(fd_) != 0) return ErrnoError("cannot fsync", path_, errno);
+ private:
+  std::string path_;
+  int fd_;
+};
+
+// An O_APPEND descriptor: write(2) goes to the end, pread(2) reads anywhere without moving anything.
+class PosixAppendableFile : public AppendableFile {
+ public:
+  PosixAppendableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixAppendableFile() override { (void)CloseFd(&fd_, path_); }
+
+  Status Append(std::string_view data) override { return WriteFully(fd_, data, path_); }
+  Status Sync() override { return SyncFd(fd_, path_); }
+  Status Close() override { return CloseFd(&fd_, path_); }
+
+  StatusOr<size_t> ReadAt(uint64_t offset, size_t n, char* scratch) override {
+    for (;;) {
+      ssize_t r = ::pread(fd_, scratch, n, static_cast<off_t>(offset));
+      if (r >= 0) return static_cast<size_t>(r);
+      if (errno != EINTR) return ErrnoError("cannot read", path_, errno);
+    }
+  }
+
+  Status Truncate(uint64_t size) override {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return ErrnoError("cannot truncate", path_, errno);
     return OkStatus();
   }
 
-  Status Close() override {
-    int fd = fd_;
-    fd_ = -1;
-    if (fd >= 0 && ::close(fd) != 0) return ErrnoError("cannot close", path_, errno);
-    return OkStatus();
+  StatusOr<uint64_t> Size() override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return ErrnoError("cannot stat", path_, errno);
+    return static_cast<uint64_t>(st.st_size);
   }
 
  private:
@@ -45,6 +80,12 @@ class PosixFileSystem : public FileSystem {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoError("cannot create", path, errno);
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+  }
+
+  StatusOr<std::unique_ptr<AppendableFile>> NewAppendableFile(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoError("cannot open", path, errno);
+    return std::unique_ptr<AppendableFile>(new PosixAppendableFile(path, fd));
   }
 
   StatusOr<std::string> ReadFile(const std::string& path) override {

@@ -5,7 +5,7 @@
 // half-way or a crash before a rename, so crash-safety can be tested deterministically.
 //
 // Thread safety: FileSystem implementations are safe for concurrent use. A WritableFile
-// is used by one thread at a time.
+// is used by one thread at a time; an AppendableFile also serves ReadAt from other threads.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,25 @@ class WritableFile {
   virtual Status Close() = 0;
 };
 
+// An open file that keeps its content, is appended to at its end and read back at offsets: an
+// append-only log (agent/journal.h) or a resumable upload (agent/blob_store.h). Append writes at the
+// end of the file (O_APPEND), also after Truncate. Close() must be called; the destructor closes
+// silently (dropping errors) if it was not.
+//
+// Thread safety: Append, Sync, Truncate, Size and Close are used by one thread at a time. ReadAt may
+// run concurrently with them (except Close) and with other ReadAt calls.
+class AppendableFile : public WritableFile {
+ public:
+  // Reads up to `n` bytes starting at `offset` into `scratch` (REQUIRES: room for `n` bytes; owned
+  // by the caller) and returns how many were read: 0 at or past the end of the file, and possibly
+  // fewer than `n` before it (call again).
+  virtual StatusOr<size_t> ReadAt(uint64_t offset, size_t n, char* scratch) = 0;
+  // Sets the file's size to `size` bytes, dropping what lies beyond (a torn or failed write).
+  virtual Status Truncate(uint64_t size) = 0;
+  // The file's current size in bytes.
+  virtual StatusOr<uint64_t> Size() = 0;
+};
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
@@ -38,6 +57,8 @@ class FileSystem {
 
   // Creates or truncates `path`.
   virtual StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  // Opens `path` for appending and reading, creating it empty if missing; existing content is kept.
+  virtual StatusOr<std::unique_ptr<AppendableFile>> NewAppendableFile(const std::string& path) = 0;
   virtual StatusOr<std::string> ReadFile(const std::string& path) = 0;
   virtual bool Exists(const std::string& path) = 0;
   virtual bool IsDirectory(const std::string& path) = 0;
@@ -60,6 +81,9 @@ class ForwardingFileSystem : public FileSystem {
   explicit ForwardingFileSystem(FileSystem* base) : base_(base) {}
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     return base_->NewWritableFile(path);
+  }
+  StatusOr<std::unique_ptr<AppendableFile>> NewAppendableFile(const std::string& path) override {
+    return base_->NewAppendableFile(path);
   }
   StatusOr<std::string> ReadFile(const std::string& path) override { return base_->ReadFile(path); }
   bool Exists(const std::string& path) override { return base_->Exists(path); }

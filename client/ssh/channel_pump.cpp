@@ -100,9 +100,16 @@ std::string ChannelPump::stderr_tail() const {
   return stderr_tail_;
 }
 
-void ChannelPump::Fail(const std::string& why) {
+void ChannelPump::Fail(FailureKind kind, const std::string& why) {
   std::lock_guard<std::mutex> l(mu_);
-  if (failure_.empty()) failure_ = why;
+  if (!failure_.empty()) return;
+  failure_ = why;
+  failure_kind_ = kind;
+}
+
+ChannelPump::FailureKind ChannelPump::failure_kind() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return failure_kind_;
 }
 
 void ChannelPump::Run() {
@@ -119,6 +126,11 @@ void ChannelPump::Run() {
   // No sign of life from the server for this long while we listen: the connection is dead.
   const auto dead_after = std::chrono::seconds(keepalive_s > 0 ? 3 * keepalive_s + 5 : 1 << 30);
   std::string err;
+  FailureKind err_kind = FailureKind::kOther;
+  auto connection_lost = [&](const std::string& what) {
+    err = "SSH connection lost (" + what + ")";
+    err_kind = FailureKind::kConnectionLost;
+  };
   long long polls = 0, poll_timeouts = 0, rounds = 0;
   const bool stats = std::getenv("SFTCTL_PUMP_STATS") != nullptr;
 
@@ -136,7 +148,7 @@ void ChannelPump::Run() {
       } else if (n == 0 || n == LIBSSH2_ERROR_EAGAIN) {
         if (libssh2_channel_eof(channel_)) remote_eof = true;
       } else {
-        err = "SSH connection lost (reading: " + session_->LastError() + ")";
+        connection_lost("reading: " + session_->LastError());
         break;
       }
     }
@@ -186,7 +198,7 @@ void ChannelPump::Run() {
       if (rc == LIBSSH2_ERROR_EAGAIN) {
         pending = Pending::kAdjust;
       } else if (rc < 0) {
-        err = "SSH connection lost (window adjust: " + session_->LastError() + ")";
+        connection_lost("window adjust: " + session_->LastError());
         break;
       } else {
         pending = Pending::kNone;
@@ -197,7 +209,7 @@ void ChannelPump::Run() {
       if (w == LIBSSH2_ERROR_EAGAIN) {
         pending = Pending::kWrite;
       } else if (w < 0) {
-        err = "SSH connection lost (writing: " + session_->LastError() + ")";
+        connection_lost("writing: " + session_->LastError());
         break;
       } else {
         pending = Pending::kNone;
@@ -218,7 +230,7 @@ void ChannelPump::Run() {
                SafeToSendSmall(sock)) {
       int next = keepalive_s;
       if (libssh2_keepalive_send(s, &next) < 0) {
-        err = "SSH connection lost (keepalive: " + session_->LastError() + ")";
+        connection_lost("keepalive: " + session_->LastError());
         break;
       }
       next_keepalive = Clock::now() + std::chrono::seconds(std::max(1, next));
@@ -235,8 +247,9 @@ void ChannelPump::Run() {
     auto now = Clock::now();
     if (down.room() == 0) last_rx = now;  // not listening to the server: no liveness verdict
     if (now - last_rx > dead_after) {
-      err = "SSH connection lost (no answer to keepalives for " +
-            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - last_rx).count()) + " s)";
+      connection_lost(
+          "no answer to keepalives for " +
+          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - last_rx).count()) + " s");
       break;
     }
     int dirs = libssh2_session_block_directions(s);
@@ -266,7 +279,7 @@ void ChannelPump::Run() {
   if (stats) {
     std::fprintf(stderr, "pump: rounds %lld polls %lld poll timeouts %lld\n", rounds, polls, poll_timeouts);
   }
-  if (!err.empty()) Fail(err);
+  if (!err.empty()) Fail(err_kind, err);
   alive_.store(false);
   // gRPC sees EOF on its end now (UNAVAILABLE for every call), before the SSH teardown.
   ::shutdown(local_fd_, SHUT_RDWR);
@@ -276,7 +289,7 @@ void ChannelPump::Run() {
 void ChannelPump::Teardown() {
   LIBSSH2_SESSION* s = session_->raw();
   const int sock = session_->socket_fd();
-  bool lost = !failure().empty() && failure().find("lost") != std::string::npos;
+  bool lost = failure_kind() == FailureKind::kConnectionLost;
   auto deadline = Clock::now() + std::chrono::seconds(1);
   auto wait = [&] {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();

@@ -48,9 +48,18 @@ class ChannelPump {
   std::string stderr_tail() const;
 
  private:
+  // What stopped the pump, recorded with the message: Teardown is polite to a peer that is still there.
+  enum class FailureKind {
+    kNone,            // alive, or a clean shutdown
+    kConnectionLost,  // the SSH connection failed: nothing left to be polite to
+    kOther,           // the agent closed the channel, or a local error
+  };
+
   ChannelPump() = default;
   void Run();
-  void Fail(const std::string& why);
+  // Records the first failure only.
+  void Fail(FailureKind kind, const std::string& why);
+  FailureKind failure_kind() const;
   void Teardown();
 
   std::unique_ptr<SshSession> session_;
@@ -63,6 +72,7 @@ class ChannelPump {
   std::atomic<bool> alive_{true};
   mutable std::mutex mu_;
   std::string failure_;
+  FailureKind failure_kind_ = FailureKind::kNone;  // set with failure_
   std::string stderr_tail_;
   std::thread thread_;
 };

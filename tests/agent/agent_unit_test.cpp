@@ -18,14 +18,65 @@
 #include "agent/journal.h"
 #include "agent/scheduler.h"
 #include "agent/state_store.h"
+#include "common/file_system.h"
 #include "common/sha256.h"
+#include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl::agent {
 namespace {
 namespace v1 = ::sftctl::v1;
+using ::sftctl::testing::StatusIs;
+using ::testing::HasSubstr;
 
 using ::sftctl::testing::TempDir;
+
+// A disk that fills up: appends to files opened with NewAppendableFile succeed while `space` bytes
+// last; the append that crosses the limit writes what still fits (a half-written record) and fails
+// with ENOSPC. Truncating gives no space back (SetSpace "frees" it), and can be made to fail (EIO).
+class DiskFullFileSystem : public ForwardingFileSystem {
+ public:
+  DiskFullFileSystem() : ForwardingFileSystem(FileSystem::Default()) {}
+  void SetSpace(uint64_t bytes) { space_ = bytes; }
+  void FailTruncate(bool fail) { fail_truncate_ = fail; }
+
+  StatusOr<std::unique_ptr<AppendableFile>> NewAppendableFile(const std::string& path) override {
+    SFT_ASSIGN_OR_RETURN(std::unique_ptr<AppendableFile> f, base()->NewAppendableFile(path));
+    return std::unique_ptr<AppendableFile>(new File(this, std::move(f), path));
+  }
+
+ private:
+  class File : public AppendableFile {
+   public:
+    File(DiskFullFileSystem* fs, std::unique_ptr<AppendableFile> f, std::string path)
+        : fs_(fs), f_(std::move(f)), path_(std::move(path)) {}
+    Status Append(std::string_view data) override {
+      const size_t fits = static_cast<size_t>(std::min<uint64_t>(data.size(), fs_->space_));
+      SFT_RETURN_IF_ERROR(f_->Append(data.substr(0, fits)));
+      fs_->space_ -= fits;
+      if (fits < data.size()) return ErrnoError("cannot write", path_, ENOSPC);
+      return OkStatus();
+    }
+    Status Truncate(uint64_t size) override {
+      if (fs_->fail_truncate_) return ErrnoError("cannot truncate", path_, EIO);
+      return f_->Truncate(size);
+    }
+    Status Sync() override { return f_->Sync(); }
+    Status Close() override { return f_->Close(); }
+    StatusOr<size_t> ReadAt(uint64_t offset, size_t n, char* scratch) override {
+      return f_->ReadAt(offset, n, scratch);
+    }
+    StatusOr<uint64_t> Size() override { return f_->Size(); }
+
+   private:
+    DiskFullFileSystem* fs_;
+    std::unique_ptr<AppendableFile> f_;
+    std::string path_;
+  };
+
+  uint64_t space_ = UINT64_MAX;
+  bool fail_truncate_ = false;
+};
 
 JournalEvent Line(const std::string& text, int rank = 0) {
   JournalEvent e;
@@ -88,6 +139,73 @@ TEST(Journal, AFailedAppendLeavesFileAndMemoryUnchanged) {
   ASSERT_EQ(all->size(), 3u);
   EXPECT_EQ((*all)[2].text, "three");
   EXPECT_EQ((*all)[2].seq, 3u);
+}
+
+std::vector<std::string> TextsOf(const std::vector<JournalEvent>& events) {
+  std::vector<std::string> out;
+  for (const JournalEvent& e : events) out.push_back(std::to_string(e.seq) + ":" + e.text);
+  return out;
+}
+
+// The disk fills up in the middle of a record and the agent dies before it can cut the half-written
+// record off: the Append fails with the disk's error, and a reopen reads back exactly the events
+// acknowledged before it.
+TEST(Journal, ADiskFullAppendFailsAndAReopenReadsBackExactlyTheAcknowledgedEvents) {
+  TempDir d;
+  const std::string path = d.path() + "/j.jsonl";
+  DiskFullFileSystem fs;
+  auto j = Journal::Open(path, &fs);
+  ASSERT_TRUE(j.ok());
+  ASSERT_EQ(*(*j)->Append({Line("one")}), 1u);
+  ASSERT_EQ(*(*j)->Append({Line("two")}), 2u);
+  const auto size_before = std::filesystem::file_size(path);
+
+  fs.SetSpace(10);
+  fs.FailTruncate(true);
+  EXPECT_THAT((*j)->Append({Line("three"), Line("four")}),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("No space left on device")));
+  EXPECT_EQ((*j)->last_seq(), 2u);
+  EXPECT_EQ(std::filesystem::file_size(path), size_before + 10);  // the half-written record
+  j->reset();
+
+  auto again = Journal::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->last_seq(), 2u);
+  auto all = (*again)->Read(0, 10);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(TextsOf(*all), (std::vector<std::string>{"1:one", "2:two"}));
+  EXPECT_EQ(std::filesystem::file_size(path), size_before);
+}
+
+// A half-written record that could not be cut off at once is cut off before the next Append, so the
+// events appended after it are not buried behind a torn line (which a reopen would drop).
+TEST(Journal, AHalfWrittenRecordIsCutOffBeforeTheNextAppend) {
+  TempDir d;
+  const std::string path = d.path() + "/j.jsonl";
+  DiskFullFileSystem fs;
+  auto j = Journal::Open(path, &fs);
+  ASSERT_TRUE(j.ok());
+  ASSERT_EQ(*(*j)->Append({Line("one")}), 1u);
+  fs.SetSpace(10);
+  EXPECT_THAT((*j)->Append({Line("two")}),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("No space left on device")));
+  const auto size_cut = std::filesystem::file_size(path);  // cut at once: only "one" is left
+  fs.FailTruncate(true);
+  fs.SetSpace(10);
+  EXPECT_THAT((*j)->Append({Line("two")}),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("cannot undo a failed journal write")));
+  fs.SetSpace(UINT64_MAX);  // space freed, but the torn record is still there
+  EXPECT_THAT((*j)->Append({Line("two")}),
+              StatusIs(StatusCode::kInternal, HasSubstr("still holds the rest of a failed write")));
+  fs.FailTruncate(false);
+  ASSERT_EQ(*(*j)->Append({Line("two")}), 2u);
+  EXPECT_GT(std::filesystem::file_size(path), size_cut);
+  EXPECT_EQ(TextsOf(*(*j)->Read(0, 10)), (std::vector<std::string>{"1:one", "2:two"}));
+  j->reset();
+
+  auto again = Journal::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(TextsOf(*(*again)->Read(0, 10)), (std::vector<std::string>{"1:one", "2:two"}));
 }
 
 // Long lines do not grow the in-memory ring without bound; older events come from the file.
@@ -311,6 +429,70 @@ TEST(BlobStore, MismatchStoresNothingResumeCompletes) {
   EXPECT_TRUE(blobs.StatBlob(sha)->complete);
   EXPECT_EQ(blobs.BeginUpload(sha, data.size(), 0).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(blobs.StatBlob("xyz").status().code(), StatusCode::kInvalidArgument);
+}
+
+// The disk fills up in the middle of a chunk: the write fails with the disk's error, the half-written
+// chunk is cut off the partial file, the blob is not complete, and once space is freed the same upload
+// completes with exactly the declared bytes.
+TEST(BlobStore, ADiskFullWriteFailsAndTheUploadCompletesOnceSpaceIsFreed) {
+  TempDir d;
+  auto store = StateStore::Open(d.path() + "/agent.db").value();
+  DiskFullFileSystem fs;
+  BlobStore blobs(d.path() + "/blobs", store.get(), &fs);
+  ASSERT_TRUE(blobs.Init().ok());
+  std::string data;
+  for (int i = 0; i < 3000; ++i) data.push_back(static_cast<char>('a' + i % 26));
+  const std::string sha = Sha256Hex(data);
+  auto up = blobs.BeginUpload(sha, data.size(), 0).value();
+  ASSERT_TRUE(up->Write(data.substr(0, 1000)).ok());
+  fs.SetSpace(500);
+  EXPECT_THAT(up->Write(data.substr(1000, 1000)),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("No space left on device")));
+  EXPECT_EQ(up->written(), 1000u);
+  EXPECT_THAT(up->Finish(), StatusIs(StatusCode::kDataLoss, HasSubstr("received 1000 of 3000 bytes")));
+  EXPECT_FALSE(blobs.StatBlob(sha)->complete);
+  EXPECT_EQ(blobs.StatBlob(sha)->size, 1000u);
+
+  fs.SetSpace(UINT64_MAX);
+  ASSERT_TRUE(up->Write(data.substr(1000)).ok());
+  ASSERT_TRUE(up->Finish().ok());
+  EXPECT_TRUE(blobs.StatBlob(sha)->complete);
+  EXPECT_EQ(blobs.StatBlob(sha)->size, data.size());
+  EXPECT_EQ(*Sha256File(blobs.BlobPath(sha)), sha);
+}
+
+// When the half-written chunk cannot be cut off, the upload ends; a new one resumes from the bytes
+// the agent holds, and the blob, hashed by reading the partial file back, completes.
+TEST(BlobStore, AnUploadEndedByAFullDiskResumesFromTheBytesHeld) {
+  TempDir d;
+  auto store = StateStore::Open(d.path() + "/agent.db").value();
+  DiskFullFileSystem fs;
+  BlobStore blobs(d.path() + "/blobs", store.get(), &fs);
+  ASSERT_TRUE(blobs.Init().ok());
+  std::string data;
+  for (int i = 0; i < 3000; ++i) data.push_back(static_cast<char>('A' + i % 26));
+  const std::string sha = Sha256Hex(data);
+  {
+    auto up = blobs.BeginUpload(sha, data.size(), 0).value();
+    ASSERT_TRUE(up->Write(data.substr(0, 1000)).ok());
+    fs.SetSpace(500);
+    fs.FailTruncate(true);
+    EXPECT_THAT(up->Write(data.substr(1000, 1000)),
+                StatusIs(StatusCode::kResourceExhausted, HasSubstr("the upload ends")));
+    EXPECT_THAT(up->Write(data.substr(1000, 1000)),
+                StatusIs(StatusCode::kFailedPrecondition, HasSubstr("already finished")));
+  }
+  fs.FailTruncate(false);
+  fs.SetSpace(UINT64_MAX);
+  auto held = blobs.StatBlob(sha);
+  ASSERT_TRUE(held.ok());
+  EXPECT_FALSE(held->complete);
+  EXPECT_EQ(held->size, 1500u);  // what reached the disk: a prefix of the blob
+  auto up = blobs.BeginUpload(sha, data.size(), held->size).value();
+  ASSERT_TRUE(up->Write(data.substr(held->size)).ok());
+  ASSERT_TRUE(up->Finish().ok());
+  EXPECT_TRUE(blobs.StatBlob(sha)->complete);
+  EXPECT_EQ(*Sha256File(blobs.BlobPath(sha)), sha);
 }
 
 TEST(Scheduler, FifoWithGpuAllocationAndQueueing) {

@@ -223,6 +223,37 @@ TEST_F(FileSystemTest, WritableFileAppendSyncClose) {
   EXPECT_EQ(bad.status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(FileSystemTest, AppendableFileKeepsContentAppendsAtTheEndAndReadsAtOffsets) {
+  ASSERT_TRUE(WriteFileAtomic(fs_, Path("a"), "old").ok());
+  ForwardingFileSystem forwarding(fs_);  // forwards NewAppendableFile too
+  StatusOr<std::unique_ptr<AppendableFile>> f = forwarding.NewAppendableFile(Path("a"));
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(*(*f)->Size(), 3u);
+  EXPECT_TRUE((*f)->Append("+new").ok());
+  char buf[16];
+  EXPECT_EQ(*(*f)->ReadAt(2, sizeof(buf), buf), 5u);
+  EXPECT_EQ(std::string(buf, 5), "d+new");
+  EXPECT_EQ(*(*f)->ReadAt(7, sizeof(buf), buf), 0u);  // at the end
+  EXPECT_EQ(*(*f)->ReadAt(99, sizeof(buf), buf), 0u);
+
+  // Append goes to the end also after Truncate.
+  EXPECT_TRUE((*f)->Truncate(2).ok());
+  EXPECT_EQ(*(*f)->Size(), 2u);
+  EXPECT_TRUE((*f)->Append("X").ok());
+  EXPECT_TRUE((*f)->Sync().ok());
+  EXPECT_TRUE((*f)->Close().ok());
+  EXPECT_TRUE((*f)->Close().ok());  // a second Close is harmless
+  EXPECT_EQ(Read(Path("a")), "olX");
+
+  // A missing file is created empty.
+  StatusOr<std::unique_ptr<AppendableFile>> g = fs_->NewAppendableFile(Path("new"));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(*(*g)->Size(), 0u);
+  EXPECT_TRUE(fs_->Exists(Path("new")));
+
+  EXPECT_EQ(fs_->NewAppendableFile(Path("missing/a")).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(FileSystemTest, RenameAndSyncDir) {
   ASSERT_TRUE(WriteFileAtomic(fs_, Path("a"), "A").ok());
   ASSERT_TRUE(WriteFileAtomic(fs_, Path("b"), "B").ok());

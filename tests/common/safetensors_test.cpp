@@ -79,6 +79,9 @@ class LoggingFileSystem : public FileSystem {
     ++files_created;
     return std::unique_ptr<WritableFile>(new LoggingFile(&log));
   }
+  StatusOr<std::unique_ptr<AppendableFile>> NewAppendableFile(const std::string&) override {
+    return UnimplementedError("NewAppendableFile");
+  }
   StatusOr<std::string> ReadFile(const std::string&) override { return UnimplementedError("ReadFile"); }
   bool Exists(const std::string&) override { return false; }
   bool IsDirectory(const std::string&) override { return false; }
