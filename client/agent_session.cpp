@@ -105,4 +105,14 @@ Status WithRetry(Reconnector* rc, const std::function<Status(AgentSession&)>& ca
   }
 }
 
+Status GetJob(Reconnector* rc, const std::string& id, v1::Job* job) {
+  return WithRetry(rc, [&](AgentSession& a) {
+    grpc::ClientContext ctx;
+    a.Prepare(&ctx);
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    return FromGrpc(a.stub()->GetJob(&ctx, req, job), a.host() + ": " + id);
+  });
+}
+
 }  // namespace sftctl::client

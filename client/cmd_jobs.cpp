@@ -73,16 +73,6 @@ std::string Loss(const v1::Job& j) {
   return buf;
 }
 
-Status GetJob(Reconnector* rc, const std::string& id, v1::Job* job) {
-  return WithRetry(rc, [&](AgentSession& a) {
-    grpc::ClientContext ctx;
-    a.Prepare(&ctx);
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    return FromGrpc(a.stub()->GetJob(&ctx, req, job), a.host() + ": " + id);
-  });
-}
-
 // Connects to every node of `rec` (in order).
 StatusOr<std::vector<std::unique_ptr<Reconnector>>> ConnectAll(const JobRecord& rec) {
   std::vector<std::unique_ptr<Reconnector>> out;

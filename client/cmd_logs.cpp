@@ -1,4 +1,5 @@
-// `sftctl logs JOB [-f]`: a job's rank output and metrics, resumed across dropped connections.
+// `sftctl logs JOB [-f] [--tail N]`: a job's rank output and metrics, resumed across dropped
+// connections.
 // With -f it waits for the job to end and exits with its final state (0 SUCCEEDED, 1 FAILED,
 // 3 CANCELLED). A multi-node job shows node 0 (where global rank 0 runs).
 #include <iostream>
@@ -15,6 +16,7 @@ struct LogsArgs {
   std::string job;
   bool follow = false;
   uint64_t after_seq = 0;
+  uint64_t tail = 0;  // 0: from after_seq on
 };
 
 int Logs(const LogsArgs& a) {
@@ -24,7 +26,8 @@ int Logs(const LogsArgs& a) {
   const NodeRecord& node = rec->nodes.front();
   auto rc = ConnectNode(node);
   if (!rc.ok()) return ReportError(rc.status(), a.ro.json);
-  auto result = PrintEvents(rc->get(), node.id, a.after_seq, a.follow, a.ro.json);
+  auto result = a.tail > 0 ? PrintEventsTail(rc->get(), node.id, a.tail, a.follow, a.ro.json)
+                           : PrintEvents(rc->get(), node.id, a.after_seq, a.follow, a.ro.json);
   if ((*rc)->reconnects() > 0) {
     std::cerr << "note: resumed after " << (*rc)->reconnects() << " reconnect(s) to " << node.host << "\n";
   }
@@ -43,7 +46,11 @@ void RegisterLogsCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("job", a->job, "JOB, HOST/JOB or a job name (see `sftctl list`)")->required();
   cmd->add_flag("-f,--follow", a->follow,
                 "Wait for new events until the job ends; exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED");
-  cmd->add_option("--after-seq", a->after_seq, "Start after this event number");
+  auto* after = cmd->add_option("--after-seq", a->after_seq, "Start after this event number");
+  cmd->add_option("-n,--tail", a->tail,
+                  "Show only the last N lines (with --json: events), then follow with -f")
+      ->check(CLI::PositiveNumber)
+      ->excludes(after);
   AddRemoteOptions(cmd, &a->ro, "The host of JOB (default: from the job registry)");
   cmd->callback([a, &ctx] { ctx.exit_code = Logs(*a); });
 }

@@ -1,7 +1,9 @@
 #include "client/log_follower.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include "common/terminal_text.h"
 
@@ -115,6 +117,53 @@ StatusOr<FollowResult> PrintEvents(Reconnector* rc, const std::string& job_id, u
         }
       },
       [] { std::cout.flush(); });
+}
+
+namespace {
+
+// What PrintEvents prints for `events` (in order), one string a line.
+std::vector<std::string> RenderLines(const std::vector<v1::Event>& events, bool json) {
+  EventPrinter printer;
+  std::vector<std::string> lines;
+  for (const v1::Event& e : events) {
+    if (json) {
+      lines.push_back(EventToJson(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    } else if (std::string line = printer.Format(e); !line.empty()) {
+      lines.push_back(EscapeForTerminal(line));
+    }
+  }
+  return lines;
+}
+
+}  // namespace
+
+StatusOr<FollowResult> PrintEventsTail(Reconnector* rc, const std::string& job_id, uint64_t tail, bool follow,
+                                       bool json) {
+  v1::Job job;
+  SFT_RETURN_IF_ERROR(GetJob(rc, job_id, &job));
+  const uint64_t last = job.last_seq();
+  std::vector<std::string> lines;
+  for (uint64_t window = std::max<uint64_t>(tail, 1);; window *= 4) {
+    const uint64_t from = last > window ? last - window : 0;
+    std::vector<v1::Event> events;
+    auto keep = [&](const v1::Event& e) {
+      if (e.seq() <= last) events.push_back(e);
+    };
+    SFT_RETURN_IF_ERROR(FollowEvents(rc, job_id, from, /*follow=*/false, keep).status());
+    lines = RenderLines(events, json);
+    if (lines.size() >= tail || from == 0) break;
+  }
+  for (size_t i = lines.size() > tail ? lines.size() - tail : 0; i < lines.size(); ++i)
+    std::cout << lines[i] << "\n";
+  std::cout.flush();
+  FollowResult result;
+  result.last_seq = last;
+  if (IsFinal(job.state())) {
+    result.final_state = job.state();
+    result.reason = job.reason();
+  }
+  if (!follow || result.final_state) return result;
+  return PrintEvents(rc, job_id, last, /*follow=*/true, json);
 }
 
 namespace {

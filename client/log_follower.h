@@ -35,6 +35,13 @@ StatusOr<FollowResult> FollowEvents(Reconnector* rc, const std::string& job_id, 
 StatusOr<FollowResult> PrintEvents(Reconnector* rc, const std::string& job_id, uint64_t after_seq,
                                    bool follow, bool json);
 
+// `sftctl logs --tail N`: the last `tail` lines PrintEvents would print for the events journaled so far
+// (with `json`: the last `tail` events), then with `follow` every later event until the job ends (a
+// job that already ended reports its final state at once). Reads back from the end in growing
+// windows, so a long journal is not streamed whole.
+StatusOr<FollowResult> PrintEventsTail(Reconnector* rc, const std::string& job_id, uint64_t tail, bool follow,
+                                       bool json);
+
 // True for SUCCEEDED, FAILED and CANCELLED.
 bool IsFinal(v1::JobState s);
 // "SUCCEEDED", "RUNNING", ...

@@ -2,6 +2,7 @@
 // starts the real sftd, which runs the real sftctl-trainer on a tiny CPU job.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "client/job_registry.h"
@@ -71,6 +72,24 @@ TEST_F(RemoteLocal, SubmitFollowPullResumeResubmitStatusListPlot) {
   EXPECT_NE(r.out.find("step 4/4: loss "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("checkpoint at step 2: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("== SUCCEEDED"), std::string::npos) << r.out;
+  // --tail N: the last N of those lines; with --json the last N events; with -f on a job that has
+  // ended, its state at once.
+  const std::string human = r.out;
+  r = sftctl_.Run({"logs", job, "--tail", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  const size_t cut = human.rfind('\n', human.rfind('\n', human.size() - 2) - 1);
+  EXPECT_EQ(r.out, human.substr(cut + 1));
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+  r = sftctl_.Run({"logs", job, "--tail", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  auto tail = r.JsonLines();
+  ASSERT_EQ(tail.size(), 3u) << r.All();
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(tail[i], lines[lines.size() - 3 + i]);
+  r = sftctl_.Run({"logs", "-f", job, "-n", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.All();
+  EXPECT_EQ(r.out, human.substr(human.rfind('\n', human.size() - 2) + 1));
+  r = sftctl_.Run({"logs", job, "--tail", "0"});
+  EXPECT_NE(r.exit_code, 0) << "a tail of 0 lines is refused";
 
   // pull: the newest checkpoint plus the top-level files, byte-identical to the agent's copies.
   const std::string out = tmp_.path() + "/pulled";
