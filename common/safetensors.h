@@ -169,13 +169,14 @@ Status Write(FileSystem* fs, const std::string& path, const std::vector<TensorRe
 // All are pure functions, safe from any thread, and independent of the FP rounding mode.
 
 // float -> bfloat16, rounding to nearest, ties to even. Overflow becomes +-inf. A NaN
-// stays a NaN (quiet, same sign); it is never rounded into an infinity.
+// stays a NaN (quiet, same sign); it is never rounded into an infinity. Branch-free (a select),
+// so the loops of trainer/fused_ops.cpp that store through it vectorize: the one bf16 rounding.
 inline uint16_t FloatToBF16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  const uint32_t rounding_bias = 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding_bias) >> 16);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x0040u;
+  return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
 }
 
 // bfloat16 -> float. Exact.

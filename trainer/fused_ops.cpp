@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/safetensors.h"
 #include "trainer/parallel.h"
 
 namespace sftctl::trainer::fused {
@@ -19,15 +20,10 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Branch-free conversions the compiler can vectorize. bf16 -> float is a shift; float ->
-// bf16 rounds to nearest even and keeps NaNs quiet NaNs, as c10::BFloat16 does.
+// Conversions the compiler can vectorize: common/safetensors.h's, the project's one bf16 rounding
+// (nearest even; a NaN stays a quiet NaN of its sign).
 inline float F(float v) { return v; }
-inline float F(c10::BFloat16 v) {
-  uint32_t bits = static_cast<uint32_t>(v.x) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
+inline float F(c10::BFloat16 v) { return safetensors::BF16ToFloat(v.x); }
 template <typename T>
 inline T To(float v);
 template <>
@@ -36,11 +32,7 @@ inline float To<float>(float v) {
 }
 template <>
 inline c10::BFloat16 To<c10::BFloat16>(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
-  return c10::BFloat16(static_cast<uint16_t>(nan ? 0x7FC0u : rounded), c10::BFloat16::from_bits());
+  return c10::BFloat16(safetensors::FloatToBF16(v), c10::BFloat16::from_bits());
 }
 
 // exp(x) to about 2 ulp (Cephes expf's polynomial), without branches or libm, so loops
