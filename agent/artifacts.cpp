@@ -87,14 +87,21 @@ StatusOr<std::vector<ArtifactInfo>> Artifacts::List(const std::string& job_id, c
   std::error_code ec;
   if (!fs::is_directory(run, ec)) return out;
   std::vector<std::string> rels;
-  try {
-    for (auto it = fs::recursive_directory_iterator(run, fs::directory_options::skip_permission_denied);
-         it != fs::recursive_directory_iterator(); ++it) {
-      if (it->is_symlink() || !it->is_regular_file()) continue;
-      rels.push_back("run/" + fs::relative(it->path(), run).string());
+  // A folder the trainer removes while it is walked (checkpoint rotation) ends the walk with
+  // ENOENT: walk again, a few times.
+  for (int attempt = 1;; ++attempt) {
+    try {
+      rels.clear();
+      for (auto it = fs::recursive_directory_iterator(run, fs::directory_options::skip_permission_denied);
+           it != fs::recursive_directory_iterator(); ++it) {
+        if (it->is_symlink() || !it->is_regular_file()) continue;
+        rels.push_back("run/" + fs::relative(it->path(), run).string());
+      }
+      break;
+    } catch (const fs::filesystem_error& e) {
+      if (e.code() != std::errc::no_such_file_or_directory || attempt == 5)
+        return InternalError(std::string("cannot list '") + run.string() + "': " + e.what());
     }
-  } catch (const fs::filesystem_error& e) {
-    return InternalError(std::string("cannot list '") + run.string() + "': " + e.what());
   }
   std::sort(rels.begin(), rels.end());
   for (const std::string& rel : rels) {
@@ -115,7 +122,10 @@ StatusOr<std::vector<ArtifactInfo>> Artifacts::List(const std::string& job_id, c
         a.checkpoint_complete = ::stat((job_dir + "/run/" + top + "/DONE").c_str(), &done) == 0;
       }
     }
-    SFT_ASSIGN_OR_RETURN(a.sha256, Hash(job_id, rel, abs));
+    StatusOr<std::string> sha = Hash(job_id, rel, abs);
+    if (sha.status().code() == StatusCode::kNotFound) continue;  // the trainer rotated it away meanwhile
+    SFT_RETURN_IF_ERROR(sha.status());
+    a.sha256 = std::move(*sha);
     out.push_back(std::move(a));
   }
   return out;

@@ -36,6 +36,16 @@ struct PullPlan {
 StatusOr<PullPlan> PlanPull(const v1::ListArtifactsResponse& list, int64_t step, const std::string& dir,
                             const std::string& job_ref);
 
+// The step of the newest complete checkpoint the agent lists, -1 when there is none.
+int64_t NewestCompleteStep(const v1::ListArtifactsResponse& list);
+
+// Keeps the newest `keep` (>= 1) complete checkpoints (checkpoint-<step> folders with DONE) under
+// `dir`, and removes every other checkpoint folder older than the newest complete one, complete or
+// not (an incomplete one is a partial download of a checkpoint the host has since rotated away).
+// Folders newer than it, links and other entries of `dir` are left alone. Returns how many were
+// removed.
+StatusOr<int> KeepNewestCheckpoints(const std::string& dir, int keep);
+
 // True for a file whose presence declares its folder complete (a checkpoint's "DONE").
 bool IsCompletionMarker(std::string_view rel_path);
 

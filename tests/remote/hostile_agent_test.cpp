@@ -237,6 +237,42 @@ TEST(RegistryTrust, AcceptNewHostKeyIsNeverRecorded) {
   EXPECT_FALSE(back->nodes[0].ToConnectOptions().accept_new_host_key);
 }
 
+// pull --follow --keep: what it removes locally. A link named like a checkpoint is never followed
+// or removed; only checkpoint-<digits> folders older than the newest complete one go.
+TEST(KeepNewestCheckpoints, RemovesOnlyOlderCheckpointFoldersAndNeverFollowsALink) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/out", outside = tmp.path() + "/outside";
+  auto make = [](const std::string& folder, bool done) {
+    fs::create_directories(folder);
+    WriteFile(folder + "/model.safetensors", "w");
+    if (done) WriteFile(folder + "/DONE", "");
+  };
+  make(dir + "/checkpoint-000002", true);
+  make(dir + "/checkpoint-000004", false);  // a partial download the host rotated away
+  make(dir + "/checkpoint-000006", true);
+  make(dir + "/checkpoint-000008", true);
+  make(dir + "/checkpoint-000010", false);  // newer than every complete one: in progress
+  make(dir + "/checkpoint-x", true);
+  make(outside, true);
+  fs::create_directory_symlink(outside, dir + "/checkpoint-000001");
+  WriteFile(dir + "/metrics.jsonl", "{}\n");
+
+  auto removed = client::KeepNewestCheckpoints(dir, 2);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, 2);
+  for (const char* gone : {"checkpoint-000002", "checkpoint-000004"})
+    EXPECT_FALSE(fs::exists(dir + "/" + gone));
+  for (const char* kept : {"checkpoint-000006", "checkpoint-000008", "checkpoint-000010", "checkpoint-x",
+                           "checkpoint-000001", "metrics.jsonl"})
+    EXPECT_NE(fs::symlink_status(dir + "/" + kept).type(), fs::file_type::not_found) << kept;
+  EXPECT_TRUE(fs::is_symlink(dir + "/checkpoint-000001"));
+  EXPECT_TRUE(fs::exists(outside + "/DONE"));
+  EXPECT_TRUE(fs::exists(outside + "/model.safetensors"));
+  EXPECT_EQ(*client::KeepNewestCheckpoints(dir, 1), 1);  // now checkpoint-000006
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint-000006"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-000008/DONE"));
+}
+
 TEST(PullPlanMarkers, OnlyDoneMarksAFolderComplete) {
   EXPECT_TRUE(client::IsCompletionMarker("run/checkpoint-000001/DONE"));
   EXPECT_TRUE(client::IsCompletionMarker("DONE"));

@@ -212,6 +212,41 @@ TEST_F(RemoteLocal, SubmitFollowPullResumeResubmitStatusListPlot) {
   EXPECT_EQ(PngSize(ReadFile(tmp_.path() + "/dir.png")), std::make_pair(400u, 300u));
 }
 
+// pull --follow: each newer complete checkpoint while the job runs, the growing metrics.jsonl
+// replaced, the newest --keep kept, and the job's state as the exit code; run again, it fetches
+// nothing new.
+TEST_F(RemoteLocal, PullFollowKeepsTheNewestCheckpointsUntilTheJobEnds) {
+  const std::string spec = WriteTinyJob(work_, /*steps=*/60, /*checkpoint_interval=*/6);
+  Result r = sftctl_.Run({"submit", "--host", host_, spec, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  const std::string job = r.Json()["job"];
+  const std::string out = tmp_.path() + "/synced";
+  r = sftctl_.Run({"pull", job, "--follow", "--interval", "0.1", "--keep", "2", "-o", out, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  auto pulls = r.JsonLines();
+  ASSERT_FALSE(pulls.empty()) << r.All();
+  for (size_t i = 1; i < pulls.size(); ++i) EXPECT_GT(pulls[i]["step"], pulls[i - 1]["step"]) << r.All();
+  EXPECT_EQ(pulls.back()["step"], 60) << r.All();
+  std::vector<std::string> checkpoints;
+  for (const auto& e : std::filesystem::directory_iterator(out)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("checkpoint-", 0) == 0) checkpoints.push_back(name);
+  }
+  EXPECT_LE(checkpoints.size(), 2u) << ::testing::PrintToString(checkpoints) << r.All();
+  EXPECT_TRUE(std::filesystem::exists(out + "/checkpoint-000060/DONE"));
+  EXPECT_EQ(Sha(out + "/metrics.jsonl"), Sha(AgentRunFile(job, "metrics.jsonl")));
+  EXPECT_EQ(Sha(out + "/checkpoint-000060/model.safetensors"),
+            Sha(AgentRunFile(job, "checkpoint-000060/model.safetensors")));
+  // Again: the job has ended, everything is here.
+  r = sftctl_.Run({"pull", job, "--follow", "-o", out, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  ASSERT_EQ(r.JsonLines().size(), 1u) << r.All();
+  EXPECT_EQ(r.JsonLines()[0]["files_fetched"], 0) << r.All();
+  // --follow and --step do not mix.
+  r = sftctl_.Run({"pull", job, "--follow", "--step", "6"});
+  EXPECT_NE(r.exit_code, 0) << r.All();
+}
+
 TEST_F(RemoteLocal, CancelStopsARunningJobAndLogsExitsThree) {
   const std::string spec = WriteTinyJob(work_, /*steps=*/100000);
   Result r = sftctl_.Run({"submit", "--host", host_, spec, "--json"});
