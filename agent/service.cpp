@@ -9,6 +9,8 @@
 #include <functional>
 #include <mutex>
 
+#include "common/sha256.h"
+
 namespace sftctl::agent {
 namespace v1 = ::sftctl::v1;
 
@@ -503,6 +505,12 @@ grpc::ServerWriteReactor<v1::ArtifactChunk>* AgentService::PullArtifact(grpc::Ca
     }
     st->pos = offset;
     SFT_ASSIGN_OR_RETURN(st->sha256, deps_.artifacts->Hash(job_id, rel, abs));
+    struct stat now;
+    if (::fstat(fd, &now) != 0 || now.st_size != sb.st_size || now.st_mtim.tv_sec != sb.st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != sb.st_mtim.tv_nsec) {
+      // It grew while it was hashed (metrics.jsonl of a running job): the sha256 of what is sent.
+      SFT_ASSIGN_OR_RETURN(st->sha256, Sha256FilePrefix(fd, st->size, rel));
+    }
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     return OkStatus();
   };

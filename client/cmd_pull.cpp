@@ -124,6 +124,14 @@ Status FollowRound(const PullArgs& a, const JobRecord& rec, const NodeRecord& no
   if (newest < 0 || (newest <= *pulled && !ended)) return OkStatus();
   PulledCheckpoint got;
   SFT_ASSIGN_OR_RETURN(got.plan, PlanPull(list, newest, dir, rec.Ref()));
+  if (!ended) {
+    // The run's top-level files (metrics.jsonl) grow while it runs, so the listed sha256 is already
+    // stale: they are checked against the stream's own. The last round, after the job ended, checks
+    // them against the listing.
+    for (PullItem& item : got.plan.items) {
+      if (item.remote_path.find('/', 4) == std::string::npos) item.sha256.clear();
+    }
+  }
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(dir));
   Status s = FetchPlan(rc, node.id, got.plan, a.force, /*force_top=*/true, &got.stats);
   if (s.code() == StatusCode::kNotFound && !ended) {
@@ -147,6 +155,8 @@ int PullFollow(const PullArgs& a, const JobRecord& rec, const NodeRecord& node, 
     if (s.ok()) s = FollowRound(a, rec, node, rc, dir, ended, &pulled);
     if (!s.ok()) return ReportError(s, a.ro.json);
     if (ended) {
+      if (rc->reconnects() > 0)
+        std::cerr << "note: resumed after " << rc->reconnects() << " reconnect(s) to " << node.host << "\n";
       if (!a.ro.json) {
         std::cerr << rec.Ref() << ": " << StateName(job.state())
                   << (pulled < 0 ? " without a complete checkpoint"

@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -63,6 +64,21 @@ StatusOr<std::string> Sha256File(const std::string& path) {
     h.Update(buf.data(), static_cast<size_t>(n));
   }
   ::close(fd);
+  return h.HexDigest();
+}
+
+StatusOr<std::string> Sha256FilePrefix(int fd, uint64_t size, const std::string& path) {
+  Sha256 h;
+  std::vector<char> buf(1 << 20);
+  for (uint64_t pos = 0; pos < size;) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - pos));
+    const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(pos));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("cannot read", path, errno);
+    if (n == 0) return DataLossError("'" + path + "' is shorter than " + std::to_string(size) + " bytes");
+    h.Update(buf.data(), static_cast<size_t>(n));
+    pos += static_cast<uint64_t>(n);
+  }
   return h.HexDigest();
 }
 

@@ -34,6 +34,10 @@ class Sha256 {
 std::string Sha256Hex(std::string_view data);
 // Hashes the whole file. Errors: NOT_FOUND / PERMISSION_DENIED style ErrnoError on open/read failure.
 StatusOr<std::string> Sha256File(const std::string& path);
+// Hashes the first `size` bytes of the open file `fd` (pread: its offset is not moved), e.g. the part
+// of a growing file that a stream will send. `path` names it in errors. Errors: the read's errno
+// error, DATA_LOSS when the file is shorter than `size`.
+StatusOr<std::string> Sha256FilePrefix(int fd, uint64_t size, const std::string& path);
 // True if `s` is 64 lowercase hex digits.
 bool IsSha256Hex(std::string_view s);
 

@@ -247,6 +247,34 @@ TEST_F(RemoteLocal, PullFollowKeepsTheNewestCheckpointsUntilTheJobEnds) {
   EXPECT_NE(r.exit_code, 0) << r.All();
 }
 
+// pull --follow across an agent restart: the agent stops mid-job (its ranks run on), the follower
+// reconnects (starting the agent again, which re-attaches to the ranks) and brings home the final
+// checkpoint.
+TEST_F(RemoteLocal, PullFollowCarriesOnAcrossAnAgentRestart) {
+  const std::string spec = WriteTinyJob(work_, /*steps=*/1500, /*checkpoint_interval=*/150);
+  Result r = sftctl_.Run({"submit", "--host", host_, spec, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  const std::string job = r.Json()["job"];
+  const std::string dir = tmp_.path() + "/synced", out = tmp_.path() + "/follow.out",
+                    err = tmp_.path() + "/follow.err";
+  const pid_t pid = sftctl_.Spawn(
+      {"pull", job, "--follow", "--interval", "0.2", "--keep", "1", "-o", dir, "--json"}, out, err);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(out).find("\"step\":") != std::string::npos; })) << ReadFile(err);
+  const CommandResult stop = RunCommand({Bin("sftd"), "stop", "--data-dir", agent_dir_});
+  ASSERT_EQ(stop.exit_code, 0) << stop.output;
+  Result follow;
+  follow.exit_code = Sftctl::Wait(pid);
+  follow.out = ReadFile(out);
+  follow.err = ReadFile(err);
+  ASSERT_EQ(follow.exit_code, 0) << follow.All();
+  EXPECT_NE(follow.err.find("reconnect"), std::string::npos) << "the agent never went away?\n"
+                                                             << follow.All();
+  EXPECT_EQ(follow.JsonLines().back()["step"], 1500) << follow.All();
+  EXPECT_EQ(Sha(dir + "/checkpoint-001500/model.safetensors"),
+            Sha(AgentRunFile(job, "checkpoint-001500/model.safetensors")));
+  EXPECT_EQ(Sha(dir + "/metrics.jsonl"), Sha(AgentRunFile(job, "metrics.jsonl")));
+}
+
 TEST_F(RemoteLocal, CancelStopsARunningJobAndLogsExitsThree) {
   const std::string spec = WriteTinyJob(work_, /*steps=*/100000);
   Result r = sftctl_.Run({"submit", "--host", host_, spec, "--json"});

@@ -30,6 +30,8 @@ namespace sftctl::remotetest {
 using namespace std::chrono_literals;
 
 using ::sftctl::testing::Bin;
+using ::sftctl::testing::CommandResult;
+using ::sftctl::testing::RunCommand;
 using ::sftctl::testing::TempDir;
 
 inline std::string ReadFile(const std::string& path) {
