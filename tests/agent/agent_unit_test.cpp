@@ -147,15 +147,22 @@ std::vector<std::string> TextsOf(const std::vector<JournalEvent>& events) {
   return out;
 }
 
+// A journal on a disk that fills up (DiskFullFileSystem).
+class DiskFullJournal : public ::testing::Test {
+ protected:
+  // Plain names: the tests read like the scenario they describe.
+  void SetUp() override { ASSERT_TRUE(j.ok()) << j.status().ToString(); }
+
+  TempDir dir;
+  const std::string path = dir.path() + "/j.jsonl";
+  DiskFullFileSystem fs;
+  StatusOr<std::shared_ptr<Journal>> j = Journal::Open(path, &fs);
+};
+
 // The disk fills up in the middle of a record and the agent dies before it can cut the half-written
 // record off: the Append fails with the disk's error, and a reopen reads back exactly the events
 // acknowledged before it.
-TEST(Journal, ADiskFullAppendFailsAndAReopenReadsBackExactlyTheAcknowledgedEvents) {
-  TempDir d;
-  const std::string path = d.path() + "/j.jsonl";
-  DiskFullFileSystem fs;
-  auto j = Journal::Open(path, &fs);
-  ASSERT_TRUE(j.ok());
+TEST_F(DiskFullJournal, AnAppendFailsAndAReopenReadsBackExactlyTheAcknowledgedEvents) {
   ASSERT_EQ(*(*j)->Append({Line("one")}), 1u);
   ASSERT_EQ(*(*j)->Append({Line("two")}), 2u);
   const auto size_before = std::filesystem::file_size(path);
@@ -179,12 +186,7 @@ TEST(Journal, ADiskFullAppendFailsAndAReopenReadsBackExactlyTheAcknowledgedEvent
 
 // A half-written record that could not be cut off at once is cut off before the next Append, so the
 // events appended after it are not buried behind a torn line (which a reopen would drop).
-TEST(Journal, AHalfWrittenRecordIsCutOffBeforeTheNextAppend) {
-  TempDir d;
-  const std::string path = d.path() + "/j.jsonl";
-  DiskFullFileSystem fs;
-  auto j = Journal::Open(path, &fs);
-  ASSERT_TRUE(j.ok());
+TEST_F(DiskFullJournal, AHalfWrittenRecordIsCutOffBeforeTheNextAppend) {
   ASSERT_EQ(*(*j)->Append({Line("one")}), 1u);
   fs.SetSpace(10);
   EXPECT_THAT((*j)->Append({Line("two")}),
@@ -431,18 +433,27 @@ TEST(BlobStore, MismatchStoresNothingResumeCompletes) {
   EXPECT_EQ(blobs.StatBlob("xyz").status().code(), StatusCode::kInvalidArgument);
 }
 
+// A blob store on a disk that fills up (DiskFullFileSystem), and a 3000-byte blob to upload.
+class DiskFullBlobStore : public ::testing::Test {
+ protected:
+  // Plain names: the tests read like the scenario they describe.
+  void SetUp() override {
+    ASSERT_TRUE(blobs.Init().ok());
+    for (int i = 0; i < 3000; ++i) data.push_back(static_cast<char>('a' + i % 26));
+    sha = Sha256Hex(data);
+  }
+
+  TempDir dir;
+  std::unique_ptr<StateStore> store = StateStore::Open(dir.path() + "/agent.db").value();
+  DiskFullFileSystem fs;
+  BlobStore blobs{dir.path() + "/blobs", store.get(), &fs};
+  std::string data, sha;
+};
+
 // The disk fills up in the middle of a chunk: the write fails with the disk's error, the half-written
 // chunk is cut off the partial file, the blob is not complete, and once space is freed the same upload
 // completes with exactly the declared bytes.
-TEST(BlobStore, ADiskFullWriteFailsAndTheUploadCompletesOnceSpaceIsFreed) {
-  TempDir d;
-  auto store = StateStore::Open(d.path() + "/agent.db").value();
-  DiskFullFileSystem fs;
-  BlobStore blobs(d.path() + "/blobs", store.get(), &fs);
-  ASSERT_TRUE(blobs.Init().ok());
-  std::string data;
-  for (int i = 0; i < 3000; ++i) data.push_back(static_cast<char>('a' + i % 26));
-  const std::string sha = Sha256Hex(data);
+TEST_F(DiskFullBlobStore, AWriteFailsAndTheUploadCompletesOnceSpaceIsFreed) {
   auto up = blobs.BeginUpload(sha, data.size(), 0).value();
   ASSERT_TRUE(up->Write(data.substr(0, 1000)).ok());
   fs.SetSpace(500);
@@ -463,15 +474,7 @@ TEST(BlobStore, ADiskFullWriteFailsAndTheUploadCompletesOnceSpaceIsFreed) {
 
 // When the half-written chunk cannot be cut off, the upload ends; a new one resumes from the bytes
 // the agent holds, and the blob, hashed by reading the partial file back, completes.
-TEST(BlobStore, AnUploadEndedByAFullDiskResumesFromTheBytesHeld) {
-  TempDir d;
-  auto store = StateStore::Open(d.path() + "/agent.db").value();
-  DiskFullFileSystem fs;
-  BlobStore blobs(d.path() + "/blobs", store.get(), &fs);
-  ASSERT_TRUE(blobs.Init().ok());
-  std::string data;
-  for (int i = 0; i < 3000; ++i) data.push_back(static_cast<char>('A' + i % 26));
-  const std::string sha = Sha256Hex(data);
+TEST_F(DiskFullBlobStore, AnUploadItEndsResumesFromTheBytesHeld) {
   {
     auto up = blobs.BeginUpload(sha, data.size(), 0).value();
     ASSERT_TRUE(up->Write(data.substr(0, 1000)).ok());
