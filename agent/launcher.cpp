@@ -19,23 +19,18 @@ std::string RankFile(const std::string& job_dir, int rank, int src) {
 StatusOr<std::vector<SpawnedRank>> StartJobRanks(const std::string& trainer, const std::string& job_dir,
                                                  const std::vector<RankEnv>& envs) {
   std::vector<RankCommand> cmds;
-  std::vector<int> fds;
   Status st;
-  for (const RankEnv& env : envs) {
+  for (size_t i = 0; st.ok() && i < envs.size(); ++i) {
     RankCommand cmd;
     cmd.argv = {trainer, "train", "--spec", job_dir + "/spec.json", "--events-fd", "3"};
-    cmd.env = RankEnvironment(env);
+    cmd.env = RankEnvironment(envs[i]);
     cmd.cwd = job_dir;
-    int* targets[] = {&cmd.stdout_fd, &cmd.stderr_fd, &cmd.events_fd};
-    for (int src = 0; st.ok() && src < 3; ++src) {
-      StatusOr<int> fd = OpenRankLog(RankFile(job_dir, env.rank, src));
-      if (fd.ok()) fds.push_back(*targets[src] = *fd);
-      st = fd.status();
-    }
-    cmds.push_back(std::move(cmd));
+    st = OpenRankLogs(RankFile(job_dir, envs[i].rank, 0), RankFile(job_dir, envs[i].rank, 1),
+                      RankFile(job_dir, envs[i].rank, 2), &cmd);
+    if (st.ok()) cmds.push_back(std::move(cmd));
   }
   StatusOr<std::vector<pid_t>> pids = st.ok() ? StartRankGroup(cmds) : st;
-  for (int fd : fds) ::close(fd);
+  for (RankCommand& cmd : cmds) CloseRankLogs(&cmd);
   if (!pids.ok()) return pids.status();
   std::vector<SpawnedRank> out;
   for (size_t i = 0; i < pids->size(); ++i) {

@@ -98,7 +98,7 @@ class LocalRankGroup {
   LocalLaunchResult Supervise();
 
  private:
-  StatusOr<RankCommand> Command(int rank, std::vector<int>* fds);
+  StatusOr<RankCommand> Command(int rank);
   void Reap();
   void ReportFirstFailure(const EndedRank& first);
   void Escalate();
@@ -145,8 +145,8 @@ void LocalRankGroup::RestoreSignals() {
 }
 
 // Rank 0 shares the terminal and gets rank0_args; ranks > 0 write stdout, stderr and events to
-// <log_dir>/rank-N.{out,err,events} (their descriptors are appended to `fds`).
-StatusOr<RankCommand> LocalRankGroup::Command(int rank, std::vector<int>* fds) {
+// <log_dir>/rank-N.{out,err,events} (descriptors the caller closes: CloseRankLogs).
+StatusOr<RankCommand> LocalRankGroup::Command(int rank) {
   Rank& r = ranks_[static_cast<size_t>(rank)];
   r.rank = rank;
   RankEnv env;
@@ -167,26 +167,20 @@ StatusOr<RankCommand> LocalRankGroup::Command(int rank, std::vector<int>* fds) {
   r.events = stem + ".events";
   r.err_start = FileSize(r.err);
   r.events_start = FileSize(r.events);
-  int* targets[] = {&cmd.stdout_fd, &cmd.stderr_fd, &cmd.events_fd};
-  const std::string paths[] = {stem + ".out", r.err, r.events};
-  for (int k = 0; k < 3; ++k) {
-    SFT_ASSIGN_OR_RETURN(*targets[k], OpenRankLog(paths[k]));
-    fds->push_back(*targets[k]);
-  }
+  SFT_RETURN_IF_ERROR(OpenRankLogs(stem + ".out", r.err, r.events, &cmd));
   return cmd;
 }
 
 Status LocalRankGroup::StartAll() {
-  std::vector<int> fds;
   std::vector<RankCommand> cmds;
   Status st;
   for (int i = 0; st.ok() && i < opts_.ranks; ++i) {
-    StatusOr<RankCommand> cmd = Command(i, &fds);
+    StatusOr<RankCommand> cmd = Command(i);
     if (cmd.ok()) cmds.push_back(std::move(*cmd));
     st = cmd.status();
   }
   StatusOr<std::vector<pid_t>> pids = st.ok() ? StartRankGroup(cmds, parent_death_.get()) : st;
-  for (int f : fds) ::close(f);
+  for (RankCommand& cmd : cmds) CloseRankLogs(&cmd);
   if (!pids.ok()) {
     RestoreSignals();
     return pids.status();

@@ -115,6 +115,28 @@ StatusOr<int> OpenRankLog(const std::string& path) {
   return high;
 }
 
+Status OpenRankLogs(const std::string& stdout_path, const std::string& stderr_path,
+                    const std::string& events_path, RankCommand* cmd) {
+  int* targets[] = {&cmd->stdout_fd, &cmd->stderr_fd, &cmd->events_fd};
+  const std::string* paths[] = {&stdout_path, &stderr_path, &events_path};
+  for (int k = 0; k < 3; ++k) {
+    StatusOr<int> fd = OpenRankLog(*paths[k]);
+    if (!fd.ok()) {
+      CloseRankLogs(cmd);
+      return fd.status();
+    }
+    *targets[k] = *fd;
+  }
+  return OkStatus();
+}
+
+void CloseRankLogs(RankCommand* cmd) {
+  for (int* fd : {&cmd->stdout_fd, &cmd->stderr_fd, &cmd->events_fd}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
 StatusOr<std::vector<pid_t>> StartRankGroup(const std::vector<RankCommand>& cmds,
                                             const ParentDeathSignal* parent_death) {
   if (cmds.empty()) return InvalidArgumentError("a rank group needs at least one rank");

@@ -68,6 +68,14 @@ struct RankCommand {
   int events_fd = -1;
 };
 
+// Opens the rank's three logs (OpenRankLog) as cmd's stdout, stderr and events descriptors; on an
+// error, those already opened are closed again. The caller closes them (CloseRankLogs) once the
+// group started or failed to.
+Status OpenRankLogs(const std::string& stdout_path, const std::string& stderr_path,
+                    const std::string& events_path, RankCommand* cmd);
+// Closes the log descriptors of `cmd` that are open and marks them closed (-1).
+void CloseRankLogs(RankCommand* cmd);
+
 // Starts `cmds` (at least one) in one new process group led by the first; `parent_death`
 // (optional) is armed in each rank (common/parent_death.h), which then exits 127 at once if the
 // launcher already died. The launcher keeps its descriptors. Returns the pids in the order of `cmds`.

@@ -1,6 +1,7 @@
 // The rank launch policy (common/rank_group.h): environment, group start, first failure, stop.
 #include "common/rank_group.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -42,6 +43,13 @@ std::string ReadAll(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+// How many descriptors this process has open.
+size_t OpenDescriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
 }
 
 int WaitExit(pid_t pid) {
@@ -118,7 +126,6 @@ TEST(StartRankGroupTest, RanksShareOneGroupTheirEnvironmentFolderAndLogs) {
   ::sftctl::testing::TempDir tmp("rank-group");
   const std::string& dir = tmp.path();
   std::vector<RankCommand> cmds;
-  std::vector<int> fds;
   for (int r = 0; r < 3; ++r) {
     RankEnv env;
     env.rank = r;
@@ -127,19 +134,13 @@ TEST(StartRankGroupTest, RanksShareOneGroupTheirEnvironmentFolderAndLogs) {
     cmd.argv = {"/bin/sh", "-c", "echo out $RANK/$WORLD_SIZE; echo err >&2; echo ev >&3; pwd; exec sleep 30"};
     cmd.env = RankEnvironment(env);
     cmd.cwd = dir;
-    for (const char* ext : {".out", ".err", ".events"}) {
-      auto fd = OpenRankLog(dir + "/rank-" + std::to_string(r) + ext);
-      ASSERT_TRUE(fd.ok()) << fd.status().ToString();
-      EXPECT_GE(*fd, 10);
-      fds.push_back(*fd);
-    }
-    cmd.stdout_fd = fds[fds.size() - 3];
-    cmd.stderr_fd = fds[fds.size() - 2];
-    cmd.events_fd = fds[fds.size() - 1];
+    const std::string stem = dir + "/rank-" + std::to_string(r);
+    ASSERT_TRUE(OpenRankLogs(stem + ".out", stem + ".err", stem + ".events", &cmd).ok());
+    for (int fd : {cmd.stdout_fd, cmd.stderr_fd, cmd.events_fd}) EXPECT_GE(fd, 10);
     cmds.push_back(cmd);
   }
   auto pids = StartRankGroup(cmds);
-  for (int fd : fds) ::close(fd);
+  for (RankCommand& cmd : cmds) CloseRankLogs(&cmd);
   ASSERT_TRUE(pids.ok()) << pids.status().ToString();
   ASSERT_EQ(pids->size(), 3u);
   for (pid_t pid : *pids) EXPECT_EQ(::getpgid(pid), pids->front());
@@ -164,6 +165,19 @@ TEST(StartRankGroupTest, RanksShareOneGroupTheirEnvironmentFolderAndLogs) {
     EXPECT_EQ(ReadAll(stem + ".err"), "err\n");
     EXPECT_EQ(ReadAll(stem + ".events"), "ev\n");
   }
+}
+
+TEST(OpenRankLogsTest, ALogThatCannotBeOpenedIsNamedAndTheOthersAreClosedAgain) {
+  ::sftctl::testing::TempDir tmp("rank-logs");
+  const size_t open_before = OpenDescriptors();
+  const std::string missing = tmp.path() + "/no-such-folder/rank-1.events";
+  RankCommand cmd;
+  EXPECT_THAT(OpenRankLogs(tmp.path() + "/rank-1.out", tmp.path() + "/rank-1.err", missing, &cmd),
+              StatusIs(StatusCode::kNotFound, HasSubstr(missing)));
+  EXPECT_EQ(cmd.stdout_fd, -1);
+  EXPECT_EQ(cmd.stderr_fd, -1);
+  EXPECT_EQ(cmd.events_fd, -1);
+  EXPECT_EQ(OpenDescriptors(), open_before) << "the two logs that were opened leaked";
 }
 
 TEST(StartRankGroupTest, AProgramThatCannotRunStopsTheGroupAndIsNamed) {
