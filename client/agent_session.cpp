@@ -1,6 +1,7 @@
 #include "client/agent_session.h"
 
 #include <algorithm>
+#include <iostream>
 #include <thread>
 
 namespace sftctl::client {
@@ -103,6 +104,11 @@ Status WithRetry(Reconnector* rc, const std::function<Status(AgentSession&)>& ca
     }
     if (!rc->ShouldRetry(s)) return rc->GiveUp(s);
   }
+}
+
+void NoteReconnects(const Reconnector& rc) {
+  if (rc.reconnects() > 0)
+    std::cerr << "note: resumed after " << rc.reconnects() << " reconnect(s) to " << rc.host() << "\n";
 }
 
 Status GetJob(Reconnector* rc, const std::string& id, v1::Job* job) {

@@ -98,6 +98,9 @@ class Reconnector {
 // Runs `call` on the reconnector's session, retrying transient failures. `call` must be idempotent.
 Status WithRetry(Reconnector* rc, const std::function<Status(AgentSession&)>& call);
 
+// "note: resumed after N reconnect(s) to HOST" on stderr, when the connection was resumed at all.
+void NoteReconnects(const Reconnector& rc);
+
 // GetJob through WithRetry. Errors name the host and the job (NOT_FOUND: no such job there).
 Status GetJob(Reconnector* rc, const std::string& id, v1::Job* job);
 

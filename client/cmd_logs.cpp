@@ -28,9 +28,7 @@ int Logs(const LogsArgs& a) {
   if (!rc.ok()) return ReportError(rc.status(), a.ro.json);
   auto result = a.tail > 0 ? PrintEventsTail(rc->get(), node.id, a.tail, a.follow, a.ro.json)
                            : PrintEvents(rc->get(), node.id, a.after_seq, a.follow, a.ro.json);
-  if ((*rc)->reconnects() > 0) {
-    std::cerr << "note: resumed after " << (*rc)->reconnects() << " reconnect(s) to " << node.host << "\n";
-  }
+  NoteReconnects(**rc);
   if (!result.ok()) return ReportError(result.status(), a.ro.json);
   if (!a.follow) return kExitOk;
   const v1::JobState state = result->final_state.value_or(v1::FAILED);

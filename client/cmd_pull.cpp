@@ -59,7 +59,7 @@ Status FetchPlan(Reconnector* rc, const std::string& job_id, const PullPlan& pla
   Progress progress(StderrIsTty(), plan.total_bytes);
   for (const auto& item : plan.items) {
     progress.SetLabel(item.remote_path.substr(4));
-    const bool top = item.remote_path.find('/', 4) == std::string::npos;
+    const bool top = IsRunTopLevelFile(item.remote_path);
     Status p = PullFile(rc, job_id, item, force || (top && force_top), &progress, stats);
     if (!p.ok()) {
       progress.Finish();
@@ -108,8 +108,7 @@ int PullOnce(const PullArgs& a, const JobRecord& rec, const NodeRecord& node, Re
   if (Status c = FileSystem::Default()->CreateDirs(dir); !c.ok()) return ReportError(c, a.ro.json);
   Status s = FetchPlan(rc, node.id, got.plan, a.force, /*force_top=*/false, &got.stats);
   if (!s.ok()) return ReportError(s, a.ro.json);
-  if (rc->reconnects() > 0)
-    std::cerr << "note: resumed after " << rc->reconnects() << " reconnect(s) to " << node.host << "\n";
+  NoteReconnects(*rc);
   Report(rec, dir, got, rc->reconnects(), a.ro.json);
   return kExitOk;
 }
@@ -129,7 +128,7 @@ Status FollowRound(const PullArgs& a, const JobRecord& rec, const NodeRecord& no
     // stale: they are checked against the stream's own. The last round, after the job ended, checks
     // them against the listing.
     for (PullItem& item : got.plan.items) {
-      if (item.remote_path.find('/', 4) == std::string::npos) item.sha256.clear();
+      if (IsRunTopLevelFile(item.remote_path)) item.sha256.clear();
     }
   }
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(dir));
@@ -155,8 +154,7 @@ int PullFollow(const PullArgs& a, const JobRecord& rec, const NodeRecord& node, 
     if (s.ok()) s = FollowRound(a, rec, node, rc, dir, ended, &pulled);
     if (!s.ok()) return ReportError(s, a.ro.json);
     if (ended) {
-      if (rc->reconnects() > 0)
-        std::cerr << "note: resumed after " << rc->reconnects() << " reconnect(s) to " << node.host << "\n";
+      NoteReconnects(*rc);
       if (!a.ro.json) {
         std::cerr << rec.Ref() << ": " << StateName(job.state())
                   << (pulled < 0 ? " without a complete checkpoint"

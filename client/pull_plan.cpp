@@ -100,6 +100,11 @@ StatusOr<int> KeepNewestCheckpoints(const std::string& dir, int keep) {
   return removed;
 }
 
+bool IsRunTopLevelFile(std::string_view remote_path) {
+  return remote_path.rfind(kRunPrefix, 0) == 0 &&
+         remote_path.find('/', kRunPrefix.size()) == std::string_view::npos;
+}
+
 bool IsCompletionMarker(std::string_view rel_path) {
   return rel_path == "DONE" || EndsWith(rel_path, "/DONE");
 }
@@ -111,7 +116,7 @@ StatusOr<PullPlan> PlanPull(const v1::ListArtifactsResponse& list, int64_t step,
   for (const auto& art : list.artifacts()) {
     if (art.path().rfind(kRunPrefix, 0) != 0) continue;
     const std::string rel = art.path().substr(kRunPrefix.size());
-    const bool top = rel.find('/') == std::string::npos;
+    const bool top = IsRunTopLevelFile(art.path());
     const bool in_checkpoint = rel.rfind("checkpoint-", 0) == 0 && art.checkpoint_step() == plan.step;
     if (!top && !in_checkpoint) continue;
     if (top && EndsWith(rel, ".part")) continue;

@@ -46,6 +46,9 @@ int64_t NewestCompleteStep(const v1::ListArtifactsResponse& list);
 // removed.
 StatusOr<int> KeepNewestCheckpoints(const std::string& dir, int keep);
 
+// True for one of the run's top-level files ("run/metrics.jsonl"), as opposed to a checkpoint's.
+bool IsRunTopLevelFile(std::string_view remote_path);
+
 // True for a file whose presence declares its folder complete (a checkpoint's "DONE").
 bool IsCompletionMarker(std::string_view rel_path);
 

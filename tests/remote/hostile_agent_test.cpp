@@ -280,5 +280,12 @@ TEST(PullPlanMarkers, OnlyDoneMarksAFolderComplete) {
   EXPECT_FALSE(client::IsCompletionMarker("run/checkpoint-000001/DONE.part"));
 }
 
+TEST(PullPlanMarkers, TopLevelFilesAreThoseDirectlyInRun) {
+  EXPECT_TRUE(client::IsRunTopLevelFile("run/metrics.jsonl"));
+  EXPECT_FALSE(client::IsRunTopLevelFile("run/checkpoint-000001/model.safetensors"));
+  EXPECT_FALSE(client::IsRunTopLevelFile("logs/rank-0.stdout"));
+  EXPECT_FALSE(client::IsRunTopLevelFile("metrics.jsonl"));
+}
+
 }  // namespace
 }  // namespace sftctl::remotetest
