@@ -65,6 +65,15 @@ std::string JoinGpus(const std::vector<int>& g) {
   return s;
 }
 
+// How far each of `rank`'s three output files (stdout, stderr, events) has been journaled, from
+// Journal::source_offsets(); 0 for a file never journaled. Tailing resumes there.
+void JournaledUpTo(const std::map<std::pair<int, int>, uint64_t>& offsets, int rank, uint64_t (&off)[3]) {
+  for (int src = 0; src < 3; ++src) {
+    auto it = offsets.find({rank, src});
+    off[src] = it == offsets.end() ? 0 : it->second;
+  }
+}
+
 // This host's name when it resolves (for the other nodes of a multi-node job), else "".
 std::string ResolvableHostName() {
   char name[256] = {};
@@ -380,10 +389,7 @@ void Supervisor::Launch(const Allocation& alloc) {
     rr.rank = s.rank;
     rr.pid = s.pid;
     rr.start_time = s.start_time;
-    for (int src = 0; src < 3; ++src) {
-      auto it = offsets.find({rr.rank, src});
-      rr.off[src] = it == offsets.end() ? 0 : it->second;
-    }
+    JournaledUpTo(offsets, rr.rank, rr.off);
     run->ranks.push_back(rr);
     rec.ranks.push_back({rr.rank, rr.pid, rr.start_time, true, false, 0, 0});
   }
@@ -799,10 +805,7 @@ StatusOr<std::unique_ptr<Supervisor::Run>> Supervisor::RecoverRun(const JobRecor
     rr.exit.known = k.exit_known;
     rr.exit.exit_code = k.exit_code;
     rr.exit.signal = k.signal;
-    for (int src = 0; src < 3; ++src) {
-      auto it = offsets.find({rr.rank, src});
-      rr.off[src] = it == offsets.end() ? 0 : it->second;
-    }
+    JournaledUpTo(offsets, rr.rank, rr.off);
     if (rr.alive) ++*alive;
     if (!rr.alive && dead_rank->empty()) *dead_rank = std::to_string(rr.rank);
     run->ranks.push_back(rr);
