@@ -26,29 +26,29 @@ Status CloseFd(int* fd, const std::string& path) {
   return OkStatus();
 }
 
-class PosixWritableFile : public WritableFile {
+// The descriptor-backed part of both file kinds: sequential writes, fsync, close (once; the
+// destructor closes too). `Interface` is WritableFile or AppendableFile.
+template <typename Interface>
+class PosixFile : public Interface {
  public:
-  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  ~PosixWritableFile() override { (void)CloseFd(&fd_, path_); }
+  PosixFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixFile() override { (void)CloseFd(&fd_, path_); }
 
   Status Append(std::string_view data) override { return WriteFully(fd_, data, path_); }
   Status Sync() override { return SyncFd(fd_, path_); }
   Status Close() override { return CloseFd(&fd_, path_); }
 
- private:
+ protected:
   std::string path_;
   int fd_;
 };
 
-// An O_APPEND descriptor: write(2) goes to the end, pread(2) reads anywhere without moving anything.
-class PosixAppendableFile : public AppendableFile {
- public:
-  PosixAppendableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  ~PosixAppendableFile() override { (void)CloseFd(&fd_, path_); }
+using PosixWritableFile = PosixFile<WritableFile>;
 
-  Status Append(std::string_view data) override { return WriteFully(fd_, data, path_); }
-  Status Sync() override { return SyncFd(fd_, path_); }
-  Status Close() override { return CloseFd(&fd_, path_); }
+// An O_APPEND descriptor: write(2) goes to the end, pread(2) reads anywhere without moving anything.
+class PosixAppendableFile : public PosixFile<AppendableFile> {
+ public:
+  using PosixFile::PosixFile;
 
   StatusOr<size_t> ReadAt(uint64_t offset, size_t n, char* scratch) override {
     for (;;) {
@@ -68,10 +68,6 @@ class PosixAppendableFile : public AppendableFile {
     if (::fstat(fd_, &st) != 0) return ErrnoError("cannot stat", path_, errno);
     return static_cast<uint64_t>(st.st_size);
   }
-
- private:
-  std::string path_;
-  int fd_;
 };
 
 class PosixFileSystem : public FileSystem {
