@@ -147,7 +147,6 @@ std::string Supervisor::JobDir(const std::string& id) const { return config_.dat
 
 Status Supervisor::Start() {
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(config_.data_dir + "/jobs"));
-  host_name_ = ResolvableHostName();  // DNS once, here, never on the event thread
   SFT_RETURN_IF_ERROR(Recover());
   using Guard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
   work_ = std::make_unique<Guard>(io_.get_executor());
@@ -181,8 +180,13 @@ void Supervisor::Stop() {
 // MASTER_ADDR is a loopback address, which the other nodes could not reach; so a loopback `reported`
 // address (an agent behind an SSH tunnel, whose client tells the other nodes its own name for this
 // host) is replaced by this host's name when that resolves. Otherwise `reported` itself.
-std::string Supervisor::NodeZeroMasterAddr(const std::string& reported) const {
-  return IsLoopbackHost(reported) && !host_name_.empty() ? host_name_ : reported;
+std::string Supervisor::NodeZeroMasterAddr(const std::string& reported) {
+  return IsLoopbackHost(reported) && !HostName().empty() ? HostName() : reported;
+}
+
+const std::string& Supervisor::HostName() {
+  std::call_once(host_name_once_, [this] { host_name_ = ResolvableHostName(); });
+  return host_name_;
 }
 
 SupervisorStats Supervisor::Stats() const {
@@ -285,6 +289,7 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
   // `world`: the ranks on this host (all of them unless the job spans several nodes).
   uint32_t world = req.gpus() > 0 ? req.gpus() : std::max<uint32_t>(1, req.cpu_ranks());
   SFT_ASSIGN_OR_RETURN(::sftctl::v1::Rendezvous rdzv, NodeRendezvous(req, world, config_.rendezvous_addr));
+  if (rdzv.num_nodes() > 1 && rdzv.node_rank() == 0) HostName();  // DNS here, not at launch
   SFT_RETURN_IF_ERROR(scheduler_.CheckFits(req.gpus(), req.gpus() > 0 ? 0 : world));
   JobRecord rec;
   rec.name = req.name();
@@ -425,7 +430,7 @@ void Supervisor::Launch(const Allocation& alloc) {
 }
 
 // The environment of each rank of this host: ranks rank_offset.. of a multi-node job, or 0..
-std::vector<RankEnv> Supervisor::RankEnvs(const JobRecord& rec, const Allocation& alloc) const {
+std::vector<RankEnv> Supervisor::RankEnvs(const JobRecord& rec, const Allocation& alloc) {
   RankEnv env;
   env.world_size =
       IsMultiNode(rec) ? static_cast<int>(rec.rendezvous.world_size()) : static_cast<int>(rec.world_size);
@@ -763,6 +768,7 @@ Status Supervisor::Recover() {
   for (JobRecord& rec : jobs) {
     if (rec.state == JobState::QUEUED) {
       SFT_RETURN_IF_ERROR(JournalFor(rec.id).status());  // opened (replayed) now, not at launch
+      if (IsMultiNode(rec) && rec.rendezvous.node_rank() == 0) HostName();  // DNS too
       scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : rec.world_size);
       continue;
     }

@@ -132,7 +132,7 @@ class Supervisor {
   StatusOr<std::unique_ptr<Run>> RecoverRun(const JobRecord& rec, size_t* alive, std::string* dead_rank);
   void Schedule();
   void Launch(const Allocation& alloc);
-  std::vector<RankEnv> RankEnvs(const JobRecord& rec, const Allocation& alloc) const;
+  std::vector<RankEnv> RankEnvs(const JobRecord& rec, const Allocation& alloc);
   // Fails a job whose ranks could not be started or recorded; kills and reaps `ranks`.
   void FailLaunch(JobRecord* rec, Journal* journal, const std::vector<SpawnedRank>& ranks, const Status& why);
   void Tick(Run* run);
@@ -163,7 +163,11 @@ class Supervisor {
   Status Transition(JobRecord* rec, Journal* journal, JobState state, const std::string& reason,
                     bool* saved = nullptr);
   std::string JobDir(const std::string& id) const;
-  std::string NodeZeroMasterAddr(const std::string& reported) const;
+  std::string NodeZeroMasterAddr(const std::string& reported);
+  // This host's resolvable name ("" if none), looked up the first time a job needs it: on the
+  // blocking thread when a multi-node job's node 0 is submitted, or at recovery, so neither the
+  // agent's start nor the event thread waits for DNS.
+  const std::string& HostName();
 
   SupervisorConfig config_;
   StateStore* store_;
@@ -175,7 +179,8 @@ class Supervisor {
   boost::asio::io_context blocking_io_;
   std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> blocking_work_;
   std::thread blocking_thread_;
-  std::string host_name_;  // this host's resolvable name, "" if none (looked up once, in Start)
+  std::once_flag host_name_once_;
+  std::string host_name_;  // HostName()
   Scheduler scheduler_;
   std::map<std::string, std::unique_ptr<Run>> runs_;  // event thread only
 
