@@ -4,10 +4,14 @@
 //                             prints "JOB <id>" and "FILE <absolute path on the host>" once it is done;
 //   pull --job ID --path REL --out FILE
 //                             times ListArtifacts + PullArtifact of REL into FILE with sha256
-//                             verification (what `sftctl pull` does), and prints one JSON line.
+//                             verification (what `sftctl pull` does), and prints one JSON line;
+//   upload --file FILE        times what `sftctl submit` does to send a data file: sha256 of FILE, then
+//                             StatBlob + UploadBlob through the client's UploadFile; prints one JSON line.
+//                             (Run setup first or not: the blob store is the agent's, not a job's.)
 // Common flags: --host user@127.0.0.1:port -i KEY --known-hosts FILE --sftd PATH --data-dir DIR
 //               [--transport auto|forward|bridge]
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,7 +22,9 @@
 #include <string>
 #include <thread>
 
+#include "client/agent_session.h"
 #include "client/ssh/ssh_agent.h"
+#include "client/uploader.h"
 #include "common/sha256.h"
 
 namespace {
@@ -31,14 +37,48 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 int Usage() {
-  std::cerr << "usage: pull_bench --host H -i KEY --known-hosts F --sftd P --data-dir D [--transport T]\n"
-               "                  (setup --mb N | pull --job ID --path REL --out FILE)\n";
+  std::cerr
+      << "usage: pull_bench --host H -i KEY --known-hosts F --sftd P --data-dir D [--transport T]\n"
+         "                  (setup --mb N | pull --job ID --path REL --out FILE | upload --file FILE)\n";
   return 2;
 }
 
 int Fail(const std::string& what) {
   std::cerr << "pull_bench: " << what << "\n";
   return 1;
+}
+
+// What `sftctl submit` does for one data file: hash it, then make sure the agent holds its blob.
+int Upload(const sftctl::client::ConnectOptions& o, const std::string& file) {
+  auto t0 = Clock::now();
+  auto sha = sftctl::Sha256File(file);
+  if (!sha.ok()) return Fail(sha.status().ToString());
+  auto t_hashed = Clock::now();
+  auto conn = sftctl::client::ConnectOverSsh(o);
+  if (!conn.ok()) return Fail(conn.status().ToString());
+  auto t_connected = Clock::now();
+  const std::string via = (*conn)->description();
+  sftctl::client::Reconnector rc(std::make_unique<sftctl::client::AgentSession>(std::move(*conn)),
+                                 sftctl::client::MakeSessionFactory(o));
+  struct stat st {};
+  ::stat(file.c_str(), &st);
+  const auto size = static_cast<uint64_t>(st.st_size);
+  sftctl::client::UploadStats stats;
+  sftctl::Status s = sftctl::client::UploadFile(&rc, file, size, *sha, nullptr, &stats);
+  auto t_done = Clock::now();
+  if (!s.ok()) return Fail(s.ToString());
+  if (stats.bytes_sent != size)
+    return Fail("sent " + std::to_string(stats.bytes_sent) + " of " + std::to_string(size));
+  double mib = static_cast<double>(size) / (1 << 20);
+  nlohmann::json j = {{"bytes", size},
+                      {"hash_s", Seconds(t0, t_hashed)},
+                      {"connect_s", Seconds(t_hashed, t_connected)},
+                      {"transfer_s", Seconds(t_connected, t_done)},
+                      {"total_s", Seconds(t0, t_done)},
+                      {"transfer_mib_s", mib / Seconds(t_connected, t_done)},
+                      {"via", via}};
+  std::cout << j.dump() << "\n";
+  return 0;
 }
 
 }  // namespace
@@ -73,7 +113,9 @@ int main(int argc, char** argv) {
       path = next();
     else if (a == "--out")
       out = next();
-    else if (a == "setup" || a == "pull")
+    else if (a == "--file")
+      path = next();
+    else if (a == "setup" || a == "pull" || a == "upload")
       mode = a;
     else
       return Usage();
@@ -82,6 +124,7 @@ int main(int argc, char** argv) {
   o.start_agent = false;  // run.sh starts it with the stub trainer
   o.ssh_config_file = "/dev/null";
 
+  if (mode == "upload") return Upload(o, path);
   auto t0 = Clock::now();
   auto conn = sftctl::client::ConnectOverSsh(o);
   if (!conn.ok()) return Fail(conn.status().ToString());

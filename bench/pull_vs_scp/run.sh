@@ -5,9 +5,8 @@
 #                                                sftd-stub-trainer, sftctl: `cmake --build B`)
 #   MB=1024 ROUNDS=3 SWEEP=1 bench/pull_vs_scp/run.sh build/h-ssh
 #
-# Starts a throwaway sshd (ed25519 host/user keys, UsePAM no, StrictModes no, its own config — the shell
-# twin of tests/ssh/sshd_fixture.h) and a real sftd with the stub trainer, submits a job whose checkpoint
-# holds an MB MiB model.bin, then times, alternating, ROUNDS times each:
+# Starts a throwaway sshd and a real sftd with the stub trainer (bench/lib/ssh_bench_env.sh), submits a
+# job whose checkpoint holds an MB MiB model.bin, then times, alternating, ROUNDS times each:
 #   scp          root@127.0.0.1:<file> (OpenSSH client, default cipher, writes a file)
 #   sftctl pull  the whole command: the job's checkpoint folder + metrics, sha256-verified, fsynced
 #   pull_bench   ConnectOverSsh + ListArtifacts + PullArtifact + sha256 verify + write (timing detail)
@@ -25,50 +24,12 @@ for b in pull_bench sftd sftd-stub-trainer sftctl; do
 done
 
 T="$(mktemp -d "${TMPDIR:-/tmp}/pull-vs-scp-XXXXXX")"
-SSHD_PID=""
-cleanup() {
-  "$BIN/sftd" stop --data-dir "$T/agent" >/dev/null 2>&1 || true
-  if [[ -n "$SSHD_PID" ]]; then
-    pkill -KILL -P "$SSHD_PID" 2>/dev/null || true  # per-connection children of our listener only
-    kill "$SSHD_PID" 2>/dev/null || true
-    wait "$SSHD_PID" 2>/dev/null || true
-  fi
-  rm -rf "$T"
-}
-trap cleanup EXIT
+# shellcheck source=../lib/ssh_bench_env.sh
+source "$ROOT/bench/lib/ssh_bench_env.sh"
+trap bench_env_cleanup EXIT
+bench_env_start
 
-# --- sshd on 127.0.0.1 ---------------------------------------------------------------------------
-[[ "$(id -u)" == 0 && ! -d /run/sshd ]] && mkdir -m 0755 /run/sshd
-ssh-keygen -q -t ed25519 -N '' -f "$T/host_key"
-ssh-keygen -q -t ed25519 -N '' -f "$T/user_key"
-cp "$T/user_key.pub" "$T/authorized_keys"
-USER_NAME="$(id -un)"
-PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-SFTP=/usr/lib/openssh/sftp-server; [[ -x $SFTP ]] || SFTP=internal-sftp
-cat > "$T/sshd_config" <<CFG
-Port $PORT
-ListenAddress 127.0.0.1
-HostKey $T/host_key
-PidFile $T/sshd.pid
-AuthorizedKeysFile $T/authorized_keys
-UsePAM no
-StrictModes no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-AllowTcpForwarding yes
-Subsystem sftp $SFTP
-LogLevel ERROR
-CFG
-/usr/sbin/sshd -D -f "$T/sshd_config" -E "$T/sshd.log" &
-SSHD_PID=$!
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
-echo "[127.0.0.1]:$PORT $(cut -d' ' -f1,2 "$T/host_key.pub")" > "$T/known_hosts"
-mkdir -p -m 0700 "$T/home/.ssh" && cp "$T/known_hosts" "$T/home/.ssh/known_hosts"  # for sftctl
-
-# --- agent with the stub trainer, and the file -------------------------------------------------------
-"$BIN/sftd" start --detach --data-dir "$T/agent" --gpus none --trainer "$BIN/sftd-stub-trainer" >/dev/null
-COMMON=(--host "$USER_NAME@127.0.0.1:$PORT" -i "$T/user_key" --known-hosts "$T/known_hosts"
+COMMON=(--host "$USER_NAME@127.0.0.1:$PORT" -i "$T/user_key" --known-hosts "$KNOWN_HOSTS"
         --sftd "$BIN/sftd" --data-dir "$T/agent")
 SETUP="$("$BIN/pull_bench" "${COMMON[@]}" setup --mb "$MB")"
 JOB="$(awk '/^JOB /{print $2}' <<<"$SETUP")"
@@ -77,14 +38,13 @@ REL="$(awk '/^REL /{print $2}' <<<"$SETUP")"
 SIZE="$(stat -c %s "$FILE")"
 cat "$FILE" > /dev/null  # both sides read from the page cache
 
-now() { date +%s.%N; }
 mibs() { python3 -c "import sys; print(f'{$SIZE/1048576/float(sys.argv[1]):.0f}')" "$1"; }
 
 time_scp() {
   rm -f "$T/scp.out"
   local t0 t1
   t0="$(now)"
-  scp -q -F /dev/null -o BatchMode=yes -o UserKnownHostsFile="$T/known_hosts" -o StrictHostKeyChecking=yes \
+  scp -q -F /dev/null -o BatchMode=yes -o UserKnownHostsFile="$KNOWN_HOSTS" -o StrictHostKeyChecking=yes \
       -i "$T/user_key" -P "$PORT" "$USER_NAME@127.0.0.1:$FILE" "$T/scp.out"
   t1="$(now)"
   python3 -c "print($t1-$t0)"

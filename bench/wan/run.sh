@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Transfers over an emulated network, side by side in one run: scp, rsync -e ssh and sftctl (pull of a
+# checkpoint, upload of a data file) through the same sshd, reached through bench/wan/wan_relay with a
+# profile's round-trip time and rate.
+#
+#   bench/wan/run.sh [BUILD_DIR]                 (needs pull_bench, wan_relay, sftd, sftd-stub-trainer,
+#                                                 sftctl: `cmake --build B --target pull_bench wan_relay`)
+#   MB=1024 ROUNDS=1 PROFILES="lan metro wan" STREAMS="" bench/wan/run.sh build/release
+#
+# Profiles (RTT, rate): loopback (no relay), lan (0.2 ms, 10 Gbit/s), metro (10 ms, 1 Gbit/s),
+# wan (40 ms, 500 Mbit/s, 1 ms jitter). For each profile and round it times, one after the other:
+#   scp down       scp -P RELAY user@127.0.0.1:FILE OUT (OpenSSH, its default cipher)
+#   rsync down     rsync -e 'ssh -p RELAY' (Debian's rsync; the destination is absent: whole file)
+#   sftctl pull    the whole `sftctl pull JOB -o DIR` command (checkpoint folder + metrics, sha256, fsync)
+#   scp up         scp -P RELAY FILE user@127.0.0.1:DEST
+#   sftctl upload  pull_bench upload: what `sftctl submit` does for a data file (sha256 of it, StatBlob,
+#                  UploadBlob through the client's UploadFile); a fresh blob each round
+# and prints MiB/s (median over rounds) and each one's ratio to scp in its direction.
+# STREAMS, when set, is passed to `sftctl pull --streams` (and SFTCTL_UPLOAD_STREAMS to the upload).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+BUILD="$(cd "${1:-$ROOT/build/release}" && pwd)"
+MB="${MB:-1024}"
+ROUNDS="${ROUNDS:-1}"
+PROFILES="${PROFILES:-loopback lan metro wan}"
+BIN="$BUILD/bin"
+for b in pull_bench wan_relay sftd sftd-stub-trainer sftctl; do
+  [[ -x "$BIN/$b" ]] || { echo "missing $BIN/$b (cmake --build $BUILD --target pull_bench wan_relay)" >&2; exit 2; }
+done
+command -v rsync >/dev/null || { echo "rsync is not installed (apt install rsync)" >&2; exit 2; }
+
+T="$(mktemp -d "${TMPDIR:-/tmp}/wan-bench-XXXXXX")"
+# shellcheck source=../lib/ssh_bench_env.sh
+source "$ROOT/bench/lib/ssh_bench_env.sh"
+RELAY_PID=""
+cleanup() {
+  [[ -n "$RELAY_PID" ]] && kill "$RELAY_PID" 2>/dev/null || true
+  bench_env_cleanup
+}
+trap cleanup EXIT
+bench_env_start
+
+COMMON=(--host "$USER_NAME@127.0.0.1:$PORT" -i "$T/user_key" --known-hosts "$KNOWN_HOSTS"
+        --sftd "$BIN/sftd" --data-dir "$T/agent")
+SETUP="$("$BIN/pull_bench" "${COMMON[@]}" setup --mb "$MB")"
+JOB="$(awk '/^JOB /{print $2}' <<<"$SETUP")"
+FILE="$(awk '/^FILE /{print $2}' <<<"$SETUP")"
+SIZE="$(stat -c %s "$FILE")"
+UP="$T/upload.bin"
+head -c "$SIZE" /dev/urandom > "$UP"
+
+profile_args() {
+  case "$1" in
+    lan) echo "--rtt-ms 0.2 --mbit 10000" ;;
+    metro) echo "--rtt-ms 10 --mbit 1000" ;;
+    wan) echo "--rtt-ms 40 --mbit 500 --jitter-ms 1" ;;
+    *) echo "unknown profile $1" >&2; return 1 ;;
+  esac
+}
+
+# Starts the relay for profile $1 and sets RP to the port to use (sshd's own for loopback).
+start_relay() {
+  [[ -n "$RELAY_PID" ]] && { kill "$RELAY_PID" 2>/dev/null || true; wait "$RELAY_PID" 2>/dev/null || true; }
+  RELAY_PID=""
+  if [[ "$1" == loopback ]]; then RP="$PORT"; return; fi
+  RP="$(free_port)"
+  # shellcheck disable=SC2046
+  "$BIN/wan_relay" --listen "$RP" --to "127.0.0.1:$PORT" $(profile_args "$1") > "$T/relay.out" &
+  RELAY_PID=$!
+  wait_port "$RP"
+  trust_port "$RP"
+}
+
+SSH_OPTS=(-F /dev/null -o BatchMode=yes -o UserKnownHostsFile="$KNOWN_HOSTS" -o StrictHostKeyChecking=yes
+          -i "$T/user_key")
+elapsed() {  # runs "$@", prints its wall time in seconds; a failure stops the bench
+  local t0 t1
+  t0="$(now)"
+  "$@" >/dev/null 2>>"$T/errors" || { echo "failed: $*" >&2; cat "$T/errors" >&2; exit 1; }
+  t1="$(now)"
+  python3 -c "print($t1-$t0)"
+}
+scp_down() { rm -f "$T/scp.out"; scp -q "${SSH_OPTS[@]}" -P "$RP" "$USER_NAME@127.0.0.1:$FILE" "$T/scp.out"; }
+rsync_down() {
+  rm -f "$T/rsync.out"
+  rsync -q -e "ssh ${SSH_OPTS[*]} -p $RP" "$USER_NAME@127.0.0.1:$FILE" "$T/rsync.out"
+}
+sftctl_pull() {
+  rm -rf "$T/pull.out"
+  HOME="$T/home" XDG_CONFIG_HOME="$T/home/.config" "$BIN/sftctl" pull --host "$USER_NAME@127.0.0.1:$RP" \
+    -i "$T/user_key" --sftd "$BIN/sftd" --agent-data-dir "$T/agent" "$JOB" -o "$T/pull.out" \
+    ${STREAMS:+--streams "$STREAMS"}
+}
+scp_up() { scp -q "${SSH_OPTS[@]}" -P "$RP" "$UP" "$USER_NAME@127.0.0.1:$T/scp-up.bin"; }
+sftctl_upload() {
+  date +%s%N | dd of="$UP" conv=notrunc status=none  # a new blob each time: the agent skips one it holds
+  SFTCTL_UPLOAD_STREAMS="${STREAMS:-}" "$BIN/pull_bench" "${COMMON[@]}" --host "$USER_NAME@127.0.0.1:$RP" \
+    upload --file "$UP"
+}
+
+cat "$FILE" "$UP" > /dev/null  # every tool reads from the page cache
+echo "wan bench: $((SIZE / 1048576)) MiB, $ROUNDS round(s), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+RESULTS="$T/results.txt"
+for p in $PROFILES; do
+  start_relay "$p"
+  for r in $(seq "$ROUNDS"); do
+    for tool in scp_down rsync_down sftctl_pull scp_up sftctl_upload; do
+      t="$(elapsed "$tool")"
+      echo "$p $tool $t" >> "$RESULTS"
+      echo "  $p round $r: $tool $(python3 -c "print(f'{$SIZE/1048576/$t:.0f}')") MiB/s"
+    done
+  done
+  cmp -s "$T/scp.out" "$FILE" && cmp -s "$T/rsync.out" "$FILE" &&
+    cmp -s "$T/pull.out/checkpoint-000001/model.bin" "$FILE" || { echo "a copy differs ($p)" >&2; exit 1; }
+done
+
+python3 - "$SIZE" "$RESULTS" <<'PY'
+import collections, statistics, sys
+mib = int(sys.argv[1]) / 1048576
+t = collections.defaultdict(list)
+for line in open(sys.argv[2]):
+    p, tool, s = line.split()
+    t[(p, tool)].append(float(s))
+profiles = list(dict.fromkeys(p for p, _ in t))
+rate = lambda p, tool: mib / statistics.median(t[(p, tool)])
+print(f"\n{'profile':<9} {'scp down':>9} {'rsync':>9} {'sftctl pull':>12} {'pull/scp':>9}"
+      f" {'scp up':>9} {'sftctl up':>10} {'up/scp':>8}   (MiB/s, median)")
+for p in profiles:
+    sd, rs, sp = rate(p, "scp_down"), rate(p, "rsync_down"), rate(p, "sftctl_pull")
+    su, up = rate(p, "scp_up"), rate(p, "sftctl_upload")
+    print(f"{p:<9} {sd:9.0f} {rs:9.0f} {sp:12.0f} {sp/sd:8.2f}x {su:9.0f} {up:10.0f} {up/su:7.2f}x")
+PY
