@@ -142,7 +142,8 @@ class PullReactor : public grpc::ServerWriteReactor<v1::ArtifactChunk> {
     int fd = -1;
     std::string path;
     uint64_t pos = 0;
-    uint64_t size = 0;
+    uint64_t size = 0;  // of the file
+    uint64_t end = 0;   // of the range sent
     std::string sha256;
     size_t chunk = 1 << 20;
     bool first = true;
@@ -178,7 +179,7 @@ class PullReactor : public grpc::ServerWriteReactor<v1::ArtifactChunk> {
         next.set_total_size(size);
         next.set_sha256(sha256);
       }
-      size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, size - pos));
+      size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, end - pos));
       std::string* data = next.mutable_data();
       data->resize(want);
       size_t got = 0;
@@ -195,7 +196,7 @@ class PullReactor : public grpc::ServerWriteReactor<v1::ArtifactChunk> {
         return FinishLocked(ToGrpc(DataLossError("path: '" + path + "' shrank while being pulled")));
       }
       pos += got;
-      eof = pos >= size;
+      eof = pos >= end;
       if (got > 0 || first) ready = true;
       first = false;
       ProceedLocked();
@@ -488,8 +489,8 @@ grpc::ServerWriteReactor<v1::ArtifactChunk>* AgentService::PullArtifact(grpc::Ca
   st->pool = &pool_;
   st->chunk = deps_.pull_chunk_bytes;
   // Resolving, opening and hashing block: they run on the pool as the stream's first task.
-  st->prep = [this, st = st.get(), job_id = req->job_id(), rel = req->path(),
-              offset = req->offset()]() -> Status {
+  st->prep = [this, st = st.get(), job_id = req->job_id(), rel = req->path(), offset = req->offset(),
+              length = req->length()]() -> Status {
     SFT_ASSIGN_OR_RETURN(JobRecord rec, deps_.store->GetJob(job_id));
     SFT_ASSIGN_OR_RETURN(std::string abs, ResolveInside(rec.job_dir, rel));
     int fd = ::open(abs.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -504,6 +505,7 @@ grpc::ServerWriteReactor<v1::ArtifactChunk>* AgentService::PullArtifact(grpc::Ca
                              " of '" + rel + "'");
     }
     st->pos = offset;
+    st->end = length == 0 ? st->size : offset + std::min(length, st->size - offset);
     SFT_ASSIGN_OR_RETURN(st->sha256, deps_.artifacts->Hash(job_id, rel, abs));
     struct stat now;
     if (::fstat(fd, &now) != 0 || now.st_size != sb.st_size || now.st_mtim.tv_sec != sb.st_mtim.tv_sec ||

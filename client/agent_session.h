@@ -83,7 +83,12 @@ class Reconnector {
   // The error to report after ShouldRetry returned false for `s`.
   Status GiveUp(const Status& s) const;
   int reconnects() const { return reconnects_; }
+  // Reconnects made for this one's work by helper connections (parallel pulls), for NoteReconnects.
+  void AddReconnects(int n) { reconnects_ += n; }
   const std::string& host() const { return host_; }
+  // How further sessions are made, and the retry budget: for more connections to the same agent.
+  const SessionFactory& factory() const { return factory_; }
+  const RetryPolicy& policy() const { return policy_; }
 
  private:
   std::unique_ptr<AgentSession> session_;

@@ -9,7 +9,9 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <thread>
 
+#include "client/checkpoint_sync.h"
 #include "client/commands.h"
 #include "client/job_registry.h"
 #include "client/job_target.h"
@@ -28,6 +30,9 @@ struct SubmitArgs {
   RemoteOptions ro;
   std::string spec_path;
   bool follow = false;
+  std::string sync_to;  // --sync-to: keep this folder in step with the job's checkpoints
+  double sync_interval_s = 10;
+  int sync_keep = 0;
   std::string name;
   int gpus = -1;
   int cpu_ranks = -1;
@@ -283,6 +288,30 @@ void PrintSubmittedText(const JobRecord& rec, const std::vector<Node>& nodes, co
   if (!follow) std::cerr << "follow it with: sftctl logs -f " << rec.id << "\n";
 }
 
+// After the submit: --follow streams the logs, --sync-to keeps a folder in step with the job's
+// checkpoints (pull --follow); both at once run the sync on its own connection beside the logs. The
+// exit code is the job's final state, or the first error.
+int FollowSubmitted(const SubmitArgs& a, const JobRecord& rec, Reconnector* rc) {
+  const bool json = a.ro.json;
+  SyncOptions sync{a.sync_to, a.sync_interval_s, a.sync_keep, /*streams=*/0, /*force=*/false, json};
+  if (a.sync_to.empty() && !a.follow) return kExitOk;
+  if (!a.follow) return SyncCheckpoints(sync, rec, rec.nodes.front(), rc);
+  int sync_code = kExitOk;
+  std::thread syncer;
+  if (!a.sync_to.empty()) {
+    auto own = ConnectNode(rec.nodes.front());
+    if (!own.ok()) return ReportError(own.status(), json);
+    syncer = std::thread([&sync, &rec, &sync_code, own = std::move(*own)] {
+      sync_code = SyncCheckpoints(sync, rec, rec.nodes.front(), own.get());
+    });
+  }
+  auto result = PrintEvents(rc, rec.id, 0, /*follow=*/true, json);
+  int code = result.ok() ? ExitCodeForState(result->final_state.value_or(v1::FAILED))
+                         : ReportError(result.status(), json);
+  if (syncer.joinable()) syncer.join();  // it ends with the job, after its final checkpoint
+  return code != kExitOk ? code : sync_code;
+}
+
 // The hosts to run on (--host wins over the spec's `hosts`), each listed once.
 StatusOr<std::vector<std::string>> NodeHosts(const SubmitArgs& a, const RemoteSpec& spec) {
   std::vector<std::string> hosts = a.ro.hosts.empty() ? spec.hosts : a.ro.hosts;
@@ -326,10 +355,7 @@ int Submit(const SubmitArgs& a) {
     PrintSubmittedText(rec, *nodes, sum, *upload_s, a.follow);
   }
   std::cout.flush();
-  if (!a.follow) return kExitOk;
-  auto result = PrintEvents((*nodes)[0].rc.get(), rec.id, 0, /*follow=*/true, json);
-  if (!result.ok()) return ReportError(result.status(), json);
-  return ExitCodeForState(result->final_state.value_or(v1::FAILED));
+  return FollowSubmitted(a, rec, (*nodes)[0].rc.get());
 }
 
 }  // namespace
@@ -343,6 +369,16 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
                    "multi-node job",
                    /*multi_host=*/true);
   cmd->add_flag("-f,--follow", a->follow, "Stream the job's logs until it ends (exit code as `logs -f`)");
+  auto* sync =
+      cmd->add_option("--sync-to", a->sync_to,
+                      "Pull each new checkpoint (and metrics.jsonl) into DIR as soon as it is complete, "
+                      "until the job ends (as `pull --follow`)");
+  cmd->add_option("--sync-interval", a->sync_interval_s, "--sync-to: seconds between checks (default 10)")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->needs(sync);
+  cmd->add_option("--sync-keep", a->sync_keep, "--sync-to: keep only the newest N checkpoints (default: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(sync);
   cmd->add_option("--name", a->name, "Job name (default: the spec's name)");
   auto* gpus =
       cmd->add_option("--gpus", a->gpus, "GPUs per node (one rank per GPU)")->check(CLI::PositiveNumber);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "client/range_pull.h"
 #include "common/file_system.h"
 #include "common/sha256.h"
 
@@ -52,10 +53,140 @@ uint64_t FileSize(const std::string& path, bool* exists) {
   return *exists ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
+// What the agent says of the file in a stream's first chunk.
+struct Stream {
+  std::string sha256;
+  uint64_t total = 0;
+};
+
+// Streams from *offset to the end into `fd`, reconnecting and resuming from the offset reached.
+// Returns true when the agent says the .part is longer than the file now (start over).
+StatusOr<bool> StreamToEnd(Reconnector* rc, const std::string& job_id, const PullItem& item, int fd,
+                           const std::string& part, uint64_t* offset, Sha256* hasher, Stream* stream,
+                           Progress* progress, PullStats* stats) {
+  for (;;) {
+    auto session = rc->Session();
+    Status failure;
+    bool progressed = false;
+    if (!session.ok()) {
+      failure = session.status();
+    } else {
+      AgentSession& a = **session;
+      v1::PullArtifactRequest req;
+      req.set_job_id(job_id);
+      req.set_path(item.remote_path);
+      req.set_offset(*offset);
+      grpc::ClientContext ctx;
+      a.Prepare(&ctx, std::chrono::milliseconds(0));
+      auto reader = a.stub()->PullArtifact(&ctx, req);
+      v1::ArtifactChunk chunk;
+      bool first = true;
+      Status local;
+      while (reader->Read(&chunk)) {
+        if (first) {
+          first = false;
+          if (!chunk.sha256().empty()) stream->sha256 = chunk.sha256();
+          stream->total = chunk.total_size();
+        }
+        if (chunk.offset() != *offset) {
+          local = DataLossError(a.host() + ": '" + item.remote_path + "' chunk at offset " +
+                                std::to_string(chunk.offset()) + ", expected " + std::to_string(*offset));
+          ctx.TryCancel();
+          break;
+        }
+        const std::string& data = chunk.data();
+        if (Status w = WriteFully(fd, data, part); !w.ok()) {
+          local = w;
+          ctx.TryCancel();
+          break;
+        }
+        hasher->Update(data);
+        *offset += data.size();
+        stats->bytes_fetched += data.size();
+        progressed |= !data.empty();
+        if (progress) progress->Add(data.size());
+      }
+      grpc::Status fin = reader->Finish();
+      if (!local.ok()) return local;
+      failure = FromGrpc(fin, a.host() + ": pull of '" + item.remote_path + "'");
+      if (failure.ok()) return false;
+      if (failure.code() == StatusCode::kOutOfRange) return true;  // the .part is longer than the file now
+    }
+    if (progressed) rc->MadeProgress();
+    if (!rc->ShouldRetry(failure)) return rc->GiveUp(failure);
+  }
+}
+
+// The one-stream path: appends to "<dest>.part" from its size (PullArtifact offset), resuming a
+// dropped stream, then fsyncs it and checks it against the sha256 the agent sent. A resumed .part
+// that does not verify is discarded and fetched once more from the start.
+Status FetchSequential(Reconnector* rc, const std::string& job_id, const PullItem& item,
+                       const std::string& part, Progress* progress, PullStats* stats) {
+  FileSystem* fs = FileSystem::Default();
+  bool fresh_done = false;
+  for (;;) {
+    bool part_exists = false;
+    uint64_t offset = FileSize(part, &part_exists);
+    if (item.size > 0 && offset > item.size && !item.sha256.empty()) {
+      SFT_RETURN_IF_ERROR(fs->RemoveAll(part));
+      offset = 0;
+    }
+    const bool resumed = offset > 0;
+    Sha256 hasher;
+    if (offset > 0) SFT_RETURN_IF_ERROR(HashPrefix(part, offset, &hasher));
+    if (progress) progress->Add(offset);
+    Fd out(::open(part.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (out.get() < 0) return ErrnoError("cannot write", part, errno);
+    if (::ftruncate(out.get(), static_cast<off_t>(offset)) != 0)
+      return ErrnoError("cannot truncate", part, errno);
+
+    Stream stream{item.sha256, item.size};
+    SFT_ASSIGN_OR_RETURN(bool restart_from_zero, StreamToEnd(rc, job_id, item, out.get(), part, &offset,
+                                                             &hasher, &stream, progress, stats));
+    if (restart_from_zero) {
+      out.Close();
+      SFT_RETURN_IF_ERROR(fs->RemoveAll(part));
+      if (fresh_done)
+        return DataLossError("'" + item.remote_path + "' keeps changing on the host; pull it again later");
+      fresh_done = true;
+      continue;
+    }
+    if (::fsync(out.get()) != 0) return ErrnoError("cannot sync", part, errno);
+    if (out.Close() != 0) return ErrnoError("cannot close", part, errno);
+    const std::string got = hasher.HexDigest();
+    if (offset != stream.total || (!stream.sha256.empty() && got != stream.sha256)) {
+      SFT_RETURN_IF_ERROR(fs->RemoveAll(part));
+      if (resumed && !fresh_done) {
+        fresh_done = true;  // the kept .part was stale or damaged: fetch it whole once
+        continue;
+      }
+      return DataLossError(
+          "'" + item.remote_path + "' does not verify after download: " + std::to_string(offset) + " of " +
+          std::to_string(stream.total) + " bytes, sha256 " + got + ", expected " + stream.sha256);
+    }
+    return OkStatus();
+  }
+}
+
+// Byte ranges over several connections (range_pull.h); a resumed .part that does not verify is
+// fetched once more from the start.
+Status FetchRanges(Reconnector* rc, const std::string& job_id, const PullItem& item, const std::string& part,
+                   int streams, Progress* progress, PullStats* stats) {
+  for (bool fresh = false;; fresh = true) {
+    RangePullResult r;
+    RangePullOptions options;
+    options.max_streams = streams;
+    Status s = PullRanges(rc, job_id, item.remote_path, item.size, item.sha256, part, options, progress, &r);
+    stats->bytes_fetched += r.bytes_fetched;
+    stats->streams = std::max(stats->streams, r.streams);
+    if (s.ok() || !r.digest_mismatch || !r.resumed || fresh) return s;
+  }
+}
+
 }  // namespace
 
 Status PullFile(Reconnector* rc, const std::string& job_id, const PullItem& item, bool force,
-                Progress* progress, PullStats* stats) {
+                Progress* progress, PullStats* stats, int streams) {
   const std::string& dest = item.local_path;
   bool dest_exists = false;
   FileSize(dest, &dest_exists);
@@ -79,108 +210,14 @@ Status PullFile(Reconnector* rc, const std::string& job_id, const PullItem& item
   FileSystem* fs = FileSystem::Default();
   if (!parent.empty()) SFT_RETURN_IF_ERROR(fs->CreateDirs(parent));
   const std::string part = dest + ".part";
-
-  bool fresh_done = false;
-  for (;;) {
-    bool part_exists = false;
-    uint64_t offset = FileSize(part, &part_exists);
-    if (item.size > 0 && offset > item.size && !item.sha256.empty()) {
-      SFT_RETURN_IF_ERROR(fs->RemoveAll(part));
-      offset = 0;
-    }
-    const bool resumed = offset > 0;
-    Sha256 hasher;
-    if (offset > 0) SFT_RETURN_IF_ERROR(HashPrefix(part, offset, &hasher));
-    if (progress) progress->Add(offset);
-    Fd out(::open(part.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
-    if (out.get() < 0) return ErrnoError("cannot write", part, errno);
-    if (::ftruncate(out.get(), static_cast<off_t>(offset)) != 0)
-      return ErrnoError("cannot truncate", part, errno);
-
-    std::string expected_sha = item.sha256;
-    uint64_t total = item.size;
-    bool restart_from_zero = false;
-    for (;;) {
-      auto session = rc->Session();
-      Status failure;
-      bool progressed = false;
-      if (!session.ok()) {
-        failure = session.status();
-      } else {
-        AgentSession& a = **session;
-        v1::PullArtifactRequest req;
-        req.set_job_id(job_id);
-        req.set_path(item.remote_path);
-        req.set_offset(offset);
-        grpc::ClientContext ctx;
-        a.Prepare(&ctx, std::chrono::milliseconds(0));
-        auto reader = a.stub()->PullArtifact(&ctx, req);
-        v1::ArtifactChunk chunk;
-        bool first = true;
-        Status local;
-        while (reader->Read(&chunk)) {
-          if (first) {
-            first = false;
-            if (!chunk.sha256().empty()) expected_sha = chunk.sha256();
-            total = chunk.total_size();
-          }
-          if (chunk.offset() != offset) {
-            local = DataLossError(a.host() + ": '" + item.remote_path + "' chunk at offset " +
-                                  std::to_string(chunk.offset()) + ", expected " + std::to_string(offset));
-            ctx.TryCancel();
-            break;
-          }
-          const std::string& data = chunk.data();
-          if (Status w = WriteFully(out.get(), data, part); !w.ok()) {
-            local = w;
-            ctx.TryCancel();
-            break;
-          }
-          hasher.Update(data);
-          offset += data.size();
-          stats->bytes_fetched += data.size();
-          progressed |= !data.empty();
-          if (progress) progress->Add(data.size());
-        }
-        grpc::Status fin = reader->Finish();
-        if (!local.ok()) return local;
-        failure = FromGrpc(fin, a.host() + ": pull of '" + item.remote_path + "'");
-        if (failure.ok()) break;
-        if (failure.code() == StatusCode::kOutOfRange) {  // the .part is longer than the file now
-          restart_from_zero = true;
-          break;
-        }
-      }
-      if (progressed) rc->MadeProgress();
-      if (!rc->ShouldRetry(failure)) return rc->GiveUp(failure);
-    }
-    if (restart_from_zero) {
-      out.Close();
-      SFT_RETURN_IF_ERROR(fs->RemoveAll(part));
-      if (fresh_done)
-        return DataLossError("'" + item.remote_path + "' keeps changing on the host; pull it again later");
-      fresh_done = true;
-      continue;
-    }
-    if (::fsync(out.get()) != 0) return ErrnoError("cannot sync", part, errno);
-    if (out.Close() != 0) return ErrnoError("cannot close", part, errno);
-    const std::string got = hasher.HexDigest();
-    if (offset != total || (!expected_sha.empty() && got != expected_sha)) {
-      SFT_RETURN_IF_ERROR(fs->RemoveAll(part));
-      if (resumed && !fresh_done) {
-        fresh_done = true;  // the kept .part was stale or damaged: fetch it whole once
-        continue;
-      }
-      return DataLossError("'" + item.remote_path +
-                           "' does not verify after download: " + std::to_string(offset) + " of " +
-                           std::to_string(total) + " bytes, sha256 " + got + ", expected " + expected_sha);
-    }
-    SFT_RETURN_IF_ERROR(fs->Rename(part, dest));
-    if (!parent.empty()) SFT_RETURN_IF_ERROR(fs->SyncDir(parent));
-    ++stats->files_fetched;
-    rc->MadeProgress();
-    return OkStatus();
-  }
+  const bool ranges = streams != 1 && !item.sha256.empty() && item.size >= kMinRangePullBytes;
+  SFT_RETURN_IF_ERROR(ranges ? FetchRanges(rc, job_id, item, part, streams, progress, stats)
+                             : FetchSequential(rc, job_id, item, part, progress, stats));
+  SFT_RETURN_IF_ERROR(fs->Rename(part, dest));
+  if (!parent.empty()) SFT_RETURN_IF_ERROR(fs->SyncDir(parent));
+  ++stats->files_fetched;
+  rc->MadeProgress();
+  return OkStatus();
 }
 
 }  // namespace sftctl::client

@@ -1,7 +1,8 @@
 // Pulling files of a job folder from an agent (PullArtifact), resumably and verified.
 //
 // For each file: a destination that already has the expected sha256 is skipped; one that differs is an
-// error naming it (unless `force`). Otherwise the bytes go to "<dest>.part", resumed from its size
+// error naming it (unless `force`). A large file goes as parallel byte ranges (range_pull.h). Otherwise
+// the bytes go to "<dest>.part", resumed from its size
 // (PullArtifact offset) — after an interrupted run or a dropped stream, which is reconnected and
 // retried from the offset a few times (Reconnector) — then the whole file is checked against the
 // sha256 the agent sent, fsynced and renamed atomically into place. A resumed .part that does not
@@ -32,12 +33,15 @@ struct PullStats {
   int files_skipped = 0;  // already present with the right sha256
   uint64_t bytes_fetched = 0;
   uint64_t bytes_skipped = 0;
+  int streams = 1;  // the most connections one file was pulled over
 };
 
 // Errors: ALREADY_EXISTS (a differing destination without force), DATA_LOSS (sha256 mismatch after a
 // fresh download), UNAVAILABLE (the connection could not be resumed), the agent's (NOT_FOUND, ...),
 // local I/O errors.
+// `streams`: for a file of at least kMinRangePullBytes with a listed sha256, how many connections
+// pull its byte ranges at once (range_pull.h): 0 chooses from measured throughput, 1 is one stream.
 Status PullFile(Reconnector* rc, const std::string& job_id, const PullItem& item, bool force,
-                Progress* progress, PullStats* stats);
+                Progress* progress, PullStats* stats, int streams = 0);
 
 }  // namespace sftctl::client

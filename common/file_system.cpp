@@ -179,6 +179,31 @@ Status WriteFully(int fd, std::string_view data, const std::string& path) {
   return OkStatus();
 }
 
+Status PwriteFully(int fd, const char* data, size_t size, uint64_t offset, const std::string& path) {
+  while (size > 0) {
+    ssize_t n = ::pwrite(fd, data, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoError("cannot write", path, n < 0 ? errno : EIO);
+    data += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return OkStatus();
+}
+
+Status PreadFully(int fd, char* data, size_t size, uint64_t offset, const std::string& path) {
+  while (size > 0) {
+    ssize_t n = ::pread(fd, data, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("cannot read", path, errno);
+    if (n == 0) return DataLossError("'" + path + "' ends before byte " + std::to_string(offset + size));
+    data += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return OkStatus();
+}
+
 std::string JoinPath(std::string_view a, std::string_view b) {
   if (a.empty()) return std::string(b);
   if (b.empty()) return std::string(a);

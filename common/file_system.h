@@ -110,6 +110,11 @@ Status WriteFileAtomic(FileSystem* fs, const std::string& path, std::string_view
 // Writes all of `data` to the open descriptor `fd`, retrying interrupted and partial writes.
 // Errors read "cannot write '<path>': <strerror>" (`path` only names the file in messages).
 Status WriteFully(int fd, std::string_view data, const std::string& path);
+// The same at file offset `offset` (pwrite(2)); the descriptor's own offset is unchanged. Safe to call
+// from several threads on one descriptor for disjoint ranges.
+Status PwriteFully(int fd, const char* data, size_t size, uint64_t offset, const std::string& path);
+// Reads exactly `size` bytes at `offset` (pread(2)); a file that ends first is DATA_LOSS naming `path`.
+Status PreadFully(int fd, char* data, size_t size, uint64_t offset, const std::string& path);
 
 // Joins path components with '/'.
 std::string JoinPath(std::string_view a, std::string_view b);

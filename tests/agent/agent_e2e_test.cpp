@@ -31,11 +31,13 @@ struct Pulled {
   uint64_t total = 0;
 };
 
-Pulled Pull(Agent& a, const std::string& job, const std::string& path, uint64_t offset = 0) {
+Pulled Pull(Agent& a, const std::string& job, const std::string& path, uint64_t offset = 0,
+            uint64_t length = 0) {
   v1::PullArtifactRequest req;
   req.set_job_id(job);
   req.set_path(path);
   req.set_offset(offset);
+  req.set_length(length);
   auto ctx = a.Ctx();
   auto reader = a.stub()->PullArtifact(ctx.get(), req);
   Pulled out;
@@ -151,6 +153,16 @@ TEST_F(AgentE2E, SubmitStreamCompleteListAndPullArtifacts) {
   EXPECT_EQ(p.data.substr(0, 1234567) + rest.data, p.data);
   Pulled past = Pull(a, job.id(), model.path(), model.size() + 1);
   EXPECT_EQ(past.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  // A byte range (parallel pulls): exactly those bytes, with the whole file's size and sha256; a
+  // range past the end is cut at the end.
+  Pulled range = Pull(a, job.id(), model.path(), 1000000, 1500000);
+  ASSERT_TRUE(range.status.ok()) << range.status.error_message();
+  EXPECT_EQ(range.data, p.data.substr(1000000, 1500000));
+  EXPECT_EQ(range.total, model.size());
+  EXPECT_EQ(range.sha256, model.sha256());
+  Pulled tail = Pull(a, job.id(), model.path(), model.size() - 10, 1 << 20);
+  ASSERT_TRUE(tail.status.ok()) << tail.status.error_message();
+  EXPECT_EQ(tail.data, p.data.substr(model.size() - 10));
 }
 
 TEST_F(AgentE2E, StreamEventsFromMiddleSeqGivesExactlyTheRest) {

@@ -247,6 +247,48 @@ TEST_F(RemoteLocal, PullFollowKeepsTheNewestCheckpointsUntilTheJobEnds) {
   EXPECT_NE(r.exit_code, 0) << r.All();
 }
 
+// submit --sync-to: each checkpoint comes home while the job runs, beside --follow's logs; the
+// output stays one whole JSON object per line.
+TEST_F(RemoteLocal, SubmitSyncToPullsEachCheckpointBesideTheLogs) {
+  const std::string spec = WriteTinyJob(work_, /*steps=*/30, /*checkpoint_interval=*/6);
+  const std::string out = tmp_.path() + "/synced";
+  Result r = sftctl_.Run({"submit", "--host", host_, spec, "--follow", "--sync-to", out, "--sync-interval",
+                          "0.1", "--sync-keep", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  const auto lines = r.JsonLines();
+  std::string why;
+  EXPECT_GT(CheckSeqs(lines, &why), 0) << why << r.All();
+  std::vector<int64_t> steps;
+  std::string job;
+  for (const auto& j : lines) {
+    ASSERT_TRUE(j.is_object()) << r.All();
+    if (j.contains("checkpoint")) steps.push_back(j["step"].get<int64_t>());
+    if (j.contains("nodes")) job = j["job"];
+  }
+  ASSERT_FALSE(steps.empty()) << r.All();
+  EXPECT_EQ(steps.back(), 30) << r.All();
+  EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end())) << r.All();
+  EXPECT_TRUE(std::filesystem::exists(out + "/checkpoint-000030/DONE"));
+  int kept = 0;
+  for (const auto& e : std::filesystem::directory_iterator(out)) {
+    kept += e.path().filename().string().rfind("checkpoint-", 0) == 0;
+  }
+  EXPECT_LE(kept, 2) << "--sync-keep 2";
+  ASSERT_FALSE(job.empty()) << r.All();
+  EXPECT_EQ(Sha(out + "/checkpoint-000030/model.safetensors"),
+            Sha(AgentRunFile(job, "checkpoint-000030/model.safetensors")));
+  EXPECT_EQ(Sha(out + "/metrics.jsonl"), Sha(AgentRunFile(job, "metrics.jsonl")));
+
+  // Without --follow, the sync alone keeps the command attached until the job ends.
+  const std::string out2 = tmp_.path() + "/synced2";
+  r = sftctl_.Run({"submit", "--host", host_, spec, "--sync-to", out2, "--sync-interval", "0.1"});
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  EXPECT_TRUE(std::filesystem::exists(out2 + "/checkpoint-000030/DONE")) << r.All();
+  // --sync-interval needs --sync-to.
+  r = sftctl_.Run({"submit", "--host", host_, spec, "--sync-interval", "1"});
+  EXPECT_NE(r.exit_code, 0) << r.All();
+}
+
 // pull --follow across an agent restart: the agent stops mid-job (its ranks run on), the follower
 // reconnects (starting the agent again, which re-attaches to the ranks) and brings home the final
 // checkpoint.

@@ -1,0 +1,376 @@
+#include "client/range_pull.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/file_system.h"
+#include "common/sha256.h"
+
+namespace sftctl::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The ".ranges" sidecar: a header naming the file, then one completed block index per line.
+class RangeLog {
+ public:
+  RangeLog(std::string path, uint64_t size, std::string sha256, uint64_t block)
+      : path_(std::move(path)), size_(size), sha256_(std::move(sha256)), block_(block) {}
+
+  // The blocks an earlier run completed, when its header matches; otherwise none, and the caller
+  // starts over. A torn last line (a crash mid-append) is ignored.
+  std::vector<char> Load(size_t blocks, bool* matched) const {
+    std::vector<char> done(blocks, 0);
+    *matched = false;
+    std::ifstream in(path_);
+    std::string header;
+    if (!in || !std::getline(in, header) || header != Header()) return done;
+    *matched = true;
+    std::string line;
+    while (std::getline(in, line) && !in.eof()) {
+      char* end = nullptr;
+      unsigned long long i = std::strtoull(line.c_str(), &end, 10);
+      if (end != line.c_str() && *end == '\0' && i < blocks) done[i] = 1;
+    }
+    return done;
+  }
+  Status Start() {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd_ < 0) return ErrnoError("cannot write", path_, errno);
+    return WriteFully(fd_, Header() + "\n", path_);
+  }
+  Status Reopen() {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+    if (fd_ < 0) return ErrnoError("cannot write", path_, errno);
+    return OkStatus();
+  }
+  // Thread-safe (one write(2) per line on an O_APPEND descriptor).
+  Status Append(size_t block) { return WriteFully(fd_, std::to_string(block) + "\n", path_); }
+  ~RangeLog() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  std::string Header() const {
+    return "sftctl-ranges 1 " + std::to_string(size_) + " " + sha256_ + " " + std::to_string(block_);
+  }
+  std::string path_;
+  uint64_t size_;
+  std::string sha256_;
+  uint64_t block_;
+  int fd_ = -1;
+};
+
+// What the workers and the hashing thread share.
+struct Shared {
+  std::string job_id, remote_path, sha256, part;
+  uint64_t size = 0;
+  uint64_t block = kRangeBlockBytes;
+  size_t blocks = 0;
+  size_t window = 0;  // how far past the hash a worker may fetch
+  int fd = -1;        // the .part, written with pwrite
+  RangeLog* log = nullptr;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<char> done, taken;  // per block, under mu
+  size_t hashed = 0;              // blocks [0, hashed) are in the digest
+  Status error;                   // the first failure; stops everyone
+  std::atomic<uint64_t> received{0};
+
+  uint64_t BlockStart(size_t b) const { return static_cast<uint64_t>(b) * block; }
+  uint64_t BlockEnd(size_t b) const { return std::min(size, BlockStart(b) + block); }
+  void Fail(const Status& s) {
+    std::lock_guard<std::mutex> l(mu);
+    if (error.ok()) error = s;
+    cv.notify_all();
+  }
+};
+
+// The next block nobody has, within the window; `blocks` when there is none now or ever.
+size_t TakeBlock(Shared& sh) {
+  std::unique_lock<std::mutex> l(sh.mu);
+  for (;;) {
+    if (!sh.error.ok()) return sh.blocks;
+    size_t b = sh.hashed;
+    while (b < sh.blocks && (sh.done[b] || sh.taken[b])) ++b;
+    if (b >= sh.blocks) return sh.blocks;
+    if (b < sh.hashed + sh.window) {
+      sh.taken[b] = 1;
+      return b;
+    }
+    sh.cv.wait(l);
+  }
+}
+
+// One streaming attempt for [*pos, end): writes what arrives at its place and advances *pos.
+Status StreamRange(AgentSession& a, Shared& sh, uint64_t* pos, uint64_t end, bool* progressed) {
+  v1::PullArtifactRequest req;
+  req.set_job_id(sh.job_id);
+  req.set_path(sh.remote_path);
+  req.set_offset(*pos);
+  req.set_length(end - *pos);
+  grpc::ClientContext ctx;
+  a.Prepare(&ctx, std::chrono::milliseconds(0));
+  auto reader = a.stub()->PullArtifact(&ctx, req);
+  v1::ArtifactChunk chunk;
+  bool first = true;
+  Status local;
+  while (*pos < end && reader->Read(&chunk)) {
+    if (first &&
+        (chunk.total_size() != sh.size || (!chunk.sha256().empty() && chunk.sha256() != sh.sha256))) {
+      local = DataLossError("'" + sh.remote_path + "' changed on " + a.host() + " while it was pulled (now " +
+                            std::to_string(chunk.total_size()) + " bytes); pull it again");
+      break;
+    }
+    first = false;
+    if (chunk.offset() != *pos) {
+      local = DataLossError(a.host() + ": '" + sh.remote_path + "' chunk at offset " +
+                            std::to_string(chunk.offset()) + ", expected " + std::to_string(*pos));
+      break;
+    }
+    // An agent that predates ranges sends to the end of the file: keep only this range.
+    size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.data().size(), end - *pos));
+    if (Status w = PwriteFully(sh.fd, chunk.data().data(), n, *pos, sh.part); !w.ok()) {
+      local = w;
+      break;
+    }
+    *pos += n;
+    sh.received += n;
+    *progressed |= n > 0;
+  }
+  if (!local.ok() || *pos >= end) ctx.TryCancel();
+  grpc::Status fin = reader->Finish();
+  if (!local.ok()) return local;
+  if (*pos >= end) return OkStatus();
+  Status s = FromGrpc(fin, a.host() + ": pull of '" + sh.remote_path + "'");
+  return s.ok() ? UnavailableError(a.host() + ": the stream of '" + sh.remote_path + "' ended early") : s;
+}
+
+// Fetches block `b` through `rc`, resuming a dropped stream from the byte it reached.
+Status FetchBlock(Reconnector* rc, Shared& sh, size_t b) {
+  uint64_t pos = sh.BlockStart(b), end = sh.BlockEnd(b);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(sh.mu);
+      if (!sh.error.ok()) return sh.error;
+    }
+    auto session = rc->Session();
+    bool progressed = false;
+    Status s = session.ok() ? StreamRange(**session, sh, &pos, end, &progressed) : session.status();
+    if (s.ok()) break;
+    if (s.code() == StatusCode::kDataLoss) return s;
+    if (progressed) rc->MadeProgress();
+    if (!rc->ShouldRetry(s)) return rc->GiveUp(s);
+  }
+  rc->MadeProgress();
+  return sh.log->Append(b);
+}
+
+void RunWorker(Reconnector* rc, Shared* sh) {
+  for (size_t b = TakeBlock(*sh); b < sh->blocks; b = TakeBlock(*sh)) {
+    Status s = FetchBlock(rc, *sh, b);
+    if (!s.ok()) return sh->Fail(s);
+    std::lock_guard<std::mutex> l(sh->mu);
+    sh->done[b] = 1;
+    sh->cv.notify_all();
+  }
+}
+
+// The workers, started one at a time by the ramp-up rule.
+class Workers {
+ public:
+  Workers(Reconnector* first, Shared* sh, int max_streams) : first_(first), sh_(sh), fixed_(max_streams > 0) {
+    max_ = max_streams > 0 ? max_streams : kMaxAutoStreams;
+  }
+  ~Workers() { Join(); }
+  void Start() {
+    Add();
+    while (fixed_ && count() < max_) Add();
+    last_change_ = Clock::now();
+    bytes_at_change_ = sh_->received.load();
+  }
+  // Called about once a second: adds a stream while each addition paid off (auto mode only).
+  void MaybeRamp() {
+    if (fixed_ || stopped_ramp_ || count() >= max_) return;
+    auto now = Clock::now();
+    double secs = std::chrono::duration<double>(now - last_change_).count();
+    if (secs < 1.0) return;
+    double rate = static_cast<double>(sh_->received.load() - bytes_at_change_) / secs;
+    if (last_rate_ > 0 && rate < last_rate_ * 1.15) {
+      stopped_ramp_ = true;
+      return;
+    }
+    last_rate_ = rate;
+    Add();
+    last_change_ = now;
+    bytes_at_change_ = sh_->received.load();
+  }
+  void Join() {
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    // Each helper's first connection is not a reconnect.
+    for (auto& rc : extra_) first_->AddReconnects(std::max(0, rc->reconnects() - 1));
+    extra_.clear();
+  }
+  // Workers started (joined ones included).
+  int count() const { return started_; }
+
+ private:
+  void Add() {
+    Reconnector* rc = first_;
+    if (!threads_.empty()) {
+      extra_.push_back(std::make_unique<Reconnector>(nullptr, first_->factory(), first_->policy()));
+      rc = extra_.back().get();
+    }
+    threads_.emplace_back(RunWorker, rc, sh_);
+    ++started_;
+  }
+  Reconnector* first_;
+  Shared* sh_;
+  bool fixed_;
+  int max_ = 1;
+  int started_ = 0;
+  bool stopped_ramp_ = false;
+  double last_rate_ = 0;
+  Clock::time_point last_change_;
+  uint64_t bytes_at_change_ = 0;
+  std::vector<std::unique_ptr<Reconnector>> extra_;
+  std::vector<std::thread> threads_;
+};
+
+// Hashes blocks in file order as they complete; returns the first failure of anyone.
+Status HashInOrder(Shared& sh, Workers& workers, Sha256* hasher, Progress* progress) {
+  std::string buf;
+  uint64_t shown = 0;
+  for (;;) {
+    size_t b;
+    bool ready;
+    {
+      std::unique_lock<std::mutex> l(sh.mu);
+      sh.cv.wait_for(l, std::chrono::milliseconds(250),
+                     [&] { return !sh.error.ok() || sh.hashed >= sh.blocks || sh.done[sh.hashed]; });
+      if (!sh.error.ok()) return sh.error;
+      if (sh.hashed >= sh.blocks) return OkStatus();
+      b = sh.hashed;  // only this thread advances `hashed`
+      ready = sh.done[b] != 0;
+    }
+    if (progress) {
+      uint64_t now = sh.received.load();
+      progress->Add(now - shown);
+      shown = now;
+    }
+    workers.MaybeRamp();
+    if (!ready) continue;
+    uint64_t start = sh.BlockStart(b), len = sh.BlockEnd(b) - start;
+    buf.resize(len);
+    SFT_RETURN_IF_ERROR(PreadFully(sh.fd, buf.data(), len, start, sh.part));
+    hasher->Update(buf);
+    std::lock_guard<std::mutex> l(sh.mu);
+    ++sh.hashed;
+    sh.cv.notify_all();
+  }
+}
+
+// Which blocks of an earlier run can be kept: those its .ranges lists (same size and sha256), or the
+// complete blocks of a .part a one-stream pull left. Anything else starts over. Leaves `log` open.
+StatusOr<std::vector<char>> ResumableBlocks(RangeLog& log, const std::string& part, uint64_t size,
+                                            uint64_t block, size_t blocks) {
+  FileSystem* fs = FileSystem::Default();
+  struct stat st;
+  const uint64_t have = ::stat(part.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  bool matched = false;
+  std::vector<char> done = log.Load(blocks, &matched);
+  if (matched) {
+    for (size_t b = 0; b < blocks; ++b) {
+      if (std::min(size, static_cast<uint64_t>(b + 1) * block) > have) done[b] = 0;
+    }
+    SFT_RETURN_IF_ERROR(log.Reopen());
+    return done;
+  }
+  struct stat ls;
+  const bool foreign_log = ::stat((part + ".ranges").c_str(), &ls) == 0;
+  if (foreign_log || have > size) {
+    SFT_RETURN_IF_ERROR(fs->RemoveAll(part));  // another file's ranges: nothing here is ours
+  } else {
+    for (size_t b = 0; b < blocks && static_cast<uint64_t>(b + 1) * block <= have; ++b) done[b] = 1;
+  }
+  SFT_RETURN_IF_ERROR(log.Start());
+  for (size_t b = 0; b < blocks; ++b) {
+    if (done[b]) SFT_RETURN_IF_ERROR(log.Append(b));
+  }
+  return done;
+}
+
+// Ends a range pull: the .part must be whole and hash to `sha256`; then it is fsynced and the
+// sidecar removed. On a mismatch both are removed.
+Status FinishPart(int fd, const Shared& sh, const std::string& digest, RangePullResult* result) {
+  FileSystem* fs = FileSystem::Default();
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat", sh.part, errno);
+  if (static_cast<uint64_t>(st.st_size) != sh.size || digest != sh.sha256) {
+    SFT_RETURN_IF_ERROR(fs->RemoveAll(sh.part));
+    SFT_RETURN_IF_ERROR(fs->RemoveAll(sh.part + ".ranges"));
+    result->digest_mismatch = true;
+    return DataLossError("'" + sh.remote_path +
+                         "' does not verify after download: " + std::to_string(st.st_size) + " of " +
+                         std::to_string(sh.size) + " bytes, sha256 " + digest + ", expected " + sh.sha256);
+  }
+  if (::fsync(fd) != 0) return ErrnoError("cannot sync", sh.part, errno);
+  return fs->RemoveAll(sh.part + ".ranges");
+}
+
+}  // namespace
+
+Status PullRanges(Reconnector* rc, const std::string& job_id, const std::string& remote_path, uint64_t size,
+                  const std::string& sha256, const std::string& part, const RangePullOptions& options,
+                  Progress* progress, RangePullResult* result) {
+  const int max_streams = options.max_streams;
+  Shared sh;
+  sh.job_id = job_id;
+  sh.remote_path = remote_path;
+  sh.sha256 = sha256;
+  sh.part = part;
+  sh.size = size;
+  sh.block = std::max<uint64_t>(1, options.block_bytes);
+  sh.blocks = static_cast<size_t>((size + sh.block - 1) / sh.block);
+  sh.window = 4 * static_cast<size_t>(max_streams > 0 ? max_streams : kMaxAutoStreams);
+  RangeLog log(part + ".ranges", size, sha256, sh.block);
+  sh.log = &log;
+  SFT_ASSIGN_OR_RETURN(sh.done, ResumableBlocks(log, part, size, sh.block, sh.blocks));
+  sh.taken.assign(sh.blocks, 0);
+  for (size_t b = 0; b < sh.blocks; ++b) {
+    if (!sh.done[b]) continue;
+    result->resumed = true;
+    if (progress) progress->Add(sh.BlockEnd(b) - sh.BlockStart(b));
+  }
+  sh.fd = ::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (sh.fd < 0) return ErrnoError("cannot write", part, errno);
+  Sha256 hasher;
+  Status s;
+  {
+    Workers workers(rc, &sh, max_streams);
+    workers.Start();
+    s = HashInOrder(sh, workers, &hasher, progress);
+    if (!s.ok()) sh.Fail(s);  // stops the workers
+    workers.Join();
+    result->streams = workers.count();
+  }
+  result->bytes_fetched = sh.received.load();
+  if (s.ok()) s = FinishPart(sh.fd, sh, hasher.HexDigest(), result);
+  ::close(sh.fd);
+  return s;
+}
+
+}  // namespace sftctl::client

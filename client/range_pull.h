@@ -1,0 +1,60 @@
+// Range pulls: one large file fetched as byte ranges over several agent connections at once, for
+// links where one stream cannot fill the pipe (a window per RTT) or one core cannot decrypt fast enough.
+//
+// The file is cut into fixed blocks (16 MiB) handed out in order to up to `max_streams` workers, each on its
+// own SSH connection (its own session, pump thread and gRPC channel: sessions, not channels of one session,
+// so that decryption spreads over cores). Each worker asks PullArtifact for its block's range (offset +
+// length) and writes it at its place in "<dest>.part"; a dropped stream resumes from the byte it reached,
+// through the worker's own Reconnector. The calling thread hashes the blocks in file order as soon as each is
+// complete (from the page cache, while later blocks still arrive): the sha256 is pipelined with receiving,
+// not a second pass after it. Workers never run more than a window of blocks ahead of the hash.
+//
+// How many streams: `options.max_streams` > 0 fixes the number; 0 chooses it from measured throughput: start
+// with one stream, and add one (up to kMaxAutoStreams) each second while the last one added raised
+// the total rate by at least 15%.
+//
+// Resuming across runs: "<dest>.part.ranges" records the file's size and sha256 and each completed
+// block (appended as it completes). A new run re-uses the blocks it lists when size and sha256 still
+// match (else both files are discarded), and hashes them from the .part. A .part left by a one-stream
+// pull counts as its complete blocks. Every range's first chunk carries the file's size and sha256:
+// a file that changed on the host between ranges is refused (DATA_LOSS) rather than stitched together.
+//
+// Thread safety: PullRanges is called by one thread; it owns its workers until it returns.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "client/agent_session.h"
+#include "client/progress.h"
+#include "common/status.h"
+
+namespace sftctl::client {
+
+constexpr uint64_t kRangeBlockBytes = 16ull << 20;
+constexpr int kMaxAutoStreams = 4;
+// Files smaller than this are pulled as one stream.
+constexpr uint64_t kMinRangePullBytes = 4 * kRangeBlockBytes;
+
+struct RangePullOptions {
+  int max_streams = 0;  // > 0: exactly this many connections; 0: chosen from measured throughput
+  uint64_t block_bytes = kRangeBlockBytes;
+};
+
+struct RangePullResult {
+  uint64_t bytes_fetched = 0;    // received by this call
+  bool resumed = false;          // blocks of an earlier run were re-used
+  int streams = 0;               // the most workers that ran at once
+  bool digest_mismatch = false;  // the whole did not verify (the .part was removed)
+};
+
+// Fetches `remote_path` (`size` bytes, `sha256`; both as listed, REQUIRES: sha256 non-empty) of job
+// `job_id` into `part`, which ends complete, verified and fsynced; removes "<part>.ranges".
+// `rc` is used by the first worker; the others connect through rc->factory().
+// Errors: DATA_LOSS (the file changed on the host between ranges, or the whole does not verify; the
+// .part is removed then), UNAVAILABLE (a worker could not resume), the agent's, local I/O errors.
+Status PullRanges(Reconnector* rc, const std::string& job_id, const std::string& remote_path, uint64_t size,
+                  const std::string& sha256, const std::string& part, const RangePullOptions& options,
+                  Progress* progress, RangePullResult* result);
+
+}  // namespace sftctl::client

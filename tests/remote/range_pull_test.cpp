@@ -1,0 +1,256 @@
+// Range pulls (client/range_pull.h) against an in-process fake agent (real gRPC, one in-process
+// channel per connection) that serves byte ranges and misbehaves on purpose: a stream dropped in the
+// middle of a range, a file that changes between ranges, an agent that predates ranges, a run that
+// stops half way and is resumed by the next one.
+#include "client/range_pull.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <set>
+
+#include "client/agent_session.h"
+#include "common/sha256.h"
+#include "tests/remote/remote_test_util.h"
+
+namespace sftctl::remotetest {
+namespace {
+
+namespace v1 = ::sftctl::v1;
+using client::AgentSession;
+using client::Reconnector;
+
+constexpr uint64_t kBlock = 64 << 10;
+
+class RangeAgent final : public v1::Agent::Service {
+ public:
+  std::string file;     // what PullArtifact serves
+  std::string changed;  // when set: served to ranges starting at or after change_at
+  uint64_t change_at = 0;
+  uint64_t drop_at = std::numeric_limits<uint64_t>::max();      // the first stream through it fails there
+  uint64_t refuse_from = std::numeric_limits<uint64_t>::max();  // ranges from here: FAILED_PRECONDITION
+  bool honor_length = true;  // false: an agent from before ranges streams to the end
+
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, uint64_t>> requests;  // (offset, length)
+  std::atomic<bool> dropped{false};
+
+  grpc::Status PullArtifact(grpc::ServerContext*, const v1::PullArtifactRequest* req,
+                            grpc::ServerWriter<v1::ArtifactChunk>* w) override {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      requests.emplace_back(req->offset(), req->length());
+    }
+    if (req->offset() >= refuse_from) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "refused");
+    const std::string& f = !changed.empty() && req->offset() >= change_at ? changed : file;
+    uint64_t end = f.size();
+    if (honor_length && req->length() > 0) end = std::min<uint64_t>(end, req->offset() + req->length());
+    uint64_t off = req->offset();
+    bool first = true;
+    while (off < end) {
+      v1::ArtifactChunk c;
+      c.set_offset(off);
+      if (first) {
+        c.set_total_size(f.size());
+        c.set_sha256(Sha256Hex(f));
+        first = false;
+      }
+      const uint64_t n = std::min<uint64_t>(4096, end - off);
+      c.set_data(f.substr(off, n));
+      off += n;
+      if (!w->Write(c)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+      if (req->offset() <= drop_at && drop_at < end && off >= drop_at && !dropped.exchange(true)) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "tunnel dropped");
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  std::vector<std::pair<uint64_t, uint64_t>> Requests() {
+    std::lock_guard<std::mutex> l(mu);
+    return requests;
+  }
+};
+
+std::string Pattern(size_t n, int seed) {
+  std::string s(n, '\0');
+  uint32_t x = 2463534242u + static_cast<uint32_t>(seed);
+  for (auto& c : s) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    c = static_cast<char>(x);
+  }
+  return s;
+}
+
+class RangePull : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder b;
+    b.RegisterService(&agent_);
+    server_ = b.BuildAndStart();
+    ASSERT_TRUE(server_);
+    agent_.file = Pattern(1000000, 1);  // 15.3 blocks of 64 KiB
+    sha_ = Sha256Hex(agent_.file);
+    part_ = tmp_.path() + "/model.bin.part";
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  // Each session is a new in-process channel: one "connection" per worker.
+  std::unique_ptr<Reconnector> MakeReconnector() {
+    client::RetryPolicy p;
+    p.initial_backoff = std::chrono::milliseconds(1);
+    p.max_attempts = 3;
+    auto factory = [this]() -> StatusOr<std::unique_ptr<AgentSession>> {
+      ++connects_;
+      grpc::ChannelArguments args;
+      args.SetInt("sftctl.test.connection", connects_.load());  // distinct channels, not one shared
+      return std::make_unique<AgentSession>(v1::Agent::NewStub(server_->InProcessChannel(args)), "token",
+                                            "fake");
+    };
+    auto first = factory();
+    return std::make_unique<Reconnector>(std::move(*first), factory, p);
+  }
+
+  Status Pull(int streams, client::RangePullResult* r) {
+    auto rc = MakeReconnector();
+    client::RangePullOptions o;
+    o.max_streams = streams;
+    o.block_bytes = kBlock;
+    return client::PullRanges(rc.get(), "job-1", "run/model.bin", agent_.file.size(), sha_, part_, o, nullptr,
+                              r);
+  }
+
+  RangeAgent agent_;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<int> connects_{0};
+  TempDir tmp_;
+  std::string sha_, part_;
+};
+
+TEST_F(RangePull, BlocksArriveOverSeveralConnectionsAndTheWholeVerifies) {
+  client::RangePullResult r;
+  Status s = Pull(3, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_FALSE(std::filesystem::exists(part_ + ".ranges"));
+  EXPECT_EQ(r.streams, 3);
+  EXPECT_EQ(connects_.load(), 3);
+  EXPECT_EQ(r.bytes_fetched, agent_.file.size());
+  EXPECT_FALSE(r.resumed);
+  // Every block asked for once, as its own range; the last one is short.
+  std::set<uint64_t> offsets;
+  for (auto [offset, length] : agent_.Requests()) {
+    EXPECT_EQ(offset % kBlock, 0u);
+    EXPECT_EQ(length, std::min<uint64_t>(kBlock, agent_.file.size() - offset));
+    EXPECT_TRUE(offsets.insert(offset).second) << "block at " << offset << " asked for twice";
+  }
+  EXPECT_EQ(offsets.size(), 16u);
+}
+
+TEST_F(RangePull, AStreamDroppedMidRangeResumesFromTheByteItReached) {
+  agent_.drop_at = 5 * kBlock + 3 * 4096;  // inside block 5
+  client::RangePullResult r;
+  Status s = Pull(2, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_TRUE(agent_.dropped.load());
+  // No byte fetched twice: the retry asked for the rest of the range only.
+  EXPECT_EQ(r.bytes_fetched, agent_.file.size());
+  bool resumed_mid_range = false;
+  for (auto [offset, length] : agent_.Requests()) {
+    if (offset % kBlock != 0) {
+      resumed_mid_range = true;
+      EXPECT_GT(offset, 5 * kBlock);
+      EXPECT_LT(offset, 6 * kBlock);
+      EXPECT_EQ(offset + length, 6 * kBlock);
+    }
+  }
+  EXPECT_TRUE(resumed_mid_range);
+}
+
+TEST_F(RangePull, AFileThatChangedOnTheHostBetweenRangesIsRefused) {
+  agent_.changed = Pattern(agent_.file.size(), 2);  // same size, other bytes: another sha256
+  agent_.change_at = 8 * kBlock;
+  client::RangePullResult r;
+  Status s = Pull(2, &r);
+  ASSERT_EQ(s.code(), StatusCode::kDataLoss) << s.message();
+  EXPECT_NE(s.message().find("changed on fake while it was pulled"), std::string::npos) << s.message();
+  EXPECT_NE(ReadFile(part_), agent_.file);  // never presented as complete
+}
+
+TEST_F(RangePull, AnAgentFromBeforeRangesIsReadOnlyToTheRangeEnd) {
+  agent_.honor_length = false;
+  client::RangePullResult r;
+  Status s = Pull(2, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_EQ(r.bytes_fetched, agent_.file.size());
+}
+
+TEST_F(RangePull, AnInterruptedRunLeavesItsBlocksForTheNextOne) {
+  agent_.refuse_from = 10 * kBlock;  // a non-transient failure: blocks 0..9 arrive, then the run fails
+  client::RangePullResult first;
+  Status s = Pull(1, &first);
+  ASSERT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.message();
+  ASSERT_TRUE(std::filesystem::exists(part_ + ".ranges"));
+
+  agent_.refuse_from = std::numeric_limits<uint64_t>::max();
+  const size_t asked_before = agent_.Requests().size();
+  client::RangePullResult second;
+  s = Pull(1, &second);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_TRUE(second.resumed);
+  EXPECT_EQ(second.bytes_fetched, agent_.file.size() - 10 * kBlock);
+  auto req = agent_.Requests();
+  ASSERT_GT(req.size(), asked_before);
+  EXPECT_EQ(req[asked_before].first, 10 * kBlock);
+  EXPECT_FALSE(std::filesystem::exists(part_ + ".ranges"));
+}
+
+TEST_F(RangePull, APartFromAOneStreamPullCountsAsItsCompleteBlocks) {
+  WriteFile(part_, agent_.file.substr(0, 3 * kBlock + 100));
+  client::RangePullResult r;
+  Status s = Pull(2, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_EQ(r.bytes_fetched, agent_.file.size() - 3 * kBlock);
+  for (auto [offset, length] : agent_.Requests()) EXPECT_GE(offset, 3 * kBlock);
+}
+
+TEST_F(RangePull, RangesOfAnotherFileAreDiscarded) {
+  WriteFile(part_, std::string(5 * kBlock, 'x'));
+  WriteFile(part_ + ".ranges", "sftctl-ranges 1 999 deadbeef 65536\n0\n1\n2\n");
+  client::RangePullResult r;
+  Status s = Pull(2, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_FALSE(r.resumed);
+  EXPECT_EQ(r.bytes_fetched, agent_.file.size());
+}
+
+TEST_F(RangePull, ADamagedResumedBlockFailsVerificationAndRemovesThePart) {
+  // The .ranges claims blocks whose bytes are wrong (a crash before they reached the disk): the
+  // whole does not verify, and nothing partial is left to be trusted later.
+  std::string damaged = agent_.file;
+  damaged[2 * kBlock + 7] ^= 1;
+  WriteFile(part_, damaged.substr(0, 4 * kBlock));
+  WriteFile(part_ + ".ranges",
+            "sftctl-ranges 1 " + std::to_string(agent_.file.size()) + " " + sha_ + " 65536\n0\n1\n2\n3\n");
+  client::RangePullResult r;
+  Status s = Pull(2, &r);
+  ASSERT_EQ(s.code(), StatusCode::kDataLoss) << s.message();
+  EXPECT_TRUE(r.resumed);
+  EXPECT_TRUE(r.digest_mismatch);
+  EXPECT_FALSE(std::filesystem::exists(part_));
+  EXPECT_FALSE(std::filesystem::exists(part_ + ".ranges"));
+}
+
+}  // namespace
+}  // namespace sftctl::remotetest
