@@ -428,12 +428,13 @@ int RunStart(DaemonOptions opts) {
 
   Running r = FindRunning(dir, std::chrono::seconds(5));
   if (r.running) {
-    if (r.version == want_version) {
+    if (r.version == want_version && !opts.stop.any()) {
       std::cout << ReadyLine(r.addr(), dir, r.version, r.pid) << std::flush;
       return 0;
     }
+    // The stop policy is read at start: new --stop-* flags restart the agent (jobs keep running).
     std::cerr << "sftd: running agent is version " << r.version << ", restarting it as " << want_version
-              << "\n";
+              << (opts.stop.any() ? " to apply the --stop-* flags" : "") << "\n";
     if (int rc = RunStop(dir, 15, /*quiet=*/true); rc != 0) return rc;
   }
   if (!opts.detach) return Serve(opts, dir, STDOUT_FILENO);

@@ -167,5 +167,31 @@ TEST(AutoStopE2eTest, IdleStopWithoutAnActionIsRefusedAtStart) {
   EXPECT_NE(r.output.find("no stop action"), std::string::npos) << r.output;
 }
 
+// `sftd start` with --stop-* flags while an agent runs (the client started it without them) restarts
+// it, so the flags take effect.
+TEST(AutoStopE2eTest, StopFlagsGivenToARunningAgentRestartIt) {
+  TempDir dir;
+  const std::string data = dir.path() + "/data", record = dir.path() + "/record";
+  const std::vector<std::string> base = {SftdPath(), "start",  "--detach", "--data-dir", data,      "--port",
+                                         "0",        "--gpus", "none",     "--trainer",  StubPath()};
+  struct StopAgent {
+    std::string dir;
+    ~StopAgent() { RunCommand({SftdPath(), "stop", "--data-dir", dir}); }
+  } stop_agent{data};
+  CommandResult first = RunForStdout(base);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::vector<std::string> with_flags = base;
+  for (const std::string& f : StopFlags(record, "1s")) with_flags.push_back(f);
+  CommandResult second = RunCommand(with_flags);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("to apply the --stop-* flags"), std::string::npos) << second.output;
+  EXPECT_NE(first.output, second.output.substr(second.output.find("SFTD_READY")));  // another pid
+  ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));
+  // Without flags, the running agent (and its policy) is kept.
+  CommandResult third = RunForStdout(base);
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_EQ(third.output, second.output.substr(second.output.find("SFTD_READY")));
+}
+
 }  // namespace
 }  // namespace sftctl::agent::testing
