@@ -433,8 +433,12 @@ int RunStart(DaemonOptions opts) {
       return 0;
     }
     // The stop policy is read at start: new --stop-* flags restart the agent (jobs keep running).
-    std::cerr << "sftd: running agent is version " << r.version << ", restarting it as " << want_version
-              << (opts.stop.any() ? " to apply the --stop-* flags" : "") << "\n";
+    if (r.version == want_version) {
+      std::cerr << "sftd: restarting the running agent to apply the --stop-* flags (jobs keep running)\n";
+    } else {
+      std::cerr << "sftd: running agent is version " << r.version << ", restarting it as " << want_version
+                << "\n";
+    }
     if (int rc = RunStop(dir, 15, /*quiet=*/true); rc != 0) return rc;
   }
   if (!opts.detach) return Serve(opts, dir, STDOUT_FILENO);
