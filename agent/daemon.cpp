@@ -31,7 +31,9 @@
 
 #include "agent/artifacts.h"
 #include "agent/auth.h"
+#include "agent/auto_stop.h"
 #include "agent/blob_store.h"
+#include "agent/client_activity.h"
 #include "agent/gpu_discovery.h"
 #include "agent/service.h"
 #include "agent/state_store.h"
@@ -222,6 +224,9 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   if (!token.ok()) return fail(token.status().ToString());
   auto store = StateStore::Open(Path(dir, "agent.db"));
   if (!store.ok()) return fail(store.status().ToString());
+  const StopEnv stop_env = StopEnv::FromProcess();
+  auto stop_policy = LoadStopPolicy(store->get(), opts.stop, stop_env);
+  if (!stop_policy.ok()) return fail(stop_policy.status().ToString());
   BlobStore blobs(Path(dir, "blobs"), store->get());
   if (Status s = blobs.Init(); !s.ok()) return fail(s.ToString());
   GarbageCollector gc(dir, store->get(), &blobs);
@@ -248,6 +253,18 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
 
   Artifacts artifacts(store->get());
   Authenticator auth(*token);
+  ClientActivity activity(::sftctl::Clock::Real());
+  AutoStopDeps stop_deps;
+  stop_deps.store = store->get();
+  stop_deps.activity = &activity;
+  stop_deps.active_jobs = [&supervisor] {
+    SupervisorStats st = supervisor.Stats();
+    return st.running + st.queued;
+  };
+  stop_deps.data_dir = dir;
+  stop_deps.env = stop_env;
+  stop_deps.check = std::chrono::milliseconds(std::max(10, opts.stop_check_ms));
+  AutoStop auto_stop(stop_deps, *stop_policy);
   std::string version = opts.version_override.empty() ? AgentVersion() : opts.version_override;
   int port = 0;
   std::unique_ptr<grpc::Server> server;
@@ -260,6 +277,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     deps.gc = &gc;
     deps.gc_policy = opts.gc;
     deps.auth = &auth;
+    deps.auto_stop = &auto_stop;
     deps.version = version;
     auto service = std::make_unique<AgentService>(deps);
     grpc::ServerBuilder builder;
@@ -278,6 +296,9 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
                            : opts.listen;
     builder.AddListeningPort(host + ":" + std::to_string(opts.port), creds, &port);
     builder.RegisterService(service.get());
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    interceptors.push_back(MakeClientActivityInterceptors(&activity, &auth));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
     builder.SetMaxReceiveMessageSize(kMaxRpcMessageBytes);
     builder.SetMaxSendMessageSize(kMaxRpcMessageBytes);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreamsPerConnection);
@@ -304,10 +325,12 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     }
     spdlog::info("sftd {} listening on {}:{} (data dir {}, {} GPU(s), trainer {})", version, opts.listen,
                  port, dir, cfg.gpus.size(), cfg.trainer_path);
+    if (const AutoStopView v = auto_stop.View(); !v.policy.empty()) spdlog::info("auto-stop: {}", v.policy);
     (void)WriteFully(ready_fd, ReadyLine(dial_host + ":" + std::to_string(port), dir, version, ::getpid()),
                      "ready pipe");
     if (ready_fd != STDOUT_FILENO) ::close(ready_fd);
     auto_gc.Start();
+    auto_stop.Start();
 
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -317,6 +340,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     server.reset();
     service.reset();  // joins the worker pool
   }
+  auto_stop.Stop();
   auto_gc.Stop();
   supervisor.Stop();
   ::unlink(Path(dir, "sftd.pid").c_str());
@@ -404,12 +428,17 @@ int RunStart(DaemonOptions opts) {
 
   Running r = FindRunning(dir, std::chrono::seconds(5));
   if (r.running) {
-    if (r.version == want_version) {
+    if (r.version == want_version && !opts.stop.any()) {
       std::cout << ReadyLine(r.addr(), dir, r.version, r.pid) << std::flush;
       return 0;
     }
-    std::cerr << "sftd: running agent is version " << r.version << ", restarting it as " << want_version
-              << "\n";
+    // The stop policy is read at start: new --stop-* flags restart the agent (jobs keep running).
+    if (r.version == want_version) {
+      std::cerr << "sftd: restarting the running agent to apply the --stop-* flags (jobs keep running)\n";
+    } else {
+      std::cerr << "sftd: running agent is version " << r.version << ", restarting it as " << want_version
+                << "\n";
+    }
     if (int rc = RunStop(dir, 15, /*quiet=*/true); rc != 0) return rc;
   }
   if (!opts.detach) return Serve(opts, dir, STDOUT_FILENO);
@@ -489,6 +518,11 @@ int RunStatus(const std::string& data_dir, bool json) {
         j["jobs_queued"] = h.jobs_queued();
         j["gpus_total"] = h.gpus_total();
         j["gpus_free"] = h.gpus_free();
+        const auto& as = h.auto_stop();
+        j["auto_stop"] = {{"policy", as.policy()},           {"state", as.state()},
+                          {"remaining_s", as.remaining_s()}, {"detail", as.detail()},
+                          {"action", as.action()},           {"cost_estimate", as.cost_estimate()},
+                          {"last_action", as.last_action()}};
       } else {
         j["error"] = s.error_message();
       }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "agent/gc.h"
+#include "agent/stop_policy.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -38,6 +39,10 @@ struct DaemonOptions {
   GcPolicy gc;
   int gc_check_s = 600;
   int gc_min_free_pct = 10;
+  // Stopping the host (agent/auto_stop.h): the flags given change the policy persisted in agent.db;
+  // the policy is evaluated every stop_check_ms.
+  StopPolicyFlags stop;
+  int stop_check_ms = 5000;
 };
 
 // The address a local client dials for an agent listening on `listen`: "127.0.0.1" for 0.0.0.0,

@@ -59,6 +59,36 @@ int main(int argc, char** argv) {
                    "remove folders of jobs finished longer ago (e.g. 30d; -1: keep them)")
       ->transform(age_units);
   start->add_option("--gc-check-s", opts.gc_check_s, "testing only")->group("");
+  // Stopping the host (docs/agent.md, "Stopping the host"); the flags given are remembered in agent.db.
+  auto& sp = opts.stop;
+  start
+      ->add_option_function<int64_t>(
+          "--stop-when-idle", [&](int64_t v) { sp.idle_s = v; },
+          "stop the host after this long with no job and no client contact (e.g. 2h; 0: never)")
+      ->transform(age_units);
+  start
+      ->add_option_function<int64_t>(
+          "--stop-grace", [&](int64_t v) { sp.grace_s = v; },
+          "quiet time after a `submit --stop-when-done` job ended before the host stops (default 1m)")
+      ->transform(age_units);
+  start
+      ->add_option_function<int64_t>(
+          "--stop-pull-timeout", [&](int64_t v) { sp.pull_timeout_s = v; },
+          "longest wait for `sftctl pull` of a stop-when-done job's final checkpoint (default 30m)")
+      ->transform(age_units);
+  start->add_option_function<std::string>(
+      "--stop-action", [&](const std::string& v) { sp.action = v; },
+      "runpod | lambda | shutdown | command (default: detect RunPod, then Lambda)");
+  start->add_option_function<std::string>(
+      "--stop-command", [&](const std::string& v) { sp.command = v; },
+      "shell command that stops the host (implies --stop-action command; \"\": none)");
+  start->add_option_function<std::string>(
+      "--stop-storage", [&](const std::string& v) { sp.storage = v; },
+      "auto | survives | lost: whether the data dir outlives the stop (survives: no wait for pulls)");
+  start->add_option_function<double>(
+      "--price-per-hour", [&](double v) { sp.price_per_hour = v; },
+      "what the host costs per hour, for the estimate `sftctl status` shows");
+  start->add_option("--stop-check-ms", opts.stop_check_ms, "testing only")->group("");
 
   std::string data_dir;
   bool json = false;

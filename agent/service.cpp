@@ -352,6 +352,7 @@ void JobToProto(const JobRecord& rec, const std::vector<HistoryRecord>* history,
   out->set_world_size(IsMultiNode(rec) ? rec.rendezvous.world_size() : rec.world_size);
   if (IsMultiNode(rec)) *out->mutable_rendezvous() = rec.rendezvous;
   out->set_first_failed_rank(rec.first_failed_rank);
+  out->set_stop_when_done(rec.stop_when_done);
   for (int g : rec.assigned_gpus) out->add_assigned_gpus(static_cast<uint32_t>(g));
   out->set_restarts(rec.restarts);
   out->set_max_restarts(rec.max_restarts);
@@ -402,6 +403,10 @@ AgentService::~AgentService() {
 grpc::ServerUnaryReactor* AgentService::SubmitJob(grpc::CallbackServerContext* ctx,
                                                   const v1::SubmitJobRequest* req, v1::Job* resp) {
   SFT_AUTH_UNARY(ctx);
+  if (req->stop_when_done() && (deps_.auto_stop == nullptr || !deps_.auto_stop->HasAction())) {
+    reactor->Finish(ToGrpc(ActionCommand("", StopPolicy()).status().WithContext("stop_when_done")));
+    return reactor;
+  }
   deps_.supervisor->Submit(*req, [reactor, resp](StatusOr<JobRecord> r) {
     if (r.ok()) JobToProto(*r, nullptr, resp);
     reactor->Finish(ToGrpc(r.status()));
@@ -576,6 +581,19 @@ grpc::ServerUnaryReactor* AgentService::Health(grpc::CallbackServerContext* ctx,
   resp->set_gpus_total(s.gpus_total);
   resp->set_gpus_free(s.gpus_free);
   resp->set_pid(::getpid());
+  if (deps_.auto_stop != nullptr) {
+    const AutoStopView v = deps_.auto_stop->View();
+    v1::AutoStopStatus* as = resp->mutable_auto_stop();
+    as->set_policy(v.policy);
+    as->set_state(v.state);
+    as->set_remaining_s(v.remaining_s);
+    as->set_detail(v.detail);
+    as->set_stop_when_idle_s(v.idle_s);
+    as->set_action(v.action);
+    as->set_price_per_hour(v.price_per_hour);
+    as->set_cost_estimate(v.price_per_hour * static_cast<double>(resp->uptime_s()) / 3600.0);
+    as->set_last_action(v.last_action);
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

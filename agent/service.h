@@ -17,6 +17,7 @@
 
 #include "agent/artifacts.h"
 #include "agent/auth.h"
+#include "agent/auto_stop.h"
 #include "agent/blob_store.h"
 #include "agent/gc.h"
 #include "agent/state_store.h"
@@ -38,6 +39,9 @@ struct ServiceDeps {
   GarbageCollector* gc = nullptr;
   GcPolicy gc_policy;  // CollectGarbage's defaults
   const Authenticator* auth = nullptr;
+  // The stop policy: Health reports it; SubmitJob refuses stop_when_done without a stop action.
+  // Optional (nullptr: no policy, stop_when_done refused).
+  const AutoStop* auto_stop = nullptr;
   std::string version;
   // Short work (job lookups, event and artifact reads) runs on `worker_threads`; work that hashes or
   // fsyncs whole files (ListArtifacts, UploadBlob) on `bulk_threads` of its own, so that hashing a

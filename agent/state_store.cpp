@@ -134,6 +134,14 @@ CREATE TABLE IF NOT EXISTS history (
   reason TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS history_job ON history(job_id);
+CREATE TABLE IF NOT EXISTS stop_when_done (
+  job_id TEXT PRIMARY KEY,
+  status INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS settings (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS blobs (
   sha256 TEXT PRIMARY KEY,
   size INTEGER NOT NULL
@@ -248,6 +256,11 @@ StatusOr<JobRecord> StateStore::InsertJob(JobRecord rec) {
   ins.Bind(10, static_cast<int64_t>(rec.heartbeat_s)).Bind(11, rec.created_ms).Bind(12, rec.job_dir);
   ins.Bind(13, rec.spec_json).Bind(14, RendezvousToText(rec.rendezvous));
   if (ins.Step() != SQLITE_DONE) return fail(ins.Error("insert job"));
+  if (rec.stop_when_done) {
+    Stmt sw(db_, "INSERT INTO stop_when_done (job_id, status) VALUES (?1, 0)");
+    sw.Bind(1, rec.id);
+    if (sw.Step() != SQLITE_DONE) return fail(sw.Error("insert stop_when_done"));
+  }
   Stmt h(db_, "INSERT INTO history (job_id, time_ms, state, reason) VALUES (?1, ?2, ?3, ?4)");
   h.Bind(1, rec.id).Bind(2, rec.created_ms).Bind(3, static_cast<int64_t>(rec.state)).Bind(4, rec.reason);
   if (h.Step() != SQLITE_DONE) return fail(h.Error("insert history"));
@@ -309,7 +322,8 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
   std::string sql =
       "SELECT num, id, name, COALESCE(client_request_id, ''), state, reason, gpus, world_size, "
       "assigned_gpus, restarts, max_restarts, heartbeat_s, created_ms, started_ms, finished_ms, last_step, "
-      "last_loss, pgid, job_dir, spec_json, rendezvous, first_failed_rank FROM jobs";
+      "last_loss, pgid, job_dir, spec_json, rendezvous, first_failed_rank, "
+      "EXISTS(SELECT 1 FROM stop_when_done s WHERE s.job_id = jobs.id) FROM jobs";
   sql += where_id.empty() ? " ORDER BY num" : " WHERE id=?1";
   Stmt q(db_, sql.c_str());
   if (!where_id.empty()) q.Bind(1, where_id);
@@ -338,6 +352,7 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
     r.spec_json = q.Text(19);
     r.rendezvous = RendezvousFromText(q.Text(20));
     r.first_failed_rank = static_cast<int>(q.Int(21));
+    r.stop_when_done = q.Int(22) != 0;
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return q.Error("query jobs");
@@ -441,6 +456,48 @@ Status StateStore::PutCachedHash(const std::string& job_id, const std::string& p
   q.Bind(1, job_id).Bind(2, path).Bind(3, static_cast<int64_t>(size)).Bind(4, mtime_ns).Bind(5, sha256);
   if (q.Step() != SQLITE_DONE) return q.Error("put artifact hash");
   return OkStatus();
+}
+
+StatusOr<std::vector<StopWhenDoneRecord>> StateStore::StopWhenDoneJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_,
+         "SELECT s.job_id, j.state, j.job_dir, s.status FROM stop_when_done s JOIN jobs j ON j.id = s.job_id "
+         "WHERE s.status < ?1 ORDER BY j.num");
+  q.Bind(1, static_cast<int64_t>(StopWhenDone::kConsumed));
+  std::vector<StopWhenDoneRecord> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    out.push_back(
+        {q.Text(0), static_cast<JobState>(q.Int(1)), q.Text(2), static_cast<StopWhenDone>(q.Int(3))});
+  }
+  if (rc != SQLITE_DONE) return q.Error("query stop_when_done");
+  return out;
+}
+
+Status StateStore::SetStopWhenDone(const std::string& job_id, StopWhenDone status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "UPDATE stop_when_done SET status=?2 WHERE job_id=?1");
+  q.Bind(1, job_id).Bind(2, static_cast<int64_t>(status));
+  if (q.Step() != SQLITE_DONE) return q.Error("update stop_when_done");
+  return OkStatus();
+}
+
+Status StateStore::PutSetting(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "INSERT OR REPLACE INTO settings (key, value) VALUES (?1, ?2)");
+  q.Bind(1, key).Bind(2, value);
+  if (q.Step() != SQLITE_DONE) return q.Error("put setting");
+  return OkStatus();
+}
+
+StatusOr<std::optional<std::string>> StateStore::GetSetting(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT value FROM settings WHERE key=?1");
+  q.Bind(1, key);
+  int rc = q.Step();
+  if (rc == SQLITE_ROW) return std::optional<std::string>(q.Text(0));
+  if (rc != SQLITE_DONE) return q.Error("get setting");
+  return std::optional<std::string>();
 }
 
 }  // namespace sftctl::agent

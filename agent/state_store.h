@@ -64,7 +64,17 @@ struct JobRecord {
   // Multi-node jobs (rendezvous.num_nodes > 1): this node's part, master_addr/port filled in. Then
   // `world_size` above still counts the ranks on this host; rendezvous.world_size counts all of them.
   ::sftctl::v1::Rendezvous rendezvous;
-  int first_failed_rank = -1;  // global rank that failed first in the latest attempt; -1: none
+  int first_failed_rank = -1;   // global rank that failed first in the latest attempt; -1: none
+  bool stop_when_done = false;  // stop the host once it ended (agent/auto_stop.h); set at insert only
+};
+
+// A job submitted with stop_when_done, as the stop policy tracks it (table stop_when_done).
+enum class StopWhenDone { kArmed = 0, kPulled = 1, kConsumed = 2 };
+struct StopWhenDoneRecord {
+  std::string job_id;
+  JobState state = JobState::JOB_STATE_UNSPECIFIED;
+  std::string job_dir;
+  StopWhenDone status = StopWhenDone::kArmed;
 };
 
 // Multi-node when the rendezvous spans more than one node.
@@ -77,7 +87,8 @@ class StateStore {
   static StatusOr<std::unique_ptr<StateStore>> Open(const std::string& path);
   ~StateStore();
 
-  // Assigns num and id ("job-<num>") and inserts the job with a first history entry.
+  // Assigns num and id ("job-<num>") and inserts the job with a first history entry (and, with
+  // rec.stop_when_done, its kArmed stop_when_done row).
   StatusOr<JobRecord> InsertJob(JobRecord rec);
   // Writes every mutable column and the ranks; with `change`, appends it to the history in the same
   // transaction.
@@ -90,6 +101,14 @@ class StateStore {
   StatusOr<std::vector<HistoryRecord>> History(const std::string& id);
   // The id of the job submitted with this idempotency key, if any.
   StatusOr<std::optional<std::string>> FindByRequestId(const std::string& client_request_id);
+
+  // Stop-when-done jobs that a stop has not consumed yet, oldest first; and a change of their status.
+  StatusOr<std::vector<StopWhenDoneRecord>> StopWhenDoneJobs();
+  Status SetStopWhenDone(const std::string& job_id, StopWhenDone status);
+
+  // Agent settings that outlive a restart (the stop policy and its last action): key -> text.
+  Status PutSetting(const std::string& key, const std::string& value);
+  StatusOr<std::optional<std::string>> GetSetting(const std::string& key);
 
   Status PutBlob(const std::string& sha256, uint64_t size);
   Status DeleteBlob(const std::string& sha256);

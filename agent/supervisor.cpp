@@ -293,6 +293,7 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
   SFT_RETURN_IF_ERROR(scheduler_.CheckFits(req.gpus(), req.gpus() > 0 ? 0 : world));
   JobRecord rec;
   rec.name = req.name();
+  rec.stop_when_done = req.stop_when_done();
   rec.client_request_id = req.client_request_id();
   rec.state = JobState::QUEUED;
   rec.reason = "submitted";

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "client/commands.h"
+#include "client/host_summary.h"
 #include "client/job_target.h"
 #include "client/log_follower.h"
 #include "common/terminal_text.h"
@@ -41,6 +42,7 @@ json JobToJson(const v1::Job& j) {
               {"last_loss", j.last_loss()},
               {"last_seq", j.last_seq()},
               {"first_failed_rank", j.first_failed_rank()},
+              {"stop_when_done", j.stop_when_done()},
               {"job_dir", j.job_dir()},
               {"ranks", ranks}};
   if (j.rendezvous().num_nodes() > 1) {
@@ -103,11 +105,17 @@ int StatusCmd(const JobArgs& a) {
     Status s = GetJob((*rcs)[i].get(), rec->nodes[i].id, &jobs[i]);
     if (!s.ok()) return ReportError(s, a.ro.json);
   }
+  // The hosts' uptime, cost and stop policy; a host that cannot say is shown without them.
+  std::vector<v1::HealthResponse> health(jobs.size());
+  std::vector<Status> health_status(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) health_status[i] = GetHealth((*rcs)[i].get(), &health[i]);
   if (a.ro.json) {
     json nodes = json::array();
     for (size_t i = 0; i < jobs.size(); ++i) {
       json n = JobToJson(jobs[i]);
       n["host"] = rec->nodes[i].host;
+      n["agent"] =
+          health_status[i].ok() ? HostSummaryJson(health[i]) : json{{"error", health_status[i].message()}};
       nodes.push_back(n);
     }
     std::cout << Dump({{"ref", rec->Ref()},
@@ -147,6 +155,8 @@ int StatusCmd(const JobArgs& a) {
       std::cout << "\n";
     }
     std::cout << "  job dir " << EscapeForTerminal(j.job_dir()) << "\n";
+    if (j.stop_when_done()) std::cout << "  stops the host when done (submit --stop-when-done)\n";
+    if (health_status[i].ok()) std::cout << HostSummaryText(rec->nodes[i].host, health[i], "  ");
   }
   return kExitOk;
 }
@@ -225,7 +235,8 @@ int ListCmd(const RemoteOptions& ro) {
       std::cerr << "no jobs in the job registry " << registry.path() << " (submit one, or give --host)\n";
     }
   }
-  json jobs = json::array(), errors = json::array();
+  json jobs = json::array(), errors = json::array(), host_info = json::array();
+  std::string host_text;  // each host's uptime, cost and stop policy, after the table
   Status first_error;
   std::vector<std::vector<std::string>> rows = {{"JOB", "NAME", "STATE", "STEP", "LOSS", "CREATED"}};
   for (const auto& opts : hosts) {
@@ -246,6 +257,12 @@ int ListCmd(const RemoteOptions& ro) {
       continue;
     }
     const std::string host = (*rc)->host();
+    if (v1::HealthResponse h; GetHealth(rc->get(), &h).ok()) {
+      json info = HostSummaryJson(h);
+      info["host"] = host;
+      host_info.push_back(info);
+      host_text += HostSummaryText(host, h, "");
+    }
     for (const auto& j : resp.jobs()) {
       json e = JobToJson(j);
       e["host"] = host;
@@ -257,8 +274,10 @@ int ListCmd(const RemoteOptions& ro) {
     }
   }
   if (ro.json) {
-    std::cout << Dump({{"jobs", jobs}, {"errors", errors}}) << std::endl;
-  } else if (rows.size() > 1) {
+    std::cout << Dump({{"jobs", jobs}, {"errors", errors}, {"hosts", host_info}}) << std::endl;
+    return first_error.ok() ? kExitOk : ExitCodeFor(first_error);
+  }
+  if (rows.size() > 1) {
     std::vector<size_t> width(rows[0].size(), 0);
     for (const auto& r : rows) {
       for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
@@ -272,6 +291,7 @@ int ListCmd(const RemoteOptions& ro) {
       std::cout << EscapeForTerminal(line) << "\n";
     }
   }
+  if (!host_text.empty()) std::cout << (rows.size() > 1 ? "\n" : "") << host_text;
   return first_error.ok() ? kExitOk : ExitCodeFor(first_error);
 }
 

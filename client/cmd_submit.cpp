@@ -38,6 +38,7 @@ struct SubmitArgs {
   int cpu_ranks = -1;
   unsigned max_restarts = 0;
   unsigned heartbeat_s = 0;
+  bool stop_when_done = false;
   std::vector<std::string> sets;
 };
 
@@ -166,6 +167,7 @@ v1::SubmitJobRequest BaseRequest(const SubmitArgs& a, const RemoteSpec& spec, co
   base.set_cpu_ranks(ranks.cpu_ranks);
   base.set_max_restarts(a.max_restarts);
   base.set_heartbeat_timeout_s(a.heartbeat_s);
+  base.set_stop_when_done(a.stop_when_done);
   return base;
 }
 
@@ -389,6 +391,9 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
                   "Relaunch after a failure this many times (resumes from the newest checkpoint)");
   cmd->add_option("--heartbeat-s", a->heartbeat_s,
                   "Stop the job as hung after this long without a step (0: the agent's default)");
+  cmd->add_flag("--stop-when-done", a->stop_when_done,
+                "Stop the host once the job has ended and its final checkpoint was pulled (or the agent's "
+                "--stop-pull-timeout passed); needs a stop action on the agent (docs/remote.md)");
   cmd->add_option("--set", a->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)")
       ->allow_extra_args(false);
   cmd->callback([a, &ctx] { ctx.exit_code = Submit(*a); });

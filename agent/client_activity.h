@@ -1,0 +1,54 @@
+// ClientActivity: what the stop policy (agent/auto_stop.h) needs to know of the clients: how many
+// authenticated calls are open (a `logs -f`, a pull, an upload), when a client was last heard from
+// (the lease every client contact renews), and which final-checkpoint markers were pulled. A gRPC
+// server interceptor (MakeClientActivityInterceptors) feeds it for every RPC, so no handler changes.
+//
+// Thread safety: all methods are safe to call concurrently and never block beyond a short mutex.
+#pragma once
+
+#include <grpcpp/support/server_interceptor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "agent/auth.h"
+#include "common/clock.h"
+
+namespace sftctl::agent {
+
+class ClientActivity {
+ public:
+  explicit ClientActivity(const Clock* clock) : clock_(clock), last_contact_ns_(NowNs()) {}
+
+  // An authenticated call began / ended; both renew the lease.
+  void CallStarted();
+  void CallEnded();
+  // PullArtifact sent the whole of `path` ("run/checkpoint-000008/DONE") of `job_id`. Only DONE
+  // markers are kept: the client pulls a checkpoint's DONE last, after its other files verified.
+  void NotePulled(const std::string& job_id, const std::string& path);
+  bool WasPulled(const std::string& job_id, const std::string& path) const;
+
+  uint32_t open_calls() const { return open_.load(); }
+  Clock::TimePoint last_contact() const;
+
+ private:
+  int64_t NowNs() const { return clock_->Now().time_since_epoch().count(); }
+
+  const Clock* clock_;
+  std::atomic<uint32_t> open_{0};
+  std::atomic<int64_t> last_contact_ns_;
+  mutable std::mutex mu_;
+  std::set<std::pair<std::string, std::string>> pulled_;  // (job, DONE path)
+};
+
+// The interceptor factory to register on the grpc::ServerBuilder: calls whose bearer token `auth`
+// accepts count as client activity. `activity` and `auth` must outlive the server.
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeClientActivityInterceptors(
+    ClientActivity* activity, const Authenticator* auth);
+
+}  // namespace sftctl::agent

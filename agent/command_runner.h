@@ -1,0 +1,42 @@
+// CommandRunner: the process seam of the agent's own shell commands (the stop action of
+// agent/auto_stop.h). Tests substitute a recording runner; the real one runs `/bin/sh -c`.
+//
+// Thread safety: Run may be called from any thread; it blocks until the command ends or times out, so
+// never call it on the supervisor's event thread or inside a gRPC reaction.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace sftctl::agent {
+
+struct CommandOutcome {
+  int exit_code = 0;  // valid when signal == 0 and !timed_out
+  int signal = 0;     // the signal that ended it, 0 if it exited
+  bool timed_out = false;
+  int64_t timeout_s = 0;  // the timeout, when timed_out
+  std::string output;     // stdout and stderr together, at most the first kMaxCommandOutput bytes
+  bool ok() const { return !timed_out && signal == 0 && exit_code == 0; }
+  // "exit code 0", "killed by signal 9 (SIGKILL)", "timed out after 120 s".
+  std::string Describe() const;
+};
+
+inline constexpr size_t kMaxCommandOutput = 16 * 1024;
+
+class CommandRunner {
+ public:
+  virtual ~CommandRunner() = default;
+  // Runs `command` with /bin/sh -c in a process group of its own, stdin from /dev/null, stdout and
+  // stderr captured, the agent's environment, default signal dispositions and an empty signal mask.
+  // After `timeout` the group gets SIGKILL and the outcome says timed_out. Errors: the command could
+  // not be started (INTERNAL naming the cause).
+  virtual StatusOr<CommandOutcome> Run(const std::string& command, std::chrono::seconds timeout) = 0;
+
+  // The real runner (lives forever), timing out on `Clock::Real()`.
+  static CommandRunner* Default();
+};
+
+}  // namespace sftctl::agent

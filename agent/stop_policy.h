@@ -1,0 +1,106 @@
+// StopPolicy: when the agent stops (and so stops paying for) its host, and how. The one decision
+// "may the host stop now?" is DecideStop, a pure function of the policy and a snapshot of the agent
+// (agent/auto_stop.h gathers it on its own thread and runs the action). docs/agent.md, "Stopping the
+// host".
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace sftctl::agent {
+
+struct StopPolicy {
+  int64_t idle_s = 0;             // --stop-when-idle: stop after this long with nothing to do; 0: off
+  int64_t grace_s = 60;           // --stop-grace: quiet time after a stop-when-done job ended
+  int64_t pull_timeout_s = 1800;  // --stop-pull-timeout: longest wait for the final checkpoint's pull
+  // --stop-action: "runpod", "lambda", "shutdown", "command" (run `command`), or "" (detect: RunPod,
+  // then Lambda, else none).
+  std::string action;
+  std::string command;           // --stop-command
+  std::string storage = "auto";  // --stop-storage: "auto", "survives" or "lost" (the data dir's fate)
+  double price_per_hour = 0;     // --price-per-hour; 0: unknown
+};
+
+// The `sftd start` flags of a policy: only those given change the persisted policy.
+struct StopPolicyFlags {
+  std::optional<int64_t> idle_s, grace_s, pull_timeout_s;
+  std::optional<std::string> action, command, storage;
+  std::optional<double> price_per_hour;
+  bool any() const {
+    return idle_s || grace_s || pull_timeout_s || action || command || storage || price_per_hour;
+  }
+};
+// `base` with the given flags applied (a --stop-command alone implies --stop-action command).
+StopPolicy ApplyStopFlags(StopPolicy base, const StopPolicyFlags& flags);
+
+// What the process environment says about the host (StopEnv::FromProcess reads it).
+struct StopEnv {
+  bool runpod = false;  // RUNPOD_POD_ID set, or /etc/rp_environment exists
+  bool lambda = false;  // LAMBDA_API_KEY and LAMBDA_INSTANCE_ID set
+  static StopEnv FromProcess();
+};
+
+// The action `policy` resolves to on `env`: policy.action, or for "" the detected one; "" when none.
+std::string ResolveAction(const StopPolicy& policy, const StopEnv& env);
+// The shell command of an action (docs/agent.md lists them). Secrets (LAMBDA_API_KEY) stay shell
+// variables, expanded only when the command runs, so they are never logged or stored.
+// Errors: FAILED_PRECONDITION when there is no action ("" or "command" without a command).
+StatusOr<std::string> ActionCommand(const std::string& action, const StopPolicy& policy);
+// INVALID_ARGUMENT naming the flag: an unknown action or storage, "command" without a command,
+// negative durations or price.
+Status ValidateStopPolicy(const StopPolicy& policy);
+
+// Whether the data dir outlives the stop: "survives"/"lost" as set; "auto": under /workspace on
+// RunPod (kept across a pod stop), or under /lambda/nfs/ (Lambda's persistent file system).
+bool StorageSurvives(const StopPolicy& policy, const std::string& data_dir, const StopEnv& env);
+
+// Persistence (the agent's settings table) and display.
+nlohmann::json StopPolicyToJson(const StopPolicy& policy);
+StopPolicy StopPolicyFromJson(const nlohmann::json& j);
+// "stop when idle 2h, 1m after a stop-when-done job; action runpod; $1.20/h"; "" when neither idle nor
+// any action is set.
+std::string DescribeStopPolicy(const StopPolicy& policy, const std::string& resolved_action);
+// "45s", "12m05s", "2h00m", "3d04h".
+std::string FormatDuration(int64_t seconds);
+
+// A snapshot of the agent for one decision.
+struct StopInputs {
+  Clock::TimePoint now;
+  // The last moment the agent was not quiet: a client call began or ended, a job was active, the agent
+  // started, or a stop action failed.
+  Clock::TimePoint quiet_since;
+  uint32_t active_jobs = 0;   // running, cancelling or queued
+  uint32_t open_calls = 0;    // client RPCs in progress (logs -f, pulls, uploads)
+  uint32_t waiting_jobs = 0;  // stop-when-done jobs that have not ended
+  bool work_done = false;     // a stop-when-done job has ended (and no stop has followed it)
+  // Ended stop-when-done jobs whose newest complete checkpoint was neither pulled nor on surviving
+  // storage, and since when the agent waits for that.
+  std::vector<std::string> unpulled;
+  Clock::TimePoint pull_wait_since;
+};
+
+enum class StopVerdict { kOff, kBusy, kCountdown, kAwaitPull, kStopNow };
+
+struct StopDecision {
+  StopVerdict verdict = StopVerdict::kOff;
+  int64_t remaining_s = 0;  // kCountdown, kAwaitPull
+  std::string why;
+};
+
+// The one place that decides. Off: no idle policy and no stop-when-done job. Busy: a job is active, a
+// client call is open, or only stop-when-done jobs that have not ended arm the stop. Countdown: quiet for
+// less than the grace (policy.idle_s; after a stop-when-done job, the shorter of it and grace_s).
+// AwaitPull: `unpulled` is not empty and pull_timeout_s has not passed. Otherwise StopNow.
+StopDecision DecideStop(const StopPolicy& policy, const StopInputs& in);
+const char* StopVerdictName(StopVerdict v);
+
+}  // namespace sftctl::agent

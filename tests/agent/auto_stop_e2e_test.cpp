@@ -1,0 +1,197 @@
+// The stop policy in the real sftd: a recording --stop-command (appends a line to a file) shows when
+// and how often the host would have been stopped. Durations are a few seconds of real time.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/agent/agent_test_util.h"
+
+namespace sftctl::agent::testing {
+namespace {
+
+// Lines of the recording file ("" lines never occur).
+int Fired(const std::string& path) {
+  std::ifstream f(path);
+  int n = 0;
+  for (std::string line; std::getline(f, line);) n += !line.empty();
+  return n;
+}
+
+std::vector<std::string> StopFlags(const std::string& record, const std::string& idle) {
+  return {"--stop-when-idle", idle, "--stop-command", "echo fired >> '" + record + "'",
+          "--stop-check-ms",  "50"};
+}
+
+v1::AutoStopStatus Health(Agent& a) {
+  v1::HealthResponse h;
+  grpc::Status s = a.stub()->Health(a.Ctx().get(), v1::HealthRequest(), &h);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return h.auto_stop();
+}
+
+TEST(AutoStopE2eTest, IdleStopFiresOnceAndARestartKeepsThePolicy) {
+  TempDir dir;
+  const std::string record = dir.path() + "/record";
+  {
+    Agent a(dir.path() + "/data");
+    ASSERT_TRUE(a.Start(StopFlags(record, "1s")));
+    ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));
+    v1::AutoStopStatus st = Health(a);
+    EXPECT_EQ(st.state(), "stopped");
+    EXPECT_EQ(st.action(), "command");
+    EXPECT_EQ(st.stop_when_idle_s(), 1);
+    EXPECT_NE(st.last_action().find("command: exit code 0 (idle for 1s)"), std::string::npos)
+        << st.last_action();
+    std::this_thread::sleep_for(2500ms);  // more than two idle periods: still once
+    EXPECT_EQ(Fired(record), 1);
+    a.Stop();
+  }
+  // A restart without the flags keeps the policy (agent.db) and arms it afresh.
+  Agent b(dir.path() + "/data");
+  ASSERT_TRUE(b.Start({"--stop-check-ms", "50"}));
+  v1::AutoStopStatus st = Health(b);
+  EXPECT_EQ(st.policy(), "stop when idle 1s, or 1m00s after a stop-when-done job; action command");
+  EXPECT_NE(st.last_action().find("exit code 0"), std::string::npos);  // the previous agent's action
+  ASSERT_TRUE(WaitFor([&] { return Fired(record) == 2; }));
+}
+
+// Every client call renews the lease, so these tests sleep instead of polling the agent.
+TEST(AutoStopE2eTest, RunningJobPostponesTheStop) {
+  TempDir dir;
+  const std::string record = dir.path() + "/record";
+  Agent a(dir.path() + "/data");
+  ASSERT_TRUE(a.Start(StopFlags(record, "1s")));
+  v1::Job job;
+  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 60}, {"step_ms", 50}}), &job).ok());  // ~3 s
+  std::this_thread::sleep_for(2000ms);
+  v1::AutoStopStatus st = Health(a);
+  EXPECT_EQ(st.state(), "busy");
+  EXPECT_EQ(st.detail(), "1 job(s) running or queued");
+  EXPECT_EQ(Fired(record), 0);
+  ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));
+  EXPECT_EQ(a.Get(job.id()).state(), v1::SUCCEEDED);  // it fired only after the job ended
+}
+
+TEST(AutoStopE2eTest, OpenClientCallPostponesTheStop) {
+  TempDir dir;
+  const std::string record = dir.path() + "/record";
+  Agent a(dir.path() + "/data");
+  ASSERT_TRUE(a.Start(StopFlags(record, "1s")));
+  // An upload stream left open, like a `logs -f`, counts as a connected client.
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + a.token());
+  v1::BlobStatus resp;
+  auto writer = a.stub()->UploadBlob(&ctx, &resp);
+  v1::UploadBlobRequest first;
+  first.set_sha256(std::string(64, 'a'));
+  first.set_size(10);
+  ASSERT_TRUE(writer->Write(first));
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(Fired(record), 0);
+  EXPECT_NE(Health(a).detail().find("client call(s) open"), std::string::npos);
+  ctx.TryCancel();
+  (void)writer->Finish();
+  ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));
+}
+
+TEST(AutoStopE2eTest, StopWhenDoneWaitsForThePullOfTheFinalCheckpoint) {
+  TempDir dir;
+  const std::string record = dir.path() + "/record";
+  Agent a(dir.path() + "/data");
+  ASSERT_TRUE(a.Start({"--stop-command", "echo fired >> '" + record + "'", "--stop-grace", "1s",
+                       "--stop-storage", "lost", "--stop-pull-timeout", "10m", "--stop-check-ms", "50"}));
+  EXPECT_EQ(Health(a).state(), "off");
+  v1::SubmitJobRequest req;
+  req.set_spec_json(StubSpec({{"steps", 4}, {"checkpoint_every", 2}}).dump());
+  req.set_stop_when_done(true);
+  v1::Job job;
+  ASSERT_TRUE(a.stub()->SubmitJob(a.Ctx().get(), req, &job).ok());
+  EXPECT_TRUE(job.stop_when_done());
+  a.WaitState(job.id(), v1::SUCCEEDED);
+  // Every call renews the lease, so no polling here: past the grace, the agent waits for the pull.
+  std::this_thread::sleep_for(2500ms);
+  v1::AutoStopStatus st = Health(a);
+  EXPECT_EQ(st.state(), "await_pull") << st.detail();
+  EXPECT_EQ(st.detail(), job.id() + ": final checkpoint not pulled yet (`sftctl pull`)");
+  EXPECT_GT(st.remaining_s(), 500);
+  EXPECT_EQ(Fired(record), 0);
+
+  // Pull the newest complete checkpoint's DONE (the client pulls it last).
+  v1::ListArtifactsRequest lreq;
+  lreq.set_job_id(job.id());
+  v1::ListArtifactsResponse list;
+  ASSERT_TRUE(a.stub()->ListArtifacts(a.Ctx().get(), lreq, &list).ok());
+  std::string done;
+  int64_t newest = -1;
+  for (const auto& art : list.artifacts()) {
+    const std::string& p = art.path();
+    if (art.checkpoint_complete() && art.checkpoint_step() > newest && p.size() > 5 &&
+        p.compare(p.size() - 5, 5, "/DONE") == 0) {
+      newest = art.checkpoint_step();
+      done = p;
+    }
+  }
+  ASSERT_EQ(newest, 4) << "no complete checkpoint listed";
+  v1::PullArtifactRequest preq;
+  preq.set_job_id(job.id());
+  preq.set_path(done);
+  auto pctx = a.Ctx();
+  auto reader = a.stub()->PullArtifact(pctx.get(), preq);
+  v1::ArtifactChunk chunk;
+  while (reader->Read(&chunk)) {
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));
+  EXPECT_EQ(Health(a).state(), "stopped");
+}
+
+TEST(AutoStopE2eTest, StopWhenDoneIsRefusedWithoutAStopAction) {
+  TempDir dir;
+  Agent a(dir.path() + "/data");
+  ASSERT_TRUE(a.Start());
+  v1::SubmitJobRequest req;
+  req.set_spec_json(StubSpec({{"steps", 1}}).dump());
+  req.set_stop_when_done(true);
+  v1::Job job;
+  grpc::Status s = a.stub()->SubmitJob(a.Ctx().get(), req, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("stop_when_done: no stop action"), std::string::npos) << s.error_message();
+}
+
+TEST(AutoStopE2eTest, IdleStopWithoutAnActionIsRefusedAtStart) {
+  TempDir dir;
+  CommandResult r = RunCommand({SftdPath(), "start", "--data-dir", dir.path() + "/data", "--port", "0",
+                                "--gpus", "none", "--stop-when-idle", "1h"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("SFTD_ERROR"), std::string::npos);
+  EXPECT_NE(r.output.find("no stop action"), std::string::npos) << r.output;
+}
+
+// `sftd start` with --stop-* flags while an agent runs (the client started it without them) restarts
+// it, so the flags take effect.
+TEST(AutoStopE2eTest, StopFlagsGivenToARunningAgentRestartIt) {
+  TempDir dir;
+  const std::string data = dir.path() + "/data", record = dir.path() + "/record";
+  const std::vector<std::string> base = {SftdPath(), "start",  "--detach", "--data-dir", data,      "--port",
+                                         "0",        "--gpus", "none",     "--trainer",  StubPath()};
+  struct StopAgent {
+    std::string dir;
+    ~StopAgent() { RunCommand({SftdPath(), "stop", "--data-dir", dir}); }
+  } stop_agent{data};
+  CommandResult first = RunForStdout(base);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::vector<std::string> with_flags = base;
+  for (const std::string& f : StopFlags(record, "1s")) with_flags.push_back(f);
+  CommandResult second = RunCommand(with_flags);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("to apply the --stop-* flags"), std::string::npos) << second.output;
+  EXPECT_NE(first.output, second.output.substr(second.output.find("SFTD_READY")));  // another pid
+  ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));
+  // Without flags, the running agent (and its policy) is kept.
+  CommandResult third = RunForStdout(base);
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_EQ(third.output, second.output.substr(second.output.find("SFTD_READY")));
+}
+
+}  // namespace
+}  // namespace sftctl::agent::testing

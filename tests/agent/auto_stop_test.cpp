@@ -1,0 +1,376 @@
+// The stop policy: DecideStop (pure) and AutoStop in-process with a real StateStore, a clock the test
+// moves (tests/util/offset_clock.h) and a recording CommandRunner, so no test waits for a grace.
+#include "agent/auto_stop.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/util/offset_clock.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
+
+namespace sftctl::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using ::sftctl::testing::OffsetClock;
+using ::sftctl::testing::StatusIs;
+using ::sftctl::testing::TempDir;
+using ::testing::HasSubstr;
+
+// ---- DecideStop ---------------------------------------------------------------------------------
+
+StopInputs Quiet(std::chrono::seconds for_how_long) {
+  StopInputs in;
+  in.now = Clock::TimePoint(10000h);
+  in.quiet_since = in.now - for_how_long;
+  return in;
+}
+
+StopPolicy Idle(int64_t idle_s) {
+  StopPolicy p;
+  p.idle_s = idle_s;
+  p.action = "command";
+  p.command = "true";
+  return p;
+}
+
+TEST(DecideStopTest, OffWithoutIdlePolicyOrStopWhenDoneJob) {
+  StopDecision d = DecideStop(StopPolicy(), Quiet(100h));
+  EXPECT_EQ(d.verdict, StopVerdict::kOff);
+}
+
+TEST(DecideStopTest, CountsDownTheIdleTimeThenStops) {
+  StopDecision d = DecideStop(Idle(3600), Quiet(1000s));
+  EXPECT_EQ(d.verdict, StopVerdict::kCountdown);
+  EXPECT_EQ(d.remaining_s, 2600);
+  EXPECT_EQ(d.why, "quiet for 16m40s of 1h00m");
+  d = DecideStop(Idle(3600), Quiet(3600s));
+  EXPECT_EQ(d.verdict, StopVerdict::kStopNow);
+  EXPECT_EQ(d.why, "idle for 1h00m");
+}
+
+TEST(DecideStopTest, ActiveJobsAndOpenCallsKeepItBusy) {
+  StopInputs in = Quiet(100h);
+  in.active_jobs = 2;
+  StopDecision d = DecideStop(Idle(60), in);
+  EXPECT_EQ(d.verdict, StopVerdict::kBusy);
+  EXPECT_EQ(d.why, "2 job(s) running or queued");
+  in.active_jobs = 0;
+  in.open_calls = 1;
+  d = DecideStop(Idle(60), in);
+  EXPECT_EQ(d.verdict, StopVerdict::kBusy);
+  EXPECT_EQ(d.why, "1 client call(s) open");
+}
+
+TEST(DecideStopTest, StopWhenDoneUsesTheShorterGraceAndWaitsForThePull) {
+  StopPolicy p = Idle(0);
+  p.grace_s = 60;
+  p.pull_timeout_s = 600;
+  StopInputs in = Quiet(30s);
+  in.waiting_jobs = 1;
+  in.active_jobs = 1;
+  EXPECT_EQ(DecideStop(p, in).verdict, StopVerdict::kBusy);
+  in.waiting_jobs = 0;
+  in.active_jobs = 0;
+  in.work_done = true;
+  StopDecision d = DecideStop(p, in);
+  EXPECT_EQ(d.verdict, StopVerdict::kCountdown);
+  EXPECT_EQ(d.remaining_s, 30);
+  in = Quiet(61s);
+  in.work_done = true;
+  in.unpulled = {"job-3"};
+  in.pull_wait_since = in.now - 100s;
+  d = DecideStop(p, in);
+  EXPECT_EQ(d.verdict, StopVerdict::kAwaitPull);
+  EXPECT_EQ(d.remaining_s, 500);
+  EXPECT_THAT(d.why, HasSubstr("job-3: final checkpoint not pulled"));
+  in.pull_wait_since = in.now - 600s;
+  d = DecideStop(p, in);
+  EXPECT_EQ(d.verdict, StopVerdict::kStopNow);
+  EXPECT_THAT(d.why, HasSubstr("gave up waiting for the pull of job-3"));
+  // With an idle policy too, the shorter of the two graces applies after a stop-when-done job.
+  p.idle_s = 7200;
+  in = Quiet(61s);
+  in.work_done = true;
+  EXPECT_EQ(DecideStop(p, in).verdict, StopVerdict::kStopNow);
+}
+
+TEST(StopPolicyTest, ActionsAndValidation) {
+  StopPolicy p;
+  StopEnv none, runpod, lambda;
+  runpod.runpod = true;
+  lambda.lambda = true;
+  EXPECT_EQ(ResolveAction(p, none), "");
+  EXPECT_EQ(ResolveAction(p, runpod), "runpod");
+  EXPECT_EQ(ResolveAction(p, lambda), "lambda");
+  EXPECT_THAT(ActionCommand("", p), StatusIs(StatusCode::kFailedPrecondition, HasSubstr("--stop-action")));
+  EXPECT_THAT(*ActionCommand("runpod", p), HasSubstr("runpodctl stop pod \"$RUNPOD_POD_ID\""));
+  // The Lambda key stays a shell variable: never in a log line or the database.
+  EXPECT_THAT(*ActionCommand("lambda", p), HasSubstr("Bearer $LAMBDA_API_KEY"));
+  EXPECT_THAT(*ActionCommand("lambda", p), HasSubstr("instance-operations/terminate"));
+  EXPECT_THAT(*ActionCommand("shutdown", p), HasSubstr("sudo -n shutdown -h now"));
+  p.action = "reboot";
+  EXPECT_THAT(ValidateStopPolicy(p), StatusIs(StatusCode::kInvalidArgument, HasSubstr("--stop-action")));
+  p.action = "command";
+  EXPECT_THAT(ValidateStopPolicy(p), StatusIs(StatusCode::kInvalidArgument, HasSubstr("--stop-command")));
+  StopPolicyFlags f;
+  f.command = "touch /tmp/x";
+  p = ApplyStopFlags(StopPolicy(), f);
+  EXPECT_EQ(p.action, "command");
+  EXPECT_EQ(*ActionCommand("command", p), "touch /tmp/x");
+  EXPECT_TRUE(StorageSurvives(StopPolicy(), "/workspace/sftd", runpod));
+  EXPECT_FALSE(StorageSurvives(StopPolicy(), "/workspace/sftd", none));
+  EXPECT_FALSE(StorageSurvives(StopPolicy(), "/root/.local/share/sftd", runpod));
+  EXPECT_TRUE(StorageSurvives(StopPolicy(), "/lambda/nfs/fs1/sftd", none));
+  EXPECT_EQ(FormatDuration(45), "45s");
+  EXPECT_EQ(FormatDuration(7260), "2h01m");
+  EXPECT_EQ(FormatDuration(90000), "1d01h");
+}
+
+// ---- AutoStop ------------------------------------------------------------------------------------
+
+// Records every command instead of running it; answers with `exit_code`.
+class RecordingRunner : public CommandRunner {
+ public:
+  StatusOr<CommandOutcome> Run(const std::string& command, std::chrono::seconds) override {
+    commands.push_back(command);
+    CommandOutcome out;
+    out.exit_code = exit_code;
+    out.output = "recorded";
+    return out;
+  }
+  std::vector<std::string> commands;
+  int exit_code = 0;
+};
+
+class AutoStopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = StateStore::Open(dir_.path() + "/agent.db");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+  }
+  std::unique_ptr<AutoStop> Make(StopPolicy policy) {
+    AutoStopDeps deps;
+    deps.store = store_.get();
+    deps.activity = &activity_;
+    deps.active_jobs = [this] { return active_.load(); };
+    deps.runner = &runner_;
+    deps.clock = &clock_;
+    deps.data_dir = dir_.path();
+    return std::make_unique<AutoStop>(deps, policy);
+  }
+  // A stop-when-done job in `state` with complete checkpoints at `steps`.
+  JobRecord AddJob(JobState state, const std::vector<int>& steps) {
+    JobRecord rec;
+    rec.stop_when_done = true;
+    rec.job_dir = dir_.path() + "/jobs/";
+    rec.spec_json = "{}";
+    auto ins = store_->InsertJob(rec);
+    EXPECT_TRUE(ins.ok());
+    rec = *ins;
+    rec.state = state;
+    EXPECT_TRUE(store_->SaveJob(rec, nullptr).ok());
+    for (int s : steps) {
+      char name[32];
+      std::snprintf(name, sizeof(name), "checkpoint-%06d", s);
+      std::filesystem::create_directories(rec.job_dir + "/run/" + name);
+      std::ofstream(rec.job_dir + "/run/" + name + "/DONE") << "ok\n";
+    }
+    return rec;
+  }
+
+  TempDir dir_;
+  OffsetClock clock_;
+  std::unique_ptr<StateStore> store_;
+  ClientActivity activity_{&clock_};
+  std::atomic<uint32_t> active_{0};
+  RecordingRunner runner_;
+};
+
+TEST_F(AutoStopTest, IdleFiresOnceAfterTheGrace) {
+  auto stop = Make(Idle(600));
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kCountdown);
+  clock_.Advance(599s);
+  StopDecision d = stop->CheckOnce();
+  EXPECT_EQ(d.verdict, StopVerdict::kCountdown);
+  EXPECT_EQ(d.remaining_s, 1);
+  EXPECT_TRUE(runner_.commands.empty());
+  clock_.Advance(2s);
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kStopNow);
+  ASSERT_EQ(runner_.commands, std::vector<std::string>{"true"});
+  EXPECT_EQ(stop->View().state, "stopped");
+  EXPECT_THAT(stop->View().last_action, HasSubstr("command: exit code 0 (idle for 10m00s)"));
+  clock_.Advance(2h);
+  stop->CheckOnce();
+  EXPECT_EQ(runner_.commands.size(), 1u);  // once
+  EXPECT_EQ(stop->fired(), 1);
+}
+
+TEST_F(AutoStopTest, RunningJobPostponesAndItsEndRestartsTheCountdown) {
+  auto stop = Make(Idle(600));
+  active_ = 1;
+  clock_.Advance(2h);
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kBusy);
+  EXPECT_EQ(stop->View().state, "busy");
+  active_ = 0;
+  StopDecision d = stop->CheckOnce();
+  EXPECT_EQ(d.verdict, StopVerdict::kCountdown);
+  EXPECT_EQ(d.remaining_s, 600);  // counted from the last moment a job was seen
+  clock_.Advance(601s);
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kStopNow);
+  EXPECT_EQ(runner_.commands.size(), 1u);
+}
+
+TEST_F(AutoStopTest, OpenLogsFollowPostponesAndClientContactRenewsTheLease) {
+  auto stop = Make(Idle(600));
+  activity_.CallStarted();  // a `logs -f` stream
+  clock_.Advance(2h);
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kBusy);
+  activity_.CallEnded();
+  clock_.Advance(500s);
+  EXPECT_EQ(stop->CheckOnce().remaining_s, 100);
+  activity_.CallStarted();  // `sftctl status`: a unary call renews the lease
+  activity_.CallEnded();
+  clock_.Advance(200s);
+  StopDecision d = stop->CheckOnce();
+  EXPECT_EQ(d.verdict, StopVerdict::kCountdown);
+  EXPECT_EQ(d.remaining_s, 400);
+  EXPECT_TRUE(runner_.commands.empty());
+  clock_.Advance(400s);
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kStopNow);
+  EXPECT_EQ(runner_.commands.size(), 1u);
+}
+
+TEST_F(AutoStopTest, FailedActionIsRetriedOnlyAfterAnotherGrace) {
+  runner_.exit_code = 3;
+  auto stop = Make(Idle(600));
+  clock_.Advance(601s);
+  stop->CheckOnce();
+  ASSERT_EQ(runner_.commands.size(), 1u);
+  EXPECT_THAT(stop->View().last_action, HasSubstr("exit code 3"));
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kCountdown);
+  clock_.Advance(300s);
+  stop->CheckOnce();
+  EXPECT_EQ(runner_.commands.size(), 1u);
+  runner_.exit_code = 0;
+  clock_.Advance(301s);
+  stop->CheckOnce();
+  EXPECT_EQ(runner_.commands.size(), 2u);
+  EXPECT_EQ(stop->fired(), 1);
+  // The outcome is stored for a restarted agent's status.
+  auto last = store_->GetSetting("auto_stop.last_action");
+  ASSERT_TRUE(last.ok() && last->has_value());
+  EXPECT_THAT(**last, HasSubstr("\"ok\":true"));
+}
+
+TEST_F(AutoStopTest, StopWhenDoneWaitsForThePullOfTheNewestCompleteCheckpoint) {
+  StopPolicy p = Idle(0);
+  p.grace_s = 60;
+  p.storage = "lost";
+  JobRecord running = AddJob(JobState::RUNNING, {});
+  auto stop = Make(p);
+  active_ = 1;
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kBusy);
+  running.state = JobState::SUCCEEDED;
+  ASSERT_TRUE(store_->SaveJob(running, nullptr).ok());
+  std::filesystem::create_directories(running.job_dir + "/run/checkpoint-000002");
+  std::filesystem::create_directories(running.job_dir + "/run/checkpoint-000004");
+  std::ofstream(running.job_dir + "/run/checkpoint-000002/DONE") << "ok\n";
+  std::ofstream(running.job_dir + "/run/checkpoint-000004/DONE") << "ok\n";
+  std::filesystem::create_directories(running.job_dir + "/run/checkpoint-000006");  // incomplete
+  active_ = 0;
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kCountdown);
+  clock_.Advance(61s);
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kAwaitPull);
+  activity_.NotePulled(running.id, "run/checkpoint-000002/DONE");  // an older one does not count
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kAwaitPull);
+  EXPECT_TRUE(runner_.commands.empty());
+  activity_.NotePulled(running.id, "run/checkpoint-000004/DONE");
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kStopNow);
+  EXPECT_EQ(runner_.commands.size(), 1u);
+  // Consumed: a restarted agent does not stop again for this job.
+  auto left = store_->StopWhenDoneJobs();
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
+  EXPECT_EQ(Make(p)->CheckOnce().verdict, StopVerdict::kOff);
+}
+
+TEST_F(AutoStopTest, StopWhenDoneGivesUpOnThePullAfterTheTimeout) {
+  StopPolicy p = Idle(0);
+  p.grace_s = 60;
+  p.pull_timeout_s = 1800;
+  p.storage = "lost";
+  AddJob(JobState::FAILED, {3});
+  auto stop = Make(p);
+  clock_.Advance(61s);
+  StopDecision d = stop->CheckOnce();
+  EXPECT_EQ(d.verdict, StopVerdict::kAwaitPull);
+  EXPECT_EQ(d.remaining_s, 1800);
+  EXPECT_EQ(stop->View().state, "await_pull");
+  clock_.Advance(1800s);
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kStopNow);
+  EXPECT_EQ(runner_.commands.size(), 1u);
+}
+
+TEST_F(AutoStopTest, SurvivingStorageNeedsNoPull) {
+  StopPolicy p = Idle(0);
+  p.grace_s = 60;
+  p.storage = "survives";
+  AddJob(JobState::SUCCEEDED, {3});
+  auto stop = Make(p);
+  clock_.Advance(61s);
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kStopNow);
+  EXPECT_EQ(runner_.commands.size(), 1u);
+}
+
+TEST_F(AutoStopTest, ThePolicyOutlivesARestartAndFlagsChangeIt) {
+  StopPolicyFlags f;
+  f.idle_s = 7200;
+  f.command = "echo stop";
+  f.price_per_hour = 1.5;
+  auto p = LoadStopPolicy(store_.get(), f, StopEnv());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto again = LoadStopPolicy(store_.get(), StopPolicyFlags(), StopEnv());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->idle_s, 7200);
+  EXPECT_EQ(again->command, "echo stop");
+  EXPECT_EQ(again->action, "command");
+  EXPECT_EQ(Make(*again)->View().policy,
+            "stop when idle 2h00m, or 1m00s after a stop-when-done job; action command; $1.50/h");
+  StopPolicyFlags off;
+  off.idle_s = 0;
+  ASSERT_TRUE(LoadStopPolicy(store_.get(), off, StopEnv()).ok());
+  EXPECT_EQ(LoadStopPolicy(store_.get(), StopPolicyFlags(), StopEnv())->idle_s, 0);
+  // Arming an idle stop with no action anywhere is refused at start.
+  TempDir other;
+  auto fresh = StateStore::Open(other.path() + "/agent.db");
+  ASSERT_TRUE(fresh.ok());
+  StopPolicyFlags idle_only;
+  idle_only.idle_s = 60;
+  EXPECT_THAT(LoadStopPolicy(fresh->get(), idle_only, StopEnv()),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("no stop action")));
+  StopEnv runpod;
+  runpod.runpod = true;
+  EXPECT_TRUE(LoadStopPolicy(fresh->get(), idle_only, runpod).ok());
+}
+
+TEST(CommandRunnerTest, RunsTheShellCommandWithItsOutputAndExitCode) {
+  auto out = CommandRunner::Default()->Run("echo out; echo err >&2; exit 4", 30s);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->exit_code, 4);
+  EXPECT_EQ(out->output, "out\nerr\n");
+  EXPECT_EQ(out->Describe(), "exit code 4");
+  out = CommandRunner::Default()->Run("sleep 30", 1s);
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(out->timed_out);
+  EXPECT_EQ(out->Describe(), "timed out after 1 s");
+}
+
+}  // namespace
+}  // namespace sftctl::agent
