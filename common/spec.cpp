@@ -303,7 +303,7 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
           if (std::find(kModules.begin(), kModules.end(), m) == kModules.end()) {
             return r.Error("target_modules",
                            "'" + m +
-                               "' is not a projection of llama/qwen2 (q_proj, k_proj, v_proj, "
+                               "' is not a projection of llama/qwen2/qwen3/mistral (q_proj, k_proj, v_proj, "
                                "o_proj, gate_proj, up_proj, down_proj)");
           }
           if (std::find(l.target_modules.begin(), l.target_modules.end(), m) == l.target_modules.end())
