@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "trainer/activation_checkpoint.h"
 #include "trainer/device.h"
 #include "trainer/fused_ops.h"
 
@@ -262,8 +263,19 @@ void CausalLMImpl::ToDevice(torch::Device device) {
 torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions,
                                    const torch::Tensor& attn_mask) {
   torch::Tensor h = model->embed_tokens->forward(input_ids);
-  for (const auto& layer : *model->layers) {
-    h = layer->as<DecoderLayer>()->forward(h, rope_, positions, attn_mask);
+  for (const auto& module : *model->layers) {
+    DecoderLayerImpl* layer = module->as<DecoderLayer>();
+    if (gradient_checkpointing_) {
+      // Keeps only each layer's input; the model (and so the layer and rope_) outlives backward.
+      const RotaryTables* rope = &rope_;
+      h = CheckpointedCall(
+          [layer, rope, positions, attn_mask](const torch::Tensor& x) {
+            return layer->forward(x, *rope, positions, attn_mask);
+          },
+          h, layer->parameters());
+    } else {
+      h = layer->forward(h, rope_, positions, attn_mask);
+    }
   }
   return model->norm->forward(h);
 }

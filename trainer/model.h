@@ -126,6 +126,12 @@ class CausalLMImpl : public torch::nn::Module {
                         const torch::Tensor& target_index = {});
 
   const ModelConfig& config() const { return config_; }
+  // Activation (gradient) checkpointing per decoder layer (train.gradient_checkpointing): while
+  // autograd records, each layer keeps only its input and recomputes its activations during
+  // backward (trainer/activation_checkpoint.h). Same loss and gradients, less memory, one more
+  // forward of the layers. Off by default.
+  void SetGradientCheckpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
   // Moves the RoPE tables along with the parameters.
   void ToDevice(torch::Device device);
 
@@ -135,6 +141,7 @@ class CausalLMImpl : public torch::nn::Module {
  private:
   ModelConfig config_;
   RotaryTables rope_;
+  bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(CausalLM);
 
