@@ -257,6 +257,7 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
     SFT_RETURN_IF_ERROR(r.Int("max_steps", &t.max_steps, 0));
     SFT_RETURN_IF_ERROR(r.Int("max_bad_steps", &t.max_bad_steps, 1));
     SFT_RETURN_IF_ERROR(r.Int("log_interval", &t.log_interval, 1));
+    SFT_RETURN_IF_ERROR(r.Bool("gradient_checkpointing", &t.gradient_checkpointing));
     SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
   }
 
@@ -303,7 +304,7 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
           if (std::find(kModules.begin(), kModules.end(), m) == kModules.end()) {
             return r.Error("target_modules",
                            "'" + m +
-                               "' is not a projection of llama/qwen2 (q_proj, k_proj, v_proj, "
+                               "' is not a projection of llama/qwen2/qwen3/mistral (q_proj, k_proj, v_proj, "
                                "o_proj, gate_proj, up_proj, down_proj)");
           }
           if (std::find(l.target_modules.begin(), l.target_modules.end(), m) == l.target_modules.end())
@@ -390,7 +391,8 @@ json ToJson(const JobSpec& s) {
         {"epochs", t.epochs},
         {"max_steps", t.max_steps},
         {"max_bad_steps", t.max_bad_steps},
-        {"log_interval", t.log_interval}}},
+        {"log_interval", t.log_interval},
+        {"gradient_checkpointing", t.gradient_checkpointing}}},
       {"eval",
        {{"interval", s.eval.interval},
         {"batch_size", s.eval.batch_size},

@@ -55,6 +55,8 @@ struct TrainSpec {
   int64_t max_steps = 0;      // > 0 overrides epochs.
   int64_t max_bad_steps = 5;  // consecutive non-finite losses before the run stops.
   int64_t log_interval = 10;  // steps between log lines when not on a TTY.
+  // Recompute each decoder layer's activations in backward instead of keeping them.
+  bool gradient_checkpointing = false;
 };
 
 struct EvalSpec {

@@ -116,6 +116,32 @@ at::ScalarType AutocastDtype(at::DeviceType type) {
 #endif
 }
 
+AutocastState CurrentAutocast() {
+  AutocastState s;
+  s.cpu = AutocastEnabled(at::kCPU);
+  s.cpu_dtype = AutocastDtype(at::kCPU);
+  s.cuda = AutocastEnabled(at::kCUDA);
+  s.cuda_dtype = AutocastDtype(at::kCUDA);
+  s.cache = at::autocast::is_autocast_cache_enabled();
+  return s;
+}
+
+namespace {
+void ApplyAutocast(const AutocastState& s) {
+  SetAutocast(at::kCPU, s.cpu, s.cpu_dtype);
+  SetAutocast(at::kCUDA, s.cuda, s.cuda_dtype);
+  at::autocast::set_autocast_cache_enabled(s.cache);
+}
+}  // namespace
+
+AutocastRestore::AutocastRestore(const AutocastState& state) : saved_(CurrentAutocast()) {
+  ApplyAutocast(state);
+}
+
+AutocastRestore::~AutocastRestore() { ApplyAutocast(saved_); }
+
+void SetAutocastCache(bool enabled) { at::autocast::set_autocast_cache_enabled(enabled); }
+
 AutocastScope::AutocastScope(const DevicePlan& plan) {
   if (!plan.bf16) return;
   if (plan.device.is_cpu()) {

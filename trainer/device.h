@@ -46,6 +46,28 @@ class AutocastScope {
 bool AutocastEnabled(at::DeviceType type);
 at::ScalarType AutocastDtype(at::DeviceType type);
 
+// Autocast's settings for CPU and CUDA, captured to be re-entered later: activation
+// checkpointing recomputes a forward (run under autocast) during backward (run outside it).
+struct AutocastState {
+  bool cpu = false, cuda = false;
+  at::ScalarType cpu_dtype = at::kBFloat16, cuda_dtype = at::kBFloat16;
+  bool cache = true;  // whether autocast caches casted weights
+};
+AutocastState CurrentAutocast();
+// Sets autocast to `state` while alive, then restores the settings it found. Not reentrant.
+class AutocastRestore {
+ public:
+  explicit AutocastRestore(const AutocastState& state);
+  ~AutocastRestore();
+  AutocastRestore(const AutocastRestore&) = delete;
+  AutocastRestore& operator=(const AutocastRestore&) = delete;
+
+ private:
+  AutocastState saved_;
+};
+// Sets autocast's cast cache on or off.
+void SetAutocastCache(bool enabled);
+
 // Drops autocast's cache of casted weights; call after each optimizer step.
 void ClearAutocastCache();
 

@@ -308,8 +308,14 @@ struct QkvRopeFn : public torch::autograd::Function<QkvRopeFn> {
 // ---------------------------------------------------------------------------------------------
 // Causal softmax
 
+// The first key query row t sees: 0, or t - window + 1 under a sliding window (window > 0).
+inline int64_t WindowStart(int64_t t, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, t - window + 1) : 0;
+}
+
 struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& scores_in, double scale, int64_t out_dtype) {
+  static Tensor forward(AutogradContext* ctx, const Tensor& scores_in, double scale, int64_t out_dtype,
+                        int64_t window) {
     const Tensor scores = scores_in.contiguous();
     const int64_t Z = scores.size(0), R = scores.size(1), T = scores.size(2);
     Tensor probs =
@@ -324,21 +330,22 @@ struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
         parallel::For(0, Z * R, Grain(T), [&](int64_t b, int64_t e) {
           std::vector<float> buf(static_cast<size_t>(T));
           for (int64_t zr = b; zr < e; ++zr) {
-            const int64_t t = (zr % R) % T;
+            const int64_t t = (zr % R) % T, lo = WindowStart(t, window);
             const S* in = sp + zr * T;
             P* out = pp + zr * T;
             float mx = -std::numeric_limits<float>::infinity();
-            for (int64_t j = 0; j <= t; ++j) {
+            for (int64_t j = 0; j < lo; ++j) out[j] = To<P>(0.0f);
+            for (int64_t j = lo; j <= t; ++j) {
               buf[j] = F(in[j]) * sc;
               mx = std::max(mx, buf[j]);
             }
             float sum = 0;
-            for (int64_t j = 0; j <= t; ++j) {
+            for (int64_t j = lo; j <= t; ++j) {
               buf[j] = FastExp(buf[j] - mx);
               sum += buf[j];
             }
             const float inv = 1.0f / sum;
-            for (int64_t j = 0; j <= t; ++j) out[j] = To<P>(buf[j] * inv);
+            for (int64_t j = lo; j <= t; ++j) out[j] = To<P>(buf[j] * inv);
             for (int64_t j = t + 1; j < T; ++j) out[j] = To<P>(0.0f);
           }
         });
@@ -347,6 +354,7 @@ struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
     ctx->save_for_backward({probs});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["dtype"] = static_cast<int64_t>(scores.scalar_type());
+    ctx->saved_data["window"] = window;
     return probs;
   }
 
@@ -354,6 +362,7 @@ struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
     const Tensor probs = ctx->get_saved_variables()[0];
     const float sc = static_cast<float>(ctx->saved_data["scale"].toDouble());
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const int64_t window = ctx->saved_data["window"].toInt();
     const Tensor g = grads[0].to(probs.scalar_type()).contiguous();
     const int64_t Z = probs.size(0), R = probs.size(1), T = probs.size(2);
     Tensor gs = torch::empty(probs.sizes(), probs.options().dtype(dtype));
@@ -366,19 +375,20 @@ struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
         S* out = gs.data_ptr<S>();
         parallel::For(0, Z * R, Grain(T), [&](int64_t b, int64_t e) {
           for (int64_t zr = b; zr < e; ++zr) {
-            const int64_t t = (zr % R) % T;
+            const int64_t t = (zr % R) % T, lo = WindowStart(t, window);
             const P* p = pp + zr * T;
             const P* gr = gp + zr * T;
             S* o = out + zr * T;
             float dot = 0;
-            for (int64_t j = 0; j <= t; ++j) dot += F(gr[j]) * F(p[j]);
-            for (int64_t j = 0; j <= t; ++j) o[j] = To<S>(sc * F(p[j]) * (F(gr[j]) - dot));
+            for (int64_t j = lo; j <= t; ++j) dot += F(gr[j]) * F(p[j]);
+            for (int64_t j = 0; j < lo; ++j) o[j] = To<S>(0.0f);
+            for (int64_t j = lo; j <= t; ++j) o[j] = To<S>(sc * F(p[j]) * (F(gr[j]) - dot));
             for (int64_t j = t + 1; j < T; ++j) o[j] = To<S>(0.0f);
           }
         });
       });
     });
-    return {gs, Tensor(), Tensor()};
+    return {gs, Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -455,8 +465,10 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> QkvRope(const torch::Ten
   return {out[0], out[1], out[2]};
 }
 
-torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale, torch::ScalarType out_dtype) {
-  return CausalSoftmaxFn::apply(scores, scale, static_cast<int64_t>(out_dtype));
+torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale, torch::ScalarType out_dtype,
+                            int64_t window) {
+  TORCH_CHECK(window >= 0, "CausalSoftmax: window must be >= 0, got ", window);
+  return CausalSoftmaxFn::apply(scores, scale, static_cast<int64_t>(out_dtype), window);
 }
 
 torch::Tensor SwiGlu(const torch::Tensor& gate_up) { return SwiGluFn::apply(gate_up); }

@@ -40,10 +40,12 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> QkvRope(const torch::Ten
                                                                 const torch::Tensor& positions, int64_t heads,
                                                                 int64_t kv_heads, int64_t head_dim);
 
-// Causal softmax of attention scores [Z, R, T] whose row r is query position r % T (GQA
+// Causal softmax of attention scores [Z, R, T] whose row r is query position t = r % T (GQA
 // groups stack their query rows), scaled by `scale`, computed in fp32 and returned in
-// `out_dtype`. Masked entries are exactly 0.
-torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale, torch::ScalarType out_dtype);
+// `out_dtype`. Row t sees keys j <= t, and with `window` > 0 (a sliding window) only those
+// with t - j < window. Masked entries are exactly 0.
+torch::Tensor CausalSoftmax(const torch::Tensor& scores, double scale, torch::ScalarType out_dtype,
+                            int64_t window = 0);
 
 // SwiGLU on a fused gate/up projection [..., 2I]: silu(gate) * up -> [..., I].
 torch::Tensor SwiGlu(const torch::Tensor& gate_up);

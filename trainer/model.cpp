@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "trainer/activation_checkpoint.h"
 #include "trainer/device.h"
 #include "trainer/fused_ops.h"
 
@@ -21,6 +22,13 @@ torch::ScalarType MatmulDtype(const torch::Tensor& x) {
 }
 
 Projection MakeProjection(int64_t in, int64_t out, bool bias) { return Projection(in, out, bias); }
+
+// [1, 1, T, T], true where query t may attend key j under a sliding window: 0 <= t - j < window.
+torch::Tensor SlidingWindowMask(int64_t T, int64_t window, torch::Device device) {
+  torch::Tensor i = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  torch::Tensor back = i.unsqueeze(1) - i.unsqueeze(0);  // t - j
+  return back.ge(0).logical_and(back.lt(window)).view({1, 1, T, T});
+}
 
 torch::Tensor RotateHalf(const torch::Tensor& x) {
   int64_t half = x.size(-1) / 2;
@@ -67,11 +75,28 @@ std::pair<torch::Tensor, torch::Tensor> RotaryTables::Get(int64_t seq_len,
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c)
-    : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+    : heads_(c.num_attention_heads),
+      kv_heads_(c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      window_(c.sliding_window) {
   q_proj = register_module("q_proj", MakeProjection(c.hidden_size, heads_ * head_dim_, c.attention_bias));
   k_proj = register_module("k_proj", MakeProjection(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
   v_proj = register_module("v_proj", MakeProjection(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
-  o_proj = register_module("o_proj", MakeProjection(heads_ * head_dim_, c.hidden_size, false));
+  o_proj = register_module("o_proj", MakeProjection(heads_ * head_dim_, c.hidden_size, c.o_proj_bias));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+  }
+}
+
+torch::Tensor AttentionImpl::NormQkHeads(const torch::Tensor& qkv) {
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  auto parts = qkv.split_with_sizes({heads_ * head_dim_, kv_heads_ * head_dim_, kv_heads_ * head_dim_}, -1);
+  // The fused RMSNorm returns the autocast dtype, which is qkv's (the projection ran under it),
+  // so the three parts concatenate without a cast.
+  torch::Tensor q = q_norm->forward(parts[0].reshape({B, T, heads_, head_dim_})).reshape({B, T, -1});
+  torch::Tensor k = k_norm->forward(parts[1].reshape({B, T, kv_heads_, head_dim_})).reshape({B, T, -1});
+  return torch::cat({q, k, parts[2].to(q.scalar_type())}, -1);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
@@ -79,13 +104,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   const int64_t B = x.size(0), T = x.size(1);
   TORCH_CHECK(T <= rope.max_positions(), "sequence length ", T, " exceeds max_position_embeddings ",
               rope.max_positions());
+  TORCH_CHECK(!attn_mask.defined() || attn_mask.scalar_type() == torch::kBool,
+              "attention masks are boolean (true: may attend)");
+  const bool windowed = window_ > 0 && T > window_;
   if (!attn_mask.defined() && fused::Supported(x)) {
     // CPU: one projection GEMM, fused split + RoPE, GQA without repeating K/V (the query heads
-    // of each KV head are stacked as rows), fused causal softmax.
-    // One GEMM over the concatenated weights. NOTE for adapters (LoRA): a projection that
-    // carries an adapter must run its own forward instead, e.g.
-    // qkv = torch::cat({q_proj(x), k_proj(x), v_proj(x)}, -1); the kernels below only need
-    // the [B, T, (H + 2*Hkv) * D] layout. The same holds for gate/up in MLPImpl::forward.
+    // of each KV head are stacked as rows), fused causal (sliding-window) softmax.
+    // A projection that carries an adapter (LoRA) runs its own forward; the kernels below only
+    // need the [B, T, (H + 2*Hkv) * D] layout. The same holds for gate/up in MLPImpl::forward.
     torch::Tensor qkv;
     if (q_proj->has_lora() || k_proj->has_lora() || v_proj->has_lora()) {
       qkv = torch::cat({q_proj->forward(x), k_proj->forward(x), v_proj->forward(x)}, -1);
@@ -95,6 +121,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
           q_proj->bias.defined() ? torch::cat({q_proj->bias, k_proj->bias, v_proj->bias}) : torch::Tensor();
       qkv = torch::nn::functional::linear(x, w, bias);
     }
+    if (q_norm) qkv = NormQkHeads(qkv);
     auto [q, k, v] =
         fused::QkvRope(qkv, rope.cos_table(), rope.sin_table(), positions, heads_, kv_heads_, head_dim_);
     const int64_t rep = heads_ / kv_heads_;
@@ -102,30 +129,46 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     torch::Tensor k3 = k.view({B * kv_heads_, T, head_dim_});
     torch::Tensor v3 = v.view({B * kv_heads_, T, head_dim_});
     torch::Tensor scores = torch::bmm(q3, k3.transpose(1, 2));
-    torch::Tensor probs =
-        fused::CausalSoftmax(scores, 1.0 / std::sqrt(static_cast<double>(head_dim_)), v3.scalar_type());
+    torch::Tensor probs = fused::CausalSoftmax(scores, 1.0 / std::sqrt(static_cast<double>(head_dim_)),
+                                               v3.scalar_type(), windowed ? window_ : 0);
     torch::Tensor out = torch::bmm(probs, v3).view({B, heads_, T, head_dim_}).transpose(1, 2);
     return o_proj->forward(out.reshape({B, T, heads_ * head_dim_}));
   }
   auto [cos, sin] = rope.Get(T, positions);
-  torch::Tensor q = q_proj->forward(x).view({B, T, heads_, head_dim_}).transpose(1, 2);
-  torch::Tensor k = k_proj->forward(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor q = q_proj->forward(x).view({B, T, heads_, head_dim_});
+  torch::Tensor k = k_proj->forward(x).view({B, T, kv_heads_, head_dim_});
+  if (q_norm) {  // as transformers: per head, before the transpose and RoPE
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
   torch::Tensor v = v_proj->forward(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
   // RoPE in the projections' dtype, like transformers (cos/sin cast to q's dtype).
   torch::Tensor c = cos.to(q.scalar_type()), s = sin.to(q.scalar_type());
   q = q * c + RotateHalf(q) * s;
   k = k * c + RotateHalf(k) * s;
+  torch::Tensor mask = attn_mask;
+  if (windowed) {
+    torch::Tensor band = SlidingWindowMask(T, window_, x.device());
+    mask = mask.defined() ? mask.logical_and(band) : band;
+  }
+  return o_proj->forward(CompositeAttention(q, k, v, mask));
+}
+
+torch::Tensor AttentionImpl::CompositeAttention(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                                const torch::Tensor& attn_mask) {
+  const int64_t B = q.size(0), T = q.size(2);
   torch::Tensor out;
 #if defined(TORCH_VERSION_MAJOR) && \
     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
   // Causal GQA on CUDA: SDPA's flash kernel takes the KV heads as they are. (With a mask the
   // memory-efficient kernel is the one that applies, and it needs repeated heads; the CPU keeps
   // one path, so its results do not depend on the LibTorch version.)
-  if (kv_heads_ != heads_ && !attn_mask.defined() && x.is_cuda()) {
+  if (kv_heads_ != heads_ && !attn_mask.defined() && q.is_cuda()) {
     out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                            /*scale=*/std::nullopt, /*enable_gqa=*/true);
-    out = out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
-    return o_proj->forward(out);
+    return out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
   }
 #endif
   if (kv_heads_ != heads_) {
@@ -133,8 +176,6 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     k = k.unsqueeze(2).expand({B, kv_heads_, rep, T, head_dim_}).reshape({B, heads_, T, head_dim_});
     v = v.unsqueeze(2).expand({B, kv_heads_, rep, T, head_dim_}).reshape({B, heads_, T, head_dim_});
   }
-  TORCH_CHECK(!attn_mask.defined() || attn_mask.scalar_type() == torch::kBool,
-              "attention masks are boolean (true: may attend)");
 #if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
   // LibTorch 2.x: fused attention (flash / memory-efficient kernels on CUDA).
   if (attn_mask.defined()) {
@@ -149,14 +190,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     scores = scores.masked_fill(attn_mask.logical_not(), -std::numeric_limits<float>::infinity());
   } else {
     torch::Tensor causal =
-        torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+        torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
     scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
   }
   torch::Tensor probs = torch::softmax(scores, -1).to(v.scalar_type());
   out = torch::matmul(probs, v);
 #endif
-  out = out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
-  return o_proj->forward(out);
+  return out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
 }
 
 MLPImpl::MLPImpl(const ModelConfig& c) {
@@ -223,8 +263,19 @@ void CausalLMImpl::ToDevice(torch::Device device) {
 torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions,
                                    const torch::Tensor& attn_mask) {
   torch::Tensor h = model->embed_tokens->forward(input_ids);
-  for (const auto& layer : *model->layers) {
-    h = layer->as<DecoderLayer>()->forward(h, rope_, positions, attn_mask);
+  for (const auto& module : *model->layers) {
+    DecoderLayerImpl* layer = module->as<DecoderLayer>();
+    if (gradient_checkpointing_) {
+      // Keeps only each layer's input; the model (and so the layer and rope_) outlives backward.
+      const RotaryTables* rope = &rope_;
+      h = CheckpointedCall(
+          [layer, rope, positions, attn_mask](const torch::Tensor& x) {
+            return layer->forward(x, *rope, positions, attn_mask);
+          },
+          h, layer->parameters());
+    } else {
+      h = layer->forward(h, rope_, positions, attn_mask);
+    }
   }
   return model->norm->forward(h);
 }

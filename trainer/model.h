@@ -1,5 +1,6 @@
-// CausalLM: a Llama/Qwen2-family decoder-only transformer in LibTorch, numerically following
-// Hugging Face transformers (RMSNorm in fp32, rotate-half RoPE, softmax in fp32, GQA, SwiGLU).
+// CausalLM: a Llama-family decoder-only transformer in LibTorch (model_type llama, qwen2, qwen3,
+// mistral), numerically following Hugging Face transformers (RMSNorm in fp32, rotate-half RoPE,
+// softmax in fp32, GQA, SwiGLU; Qwen3's per-head q/k RMSNorm; Mistral's sliding window).
 //
 // Parameter names equal the HF checkpoint keys ("model.layers.0.self_attn.q_proj.weight"),
 // so weights load and save by name. With tie_word_embeddings, lm_head uses
@@ -49,15 +50,26 @@ class AttentionImpl : public torch::nn::Module {
   explicit AttentionImpl(const ModelConfig& c);
   // x: [B, T, C]. `positions`: [B, T] or undefined for 0..T-1. `attn_mask`: bool mask (true:
   // may attend) broadcastable to [B, H, T, T] (PackedAttentionMask), or undefined for plain
-  // causal attention. On CUDA with LibTorch >= 2.5, causal GQA attention reads the K/V heads
-  // in place (SDPA's enable_gqa) instead of repeating them.
+  // causal attention. With a sliding window (ModelConfig::sliding_window) key j is visible
+  // from query t only when 0 <= t - j < window, on top of `attn_mask` (t and j index the row,
+  // so within a packed sample they are position differences). On CUDA with LibTorch >= 2.5,
+  // causal GQA attention without a mask or window reads the K/V heads in place (SDPA's
+  // enable_gqa) instead of repeating them.
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
                         const torch::Tensor& attn_mask);
   // Linear layers that can carry a LoRA adapter (trainer/projection.h, trainer/lora.h).
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  // Qwen3's per-head RMSNorms over head_dim, applied to q and k before RoPE; null otherwise.
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
-  int64_t heads_, kv_heads_, head_dim_;
+  // Applies q_norm / k_norm to the q and k heads of a fused projection [B, T, (H + 2*Hkv) * D].
+  torch::Tensor NormQkHeads(const torch::Tensor& qkv);
+  // The composite (ATen) attention of q [B, H, T, D], k and v [B, Hkv, T, D] -> [B, T, H * D].
+  torch::Tensor CompositeAttention(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                   const torch::Tensor& attn_mask);
+
+  int64_t heads_, kv_heads_, head_dim_, window_;
 };
 TORCH_MODULE(Attention);
 
@@ -114,6 +126,12 @@ class CausalLMImpl : public torch::nn::Module {
                         const torch::Tensor& target_index = {});
 
   const ModelConfig& config() const { return config_; }
+  // Activation (gradient) checkpointing per decoder layer (train.gradient_checkpointing): while
+  // autograd records, each layer keeps only its input and recomputes its activations during
+  // backward (trainer/activation_checkpoint.h). Same loss and gradients, less memory, one more
+  // forward of the layers. Off by default.
+  void SetGradientCheckpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
   // Moves the RoPE tables along with the parameters.
   void ToDevice(torch::Device device);
 
@@ -123,6 +141,7 @@ class CausalLMImpl : public torch::nn::Module {
  private:
   ModelConfig config_;
   RotaryTables rope_;
+  bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(CausalLM);
 

@@ -70,6 +70,62 @@ Status ReadRope(const json& r, const std::string& source, const std::string& key
   return OkStatus();
 }
 
+// transformers' MistralConfig default when config.json has no "sliding_window" key.
+constexpr int64_t kMistralDefaultSlidingWindow = 4096;
+
+// The keys whose meaning depends on model_type: attention biases, q/k norms, sliding windows.
+Status ReadFamilyKeys(const json& j, const std::string& source, ModelConfig* c) {
+  const std::string& type = c->model_type;
+  if (type == "llama" || type == "qwen3") {
+    SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &c->attention_bias, false));
+    c->o_proj_bias = c->attention_bias;  // transformers biases o_proj with q/k/v here
+  }
+  if (type == "mistral") {
+    bool bias = false;  // not a MistralConfig key: transformers ignores it, vLLM would add biases
+    SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &bias, false));
+    if (bias)
+      return FieldError(source, "attention_bias", "true is not supported for mistral (it has no biases)");
+  }
+  c->attention_bias = c->attention_bias || type == "qwen2";
+  c->qk_norm = type == "qwen3";
+  if (auto hd = j.find("head_dim"); type == "qwen3" && (hd == j.end() || hd->is_null())) {
+    return FieldError(source, "head_dim",
+                      "is required for qwen3 (transformers defaults it to 128, not hidden_size / "
+                      "num_attention_heads)");
+  }
+  if (type == "qwen2" || type == "qwen3") {
+    bool use_sliding_window = false;
+    SFT_RETURN_IF_ERROR(Read(j, source, "use_sliding_window", &use_sliding_window, false));
+    if (use_sliding_window) {
+      return FieldError(source, "use_sliding_window",
+                        "true is not supported for " + type +
+                            " (its per-layer sliding windows are not implemented; mistral's is)");
+    }
+  }
+  if (type == "mistral") {
+    auto it = j.find("sliding_window");
+    c->sliding_window = kMistralDefaultSlidingWindow;
+    if (it != j.end()) {
+      c->sliding_window = 0;  // null: full attention
+      SFT_RETURN_IF_ERROR(Read(j, source, "sliding_window", &c->sliding_window, false));
+      if (!it->is_null() && c->sliding_window <= 0) {
+        return FieldError(source, "sliding_window",
+                          "must be > 0 or null, got " + std::to_string(c->sliding_window));
+      }
+    }
+  }
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) return FieldError(source, "layer_types", "must be a list, got " + it->dump());
+    for (const auto& e : *it) {
+      if (e != "full_attention") {
+        return FieldError(source, "layer_types",
+                          e.dump() + " is not supported (full_attention only; set use_sliding_window false)");
+      }
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source) {
@@ -77,8 +133,10 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   ModelConfig c;
   c.original = j;
   SFT_RETURN_IF_ERROR(Read(j, source, "model_type", &c.model_type, false));
-  if (c.model_type != "llama" && c.model_type != "qwen2") {
-    return FieldError(source, "model_type", "'" + c.model_type + "' is not supported (llama, qwen2)");
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
+      c.model_type != "mistral") {
+    return FieldError(source, "model_type",
+                      "'" + c.model_type + "' is not supported (llama, qwen2, qwen3, mistral)");
   }
   SFT_RETURN_IF_ERROR(Read(j, source, "vocab_size", &c.vocab_size, true));
   SFT_RETURN_IF_ERROR(Read(j, source, "hidden_size", &c.hidden_size, true));
@@ -99,9 +157,7 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   }
   SFT_RETURN_IF_ERROR(Read(j, source, "initializer_range", &c.initializer_range, false));
   SFT_RETURN_IF_ERROR(Read(j, source, "tie_word_embeddings", &c.tie_word_embeddings, false));
-  c.attention_bias = c.model_type == "qwen2";
-  if (c.model_type == "llama")
-    SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &c.attention_bias, false));
+  SFT_RETURN_IF_ERROR(ReadFamilyKeys(j, source, &c));
   bool mlp_bias = false;
   SFT_RETURN_IF_ERROR(Read(j, source, "mlp_bias", &mlp_bias, false));
   if (mlp_bias) return FieldError(source, "mlp_bias", "true is not supported");
@@ -165,10 +221,17 @@ StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   return ParseModelConfig(j, path);
 }
 
+std::string ArchitectureName(const std::string& model_type) {
+  if (model_type == "qwen2") return "Qwen2ForCausalLM";
+  if (model_type == "qwen3") return "Qwen3ForCausalLM";
+  if (model_type == "mistral") return "MistralForCausalLM";
+  return "LlamaForCausalLM";
+}
+
 json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype) {
   json j = c.original.is_object() ? c.original : json::object();
   j["model_type"] = c.model_type;
-  j["architectures"] = {c.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  j["architectures"] = {ArchitectureName(c.model_type)};
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
@@ -181,7 +244,8 @@ json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype) {
   j["initializer_range"] = c.initializer_range;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["hidden_act"] = "silu";
-  if (c.model_type == "llama") j["attention_bias"] = c.attention_bias;
+  if (c.model_type == "llama" || c.model_type == "qwen3") j["attention_bias"] = c.attention_bias;
+  if (c.model_type == "mistral") j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json();
   // RoPE: keep whichever form the source used (rope_parameters for newer transformers);
   // write the legacy form for configs built from scratch.
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {

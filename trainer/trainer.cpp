@@ -757,9 +757,12 @@ StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok) {
       return InvalidArgumentError("field 'model.config': vocab_size " + std::to_string(c.vocab_size) +
                                   " is smaller than the tokenizer's " + std::to_string(tok.vocab_size()));
     }
-    return CausalLM(c);
+    CausalLM model(c);
+    model->SetGradientCheckpointing(spec.train.gradient_checkpointing);
+    return model;
   }
   SFT_ASSIGN_OR_RETURN(CausalLM model, LoadModelDir(spec.model.path));
+  model->SetGradientCheckpointing(spec.train.gradient_checkpointing);
   return model;
 }
 

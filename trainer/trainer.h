@@ -93,7 +93,8 @@ double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const
 // any, else the byte tokenizer). `source` receives what checkpoints should copy.
 StatusOr<std::unique_ptr<Tokenizer>> OpenTokenizer(const JobSpec& spec, std::string* source);
 
-// Builds the model named by the spec: from model.config (random init) or model.path.
+// Builds the model named by the spec: from model.config (random init) or model.path, with
+// train.gradient_checkpointing applied.
 StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok);
 
 // Loads a model folder (config.json + model.safetensors) for inference.

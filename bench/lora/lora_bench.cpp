@@ -7,11 +7,12 @@
 // (AccumulateWindow -> GradNorm -> Clip -> Step -> ZeroGrad) on random tokens. It prints one JSON
 // line: mode, parameters, trainable parameters, tokens/s and peak RSS (ru_maxrss; host memory,
 // so on CUDA read device memory from nvidia-smi instead). bench/lora/run.sh runs both modes and prints them
-// side by side.
+// side by side; bench/grad_checkpoint/run.sh runs one mode with and without
+// --gradient-checkpointing 1 (train.gradient_checkpointing).
 //
 // Usage: lora_bench --mode full|lora [--device cpu|cuda] [--precision fp32|bf16] [--steps N]
 //                   [--warmup N] [--batch B] [--seq T] [--hidden C] [--layers L] [--heads H]
-//                   [--intermediate I] [--vocab V] [--r R]
+//                   [--intermediate I] [--vocab V] [--r R] [--gradient-checkpointing 0|1]
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -38,7 +39,7 @@ using Clock = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   std::string mode = "lora", device = "cpu", precision = "fp32";
   int64_t steps = 5, warmup = 1, batch = 4, seq = 256, hidden = 768, layers = 12, heads = 12, inter = 2048,
-          vocab = 32000, r = 16;
+          vocab = 32000, r = 16, checkpointing = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--mode")
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
       vocab = std::stoll(v);
     else if (k == "--r")
       r = std::stoll(v);
+    else if (k == "--gradient-checkpointing")
+      checkpointing = std::stoll(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -107,6 +110,7 @@ int main(int argc, char** argv) {
   }
   model->ToDevice(plan->device);
   model->train();
+  model->SetGradientCheckpointing(checkpointing != 0);
   std::vector<std::pair<std::string, torch::Tensor>> params;
   int64_t n_params = 0, n_trainable = 0;
   for (const auto& p : model->named_parameters()) {
@@ -142,6 +146,7 @@ int main(int argc, char** argv) {
                                 {"trainable_parameters", n_trainable},
                                 {"batch", batch},
                                 {"seq", seq},
+                                {"gradient_checkpointing", checkpointing != 0},
                                 {"tokens_per_s", static_cast<double>(steps * batch * seq) / secs},
                                 {"peak_rss_mib", static_cast<double>(ru.ru_maxrss) / 1024.0}};
   std::printf("%s\n", out.dump().c_str());

@@ -80,6 +80,24 @@ TEST(Spec, DataChatTemplateAndPacking) {
       << spec.status().message();
 }
 
+TEST(Spec, TrainGradientCheckpointing) {
+  auto spec = LoadSpecFile(TempFile("gc-default.yaml", kMinimal));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_FALSE(spec->train.gradient_checkpointing);
+  spec = LoadSpecFile(TempFile("gc.yaml", std::string(kMinimal) + "train: {gradient_checkpointing: true}\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->train.gradient_checkpointing);
+  auto again = ParseSpec(ToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->train.gradient_checkpointing);
+  spec =
+      LoadSpecFile(TempFile("gc-bad.yaml", std::string(kMinimal) + "train: {gradient_checkpointing: 1}\n"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("field 'train.gradient_checkpointing': must be true or false"),
+            std::string::npos)
+      << spec.status().message();
+}
+
 TEST(Spec, UnknownFieldNamesFieldLineAndSuggestion) {
   auto spec =
       LoadSpecFile(TempFile("typo.yaml", std::string(kMinimal) + "train:\n  batch_size: 4\n  lrr: 0.1\n"));

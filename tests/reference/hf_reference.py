@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Golden reference for sftctl's Hugging Face parity tests (llm.c style).
 
-An independent PyTorch re-implementation of transformers' Llama / Qwen2 forward pass
-(modeling_llama.py / modeling_qwen2.py, eager attention), written from
-../shared/notes/formats.md, plus a tiny pure-Python safetensors reader/writer (the
-`transformers`, `safetensors` and `peft` packages are not available here).
+An independent PyTorch re-implementation of transformers' Llama / Qwen2 / Qwen3 / Mistral
+forward pass (modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py, modeling_mistral.py,
+eager attention), written from ../shared/notes/formats.md and the published modelling code,
+plus a tiny pure-Python safetensors reader/writer (the `transformers`, `safetensors` and `peft`
+packages are not available here).
 
 For each family it writes a random HF-format checkpoint and the reference outputs:
 
@@ -12,6 +13,11 @@ For each family it writes a random HF-format checkpoint and the reference output
                model.safetensors in BF16
   OUT/qwen2/   config.json (q/k/v bias, tied embeddings, "rope_parameters" form),
                3 F32 shards + model.safetensors.index.json
+  OUT/qwen3/   config.json (q_norm/k_norm, head_dim 16 != hidden/heads, no biases, tied),
+               2 F32 shards + index
+  OUT/qwen3_untied/  Qwen3, untied lm_head, "layer_types" all full_attention, BF16
+  OUT/mistral/ config.json (sliding_window 7 < the test's 24 positions, GQA, untied), BF16
+  OUT/mistral_full/  Mistral with "sliding_window": null (full attention), tied, F32
   OUT/<family>/reference.safetensors: input_ids [B,T] I64, labels [B,T] I64 (-100 on
                "prompt" positions), logits [B,T,V] F32, loss [] F32 (mean CE over
                shifted targets != -100), all computed in fp32.
@@ -135,11 +141,32 @@ def linear(x, sd, name):
     return y
 
 
+def sliding_window(cfg):
+    """Mistral's window (MistralConfig default 4096 when the key is absent; null: none)."""
+    if cfg["model_type"] != "mistral":
+        return None
+    return cfg.get("sliding_window", 4096)
+
+
+def attention_mask(cfg, T, dtype):
+    """Additive mask: causal, and with a sliding window key j is visible from query i only when
+    j > i - window (transformers' sliding_window_overlay)."""
+    i = torch.arange(T)[:, None]
+    j = torch.arange(T)[None, :]
+    allowed = j <= i
+    window = sliding_window(cfg)
+    if window is not None:
+        allowed = allowed & (j > i - window)
+    mask = torch.zeros(T, T, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
 def forward(cfg, sd, ids):
     B, T = ids.shape
     H, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     D = cfg.get("head_dim") or cfg["hidden_size"] // H
     eps = cfg["rms_norm_eps"]
+    qk_norm = cfg["model_type"] == "qwen3"
     h = sd["model.embed_tokens.weight"][ids]
     pos = torch.arange(T)[None, :].expand(B, T)
     inv_freq = rope_inv_freq(cfg)
@@ -147,13 +174,17 @@ def forward(cfg, sd, ids):
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos()[:, None], emb.sin()[:, None]  # attention_scaling = 1
     dtype = h.dtype
-    mask = torch.full((T, T), torch.finfo(dtype).min).triu(1)[None, None]
+    mask = attention_mask(cfg, T, dtype)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         res = h
         x = rms_norm(h, sd[p + "input_layernorm.weight"], eps)
-        q = linear(x, sd, p + "self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
-        k = linear(x, sd, p + "self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
+        q = linear(x, sd, p + "self_attn.q_proj").view(B, T, H, D)
+        k = linear(x, sd, p + "self_attn.k_proj").view(B, T, KV, D)
+        if qk_norm:  # Qwen3: RMSNorm over each head's D values, before the transpose and RoPE
+            q = rms_norm(q, sd[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, sd[p + "self_attn.k_norm.weight"], eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = linear(x, sd, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -186,8 +217,11 @@ def random_state(cfg, gen):
     H, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     D = cfg.get("head_dim") or cfg["hidden_size"] // H
     C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    qwen = cfg["model_type"] == "qwen2"
-    bias = qwen or cfg.get("attention_bias", False)
+    family = cfg["model_type"]
+    # q/k/v biases: always for qwen2; with attention_bias for llama and qwen3, which then bias
+    # o_proj too; never for mistral.
+    bias = family == "qwen2" or (family in ("llama", "qwen3") and cfg.get("attention_bias", False))
+    o_bias = family in ("llama", "qwen3") and cfg.get("attention_bias", False)
 
     def rnd(*shape, std=0.08):
         return torch.randn(*shape, generator=gen) * std
@@ -202,6 +236,11 @@ def random_state(cfg, gen):
             if bias:
                 sd[p + "self_attn." + n + ".bias"] = rnd(out, std=0.3)
         sd[p + "self_attn.o_proj.weight"] = rnd(C, H * D)
+        if o_bias:
+            sd[p + "self_attn.o_proj.bias"] = rnd(C, std=0.3)
+        if family == "qwen3":
+            sd[p + "self_attn.q_norm.weight"] = 1 + rnd(D, std=0.3)
+            sd[p + "self_attn.k_norm.weight"] = 1 + rnd(D, std=0.3)
         sd[p + "mlp.gate_proj.weight"] = rnd(I, C, std=0.15)
         sd[p + "mlp.up_proj.weight"] = rnd(I, C, std=0.15)
         sd[p + "mlp.down_proj.weight"] = rnd(C, I)
@@ -227,6 +266,32 @@ QWEN2 = {
     "hidden_act": "silu", "tie_word_embeddings": True, "bos_token_id": 140, "eos_token_id": 141,
     "torch_dtype": "float32",
 }
+
+QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 152, "hidden_size": 48,
+    "intermediate_size": 88, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+    "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0, "use_sliding_window": False,
+    "sliding_window": None, "max_window_layers": 2, "hidden_act": "silu", "tie_word_embeddings": True,
+    "bos_token_id": 150, "eos_token_id": 151, "torch_dtype": "float32",
+}
+QWEN3_UNTIED = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 136, "hidden_size": 64,
+    "intermediate_size": 72, "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2,
+    "head_dim": 12, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    "layer_types": ["full_attention"] * 3, "use_sliding_window": False, "sliding_window": None,
+    "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": [2, 3],
+    "torch_dtype": "bfloat16",
+}
+MISTRAL = {
+    "architectures": ["MistralForCausalLM"], "model_type": "mistral", "vocab_size": 128, "hidden_size": 64,
+    "intermediate_size": 112, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "sliding_window": 7,
+    "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+    "torch_dtype": "bfloat16",
+}
+MISTRAL_FULL = dict(MISTRAL, sliding_window=None, tie_word_embeddings=True, head_dim=16, torch_dtype="float32")
 
 
 def make(out, name, cfg, dtype, shards, seed):
@@ -269,6 +334,14 @@ def make(out, name, cfg, dtype, shards, seed):
              {"input_ids": ids, "labels": labels, "logits": logits.float().contiguous(),
               "loss": loss.float().reshape(())}, {"format": "pt"})
     print(f"{name}: loss {loss.item():.6f}, logits |max| {logits.abs().max().item():.3f} -> {d}")
+    window = sliding_window(cfg)
+    if window is not None and window < T:
+        # The window must change the result, or the parity test could not tell it apart.
+        with torch.no_grad():
+            full = forward(dict(cfg, sliding_window=None), sd, ids)
+        diff = (full - logits).abs().max().item()
+        assert diff > 1e-2, f"{name}: the sliding window does not change the logits ({diff})"
+        print(f"{name}: sliding window {window} < {T} positions changes logits by up to {diff:.3f}")
 
 
 def main():
@@ -278,6 +351,10 @@ def main():
     torch.set_num_threads(1)
     make(a.out, "llama", LLAMA, torch.bfloat16, 1, 1234)
     make(a.out, "qwen2", QWEN2, torch.float32, 3, 4321)
+    make(a.out, "qwen3", QWEN3, torch.float32, 2, 5678)
+    make(a.out, "qwen3_untied", QWEN3_UNTIED, torch.bfloat16, 1, 8765)
+    make(a.out, "mistral", MISTRAL, torch.bfloat16, 1, 2468)
+    make(a.out, "mistral_full", MISTRAL_FULL, torch.float32, 1, 1357)
 
 
 if __name__ == "__main__":

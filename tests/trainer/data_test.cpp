@@ -245,10 +245,18 @@ TEST(DataCache, OnlyTheIndexIsInMemory) {
   EXPECT_EQ(cache->path(), spec.output_dir + "/data-cache/train.tokens");
 }
 
-TEST(Packing, PackedLossEqualsUnpacked) {
+// Also for qwen3 (q/k norms) and mistral, whose sliding window (16) is shorter than the samples
+// (about 19 tokens), so it applies within each packed sample on top of the block mask, yet through
+// two layers reaches back far enough that a missing block mask would leak into trained tokens.
+class Packing : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Packing, PackedLossEqualsUnpacked) {
   ByteTokenizer tok;
   const std::string dir = MakeTempDir("data-pack");
   JobSpec spec = TinySpec(dir, 1);
+  spec.model.config["model_type"] = GetParam();
+  if (GetParam() == "qwen3") spec.model.config["head_dim"] = 8;
+  if (GetParam() == "mistral") spec.model.config["sliding_window"] = 16;
   spec.model.config["max_position_embeddings"] = 64;
   spec.data.max_seq_len = 64;
   auto d = LoadDataset(spec, tok);
@@ -277,9 +285,20 @@ TEST(Packing, PackedLossEqualsUnpacked) {
   // Without the block mask, attention would leak across samples and change the loss.
   const double leaky = m->LossSum(packed.input_ids, packed.labels, packed.positions).item<double>();
   EXPECT_GT(std::abs(leaky - a), 1e-4 * std::abs(a));
+  if (GetParam() == "mistral") {
+    // ... and the window changes the loss (it is not wider than the samples).
+    JobSpec full = spec;
+    full.model.config["sliding_window"] = nullptr;
+    torch::manual_seed(3);
+    CausalLM wide = *BuildModel(full, tok);
+    const double unwindowed = wide->LossSum(plain.input_ids, plain.labels).item<double>();
+    EXPECT_GT(std::abs(unwindowed - a), 1e-4 * std::abs(a));
+  }
 }
 
-TEST(Packing, TrainingWithPackingRuns) {
+INSTANTIATE_TEST_SUITE_P(Architectures, Packing, ::testing::Values("llama", "qwen3", "mistral"));
+
+TEST(PackingTraining, TrainingWithPackingRuns) {
   const std::string dir = MakeTempDir("data-pack-train");
   JobSpec spec = TinySpec(dir, 3);
   spec.data.packing = true;

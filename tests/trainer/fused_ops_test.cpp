@@ -122,6 +122,35 @@ TEST_P(FusedOps, CausalSoftmaxMatchesComposite) {
   EXPECT_EQ(p[0][0].slice(0, 1).abs().sum().item<double>(), 0.0);
 }
 
+TEST_P(FusedOps, SlidingWindowSoftmaxMatchesComposite) {
+  const int64_t Z = 2, rep = 3, T = 11, window = 4;
+  const auto scores = torch::randn({Z, rep * T, T}).to(dtype()) * 4;
+  const auto up = torch::randn({Z, rep * T, T}).to(dtype());
+  auto fused =
+      Differentiate([&](auto& in) { return std::vector{fused::CausalSoftmax(in[0], 0.3, dtype(), window)}; },
+                    {scores}, {up});
+  auto ref = Differentiate(
+      [&](auto& in) {
+        auto rows = torch::arange(rep * T).remainder(T).unsqueeze(1);
+        auto back = rows - torch::arange(T).unsqueeze(0);  // t - j
+        auto masked = back.lt(0).logical_or(back.ge(window));
+        auto s =
+            (in[0].to(torch::kFloat32) * 0.3).masked_fill(masked, -std::numeric_limits<float>::infinity());
+        return std::vector{torch::softmax(s, -1).to(dtype())};
+      },
+      {scores}, {up});
+  ExpectClose(fused, ref, tol());
+  // Query 9 sees keys 6..9 only: the others are exactly zero, the four sum to one.
+  auto p = fused::CausalSoftmax(scores, 0.3, dtype(), window).to(torch::kFloat32);
+  EXPECT_EQ(p[1][9].slice(0, 0, 6).abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(p[1][9].slice(0, 10).abs().sum().item<double>(), 0.0);
+  EXPECT_GT(p[1][9][6].item<double>(), 0.0);
+  EXPECT_NEAR(p[1][9].sum().item<double>(), 1.0, 1e-2);
+  // A window as long as the sequence is plain causal attention.
+  EXPECT_TRUE(torch::equal(fused::CausalSoftmax(scores, 0.3, dtype(), T),
+                           fused::CausalSoftmax(scores, 0.3, dtype())));
+}
+
 TEST_P(FusedOps, SwiGluMatchesComposite) {
   const auto gu = torch::randn({4, 3, 2 * 40}).to(dtype()) * 3;
   const auto up = torch::randn({4, 3, 40}).to(dtype());
@@ -234,10 +263,12 @@ TEST(FusedOptimizer, SumOfSquaresIsExactAndThreadIndependent) {
 }
 
 TEST(FusedModel, LossAndGradientsMatchTheCompositePath) {
-  for (bool bias : {false, true}) {
+  for (const std::string type : {"llama", "qwen2", "qwen3", "mistral"}) {
     ModelConfig c;
-    c.model_type = bias ? "qwen2" : "llama";
-    c.attention_bias = bias;
+    c.model_type = type;
+    c.attention_bias = type == "qwen2";
+    c.qk_norm = type == "qwen3";                   // q_norm / k_norm before RoPE
+    c.sliding_window = type == "mistral" ? 5 : 0;  // shorter than the 12 positions
     c.vocab_size = 50;
     c.hidden_size = 32;
     c.intermediate_size = 48;
@@ -262,7 +293,12 @@ TEST(FusedModel, LossAndGradientsMatchTheCompositePath) {
       fused::SetEnabled(true);
       return out;
     };
+    SCOPED_TRACE(type);
     ExpectClose(run(true), run(false), 2e-5);
+    int64_t qk_norms = 0;
+    for (const auto& p : model->named_parameters())
+      qk_norms += p.key().find("_norm.weight") != std::string::npos;
+    EXPECT_EQ(qk_norms, type == "qwen3" ? 4 : 0);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/safetensors.h"
 #include "tests/trainer/test_util.h"
+#include "trainer/fused_ops.h"
 #include "trainer/model.h"
 #include "trainer/trainer.h"
 
@@ -55,7 +56,9 @@ void ExpectSameParams(CausalLM& a, CausalLM& b) {
 
 // ---- Parity with the reference implementation of transformers' math --------------------
 
-void CheckParity(const std::string& family) {
+// Runs on the fused CPU kernels (the default) and, with `fused` false, on the composite path.
+void CheckParityOn(const std::string& family, bool fused_on) {
+  fused::SetEnabled(fused_on);
   const std::string dir = kRefDir + "/" + family;
   ASSERT_TRUE(fs::exists(dir + "/reference.safetensors"))
       << "run the hf_reference fixture (ctest) or tests/reference/hf_reference.py --out " << kRefDir;
@@ -76,15 +79,61 @@ void CheckParity(const std::string& family) {
   const double ref_loss = ref->at("loss").item<double>();
   const double rel = std::abs(loss - ref_loss) / std::abs(ref_loss);
   std::printf(
-      "[parity] %s: logits max-abs error %.3g (|logits| max %.3g), loss %.7f vs reference %.7f, "
+      "[parity] %s (%s): logits max-abs error %.3g (|logits| max %.3g), loss %.7f vs reference %.7f, "
       "relative error %.3g\n",
-      family.c_str(), max_abs, ref_logits.abs().max().item<double>(), loss, ref_loss, rel);
+      family.c_str(), fused_on ? "fused" : "composite", max_abs, ref_logits.abs().max().item<double>(), loss,
+      ref_loss, rel);
   EXPECT_LE(max_abs, 1e-4) << family;
   EXPECT_LE(rel, 1e-5) << family;
+  fused::SetEnabled(true);
+}
+
+void CheckParity(const std::string& family) {
+  CheckParityOn(family, true);
+  CheckParityOn(family, false);
 }
 
 TEST(HfParity, LlamaGqaHeadDimLlama3RopeBf16) { CheckParity("llama"); }
 TEST(HfParity, Qwen2BiasTiedShardedF32) { CheckParity("qwen2"); }
+TEST(HfParity, Qwen3QkNormHeadDimTiedShardedF32) { CheckParity("qwen3"); }
+TEST(HfParity, Qwen3UntiedLayerTypesBf16) { CheckParity("qwen3_untied"); }
+TEST(HfParity, MistralSlidingWindowUntiedBf16) { CheckParity("mistral"); }
+TEST(HfParity, MistralNullSlidingWindowTiedF32) { CheckParity("mistral_full"); }
+
+// The parity tests above would pass vacuously if q_norm/k_norm or the window changed nothing:
+// without them the same weights miss the reference by far more than the tolerance.
+TEST(HfParity, QkNormAndSlidingWindowChangeTheLogits) {
+  for (const std::string family : {"qwen3", "mistral"}) {
+    const std::string src = kRefDir + "/" + family;
+    auto ref = LoadTensors(src + "/reference.safetensors");
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    auto loaded = LoadModelDir(src);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    CausalLM model = *loaded;
+    ModelConfig c = model->config();
+    if (family == "qwen3") {
+      ASSERT_TRUE(c.qk_norm);
+      c.qk_norm = false;
+    } else {
+      ASSERT_EQ(c.sliding_window, 7);
+      c.sliding_window = 0;
+    }
+    CausalLM ablated(c);
+    {
+      torch::NoGradGuard no_grad;
+      auto from = model->named_parameters();
+      for (auto& p : ablated->named_parameters()) p.value().copy_(from[p.key()]);
+    }
+    ablated->eval();
+    for (bool fused_on : {true, false}) {
+      fused::SetEnabled(fused_on);
+      torch::NoGradGuard no_grad;
+      const torch::Tensor logits = ablated->Logits(ablated->Hidden(ref->at("input_ids")));
+      EXPECT_GT((logits - ref->at("logits")).abs().max().item<double>(), 1e-2) << family << " " << fused_on;
+      fused::SetEnabled(true);
+    }
+  }
+}
 
 // ---- Loading and saving -----------------------------------------------------------------
 
@@ -148,6 +197,44 @@ TEST(HfCheckpoint, TiedSaveOmitsLmHeadAndWritesGenerationConfig) {
   EXPECT_NE((*lr)->Find("lm_head.weight"), nullptr);
   EXPECT_EQ(ReadJson(tmp + "/llama/generation_config.json")["eos_token_id"], json({2, 3}));
   EXPECT_EQ(ReadJson(tmp + "/llama/config.json")["rope_scaling"]["rope_type"], "llama3");
+}
+
+// What transformers / vLLM dispatch on (model_type, architectures) and the keys that shape
+// the model come back, and the saved folder loads into the same weights and logits.
+TEST(HfCheckpoint, Qwen3AndMistralSaveTheirArchitectureAndLoadBack) {
+  const std::string tmp = MakeTempDir("hf-archs");
+  for (const std::string family : {"qwen3", "qwen3_untied", "mistral", "mistral_full"}) {
+    SCOPED_TRACE(family);
+    CausalLM a = *LoadModelDir(kRefDir + "/" + family);
+    const std::string out = tmp + "/" + family;
+    ASSERT_TRUE(SaveHfModel(FileSystem::Default(), out, a->config(), Params(a)).ok());
+    const json cfg = ReadJson(out + "/config.json");
+    const bool qwen3 = family.rfind("qwen3", 0) == 0;
+    EXPECT_EQ(cfg["model_type"], qwen3 ? "qwen3" : "mistral");
+    EXPECT_EQ(cfg["architectures"], json({qwen3 ? "Qwen3ForCausalLM" : "MistralForCausalLM"}));
+    if (qwen3) {
+      EXPECT_EQ(cfg["head_dim"], family == "qwen3" ? 16 : 12);
+      EXPECT_EQ(cfg["attention_bias"], false);
+      EXPECT_EQ(cfg["use_sliding_window"], false);
+    } else {
+      EXPECT_EQ(cfg["sliding_window"], family == "mistral" ? json(7) : json(nullptr));
+      EXPECT_FALSE(cfg.contains("attention_bias"));
+    }
+    auto reader = safetensors::Reader::Open(out + "/model.safetensors");
+    ASSERT_TRUE(reader.ok());
+    const bool tied = family == "qwen3" || family == "mistral_full";
+    EXPECT_EQ((*reader)->Find("lm_head.weight") == nullptr, tied);
+    EXPECT_EQ((*reader)->Find("model.layers.1.self_attn.q_norm.weight") != nullptr, qwen3);
+    EXPECT_EQ((*reader)->Find("model.layers.1.self_attn.k_norm.weight") != nullptr, qwen3);
+    EXPECT_EQ((*reader)->Find("model.layers.0.self_attn.q_proj.bias"), nullptr);
+    EXPECT_EQ((*reader)->Find("model.layers.0.self_attn.o_proj.bias"), nullptr);
+    auto b = LoadModelDir(out);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    CausalLM bm = *b;
+    EXPECT_EQ(bm->config().qk_norm, a->config().qk_norm);
+    EXPECT_EQ(bm->config().sliding_window, a->config().sliding_window);
+    ExpectSameParams(a, bm);
+  }
 }
 
 TEST(HfCheckpoint, Bf16SaveRoundsAndLoadsBack) {
@@ -308,10 +395,62 @@ TEST(HfConfig, HeadDimAndAttentionBias) {
   auto p = m->named_parameters();
   EXPECT_EQ(p["model.layers.0.self_attn.q_proj.weight"].sizes(), torch::IntArrayRef({96, 64}));
   EXPECT_EQ(p["model.layers.0.self_attn.k_proj.bias"].sizes(), torch::IntArrayRef({48}));
+  // transformers' LlamaAttention biases o_proj too when attention_bias is set.
+  EXPECT_EQ(p["model.layers.0.self_attn.o_proj.bias"].sizes(), torch::IntArrayRef({64}));
   j["model_type"] = "qwen2";
   j.erase("attention_bias");
-  EXPECT_TRUE(ParseModelConfig(j, "cfg.json")->attention_bias);
+  auto q = ParseModelConfig(j, "cfg.json");
+  EXPECT_TRUE(q->attention_bias);
+  EXPECT_FALSE(q->o_proj_bias);
+  CausalLM qm(*q);
+  EXPECT_FALSE(qm->named_parameters().contains("model.layers.0.self_attn.o_proj.bias"));
+  EXPECT_TRUE(qm->named_parameters().contains("model.layers.0.self_attn.v_proj.bias"));
   EXPECT_EQ(ParseModelConfig(BaseConfig(), "cfg.json")->head_dim, 16);
+}
+
+TEST(HfConfig, Qwen3NormsAndBiases) {
+  json j = BaseConfig();
+  j["model_type"] = "qwen3";
+  j["head_dim"] = 8;
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+  j["layer_types"] = {"full_attention"};
+  auto c = ParseModelConfig(j, "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->sliding_window, 0);
+  CausalLM m(*c);
+  auto p = m->named_parameters();
+  EXPECT_EQ(p["model.layers.0.self_attn.q_norm.weight"].sizes(), torch::IntArrayRef({8}));
+  EXPECT_EQ(p["model.layers.0.self_attn.k_norm.weight"].sizes(), torch::IntArrayRef({8}));
+  EXPECT_EQ(p["model.layers.0.self_attn.q_norm.weight"].sum().item<double>(), 8.0);  // ones, as HF
+  EXPECT_FALSE(p.contains("model.layers.0.self_attn.q_proj.bias"));
+  // attention_bias biases all four projections, as Qwen3Attention does.
+  j["attention_bias"] = true;
+  CausalLM b(*ParseModelConfig(j, "cfg.json"));
+  for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+    EXPECT_TRUE(b->named_parameters().contains(std::string("model.layers.0.self_attn.") + n + ".bias")) << n;
+  }
+}
+
+TEST(HfConfig, MistralSlidingWindow) {
+  json j = BaseConfig();
+  j["model_type"] = "mistral";
+  EXPECT_EQ(ParseModelConfig(j, "cfg.json")->sliding_window, 4096);  // MistralConfig's default
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(ParseModelConfig(j, "cfg.json")->sliding_window, 0);  // full attention
+  j["sliding_window"] = 7;
+  j["attention_bias"] = false;
+  auto c = ParseModelConfig(j, "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->sliding_window, 7);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(ModelConfigToJson(*c)["sliding_window"], 7);
+  c->sliding_window = 0;
+  EXPECT_EQ(ModelConfigToJson(*c)["sliding_window"], nullptr);
+  EXPECT_EQ(ModelConfigToJson(*c)["architectures"], json({"MistralForCausalLM"}));
 }
 
 TEST(HfConfig, ErrorsNameFileAndField) {
@@ -341,7 +480,37 @@ TEST(HfConfig, ErrorsNameFileAndField) {
   EXPECT_EQ(err(j), "/m/config.json: field 'hidden_size': is required");
   j = BaseConfig();
   j["model_type"] = "gpt2";
-  EXPECT_EQ(err(j), "/m/config.json: field 'model_type': 'gpt2' is not supported (llama, qwen2)");
+  EXPECT_EQ(err(j),
+            "/m/config.json: field 'model_type': 'gpt2' is not supported (llama, qwen2, qwen3, mistral)");
+  j = BaseConfig();
+  j["model_type"] = "qwen3";
+  EXPECT_EQ(err(j),
+            "/m/config.json: field 'head_dim': is required for qwen3 (transformers defaults it to 128, not "
+            "hidden_size / num_attention_heads)");
+  j["head_dim"] = 16;
+  j["use_sliding_window"] = true;
+  EXPECT_EQ(err(j),
+            "/m/config.json: field 'use_sliding_window': true is not supported for qwen3 (its per-layer "
+            "sliding windows are not implemented; mistral's is)");
+  j["model_type"] = "qwen2";
+  EXPECT_NE(err(j).find("field 'use_sliding_window': true is not supported for qwen2"), std::string::npos);
+  j["use_sliding_window"] = false;
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_EQ(
+      err(j),
+      "/m/config.json: field 'layer_types': \"sliding_attention\" is not supported (full_attention only; "
+      "set use_sliding_window false)");
+  j = BaseConfig();
+  j["model_type"] = "mistral";
+  j["sliding_window"] = 0;
+  EXPECT_EQ(err(j), "/m/config.json: field 'sliding_window': must be > 0 or null, got 0");
+  j["sliding_window"] = 16;
+  j["attention_bias"] = true;
+  EXPECT_EQ(err(j),
+            "/m/config.json: field 'attention_bias': true is not supported for mistral (it has no biases)");
+  j.erase("attention_bias");
+  j["sliding_window"] = "4096";
+  EXPECT_EQ(err(j), "/m/config.json: field 'sliding_window': must be an integer, got \"4096\"");
   j = BaseConfig();
   j["mlp_bias"] = true;
   EXPECT_EQ(err(j), "/m/config.json: field 'mlp_bias': true is not supported");

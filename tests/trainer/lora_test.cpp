@@ -22,17 +22,17 @@ using sftctl::testing::ReadMetrics;
 using sftctl::testing::TinySpec;
 using sftctl::testing::WriteText;
 
-ModelConfig SmallConfig(bool qwen) {
-  json j = {{"model_type", qwen ? "qwen2" : "llama"},
-            {"vocab_size", 64},
-            {"hidden_size", 32},
-            {"intermediate_size", 48},
-            {"num_hidden_layers", 2},
-            {"num_attention_heads", 4},
-            {"num_key_value_heads", 2},
-            {"max_position_embeddings", 32},
-            {"tie_word_embeddings", qwen},
-            {"eos_token_id", 2}};
+// A tiny model of `type`; qwen2 and qwen3 tied, qwen3 with its q/k norms, mistral with a
+// sliding window (5) shorter than Ids()' 12 positions.
+ModelConfig SmallConfig(const std::string& type) {
+  const bool tied = type == "qwen2" || type == "qwen3";
+  json j = {{"model_type", type},          {"vocab_size", 64},
+            {"hidden_size", 32},           {"intermediate_size", 48},
+            {"num_hidden_layers", 2},      {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},    {"max_position_embeddings", 32},
+            {"tie_word_embeddings", tied}, {"eos_token_id", 2}};
+  if (type == "qwen3") j["head_dim"] = 12;
+  if (type == "mistral") j["sliding_window"] = 5;
   return *ParseModelConfig(j, "test");
 }
 
@@ -71,16 +71,16 @@ std::vector<double> StepLosses(const std::string& run_dir) {
 }
 
 TEST(Lora, ZeroBEqualsBaseAndOnlyAdaptersTrain) {
-  for (bool qwen : {false, true}) {
+  for (const std::string type : {"llama", "qwen2", "qwen3", "mistral"}) {
     torch::manual_seed(1);
-    CausalLM base(SmallConfig(qwen));
+    CausalLM base(SmallConfig(type));
     CausalLM lora = CopyOf(base);
     ASSERT_TRUE(
         ApplyLora(lora, Spec({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}))
             .ok());
     const torch::Tensor ids = Ids();
     const double diff = (Logits(base, ids) - Logits(lora, ids)).abs().max().item<double>();
-    EXPECT_LE(diff, 1e-6) << "qwen " << qwen;
+    EXPECT_LE(diff, 1e-6) << type;
     int64_t trainable = 0;
     for (const auto& p : lora->named_parameters()) {
       const bool is_lora = p.key().find(".lora_") != std::string::npos;
@@ -97,12 +97,23 @@ TEST(Lora, ZeroBEqualsBaseAndOnlyAdaptersTrain) {
     }
     // 2 layers x (q 4x32+64x4, k 4x32+16x4 ... ): just check it is a small fraction.
     EXPECT_GT(trainable, 0);
+    // The loss reaches every B (A's gradient is zero while B is), through qwen3's q/k norms too.
+    lora->train();
+    lora->LossSum(ids, ids).backward();
+    int64_t with_grad = 0;
+    for (const auto& p : lora->named_parameters()) {
+      if (p.key().find(".lora_B.") == std::string::npos) continue;
+      ASSERT_TRUE(p.value().grad().defined()) << type << " " << p.key();
+      EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0) << type << " " << p.key();
+      ++with_grad;
+    }
+    EXPECT_EQ(with_grad, 2 * 7) << type;
   }
 }
 
 TEST(Lora, AdapterKeysAndConfigParseAsDocumented) {
   torch::manual_seed(2);
-  CausalLM m(SmallConfig(false));
+  CausalLM m(SmallConfig("llama"));
   LoraSpec spec = Spec();
   spec.dropout = 0.05;
   ASSERT_TRUE(ApplyLora(m, spec).ok());
@@ -173,7 +184,7 @@ TEST(Lora, BadAdapterConfigFieldsAreNamed) {
 TEST(Lora, MergedWeightsEqualWPlusScaledBA) {
   for (bool rslora : {false, true}) {
     torch::manual_seed(3);
-    CausalLM m(SmallConfig(true));
+    CausalLM m(SmallConfig("qwen2"));
     CausalLM base = CopyOf(m);
     LoraSpec spec = Spec({"q_proj", "o_proj", "down_proj"}, 4, 16);
     spec.use_rslora = rslora;
