@@ -5,16 +5,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/jinja_interpreter.h"
 #include "common/json_parse.h"
 
 namespace sftctl {
 namespace {
 
 using nlohmann::json;
-
-constexpr const char* kSupported =
-    "supported: ChatML (Qwen2/2.5), Qwen3 and Llama-3 templates; set data.chat_template to "
-    "chatml, qwen3 or llama3 to choose a built-in rendering";
+using nlohmann::ordered_json;
 
 // Decodes the UTF-8 code point starting at s[i]; sets *len. Ill-formed bytes decode as
 // themselves (never whitespace).
@@ -142,46 +140,134 @@ Status FromConfig(const json& cfg, const std::string& label, std::string* tmpl, 
                               ": field 'chat_template' must be a string or a list of named templates");
 }
 
+// ---- The interpreter's environment -------------------------------------------------------------
+
+const char kSentinel[] = "sftctl-turn-sentinel-5f0c9a";
+
+// Python's str.rstrip() length of `s` (trailing whitespace dropped).
+size_t RStripLen(std::string_view s) {
+  const std::string stripped = PyStrip(std::string(s));
+  // PyStrip strips both ends; keep the leading part.
+  size_t lead = 0;
+  while (lead < s.size() && s.compare(lead, stripped.size(), stripped) != 0) ++lead;
+  return stripped.empty() ? 0 : lead + stripped.size();
+}
+
+size_t CommonPrefix(std::string_view a, std::string_view b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+bool StartsWith(std::string_view s, std::string_view p) { return s.size() >= p.size() && s.compare(0, p.size(), p) == 0; }
+bool EndsWith(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+jinja::Value MessageValue(const ChatMessage& m) {
+  if (m.fields.is_object()) return jinja::Value::FromJson(m.fields);
+  std::vector<std::pair<std::string, jinja::Value>> items = {{"role", jinja::Value(m.role)},
+                                                             {"content", jinja::Value(m.content)}};
+  if (m.reasoning_content) items.emplace_back("reasoning_content", jinja::Value(*m.reasoning_content));
+  return jinja::Value::Dict(std::move(items));
+}
+
+// Probe conversations on which a built-in renderer must equal the interpreter before it stands
+// in for a template.
+std::vector<std::vector<ChatMessage>> BuiltInProbes() {
+  auto m = [](const char* role, const char* content) { return ChatMessage{role, content, std::nullopt, nullptr}; };
+  return {
+      {m("user", "Hi")},
+      {m("system", "S"), m("user", "U"), m("assistant", "A")},
+      {m("user", "q1"), m("assistant", "a1"), m("user", "q2"), m("assistant", "a2")},
+      {m("user", " padded \n"), m("assistant", "\n padded \n\n")},
+      {m("system", ""), m("user", "u"), m("assistant", "<think>\nr\n</think>\n\na")},
+      {m("user", "a"), m("assistant", "<think>old</think>x"), m("user", "b"), m("assistant", "y")},
+      {m("user", "q"), m("assistant", "p1"), m("assistant", "p2")},
+      {m("system", "s"), m("user", "u1"), m("assistant", "a1"), m("system", "late"), m("user", "u2"),
+       m("assistant", "a2")},
+      {m("user", "quotes ' \" {{ x }} {% raw %}"), m("assistant", "日本語 🙂")},
+  };
+}
+
 }  // namespace
+
+StatusOr<ChatMessage> ChatMessageFromJson(const ordered_json& m, const std::string& where) {
+  if (!m.is_object()) return InvalidArgumentError(where + " must be an object with 'role' and 'content'");
+  ChatMessage msg;
+  auto role = m.find("role");
+  if (role == m.end()) return InvalidArgumentError(where + ": missing field 'role'");
+  if (!role->is_string()) return InvalidArgumentError(where + ": field 'role' must be a string");
+  msg.role = role->get<std::string>();
+  if (auto it = m.find("content"); it != m.end() && it->is_string()) msg.content = it->get<std::string>();
+  if (auto it = m.find("reasoning_content"); it != m.end() && !it->is_null()) {
+    if (!it->is_string()) return InvalidArgumentError(where + ": field 'reasoning_content' must be a string");
+    msg.reasoning_content = it->get<std::string>();
+  }
+  msg.fields = m;
+  return msg;
+}
+
+struct ChatTemplate::Jinja {
+  jinja::Template tmpl;
+};
 
 ChatTemplate ChatTemplate::BuiltIn(Family family, const std::string& bos_token) {
   ChatTemplate t;
   t.family_ = family;
   t.bos_token_ =
       family == Family::kLlama3 ? (bos_token.empty() ? "<|begin_of_text|>" : bos_token) : bos_token;
+  t.now_ = std::time(nullptr);
   return t;
 }
 
 StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view text, const std::string& bos_token,
-                                               const std::string& /*eos_token*/, const std::string& label) {
+                                               const std::string& eos_token, const std::string& label) {
   ChatTemplate t;
   t.source_ = label;
+  t.bos_token_ = bos_token;
+  t.eos_token_ = eos_token;
+  t.now_ = std::time(nullptr);
+  SFT_ASSIGN_OR_RETURN(jinja::Template compiled, jinja::Template::Compile(text, label));
+  t.jinja_ = std::make_shared<const Jinja>(Jinja{std::move(compiled)});
+  t.family_ = Family::kJinja;
+
+  // The end-of-turn text, from a probe conversation.
+  const std::vector<ChatMessage> probe = {{"user", "Hi", std::nullopt, nullptr},
+                                          {"assistant", kSentinel, std::nullopt, nullptr}};
+  auto segments = t.RenderJinja(probe, false, nullptr);
+  if (segments.ok()) {
+    for (const ChatSegment& s : *segments) {
+      if (!s.trained) continue;
+      const size_t p = s.text.find(kSentinel);
+      if (p != std::string::npos) t.end_of_turn_ = PyStrip(s.text.substr(p + sizeof(kSentinel) - 1));
+    }
+  }
+
+  // A built-in renderer recognised from the template's text stands in for the interpreter when
+  // it renders the probe conversations identically.
   const auto has = [&](std::string_view s) { return text.find(s) != std::string_view::npos; };
+  ChatTemplate b = t;
   if (has("<|im_start|>")) {
-    if (has("<think>") || has("reasoning_content")) {
-      t.family_ = Family::kQwen3;
-    } else {
-      t.family_ = Family::kChatML;
-      t.default_system_ = DefaultSystemPrompt(text);
-    }
+    b.family_ = has("<think>") || has("reasoning_content") ? Family::kQwen3 : Family::kChatML;
+    if (b.family_ == Family::kChatML) b.default_system_ = DefaultSystemPrompt(text);
+  } else if (has("<|start_header_id|>")) {
+    b.family_ = Family::kLlama3;
+    b.always_generation_prompt_ = !has("add_generation_prompt");
+  } else {
     return t;
   }
-  if (has("<|start_header_id|>")) {
-    if (has("Cutting Knowledge Date") || has("date_string") || has("ipython")) {
-      return UnimplementedError(
-          label +
-          ": this Llama-3.1/3.2-style chat template (date and tools system header) is not "
-          "reproduced by sftctl's built-in renderers; " +
-          kSupported);
+  for (const auto& conversation : BuiltInProbes()) {
+    for (bool gen : {false, true}) {
+      auto built_in = b.RenderBuiltIn(conversation, gen);
+      auto interpreted = t.JinjaText(conversation, conversation.size(), nullptr, gen);
+      if (!built_in.ok() || !interpreted.ok()) return t;
+      std::string joined;
+      for (const auto& s : *built_in) joined += s.text;
+      if (joined != *interpreted) return t;
     }
-    t.family_ = Family::kLlama3;
-    t.bos_token_ = bos_token;
-    // The base model's template has no add_generation_prompt switch: it always ends with the
-    // assistant header.
-    t.always_generation_prompt_ = !has("add_generation_prompt");
-    return t;
   }
-  return UnimplementedError(label + ": chat template not recognised; " + kSupported);
+  return b;
 }
 
 StatusOr<ChatTemplate> ChatTemplate::Load(const std::string& setting, const std::string& tokenizer_dir) {
@@ -244,17 +330,202 @@ std::string ChatTemplate::name() const {
       return "qwen3";
     case Family::kLlama3:
       return "llama3";
+    case Family::kJinja:
+      return "jinja";
   }
   return "?";
 }
 
 std::string ChatTemplate::end_of_turn() const {
-  return family_ == Family::kLlama3 ? "<|eot_id|>" : "<|im_end|>";
+  switch (family_) {
+    case Family::kLlama3:
+      return "<|eot_id|>";
+    case Family::kJinja:
+      return end_of_turn_;
+    default:
+      return "<|im_end|>";
+  }
+}
+
+bool ChatTemplate::BuiltInCovers(const std::vector<ChatMessage>& messages, const ordered_json& tools) const {
+  if (!tools.is_null()) return false;
+  for (const ChatMessage& m : messages) {
+    if (m.fields.is_null()) continue;
+    if (!m.fields.is_object()) return false;
+    for (auto it = m.fields.begin(); it != m.fields.end(); ++it) {
+      if (it.key() != "role" && it.key() != "content" && it.key() != "reasoning_content") return false;
+      if (!it.value().is_string() && !(it.key() == "reasoning_content" && it.value().is_null())) return false;
+    }
+  }
+  return true;
 }
 
 StatusOr<std::vector<ChatSegment>> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
-                                                        bool add_generation_prompt) const {
+                                                        bool add_generation_prompt,
+                                                        const ordered_json& tools) const {
   if (messages.empty()) return InvalidArgumentError("'messages' is empty");
+  if (family_ != Family::kJinja && BuiltInCovers(messages, tools)) return RenderBuiltIn(messages, add_generation_prompt);
+  if (jinja_ == nullptr) {
+    return InvalidArgumentError("the built-in " + name() +
+                                " rendering has no tools or message fields other than role, content and "
+                                "reasoning_content: use the model's own template (data.chat_template: auto or a "
+                                "file)");
+  }
+  return RenderJinja(messages, add_generation_prompt, tools);
+}
+
+StatusOr<std::string> ChatTemplate::JinjaText(const std::vector<ChatMessage>& messages, size_t count,
+                                              const ordered_json& tools, bool add_generation_prompt,
+                                              int sentinel_turn, const ChatMessage* extra) const {
+  std::vector<jinja::Value> list;
+  for (size_t i = 0; i < count; ++i) {
+    jinja::Value m = MessageValue(messages[i]);
+    if (static_cast<int>(i) == sentinel_turn) {
+      if (!m.is_dict()) return InvalidArgumentError("messages[" + std::to_string(i) + "] is not an object");
+      m.dict().Set("content", jinja::Value(kSentinel));
+    }
+    list.push_back(std::move(m));
+  }
+  if (extra) list.push_back(MessageValue(*extra));
+  const std::time_t now = now_;
+  jinja::Value globals = jinja::Value::Dict({
+      {"messages", jinja::Value::List(std::move(list))},
+      {"tools", tools.is_null() ? jinja::Value::None() : jinja::Value::FromJson(tools)},
+      {"documents", jinja::Value::None()},
+      {"add_generation_prompt", jinja::Value(add_generation_prompt)},
+      {"bos_token", jinja::Value(bos_token_)},
+      {"eos_token", jinja::Value(eos_token_)},
+      {"raise_exception", jinja::Value::Function("raise_exception",
+                                                 [](const jinja::Args& a) -> jinja::Value {
+                                                   throw jinja::Error(jinja::Error::Kind::kRaised,
+                                                                      a.positional.empty() ? std::string()
+                                                                                           : a.positional[0].Str());
+                                                 })},
+      {"strftime_now", jinja::Value::Function("strftime_now",
+                                              [now](const jinja::Args& a) {
+                                                if (a.positional.empty() || !a.positional[0].is_string())
+                                                  throw jinja::Error(jinja::Error::Kind::kRender,
+                                                                     "strftime_now() takes a format string");
+                                                std::tm tm{};
+                                                gmtime_r(&now, &tm);
+                                                char buf[512];
+                                                const size_t n =
+                                                    std::strftime(buf, sizeof(buf), a.positional[0].str().c_str(), &tm);
+                                                return jinja::Value(std::string(buf, n));
+                                              })},
+  });
+  return jinja_->tmpl.Render(globals);
+}
+
+StatusOr<std::vector<ChatSegment>> ChatTemplate::RenderJinja(const std::vector<ChatMessage>& messages,
+                                                             bool add_generation_prompt,
+                                                             const ordered_json& tools) const {
+  const size_t n = messages.size();
+  SFT_ASSIGN_OR_RETURN(const std::string whole, JinjaText(messages, n, tools, add_generation_prompt));
+  std::vector<ChatSegment> out;
+  size_t pos = 0;
+  auto cannot = [&](size_t i, const std::string& why) {
+    return InvalidArgumentError(source_ + ": cannot mark the assistant turns in this chat template's rendering (messages[" +
+                                std::to_string(i) + "]): " + why);
+  };
+  // The text after the sentinel in `text` (which must hold it once).
+  auto after_sentinel = [](const std::string& text) -> std::optional<std::string> {
+    const size_t p = text.find(kSentinel);
+    if (p == std::string::npos || text.find(kSentinel, p + 1) != std::string::npos) return std::nullopt;
+    return text.substr(p + sizeof(kSentinel) - 1);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (messages[i].role != "assistant") continue;
+    const int turn = static_cast<int>(i);
+
+    // The whole conversation with this turn's content replaced by the sentinel, split there.
+    std::optional<std::pair<std::string, std::string>> marked;
+    auto marked_text = JinjaText(messages, n, tools, add_generation_prompt, turn);
+    if (marked_text.ok()) {
+      const size_t p = marked_text->find(kSentinel);
+      if (p != std::string::npos && marked_text->find(kSentinel, p + 1) == std::string::npos)
+        marked.emplace(marked_text->substr(0, p), marked_text->substr(p + sizeof(kSentinel) - 1));
+    }
+
+    // The end-of-turn tail: what follows the content alike when the turn is last, when the next
+    // message (or a probe user message) follows, and in the whole conversation. Unknown when the
+    // template does not write the content (Llama-3.1's tool calls).
+    std::optional<std::string> tail, after_tail;
+    auto last = JinjaText(messages, i + 1, tools, false, turn);
+    if (const auto tail_last = last.ok() ? after_sentinel(*last) : std::nullopt) {
+      const ChatMessage probe{"user", "sftctl probe", std::nullopt, nullptr};
+      auto next = i + 1 < n ? JinjaText(messages, i + 2, tools, false, turn)
+                            : JinjaText(messages, i + 1, tools, false, turn, &probe);
+      const auto tail_next = next.ok() ? after_sentinel(*next) : std::nullopt;
+      size_t common = tail_last->size();
+      if (tail_next) common = std::min(common, CommonPrefix(*tail_last, *tail_next));
+      if (marked) common = std::min(common, CommonPrefix(*tail_last, marked->second));
+      if (common < tail_last->size()) {
+        // The texts part inside a special token ("<|end|>\n<|" of "<|endoftext|>" and
+        // "<|user|>"): back off to before its "<".
+        const size_t lt = common == 0 ? std::string::npos : tail_last->rfind('<', common - 1);
+        const size_t gt = common == 0 ? std::string::npos : tail_last->rfind('>', common - 1);
+        if (lt != std::string::npos && (gt == std::string::npos || gt < lt)) common = lt;
+      }
+      tail = tail_last->substr(0, RStripLen(std::string_view(*tail_last).substr(0, common)));
+      after_tail = tail_last->substr(tail->size());
+    } else if (last.ok() && last->find(kSentinel) != std::string::npos) {
+      return cannot(i, "the template writes the turn's content more than once");
+    }
+
+    // A turn the template does not render (an empty message it skips) has nothing to train.
+    auto before = JinjaText(messages, i, tools, false);
+    auto upto = JinjaText(messages, i + 1, tools, false);
+    if (before.ok() && upto.ok() && *before == *upto) continue;
+
+    // Where the turn starts: after the prompt the model is served.
+    std::optional<size_t> start;
+    auto prompt = JinjaText(messages, i, tools, true);
+    if (prompt.ok() && StartsWith(whole, *prompt)) {
+      start = prompt->size();
+    } else if (prompt.ok()) {
+      // A generation prompt that opens the turn differently from how the conversation renders
+      // it (DeepSeek-R1's "<think>\n"): the turn starts where the two part, provided the
+      // messages before it render as a prefix without the prompt.
+      if (before.ok() && StartsWith(whole, *before) && CommonPrefix(whole, *prompt) >= before->size())
+        start = CommonPrefix(whole, *prompt);
+    }
+    if (!start && marked && StartsWith(whole, marked->first)) start = marked->first.size();  // where the content starts
+    if (!start) {
+      return cannot(i, "neither the rendering of the messages before it nor the text before its content begins "
+                       "the whole rendering");
+    }
+    if (*start < pos) return cannot(i, "it starts before the previous assistant turn ends");
+
+    // Where the tail ends in the whole rendering.
+    std::optional<size_t> end;
+    if (upto.ok() && StartsWith(whole, *upto)) {
+      if (!tail) {
+        end = std::max(*start, RStripLen(*upto));
+      } else if (EndsWith(*upto, *after_tail) && upto->size() - after_tail->size() >= *start) {
+        end = upto->size() - after_tail->size();
+      }
+    }
+    if (!end && tail && marked) {
+      const std::string& rest = marked->second;
+      if (EndsWith(whole, rest) && whole.size() - rest.size() + tail->size() >= *start && StartsWith(rest, *tail))
+        end = whole.size() - rest.size() + tail->size();
+    }
+    if (!end) {
+      return cannot(i, "its end is not where the rendering of the conversation up to it ends, nor where its "
+                       "content ends in the whole rendering");
+    }
+    if (*start > pos) out.push_back({whole.substr(pos, *start - pos), false, -1});
+    if (*end > *start) out.push_back({whole.substr(*start, *end - *start), true, turn});
+    pos = std::max(pos, *end);
+  }
+  if (pos < whole.size()) out.push_back({whole.substr(pos), false, -1});
+  return out;
+}
+
+StatusOr<std::vector<ChatSegment>> ChatTemplate::RenderBuiltIn(const std::vector<ChatMessage>& messages,
+                                                               bool add_generation_prompt) const {
+
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
     if (r != "system" && r != "user" && r != "assistant") {
@@ -348,8 +619,11 @@ StatusOr<std::vector<ChatSegment>> ChatTemplate::Render(const std::vector<ChatMe
 }
 
 StatusOr<std::string> ChatTemplate::RenderText(const std::vector<ChatMessage>& messages,
-                                               bool add_generation_prompt) const {
-  SFT_ASSIGN_OR_RETURN(auto segments, Render(messages, add_generation_prompt));
+                                               bool add_generation_prompt, const ordered_json& tools) const {
+  if (messages.empty()) return InvalidArgumentError("'messages' is empty");
+  if (jinja_ != nullptr && (family_ == Family::kJinja || !BuiltInCovers(messages, tools)))
+    return JinjaText(messages, messages.size(), tools, add_generation_prompt);
+  SFT_ASSIGN_OR_RETURN(auto segments, Render(messages, add_generation_prompt, tools));
   std::string text;
   for (const auto& s : segments) text += s.text;
   return text;

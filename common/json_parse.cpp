@@ -5,13 +5,11 @@ namespace {
 
 struct TooDeep {};
 
-}  // namespace
-
-StatusOr<nlohmann::json> ParseJson(std::string_view text, const std::string& where, int max_depth) {
-  using json = nlohmann::json;
+template <typename json>
+StatusOr<json> Parse(std::string_view text, const std::string& where, int max_depth) {
   // The callback sees the depth of each value as it opens; refusing there bounds every later
   // recursive walk of the result.
-  json::parser_callback_t bound = [max_depth](int depth, json::parse_event_t event, json&) -> bool {
+  typename json::parser_callback_t bound = [max_depth](int depth, typename json::parse_event_t event, json&) -> bool {
     if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
         depth >= max_depth) {
       throw TooDeep{};
@@ -23,11 +21,22 @@ StatusOr<nlohmann::json> ParseJson(std::string_view text, const std::string& whe
   } catch (const TooDeep&) {
     return InvalidArgumentError(where + ": JSON nested more than " + std::to_string(max_depth) +
                                 " levels deep");
-  } catch (const json::parse_error& e) {
+  } catch (const typename json::parse_error& e) {
     return InvalidArgumentError(where + ": invalid JSON: " + e.what());
-  } catch (const json::exception& e) {
+  } catch (const typename json::exception& e) {
     return InvalidArgumentError(where + ": unusable JSON: " + e.what());
   }
+}
+
+}  // namespace
+
+StatusOr<nlohmann::json> ParseJson(std::string_view text, const std::string& where, int max_depth) {
+  return Parse<nlohmann::json>(text, where, max_depth);
+}
+
+StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, const std::string& where,
+                                                  int max_depth) {
+  return Parse<nlohmann::ordered_json>(text, where, max_depth);
 }
 
 }  // namespace sftctl

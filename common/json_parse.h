@@ -20,5 +20,8 @@ constexpr int kMaxJsonDepth = 64;
 
 StatusOr<nlohmann::json> ParseJson(std::string_view text, const std::string& where,
                                    int max_depth = kMaxJsonDepth);
+// The same, keeping objects' keys in their order (what a chat template's tojson prints).
+StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, const std::string& where,
+                                                  int max_depth = kMaxJsonDepth);
 
 }  // namespace sftctl

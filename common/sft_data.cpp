@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "common/bpe_tokenizer.h"
@@ -11,8 +12,9 @@ namespace sftctl {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
-StatusOr<std::string> StringField(const json& rec, const char* key, const std::string& where) {
+StatusOr<std::string> StringField(const ordered_json& rec, const char* key, const std::string& where) {
   auto it = rec.find(key);
   if (it == rec.end()) return InvalidArgumentError(where + ": missing field '" + key + "'");
   if (!it->is_string()) return InvalidArgumentError(where + ": field '" + key + "' must be a string");
@@ -35,7 +37,7 @@ std::string ResolveTokenizerSource(const JobSpec& spec) {
 SampleEncoder::SampleEncoder(const Tokenizer& tok, DataOptions options)
     : tok_(tok), opt_(std::move(options)) {}
 
-StatusOr<std::string> SampleEncoder::DetectFormat(const json& rec, const std::string& where) {
+StatusOr<std::string> SampleEncoder::DetectFormat(const ordered_json& rec, const std::string& where) {
   if (!rec.is_object()) return InvalidArgumentError(where + ": each line must be a JSON object");
   const bool chat = rec.contains("messages");
   const bool pc = rec.contains("prompt") || rec.contains("completion");
@@ -68,7 +70,7 @@ std::string SampleEncoder::TokenBytes(int32_t id) const {
   return tok_.Decode({id});
 }
 
-Status SampleEncoder::Encode(const json& rec, const std::string& format, const std::string& where,
+Status SampleEncoder::Encode(const ordered_json& rec, const std::string& format, const std::string& where,
                              EncodedSample* out) {
   out->ids.clear();
   out->trained.clear();
@@ -93,26 +95,20 @@ Status SampleEncoder::Encode(const json& rec, const std::string& format, const s
   return OkStatus();
 }
 
-Status SampleEncoder::EncodeMessages(const json& rec, const std::string& where, EncodedSample* out) {
-  const json& m = rec["messages"];
+Status SampleEncoder::EncodeMessages(const ordered_json& rec, const std::string& where, EncodedSample* out) {
+  const ordered_json& m = rec["messages"];
   if (!m.is_array()) return InvalidArgumentError(where + ": field 'messages' must be a list");
   if (m.empty()) return InvalidArgumentError(where + ": field 'messages' is empty");
+  ordered_json tools;
+  if (auto it = rec.find("tools"); it != rec.end() && !it->is_null()) {
+    if (!it->is_array()) return InvalidArgumentError(where + ": field 'tools' must be a list");
+    tools = *it;
+  }
   std::vector<ChatMessage> messages;
   bool has_assistant = false;
   for (size_t i = 0; i < m.size(); ++i) {
     const std::string at = where + ": messages[" + std::to_string(i) + "]";
-    if (!m[i].is_object()) return InvalidArgumentError(at + " must be an object with 'role' and 'content'");
-    ChatMessage msg;
-    SFT_ASSIGN_OR_RETURN(msg.role, StringField(m[i], "role", at));
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
-      return InvalidArgumentError(at + ": field 'role' must be system, user or assistant, got '" + msg.role +
-                                  "'");
-    }
-    SFT_ASSIGN_OR_RETURN(msg.content, StringField(m[i], "content", at));
-    if (auto it = m[i].find("reasoning_content"); it != m[i].end() && !it->is_null()) {
-      if (!it->is_string()) return InvalidArgumentError(at + ": field 'reasoning_content' must be a string");
-      msg.reasoning_content = it->get<std::string>();
-    }
+    SFT_ASSIGN_OR_RETURN(ChatMessage msg, ChatMessageFromJson(m[i], at));
     has_assistant = has_assistant || msg.role == "assistant";
     messages.push_back(std::move(msg));
   }
@@ -122,7 +118,7 @@ Status SampleEncoder::EncodeMessages(const json& rec, const std::string& where, 
   auto chat_or = Chat();
   if (!chat_or.ok()) return chat_or.status().WithContext(where);
   const ChatTemplate& chat = **chat_or;
-  auto segments_or = chat.Render(messages);
+  auto segments_or = chat.Render(messages, /*add_generation_prompt=*/false, tools);
   if (!segments_or.ok()) return InvalidArgumentError(where + ": " + segments_or.status().message());
   const std::vector<ChatSegment>& segments = *segments_or;
 
@@ -161,10 +157,18 @@ Status SampleEncoder::EncodeMessages(const json& rec, const std::string& where, 
   out->trained.assign(out->ids.size(), 0);
   for (size_t k = 0; k < out->ids.size(); ++k) out->trained[k] = segments[seg_of[k]].trained ? 1 : 0;
 
-  // Every assistant turn must have trained tokens, ending with the end-of-turn token.
-  const auto eot = tok_.TokenToId(chat.end_of_turn());
+  // Every assistant turn must have trained tokens, ending with the end-of-turn token (of a
+  // built-in; an interpreted template's turns may end differently, e.g. tool calls).
+  const auto eot = chat.family() == ChatTemplate::Family::kJinja ? std::nullopt : tok_.TokenToId(chat.end_of_turn());
+
+  const bool interpreted = chat.family() == ChatTemplate::Family::kJinja;
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role != "assistant") continue;
+    // An interpreted template may leave a turn out of its rendering (nothing to train there).
+    if (interpreted && std::none_of(segments.begin(), segments.end(), [&](const ChatSegment& s) {
+          return s.trained && s.turn == static_cast<int>(i);
+        }))
+      continue;
     int64_t count = 0;
     int32_t last = -1;
     for (size_t k = 0; k < out->ids.size(); ++k) {
@@ -222,7 +226,7 @@ Status SampleEncoder::ScanFile(const std::string& path, DataStats* stats,
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(line_no);
-    SFT_ASSIGN_OR_RETURN(json rec, ParseJson(line, where));
+    SFT_ASSIGN_OR_RETURN(ordered_json rec, ParseOrderedJson(line, where));
     SFT_ASSIGN_OR_RETURN(std::string f, DetectFormat(rec, where));
     if (file_format.empty()) {
       file_format = f;

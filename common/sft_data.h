@@ -75,10 +75,12 @@ class SampleEncoder {
   SampleEncoder(const Tokenizer& tok, DataOptions options);
 
   // The format of one record, or an error naming `where`.
-  static StatusOr<std::string> DetectFormat(const nlohmann::json& rec, const std::string& where);
+  static StatusOr<std::string> DetectFormat(const nlohmann::ordered_json& rec, const std::string& where);
 
   // Encodes `rec` of format `format` (not "auto") into `out` (ids, trained; not truncated).
-  Status Encode(const nlohmann::json& rec, const std::string& format, const std::string& where,
+  // `messages` records render with the chat template, which sees each message object as given
+  // (tool_calls, ... in their key order) and the record's `tools`.
+  Status Encode(const nlohmann::ordered_json& rec, const std::string& format, const std::string& where,
                 EncodedSample* out);
 
   // Reads `path` line by line (never whole), calling `fn` for every kept sample after
@@ -95,7 +97,7 @@ class SampleEncoder {
   const Tokenizer& tokenizer() const { return tok_; }
 
  private:
-  Status EncodeMessages(const nlohmann::json& rec, const std::string& where, EncodedSample* out);
+  Status EncodeMessages(const nlohmann::ordered_json& rec, const std::string& where, EncodedSample* out);
   std::string TokenBytes(int32_t id) const;
 
   const Tokenizer& tok_;

