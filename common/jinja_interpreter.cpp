@@ -8,6 +8,7 @@ namespace {
 
 constexpr int kMaxCallDepth = 64;
 constexpr size_t kMaxOutputBytes = 64u << 20;
+constexpr int64_t kMaxSteps = 1'000'000;  // statements and loop iterations of one render
 
 [[noreturn]] void Fail(const std::string& message) { throw Error(Error::Kind::kRender, message); }
 
@@ -63,6 +64,7 @@ class Interpreter {
 
   Flow Exec(const Body& body, const FramePtr& frame, std::string* out) {
     for (const auto& s : body) {
+      if (++steps_ > kMaxSteps) Fail("the template ran more than " + std::to_string(kMaxSteps) + " steps");
       Flow f;
       try {
         f = ExecOne(*s, frame, out);
@@ -195,26 +197,30 @@ class Interpreter {
       int* d;
       ~Guard() { --*d; }
     } guard{&loop_depth_};
+    // One loop object whose fields advance, as Jinja2's LoopContext.
+    Value loop = Value::Dict({{"index", Value()}, {"index0", Value()}, {"revindex", Value()}, {"revindex0", Value()},
+                              {"first", Value()}, {"last", Value()}, {"length", Value(n)}, {"depth", Value(1)},
+                              {"depth0", Value(0)}, {"previtem", Value()}, {"nextitem", Value()}, {"cycle", Value()}});
+    auto& fields = loop.dict().items;
+    auto index0 = std::make_shared<int64_t>(0);
+    fields[11].second = Value::Function("cycle", [index0](const Args& a) {
+      if (a.positional.empty()) Fail("no items for cycling given");
+      return a.positional[static_cast<size_t>(*index0) % a.positional.size()];
+    });
     for (int64_t i = 0; i < n; ++i) {
+      if (++steps_ > kMaxSteps) Fail("the template ran more than " + std::to_string(kMaxSteps) + " steps");
       auto f = Child(frame);
       Bind(s.target, items[static_cast<size_t>(i)], f.get());
-      Value loop = Value::Dict({
-          {"index", Value(i + 1)},
-          {"index0", Value(i)},
-          {"revindex", Value(n - i)},
-          {"revindex0", Value(n - i - 1)},
-          {"first", Value(i == 0)},
-          {"last", Value(i == n - 1)},
-          {"length", Value(n)},
-          {"depth", Value(1)},
-          {"depth0", Value(0)},
-          {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::Undefined("there is no previous item")},
-          {"nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::Undefined("there is no next item")},
-      });
-      loop.dict().Set("cycle", Value::Function("cycle", [i](const Args& a) {
-                        if (a.positional.empty()) Fail("no items for cycling given");
-                        return a.positional[static_cast<size_t>(i) % a.positional.size()];
-                      }));
+      *index0 = i;
+      fields[0].second = Value(i + 1);
+      fields[1].second = Value(i);
+      fields[2].second = Value(n - i);
+      fields[3].second = Value(n - i - 1);
+      fields[4].second = Value(i == 0);
+      fields[5].second = Value(i == n - 1);
+      fields[9].second =
+          i > 0 ? items[static_cast<size_t>(i - 1)] : Value::Undefined("there is no previous item");
+      fields[10].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::Undefined("there is no next item");
       f->Set("loop", loop);
       const Flow flow = Exec(s.bodies[0], f, out);
       if (flow == Flow::kBreak) break;
@@ -307,6 +313,7 @@ class Interpreter {
   }
 
   Value Eval(const Expr& e, const FramePtr& frame) {
+    if (++steps_ > kMaxSteps) Fail("the template ran more than " + std::to_string(kMaxSteps) + " steps");
     try {
       return EvalOne(e, frame);
     } catch (Error& err) {
@@ -429,6 +436,7 @@ class Interpreter {
   std::vector<Value> holes_;
   int depth_ = 0;
   int loop_depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace

@@ -77,6 +77,16 @@ class Parser {
     Next();
   }
 
+  // Bounds the parser's recursion (and the interpreter's, which follows the tree).
+  struct DepthGuard {
+    explicit DepthGuard(Parser* p) : p_(p) {
+      if (++p_->depth_ > kMaxDepth) p_->Fail("the template nests more than " + std::to_string(kMaxDepth) + " levels deep");
+    }
+    ~DepthGuard() { --p_->depth_; }
+    Parser* p_;
+  };
+  static constexpr int kMaxDepth = 100;
+
   ExprPtr Make(Expr::Kind kind, int line) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -89,6 +99,7 @@ class Parser {
   // Parses until `{% <one of end_tokens>` (consumed through the tag name, *end set) or the end
   // of the template (*end empty).
   Body Subparse(std::initializer_list<const char*> end_tokens, std::string* end) {
+    DepthGuard guard(this);
     Body body;
     end->clear();
     for (;;) {
@@ -325,7 +336,10 @@ class Parser {
     return e;
   }
 
-  ExprPtr Expression(bool with_condexpr) { return with_condexpr ? CondExpr() : Or(); }
+  ExprPtr Expression(bool with_condexpr) {
+    DepthGuard guard(this);
+    return with_condexpr ? CondExpr() : Or();
+  }
 
   ExprPtr CondExpr() {
     int line = Cur().line;
@@ -367,6 +381,7 @@ class Parser {
   }
 
   ExprPtr Not() {
+    DepthGuard guard(this);
     if (IsName("not")) {
       const int line = Cur().line;
       Next();
@@ -446,6 +461,7 @@ class Parser {
   }
 
   ExprPtr Unary(bool with_filter) {
+    DepthGuard guard(this);
     const int line = Cur().line;
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
@@ -701,6 +717,7 @@ class Parser {
 
   const std::vector<Token>& t_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

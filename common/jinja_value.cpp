@@ -319,7 +319,21 @@ std::string PyStrRepr(const std::string& s) {
 
 }  // namespace
 
+namespace {
+// Namespaces are the one mutable container and may hold themselves: bound the recursion.
+thread_local int repr_depth = 0;
+}  // namespace
+
 std::string Value::Repr() const {
+  struct Guard {
+    Guard() {
+      if (++repr_depth > 200) {
+        repr_depth = 0;
+        throw Error(Error::Kind::kRender, "maximum recursion depth exceeded while getting the repr of an object");
+      }
+    }
+    ~Guard() { repr_depth = repr_depth > 0 ? repr_depth - 1 : 0; }
+  } guard;
   switch (type_) {
     case Type::kString:
       return PyStrRepr(s_);
