@@ -144,13 +144,16 @@ Status FromConfig(const json& cfg, const std::string& label, std::string* tmpl, 
 
 const char kSentinel[] = "sftctl-turn-sentinel-5f0c9a";
 
-// Python's str.rstrip() length of `s` (trailing whitespace dropped).
+// The length of `s` without its trailing whitespace (Python's str.rstrip()).
 size_t RStripLen(std::string_view s) {
-  const std::string stripped = PyStrip(std::string(s));
-  // PyStrip strips both ends; keep the leading part.
-  size_t lead = 0;
-  while (lead < s.size() && s.compare(lead, stripped.size(), stripped) != 0) ++lead;
-  return stripped.empty() ? 0 : lead + stripped.size();
+  size_t end = 0;
+  for (size_t i = 0; i < s.size();) {
+    size_t len;
+    const bool space = IsPySpace(DecodeAt(s, i, &len));
+    i += len;
+    if (!space) end = i;
+  }
+  return end;
 }
 
 size_t CommonPrefix(std::string_view a, std::string_view b) {

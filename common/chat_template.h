@@ -112,6 +112,9 @@ class ChatTemplate {
   StatusOr<std::string> RenderText(const std::vector<ChatMessage>& messages, bool add_generation_prompt = false,
                                    const nlohmann::ordered_json& tools = nullptr) const;
 
+  // Whether a Jinja template backs this one (else a built-in chosen by name, which renders only
+  // roles system/user/assistant with string contents, no tools).
+  bool interprets() const { return jinja_ != nullptr; }
   // The family that renders a conversation without tools or extra fields (kJinja when the
   // template has no proven built-in).
   Family family() const { return family_; }

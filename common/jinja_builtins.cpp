@@ -615,6 +615,7 @@ int64_t Len(const Value& v) {
 }
 
 Value ApplyFilterImpl(const std::string& name, const Value& v, const Args& a);
+std::string PercentFormat(const std::string& fmt, const Value& args);
 
 const std::map<std::string, FilterFn, std::less<>>& Filters() {
   static const auto* filters = new std::map<std::string, FilterFn, std::less<>>{
@@ -724,6 +725,11 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          }
          if (first && first->Truthy()) rv = indention + rv;
          return Value(rv);
+       }},
+      {"format",
+       [](const Value& v, const Args& a) {
+         if (!a.keyword.empty()) throw Error(Error::Kind::kUnsupported, "the format filter with keyword arguments");
+         return Value(PercentFormat(SoftStr(v), Value::List(a.positional, true)));
        }},
       {"items",
        [](const Value& v, const Args&) {

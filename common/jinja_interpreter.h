@@ -7,6 +7,33 @@
 //   jinja_builtins  filters, tests, str/list/dict methods, operators, range/namespace/dict
 //   jinja_interpreter (this) scopes, statements and expressions, and the entry point.
 //
+// The subset (everything the ~100 chat templates of the tests use, and more):
+//   statements  if/elif/else; for (else, `if` filter, unpacking, loop.index/index0/revindex/
+//               revindex0/first/last/length/previtem/nextitem/depth/cycle); set (=, tuples,
+//               namespace attributes, block set with filters); macro (defaults, varargs, kwargs,
+//               caller); call; filter; with; break/continue; print; raw; comments; whitespace
+//               control; transformers' generation.
+//   expressions literals (strings with Python escapes, ints, floats, true/false/none in either
+//               case, lists, tuples, dicts); + - * / // % ** (str % args too); ~; chained
+//               comparisons; in / not in; and/or/not; a if b else c; .attr, [key], [a:b:c];
+//               calls with keyword arguments.
+//   filters     abs attr capitalize center count default/d dictsort escape/e first float format
+//               int indent items join last length list lower map max min reject rejectattr
+//               replace reverse round safe select selectattr sort string sum title tojson trim
+//               unique upper wordcount.
+//   tests       boolean callable defined divisibleby eq/equalto/== escaped even false filter
+//               float ge/>= gt/>/greaterthan in integer iterable le/<= lower lt/</lessthan
+//               mapping ne/!= none number odd sameas sequence string test true undefined upper.
+//   methods     str: strip lstrip rstrip split rsplit splitlines startswith endswith upper lower
+//               title capitalize swapcase casefold replace find rfind index rindex count join
+//               format isdigit isnumeric isdecimal isalpha isalnum isspace isupper islower
+//               removeprefix removesuffix partition rpartition; list: index count; dict: items
+//               keys values get.
+//   globals     range, namespace, dict (the caller adds more: raise_exception, strftime_now).
+// Not supported, an UNIMPLEMENTED error at Compile naming the construct and line: include,
+// extends, block, import/from, autoescape, do, recursive loops, *args/**kwargs in calls, unknown
+// filters and tests.
+//
 // Scoping is Jinja2's: a {% for %} body gets a fresh scope per iteration (a {% set %} inside
 // it is gone after the iteration; namespace() objects carry state out), {% if %} opens none,
 // macros see the scope they were defined in as it is when they are called. Runaway templates

@@ -118,6 +118,20 @@ Status SampleEncoder::EncodeMessages(const ordered_json& rec, const std::string&
   auto chat_or = Chat();
   if (!chat_or.ok()) return chat_or.status().WithContext(where);
   const ChatTemplate& chat = **chat_or;
+  if (!chat.interprets()) {
+    // A built-in by name renders plain conversations only; a template decides for itself.
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const std::string at = where + ": messages[" + std::to_string(i) + "]";
+      const std::string& role = messages[i].role;
+      if (role != "system" && role != "user" && role != "assistant") {
+        return InvalidArgumentError(at + ": field 'role' must be system, user or assistant, got '" + role +
+                                    "' (other roles and tool calls need the model's own chat template)");
+      }
+      auto content = m[i].find("content");
+      if (content == m[i].end()) return InvalidArgumentError(at + ": missing field 'content'");
+      if (!content->is_string()) return InvalidArgumentError(at + ": field 'content' must be a string");
+    }
+  }
   auto segments_or = chat.Render(messages, /*add_generation_prompt=*/false, tools);
   if (!segments_or.ok()) return InvalidArgumentError(where + ": " + segments_or.status().message());
   const std::vector<ChatSegment>& segments = *segments_or;

@@ -175,6 +175,7 @@ TEST(ChatTemplateReference, AssistantTurnsAreMarked) {
     if (s.name.find("guard") != std::string::npos || s.name.find("shieldgemma") != std::string::npos) continue;
     SCOPED_TRACE(s.name);
     const auto expected = ReadJsonl(kReference + "/chat-" + s.name + ".jsonl");
+    ASSERT_EQ(expected.size(), records.size()) << "stale reference: rerun chat_template_reference_fixture";
     auto t = LoadTemplate(s);
     ASSERT_TRUE(t.ok());
     for (size_t i = 0; i < records.size(); ++i) {
