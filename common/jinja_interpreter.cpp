@@ -50,7 +50,23 @@ class Interpreter {
     if (globals.is_dict()) {
       for (const auto& [k, v] : globals.dict().items) root_->Set(k, v);
     }
+    // namespace(), registering what it makes (see ~Interpreter).
+    const Value make = *root_->Lookup("namespace");
+    root_->Set("namespace", Value::Function("namespace", [this, make](const Args& a) {
+                 Value ns = make.function().fn(a);
+                 namespaces_.push_back(ns);
+                 return ns;
+               }));
   }
+
+  // Macros hold the scope they were defined in, which holds them; namespaces may hold
+  // themselves: clear those scopes and namespaces so the reference cycles are freed.
+  ~Interpreter() {
+    for (const FramePtr& f : macro_frames_) f->vars.clear();
+    for (Value& ns : namespaces_) ns.dict().items.clear();
+  }
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   std::string Run(const Body& body) {
     std::string out;
@@ -235,6 +251,7 @@ class Interpreter {
   // A macro (or a call block's `caller`) as a function value.
   Value MakeMacro(const Stmt& s, const FramePtr& frame, const std::string& name) {
     const Stmt* stmt = &s;
+    macro_frames_.push_back(frame);
     return Value::Function(name, [this, stmt, frame, name](const Args& a) {
       if (depth_ >= kMaxCallDepth) Fail("macro calls nested deeper than " + std::to_string(kMaxCallDepth));
       auto f = Child(frame);
@@ -433,6 +450,8 @@ class Interpreter {
   }
 
   FramePtr root_;
+  std::vector<FramePtr> macro_frames_;
+  std::vector<Value> namespaces_;
   std::vector<Value> holes_;
   int depth_ = 0;
   int loop_depth_ = 0;
