@@ -156,13 +156,17 @@ size_t RStripLen(std::string_view s) {
   return end;
 }
 
+// The length of the longest common prefix of a and b, ending on a UTF-8 character boundary.
 size_t CommonPrefix(std::string_view a, std::string_view b) {
   size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  while (n > 0 && n < a.size() && (static_cast<unsigned char>(a[n]) & 0xc0) == 0x80) --n;
   return n;
 }
 
-bool StartsWith(std::string_view s, std::string_view p) { return s.size() >= p.size() && s.compare(0, p.size(), p) == 0; }
+bool StartsWith(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
+}
 bool EndsWith(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
 }
@@ -178,7 +182,9 @@ jinja::Value MessageValue(const ChatMessage& m) {
 // Probe conversations on which a built-in renderer must equal the interpreter before it stands
 // in for a template.
 std::vector<std::vector<ChatMessage>> BuiltInProbes() {
-  auto m = [](const char* role, const char* content) { return ChatMessage{role, content, std::nullopt, nullptr}; };
+  auto m = [](const char* role, const char* content) {
+    return ChatMessage{role, content, std::nullopt, nullptr};
+  };
   return {
       {m("user", "Hi")},
       {m("system", "S"), m("user", "U"), m("assistant", "A")},
@@ -367,12 +373,14 @@ StatusOr<std::vector<ChatSegment>> ChatTemplate::Render(const std::vector<ChatMe
                                                         bool add_generation_prompt,
                                                         const ordered_json& tools) const {
   if (messages.empty()) return InvalidArgumentError("'messages' is empty");
-  if (family_ != Family::kJinja && BuiltInCovers(messages, tools)) return RenderBuiltIn(messages, add_generation_prompt);
+  if (family_ != Family::kJinja && BuiltInCovers(messages, tools))
+    return RenderBuiltIn(messages, add_generation_prompt);
   if (jinja_ == nullptr) {
-    return InvalidArgumentError("the built-in " + name() +
-                                " rendering has no tools or message fields other than role, content and "
-                                "reasoning_content: use the model's own template (data.chat_template: auto or a "
-                                "file)");
+    return InvalidArgumentError(
+        "the built-in " + name() +
+        " rendering has no tools or message fields other than role, content and "
+        "reasoning_content: use the model's own template (data.chat_template: auto or a "
+        "file)");
   }
   return RenderJinja(messages, add_generation_prompt, tools);
 }
@@ -401,8 +409,9 @@ StatusOr<std::string> ChatTemplate::JinjaText(const std::vector<ChatMessage>& me
       {"raise_exception", jinja::Value::Function("raise_exception",
                                                  [](const jinja::Args& a) -> jinja::Value {
                                                    throw jinja::Error(jinja::Error::Kind::kRaised,
-                                                                      a.positional.empty() ? std::string()
-                                                                                           : a.positional[0].Str());
+                                                                      a.positional.empty()
+                                                                          ? std::string()
+                                                                          : a.positional[0].Str());
                                                  })},
       {"strftime_now", jinja::Value::Function("strftime_now",
                                               [now](const jinja::Args& a) {
@@ -412,8 +421,8 @@ StatusOr<std::string> ChatTemplate::JinjaText(const std::vector<ChatMessage>& me
                                                 std::tm tm{};
                                                 gmtime_r(&now, &tm);
                                                 char buf[512];
-                                                const size_t n =
-                                                    std::strftime(buf, sizeof(buf), a.positional[0].str().c_str(), &tm);
+                                                const size_t n = std::strftime(
+                                                    buf, sizeof(buf), a.positional[0].str().c_str(), &tm);
                                                 return jinja::Value(std::string(buf, n));
                                               })},
   });
@@ -428,8 +437,9 @@ StatusOr<std::vector<ChatSegment>> ChatTemplate::RenderJinja(const std::vector<C
   std::vector<ChatSegment> out;
   size_t pos = 0;
   auto cannot = [&](size_t i, const std::string& why) {
-    return InvalidArgumentError(source_ + ": cannot mark the assistant turns in this chat template's rendering (messages[" +
-                                std::to_string(i) + "]): " + why);
+    return InvalidArgumentError(
+        source_ + ": cannot mark the assistant turns in this chat template's rendering (messages[" +
+        std::to_string(i) + "]): " + why);
   };
   // The text after the sentinel in `text` (which must hold it once).
   auto after_sentinel = [](const std::string& text) -> std::optional<std::string> {
@@ -493,10 +503,12 @@ StatusOr<std::vector<ChatSegment>> ChatTemplate::RenderJinja(const std::vector<C
       if (before.ok() && StartsWith(whole, *before) && CommonPrefix(whole, *prompt) >= before->size())
         start = CommonPrefix(whole, *prompt);
     }
-    if (!start && marked && StartsWith(whole, marked->first)) start = marked->first.size();  // where the content starts
+    if (!start && marked && StartsWith(whole, marked->first))
+      start = marked->first.size();  // where the content starts
     if (!start) {
-      return cannot(i, "neither the rendering of the messages before it nor the text before its content begins "
-                       "the whole rendering");
+      return cannot(i,
+                    "neither the rendering of the messages before it nor the text before its content begins "
+                    "the whole rendering");
     }
     if (*start < pos) return cannot(i, "it starts before the previous assistant turn ends");
 
@@ -511,12 +523,14 @@ StatusOr<std::vector<ChatSegment>> ChatTemplate::RenderJinja(const std::vector<C
     }
     if (!end && tail && marked) {
       const std::string& rest = marked->second;
-      if (EndsWith(whole, rest) && whole.size() - rest.size() + tail->size() >= *start && StartsWith(rest, *tail))
+      if (EndsWith(whole, rest) && whole.size() - rest.size() + tail->size() >= *start &&
+          StartsWith(rest, *tail))
         end = whole.size() - rest.size() + tail->size();
     }
     if (!end) {
-      return cannot(i, "its end is not where the rendering of the conversation up to it ends, nor where its "
-                       "content ends in the whole rendering");
+      return cannot(i,
+                    "its end is not where the rendering of the conversation up to it ends, nor where its "
+                    "content ends in the whole rendering");
     }
     if (*start > pos) out.push_back({whole.substr(pos, *start - pos), false, -1});
     if (*end > *start) out.push_back({whole.substr(*start, *end - *start), true, turn});
@@ -528,7 +542,6 @@ StatusOr<std::vector<ChatSegment>> ChatTemplate::RenderJinja(const std::vector<C
 
 StatusOr<std::vector<ChatSegment>> ChatTemplate::RenderBuiltIn(const std::vector<ChatMessage>& messages,
                                                                bool add_generation_prompt) const {
-
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
     if (r != "system" && r != "user" && r != "assistant") {

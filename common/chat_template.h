@@ -69,8 +69,8 @@ class Template;
 }
 
 struct ChatMessage {
-  std::string role;     // system | user | assistant | tool | ...
-  std::string content;  // "" when the message has none (null or missing in `fields`)
+  std::string role;                              // system | user | assistant | tool | ...
+  std::string content;                           // "" when the message has none (null or missing in `fields`)
   std::optional<std::string> reasoning_content;  // Qwen3; for templates that read it
   // The message object as given in the data (all fields, in their order), which templates see;
   // null: {role, content[, reasoning_content]} built from the fields above.
@@ -109,7 +109,8 @@ class ChatTemplate {
   StatusOr<std::vector<ChatSegment>> Render(const std::vector<ChatMessage>& messages,
                                             bool add_generation_prompt = false,
                                             const nlohmann::ordered_json& tools = nullptr) const;
-  StatusOr<std::string> RenderText(const std::vector<ChatMessage>& messages, bool add_generation_prompt = false,
+  StatusOr<std::string> RenderText(const std::vector<ChatMessage>& messages,
+                                   bool add_generation_prompt = false,
                                    const nlohmann::ordered_json& tools = nullptr) const;
 
   // Whether a Jinja template backs this one (else a built-in chosen by name, which renders only
@@ -136,7 +137,8 @@ class ChatTemplate {
   bool BuiltInCovers(const std::vector<ChatMessage>& messages, const nlohmann::ordered_json& tools) const;
   StatusOr<std::vector<ChatSegment>> RenderBuiltIn(const std::vector<ChatMessage>& messages,
                                                    bool add_generation_prompt) const;
-  StatusOr<std::vector<ChatSegment>> RenderJinja(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+  StatusOr<std::vector<ChatSegment>> RenderJinja(const std::vector<ChatMessage>& messages,
+                                                 bool add_generation_prompt,
                                                  const nlohmann::ordered_json& tools) const;
   // The interpreter's rendering of messages[0..count) (message `sentinel_turn`'s content
   // replaced by `sentinel`, when >= 0), then `extra` if given.
@@ -150,8 +152,8 @@ class ChatTemplate {
   std::string eos_token_;                  // templates
   bool always_generation_prompt_ = false;  // llama3 base template
   std::string source_;
-  std::string end_of_turn_;  // kJinja
-  std::shared_ptr<const Jinja> jinja_;     // set for templates (null for a built-in by name)
+  std::string end_of_turn_;             // kJinja
+  std::shared_ptr<const Jinja> jinja_;  // set for templates (null for a built-in by name)
   std::time_t now_ = 0;
 };
 

@@ -40,11 +40,11 @@ struct Expr {
   };
   Kind kind;
   int line = 0;
-  Value value;                          // kConst
-  std::string name;                     // kName, kGetAttr, kFilter, kTest; the operator of kBinary
-  std::vector<ExprPtr> children;        // operands; for calls/filters/tests: subject, positional args, keyword args
-  std::vector<std::string> ops;         // kCompare
-  std::vector<std::string> kw_names;    // kCall/kFilter/kTest: names of the trailing keyword arguments
+  Value value;                    // kConst
+  std::string name;               // kName, kGetAttr, kFilter, kTest; the operator of kBinary
+  std::vector<ExprPtr> children;  // operands; for calls/filters/tests: subject, positional args, keyword args
+  std::vector<std::string> ops;   // kCompare
+  std::vector<std::string> kw_names;  // kCall/kFilter/kTest: names of the trailing keyword arguments
 };
 
 // The target of {% set %} / {% for %}: a name, a tuple of names, or namespace.attr.
@@ -77,9 +77,9 @@ struct Stmt {
   std::vector<Body> bodies;
   Target target;
   bool has_else = false;
-  bool has_filter = false;                // kFor: `if` filter; kSetBlock: a filter
-  std::vector<std::string> params;        // kMacro, kCallBlock, kWith
-  std::vector<ExprPtr> defaults;          // kMacro/kCallBlock: defaults of the last params
+  bool has_filter = false;          // kFor: `if` filter; kSetBlock: a filter
+  std::vector<std::string> params;  // kMacro, kCallBlock, kWith
+  std::vector<ExprPtr> defaults;    // kMacro/kCallBlock: defaults of the last params
 };
 
 }  // namespace sftctl::jinja

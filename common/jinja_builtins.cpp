@@ -24,7 +24,8 @@ const std::string& NeedStr(const Value& v, const char* what) {
 }
 
 int64_t NeedInt(const Value& v, const char* what) {
-  if (!v.is_int() && !v.is_bool()) Fail(std::string(what) + ": expected an integer, got '" + v.TypeName() + "'");
+  if (!v.is_int() && !v.is_bool())
+    Fail(std::string(what) + ": expected an integer, got '" + v.TypeName() + "'");
   return v.int_value();
 }
 
@@ -75,7 +76,9 @@ std::string PyStrip(const std::string& s, const Value* chars, bool left, bool ri
   Cps set;
   const bool ws = chars == nullptr || chars->is_none() || chars->is_undefined();
   if (!ws) set = DecodeUtf8(NeedStr(*chars, "strip"));
-  auto strip = [&](uint32_t cp) { return ws ? IsPySpace(cp) : std::find(set.begin(), set.end(), cp) != set.end(); };
+  auto strip = [&](uint32_t cp) {
+    return ws ? IsPySpace(cp) : std::find(set.begin(), set.end(), cp) != set.end();
+  };
   size_t b = 0, e = cps.size();
   if (left)
     while (b < e && strip(cps[b])) ++b;
@@ -84,7 +87,8 @@ std::string PyStrip(const std::string& s, const Value* chars, bool left, bool ri
   return EncodeUtf8(cps, b, e);
 }
 
-std::vector<std::string> PySplit(const std::string& s, const Value* sep_v, int64_t maxsplit, bool from_right) {
+std::vector<std::string> PySplit(const std::string& s, const Value* sep_v, int64_t maxsplit,
+                                 bool from_right) {
   std::vector<std::string> parts;
   const bool ws = sep_v == nullptr || sep_v->is_none();
   if (ws) {
@@ -232,7 +236,8 @@ bool StartsEnds(const std::string& s, const Value& affix, const Args& a, bool en
   }
   for (const auto& o : options) {
     if (o.size() > sub.size()) continue;
-    if (ends ? sub.compare(sub.size() - o.size(), o.size(), o) == 0 : sub.compare(0, o.size(), o) == 0) return true;
+    if (ends ? sub.compare(sub.size() - o.size(), o.size(), o) == 0 : sub.compare(0, o.size(), o) == 0)
+      return true;
   }
   return false;
 }
@@ -253,7 +258,8 @@ std::string PyFormat(const std::string& fmt, const Args& a) {
       if (e == std::string::npos) Fail("ValueError: Single '{' encountered in format string");
       const std::string field = fmt.substr(i + 1, e - i - 1);
       if (field.find_first_of(":!.[") != std::string::npos)
-        throw Error(Error::Kind::kUnsupported, "str.format() with conversions or format specs is not supported");
+        throw Error(Error::Kind::kUnsupported,
+                    "str.format() with conversions or format specs is not supported");
       const Value* v = nullptr;
       if (field.empty()) {
         v = auto_index < a.positional.size() ? &a.positional[auto_index] : nullptr;
@@ -288,8 +294,8 @@ bool IsCategory(uint32_t cp, std::initializer_list<utf8proc_category_t> cats) {
 }
 
 bool IsAlpha(uint32_t cp) {
-  return IsCategory(cp, {UTF8PROC_CATEGORY_LU, UTF8PROC_CATEGORY_LL, UTF8PROC_CATEGORY_LT, UTF8PROC_CATEGORY_LM,
-                         UTF8PROC_CATEGORY_LO});
+  return IsCategory(cp, {UTF8PROC_CATEGORY_LU, UTF8PROC_CATEGORY_LL, UTF8PROC_CATEGORY_LT,
+                         UTF8PROC_CATEGORY_LM, UTF8PROC_CATEGORY_LO});
 }
 bool IsDecimal(uint32_t cp) { return IsCategory(cp, {UTF8PROC_CATEGORY_ND}); }
 
@@ -403,8 +409,8 @@ Value StrMethod(const std::string& s, const std::string& name) {
     });
   }
   if (name == "format") return Bound(name, [s](const Args& a) { return Value(PyFormat(s, a)); });
-  if (name == "isdigit" || name == "isnumeric" || name == "isdecimal" || name == "isalpha" || name == "isalnum" ||
-      name == "isspace" || name == "isupper" || name == "islower") {
+  if (name == "isdigit" || name == "isnumeric" || name == "isdecimal" || name == "isalpha" ||
+      name == "isalnum" || name == "isspace" || name == "isupper" || name == "islower") {
     return Bound(name, [s, name](const Args& a) {
       a.Check(name, 0, {});
       if (name == "isdigit" || name == "isnumeric" || name == "isdecimal") return Value(AllCps(s, IsDecimal));
@@ -466,7 +472,8 @@ Value ListMethod(const Value& list, const std::string& name) {
       return Value(n);
     });
   }
-  static const char* kMutating[] = {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"};
+  static const char* kMutating[] = {"append", "extend",  "insert", "pop",
+                                    "remove", "reverse", "sort",   "clear"};
   for (const char* m : kMutating) {
     if (name == m) Fail("access to attribute '" + name + "' of '" + list.TypeName() + "' object is unsafe.");
   }
@@ -524,7 +531,8 @@ Value AttrPath(const Value& item, const std::string& path) {
   for (;;) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (cur.is_undefined()) FailUndefined(cur);
     cur = GetItem(cur, digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
     if (dot == std::string::npos) return cur;
@@ -642,7 +650,8 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          if (width <= n) return Value(s);
          const int64_t pad = width - n;
          const int64_t left = pad / 2 + (pad & width & 1);
-         return Value(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(pad - left), ' '));
+         return Value(std::string(static_cast<size_t>(left), ' ') + s +
+                      std::string(static_cast<size_t>(pad - left), ' '));
        }},
       {"count", [](const Value& v, const Args&) { return Value(Len(v)); }},
       {"default",
@@ -664,7 +673,8 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          std::vector<Value> items = ItemsOf(v).list();
          std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
            const size_t i = by_value ? 1 : 0;
-           return Compare(SortKey(x.list()[i], cs && cs->Truthy()), SortKey(y.list()[i], cs && cs->Truthy())) < 0;
+           return Compare(SortKey(x.list()[i], cs && cs->Truthy()),
+                          SortKey(y.list()[i], cs && cs->Truthy())) < 0;
          });
          if (rev && rev->Truthy()) std::reverse(items.begin(), items.end());
          return Value::List(std::move(items));
@@ -714,21 +724,24 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          const Value* w = a.Get(0, "width");
          const Value* first = a.Get(1, "first");
          const Value* blank = a.Get(2, "blank");
-         std::string indention = w && w->is_string() ? w->str() : std::string(w ? NeedInt(*w, "indent") : 4, ' ');
+         std::string indention =
+             w && w->is_string() ? w->str() : std::string(w ? NeedInt(*w, "indent") : 4, ' ');
          std::vector<std::string> lines = PySplitLines(SoftStr(v) + "\n", false);
          std::string rv;
          if (blank && blank->Truthy()) {
            for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + indention : "") + lines[i];
          } else {
            rv = lines.empty() ? "" : lines[0];
-           for (size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : indention + lines[i]);
+           for (size_t i = 1; i < lines.size(); ++i)
+             rv += "\n" + (lines[i].empty() ? "" : indention + lines[i]);
          }
          if (first && first->Truthy()) rv = indention + rv;
          return Value(rv);
        }},
       {"format",
        [](const Value& v, const Args& a) {
-         if (!a.keyword.empty()) throw Error(Error::Kind::kUnsupported, "the format filter with keyword arguments");
+         if (!a.keyword.empty())
+           throw Error(Error::Kind::kUnsupported, "the format filter with keyword arguments");
          return Value(PercentFormat(SoftStr(v), Value::List(a.positional, true)));
        }},
       {"items",
@@ -790,7 +803,9 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          const Value* cs = a.Get(0, "case_sensitive");
          const Value* attr = a.Get(1, "attribute");
          Value best = items[0];
-         auto key = [&](const Value& x) { return SortKey(attr ? AttrPath(x, SoftStr(*attr)) : x, cs && cs->Truthy()); };
+         auto key = [&](const Value& x) {
+           return SortKey(attr ? AttrPath(x, SoftStr(*attr)) : x, cs && cs->Truthy());
+         };
          for (const Value& x : items)
            if (Compare(key(x), key(best)) > 0) best = x;
          return best;
@@ -802,7 +817,9 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          const Value* cs = a.Get(0, "case_sensitive");
          const Value* attr = a.Get(1, "attribute");
          Value best = items[0];
-         auto key = [&](const Value& x) { return SortKey(attr ? AttrPath(x, SoftStr(*attr)) : x, cs && cs->Truthy()); };
+         auto key = [&](const Value& x) {
+           return SortKey(attr ? AttrPath(x, SoftStr(*attr)) : x, cs && cs->Truthy());
+         };
          for (const Value& x : items)
            if (Compare(key(x), key(best)) < 0) best = x;
          return best;
@@ -856,7 +873,9 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          const Value* cs = a.Get(1, "case_sensitive");
          const Value* attr = a.Get(2, "attribute");
          std::vector<Value> items = Iterate(v);
-         auto key = [&](const Value& x) { return SortKey(attr ? AttrPath(x, SoftStr(*attr)) : x, cs && cs->Truthy()); };
+         auto key = [&](const Value& x) {
+           return SortKey(attr ? AttrPath(x, SoftStr(*attr)) : x, cs && cs->Truthy());
+         };
          const bool reverse = rev && rev->Truthy();
          std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
            return reverse ? Compare(key(y), key(x)) < 0 : Compare(key(x), key(y)) < 0;
@@ -870,7 +889,8 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          const Value* attr = a.Get(0, "attribute");
          const Value* start = a.Get(1, "start");
          Value total = start ? *start : Value(static_cast<int64_t>(0));
-         for (const Value& x : Iterate(v)) total = BinaryOp("+", total, attr ? AttrPath(x, SoftStr(*attr)) : x);
+         for (const Value& x : Iterate(v))
+           total = BinaryOp("+", total, attr ? AttrPath(x, SoftStr(*attr)) : x);
          return total;
        }},
       {"title",
@@ -878,7 +898,9 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          // Jinja2's do_title: words start after runs of "-", whitespace, "(", "{", "[", "<".
          Cps cps = DecodeUtf8(SoftStr(v));
          std::string out;
-         auto sep = [](uint32_t c) { return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || IsPySpace(c); };
+         auto sep = [](uint32_t c) {
+           return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || IsPySpace(c);
+         };
          size_t i = 0;
          while (i < cps.size()) {
            size_t j = i;
@@ -895,7 +917,10 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          JsonOptions o;
          if (const Value* x = a.Get(0, "ensure_ascii")) o.ensure_ascii = x->Truthy();
          if (const Value* x = a.Get(1, "indent"); x && !x->is_none()) {
-           o.indent = x->is_string() ? x->str() : std::string(static_cast<size_t>(std::max<int64_t>(0, NeedInt(*x, "tojson"))), ' ');
+           o.indent =
+               x->is_string()
+                   ? x->str()
+                   : std::string(static_cast<size_t>(std::max<int64_t>(0, NeedInt(*x, "tojson"))), ' ');
          }
          if (const Value* x = a.Get(2, "separators"); x && !x->is_none()) {
            if (!x->is_list() || x->list().size() != 2) Fail("tojson: separators must be a pair of strings");
@@ -980,7 +1005,8 @@ const std::map<std::string, TestFn, std::less<>>& Tests() {
          return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
        }},
       {"le", [](const Value& v, const Args& a) { return Compare(v, TestArg(a, "le")) <= 0; }},
-      {"lower", [](const Value& v, const Args&) { return v.is_string() && MapCps(v.str(), Lower) == v.str(); }},
+      {"lower",
+       [](const Value& v, const Args&) { return v.is_string() && MapCps(v.str(), Lower) == v.str(); }},
       {"lt", [](const Value& v, const Args& a) { return Compare(v, TestArg(a, "lt")) < 0; }},
       {"mapping", [](const Value& v, const Args&) { return v.is_dict() && !v.is_namespace(); }},
       {"ne", [](const Value& v, const Args& a) { return !Equals(v, TestArg(a, "ne")); }},
@@ -991,7 +1017,8 @@ const std::map<std::string, TestFn, std::less<>>& Tests() {
        [](const Value& v, const Args& a) {
          const Value& o = TestArg(a, "sameas");
          if (v.is_none() || o.is_none()) return v.is_none() && o.is_none();
-         if (v.is_bool() || o.is_bool()) return v.is_bool() && o.is_bool() && v.bool_value() == o.bool_value();
+         if (v.is_bool() || o.is_bool())
+           return v.is_bool() && o.is_bool() && v.bool_value() == o.bool_value();
          if (v.is_list() && o.is_list()) return &v.list() == &o.list();
          // CPython caches small ints and interns short strings: `1 is 1`, `'a' is 'a'`.
          if (v.is_int() && o.is_int()) return v.int_value() == o.int_value();
@@ -1000,12 +1027,15 @@ const std::map<std::string, TestFn, std::less<>>& Tests() {
          return false;
        }},
       {"sequence",
-       [](const Value& v, const Args&) { return v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace()); }},
+       [](const Value& v, const Args&) {
+         return v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
+       }},
       {"string", [](const Value& v, const Args&) { return v.is_string(); }},
       {"test", [](const Value& v, const Args&) { return v.is_string() && IsKnownTest(v.str()); }},
       {"true", [](const Value& v, const Args&) { return v.is_bool() && v.bool_value(); }},
       {"undefined", [](const Value& v, const Args&) { return v.is_undefined(); }},
-      {"upper", [](const Value& v, const Args&) { return v.is_string() && MapCps(v.str(), Upper) == v.str(); }},
+      {"upper",
+       [](const Value& v, const Args&) { return v.is_string() && MapCps(v.str(), Upper) == v.str(); }},
   };
   return *tests;
 }
@@ -1071,7 +1101,8 @@ std::string PercentFormat(const std::string& fmt, const Value& args) {
       std::snprintf(buf, sizeof(buf), "%.*f", precision < 0 ? 6 : precision, v.number());
       out += buf;
     } else {
-      throw Error(Error::Kind::kUnsupported, std::string("the %") + c + " format of the % operator is not supported");
+      throw Error(Error::Kind::kUnsupported,
+                  std::string("the %") + c + " format of the % operator is not supported");
     }
   }
   if (k < items.size()) Fail("TypeError: not all arguments converted during string formatting");
@@ -1089,7 +1120,8 @@ std::string PercentFormat(const std::string& fmt, const Value& args) {
 // ---- Public ----------------------------------------------------------------------------------
 
 void FailUndefined(const Value& undefined) {
-  throw Error(Error::Kind::kRender, undefined.undefined_hint().empty() ? "undefined value" : undefined.undefined_hint());
+  throw Error(Error::Kind::kRender,
+              undefined.undefined_hint().empty() ? "undefined value" : undefined.undefined_hint());
 }
 
 bool IsKnownFilter(std::string_view name) {
@@ -1139,7 +1171,8 @@ Value GetItem(const Value& obj, const Value& key) {
                                     : static_cast<int64_t>(CodePointCount(obj.str()));
     int64_t i = key.int_value();
     if (i < 0) i += n;
-    if (i < 0 || i >= n) return Value::Undefined("'" + ObjectTypeRepr(obj) + "' has no element " + key.Repr());
+    if (i < 0 || i >= n)
+      return Value::Undefined("'" + ObjectTypeRepr(obj) + "' has no element " + key.Repr());
     if (obj.is_list()) return obj.list()[static_cast<size_t>(i)];
     Cps cps = DecodeUtf8(obj.str());
     return Value(EncodeUtf8(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1));
@@ -1153,7 +1186,8 @@ Value GetSlice(const Value& obj, const Value& start, const Value& stop, const Va
   if (!obj.is_list() && !obj.is_string()) Fail("'" + obj.TypeName() + "' object is not subscriptable");
   Cps cps;
   if (obj.is_string()) cps = DecodeUtf8(obj.str());
-  const int64_t n = obj.is_list() ? static_cast<int64_t>(obj.list().size()) : static_cast<int64_t>(cps.size());
+  const int64_t n =
+      obj.is_list() ? static_cast<int64_t>(obj.list().size()) : static_cast<int64_t>(cps.size());
   int64_t b, e, st;
   SliceIndices(n, start, stop, step, &b, &e, &st);
   std::vector<size_t> idx;
@@ -1207,7 +1241,8 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
       items.insert(items.end(), b.list().begin(), b.list().end());
       return Value::List(std::move(items), a.is_tuple());
     }
-    if (a.is_string() && !b.is_undefined()) Fail("can only concatenate str (not \"" + b.TypeName() + "\") to str");
+    if (a.is_string() && !b.is_undefined())
+      Fail("can only concatenate str (not \"" + b.TypeName() + "\") to str");
     UnsupportedOperands(op, a, b);
   }
   if (op == "-") {
@@ -1221,7 +1256,8 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
     if (seq && (count->is_int() || count->is_bool())) {
       const int64_t n = std::max<int64_t>(0, count->int_value());
       const int64_t limit = seq->is_string() ? (64 << 20) : (1 << 20);
-      if (n > 0 && static_cast<int64_t>(seq->is_string() ? seq->str().size() : seq->list().size()) > limit / n)
+      if (n > 0 &&
+          static_cast<int64_t>(seq->is_string() ? seq->str().size() : seq->list().size()) > limit / n)
         Fail("MemoryError: repetition too large");
       if (seq->is_string()) {
         std::string out;
@@ -1272,8 +1308,7 @@ bool Contains(const Value& container, const Value& item) {
     case Value::Type::kUndefined:
       return false;
     case Value::Type::kString:
-      if (!item.is_string())
-        Fail("'in <string>' requires string as left operand, not " + item.TypeName());
+      if (!item.is_string()) Fail("'in <string>' requires string as left operand, not " + item.TypeName());
       return container.str().find(item.str()) != std::string::npos;
     case Value::Type::kList:
       return std::any_of(container.list().begin(), container.list().end(),

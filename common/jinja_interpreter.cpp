@@ -214,9 +214,18 @@ class Interpreter {
       ~Guard() { --*d; }
     } guard{&loop_depth_};
     // One loop object whose fields advance, as Jinja2's LoopContext.
-    Value loop = Value::Dict({{"index", Value()}, {"index0", Value()}, {"revindex", Value()}, {"revindex0", Value()},
-                              {"first", Value()}, {"last", Value()}, {"length", Value(n)}, {"depth", Value(1)},
-                              {"depth0", Value(0)}, {"previtem", Value()}, {"nextitem", Value()}, {"cycle", Value()}});
+    Value loop = Value::Dict({{"index", Value()},
+                              {"index0", Value()},
+                              {"revindex", Value()},
+                              {"revindex0", Value()},
+                              {"first", Value()},
+                              {"last", Value()},
+                              {"length", Value(n)},
+                              {"depth", Value(1)},
+                              {"depth0", Value(0)},
+                              {"previtem", Value()},
+                              {"nextitem", Value()},
+                              {"cycle", Value()}});
     auto& fields = loop.dict().items;
     auto index0 = std::make_shared<int64_t>(0);
     fields[11].second = Value::Function("cycle", [index0](const Args& a) {
@@ -236,7 +245,8 @@ class Interpreter {
       fields[5].second = Value(i == n - 1);
       fields[9].second =
           i > 0 ? items[static_cast<size_t>(i - 1)] : Value::Undefined("there is no previous item");
-      fields[10].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::Undefined("there is no next item");
+      fields[10].second =
+          i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::Undefined("there is no next item");
       f->Set("loop", loop);
       const Flow flow = Exec(s.bodies[0], f, out);
       if (flow == Flow::kBreak) break;
@@ -292,9 +302,9 @@ class Interpreter {
       } guard{&depth_};
       for (size_t i = 0; i < np; ++i) {
         if (given[i]) continue;
-        f->Set(stmt->params[i], i >= first_default
-                                    ? Eval(*stmt->defaults[i - first_default], f)
-                                    : Value::Undefined("parameter '" + stmt->params[i] + "' was not provided"));
+        f->Set(stmt->params[i],
+               i >= first_default ? Eval(*stmt->defaults[i - first_default], f)
+                                  : Value::Undefined("parameter '" + stmt->params[i] + "' was not provided"));
       }
       f->Set("varargs", Value::List(std::move(varargs), true));
       f->Set("kwargs", kwargs);
@@ -319,7 +329,8 @@ class Interpreter {
     const size_t nkw = e.kw_names.size();
     const size_t npos = e.children.size() - 1 - nkw;
     for (size_t i = 0; i < npos; ++i) a.positional.push_back(Eval(*e.children[1 + i], frame));
-    for (size_t i = 0; i < nkw; ++i) a.keyword.emplace_back(e.kw_names[i], Eval(*e.children[1 + npos + i], frame));
+    for (size_t i = 0; i < nkw; ++i)
+      a.keyword.emplace_back(e.kw_names[i], Eval(*e.children[1 + npos + i], frame));
     return a;
   }
 
@@ -353,7 +364,9 @@ class Interpreter {
         Value obj = Eval(*e.children[0], frame);
         const Expr& idx = *e.children[1];
         if (idx.kind == Expr::Kind::kSlice) {
-          auto bound = [&](size_t i) { return idx.children[i] ? Eval(*idx.children[i], frame) : Value::None(); };
+          auto bound = [&](size_t i) {
+            return idx.children[i] ? Eval(*idx.children[i], frame) : Value::None();
+          };
           return GetSlice(obj, bound(0), bound(1), bound(2));
         }
         return GetItem(obj, Eval(idx, frame));
@@ -380,8 +393,9 @@ class Interpreter {
       case Expr::Kind::kPos: {
         Value v = Eval(*e.children[0], frame);
         if (v.is_undefined()) FailUndefined(v);
-        if (!v.is_number()) Fail("bad operand type for unary " + std::string(e.kind == Expr::Kind::kNeg ? "-" : "+") +
-                                 ": '" + v.TypeName() + "'");
+        if (!v.is_number())
+          Fail("bad operand type for unary " + std::string(e.kind == Expr::Kind::kNeg ? "-" : "+") + ": '" +
+               v.TypeName() + "'");
         if (e.kind == Expr::Kind::kPos) return v.is_float() ? v : Value(v.int_value());
         return v.is_float() ? Value(-v.number()) : Value(-v.int_value());
       }
@@ -428,7 +442,8 @@ class Interpreter {
       case Expr::Kind::kCondExpr:
         if (Eval(*e.children[0], frame).Truthy()) return Eval(*e.children[1], frame);
         if (e.children[2]) return Eval(*e.children[2], frame);
-        return Value::Undefined("the inline if-expression evaluated to false and no else section was defined");
+        return Value::Undefined(
+            "the inline if-expression evaluated to false and no else section was defined");
       case Expr::Kind::kList:
       case Expr::Kind::kTuple: {
         std::vector<Value> items;

@@ -7,7 +7,9 @@
 namespace sftctl::jinja {
 namespace {
 
-[[noreturn]] void Fail(const std::string& message, int line) { throw Error(Error::Kind::kSyntax, message, line); }
+[[noreturn]] void Fail(const std::string& message, int line) {
+  throw Error(Error::Kind::kSyntax, message, line);
+}
 
 // Python's `\s`: Unicode whitespace. Returns the byte length of the whitespace code point at
 // s[i], or 0.
@@ -80,7 +82,8 @@ std::string Unescape(std::string_view body, int line) {
     auto hex = [&](int digits) -> uint32_t {
       uint32_t v = 0;
       for (int k = 0; k < digits; ++k) {
-        if (i + 1 >= body.size() || HexValue(body[i + 1]) < 0) Fail("truncated \\x/\\u escape in a string", line);
+        if (i + 1 >= body.size() || HexValue(body[i + 1]) < 0)
+          Fail("truncated \\x/\\u escape in a string", line);
         v = v * 16 + static_cast<uint32_t>(HexValue(body[++i]));
       }
       return v;
@@ -203,7 +206,8 @@ class Lexer {
 
  private:
   // Applies "{%-" and lstrip_blocks to the text before a tag.
-  std::string_view StripBefore(std::string_view text, char sign, bool block_or_comment, bool line_starting) const {
+  std::string_view StripBefore(std::string_view text, char sign, bool block_or_comment,
+                               bool line_starting) const {
     if (sign == '-') return text.substr(0, RStripLength(text));
     if (sign != '+' && opt_.lstrip_blocks && block_or_comment) {
       const size_t nl = text.rfind('\n');
@@ -288,7 +292,8 @@ class Lexer {
       const size_t ws = SkipSpaces(src_, pos);
       line_ += CountNewlines(std::string_view(src_).substr(pos, ws - pos));
       pos = ws;
-      if (pos >= src_.size()) Fail(block ? "unexpected end of template (missing '%}')" : "missing '}}'", line_);
+      if (pos >= src_.size())
+        Fail(block ? "unexpected end of template (missing '%}')" : "missing '}}'", line_);
       if (balance.empty()) {
         const char* close = block ? "%}" : "}}";
         size_t end = std::string::npos;
@@ -317,8 +322,8 @@ class Lexer {
         size_t e = pos + 1;
         while (e < src_.size() && src_[e] != c) e += src_[e] == '\\' ? 2 : 1;
         if (e >= src_.size()) Fail("unterminated string", line_);
-        tokens_.push_back(
-            {Token::Type::kString, Unescape(std::string_view(src_).substr(pos + 1, e - pos - 1), line_), line_});
+        tokens_.push_back({Token::Type::kString,
+                           Unescape(std::string_view(src_).substr(pos + 1, e - pos - 1), line_), line_});
         line_ += CountNewlines(std::string_view(src_).substr(pos, e - pos));
         pos = e + 1;
       } else {
@@ -336,7 +341,8 @@ class Lexer {
           balance += op == "(" ? ')' : op == "[" ? ']' : '}';
         } else if (op == ")" || op == "]" || op == "}") {
           if (balance.empty()) Fail("unexpected '" + op + "'", line_);
-          if (balance.back() != op[0]) Fail("unexpected '" + op + "', expected '" + balance.back() + "'", line_);
+          if (balance.back() != op[0])
+            Fail("unexpected '" + op + "', expected '" + balance.back() + "'", line_);
           balance.pop_back();
         }
         tokens_.push_back({Token::Type::kOp, op, line_});
@@ -347,7 +353,8 @@ class Lexer {
 
   size_t Number(size_t pos) {
     auto digits = [&](size_t p) {
-      while (p < src_.size() && (IsDigit(src_[p]) || (src_[p] == '_' && p + 1 < src_.size() && IsDigit(src_[p + 1]))))
+      while (p < src_.size() &&
+             (IsDigit(src_[p]) || (src_[p] == '_' && p + 1 < src_.size() && IsDigit(src_[p + 1]))))
         ++p;
       return p;
     };

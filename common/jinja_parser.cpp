@@ -59,7 +59,9 @@ class Parser {
         return t.value;
     }
   }
-  [[noreturn]] void Fail(const std::string& message) const { throw Error(Error::Kind::kSyntax, message, Cur().line); }
+  [[noreturn]] void Fail(const std::string& message) const {
+    throw Error(Error::Kind::kSyntax, message, Cur().line);
+  }
   void ExpectOp(const char* op) {
     if (!SkipOp(op)) Fail(std::string("expected '") + op + "', got '" + Describe(Cur()) + "'");
   }
@@ -80,7 +82,8 @@ class Parser {
   // Bounds the parser's recursion (and the interpreter's, which follows the tree).
   struct DepthGuard {
     explicit DepthGuard(Parser* p) : p_(p) {
-      if (++p_->depth_ > kMaxDepth) p_->Fail("the template nests more than " + std::to_string(kMaxDepth) + " levels deep");
+      if (++p_->depth_ > kMaxDepth)
+        p_->Fail("the template nests more than " + std::to_string(kMaxDepth) + " levels deep");
     }
     ~DepthGuard() { --p_->depth_; }
     Parser* p_;
@@ -138,11 +141,13 @@ class Parser {
     }
   }
 
-  Body Until(std::initializer_list<const char*> end_tokens, std::string* end, const std::string& tag, int line) {
+  Body Until(std::initializer_list<const char*> end_tokens, std::string* end, const std::string& tag,
+             int line) {
     Body b = Subparse(end_tokens, end);
     if (end->empty()) {
       std::string expected;
-      for (const char* e : end_tokens) expected += std::string(expected.empty() ? "" : " or ") + "'" + e + "'";
+      for (const char* e : end_tokens)
+        expected += std::string(expected.empty() ? "" : " or ") + "'" + e + "'";
       throw Error(Error::Kind::kSyntax,
                   "unexpected end of template: the '" + tag + "' tag opened on line " + std::to_string(line) +
                       " is not closed (expected " + expected + ")",
@@ -248,8 +253,8 @@ class Parser {
     } else if (name == "print") {
       s->kind = Stmt::Kind::kOutput;
       s->exprs.push_back(Tuple(false, true, {}, false));
-    } else if (name == "block" || name == "extends" || name == "include" || name == "import" || name == "from" ||
-               name == "autoescape" || name == "do" || name == "trans") {
+    } else if (name == "block" || name == "extends" || name == "include" || name == "import" ||
+               name == "from" || name == "autoescape" || name == "do" || name == "trans") {
       throw Error(Error::Kind::kUnsupported, "the {% " + name + " %} tag is not supported", line);
     } else {
       throw Error(Error::Kind::kSyntax, "encountered unknown tag '" + name + "'", line);
@@ -306,7 +311,8 @@ class Parser {
   // ---- Expressions ----
 
   bool IsTupleEnd(std::initializer_list<const char*> extra_end) const {
-    if (Cur().type == T::kVarEnd || Cur().type == T::kBlockEnd || Cur().type == T::kEof || IsOp(")")) return true;
+    if (Cur().type == T::kVarEnd || Cur().type == T::kBlockEnd || Cur().type == T::kEof || IsOp(")"))
+      return true;
     for (const char* e : extra_end)
       if (IsName(e)) return true;
     return false;
@@ -697,7 +703,8 @@ class Parser {
     const bool negated = SkipName("not");
     std::string name = ExpectAnyName();
     while (SkipOp(".")) name += "." + ExpectAnyName();
-    if (!IsKnownTest(name)) throw Error(Error::Kind::kUnsupported, "test '" + name + "' is not supported", line);
+    if (!IsKnownTest(name))
+      throw Error(Error::Kind::kUnsupported, "test '" + name + "' is not supported", line);
     auto e = Make(Expr::Kind::kTest, line);
     e->name = name;
     e->children.push_back(std::move(node));

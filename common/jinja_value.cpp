@@ -21,13 +21,14 @@ const Value* Args::Get(size_t index, std::string_view name) const {
 void Args::Check(std::string_view what, size_t max_positional,
                  std::initializer_list<std::string_view> names) const {
   if (positional.size() > max_positional) {
-    throw Error(Error::Kind::kRender, std::string(what) + "() takes at most " + std::to_string(max_positional) +
-                                          " positional arguments (" + std::to_string(positional.size()) +
-                                          " given)");
+    throw Error(Error::Kind::kRender, std::string(what) + "() takes at most " +
+                                          std::to_string(max_positional) + " positional arguments (" +
+                                          std::to_string(positional.size()) + " given)");
   }
   for (const auto& [k, v] : keyword) {
     if (std::find(names.begin(), names.end(), k) == names.end())
-      throw Error(Error::Kind::kRender, std::string(what) + "() got an unexpected keyword argument '" + k + "'");
+      throw Error(Error::Kind::kRender,
+                  std::string(what) + "() got an unexpected keyword argument '" + k + "'");
   }
 }
 
@@ -329,7 +330,8 @@ std::string Value::Repr() const {
     Guard() {
       if (++repr_depth > 200) {
         repr_depth = 0;
-        throw Error(Error::Kind::kRender, "maximum recursion depth exceeded while getting the repr of an object");
+        throw Error(Error::Kind::kRender,
+                    "maximum recursion depth exceeded while getting the repr of an object");
       }
     }
     ~Guard() { repr_depth = repr_depth > 0 ? repr_depth - 1 : 0; }

@@ -54,7 +54,8 @@ struct Args {
   const Value* Get(size_t index, std::string_view name) const;
   // Throws when there are more than `max_positional` positional arguments or a keyword
   // argument outside `names`; `what` names the callee in the error.
-  void Check(std::string_view what, size_t max_positional, std::initializer_list<std::string_view> names) const;
+  void Check(std::string_view what, size_t max_positional,
+             std::initializer_list<std::string_view> names) const;
 };
 
 using NativeFunction = std::function<Value(const Args&)>;
@@ -151,7 +152,7 @@ std::string PyFloatRepr(double f);
 
 // json.dumps(value, ensure_ascii, indent, separators, sort_keys), as transformers' tojson.
 struct JsonOptions {
-  std::optional<std::string> indent;  // none: one line
+  std::optional<std::string> indent;                              // none: one line
   std::optional<std::pair<std::string, std::string>> separators;  // default ", "/": " (",": " with indent)
   bool sort_keys = false;
   bool ensure_ascii = false;

@@ -9,7 +9,8 @@ template <typename json>
 StatusOr<json> Parse(std::string_view text, const std::string& where, int max_depth) {
   // The callback sees the depth of each value as it opens; refusing there bounds every later
   // recursive walk of the result.
-  typename json::parser_callback_t bound = [max_depth](int depth, typename json::parse_event_t event, json&) -> bool {
+  typename json::parser_callback_t bound = [max_depth](int depth, typename json::parse_event_t event,
+                                                       json&) -> bool {
     if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
         depth >= max_depth) {
       throw TooDeep{};

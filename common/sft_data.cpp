@@ -173,9 +173,8 @@ Status SampleEncoder::EncodeMessages(const ordered_json& rec, const std::string&
 
   // Every assistant turn must have trained tokens, ending with the end-of-turn token (of a
   // built-in; an interpreted template's turns may end differently, e.g. tool calls).
-  const auto eot = chat.family() == ChatTemplate::Family::kJinja ? std::nullopt : tok_.TokenToId(chat.end_of_turn());
-
   const bool interpreted = chat.family() == ChatTemplate::Family::kJinja;
+  const auto eot = interpreted ? std::nullopt : tok_.TokenToId(chat.end_of_turn());
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role != "assistant") continue;
     // An interpreted template may leave a turn out of its rendering (nothing to train there).

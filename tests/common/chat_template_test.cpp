@@ -88,7 +88,8 @@ struct Source {
 std::vector<Source> Templates() {
   std::vector<Source> out;
   const json index = json::parse(ReadFile(kReference + "/templates/index.json"));
-  for (const auto& e : index) out.push_back({e["name"], kReference + "/templates/" + e["name"].get<std::string>() + ".jinja"});
+  for (const auto& e : index)
+    out.push_back({e["name"], kReference + "/templates/" + e["name"].get<std::string>() + ".jinja"});
   for (const auto& f : std::filesystem::directory_iterator(kHere)) {
     if (f.path().extension() == ".jinja") out.push_back({f.path().stem().string(), f.path().string()});
   }
@@ -97,10 +98,11 @@ std::vector<Source> Templates() {
 
 bool HaveReference() { return std::filesystem::exists(kReference + "/templates/index.json"); }
 
-#define REQUIRE_REFERENCE()                                                                             \
-  if (!HaveReference())                                                                                 \
-  GTEST_SKIP() << kReference << " is missing: run ctest's chat_template_reference_fixture (npm and "   \
-                                "python3-jinja2; deploy/install-deps.sh installs them)"
+#define REQUIRE_REFERENCE()                                                            \
+  if (!HaveReference())                                                                \
+  GTEST_SKIP() << kReference                                                           \
+               << " is missing: run ctest's chat_template_reference_fixture (npm and " \
+                  "python3-jinja2; deploy/install-deps.sh installs them)"
 
 StatusOr<ChatTemplate> LoadTemplate(const Source& s) {
   const auto [bos, eos] = SpecialTokens(s.name);
@@ -133,7 +135,8 @@ TEST(ChatTemplateReference, EveryTemplateRendersLikePythonJinja2) {
         auto text = t->RenderText(msgs, gen, Tools(records[i]));
         if (expected[i].contains(key)) {
           ++renderings;
-          EXPECT_TRUE(text.ok()) << "conversation " << i + 1 << " " << key << ": " << text.status().ToString();
+          EXPECT_TRUE(text.ok()) << "conversation " << i + 1 << " " << key << ": "
+                                 << text.status().ToString();
           if (text.ok()) {
             EXPECT_EQ(*text, expected[i][key].get<std::string>()) << "conversation " << i + 1 << " " << key;
           }
@@ -172,7 +175,8 @@ TEST(ChatTemplateReference, AssistantTurnsAreMarked) {
   int turns = 0;
   for (const Source& s : Templates()) {
     // Safety classifiers render the whole conversation as the input to classify: not turns.
-    if (s.name.find("guard") != std::string::npos || s.name.find("shieldgemma") != std::string::npos) continue;
+    if (s.name.find("guard") != std::string::npos || s.name.find("shieldgemma") != std::string::npos)
+      continue;
     SCOPED_TRACE(s.name);
     const auto expected = ReadJsonl(kReference + "/chat-" + s.name + ".jsonl");
     ASSERT_EQ(expected.size(), records.size()) << "stale reference: rerun chat_template_reference_fixture";
@@ -198,14 +202,17 @@ TEST(ChatTemplateReference, AssistantTurnsAreMarked) {
       for (size_t k = 0; k < msgs.size(); ++k) {
         if (msgs[k].role != "assistant" || msgs[k].content.empty()) continue;
         ++turns;
-        EXPECT_TRUE(trained.count(static_cast<int>(k))) << "conversation " << i + 1 << ": messages[" << k << "]";
+        EXPECT_TRUE(trained.count(static_cast<int>(k)))
+            << "conversation " << i + 1 << ": messages[" << k << "]";
       }
     }
   }
   EXPECT_GT(turns, 1000);
 }
 
-ChatMessage M(const char* role, const char* content) { return ChatMessage{role, content, std::nullopt, nullptr}; }
+ChatMessage M(const char* role, const char* content) {
+  return ChatMessage{role, content, std::nullopt, nullptr};
+}
 
 std::vector<std::pair<std::string, bool>> Spans(const std::vector<ChatSegment>& segments) {
   std::vector<std::pair<std::string, bool>> out;
@@ -221,17 +228,19 @@ TEST(ChatTemplateReference, MarkedSpans) {
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     return *t;
   };
-  const std::vector<ChatMessage> chat = {M("system", "S"), M("user", "U"), M("assistant", "A"), M("user", "V"),
-                                         M("assistant", "B")};
+  const std::vector<ChatMessage> chat = {M("system", "S"), M("user", "U"), M("assistant", "A"),
+                                         M("user", "V"), M("assistant", "B")};
   // Mistral: the turn ends with eos ("</s>"), then "[INST]" with no separator.
   auto mistral = load("ollama-mistral-7b-instruct-fp16");
   EXPECT_EQ(mistral.family(), ChatTemplate::Family::kJinja);
   EXPECT_EQ(mistral.end_of_turn(), "</s>");
   auto seg = mistral.Render({M("user", "U"), M("assistant", "A"), M("user", "V"), M("assistant", "B")});
   ASSERT_TRUE(seg.ok()) << seg.status().ToString();
-  EXPECT_EQ(Spans(*seg), (std::vector<std::pair<std::string, bool>>{
-                             {"<s>[INST] U [/INST]", false}, {"A</s>", true}, {" [INST] V [/INST]", false}, {"B</s>", true},
-                             {" ", false}}));
+  EXPECT_EQ(Spans(*seg), (std::vector<std::pair<std::string, bool>>{{"<s>[INST] U [/INST]", false},
+                                                                    {"A</s>", true},
+                                                                    {" [INST] V [/INST]", false},
+                                                                    {"B</s>", true},
+                                                                    {" ", false}}));
   // Gemma-2: "<end_of_turn>" trained, the newline after it not.
   auto gemma = load("ollama-gemma2-2b");
   EXPECT_EQ(gemma.end_of_turn(), "<end_of_turn>");
@@ -257,9 +266,9 @@ TEST(ChatTemplateReference, MarkedSpans) {
   std::vector<std::string> trained;
   for (const auto& s : *seg)
     if (s.trained) trained.push_back(s.text);
-  EXPECT_EQ(trained, (std::vector<std::string>{
-                         "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}<|eot_id|>",
-                         "It is 22 °C and clear in Paris.<|eot_id|>"}));
+  EXPECT_EQ(trained, (std::vector<std::string>{"{\"name\": \"get_weather\", \"parameters\": {\"city\": "
+                                               "\"Paris\", \"unit\": \"celsius\"}}<|eot_id|>",
+                                               "It is 22 °C and clear in Paris.<|eot_id|>"}));
 }
 
 // ---- Built-in renderers ---------------------------------------------------------------------------
@@ -273,7 +282,13 @@ TEST(ChatTemplateReference, BuiltInsEqualTheInterpreter) {
            {"qwen3", ChatTemplate::Family::kQwen3},
            {"llama3", ChatTemplate::Family::kLlama3},
            {"ollama-llama3-8b", ChatTemplate::Family::kLlama3},
-           {"ollama-qwen2-0.5b", ChatTemplate::Family::kChatML}}) {
+           {"ollama-qwen2-0.5b", ChatTemplate::Family::kChatML},
+           {"ollama-qwen2.5-0.5b", ChatTemplate::Family::kChatML},  // default system prompt; tools
+           {"ollama-qwen3-0.6b", ChatTemplate::Family::kQwen3},
+           {"ollama-qwq-32b", ChatTemplate::Family::kChatML},  // QwQ-Preview: Qwen2.5-style
+           // Not stood in for: the interpreter renders them.
+           {"ollama-llama3.1-8b", ChatTemplate::Family::kJinja},
+           {"ollama-qwq-32b-2", ChatTemplate::Family::kJinja}}) {
     SCOPED_TRACE(name);
     auto t = LoadTemplate({name, kReference + "/templates/" + name + ".jinja"});
     ASSERT_TRUE(t.ok());
@@ -356,12 +371,14 @@ TEST(ChatTemplate, Errors) {
   t = ChatTemplate::FromJinja("{% for m in messages %}{{ m.content }}", "", "", "z.jinja");
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(t.status().message().find("z.jinja:1: Jinja syntax error: unexpected end of template: the 'for' tag"),
-            std::string::npos)
+  EXPECT_NE(
+      t.status().message().find("z.jinja:1: Jinja syntax error: unexpected end of template: the 'for' tag"),
+      std::string::npos)
       << t.status().message();
   // raise_exception, with its line.
   t = ChatTemplate::FromJinja(
-      "{% for m in messages %}\n{% if m.role == 'system' %}\n{{ raise_exception('System role not supported') }}\n"
+      "{% for m in messages %}\n{% if m.role == 'system' %}\n{{ raise_exception('System role not supported') "
+      "}}\n"
       "{% endif %}{{ m.content }}{% endfor %}",
       "", "", "r.jinja");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -374,12 +391,14 @@ TEST(ChatTemplate, Errors) {
   ASSERT_TRUE(t.ok());
   auto seg = t->Render({M("user", "u"), M("assistant", "a")});
   ASSERT_FALSE(seg.ok());
-  EXPECT_EQ(seg.status().message(),
-            "roles.jinja: cannot mark the assistant turns in this chat template's rendering (messages[1]): the "
-            "template writes the turn's content more than once");
+  EXPECT_EQ(
+      seg.status().message(),
+      "roles.jinja: cannot mark the assistant turns in this chat template's rendering (messages[1]): the "
+      "template writes the turn's content more than once");
   auto loaded = ChatTemplate::Load("auto", "byte");
   ASSERT_FALSE(loaded.ok());
-  EXPECT_NE(loaded.status().message().find("set data.chat_template"), std::string::npos) << loaded.status().message();
+  EXPECT_NE(loaded.status().message().find("set data.chat_template"), std::string::npos)
+      << loaded.status().message();
 }
 
 // ---- Loss masks with the real tokenizers ----------------------------------------------------------
@@ -478,7 +497,8 @@ TEST(ChatMaskTools, Qwen3ToolCalls) {
   const auto spans = TrainedSpans(tok, s);
   ASSERT_EQ(spans.size(), 2u);
   EXPECT_EQ(spans[0],
-            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
+            "\"celsius\"}}\n"
             "</tool_call><|im_end|>");
   EXPECT_EQ(spans[1], "<think>\n\n</think>\n\nIt is 22 °C and clear in Paris.<|im_end|>");
 }

@@ -3,12 +3,12 @@
 // trim_blocks, lstrip_blocks, loopcontrols, transformers' tojson), and the errors for what it
 // rejects. The expected strings of kCases are Python Jinja2 3.1's renderings of the same
 // templates and variables.
-#include "common/jinja_interpreter.h"
-
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "common/jinja_interpreter.h"
 
 namespace sftctl::jinja {
 namespace {
@@ -41,203 +41,173 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 const Case kCases[] = {
-    {"ws_trim", "{% if true %}\nA\n{% endif %}\nB",
-     "{}",
-     "A\nB"},
-    {"ws_lstrip", "  {% if true %}\n  x\n  {% endif %}\n  {{ 'y' }}  \n",
-     "{}",
-     "  x\n  y  "},
-    {"ws_minus", "a  \n  {%- if true -%}  \n  b  \n  {%- endif -%}  \n  c",
-     "{}",
-     "abc"},
-    {"ws_plus", "a\n  {%+ if true %}b{% endif %}",
-     "{}",
-     "a\n  b"},
-    {"ws_var_no_lstrip", "  {{ 'v' }}\n",
-     "{}",
-     "  v"},
-    {"ws_comment", "a\n  {# c #}\nb {#- d -#}  c",
-     "{}",
-     "a\nbc"},
-    {"ws_trailing_newline", "x\n",
-     "{}",
-     "x"},
-    {"ws_crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\n",
-     "{}",
-     "a\nb\n"},
-    {"raw", "{% raw %}{{ not evaluated }}{% endraw %}",
-     "{}",
-     "{{ not evaluated }}"},
-    {"arith", "{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 1 / 4 }} {{ 3 - 5 }}",
-     "{}",
-     "7 3 -4 1 2 1024 0.25 -2"},
-    {"floats", "{{ 0.1 + 0.2 }} {{ 1e16 }} {{ 1e15 }} {{ 1.0 }} {{ 2.5e-7 }} {{ 10 / 2 }}",
-     "{}",
+    {"ws_trim", "{% if true %}\nA\n{% endif %}\nB", "{}", "A\nB"},
+    {"ws_lstrip", "  {% if true %}\n  x\n  {% endif %}\n  {{ 'y' }}  \n", "{}", "  x\n  y  "},
+    {"ws_minus", "a  \n  {%- if true -%}  \n  b  \n  {%- endif -%}  \n  c", "{}", "abc"},
+    {"ws_plus", "a\n  {%+ if true %}b{% endif %}", "{}", "a\n  b"},
+    {"ws_var_no_lstrip", "  {{ 'v' }}\n", "{}", "  v"},
+    {"ws_comment", "a\n  {# c #}\nb {#- d -#}  c", "{}", "a\nbc"},
+    {"ws_trailing_newline", "x\n", "{}", "x"},
+    {"ws_crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\n", "{}", "a\nb\n"},
+    {"raw", "{% raw %}{{ not evaluated }}{% endraw %}", "{}", "{{ not evaluated }}"},
+    {"arith",
+     "{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 1 / 4 }} {{ 3 - 5 "
+     "}}",
+     "{}", "7 3 -4 1 2 1024 0.25 -2"},
+    {"floats", "{{ 0.1 + 0.2 }} {{ 1e16 }} {{ 1e15 }} {{ 1.0 }} {{ 2.5e-7 }} {{ 10 / 2 }}", "{}",
      "0.30000000000000004 1e+16 1000000000000000.0 1.0 2.5e-07 5.0"},
-    {"concat", "{{ 'a' ~ 1 ~ none ~ true ~ undefined_var }}",
-     "{}",
-     "a1NoneTrue"},
-    {"compare", "{{ 1 < 2 < 3 }} {{ 'b' > 'a' }} {{ [1, 2] == [1, 2] }} {{ 1 == 1.0 }} {{ true == 1 }} {{ none == none }}",
-     "{}",
-     "True True True True True True"},
-    {"in", "{{ 'ell' in 'hello' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 'z' not in 'abc' }}",
-     "{}",
+    {"concat", "{{ 'a' ~ 1 ~ none ~ true ~ undefined_var }}", "{}", "a1NoneTrue"},
+    {"compare",
+     "{{ 1 < 2 < 3 }} {{ 'b' > 'a' }} {{ [1, 2] == [1, 2] }} {{ 1 == 1.0 }} {{ true == 1 }} {{ none == none "
+     "}}",
+     "{}", "True True True True True True"},
+    {"in", "{{ 'ell' in 'hello' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 'z' not in 'abc' }}", "{}",
      "True True True True"},
-    {"logic", "{{ none or 'd' }} {{ 0 and 'x' }} {{ 'a' and 'b' }} {{ not [] }}",
-     "{}",
-     "d 0 b True"},
-    {"condexpr", "{{ 'y' if true else 'n' }}[{{ 'y' if false }}]",
-     "{}",
-     "y[]"},
-    {"literals", "{{ [1, 'a', none, true, 1.5, {'k': 'v'}] }} {{ (1,) }} {{ (1, 2) }} {{ {'a': [1, (2, 3)]} }}",
-     "{}",
+    {"logic", "{{ none or 'd' }} {{ 0 and 'x' }} {{ 'a' and 'b' }} {{ not [] }}", "{}", "d 0 b True"},
+    {"condexpr", "{{ 'y' if true else 'n' }}[{{ 'y' if false }}]", "{}", "y[]"},
+    {"literals",
+     "{{ [1, 'a', none, true, 1.5, {'k': 'v'}] }} {{ (1,) }} {{ (1, 2) }} {{ {'a': [1, (2, 3)]} }}", "{}",
      "[1, 'a', None, True, 1.5, {'k': 'v'}] (1,) (1, 2) {'a': [1, (2, 3)]}"},
-    {"repr_quotes", "{{ [\"it's\", 'say \"hi\"', 'both \\' \"', 'tab\\tnl\\n'] }}",
-     "{}",
+    {"repr_quotes", "{{ [\"it's\", 'say \"hi\"', 'both \\' \"', 'tab\\tnl\\n'] }}", "{}",
      "[\"it's\", 'say \"hi\"', 'both \\' \"', 'tab\\tnl\\n']"},
-    {"unicode_repr", "{{ ['é', '\\u00a0', '\\x07', '🙂'] }}",
-     "{}",
-     "['é', '\\xa0', '\\x07', '🙂']"},
-    {"subscript", "{{ xs[0] }} {{ xs[-1] }} {{ xs[1:] }} {{ xs[::-1] }} {{ s[1:3] }} {{ s[-2:] }} {{ d['k'] }} {{ d.k }} {{ xs.0 }}",
-     "{\"xs\": [1, 2, 3], \"s\": \"héllo\", \"d\": {\"k\": \"v\"}}",
-     "1 3 [2, 3] [3, 2, 1] él lo v v 1"},
+    {"unicode_repr", "{{ ['é', '\\u00a0', '\\x07', '🙂'] }}", "{}", "['é', '\\xa0', '\\x07', '🙂']"},
+    {"subscript",
+     "{{ xs[0] }} {{ xs[-1] }} {{ xs[1:] }} {{ xs[::-1] }} {{ s[1:3] }} {{ s[-2:] }} {{ d['k'] }} {{ d.k }} "
+     "{{ xs.0 }}",
+     "{\"xs\": [1, 2, 3], \"s\": \"héllo\", \"d\": {\"k\": \"v\"}}", "1 3 [2, 3] [3, 2, 1] él lo v v 1"},
     {"undefined", "[{{ nope }}][{{ d.missing }}][{{ d.missing is defined }}][{{ none_v.x is defined }}]",
-     "{\"d\": {}, \"none_v\": null}",
-     "[][][False][False]"},
-    {"dict_method_wins", "{{ d.items()|list }} {{ d['items'] }}",
-     "{\"d\": {\"items\": 1}}",
+     "{\"d\": {}, \"none_v\": null}", "[][][False][False]"},
+    {"dict_method_wins", "{{ d.items()|list }} {{ d['items'] }}", "{\"d\": {\"items\": 1}}",
      "[('items', 1)] 1"},
-    {"for_loop", "{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }};{% endfor %}",
-     "{\"xs\": [\"a\", \"b\", \"c\"]}",
-     "1/0/3/True/False/3;2/1/2/False/False/3;3/2/1/False/True/3;"},
+    {"for_loop",
+     "{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.first }}/{{ loop.last "
+     "}}/{{ loop.length }};{% endfor %}",
+     "{\"xs\": [\"a\", \"b\", \"c\"]}", "1/0/3/True/False/3;2/1/2/False/False/3;3/2/1/False/True/3;"},
     {"for_prev_next", "{% for x in xs %}[{{ loop.previtem }}|{{ loop.nextitem }}]{% endfor %}",
-     "{\"xs\": [1, 2, 3]}",
-     "[|2][1|3][2|]"},
-    {"for_cycle", "{% for x in xs %}{{ loop.cycle('odd', 'even') }} {% endfor %}",
-     "{\"xs\": [1, 2, 3]}",
+     "{\"xs\": [1, 2, 3]}", "[|2][1|3][2|]"},
+    {"for_cycle", "{% for x in xs %}{{ loop.cycle('odd', 'even') }} {% endfor %}", "{\"xs\": [1, 2, 3]}",
      "odd even odd "},
-    {"for_filter_else", "{% for x in xs if x > 1 %}{{ x }}:{{ loop.length }} {% else %}none{% endfor %}|{% for x in [] %}x{% else %}empty{% endfor %}",
-     "{\"xs\": [1, 2, 3]}",
-     "2:2 3:2 |empty"},
-    {"for_unpack_dict", "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
-     "{\"d\": {\"b\": 1, \"a\": 2}}",
-     "b=1;a=2;ba"},
-    {"for_break_continue", "{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}",
-     "{}",
-     "0134"},
+    {"for_filter_else",
+     "{% for x in xs if x > 1 %}{{ x }}:{{ loop.length }} {% else %}none{% endfor %}|{% for x in [] %}x{% "
+     "else %}empty{% endfor %}",
+     "{\"xs\": [1, 2, 3]}", "2:2 3:2 |empty"},
+    {"for_unpack_dict",
+     "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
+     "{\"d\": {\"b\": 1, \"a\": 2}}", "b=1;a=2;ba"},
+    {"for_break_continue",
+     "{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif "
+     "%}{{ x }}{% endfor %}",
+     "{}", "0134"},
     {"for_scope", "{% set x = 0 %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}({{ x }}){% endfor %}{{ x }}",
-     "{}",
-     "[0](1)[0](2)0"},
-    {"namespace", "{% set ns = namespace(n=0, s='') %}{% for i in range(3) %}{% set ns.n = ns.n + i %}{% set ns.s = ns.s ~ i %}{% endfor %}{{ ns.n }} {{ ns.s }}",
-     "{}",
-     "3 012"},
-    {"if_elif", "{% for x in [1, 2, 3] %}{% if x == 1 %}one{% elif x == 2 %}two{% else %}many{% endif %} {% endfor %}",
-     "{}",
-     "one two many "},
-    {"set_tuple", "{% set a, b = [1, 2] %}{{ a }}{{ b }}",
-     "{}",
-     "12"},
-    {"set_block", "{% set x %}  inner {{ 1 }} {% endset %}[{{ x }}]{% set y | trim | upper %}  up  {% endset %}[{{ y }}]",
-     "{}",
-     "[  inner 1 ][UP]"},
-    {"macro", "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', punct='?') }} {{ greet(name='C') }}",
-     "{}",
-     "Hi A! Hi B? Hi C!"},
+     "{}", "[0](1)[0](2)0"},
+    {"namespace",
+     "{% set ns = namespace(n=0, s='') %}{% for i in range(3) %}{% set ns.n = ns.n + i %}{% set ns.s = ns.s "
+     "~ i %}{% endfor %}{{ ns.n }} {{ ns.s }}",
+     "{}", "3 012"},
+    {"if_elif",
+     "{% for x in [1, 2, 3] %}{% if x == 1 %}one{% elif x == 2 %}two{% else %}many{% endif %} {% endfor %}",
+     "{}", "one two many "},
+    {"set_tuple", "{% set a, b = [1, 2] %}{{ a }}{{ b }}", "{}", "12"},
+    {"set_block",
+     "{% set x %}  inner {{ 1 }} {% endset %}[{{ x }}]{% set y | trim | upper %}  up  {% endset %}[{{ y }}]",
+     "{}", "[  inner 1 ][UP]"},
+    {"macro",
+     "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', "
+     "punct='?') }} {{ greet(name='C') }}",
+     "{}", "Hi A! Hi B? Hi C!"},
     {"macro_scope", "{% macro m() %}{{ z }}{% endmacro %}{% set z = 1 %}{{ m() }}{% set z = 2 %}{{ m() }}",
-     "{}",
-     "12"},
+     "{}", "12"},
     {"macro_varargs", "{% macro m(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, 3, k=4) }}",
-     "{}",
-     "1(2, 3){'k': 4}"},
-    {"call_block", "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}bold{% endcall %}",
-     "{}",
-     "<b>bold</b>"},
-    {"filter_block", "{% filter upper %}shout {{ 'this' }}{% endfilter %}",
-     "{}",
-     "SHOUT THIS"},
-    {"with", "{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}[{{ a }}]",
-     "{}",
-     "3[]"},
-    {"f_trim", "[{{ '  x  ' | trim }}][{{ 'xxaxx' | trim('x') }}][{{ '\\u3000y\\n' | trim }}]",
-     "{}",
+     "{}", "1(2, 3){'k': 4}"},
+    {"call_block",
+     "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}bold{% "
+     "endcall %}",
+     "{}", "<b>bold</b>"},
+    {"filter_block", "{% filter upper %}shout {{ 'this' }}{% endfilter %}", "{}", "SHOUT THIS"},
+    {"with", "{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}[{{ a }}]", "{}", "3[]"},
+    {"f_trim", "[{{ '  x  ' | trim }}][{{ 'xxaxx' | trim('x') }}][{{ '\\u3000y\\n' | trim }}]", "{}",
      "[x][a][y]"},
     {"f_length", "{{ 'héllo' | length }} {{ [1, 2] | length }} {{ {'a': 1} | count }} {{ nope | length }}",
-     "{}",
-     "5 2 1 0"},
-    {"f_tojson", "{{ d | tojson }} {{ d | tojson(indent=2) }} {{ 'é\"<' | tojson }} {{ d | tojson(sort_keys=true) }} {{ [] | tojson(indent=2) }}",
+     "{}", "5 2 1 0"},
+    {"f_tojson",
+     "{{ d | tojson }} {{ d | tojson(indent=2) }} {{ 'é\"<' | tojson }} {{ d | tojson(sort_keys=true) }} {{ "
+     "[] | tojson(indent=2) }}",
      "{\"d\": {\"z\": [1, 2.5, null, true], \"a\": {\"x\": \"y\"}}}",
-     "{\"z\": [1, 2.5, null, true], \"a\": {\"x\": \"y\"}} {\n  \"z\": [\n    1,\n    2.5,\n    null,\n    true\n  ],\n  \"a\": {\n    \"x\": \"y\"\n  }\n} \"é\\\"<\" {\"a\": {\"x\": \"y\"}, \"z\": [1, 2.5, null, true]} []"},
+     "{\"z\": [1, 2.5, null, true], \"a\": {\"x\": \"y\"}} {\n  \"z\": [\n    1,\n    2.5,\n    null,\n    "
+     "true\n  ],\n  \"a\": {\n    \"x\": \"y\"\n  }\n} \"é\\\"<\" {\"a\": {\"x\": \"y\"}, \"z\": [1, 2.5, "
+     "null, true]} []"},
     {"f_tojson_sep", "{{ d | tojson(separators=(',', ':')) }} {{ 'é' | tojson(ensure_ascii=true) }}",
-     "{\"d\": {\"a\": [1, 2]}}",
-     "{\"a\":[1,2]} \"\\u00e9\""},
-    {"f_items", "{% for k, v in d | items %}{{ k }}{{ v }}{% endfor %}",
-     "{\"d\": {\"x\": 1, \"y\": 2}}",
+     "{\"d\": {\"a\": [1, 2]}}", "{\"a\":[1,2]} \"\\u00e9\""},
+    {"f_items", "{% for k, v in d | items %}{{ k }}{{ v }}{% endfor %}", "{\"d\": {\"x\": 1, \"y\": 2}}",
      "x1y2"},
-    {"f_select", "{{ xs | selectattr('type', 'equalto', 'a') | map(attribute='n') | list }} {{ xs | rejectattr('type', 'eq', 'a') | list | length }} {{ [0, 1, 2] | select | list }} {{ [1, 2, 3, 4] | select('even') | list }}",
+    {"f_select",
+     "{{ xs | selectattr('type', 'equalto', 'a') | map(attribute='n') | list }} {{ xs | rejectattr('type', "
+     "'eq', 'a') | list | length }} {{ [0, 1, 2] | select | list }} {{ [1, 2, 3, 4] | select('even') | list "
+     "}}",
      "{\"xs\": [{\"type\": \"a\", \"n\": 1}, {\"type\": \"b\", \"n\": 2}, {\"type\": \"a\", \"n\": 3}]}",
      "[1, 3] 1 [1, 2] [2, 4]"},
     {"f_selectattr_defined", "{{ xs | selectattr('tool_calls', 'defined') | list | length }}",
-     "{\"xs\": [{\"tool_calls\": []}, {}]}",
-     "1"},
-    {"f_join_map", "{{ ['a', 'b'] | join(', ') }} {{ [1, 2] | join }} {{ xs | map(attribute='n') | join('-') }} {{ ['a', 'b'] | map('upper') | join }}",
-     "{\"xs\": [{\"n\": 1}, {\"n\": 2}]}",
-     "a, b 12 1-2 AB"},
-    {"f_default", "{{ nope | default('d') }} {{ '' | default('e', true) }} {{ none | default('n') }} {{ nope | d('x') }}",
-     "{}",
-     "d e None x"},
-    {"f_first_last", "{{ [1, 2, 3] | first }} {{ [1, 2, 3] | last }} {{ 'abc' | first }} {{ [3, 1, 2] | sort }} {{ [3, 1, 2] | sort(reverse=true) }} {{ ['b', 'A', 'a'] | sort }}",
-     "{}",
-     "1 3 a [1, 2, 3] [3, 2, 1] ['A', 'a', 'b']"},
-    {"f_strings", "{{ 'hello world' | title }} {{ 'hELLO' | capitalize }} {{ 'Ab' | upper }}{{ 'Ab' | lower }} {{ 'a-b c' | title }} {{ 'aaa' | replace('a', 'b', 2) }} {{ 'abc' | reverse }}",
-     "{}",
-     "Hello World Hello ABab A-B C bba cba"},
-    {"f_misc", "{{ [1, 2, 2, 1] | unique | list }} {{ [1, 2, 3] | sum }} {{ [1, 5, 3] | max }} {{ [1, 5, 3] | min }} {{ -3 | abs }} {{ 2.5 | round }} {{ 3.14159 | round(2) }} {{ '42' | int + 1 }} {{ '1.5' | float }} {{ 42 | string }} {{ 'x' | list }}",
-     "{}",
-     "[1, 2] 6 5 1 3 2.0 3.14 43 1.5 42 ['x']"},
-    {"f_indent", "{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(4, true) }}",
-     "{}",
+     "{\"xs\": [{\"tool_calls\": []}, {}]}", "1"},
+    {"f_join_map",
+     "{{ ['a', 'b'] | join(', ') }} {{ [1, 2] | join }} {{ xs | map(attribute='n') | join('-') }} {{ ['a', "
+     "'b'] | map('upper') | join }}",
+     "{\"xs\": [{\"n\": 1}, {\"n\": 2}]}", "a, b 12 1-2 AB"},
+    {"f_default",
+     "{{ nope | default('d') }} {{ '' | default('e', true) }} {{ none | default('n') }} {{ nope | d('x') }}",
+     "{}", "d e None x"},
+    {"f_first_last",
+     "{{ [1, 2, 3] | first }} {{ [1, 2, 3] | last }} {{ 'abc' | first }} {{ [3, 1, 2] | sort }} {{ [3, 1, 2] "
+     "| sort(reverse=true) }} {{ ['b', 'A', 'a'] | sort }}",
+     "{}", "1 3 a [1, 2, 3] [3, 2, 1] ['A', 'a', 'b']"},
+    {"f_strings",
+     "{{ 'hello world' | title }} {{ 'hELLO' | capitalize }} {{ 'Ab' | upper }}{{ 'Ab' | lower }} {{ 'a-b c' "
+     "| title }} {{ 'aaa' | replace('a', 'b', 2) }} {{ 'abc' | reverse }}",
+     "{}", "Hello World Hello ABab A-B C bba cba"},
+    {"f_misc",
+     "{{ [1, 2, 2, 1] | unique | list }} {{ [1, 2, 3] | sum }} {{ [1, 5, 3] | max }} {{ [1, 5, 3] | min }} "
+     "{{ -3 | abs }} {{ 2.5 | round }} {{ 3.14159 | round(2) }} {{ '42' | int + 1 }} {{ '1.5' | float }} {{ "
+     "42 | string }} {{ 'x' | list }}",
+     "{}", "[1, 2] 6 5 1 3 2.0 3.14 43 1.5 42 ['x']"},
+    {"f_indent", "{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(4, true) }}", "{}",
      "a\n  b\n\n  c|    a\n    b"},
-    {"f_dictsort", "{{ d | dictsort }}",
-     "{\"d\": {\"b\": 1, \"a\": 2}}",
-     "[('a', 2), ('b', 1)]"},
-    {"f_wordcount", "{{ 'one two  three' | wordcount }}",
-     "{}",
-     "3"},
-    {"tests", "{{ x is defined }}{{ y is undefined }}{{ none is none }}{{ 's' is string }}{{ 1 is number }}{{ 1 is integer }}{{ 1.0 is float }}{{ {} is mapping }}{{ [] is iterable }}{{ [] is sequence }}{{ 4 is divisibleby 2 }}{{ 3 is odd }}{{ 2 is even }}{{ true is boolean }}{{ 1 is sameas 1 }}{{ 'A' is upper }}{{ 'a' is lower }}{{ 2 is in [1, 2] }}{{ x is not none }}",
-     "{\"x\": 1}",
-     "TrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrue"},
-    {"m_strip", "[{{ '\\n x \\n'.strip() }}][{{ 'xxhixx'.strip('x') }}][{{ '\\n\\nhi'.lstrip('\\n') }}][{{ 'hi  '.rstrip() }}]",
-     "{}",
-     "[x][hi][hi][hi]"},
-    {"m_split", "{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'.split(' ', 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ 'x</think>y'.split('</think>')[-1] }} {{ 'l1\\nl2\\r\\nl3'.splitlines() }}",
-     "{}",
-     "['a', 'b', '', 'c'] ['a', 'b'] ['a', 'b c'] ['a,b', 'c'] y ['l1', 'l2', 'l3']"},
-    {"m_startswith", "{{ 'hello'.startswith('he') }} {{ 'hello'.endswith(('lo', 'x')) }} {{ '<tool_response>'.startswith('<tool') }}",
-     "{}",
-     "True True True"},
-    {"m_case", "{{ 'abc'.upper() }} {{ 'ABC'.lower() }} {{ 'hello world'.title() }} {{ \"they're\".title() }} {{ 'hELLO'.capitalize() }}",
-     "{}",
-     "ABC abc Hello World They'Re Hello"},
-    {"m_misc", "{{ 'a-b'.replace('-', '+') }} {{ 'hello'.find('l') }} {{ 'hello'.rfind('l') }} {{ 'hello'.count('l') }} {{ ', '.join(['a', 'b']) }} {{ '{} and {}'.format(1, 'x') }} {{ '12'.isdigit() }}",
-     "{}",
-     "a+b 2 3 2 a, b 1 and x True"},
-    {"m_dict", "{{ d.get('a') }} {{ d.get('z', 'def') }} {{ d.get('z') }} {{ d.keys() | list }} {{ d.values() | list }}",
-     "{\"d\": {\"a\": 1, \"b\": 2}}",
-     "1 def None ['a', 'b'] [1, 2]"},
-    {"f_format", "{{ '%s-%d' | format('a', 3) }}",
-     "{}",
-     "a-3"},
-    {"string_percent", "{{ '%s is %d' % ('x', 3) }} {{ '%.2f' % 3.14159 }}",
-     "{}",
-     "x is 3 3.14"},
-    {"str_of_values", "{{ none }} {{ true }} {{ 3 }} {{ 2.0 }} {{ [none, false] }}",
-     "{}",
+    {"f_dictsort", "{{ d | dictsort }}", "{\"d\": {\"b\": 1, \"a\": 2}}", "[('a', 2), ('b', 1)]"},
+    {"f_wordcount", "{{ 'one two  three' | wordcount }}", "{}", "3"},
+    {"tests",
+     "{{ x is defined }}{{ y is undefined }}{{ none is none }}{{ 's' is string }}{{ 1 is number }}{{ 1 is "
+     "integer }}{{ 1.0 is float }}{{ {} is mapping }}{{ [] is iterable }}{{ [] is sequence }}{{ 4 is "
+     "divisibleby 2 }}{{ 3 is odd }}{{ 2 is even }}{{ true is boolean }}{{ 1 is sameas 1 }}{{ 'A' is upper "
+     "}}{{ 'a' is lower }}{{ 2 is in [1, 2] }}{{ x is not none }}",
+     "{\"x\": 1}", "TrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrue"},
+    {"m_strip",
+     "[{{ '\\n x \\n'.strip() }}][{{ 'xxhixx'.strip('x') }}][{{ '\\n\\nhi'.lstrip('\\n') }}][{{ 'hi  "
+     "'.rstrip() }}]",
+     "{}", "[x][hi][hi][hi]"},
+    {"m_split",
+     "{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'.split(' ', 1) }} {{ 'a,b,c'.rsplit(',', 1) "
+     "}} {{ 'x</think>y'.split('</think>')[-1] }} {{ 'l1\\nl2\\r\\nl3'.splitlines() }}",
+     "{}", "['a', 'b', '', 'c'] ['a', 'b'] ['a', 'b c'] ['a,b', 'c'] y ['l1', 'l2', 'l3']"},
+    {"m_startswith",
+     "{{ 'hello'.startswith('he') }} {{ 'hello'.endswith(('lo', 'x')) }} {{ "
+     "'<tool_response>'.startswith('<tool') }}",
+     "{}", "True True True"},
+    {"m_case",
+     "{{ 'abc'.upper() }} {{ 'ABC'.lower() }} {{ 'hello world'.title() }} {{ \"they're\".title() }} {{ "
+     "'hELLO'.capitalize() }}",
+     "{}", "ABC abc Hello World They'Re Hello"},
+    {"m_misc",
+     "{{ 'a-b'.replace('-', '+') }} {{ 'hello'.find('l') }} {{ 'hello'.rfind('l') }} {{ 'hello'.count('l') "
+     "}} {{ ', '.join(['a', 'b']) }} {{ '{} and {}'.format(1, 'x') }} {{ '12'.isdigit() }}",
+     "{}", "a+b 2 3 2 a, b 1 and x True"},
+    {"m_dict",
+     "{{ d.get('a') }} {{ d.get('z', 'def') }} {{ d.get('z') }} {{ d.keys() | list }} {{ d.values() | list "
+     "}}",
+     "{\"d\": {\"a\": 1, \"b\": 2}}", "1 def None ['a', 'b'] [1, 2]"},
+    {"f_format", "{{ '%s-%d' | format('a', 3) }}", "{}", "a-3"},
+    {"string_percent", "{{ '%s is %d' % ('x', 3) }} {{ '%.2f' % 3.14159 }}", "{}", "x is 3 3.14"},
+    {"str_of_values", "{{ none }} {{ true }} {{ 3 }} {{ 2.0 }} {{ [none, false] }}", "{}",
      "None True 3 2.0 [None, False]"},
-    {"string_escapes", "{{ 'a\\tb\\\\n\\x41\\u00e9' }}|{{ \"q'\" }}",
-     "{}",
-     "a\tb\\nAé|q'"},
-    {"raise", "{% if x %}{{ raise_exception('bad x') }}{% endif %}ok",
-     "{\"x\": 1}",
+    {"string_escapes", "{{ 'a\\tb\\\\n\\x41\\u00e9' }}|{{ \"q'\" }}", "{}", "a\tb\\nAé|q'"},
+    {"raise", "{% if x %}{{ raise_exception('bad x') }}{% endif %}ok", "{\"x\": 1}",
      "ERROR: t:1: raise_exception: bad x"},
 };
 
@@ -254,24 +224,28 @@ INSTANTIATE_TEST_SUITE_P(Constructs, JinjaCase, ::testing::ValuesIn(kCases),
 // ---- Errors: the construct and line are named ---------------------------------------------------
 
 TEST(JinjaErrors, Syntax) {
-  EXPECT_EQ(R("{% if x %}a"), "ERROR: t:1: Jinja syntax error: unexpected end of template: the 'if' tag opened on "
-                              "line 1 is not closed (expected 'elif' or 'else' or 'endif')");
+  EXPECT_EQ(R("{% if x %}a"),
+            "ERROR: t:1: Jinja syntax error: unexpected end of template: the 'if' tag opened on "
+            "line 1 is not closed (expected 'elif' or 'else' or 'endif')");
   EXPECT_EQ(R("a\n{{ 1 + }}"), "ERROR: t:2: Jinja syntax error: unexpected '}}'");
   EXPECT_EQ(R("{% frobnicate %}"), "ERROR: t:1: Jinja syntax error: encountered unknown tag 'frobnicate'");
   EXPECT_EQ(R("{{ 'abc }}"), "ERROR: t:1: Jinja syntax error: unterminated string");
   EXPECT_EQ(R("{# open"), "ERROR: t:1: Jinja syntax error: Missing end of comment tag");
   EXPECT_EQ(R("{{ (1 }}"), "ERROR: t:1: Jinja syntax error: unexpected '}', expected ')'");
   EXPECT_EQ(R("{{ x ] }}"), "ERROR: t:1: Jinja syntax error: unexpected ']'");
-  EXPECT_EQ(R("{{ " + std::string(200, '(') + "1" + std::string(200, ')') + " }}"), "ERROR: t:1: Jinja syntax error: the template nests more than 100 levels deep");
+  EXPECT_EQ(R("{{ " + std::string(200, '(') + "1" + std::string(200, ')') + " }}"),
+            "ERROR: t:1: Jinja syntax error: the template nests more than 100 levels deep");
 }
 
 TEST(JinjaErrors, Unsupported) {
-  EXPECT_EQ(R("\n\n{% extends 'base.html' %}"), "ERROR: t:3: unsupported Jinja: the {% extends %} tag is not supported");
+  EXPECT_EQ(R("\n\n{% extends 'base.html' %}"),
+            "ERROR: t:3: unsupported Jinja: the {% extends %} tag is not supported");
   EXPECT_EQ(R("{{ x | pprint }}"), "ERROR: t:1: unsupported Jinja: filter 'pprint' is not supported");
   EXPECT_EQ(R("{{ x is frobbed }}"), "ERROR: t:1: unsupported Jinja: test 'frobbed' is not supported");
   EXPECT_EQ(R("{% for x in xs recursive %}{% endfor %}"),
             "ERROR: t:1: unsupported Jinja: recursive for loops are not supported");
-  EXPECT_EQ(R("{{ f(*args) }}"), "ERROR: t:1: unsupported Jinja: *args and **kwargs in calls are not supported");
+  EXPECT_EQ(R("{{ f(*args) }}"),
+            "ERROR: t:1: unsupported Jinja: *args and **kwargs in calls are not supported");
 }
 
 TEST(JinjaErrors, Render) {
@@ -279,20 +253,26 @@ TEST(JinjaErrors, Render) {
   EXPECT_EQ(R("{{ x.y }}"), "ERROR: t:1: 'x' is undefined");
   EXPECT_EQ(R("line\n{{ d.a.b }}", R"({"d": {}})"), "ERROR: t:2: 'dict object' has no attribute 'a'");
   EXPECT_EQ(R("{{ 'a' + 1 }}"), "ERROR: t:1: can only concatenate str (not \"int\") to str");
-  EXPECT_EQ(R("{{ m['content'] + 'x' }}", R"({"m": {}})"), "ERROR: t:1: 'dict object' has no attribute 'content'");
+  EXPECT_EQ(R("{{ m['content'] + 'x' }}", R"({"m": {}})"),
+            "ERROR: t:1: 'dict object' has no attribute 'content'");
   EXPECT_EQ(R("{{ 1 / 0 }}"), "ERROR: t:1: ZeroDivisionError: division by zero");
   EXPECT_EQ(R("{{ 1 < 'a' }}"), "ERROR: t:1: '<' not supported between instances of 'int' and 'str'");
   EXPECT_EQ(R("{% for x in 3 %}{% endfor %}"), "ERROR: t:1: 'int' object is not iterable");
   EXPECT_EQ(R("{% set a, b = [1] %}"), "ERROR: t:1: not enough values to unpack (expected 2, got 1)");
-  EXPECT_EQ(R("{% set x = 1 %}{% set x.y = 2 %}"), "ERROR: t:1: cannot assign attribute on non-namespace object");
+  EXPECT_EQ(R("{% set x = 1 %}{% set x.y = 2 %}"),
+            "ERROR: t:1: cannot assign attribute on non-namespace object");
   // The immutable sandbox.
-  EXPECT_EQ(R("{{ xs.append(1) }}", R"({"xs": []})"), "ERROR: t:1: access to attribute 'append' of 'list' object is unsafe.");
-  EXPECT_EQ(R("{{ d.update({}) }}", R"({"d": {}})"), "ERROR: t:1: access to attribute 'update' of 'dict' object is unsafe.");
+  EXPECT_EQ(R("{{ xs.append(1) }}", R"({"xs": []})"),
+            "ERROR: t:1: access to attribute 'append' of 'list' object is unsafe.");
+  EXPECT_EQ(R("{{ d.update({}) }}", R"({"d": {}})"),
+            "ERROR: t:1: access to attribute 'update' of 'dict' object is unsafe.");
   // raise_exception, on its line.
-  EXPECT_EQ(R("{% for m in ms %}\n{% if m == 2 %}\n{{ raise_exception('two: ' ~ m) }}{% endif %}{% endfor %}", R"({"ms": [1, 2]})"),
+  EXPECT_EQ(R("{% for m in ms %}\n{% if m == 2 %}\n{{ raise_exception('two: ' ~ m) }}{% endif %}{% endfor %}",
+              R"({"ms": [1, 2]})"),
             "ERROR: t:3: raise_exception: two: 2");
   // Runaway templates.
-  EXPECT_EQ(R("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"), "ERROR: t:1: macro calls nested deeper than 64");
+  EXPECT_EQ(R("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"),
+            "ERROR: t:1: macro calls nested deeper than 64");
   EXPECT_EQ(R("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"),
             "ERROR: t:1: the template ran more than 1000000 steps");
   EXPECT_EQ(R("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"),

@@ -35,7 +35,8 @@ bool Plain(const std::vector<ChatMessage>& messages, const nlohmann::ordered_jso
   return true;
 }
 
-void Check(const ChatTemplate& t, const std::vector<ChatMessage>& messages, const nlohmann::ordered_json& tools) {
+void Check(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+           const nlohmann::ordered_json& tools) {
   for (bool gen : {false, true}) {
     auto segments = t.Render(messages, gen, tools);
     auto text = t.RenderText(messages, gen, tools);
