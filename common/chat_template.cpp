@@ -112,9 +112,10 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return ss.str();
 }
 
-// The chat template, bos and eos of a tokenizer_config.json object.
-Status FromConfig(const json& cfg, const std::string& label, std::string* tmpl, std::string* bos,
-                  std::string* eos) {
+// The chat template, bos and eos of a tokenizer_config.json object; with a list of named
+// templates, also the "tool_use" one (transformers renders conversations with tools with it).
+Status FromConfig(const json& cfg, const std::string& label, std::string* tmpl, std::string* tool_use,
+                  std::string* bos, std::string* eos) {
   if (cfg.contains("bos_token")) *bos = TokenText(cfg["bos_token"]);
   if (cfg.contains("eos_token")) *eos = TokenText(cfg["eos_token"]);
   auto it = cfg.find("chat_template");
@@ -126,14 +127,19 @@ Status FromConfig(const json& cfg, const std::string& label, std::string* tmpl, 
     *tmpl = it->get<std::string>();
     return OkStatus();
   }
-  if (it->is_array()) {  // [{"name": "default", "template": "..."}, ...]
+  if (it->is_array()) {  // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}, ...]
+    bool found = false;
     for (const auto& e : *it) {
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
-          e["template"].is_string()) {
+      if (!e.is_object() || !e.contains("template") || !e["template"].is_string()) continue;
+      const std::string name = e.value("name", "");
+      if (name == "default") {
         *tmpl = e["template"].get<std::string>();
-        return OkStatus();
+        found = true;
+      } else if (name == "tool_use") {
+        *tool_use = e["template"].get<std::string>();
       }
     }
+    if (found) return OkStatus();
     return InvalidArgumentError(label + ": field 'chat_template' has no template named 'default'");
   }
   return InvalidArgumentError(label +
@@ -307,7 +313,7 @@ StatusOr<ChatTemplate> ChatTemplate::LoadUnchecked(const std::string& setting,
   if (setting == "chatml") return BuiltIn(Family::kChatML, bos);
   if (setting == "qwen3") return BuiltIn(Family::kQwen3, bos);
   if (setting == "llama3") return BuiltIn(Family::kLlama3, bos);
-  std::string tmpl, label;
+  std::string tmpl, tool_use, label;
   if (setting == "auto") {
     if (!have_dir) {
       return FailedPreconditionError(
@@ -317,18 +323,24 @@ StatusOr<ChatTemplate> ChatTemplate::LoadUnchecked(const std::string& setting,
     }
     if (cfg.is_null()) return NotFoundError("cannot read '" + config_path + "' (for its chat_template)");
     label = config_path;
-    SFT_RETURN_IF_ERROR(FromConfig(cfg, label, &tmpl, &bos, &eos));
+    SFT_RETURN_IF_ERROR(FromConfig(cfg, label, &tmpl, &tool_use, &bos, &eos));
   } else {
     label = setting;
     SFT_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(setting));
     json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_object()) {
-      SFT_RETURN_IF_ERROR(FromConfig(j, label, &tmpl, &bos, &eos));
+      SFT_RETURN_IF_ERROR(FromConfig(j, label, &tmpl, &tool_use, &bos, &eos));
     } else {
       tmpl = std::move(text);
     }
   }
-  return FromJinja(tmpl, bos, eos, label);
+  SFT_ASSIGN_OR_RETURN(ChatTemplate t, FromJinja(tmpl, bos, eos, label));
+  if (!tool_use.empty()) {
+    const std::string tool_label = label + " (tool_use)";
+    SFT_ASSIGN_OR_RETURN(jinja::Template compiled, jinja::Template::Compile(tool_use, tool_label));
+    t.tool_use_ = std::make_shared<const Jinja>(Jinja{std::move(compiled)});
+  }
+  return t;
 }
 
 std::string ChatTemplate::name() const {
@@ -426,7 +438,8 @@ StatusOr<std::string> ChatTemplate::JinjaText(const std::vector<ChatMessage>& me
                                                 return jinja::Value(std::string(buf, n));
                                               })},
   });
-  return jinja_->tmpl.Render(globals);
+  const Jinja& j = !tools.is_null() && tool_use_ != nullptr ? *tool_use_ : *jinja_;
+  return j.tmpl.Render(globals);
 }
 
 StatusOr<std::vector<ChatSegment>> ChatTemplate::RenderJinja(const std::vector<ChatMessage>& messages,

@@ -12,7 +12,8 @@
 // tools (the record's `tools`, else None), documents (None), add_generation_prompt, bos_token,
 // eos_token, raise_exception(msg) and strftime_now(format) (the time the template was loaded,
 // UTC; fixed by set_now() for tests). `date_string` is left undefined, so Llama-3.1's template
-// uses its own default.
+// uses its own default. A tokenizer_config.json with named templates uses "default", and
+// "tool_use" for conversations with tools, as transformers does.
 //
 // Built-in renderers (the fast path): three families are also rendered by hand-written code,
 //   chatml  Qwen2 / Qwen2.5 style: "<|im_start|>{role}\n{content}<|im_end|>\n", with a default
@@ -152,8 +153,9 @@ class ChatTemplate {
   std::string eos_token_;                  // templates
   bool always_generation_prompt_ = false;  // llama3 base template
   std::string source_;
-  std::string end_of_turn_;             // kJinja
-  std::shared_ptr<const Jinja> jinja_;  // set for templates (null for a built-in by name)
+  std::string end_of_turn_;                // kJinja
+  std::shared_ptr<const Jinja> jinja_;     // set for templates (null for a built-in by name)
+  std::shared_ptr<const Jinja> tool_use_;  // a config's "tool_use" template, for conversations with tools
   std::time_t now_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #include "common/chat_template.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -356,6 +357,29 @@ TEST(ChatTemplate, InterpretedTemplate) {
                              {"<|tool|>42<|end|>\n<|bot|>", false},
                              {"done<|end|>", true},
                              {"<|bot|>", false}}));
+}
+
+// Named templates in a tokenizer_config.json: "default", and "tool_use" when there are tools.
+TEST(ChatTemplate, NamedTemplates) {
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("sftctl-named-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"eos_token": "</s>", "chat_template": [
+      {"name": "default", "template": "{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}"},
+      {"name": "tool_use", "template": "[{{ tools | length }} tools]{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}"}]})";
+  auto t = ChatTemplate::Load("auto", dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const std::vector<ChatMessage> msgs = {M("user", "u"), M("assistant", "a")};
+  EXPECT_EQ(*t->RenderText(msgs), "<user>u</s><assistant>a</s>");
+  auto tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  EXPECT_EQ(*t->RenderText(msgs, false, tools), "[1 tools]<user>u</s><assistant>a</s>");
+  auto seg = t->Render(msgs, false, tools);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  // No generation prompt in these templates: the served prompt ends after the user turn, so the
+  // model generates the assistant's header too.
+  EXPECT_EQ(Spans(*seg), (std::vector<std::pair<std::string, bool>>{{"[1 tools]<user>u</s>", false},
+                                                                    {"<assistant>a</s>", true}}));
 }
 
 TEST(ChatTemplate, Errors) {
