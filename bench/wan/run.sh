@@ -11,12 +11,13 @@
 # wan (40 ms, 500 Mbit/s, 1 ms jitter). For each profile and round it times, one after the other:
 #   scp down       scp -P RELAY user@127.0.0.1:FILE OUT (OpenSSH, its default cipher)
 #   rsync down     rsync -e 'ssh -p RELAY' (Debian's rsync; the destination is absent: whole file)
-#   sftctl pull    the whole `sftctl pull JOB -o DIR` command (checkpoint folder + metrics, sha256, fsync)
+#   sftctl pull    the whole `sftctl pull JOB -o DIR` command (checkpoint folder + metrics, sha256, fsync),
+#                  as it chooses its streams (parallel byte ranges), and with --streams 1 (one stream)
 #   scp up         scp -P RELAY FILE user@127.0.0.1:DEST
 #   sftctl upload  pull_bench upload: what `sftctl submit` does for a data file (sha256 of it, StatBlob,
 #                  UploadBlob through the client's UploadFile); a fresh blob each round
 # and prints MiB/s (median over rounds) and each one's ratio to scp in its direction.
-# STREAMS, when set, is passed to `sftctl pull --streams` (and SFTCTL_UPLOAD_STREAMS to the upload).
+# STREAMS, when set, is passed to the first `sftctl pull` as --streams.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -92,10 +93,15 @@ sftctl_pull() {
     -i "$T/user_key" --sftd "$BIN/sftd" --agent-data-dir "$T/agent" "$JOB" -o "$T/pull.out" \
     ${STREAMS:+--streams "$STREAMS"}
 }
+sftctl_pull_1() {
+  rm -rf "$T/pull1.out"
+  HOME="$T/home" XDG_CONFIG_HOME="$T/home/.config" "$BIN/sftctl" pull --host "$USER_NAME@127.0.0.1:$RP" \
+    -i "$T/user_key" --sftd "$BIN/sftd" --agent-data-dir "$T/agent" "$JOB" -o "$T/pull1.out" --streams 1
+}
 scp_up() { scp -q "${SSH_OPTS[@]}" -P "$RP" "$UP" "$USER_NAME@127.0.0.1:$T/scp-up.bin"; }
 sftctl_upload() {
   date +%s%N | dd of="$UP" conv=notrunc status=none  # a new blob each time: the agent skips one it holds
-  SFTCTL_UPLOAD_STREAMS="${STREAMS:-}" "$BIN/pull_bench" "${COMMON[@]}" --host "$USER_NAME@127.0.0.1:$RP" \
+  "$BIN/pull_bench" "${COMMON[@]}" --host "$USER_NAME@127.0.0.1:$RP" \
     upload --file "$UP"
 }
 
@@ -105,14 +111,15 @@ RESULTS="$T/results.txt"
 for p in $PROFILES; do
   start_relay "$p"
   for r in $(seq "$ROUNDS"); do
-    for tool in scp_down rsync_down sftctl_pull scp_up sftctl_upload; do
+    for tool in scp_down rsync_down sftctl_pull sftctl_pull_1 scp_up sftctl_upload; do
       t="$(elapsed "$tool")"
       echo "$p $tool $t" >> "$RESULTS"
       echo "  $p round $r: $tool $(python3 -c "print(f'{$SIZE/1048576/$t:.0f}')") MiB/s"
     done
   done
   cmp -s "$T/scp.out" "$FILE" && cmp -s "$T/rsync.out" "$FILE" &&
-    cmp -s "$T/pull.out/checkpoint-000001/model.bin" "$FILE" || { echo "a copy differs ($p)" >&2; exit 1; }
+    cmp -s "$T/pull.out/checkpoint-000001/model.bin" "$FILE" &&
+    cmp -s "$T/pull1.out/checkpoint-000001/model.bin" "$FILE" || { echo "a copy differs ($p)" >&2; exit 1; }
 done
 
 python3 - "$SIZE" "$RESULTS" <<'PY'
@@ -124,10 +131,11 @@ for line in open(sys.argv[2]):
     t[(p, tool)].append(float(s))
 profiles = list(dict.fromkeys(p for p, _ in t))
 rate = lambda p, tool: mib / statistics.median(t[(p, tool)])
-print(f"\n{'profile':<9} {'scp down':>9} {'rsync':>9} {'sftctl pull':>12} {'pull/scp':>9}"
-      f" {'scp up':>9} {'sftctl up':>10} {'up/scp':>8}   (MiB/s, median)")
+print(f"\n{'profile':<9} {'scp down':>9} {'rsync':>7} {'pull':>6} {'pull/scp':>9} {'pull 1 stream':>14}"
+      f" {'1/scp':>6} {'scp up':>7} {'upload':>7} {'up/scp':>7}   (MiB/s, median)")
 for p in profiles:
-    sd, rs, sp = rate(p, "scp_down"), rate(p, "rsync_down"), rate(p, "sftctl_pull")
+    sd, rs, sp, s1 = (rate(p, t) for t in ("scp_down", "rsync_down", "sftctl_pull", "sftctl_pull_1"))
     su, up = rate(p, "scp_up"), rate(p, "sftctl_upload")
-    print(f"{p:<9} {sd:9.0f} {rs:9.0f} {sp:12.0f} {sp/sd:8.2f}x {su:9.0f} {up:10.0f} {up/su:7.2f}x")
+    print(f"{p:<9} {sd:9.0f} {rs:7.0f} {sp:6.0f} {sp/sd:8.2f}x {s1:14.0f} {s1/sd:5.2f}x {su:7.0f} {up:7.0f}"
+          f" {up/su:6.2f}x")
 PY

@@ -36,6 +36,8 @@ TEST(AutoStopE2eTest, IdleStopFiresOnceAndARestartKeepsThePolicy) {
     Agent a(dir.path() + "/data");
     ASSERT_TRUE(a.Start(StopFlags(record, "1s")));
     ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));
+    // The command writes its record before the agent sees it exit and records the outcome.
+    ASSERT_TRUE(WaitFor([&] { return Health(a).state() != "stopping"; }));
     v1::AutoStopStatus st = Health(a);
     EXPECT_EQ(st.state(), "stopped");
     EXPECT_EQ(st.action(), "command");
@@ -142,6 +144,7 @@ TEST(AutoStopE2eTest, StopWhenDoneWaitsForThePullOfTheFinalCheckpoint) {
   }
   ASSERT_TRUE(reader->Finish().ok());
   ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return Health(a).state() != "stopping"; }));  // the outcome is recorded
   EXPECT_EQ(Health(a).state(), "stopped");
 }
 

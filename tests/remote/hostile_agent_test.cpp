@@ -21,6 +21,7 @@
 #include "client/pull_plan.h"
 #include "client/puller.h"
 #include "common/sha256.h"
+#include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
 
 namespace sftctl::remotetest {
@@ -84,18 +85,7 @@ class PullPlanTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  std::unique_ptr<client::Reconnector> MakeReconnector() {
-    client::RetryPolicy p;
-    p.initial_backoff = std::chrono::milliseconds(1);
-    p.max_attempts = 2;
-    auto factory = [this]() -> StatusOr<std::unique_ptr<client::AgentSession>> {
-      grpc::ChannelArguments args;
-      return std::make_unique<client::AgentSession>(v1::Agent::NewStub(server_->InProcessChannel(args)),
-                                                    "token", "fake");
-    };
-    auto first = factory();
-    return std::make_unique<client::Reconnector>(std::move(*first), factory, p);
-  }
+  std::unique_ptr<client::Reconnector> MakeReconnector() { return InProcessReconnector(server_.get(), 2); }
 
   MapAgent agent_;
   std::unique_ptr<grpc::Server> server_;

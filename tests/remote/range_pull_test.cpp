@@ -15,6 +15,7 @@
 
 #include "client/agent_session.h"
 #include "common/sha256.h"
+#include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
 
 namespace sftctl::remotetest {
@@ -103,18 +104,7 @@ class RangePull : public ::testing::Test {
 
   // Each session is a new in-process channel: one "connection" per worker.
   std::unique_ptr<Reconnector> MakeReconnector() {
-    client::RetryPolicy p;
-    p.initial_backoff = std::chrono::milliseconds(1);
-    p.max_attempts = 3;
-    auto factory = [this]() -> StatusOr<std::unique_ptr<AgentSession>> {
-      ++connects_;
-      grpc::ChannelArguments args;
-      args.SetInt("sftctl.test.connection", connects_.load());  // distinct channels, not one shared
-      return std::make_unique<AgentSession>(v1::Agent::NewStub(server_->InProcessChannel(args)), "token",
-                                            "fake");
-    };
-    auto first = factory();
-    return std::make_unique<Reconnector>(std::move(*first), factory, p);
+    return InProcessReconnector(server_.get(), 3, &connects_);
   }
 
   Status Pull(int streams, client::RangePullResult* r) {

@@ -14,6 +14,7 @@
 #include "client/remote_spec.h"
 #include "client/uploader.h"
 #include "common/sha256.h"
+#include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
 
 namespace sftctl::remotetest {
@@ -133,22 +134,12 @@ class RemoteUnit : public ::testing::Test {
 
   // A Reconnector whose sessions are stubs on in-process channels; counts connections.
   std::unique_ptr<Reconnector> MakeReconnector() {
-    client::RetryPolicy p;
-    p.initial_backoff = std::chrono::milliseconds(1);
-    p.max_attempts = 3;
-    auto factory = [this]() -> StatusOr<std::unique_ptr<AgentSession>> {
-      ++connects_;
-      grpc::ChannelArguments args;
-      return std::make_unique<AgentSession>(v1::Agent::NewStub(server_->InProcessChannel(args)), "token",
-                                            "fake");
-    };
-    auto first = factory();
-    return std::make_unique<Reconnector>(std::move(*first), factory, p);
+    return InProcessReconnector(server_.get(), 3, &connects_);
   }
 
   FakeAgent agent_;
   std::unique_ptr<grpc::Server> server_;
-  int connects_ = 0;
+  std::atomic<int> connects_{0};
 };
 
 TEST_F(RemoteUnit, FollowEventsResumesAfterADroppedStreamWithNoGapOrDuplicate) {
