@@ -54,11 +54,13 @@ bool SafeToSendSmall(int fd) {
 }  // namespace
 
 StatusOr<std::unique_ptr<ChannelPump>> ChannelPump::Start(std::unique_ptr<SshSession> session,
-                                                          LIBSSH2_CHANNEL* channel, bool capture_stderr) {
+                                                          LIBSSH2_CHANNEL* channel, bool capture_stderr,
+                                                          std::string peer) {
   std::unique_ptr<ChannelPump> p(new ChannelPump());
   p->session_ = std::move(session);
   p->channel_ = channel;
   p->capture_stderr_ = capture_stderr;
+  p->peer_ = std::move(peer);
   int sv[2];
   SFT_RETURN_IF_ERROR(MakeSocketPair(AF_UNIX, SOCK_STREAM, sv));
   p->local_fd_ = sv[0];
@@ -237,7 +239,7 @@ void ChannelPump::Run() {
     }
 
     if (remote_eof && down.empty()) {
-      err = "the agent side closed the SSH channel";
+      err = peer_ + " closed the SSH channel";
       break;
     }
     if (local_eof && eof_sent && remote_eof) break;

@@ -33,8 +33,11 @@ class ChannelPump {
  public:
   // Takes ownership of `session` (switched to non-blocking) and `channel` (opened on it).
   // `capture_stderr`: keep the last 4 KiB of the channel's stderr (the `sftd bridge` channel).
+  // `peer` names the far end in failure() when it closes the channel ("the agent side", or "the
+  // target host" for a ProxyJump relay).
   static StatusOr<std::unique_ptr<ChannelPump>> Start(std::unique_ptr<SshSession> session,
-                                                      LIBSSH2_CHANNEL* channel, bool capture_stderr);
+                                                      LIBSSH2_CHANNEL* channel, bool capture_stderr,
+                                                      std::string peer = "the agent side");
   ~ChannelPump();
   ChannelPump(const ChannelPump&) = delete;
   ChannelPump& operator=(const ChannelPump&) = delete;
@@ -65,6 +68,7 @@ class ChannelPump {
   std::unique_ptr<SshSession> session_;
   LIBSSH2_CHANNEL* channel_ = nullptr;
   bool capture_stderr_ = false;
+  std::string peer_;
   int local_fd_ = -1;             // pump's end of the socketpair
   int client_fd_ = -1;            // gRPC's end until taken
   std::unique_ptr<Waker> waker_;  // stop request

@@ -8,10 +8,12 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "client/ssh/channel_pump.h"
 #include "client/ssh/ssh_config.h"
+#include "client/ssh/ssh_route.h"
 #include "client/ssh/ssh_session.h"
 #include "common/json_parse.h"
 #include "common/rpc_limits.h"
@@ -217,16 +219,11 @@ class SshAgentConnection : public AgentConnection {
   std::string token_, description_, host_;
 };
 
-}  // namespace
-
-StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& opts) {
-  const std::string home = LocalHome();
-  std::string config =
-      opts.ssh_config_file.empty() ? home + "/.ssh/config" : ssh::ExpandTilde(opts.ssh_config_file, home);
-  SFT_ASSIGN_OR_RETURN(ssh::ResolvedHost host, ssh::ResolveHost(opts.host, config, home, LocalUser()));
-
-  ssh::SessionOptions so;
-  so.host = host;
+// How every hop of the route connects: the user's keys, known_hosts, timeouts; warnings to stderr.
+ssh::RouteOptions RouteOptionsFor(const ConnectOptions& opts, const std::string& home,
+                                  const std::string& config, const std::string& local_user) {
+  ssh::RouteOptions route;
+  ssh::SessionOptions& so = route.session;
   so.identity_file = ssh::ExpandTilde(opts.identity_file, home);
   if (const char* sock = std::getenv("SSH_AUTH_SOCK"); sock != nullptr) so.agent_socket = sock;
   so.home = home;
@@ -235,9 +232,29 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& 
   so.accept_new_host_key = opts.accept_new_host_key;
   so.keepalive_s = opts.keepalive_s;
   so.connect_timeout_s = opts.connect_timeout_s;
-  SFT_ASSIGN_OR_RETURN(std::unique_ptr<SshSession> session, SshSession::Connect(so));
+  route.config_file = config;
+  route.home = home;
+  route.local_user = local_user;
+  route.warn = [](const std::string& w) { std::cerr << "warning: " << w << "\n"; };
+  return route;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& opts) {
+  const std::string home = LocalHome();
+  std::string config =
+      opts.ssh_config_file.empty() ? home + "/.ssh/config" : ssh::ExpandTilde(opts.ssh_config_file, home);
+  const std::string local_user = LocalUser();
+  SFT_ASSIGN_OR_RETURN(ssh::ResolvedHost host, ssh::ResolveHost(opts.host, config, home, local_user));
+
+  const ssh::RouteOptions route = RouteOptionsFor(opts, home, config, local_user);
+  // A direct connection, the host's ProxyCommand, or its ProxyJump chain (ssh_route.h).
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<SshSession> session, ssh::ConnectRoute(host, route));
   const std::string display = session->display();
   const int timeout_s = std::max(1, opts.connect_timeout_s);
+  std::string through;
+  for (const auto& hop : session->hops()) through += (through.empty() ? " through " : ", then ") + hop;
 
   AgentInfo agent;
   SFT_RETURN_IF_ERROR(FindAgent(*session, opts, timeout_s, &agent));
@@ -277,7 +294,7 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& 
     SFT_ASSIGN_OR_RETURN(ch, session->OpenExecChannel(agent.sftd + " bridge" + dd));
     if (via.empty()) via = "sftd bridge";
   }
-  std::string description = display + " via " + via + " (" + session->negotiated() + ")";
+  std::string description = display + through + " via " + via + " (" + session->negotiated() + ")";
 
   SFT_ASSIGN_OR_RETURN(std::unique_ptr<ChannelPump> pump, ChannelPump::Start(std::move(session), ch, bridge));
   grpc::ChannelArguments args;

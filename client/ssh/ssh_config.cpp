@@ -1,11 +1,17 @@
 #include "client/ssh/ssh_config.h"
 
+#include <glob.h>
+#include <sys/stat.h>
+
 #include <cctype>
 #include <fstream>
 #include <sstream>
 
 namespace sftctl::client::ssh {
 namespace {
+
+constexpr int kMaxIncludeDepth = 16;                 // OpenSSH's limit too
+constexpr size_t kMaxConfigBytes = size_t{1} << 20;  // per file: a config, not a data set
 
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -20,18 +26,29 @@ std::optional<int> ParsePort(const std::string& s) {
   return p;
 }
 
-// Splits a config line into keyword and arguments: "Key value", "Key=value", "Key = value"; double
-// quotes group an argument. Returns false for blank and comment lines.
-bool SplitLine(const std::string& line, std::string* key, std::vector<std::string>* args) {
+// One config line: the keyword (lower case), its arguments ("Key value", "Key=value", "Key = value";
+// double quotes group an argument) and the raw text after the separator (ProxyCommand takes the rest
+// of the line as written).
+struct ConfigLine {
+  std::string key;
+  std::vector<std::string> args;
+  std::string raw;
+};
+
+// Returns false for blank and comment lines.
+bool SplitLine(const std::string& line, ConfigLine* out) {
   size_t i = line.find_first_not_of(" \t\r");
   if (i == std::string::npos || line[i] == '#') return false;
   size_t k = i;
   while (k < line.size() && !std::isspace(static_cast<unsigned char>(line[k])) && line[k] != '=') ++k;
-  *key = Lower(line.substr(i, k - i));
+  out->key = Lower(line.substr(i, k - i));
   // Skip separators: whitespace and at most one '='.
   while (k < line.size() && std::isspace(static_cast<unsigned char>(line[k]))) ++k;
   if (k < line.size() && line[k] == '=') ++k;
-  args->clear();
+  while (k < line.size() && std::isspace(static_cast<unsigned char>(line[k]))) ++k;
+  out->raw = line.substr(k);
+  while (!out->raw.empty() && std::isspace(static_cast<unsigned char>(out->raw.back()))) out->raw.pop_back();
+  out->args.clear();
   std::string cur;
   bool in_quotes = false, have = false;
   for (; k < line.size(); ++k) {
@@ -40,7 +57,7 @@ bool SplitLine(const std::string& line, std::string* key, std::vector<std::strin
       in_quotes = !in_quotes;
       have = true;
     } else if (!in_quotes && std::isspace(static_cast<unsigned char>(c))) {
-      if (have) args->push_back(cur);
+      if (have) out->args.push_back(cur);
       cur.clear();
       have = false;
     } else if (!in_quotes && c == '#' && !have) {
@@ -50,43 +67,241 @@ bool SplitLine(const std::string& line, std::string* key, std::vector<std::strin
       have = true;
     }
   }
-  if (have) args->push_back(cur);
-  return !key->empty();
+  if (have) out->args.push_back(cur);
+  return !out->key.empty();
 }
 
-bool MatchAt(const char* p, const char* s) {
+bool SameChar(char a, char b, bool fold) {
+  if (!fold) return a == b;
+  return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+}
+
+bool MatchAt(const char* p, const char* s, bool fold) {
   for (;;) {
     if (*p == '\0') return *s == '\0';
     if (*p == '*') {
       while (*p == '*') ++p;
       if (*p == '\0') return true;
       for (; *s; ++s) {
-        if (MatchAt(p, s)) return true;
+        if (MatchAt(p, s, fold)) return true;
       }
       return false;
     }
     if (*s == '\0') return false;
-    if (*p != '?' &&
-        std::tolower(static_cast<unsigned char>(*p)) != std::tolower(static_cast<unsigned char>(*s))) {
-      return false;
-    }
+    if (*p != '?' && !SameChar(*p, *s, fold)) return false;
     ++p;
     ++s;
   }
 }
 
-// A Host line matches when some pattern matches and no negated pattern does.
-bool HostLineMatches(const std::vector<std::string>& patterns, const std::string& alias) {
+// Some pattern matches and no negated one does (a Host line's patterns, a Match criterion's comma list).
+bool PatternsMatch(const std::vector<std::string>& patterns, const std::string& subject, bool fold) {
   bool matched = false;
   for (const auto& pat : patterns) {
     if (!pat.empty() && pat[0] == '!') {
-      if (MatchHostPattern(pat.substr(1), alias)) return false;
-    } else if (MatchHostPattern(pat, alias)) {
+      if (MatchAt(pat.c_str() + 1, subject.c_str(), fold)) return false;
+    } else if (MatchAt(pat.c_str(), subject.c_str(), fold)) {
       matched = true;
     }
   }
   return matched;
 }
+
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+// HostName's tokens: %h (the alias) and %%.
+std::string ExpandHostName(const std::string& value, const std::string& alias) {
+  std::string out;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] == '%' && i + 1 < value.size() && (value[i + 1] == 'h' || value[i + 1] == '%')) {
+      out += value[i + 1] == 'h' ? alias : "%";
+      ++i;
+    } else {
+      out += value[i];
+    }
+  }
+  return out;
+}
+
+// A config file's text; nullopt when it does not exist. Directories and files over 1 MiB are errors.
+StatusOr<std::optional<std::string>> ReadConfigFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::optional<std::string>();
+  if (S_ISDIR(st.st_mode)) return InvalidArgumentError(path + ": is a directory, not an ssh config file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return InvalidArgumentError(path + ": cannot be read");
+  std::string text(kMaxConfigBytes + 1, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(f.gcount()));
+  if (text.size() > kMaxConfigBytes) return InvalidArgumentError(path + ": larger than 1 MiB");
+  return std::optional<std::string>(std::move(text));
+}
+
+// Match criteria sftctl cannot evaluate: the block is skipped with a warning. The first group takes an
+// argument, the second none.
+bool IsUnsupportedWithArgument(const std::string& c) {
+  return c == "exec" || c == "localnetwork" || c == "tagged" || c == "version" || c == "command" ||
+         c == "sessiontype";
+}
+bool IsUnsupportedAlone(const std::string& c) { return c == "canonical" || c == "final"; }
+
+// One lookup: walks the config and its Includes, filling `entry`.
+class ConfigParser {
+ public:
+  ConfigParser(const ConfigQuery& q, SshConfigEntry* entry) : q_(q), e_(*entry) {}
+
+  Status Parse(const std::string& text, const std::string& source, int depth) {
+    std::istringstream in(text);
+    std::string line;
+    ConfigLine cl;
+    bool active = true;  // options before the first Host/Match line apply to every host
+    int lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (!SplitLine(line, &cl)) continue;
+      const std::string loc = source + ":" + std::to_string(lineno);
+      if (cl.key == "host") {
+        active = PatternsMatch(cl.args, q_.alias, /*fold=*/true);
+      } else if (cl.key == "match") {
+        SFT_ASSIGN_OR_RETURN(active, EvalMatch(cl.args, loc));
+      } else if (cl.key == "include") {
+        if (active) SFT_RETURN_IF_ERROR(Include(cl.args, loc, depth));
+      } else if (active) {
+        SFT_RETURN_IF_ERROR(Apply(cl, loc));
+      }
+    }
+    return OkStatus();
+  }
+
+ private:
+  // The target host as it stands now (HostName applied so far), as Match host sees it.
+  std::string CurrentHost() const {
+    return e_.hostname.empty() ? q_.alias : ExpandHostName(e_.hostname, q_.alias);
+  }
+  // The remote user as it stands now: the command line's, else the config's so far, else the local one.
+  std::string CurrentUser() const {
+    return !q_.user.empty() ? q_.user : !e_.user.empty() ? e_.user : q_.local_user;
+  }
+
+  StatusOr<bool> EvalMatch(const std::vector<std::string>& args, const std::string& loc) {
+    if (args.empty()) return InvalidArgumentError(loc + ": Match needs criteria (e.g. `Match host NAME`)");
+    bool matched = true;
+    std::string unsupported;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string c = Lower(args[i]);
+      if (c == "all") {
+        if (args.size() != 1) {
+          return InvalidArgumentError(loc + ": Match all cannot be combined with other criteria");
+        }
+        continue;
+      }
+      if (IsUnsupportedAlone(c)) {
+        if (unsupported.empty()) unsupported = c;
+        continue;
+      }
+      const bool known = c == "host" || c == "originalhost" || c == "user" || c == "localuser";
+      if (!known && !IsUnsupportedWithArgument(c)) {
+        return InvalidArgumentError(loc + ": unknown Match criterion '" + args[i] + "'");
+      }
+      if (i + 1 >= args.size()) return InvalidArgumentError(loc + ": Match " + c + " needs an argument");
+      const std::string& value = args[++i];
+      if (!known) {
+        if (unsupported.empty()) unsupported = c;
+        continue;
+      }
+      const bool is_host = c == "host" || c == "originalhost";
+      const std::string subject = c == "host"           ? CurrentHost()
+                                  : c == "originalhost" ? q_.alias
+                                  : c == "user"         ? CurrentUser()
+                                                        : q_.local_user;
+      if (!PatternsMatch(SplitCommas(value), subject, /*fold=*/is_host)) matched = false;
+    }
+    if (matched && !unsupported.empty()) {
+      e_.warnings.push_back(
+          loc + ": unsupported Match criterion '" + unsupported + "': this Match block is skipped" +
+          (unsupported == "exec" ? " (sftctl does not run commands from an ssh config)" : ""));
+      return false;
+    }
+    return matched;
+  }
+
+  Status Include(const std::vector<std::string>& args, const std::string& loc, int depth) {
+    if (args.empty()) return InvalidArgumentError(loc + ": Include needs a path");
+    if (depth >= kMaxIncludeDepth) {
+      return InvalidArgumentError(loc + ": Include nested more than " + std::to_string(kMaxIncludeDepth) +
+                                  " deep (does a file include itself?)");
+    }
+    for (const std::string& arg : args) {
+      std::string pattern = ExpandTilde(arg, q_.home);
+      if (pattern.empty() || pattern[0] != '/') pattern = q_.home + "/.ssh/" + pattern;
+      glob_t g{};
+      const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);  // sorted: lexical order, like OpenSSH
+      if (rc == GLOB_NOMATCH) continue;                        // nothing there: not an error
+      std::vector<std::string> files;
+      if (rc == 0) files.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+      ::globfree(&g);
+      if (rc != 0) return InvalidArgumentError(loc + ": Include " + arg + ": cannot list " + pattern);
+      for (const std::string& file : files) {
+        auto text = ReadConfigFile(file);
+        if (!text.ok()) return InvalidArgumentError(loc + ": Include: " + text.status().message());
+        if (!text->has_value()) continue;
+        SFT_RETURN_IF_ERROR(Parse(**text, file, depth + 1));
+      }
+    }
+    return OkStatus();
+  }
+
+  Status ApplyProxyJump(const std::vector<std::string>& args, const std::string& loc) {
+    if (args.size() != 1) {
+      return InvalidArgumentError(loc + ": ProxyJump takes one comma-separated list without spaces");
+    }
+    if (Lower(args[0]) == "none") return OkStatus();
+    for (std::string hop : SplitCommas(args[0])) {
+      if (hop.rfind("ssh://", 0) == 0) hop = hop.substr(6);
+      if (!hop.empty() && hop.back() == '/') hop.pop_back();
+      auto spec = ParseHostSpec(hop);
+      if (!spec.ok()) return InvalidArgumentError(loc + ": ProxyJump: " + spec.status().message());
+      e_.proxy_jump.push_back(*spec);
+    }
+    return OkStatus();
+  }
+
+  Status Apply(const ConfigLine& cl, const std::string& loc) {
+    const auto& args = cl.args;
+    if (args.empty()) return OkStatus();
+    if (cl.key == "hostname") {
+      if (e_.hostname.empty()) e_.hostname = args[0];
+    } else if (cl.key == "user") {
+      if (e_.user.empty()) e_.user = args[0];
+    } else if (cl.key == "port") {
+      if (e_.port) return OkStatus();
+      e_.port = ParsePort(args[0]);
+      if (!e_.port) return InvalidArgumentError(loc + ": bad Port \"" + args[0] + "\"");
+    } else if (cl.key == "identityfile") {
+      std::string path = ExpandTilde(args[0], q_.home);
+      bool dup = false;
+      for (const auto& p : e_.identity_files) dup |= p == path;
+      if (!dup) e_.identity_files.push_back(path);
+    } else if (cl.key == "proxyjump" || cl.key == "proxycommand") {
+      if (e_.proxy_set) return OkStatus();  // the first of the two wins, "none" included
+      e_.proxy_set = true;
+      if (cl.key == "proxyjump") return ApplyProxyJump(args, loc);
+      if (Lower(cl.raw) == "none") return OkStatus();
+      e_.proxy_command = cl.raw;
+      e_.proxy_command_origin = loc;
+    }
+    return OkStatus();
+  }
+
+  const ConfigQuery& q_;
+  SshConfigEntry& e_;
+};
 
 }  // namespace
 
@@ -98,7 +313,7 @@ std::string ExpandTilde(const std::string& path, const std::string& home) {
 }
 
 bool MatchHostPattern(const std::string& pattern, const std::string& host) {
-  return MatchAt(pattern.c_str(), host.c_str());
+  return MatchAt(pattern.c_str(), host.c_str(), /*fold=*/true);
 }
 
 StatusOr<HostSpec> ParseHostSpec(const std::string& spec) {
@@ -139,72 +354,97 @@ StatusOr<HostSpec> ParseHostSpec(const std::string& spec) {
   return out;
 }
 
+StatusOr<SshConfigEntry> LookupSshConfig(const std::string& config_text, const ConfigQuery& query,
+                                         const std::string& source) {
+  SshConfigEntry e;
+  ConfigParser parser(query, &e);
+  SFT_RETURN_IF_ERROR(parser.Parse(config_text, source, /*depth=*/0));
+  e.hostname = ExpandHostName(e.hostname, query.alias);
+  return e;
+}
+
 StatusOr<SshConfigEntry> LookupSshConfig(const std::string& config_text, const std::string& alias,
                                          const std::string& home, const std::string& source) {
-  SshConfigEntry e;
-  std::istringstream in(config_text);
-  std::string line, key;
-  std::vector<std::string> args;
-  bool active = true;  // options before the first Host line apply to every host
-  int lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (!SplitLine(line, &key, &args)) continue;
-    if (key == "host") {
-      active = HostLineMatches(args, alias);
-      continue;
-    }
-    if (key == "match") {
-      active = false;  // unsupported: skip the block
-      continue;
-    }
-    if (!active || args.empty()) continue;
-    if (key == "hostname") {
-      if (e.hostname.empty()) e.hostname = args[0];
-    } else if (key == "user") {
-      if (e.user.empty()) e.user = args[0];
-    } else if (key == "port") {
-      if (!e.port) {
-        e.port = ParsePort(args[0]);
-        if (!e.port) {
-          return InvalidArgumentError(source + ":" + std::to_string(lineno) + ": bad Port \"" + args[0] +
-                                      "\"");
-        }
-      }
-    } else if (key == "identityfile") {
-      std::string path = ExpandTilde(args[0], home);
-      bool dup = false;
-      for (const auto& p : e.identity_files) dup |= p == path;
-      if (!dup) e.identity_files.push_back(path);
-    }
-  }
-  // %h in HostName stands for the alias.
-  if (size_t p = e.hostname.find("%h"); p != std::string::npos) e.hostname.replace(p, 2, alias);
-  return e;
+  ConfigQuery q;
+  q.alias = alias;
+  q.home = home;
+  return LookupSshConfig(config_text, q, source);
 }
 
 std::string ResolvedHost::Display() const { return user + "@" + hostname + ":" + std::to_string(port); }
 
-StatusOr<ResolvedHost> ResolveHost(const std::string& spec, const std::string& config_file,
-                                   const std::string& home, const std::string& local_user) {
-  SFT_ASSIGN_OR_RETURN(HostSpec hs, ParseHostSpec(spec));
-  std::string text;
-  if (!config_file.empty()) {
-    std::ifstream f(config_file);
-    if (f) {
-      std::stringstream ss;
-      ss << f.rdbuf();
-      text = ss.str();
+StatusOr<std::string> ExpandProxyCommand(const std::string& command, const ResolvedHost& host,
+                                         const std::string& home, const std::string& local_user,
+                                         const std::string& origin) {
+  std::string out;
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] != '%') {
+      out += command[i];
+      continue;
+    }
+    const char t = i + 1 < command.size() ? command[++i] : '\0';
+    switch (t) {
+      case 'h':
+        out += host.hostname;
+        break;
+      case 'p':
+        out += std::to_string(host.port);
+        break;
+      case 'r':
+        out += host.user;
+        break;
+      case 'n':
+        out += host.alias;
+        break;
+      case 'd':
+        out += home;
+        break;
+      case 'u':
+        out += local_user;
+        break;
+      case '%':
+        out += '%';
+        break;
+      default:
+        return InvalidArgumentError(origin + ": ProxyCommand: unknown token '%" + std::string(t ? 1 : 0, t) +
+                                    "' (sftctl expands %h %p %r %n %d %u and %%)");
     }
   }
-  SFT_ASSIGN_OR_RETURN(SshConfigEntry e, LookupSshConfig(text, hs.host, home, config_file));
+  return out;
+}
+
+StatusOr<ResolvedHost> ResolveHostSpec(const HostSpec& hs, const std::string& config_file,
+                                       const std::string& home, const std::string& local_user) {
+  std::string text;
+  if (!config_file.empty()) {
+    SFT_ASSIGN_OR_RETURN(std::optional<std::string> read, ReadConfigFile(config_file));
+    if (read) text = std::move(*read);
+  }
+  ConfigQuery q;
+  q.alias = hs.host;
+  q.user = hs.user;
+  q.local_user = local_user;
+  q.home = home;
+  SFT_ASSIGN_OR_RETURN(SshConfigEntry e, LookupSshConfig(text, q, config_file));
   ResolvedHost r;
   r.alias = hs.host;
   r.hostname = e.hostname.empty() ? hs.host : e.hostname;
   r.user = !hs.user.empty() ? hs.user : !e.user.empty() ? e.user : local_user;
   r.port = hs.port ? *hs.port : e.port ? *e.port : 22;
   r.identity_files = e.identity_files;
+  r.proxy_jump = e.proxy_jump;
+  r.warnings = e.warnings;
+  if (!e.proxy_command.empty()) {
+    SFT_ASSIGN_OR_RETURN(r.proxy_command,
+                         ExpandProxyCommand(e.proxy_command, r, home, local_user, e.proxy_command_origin));
+  }
   return r;
+}
+
+StatusOr<ResolvedHost> ResolveHost(const std::string& spec, const std::string& config_file,
+                                   const std::string& home, const std::string& local_user) {
+  SFT_ASSIGN_OR_RETURN(HostSpec hs, ParseHostSpec(spec));
+  return ResolveHostSpec(hs, config_file, home, local_user);
 }
 
 }  // namespace sftctl::client::ssh

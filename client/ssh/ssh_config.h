@@ -1,7 +1,17 @@
-// Host specs ("[user@]host[:port]") and the subset of ~/.ssh/config that sftctl honours: Host blocks
-// (patterns with * and ?, negation with !), HostName, User, Port and IdentityFile. Like OpenSSH, the
-// first value obtained for an option wins; IdentityFile accumulates (every matching one is tried, in
-// order). Match blocks and Include are ignored (their options are skipped). Pure functions, thread-safe.
+// Host specs ("[user@]host[:port]") and the subset of ~/.ssh/config that sftctl honours, with OpenSSH's
+// semantics (man ssh_config):
+//   * Host blocks (patterns with * and ?, negation with !);
+//   * Match blocks with the criteria host, originalhost, user, localuser and all (comma-separated
+//     pattern lists, every criterion must hold). Criteria that need a command or state sftctl does not
+//     have (exec, canonical, final, localnetwork, tagged, ...) make the block skipped with a warning:
+//     sftctl never runs commands from a config silently;
+//   * Include (several paths, globs, "~", paths relative to ~/.ssh, nesting up to 16 deep; inside a
+//     Host or Match block an Include applies under that block's condition);
+//   * HostName (%h, %%), User, Port, IdentityFile (accumulates), ProxyJump ("[user@]host[:port]" or
+//     "ssh://...", comma-separated chains, "none") and ProxyCommand (%h %p %r %n %d %u %%, "none").
+// Like OpenSSH the first value obtained for an option wins; ProxyJump and ProxyCommand compete: the
+// first one seen (including "none") prevents the other. Errors name "file:line". Pure functions apart
+// from reading the config and its Includes; thread-safe.
 #pragma once
 
 #include <optional>
@@ -27,16 +37,34 @@ StatusOr<HostSpec> ParseHostSpec(const std::string& spec);
 // OpenSSH's host matching.
 bool MatchHostPattern(const std::string& pattern, const std::string& host);
 
+// Who asks: the name being looked up and what Match criteria compare against.
+struct ConfigQuery {
+  std::string alias;       // the host as typed (Host patterns, Match originalhost, %n)
+  std::string user;        // the user typed on the command line; empty: none (Match user then sees the
+                           // config's User so far, else local_user)
+  std::string local_user;  // Match localuser, %u
+  std::string home;        // "~", %d, and the folder of relative Include paths (home + "/.ssh")
+};
+
 // The options found for a host in an ssh config. Unset options are empty/nullopt.
 struct SshConfigEntry {
-  std::string hostname;
+  std::string hostname;  // %h expanded
   std::string user;
   std::optional<int> port;
   std::vector<std::string> identity_files;  // ~ expanded against the given home
+  // ProxyJump / ProxyCommand: set once by whichever comes first ("none" sets neither list nor command).
+  bool proxy_set = false;
+  std::vector<HostSpec> proxy_jump;   // hops in the order they are contacted
+  std::string proxy_command;          // as written, tokens not yet expanded
+  std::string proxy_command_origin;   // "file:line" of the ProxyCommand, for token errors
+  std::vector<std::string> warnings;  // "file:line: ..." (skipped Match blocks)
 };
 
-// Applies the config text to `alias` (first obtained value wins). `home` expands a leading "~/" (and
-// "%d") in IdentityFile. INVALID_ARGUMENT "<source>:<line>: ..." on a malformed Port.
+// Applies the config text to the query (first obtained value wins). INVALID_ARGUMENT "<source>:<line>:
+// ..." on a malformed Port, ProxyJump, Match line or Include (nested more than 16 deep, unreadable).
+StatusOr<SshConfigEntry> LookupSshConfig(const std::string& config_text, const ConfigQuery& query,
+                                         const std::string& source = "ssh config");
+// The same with only an alias (no command-line user, local user "").
 StatusOr<SshConfigEntry> LookupSshConfig(const std::string& config_text, const std::string& alias,
                                          const std::string& home, const std::string& source = "ssh config");
 
@@ -44,16 +72,28 @@ StatusOr<SshConfigEntry> LookupSshConfig(const std::string& config_text, const s
 // config's; defaults are the local user name and port 22.
 struct ResolvedHost {
   std::string alias;     // the host part as typed
-  std::string hostname;  // what to connect to (HostName, else the alias)
+  std::string hostname;  // what to connect to (HostName, else the alias); also the known_hosts name
   std::string user;
   int port = 22;
   std::vector<std::string> identity_files;  // from the config, in order
+  std::vector<HostSpec> proxy_jump;         // jump hosts, first contacted first; empty: none
+  std::string proxy_command;                // tokens expanded; empty: none
+  std::vector<std::string> warnings;        // from the config, for the user
   std::string Display() const;              // "user@hostname:port"
 };
 
 // Reads `config_file` (a missing file means no config) and resolves `spec` through it.
 StatusOr<ResolvedHost> ResolveHost(const std::string& spec, const std::string& config_file,
                                    const std::string& home, const std::string& local_user);
+StatusOr<ResolvedHost> ResolveHostSpec(const HostSpec& spec, const std::string& config_file,
+                                       const std::string& home, const std::string& local_user);
+
+// Expands a ProxyCommand's tokens for `host`: %h hostname, %p port, %r user, %n alias, %d home,
+// %u local user, %% a percent sign. INVALID_ARGUMENT "<origin>: ProxyCommand: unknown token ..." for
+// any other.
+StatusOr<std::string> ExpandProxyCommand(const std::string& command, const ResolvedHost& host,
+                                         const std::string& home, const std::string& local_user,
+                                         const std::string& origin);
 
 // "~" and "~/x" → home + "/x"; other paths unchanged.
 std::string ExpandTilde(const std::string& path, const std::string& home);

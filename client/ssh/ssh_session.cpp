@@ -1,28 +1,18 @@
 #include "client/ssh/ssh_session.h"
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <chrono>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
 #include "client/ssh/known_hosts.h"
 #include "client/ssh/ssh_keys.h"
-#include "common/fd_util.h"
 
 namespace sftctl::client::ssh {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Measured on loopback with OpenSSL + AES-NI + SHA-NI (docs/ssh.md): AES-CTR costs far less than the
 // MAC; hmac-sha2-256 and hmac-sha1 are close with SHA-NI. libssh2 1.10 has no AES-GCM, no
@@ -67,7 +57,7 @@ SshSession::~SshSession() {
     libssh2_session_set_blocking(session_, 0);
     libssh2_session_free(session_);
   }
-  if (fd_ >= 0) ::close(fd_);
+  transport_.reset();  // closes fd_
 }
 
 std::string SshSession::LastError() const {
@@ -92,73 +82,36 @@ void SshSession::SetNonBlocking() {
 }
 
 StatusOr<std::unique_ptr<SshSession>> SshSession::Connect(const SessionOptions& opts) {
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<SshTransport> tcp,
+                       ConnectTcp(opts.host.hostname, opts.host.port,
+                                  std::max(1, opts.connect_timeout_s) * 1000, opts.host.Display()));
+  return ConnectOver(std::move(tcp), opts);
+}
+
+StatusOr<std::unique_ptr<SshSession>> SshSession::ConnectOver(std::unique_ptr<SshTransport> transport,
+                                                              const SessionOptions& opts) {
   static std::once_flag once;
   static int init_rc = 0;
   std::call_once(once, [] { init_rc = libssh2_init(0); });
   if (init_rc != 0) return InternalError("libssh2_init failed");
 
   std::unique_ptr<SshSession> s(new SshSession());
+  s->transport_ = std::move(transport);
+  s->fd_ = s->transport_->fd();
   s->display_ = opts.host.Display();
   s->timeout_ms_ = std::max(1, opts.connect_timeout_s) * 1000;
   s->keepalive_s_ = opts.keepalive_s;
-  SFT_RETURN_IF_ERROR(s->ConnectTcp(opts));
-  SFT_RETURN_IF_ERROR(s->Handshake(opts));
-  SFT_RETURN_IF_ERROR(s->VerifyHostKey(opts));
-  SFT_RETURN_IF_ERROR(s->Authenticate(opts));
+  SFT_RETURN_IF_ERROR(s->WithTransportProblem(s->Handshake(opts)));
+  SFT_RETURN_IF_ERROR(s->WithTransportProblem(s->VerifyHostKey(opts)));
+  SFT_RETURN_IF_ERROR(s->WithTransportProblem(s->Authenticate(opts)));
   return s;
 }
 
-Status SshSession::ConnectTcp(const SessionOptions& opts) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  std::string port = std::to_string(opts.host.port);
-  if (int rc = ::getaddrinfo(opts.host.hostname.c_str(), port.c_str(), &hints, &res); rc != 0) {
-    return UnavailableError(display_ + ": cannot resolve " + opts.host.hostname + ": " + ::gai_strerror(rc));
-  }
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
-  std::string last = "no address";
-  bool timed_out = false;
-  for (addrinfo* a = res; a != nullptr && fd_ < 0; a = a->ai_next) {
-    StatusOr<int> sock =
-        MakeSocket(a->ai_family, a->ai_socktype, a->ai_protocol, FdFlags{/*nonblocking=*/true});
-    if (!sock.ok()) continue;
-    const int fd = *sock;
-    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      int ms = static_cast<int>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-      pollfd p{fd, POLLOUT, 0};
-      rc = ms > 0 ? ::poll(&p, 1, ms) : 0;
-      if (rc == 0) {
-        timed_out = true;
-        errno = ETIMEDOUT;
-        rc = -1;
-      } else if (rc > 0) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        errno = err;
-        rc = err == 0 ? 0 : -1;
-      }
-    }
-    if (rc == 0) {
-      fd_ = fd;
-      break;
-    }
-    last = std::strerror(errno);
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  if (fd_ < 0) {
-    std::string msg = display_ + ": cannot connect to " + opts.host.hostname + " port " + port + ": " + last;
-    return timed_out ? DeadlineExceededError(msg) : UnavailableError(msg);
-  }
-  int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-  return OkStatus();
+Status SshSession::WithTransportProblem(const Status& s) {
+  // A host key or key refusal is the server's answer, not a transport failure.
+  if (s.ok() || s.code() == StatusCode::kUnauthenticated) return s;
+  const std::string problem = transport_->Problem();
+  return problem.empty() ? s : Status(s.code(), s.message() + " (" + problem + ")");
 }
 
 Status SshSession::Handshake(const SessionOptions& opts) {

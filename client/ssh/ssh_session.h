@@ -1,7 +1,8 @@
-// SshSession: one libssh2 session to a host — TCP connect with a timeout, handshake with fast
-// cipher/MAC preferences, strict known_hosts policy, public-key authentication (-i, ssh-agent, ssh
-// config IdentityFile, ~/.ssh/id_ed25519, ~/.ssh/id_ecdsa), keepalives, and the channels the agent
-// connection needs (exec, direct-tcpip).
+// SshSession: one libssh2 session to a host over an SshTransport (ssh_transport.h: TCP with a timeout,
+// a ProxyCommand, a jump host's channel) — handshake with fast cipher/MAC preferences, strict
+// known_hosts policy under the host's own name, public-key authentication (-i, ssh-agent, ssh config
+// IdentityFile, ~/.ssh/id_ed25519, ~/.ssh/id_ecdsa), keepalives, and the channels the agent connection
+// needs (exec, direct-tcpip).
 //
 // Thread safety: none. libssh2 sessions are not thread-safe: during setup the creating thread uses the
 // session in blocking mode (every call bounded by the connect timeout); afterwards exactly one thread
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "client/ssh/ssh_config.h"
+#include "client/ssh/ssh_transport.h"
 #include "common/status.h"
 
 namespace sftctl::client::ssh {
@@ -45,7 +47,13 @@ class SshSession {
   // UNAUTHENTICATED (unknown host key without accept_new_host_key, changed host key — never
   // authenticated to —, or every key refused, naming the keys tried; RSA keys get the libssh2
   // 1.10/OpenSSH 8.8 explanation).
+  // Connect() makes a direct TCP connection to opts.host.hostname:port (no ProxyCommand/ProxyJump:
+  // see ssh_route.h for those); ConnectOver() runs over `transport`, which it owns from then on. The
+  // host key is checked under opts.host.hostname:port whatever the transport. A failure the transport
+  // can explain (a ProxyCommand that exited, a jump host that went away) is appended in parentheses.
   static StatusOr<std::unique_ptr<SshSession>> Connect(const SessionOptions& opts);
+  static StatusOr<std::unique_ptr<SshSession>> ConnectOver(std::unique_ptr<SshTransport> transport,
+                                                           const SessionOptions& opts);
   ~SshSession();
   SshSession(const SshSession&) = delete;
   SshSession& operator=(const SshSession&) = delete;
@@ -71,6 +79,8 @@ class SshSession {
   LIBSSH2_SESSION* raw() const { return session_; }
   int socket_fd() const { return fd_; }
   const std::string& display() const { return display_; }  // "user@host:port"
+  // The way in ("jump host ...", "ProxyCommand `...`"), first hop first; empty for direct TCP.
+  std::vector<std::string> hops() const { return transport_->Hops(); }
   int keepalive_s() const { return keepalive_s_; }
   std::string negotiated() const;  // e.g. "aes128-ctr/hmac-sha2-256"
   std::string LastError() const;   // libssh2's last error message
@@ -81,14 +91,16 @@ class SshSession {
 
  private:
   SshSession() = default;
-  Status ConnectTcp(const SessionOptions& opts);
+  // `s` with what the transport knows about the failure appended (when it knows something).
+  Status WithTransportProblem(const Status& s);
   Status Handshake(const SessionOptions& opts);
   Status VerifyHostKey(const SessionOptions& opts);
   Status Authenticate(const SessionOptions& opts);
   StatusOr<LIBSSH2_CHANNEL*> OpenChannel(const char* type, const std::string& message);
 
   LIBSSH2_SESSION* session_ = nullptr;
-  int fd_ = -1;
+  std::unique_ptr<SshTransport> transport_;  // freed after session_
+  int fd_ = -1;                              // transport_->fd()
   std::string display_;
   int keepalive_s_ = 0;
   int timeout_ms_ = 20000;

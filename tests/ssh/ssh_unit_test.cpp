@@ -77,7 +77,7 @@ Match host foo
   auto other = LookupSshConfig(cfg, "gpu-3", "/home/me");  // negated in the second block
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(other->port, 22);
-  auto none = LookupSshConfig(cfg, "foo", "/home/me");  // Match blocks are skipped
+  auto none = LookupSshConfig(cfg, "foo", "/home/me");  // Match host foo comes after Host *: its User loses
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->user, "nobody");
   EXPECT_EQ(none->hostname, "");
