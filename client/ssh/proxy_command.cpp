@@ -51,8 +51,9 @@ class ProxyCommandTransport : public SshTransport {
     if (exited) eof_cv_.wait_for(l, std::chrono::milliseconds(500), [&] { return stderr_eof_; });
     std::string tail = tail_;
     while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
-    std::string p = "ProxyCommand `" + command_ + "` " +
-                    (exited ? DescribeExit(exit_code_, exit_signal_) : std::string("is still running"));
+    std::string p =
+        "ProxyCommand `" + command_ + "` " +
+        (exited ? "ended (" + DescribeExit(exit_code_, exit_signal_) + ")" : std::string("is still running"));
     return p + (tail.empty() ? "; it printed nothing on stderr" : "; its stderr: " + tail);
   }
 

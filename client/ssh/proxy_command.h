@@ -17,8 +17,8 @@
 namespace sftctl::client::ssh {
 
 // Starts the command. INTERNAL when the socketpair, the pipe or fork fails; a command that cannot
-// run shows up later: the session's handshake fails and Problem() says "ProxyCommand `...` exited
-// with status 127; its stderr: sh: 1: ...: not found".
+// run shows up later: the session's handshake fails and Problem() says "ProxyCommand `...` ended
+// (exit code 127); its stderr: sh: 1: ...: not found".
 StatusOr<std::unique_ptr<SshTransport>> StartProxyCommand(const std::string& command);
 
 }  // namespace sftctl::client::ssh

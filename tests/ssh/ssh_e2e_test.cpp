@@ -19,33 +19,6 @@ using client::ConnectOverSsh;
 using client::Transport;
 using namespace std::chrono_literals;
 
-// Sets (or unsets, with nullptr) an environment variable for the test's lifetime. Each ctest test
-// runs in its own process, so HOME/SSH_AUTH_SOCK changes stay local.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old != nullptr) old_ = old;
-    had_ = old != nullptr;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      ::setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
 std::unique_ptr<SshdFixture> StartSshd(SshdOptions o = {}) {
   auto f = SshdFixture::Start(o);
   EXPECT_TRUE(f.ok()) << f.status().ToString();

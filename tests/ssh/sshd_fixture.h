@@ -21,6 +21,7 @@
 //   sshd->Log(), sshd->LogSize()  // sshd's log (LogLevel from SshdOptions), e.g. "Accepted publickey"
 //   sshd->Stop()                // stops the agent in agent_data_dir (if started), sessions, listener
 //   SshAgentProcess agent; agent.Start(dir); agent.Add(key); agent.socket()  // an ssh-agent
+//   ScopedEnv home("HOME", dir.c_str());  // sets (nullptr: unsets) a variable until the scope ends
 //
 // Runs as the current user. As root, sshd needs its privilege-separation dir /run/sshd (created
 // here, 0755, if missing) and the "sshd" account (present when openssh-server is installed); as a
@@ -412,6 +413,33 @@ class SshdFixture {
   pid_t pid_ = -1;
   int key_seq_ = 0;
   bool keep_dir_ = false;
+};
+
+// Sets (or unsets, with nullptr) an environment variable for the test's lifetime. Each ctest test
+// runs in its own process, so HOME/SSH_AUTH_SOCK changes stay local.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old != nullptr) old_ = old;
+    had_ = old != nullptr;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_.c_str(), old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
 };
 
 // An ssh-agent on a socket under `dir`, killed on destruction.
