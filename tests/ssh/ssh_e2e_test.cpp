@@ -25,16 +25,6 @@ std::unique_ptr<SshdFixture> StartSshd(SshdOptions o = {}) {
   return f.ok() ? std::move(*f) : nullptr;
 }
 
-// Health() through the connection; returns the gRPC status code.
-grpc::StatusCode Health(const client::AgentConnection& c, std::chrono::seconds timeout = 10s) {
-  auto stub = c.NewStub();
-  grpc::ClientContext ctx;
-  c.Authorize(&ctx);
-  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-  v1::HealthResponse h;
-  return stub->Health(&ctx, v1::HealthRequest(), &h).error_code();
-}
-
 std::string Version(const client::AgentConnection& c) {
   auto stub = c.NewStub();
   grpc::ClientContext ctx;

@@ -18,15 +18,6 @@ using client::ConnectOptions;
 using client::ConnectOverSsh;
 using namespace std::chrono_literals;
 
-grpc::StatusCode Health(const client::AgentConnection& c, std::chrono::seconds timeout = 10s) {
-  auto stub = c.NewStub();
-  grpc::ClientContext ctx;
-  c.Authorize(&ctx);
-  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-  v1::HealthResponse h;
-  return stub->Health(&ctx, v1::HealthRequest(), &h).error_code();
-}
-
 size_t Count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;

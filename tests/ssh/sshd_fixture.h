@@ -21,6 +21,7 @@
 //   sshd->Log(), sshd->LogSize()  // sshd's log (LogLevel from SshdOptions), e.g. "Accepted publickey"
 //   sshd->Stop()                // stops the agent in agent_data_dir (if started), sessions, listener
 //   SshAgentProcess agent; agent.Start(dir); agent.Add(key); agent.socket()  // an ssh-agent
+//   Health(connection)          // the agent's Health() through an AgentConnection: its gRPC code
 //   ScopedEnv home("HOME", dir.c_str());  // sets (nullptr: unsets) a variable until the scope ends
 //
 // Runs as the current user. As root, sshd needs its privilege-separation dir /run/sshd (created
@@ -441,6 +442,17 @@ class ScopedEnv {
   std::string name_, old_;
   bool had_ = false;
 };
+
+// Health() through the connection; returns the gRPC status code.
+inline grpc::StatusCode Health(const client::AgentConnection& c,
+                               std::chrono::seconds timeout = std::chrono::seconds(10)) {
+  auto stub = c.NewStub();
+  grpc::ClientContext ctx;
+  c.Authorize(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::HealthResponse h;
+  return stub->Health(&ctx, v1::HealthRequest(), &h).error_code();
+}
 
 // An ssh-agent on a socket under `dir`, killed on destruction.
 class SshAgentProcess {
