@@ -129,11 +129,15 @@ std::string ExpandHostName(const std::string& value, const std::string& alias) {
   return out;
 }
 
-// A config file's text; nullopt when it does not exist. Directories and files over 1 MiB are errors.
+// A config file's text; nullopt when it does not exist. Anything but a regular file (or /dev/null) and
+// files over 1 MiB are errors.
 StatusOr<std::optional<std::string>> ReadConfigFile(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::optional<std::string>();
-  if (S_ISDIR(st.st_mode)) return InvalidArgumentError(path + ": is a directory, not an ssh config file");
+  if (path == "/dev/null") return std::optional<std::string>(std::string());
+  // Only regular files: a FIFO or a terminal would block the lookup.
+  if (!S_ISREG(st.st_mode))
+    return InvalidArgumentError(path + ": not a regular file, not an ssh config file");
   std::ifstream f(path, std::ios::binary);
   if (!f) return InvalidArgumentError(path + ": cannot be read");
   std::string text(kMaxConfigBytes + 1, '\0');

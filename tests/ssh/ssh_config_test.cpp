@@ -84,8 +84,9 @@ TEST_F(SshConfigFiles, IncludeLoopStopsAtTheDepthLimitNamingFileAndLine) {
                           HasSubstr(ssh("self.conf") + ":3: Include nested more than 16 deep")));
   // A directory given as a config file is an error naming it.
   Write("config", "Include conf.d\n");
-  EXPECT_THAT(Resolve("box"), StatusIs(StatusCode::kInvalidArgument,
-                                       HasSubstr(ssh("config") + ":1: Include: " + ssh("conf.d"))));
+  EXPECT_THAT(Resolve("box"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr(ssh("config") + ":1: Include: " + ssh("conf.d") + ": not a regular file")));
 }
 
 TEST_F(SshConfigFiles, ErrorsInIncludedFilesNameThatFileAndLine) {
