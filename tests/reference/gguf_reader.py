@@ -345,6 +345,10 @@ def check_metadata(kv, args, cfg, tok_dir):
     if cfg["model_type"] == "qwen3" or head_dim * heads != cfg["hidden_size"]:
         want[arch + ".attention.key_length"] = (4, head_dim)
         want[arch + ".attention.value_length"] = (4, head_dim)
+    rs = cfg.get("rope_scaling") or {}
+    if (rs.get("rope_type") or rs.get("type")) == "linear":
+        want[arch + ".rope.scaling.type"] = (8, "linear")
+        want[arch + ".rope.scaling.factor"] = (6, float(rs["factor"]))
     for key, value in (("bos", bos), ("eos", eos), ("padding", pad)):
         if value is not None:
             want["tokenizer.ggml.%s_token_id" % key] = (4, value)

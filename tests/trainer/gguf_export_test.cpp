@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "common/tokenizer.h"
+#include "common/bpe_vocab.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/command.h"
 #include "trainer/hf_checkpoint.h"
@@ -31,25 +31,7 @@ constexpr const char* kQwen2Regex =
 constexpr const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-// GPT-2's byte -> printable character mapping, as UTF-8.
-std::string ByteLevel(const std::string& raw) {
-  std::string out;
-  for (unsigned char b : raw) {
-    int cp = b, extra = 0;
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-    if (!printable) {
-      for (int x = 0; x < b; ++x) extra += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174);
-      cp = 256 + extra;
-    }
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-  return out;
-}
+std::string ByteLevel(const std::string& raw) { return bpe_internal::BytesToByteLevel(raw); }
 
 // A byte-level BPE tokenizer.json: the 256 bytes, 5 merges, then `added` tokens (special
 // unless named "<think>") from id 261.
@@ -189,6 +171,8 @@ struct Case {
   // Expected: tensors in the file, of them Q8_0, F16, F32.
   int tensors, q8_0, f16, f32;
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.type << " " << c.weights; }
 
 class GgufExport : public ::testing::TestWithParam<Case> {};
 
