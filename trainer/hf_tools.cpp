@@ -109,11 +109,29 @@ StatusOr<EvalModelReport> EvalModel(const EvalModelOptions& o) {
   return report;
 }
 
+StatusOr<ExportWeights> LoadExportWeights(const std::string& model_dir, const std::string& adapter_dir,
+                                          bool merge) {
+  if (!adapter_dir.empty() && !merge)
+    return InvalidArgumentError("--adapter needs --merge (an adapter folder is already in PEFT format)");
+  ExportWeights w;
+  w.base_dir = model_dir;
+  std::optional<Adapter> adapter;
+  if (merge) {
+    w.adapter_dir = adapter_dir.empty() ? model_dir : adapter_dir;
+    SFT_ASSIGN_OR_RETURN(adapter, LoadAdapter(w.adapter_dir));
+    if (!HasWeights(w.base_dir) && !adapter->base_model.empty()) w.base_dir = adapter->base_model;
+  }
+  SFT_ASSIGN_OR_RETURN(w.config, LoadModelConfig(w.base_dir));
+  w.model = CausalLM(w.config);
+  w.params = BaseParams(w.model);
+  SFT_RETURN_IF_ERROR(LoadHfWeights(w.base_dir, w.params));
+  if (adapter) SFT_RETURN_IF_ERROR(MergeAdapter(*adapter, w.params));
+  return w;
+}
+
 Status ExportModel(const ExportOptions& o) {
   FileSystem* fs = FileSystem::Default();
   if (fs->Exists(o.out_dir)) return AlreadyExistsError("output folder '" + o.out_dir + "' already exists");
-  if (!o.adapter_dir.empty() && !o.merge)
-    return InvalidArgumentError("--adapter needs --merge (an adapter folder is already in PEFT format)");
   HfSaveOptions save;
   save.max_shard_bytes = o.max_shard_bytes;
   if (o.dtype == "bf16") {
@@ -125,24 +143,13 @@ Status ExportModel(const ExportOptions& o) {
   } else if (!o.dtype.empty()) {
     return InvalidArgumentError("--dtype must be fp32, bf16 or fp16, got '" + o.dtype + "'");
   }
-  std::string base = o.model_dir;
-  std::optional<Adapter> adapter;
-  if (o.merge) {
-    const std::string adir = o.adapter_dir.empty() ? o.model_dir : o.adapter_dir;
-    SFT_ASSIGN_OR_RETURN(adapter, LoadAdapter(adir));
-    if (!HasWeights(base) && !adapter->base_model.empty()) base = adapter->base_model;
-  }
-  SFT_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(base));
-  CausalLM model(c);
-  NamedTensors params = BaseParams(model);
-  SFT_RETURN_IF_ERROR(LoadHfWeights(base, params));
-  if (adapter) SFT_RETURN_IF_ERROR(MergeAdapter(*adapter, params));
+  SFT_ASSIGN_OR_RETURN(ExportWeights w, LoadExportWeights(o.model_dir, o.adapter_dir, o.merge));
   const std::string tmp = o.out_dir + ".tmp-export";
   SFT_RETURN_IF_ERROR(fs->RemoveAll(tmp));
-  SFT_RETURN_IF_ERROR(SaveHfModel(fs, tmp, c, params, save));
+  SFT_RETURN_IF_ERROR(SaveHfModel(fs, tmp, w.config, w.params, save));
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                         "generation_config.json", "vocab.json", "merges.txt", "sftctl_tokenizer.json"}) {
-    const std::string src = JoinPath(base, f);
+    const std::string src = JoinPath(w.base_dir, f);
     if (!fs->Exists(src)) continue;
     SFT_ASSIGN_OR_RETURN(std::string data, fs->ReadFile(src));
     SFT_RETURN_IF_ERROR(WriteFileAtomic(fs, JoinPath(tmp, f), data));

@@ -8,6 +8,8 @@
 
 #include "common/status.h"
 #include "trainer/model.h"
+#include "trainer/model_config.h"
+#include "trainer/tensor_io.h"
 
 namespace sftctl::trainer {
 
@@ -40,6 +42,20 @@ struct EvalModelReport {
 // and truncation rules of training (trainer/data.h). The dump holds "logits" [B, T, V] F32,
 // "input_ids" and "labels" [B, T] I64 of the first batch.
 StatusOr<EvalModelReport> EvalModel(const EvalModelOptions& o);
+
+// A model's weights as export writes them: the base folder's (model_dir, or for a pure adapter
+// folder its base_model_name_or_path), with `merge`, W + s·B·A for every adapted weight of the
+// adapter at adapter_dir (model_dir when empty). `params` are views of `model`'s parameters.
+struct ExportWeights {
+  std::string base_dir;     // the folder the weights and config.json came from
+  std::string adapter_dir;  // the merged adapter's folder; empty without merge
+  ModelConfig config;
+  CausalLM model{nullptr};
+  NamedTensors params;  // HF names, no LoRA parameters
+};
+// INVALID_ARGUMENT for an adapter without merge; errors of loading the config, weights, adapter.
+StatusOr<ExportWeights> LoadExportWeights(const std::string& model_dir, const std::string& adapter_dir,
+                                          bool merge);
 
 struct ExportOptions {
   std::string model_dir;

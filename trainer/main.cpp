@@ -5,6 +5,7 @@
 //   sftctl-trainer generate --model CHECKPOINT --prompt TEXT [--max-new-tokens N] [--temperature T]
 //   sftctl-trainer eval --model DIR --data FILE.jsonl [--adapter DIR] [--dump-logits OUT.safetensors]
 //   sftctl-trainer export --model DIR [--merge --adapter DIR] -o OUT [--dtype bf16] [--max-shard-size BYTES]
+//   sftctl-trainer export --model DIR [--merge --adapter DIR] --gguf OUT.gguf [--type f16|q8_0]
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "common/version.h"
 #include "trainer/device.h"
 #include "trainer/generate.h"
+#include "trainer/gguf_export.h"
 #include "trainer/hf_tools.h"
 #include "trainer/metrics.h"
 #include "trainer/trainer.h"
@@ -135,15 +137,19 @@ int RunEval(const EvalModelOptions& o) {
   return 0;
 }
 
-int RunExport(const ExportOptions& o) {
+// The HF folder export (-o) or the GGUF export (--gguf): exactly one of them.
+int RunExport(const ExportOptions& o, const GgufExportOptions& g) {
+  if (o.out_dir.empty() == g.out_path.empty())
+    return Fail(
+        InvalidArgumentError("export needs exactly one of -o (an HF folder) and --gguf (a GGUF file)"));
   ConfigureThreads(0);
   try {
-    Status s = ExportModel(o);
+    Status s = o.out_dir.empty() ? ExportGguf(g) : ExportModel(o);
     if (!s.ok()) return Fail(s);
   } catch (const c10::Error& e) {
     return Fail(InternalError(std::string("LibTorch error: ") + e.what_without_backtrace()));
   }
-  std::printf("wrote %s\n", o.out_dir.c_str());
+  std::printf("wrote %s\n", o.out_dir.empty() ? g.out_path.c_str() : o.out_dir.c_str());
   return 0;
 }
 
@@ -190,17 +196,27 @@ int main(int argc, char** argv) {
   ev->add_option("--device", eval_opts.device, "auto, cpu, cuda, cuda:N, mps");
   ev->callback([&] { code = RunEval(eval_opts); });
 
-  auto* ex =
-      app.add_subcommand("export", "Write a model folder in Hugging Face format (optionally merging LoRA)");
+  auto* ex = app.add_subcommand(
+      "export", "Write a model as a Hugging Face folder or a GGUF file (optionally merging LoRA)");
   ExportOptions export_opts;
+  GgufExportOptions gguf_opts;
   ex->add_option("--model", export_opts.model_dir, "The base model / checkpoint folder")->required();
   ex->add_option("--adapter", export_opts.adapter_dir, "A PEFT LoRA adapter folder (with --merge)");
   ex->add_flag("--merge", export_opts.merge, "Merge the adapter into the weights: W + (alpha/r) B A");
-  ex->add_option("-o,--output", export_opts.out_dir, "The folder to create")->required();
-  ex->add_option("--dtype", export_opts.dtype, "fp32, bf16 or fp16 (default: fp32)");
+  auto* out_opt = ex->add_option("-o,--output", export_opts.out_dir, "The HF folder to create");
+  auto* gguf_opt =
+      ex->add_option("--gguf", gguf_opts.out_path, "The GGUF file to create (llama.cpp, ollama)");
+  ex->add_option("--dtype", export_opts.dtype, "fp32, bf16 or fp16 (default: fp32)")->needs(out_opt);
   ex->add_option("--max-shard-size", export_opts.max_shard_bytes, "Shard the weights above this many bytes")
-      ->check(CLI::PositiveNumber);
-  ex->callback([&] { code = RunExport(export_opts); });
+      ->check(CLI::PositiveNumber)
+      ->needs(out_opt);
+  ex->add_option("--type", gguf_opts.type, "GGUF weight type: f16 or q8_0 (default: f16)")->needs(gguf_opt);
+  ex->callback([&] {
+    gguf_opts.model_dir = export_opts.model_dir;
+    gguf_opts.adapter_dir = export_opts.adapter_dir;
+    gguf_opts.merge = export_opts.merge;
+    code = RunExport(export_opts, gguf_opts);
+  });
 
   CLI11_PARSE(app, argc, argv);
   return code;

@@ -1,0 +1,438 @@
+#!/usr/bin/env python3
+"""An independent GGUF reader for sftctl's GGUF export tests, written from the GGUF specification
+(ggml's docs/gguf.md) and llama.cpp's naming conventions; standard library only.
+
+  gguf_reader.py dump FILE
+      prints the metadata and tensor infos as JSON.
+  gguf_reader.py check --gguf FILE --model DIR [--adapter DIR] --type f16|q8_0 --pre NAME --name NAME
+      checks FILE against the source model folder (config.json, *.safetensors, tokenizer.json,
+      tokenizer_config.json; with --adapter, the PEFT adapter merged as W + (alpha/r) B A):
+      layout (magic, version 3, offsets aligned to general.alignment, tensors inside the file and
+      not overlapping), every metadata value, every tensor's name, dims (innermost first), type and
+      values (F32 exact; F16 equal to the source rounded to fp16, within one fp16 step for merged
+      weights; Q8_0 blocks within d/2 per value, d = max|x|/127 to fp16 precision), llama's q/k
+      rows reordered to adjacent RoPE pairs. Prints a JSON summary on success; exits 1 with the
+      first mismatch otherwise.
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
+TYPE_NAMES = {GGML_F32: "F32", GGML_F16: "F16", GGML_Q8_0: "Q8_0"}
+
+
+class Fail(Exception):
+    pass
+
+
+def expect(cond, msg):
+    if not cond:
+        raise Fail(msg)
+
+
+# ---- GGUF parsing ------------------------------------------------------------------------------
+
+class Cursor:
+    def __init__(self, data):
+        self.data, self.pos = data, 0
+
+    def take(self, fmt):
+        size = struct.calcsize(fmt)
+        expect(self.pos + size <= len(self.data), "file ends inside the header at byte %d" % self.pos)
+        vals = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
+        return vals[0] if len(vals) == 1 else vals
+
+    def string(self):
+        n = self.take("<Q")
+        expect(self.pos + n <= len(self.data), "string runs past the end of the file")
+        s = self.data[self.pos:self.pos + n].decode("utf-8")
+        self.pos += n
+        return s
+
+
+SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def read_value(c, vtype):
+    if vtype in SCALARS:
+        return (vtype, c.take(SCALARS[vtype]))
+    if vtype == 8:
+        return (8, c.string())
+    if vtype == 9:
+        etype, n = c.take("<I"), c.take("<Q")
+        return (9, etype, [read_value(c, etype)[1] for _ in range(n)])
+    raise Fail("unknown metadata value type %d" % vtype)
+
+
+def parse_gguf(path):
+    data = open(path, "rb").read()
+    c = Cursor(data)
+    expect(data[:4] == b"GGUF", "magic is %r, not b'GGUF'" % data[:4])
+    c.pos = 4
+    version, n_tensors, n_kv = c.take("<I"), c.take("<Q"), c.take("<Q")
+    expect(version == 3, "version %d, expected 3" % version)
+    kv = {}
+    for _ in range(n_kv):
+        key = c.string()
+        expect(key not in kv, "metadata key %s appears twice" % key)
+        kv[key] = read_value(c, c.take("<I"))
+    tensors = []
+    for _ in range(n_tensors):
+        name = c.string()
+        n_dims = c.take("<I")
+        dims = [c.take("<Q") for _ in range(n_dims)]
+        ttype, offset = c.take("<I"), c.take("<Q")
+        tensors.append({"name": name, "dims": dims, "type": ttype, "offset": offset})
+    align = kv.get("general.alignment", (4, 32))
+    expect(align[0] == 4, "general.alignment must be a uint32")
+    align = align[1]
+    data_start = (c.pos + align - 1) // align * align
+    expect(all(b == 0 for b in data[c.pos:data_start]), "padding before the data is not zeros")
+    return data, kv, tensors, align, data_start
+
+
+def tensor_nbytes(t):
+    n = 1
+    for d in t["dims"]:
+        n *= d
+    if t["type"] == GGML_F32:
+        return 4 * n
+    if t["type"] == GGML_F16:
+        return 2 * n
+    if t["type"] == GGML_Q8_0:
+        expect(t["dims"][0] % 32 == 0, "%s: Q8_0 rows of %d values" % (t["name"], t["dims"][0]))
+        return n // 32 * 34
+    raise Fail("%s: unexpected ggml type %d" % (t["name"], t["type"]))
+
+
+def check_layout(data, tensors, align, data_start):
+    spans = []
+    for t in tensors:
+        expect(t["offset"] % align == 0, "%s: offset %d is not a multiple of %d" % (t["name"], t["offset"], align))
+        start = data_start + t["offset"]
+        end = start + tensor_nbytes(t)
+        expect(end <= len(data), "%s: data runs past the end of the file" % t["name"])
+        spans.append((start, end, t["name"]))
+    spans.sort()
+    for a, b in zip(spans, spans[1:]):
+        expect(a[1] <= b[0], "%s and %s overlap" % (a[2], b[2]))
+
+
+def decode(data, t, data_start):
+    """The tensor's values as a flat list of floats (Q8_0: a list of (d, [q...]) blocks)."""
+    start = data_start + t["offset"]
+    n = tensor_nbytes(t)
+    raw = data[start:start + n]
+    if t["type"] == GGML_F32:
+        return list(struct.unpack("<%df" % (n // 4), raw))
+    if t["type"] == GGML_F16:
+        return list(struct.unpack("<%de" % (n // 2), raw))
+    blocks = []
+    for i in range(0, n, 34):
+        d = struct.unpack_from("<e", raw, i)[0]
+        blocks.append((d, list(struct.unpack_from("<32b", raw, i + 2))))
+    return blocks
+
+
+# ---- safetensors and the source model ------------------------------------------------------------
+
+def read_safetensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack_from("<Q", data, 0)[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        raw = data[8 + n + a:8 + n + b]
+        dt = info["dtype"]
+        if dt == "F32":
+            vals = list(struct.unpack("<%df" % (len(raw) // 4), raw))
+        elif dt == "F16":
+            vals = list(struct.unpack("<%de" % (len(raw) // 2), raw))
+        elif dt == "BF16":
+            vals = [struct.unpack("<f", b"\0\0" + raw[i:i + 2])[0] for i in range(0, len(raw), 2)]
+        else:
+            raise Fail("%s: %s: dtype %s" % (path, name, dt))
+        out[name] = (info["shape"], vals)
+    return out
+
+
+def read_weights(model_dir):
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        out = {}
+        for f in sorted(set(json.load(open(index))["weight_map"].values())):
+            out.update(read_safetensors(os.path.join(model_dir, f)))
+        return out
+    return read_safetensors(os.path.join(model_dir, "model.safetensors"))
+
+
+def merge_adapter(weights, adapter_dir):
+    cfg = json.load(open(os.path.join(adapter_dir, "adapter_config.json")))
+    r, alpha = cfg["r"], cfg["lora_alpha"]
+    scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
+    ad = read_safetensors(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    merged = set()
+    for key, (shape_a, a) in ad.items():
+        if ".lora_A." not in key:
+            continue
+        module = key[len("base_model.model."):key.index(".lora_A.")]
+        shape_b, b = ad[key.replace(".lora_A.", ".lora_B.")]
+        (rows, cols), (_, rank) = weights[module + ".weight"][0], shape_b
+        w = list(weights[module + ".weight"][1])
+        for o in range(rows):
+            for i in range(cols):
+                w[o * cols + i] += scale * sum(b[o * rank + k] * a[k * cols + i] for k in range(rank))
+        weights[module + ".weight"] = ([rows, cols], w)
+        merged.add(module + ".weight")
+    return merged
+
+
+# ---- expectations ------------------------------------------------------------------------------
+
+LAYER_NAMES = {
+    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+}
+
+
+def gguf_name(hf):
+    fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    if hf in fixed:
+        return fixed[hf]
+    parts = hf.split(".")
+    expect(parts[0] == "model" and parts[1] == "layers", "unexpected source tensor " + hf)
+    module = ".".join(parts[3:-1])
+    return "blk.%s.%s.%s" % (parts[2], LAYER_NAMES[module], parts[-1])
+
+
+def hparams(cfg):
+    arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama"}[cfg["model_type"]]
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    return arch, heads, cfg.get("num_key_value_heads", heads), head_dim
+
+
+def pair_halves(vals, rows, cols, heads):
+    """llama.cpp's row order for llama q/k: row 2i+j of a head holds HF row j*half+i."""
+    hd = rows // heads
+    half = hd // 2
+    out = [0.0] * (rows * cols)
+    for h in range(heads):
+        for i in range(half):
+            for j in range(2):
+                src, dst = h * hd + j * half + i, h * hd + 2 * i + j
+                out[dst * cols:(dst + 1) * cols] = vals[src * cols:(src + 1) * cols]
+    return out
+
+
+def llama3_factors(cfg, head_dim):
+    rs = cfg["rope_scaling"]
+    theta = cfg.get("rope_theta", 10000.0)
+    factor, low, high = rs["factor"], rs.get("low_freq_factor", 1.0), rs.get("high_freq_factor", 4.0)
+    old = rs.get("original_max_position_embeddings", 8192)
+    out = []
+    for i in range(0, head_dim, 2):
+        inv = 1.0 / theta ** (i / head_dim)
+        wavelen = 2 * math.pi / inv
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return out
+
+
+def f16_step(x):
+    """The spacing of fp16 values near x."""
+    m, e = math.frexp(abs(x)) if x != 0 else (0.5, -13)
+    return 2.0 ** (max(e, -13) - 11)
+
+
+def check_values(name, t, vals, expected, approx):
+    if t["type"] == GGML_Q8_0:
+        worst = 0.0
+        for bi, (d, qs) in enumerate(vals):
+            xs = expected[bi * 32:(bi + 1) * 32]
+            amax = max(abs(x) for x in xs)
+            expect(abs(d - amax / 127) <= (amax / 127) * 2 ** -10 + 1e-12,
+                   "%s block %d: scale %r, expected max|x|/127 = %r" % (name, bi, d, amax / 127))
+            for x, q in zip(xs, qs):
+                err = abs(x - q * d)
+                expect(err <= d / 2 * (1 + 1e-6) + 1e-12, "%s block %d: %r reads back as %r (d %r)" % (name, bi, x, q * d, d))
+                if d > 0:
+                    worst = max(worst, err / d)
+        return len(vals), worst
+    for k, (got, want) in enumerate(zip(vals, expected)):
+        if t["type"] == GGML_F32:
+            want32 = struct.unpack("<f", struct.pack("<f", want))[0]
+            ok = got == want32 if not approx else abs(got - want32) <= 1e-5 * max(1.0, abs(want32))
+        else:
+            want16 = struct.unpack("<e", struct.pack("<e", want))[0]
+            ok = got == want16 if not approx else abs(got - want16) <= f16_step(want16)
+        expect(ok, "%s[%d]: %r, expected %r" % (name, k, got, want))
+    return 0, 0.0
+
+
+def expected_tokens(model_dir, n_vocab):
+    tj = json.load(open(os.path.join(model_dir, "tokenizer.json")))
+    cfg_path = os.path.join(model_dir, "tokenizer_config.json")
+    tc = json.load(open(cfg_path)) if os.path.exists(cfg_path) else {}
+    by_id = {i: t for t, i in tj["model"]["vocab"].items()}
+    kind = {}
+    added = [(a["id"], a["content"], a.get("special", False)) for a in tj.get("added_tokens", [])]
+    added += [(int(k), v["content"], v.get("special", False)) for k, v in tc.get("added_tokens_decoder", {}).items()]
+    for i, content, special in added:
+        by_id[i] = content
+        kind[i] = 3 if special else 4
+    tokens = [by_id.get(i, "[PAD%d]" % i) for i in range(n_vocab)]
+    types = [kind.get(i, 1 if i in by_id else 5) for i in range(n_vocab)]
+    merges = [m if isinstance(m, str) else m[0] + " " + m[1] for m in tj["model"]["merges"]]
+    return tj, tc, tokens, types, merges
+
+
+def token_text(v):
+    return v.get("content") if isinstance(v, dict) else v
+
+
+def check_metadata(kv, args, cfg, tok_dir):
+    arch, heads, kv_heads, head_dim = hparams(cfg)
+    n_vocab = cfg["vocab_size"]
+    tj, tc, tokens, types, merges = expected_tokens(tok_dir, n_vocab)
+    ids = {t: i for i, t in enumerate(tokens)}
+
+    def special_id(key, fallback):
+        text = token_text(tc.get(key))
+        return ids[text] if text is not None else fallback
+
+    bos = special_id("bos_token", cfg.get("bos_token_id"))
+    eos_cfg = cfg.get("eos_token_id")
+    eos = special_id("eos_token", eos_cfg[0] if isinstance(eos_cfg, list) else eos_cfg)
+    pad = special_id("pad_token", None)
+    if isinstance(tc.get("add_bos_token"), bool):
+        add_bos = tc["add_bos_token"]
+    else:
+        pp = tj.get("post_processor") or {}
+        procs = [pp] + list(pp.get("processors", []))
+        add_bos = any(p.get("type") == "TemplateProcessing" and p["single"] and
+                      p["single"][0].get("SpecialToken", {}).get("id") == tokens[bos] for p in procs) if bos is not None else False
+    want = {
+        "general.architecture": (8, arch), "general.name": (8, args.name), "general.alignment": (4, 32),
+        "general.file_type": (4, 7 if args.type == "q8_0" else 1), "general.quantization_version": (4, 2),
+        arch + ".vocab_size": (4, n_vocab), arch + ".context_length": (4, cfg.get("max_position_embeddings", 2048)),
+        arch + ".embedding_length": (4, cfg["hidden_size"]), arch + ".block_count": (4, cfg["num_hidden_layers"]),
+        arch + ".feed_forward_length": (4, cfg["intermediate_size"]),
+        arch + ".attention.head_count": (4, heads), arch + ".attention.head_count_kv": (4, kv_heads),
+        arch + ".attention.layer_norm_rms_epsilon": (6, struct.unpack("<f", struct.pack("<f", cfg.get("rms_norm_eps", 1e-6)))[0]),
+        arch + ".rope.freq_base": (6, float(cfg.get("rope_theta", 10000.0))),
+        arch + ".rope.dimension_count": (4, head_dim),
+        "tokenizer.ggml.model": (8, "gpt2"), "tokenizer.ggml.pre": (8, args.pre),
+        "tokenizer.ggml.tokens": (9, 8, tokens), "tokenizer.ggml.token_type": (9, 5, types),
+        "tokenizer.ggml.merges": (9, 8, merges), "tokenizer.ggml.add_bos_token": (7, add_bos),
+    }
+    if cfg["model_type"] == "qwen3" or head_dim * heads != cfg["hidden_size"]:
+        want[arch + ".attention.key_length"] = (4, head_dim)
+        want[arch + ".attention.value_length"] = (4, head_dim)
+    rs = cfg.get("rope_scaling") or {}
+    if (rs.get("rope_type") or rs.get("type")) == "linear":
+        want[arch + ".rope.scaling.type"] = (8, "linear")
+        want[arch + ".rope.scaling.factor"] = (6, float(rs["factor"]))
+    for key, value in (("bos", bos), ("eos", eos), ("padding", pad)):
+        if value is not None:
+            want["tokenizer.ggml.%s_token_id" % key] = (4, value)
+    templates = tc.get("chat_template")
+    if isinstance(templates, str):
+        want["tokenizer.chat_template"] = (8, templates)
+    elif isinstance(templates, list):
+        for e in templates:
+            key = "tokenizer.chat_template" + ("" if e["name"] == "default" else "." + e["name"])
+            want[key] = (8, e["template"])
+    expect(sorted(kv) == sorted(want), "metadata keys %s, expected %s" % (sorted(kv), sorted(want)))
+    for key, value in want.items():
+        expect(kv[key] == value, "%s = %r, expected %r" % (key, str(kv[key])[:200], str(value)[:200]))
+    return {"vocab": len(tokens), "merges": len(merges), "bos": bos, "eos": eos, "pad": pad, "add_bos": add_bos,
+            "chat_templates": sorted(k for k in kv if k.startswith("tokenizer.chat_template"))}
+
+
+def check(args):
+    data, kv, tensors, align, data_start = parse_gguf(args.gguf)
+    check_layout(data, tensors, align, data_start)
+    base = args.model
+    cfg = json.load(open(os.path.join(base, "config.json")))
+    arch, heads, kv_heads, head_dim = hparams(cfg)
+    weights = read_weights(base)
+    merged = merge_adapter(weights, args.adapter) if args.adapter else set()
+    tied = cfg.get("tie_word_embeddings", False)
+    expected = {}
+    for hf, (shape, vals) in weights.items():
+        if hf == "lm_head.weight" and tied:
+            continue
+        name = gguf_name(hf)
+        if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
+            n = heads if ".attn_q." in name else kv_heads
+            vals = pair_halves(vals, shape[0], shape[1] if len(shape) == 2 else 1, n)
+        if len(shape) == 1:
+            ttype = GGML_F32
+        else:
+            ttype = GGML_Q8_0 if args.type == "q8_0" and shape[1] % 32 == 0 else GGML_F16
+        expected[name] = (list(reversed(shape)), ttype, vals, hf in merged)
+    if cfg.get("rope_scaling") and (cfg["rope_scaling"].get("rope_type") or cfg["rope_scaling"].get("type")) == "llama3":
+        expected["rope_freqs.weight"] = ([head_dim // 2], GGML_F32, llama3_factors(cfg, head_dim), True)
+    got = {t["name"]: t for t in tensors}
+    expect(sorted(got) == sorted(expected), "tensors %s, expected %s" % (sorted(got), sorted(expected)))
+    summary = {"tensors": len(tensors), "q8_0_tensors": 0, "f16_tensors": 0, "f32_tensors": 0, "q8_0_blocks": 0,
+               "max_q8_0_err_over_d": 0.0, "merged": sorted(gguf_name(m) for m in merged)}
+    for name, (dims, ttype, vals, approx) in sorted(expected.items()):
+        t = got[name]
+        expect(t["dims"] == dims, "%s: dims %s, expected %s" % (name, t["dims"], dims))
+        expect(t["type"] == ttype, "%s: type %s, expected %s" % (name, TYPE_NAMES.get(t["type"]), TYPE_NAMES[ttype]))
+        blocks, worst = check_values(name, t, decode(data, t, data_start), vals, approx)
+        summary["%s_tensors" % TYPE_NAMES[ttype].lower()] += 1
+        summary["q8_0_blocks"] += blocks
+        summary["max_q8_0_err_over_d"] = max(summary["max_q8_0_err_over_d"], worst)
+    tok_dir = args.tokenizer or args.model
+    summary.update(check_metadata(kv, args, cfg, tok_dir))
+    print(json.dumps(summary, sort_keys=True))
+
+
+def dump(path):
+    data, kv, tensors, align, data_start = parse_gguf(path)
+    meta = {k: (v[2][:8] if v[0] == 9 else v[1]) for k, v in kv.items()}
+    print(json.dumps({"metadata": meta, "tensors": tensors, "data_start": data_start}, indent=1))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("dump")
+    d.add_argument("file")
+    c = sub.add_parser("check")
+    c.add_argument("--gguf", required=True)
+    c.add_argument("--model", required=True, help="the folder with config.json and the base weights")
+    c.add_argument("--adapter", help="a PEFT adapter merged into the weights")
+    c.add_argument("--tokenizer", help="the folder with tokenizer.json (default: --model)")
+    c.add_argument("--type", required=True, choices=["f16", "q8_0"])
+    c.add_argument("--pre", required=True)
+    c.add_argument("--name", required=True)
+    args = p.parse_args()
+    try:
+        check(args) if args.cmd == "check" else dump(args.file)
+    except Fail as e:
+        print("gguf check failed: %s" % e)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,327 @@
+// GGUF export (trainer/gguf_export.h) end to end: the real sftctl-trainer writes tiny random
+// llama / qwen2 / qwen3 models, tied and untied, f16 and q8_0, and a merged LoRA, and an
+// independent reader written from the GGUF specification (tests/reference/gguf_reader.py, Python
+// standard library) checks every tensor and metadata value against the source folder.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/bpe_vocab.h"
+#include "tests/trainer/test_util.h"
+#include "tests/util/command.h"
+#include "trainer/hf_checkpoint.h"
+#include "trainer/lora.h"
+#include "trainer/model.h"
+
+namespace sftctl::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using sftctl::testing::Bin;
+using sftctl::testing::CommandResult;
+using sftctl::testing::RunCommand;
+using sftctl::testing::TempDir;
+using sftctl::testing::WriteText;
+
+constexpr const char* kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+std::string ByteLevel(const std::string& raw) { return bpe_internal::BytesToByteLevel(raw); }
+
+// A byte-level BPE tokenizer.json: the 256 bytes, 5 merges, then `added` tokens (special
+// unless named "<think>") from id 261.
+json TokenizerJson(const std::string& regex, const std::vector<std::string>& added,
+                   const json& post_processor) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[ByteLevel(std::string(1, static_cast<char>(b)))] = b;
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"h", "e"}, {"l", "l"}, {"he", "ll"}, {" ", "w"}, {"o", "r"}};
+  json merge_list = json::array();
+  int next = 256;
+  for (const auto& [a, b] : merges) {
+    vocab[ByteLevel(a + b)] = next++;
+    merge_list.push_back(ByteLevel(a) + " " + ByteLevel(b));
+  }
+  json added_tokens = json::array();
+  for (const std::string& t : added) {
+    added_tokens.push_back({{"id", next++},
+                            {"content", t},
+                            {"special", t != "<think>"},
+                            {"lstrip", false},
+                            {"rstrip", false},
+                            {"normalized", false},
+                            {"single_word", false}});
+  }
+  json pre = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  return {{"version", "1.0"},
+          {"added_tokens", added_tokens},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", pre},
+          {"post_processor", post_processor},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"vocab", vocab}, {"merges", merge_list}}}};
+}
+
+constexpr const char* kTemplate =
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+// Writes a random model of `config` (config.json + model.safetensors, every parameter random)
+// with the tokenizer files for its family into `dir`.
+void WriteModel(const std::string& dir, const json& config, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto c = ParseModelConfig(config, "test");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  CausalLM m(*c);
+  NamedTensors params;
+  {
+    torch::NoGradGuard g;
+    for (const auto& p : m->named_parameters()) {
+      p.value().copy_(torch::randn(p.value().sizes()) * 0.05);
+      params.emplace_back(p.key(), p.value());
+    }
+    // One all-zero Q8_0 block (scale 0).
+    m->named_parameters()["model.embed_tokens.weight"][3].slice(0, 0, 32).zero_();
+  }
+  ASSERT_TRUE(SaveHfModel(FileSystem::Default(), dir, *c, params).ok());
+  const std::string type = config["model_type"];
+  if (type == "llama") {
+    json post = {{"type", "TemplateProcessing"},
+                 {"single",
+                  {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                   {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                 {"pair", json::array()},
+                 {"special_tokens", json::object()}};
+    WriteText(
+        dir + "/tokenizer.json",
+        TokenizerJson(kLlama3Regex, {"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"}, post).dump());
+    WriteText(
+        dir + "/tokenizer_config.json",
+        json{{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"}, {"chat_template", kTemplate}}
+            .dump());
+  } else {
+    WriteText(dir + "/tokenizer.json",
+              TokenizerJson(kQwen2Regex, {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>"}, nullptr)
+                  .dump());
+    json tc = {{"bos_token", nullptr}, {"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"}};
+    if (type == "qwen3") {
+      tc["add_bos_token"] = false;
+      tc["chat_template"] =
+          json::array({{{"name", "default"}, {"template", kTemplate}},
+                       {{"name", "tool_use"}, {"template", std::string("{{ tools }}") + kTemplate}}});
+    } else {
+      tc["chat_template"] = kTemplate;
+    }
+    WriteText(dir + "/tokenizer_config.json", tc.dump());
+  }
+}
+
+// hidden 64 (q/k/v/o, gate, up rows: Q8_0), intermediate 80 (down's rows of 80: stay F16).
+json Config(const std::string& type, bool tied) {
+  json j = {{"model_type", type},          {"vocab_size", 300},
+            {"hidden_size", 64},           {"intermediate_size", 80},
+            {"num_hidden_layers", 2},      {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},    {"max_position_embeddings", 128},
+            {"tie_word_embeddings", tied}, {"rms_norm_eps", 1e-5},
+            {"eos_token_id", 263}};
+  if (type != "llama") j["bos_token_id"] = 261;
+  if (type == "qwen3") j["head_dim"] = 32;  // != 64 / 4: key_length / value_length written
+  if (type == "llama") {
+    j["rope_theta"] = 500000.0;
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 64}};
+  }
+  return j;
+}
+
+CommandResult Export(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {Bin("sftctl-trainer"), "export"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
+}
+
+// Runs the reader's check; returns its JSON summary (null on failure, with the output logged).
+json Check(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {
+      "python3", std::string(SFTCTL_SOURCE_DIR) + "/tests/reference/gguf_reader.py", "check"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  CommandResult r = RunCommand(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  if (r.exit_code != 0) return nullptr;
+  return json::parse(r.output, nullptr, false);
+}
+
+struct Case {
+  std::string type;
+  bool tied;
+  std::string weights;  // f16 | q8_0
+  std::string pre;
+  // Expected: tensors in the file, of them Q8_0, F16, F32.
+  int tensors, q8_0, f16, f32;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.type << " " << c.weights; }
+
+class GgufExport : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GgufExport, ReaderFindsEveryTensorAndKey) {
+  const Case& k = GetParam();
+  TempDir tmp("gguf");
+  const std::string model = tmp.path() + "/" + k.type + "-model";
+  WriteModel(model, Config(k.type, k.tied), 7);
+  const std::string out = tmp.path() + "/out.gguf";
+  CommandResult r = Export({"--model", model, "--gguf", out, "--type", k.weights});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + out), std::string::npos) << r.output;
+  json s = Check(
+      {"--gguf", out, "--model", model, "--type", k.weights, "--pre", k.pre, "--name", k.type + "-model"});
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["tensors"], k.tensors);
+  EXPECT_EQ(s["q8_0_tensors"], k.q8_0);
+  EXPECT_EQ(s["f16_tensors"], k.f16);
+  EXPECT_EQ(s["f32_tensors"], k.f32);
+  EXPECT_EQ(s["vocab"], 300);  // 256 bytes + 5 merges + added tokens, padded to the 300 embedding rows
+  EXPECT_EQ(s["merges"], 5);
+  if (k.weights == "q8_0") {
+    EXPECT_GT(s["q8_0_blocks"].get<int>(), 0);
+    EXPECT_LE(s["max_q8_0_err_over_d"].get<double>(), 0.5 + 1e-6);
+    EXPECT_GT(s["max_q8_0_err_over_d"].get<double>(), 0.4);  // the bound is reached, not trivially met
+  }
+  if (k.type == "llama") {
+    EXPECT_EQ(s["bos"], 261);
+    EXPECT_EQ(s["eos"], 263);
+    EXPECT_TRUE(s["pad"].is_null());
+    EXPECT_EQ(s["add_bos"], true);  // from the post_processor
+    EXPECT_EQ(s["chat_templates"], json::array({"tokenizer.chat_template"}));
+  } else {
+    EXPECT_EQ(s["bos"], 261);  // config.json's bos_token_id: tokenizer_config's bos_token is null
+    EXPECT_EQ(s["eos"], 263);
+    EXPECT_EQ(s["pad"], 261);
+    EXPECT_EQ(s["add_bos"], false);
+  }
+  if (k.type == "qwen3") {
+    EXPECT_EQ(s["chat_templates"],
+              json::array({"tokenizer.chat_template", "tokenizer.chat_template.tool_use"}));
+  }
+  EXPECT_FALSE(fs::exists(out + ".tmp-gguf"));
+}
+
+// Per layer: 2 norms + q, k, v, o + gate, up, down (+ q/k/v biases for qwen2, q/k norms for qwen3);
+// plus token_embd, output_norm, output (untied) and rope_freqs (llama's llama3 scaling).
+// Q8_0 with rows of 64: q, k, v, gate, up (o's rows are heads * head_dim: 64 or 128), token_embd,
+// output; down (rows of 80) stays F16.
+INSTANTIATE_TEST_SUITE_P(
+    Families, GgufExport,
+    ::testing::Values(Case{"llama", false, "q8_0", "llama-bpe", 2 * 9 + 4, 2 * 6 + 2, 2 * 1, 2 * 2 + 2},
+                      Case{"qwen2", true, "f16", "qwen2", 2 * 12 + 2, 0, 2 * 7 + 1, 2 * 5 + 1},
+                      Case{"qwen3", false, "q8_0", "qwen2", 2 * 11 + 3, 2 * 6 + 2, 2 * 1, 2 * 4 + 1}),
+    [](const ::testing::TestParamInfo<Case>& i) { return i.param.type + "_" + i.param.weights; });
+
+// A LoRA adapter merged into a llama base: the reader recomputes W + (alpha/r)·B·A from the two
+// folders (then reorders q/k rows) and finds it in the file, within one fp16 step.
+TEST(GgufExportLora, MergedWeightsEqualBasePlusScaledBA) {
+  TempDir tmp("gguf-lora");
+  const std::string base = tmp.path() + "/base", adapter = tmp.path() + "/adapter";
+  json config = Config("llama", true);
+  WriteModel(base, config, 11);
+  auto c = ParseModelConfig(config, "test");
+  ASSERT_TRUE(c.ok());
+  CausalLM m(*c);
+  LoraSpec spec;
+  spec.r = 4;
+  spec.alpha = 16;
+  spec.target_modules = {"q_proj", "k_proj", "v_proj"};
+  ASSERT_TRUE(ApplyLora(m, spec).ok());
+  {
+    torch::NoGradGuard g;
+    for (const auto& p : m->named_parameters()) {
+      if (p.key().find(".lora_") != std::string::npos) p.value().copy_(torch::randn(p.value().sizes()) * 0.2);
+    }
+  }
+  fs::create_directories(adapter);
+  ASSERT_TRUE(SaveAdapter(FileSystem::Default(), adapter, m, spec, base).ok());
+  const std::string out = tmp.path() + "/merged.gguf";
+  CommandResult r = Export({"--model", base, "--merge", "--adapter", adapter, "--gguf", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  json s = Check({"--gguf", out, "--model", base, "--adapter", adapter, "--type", "f16", "--pre", "llama-bpe",
+                  "--name", "base"});
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["merged"], json::array({"blk.0.attn_k.weight", "blk.0.attn_q.weight", "blk.0.attn_v.weight",
+                                      "blk.1.attn_k.weight", "blk.1.attn_q.weight", "blk.1.attn_v.weight"}));
+  // The same reader rejects the file as the plain base: the merge changed those weights.
+  CommandResult plain =
+      RunCommand({"python3", std::string(SFTCTL_SOURCE_DIR) + "/tests/reference/gguf_reader.py", "check",
+                  "--gguf", out, "--model", base, "--type", "f16", "--pre", "llama-bpe", "--name", "base"});
+  EXPECT_EQ(plain.exit_code, 1);
+  EXPECT_NE(plain.output.find("gguf check failed: blk.0.attn_k.weight["), std::string::npos) << plain.output;
+}
+
+// Errors: the specific message, a non-zero exit, and neither OUT nor its temporary left behind.
+void ExpectRefused(const std::vector<std::string>& args, const std::string& out, const std::string& message,
+                   int exit_code = 2) {
+  CommandResult r = Export(args);
+  EXPECT_EQ(r.exit_code, exit_code) << r.output;
+  EXPECT_NE(r.output.find("error: " + message), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".tmp-gguf"));
+}
+
+TEST(GgufExportErrors, NameTheProblem) {
+  TempDir tmp("gguf-err");
+  const std::string out = tmp.path() + "/out.gguf";
+
+  const std::string qwen = tmp.path() + "/qwen2";
+  WriteModel(qwen, Config("qwen2", true), 3);
+  ExpectRefused({"--model", qwen, "--gguf", out, "--type", "q4_0"}, out,
+                "--type must be f16 or q8_0, got 'q4_0'");
+
+  json mistral = Config("qwen2", false);
+  mistral["model_type"] = "mistral";
+  mistral["sliding_window"] = 16;
+  mistral.erase("bos_token_id");
+  const std::string mdir = tmp.path() + "/mistral";
+  WriteModel(mdir, mistral, 4);
+  ExpectRefused(
+      {"--model", mdir, "--gguf", out}, out,
+      mdir +
+          "/config.json: field 'sliding_window': 16 is shorter than max_position_embeddings 128: GGUF "
+          "export writes the llama, qwen2 and qwen3 architectures");
+
+  // A model trained with the built-in byte tokenizer (as a checkpoint records it).
+  const std::string byte = tmp.path() + "/byte";
+  json cfg = Config("llama", true);
+  cfg.erase("rope_scaling");
+  WriteModel(byte, cfg, 5);
+  fs::remove(byte + "/tokenizer.json");
+  fs::remove(byte + "/tokenizer_config.json");
+  WriteText(byte + "/sftctl_tokenizer.json", "{\"type\": \"byte\"}\n");
+  ExpectRefused({"--model", byte, "--gguf", out}, out,
+                byte +
+                    ": the model uses sftctl's built-in byte tokenizer (sftctl_tokenizer.json), which has no "
+                    "GGUF form");
+  fs::remove(byte + "/sftctl_tokenizer.json");
+  ExpectRefused({"--model", byte, "--gguf", out}, out, byte + "/tokenizer.json: not found");
+
+  // An existing OUT is never overwritten.
+  WriteText(out, "keep");
+  CommandResult r = Export({"--model", qwen, "--gguf", out});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("error: output file '" + out + "' already exists"), std::string::npos) << r.output;
+  std::ifstream in(out);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep");
+}
+
+}  // namespace
+}  // namespace sftctl::trainer
