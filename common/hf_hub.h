@@ -31,7 +31,7 @@
 
 #include "common/file_system.h"
 #include "common/http_client.h"
-#include "common/spec.h"  // IsHubPath
+#include "common/hub_path.h"
 #include "common/status.h"
 
 namespace sftctl {

@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/hub_path.h"
+
 namespace sftctl {
 namespace {
 

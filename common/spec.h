@@ -14,30 +14,21 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "common/status.h"
 
 namespace sftctl {
 
-// model.path, data.train and data.eval may name files on the Hugging Face Hub:
-// hf://[datasets/]ORG/NAME[@REVISION][/PATH] (common/hf_hub.h). Such paths are kept as written (not
-// resolved against the spec's folder, not checked by CheckSpecFiles): the agent, or `run --local`,
-// downloads them before the trainer starts (common/hub_spec.h).
-inline constexpr std::string_view kHubScheme = "hf://";
-inline bool IsHubPath(std::string_view s) { return s.substr(0, kHubScheme.size()) == kHubScheme; }
-
 struct ModelSpec {
-  // A Hugging Face-style folder (config.json + model.safetensors), or hf://ORG/NAME[@REV]. Empty when
-  // `config` is set.
+  // A Hugging Face-style folder (config.json + model.safetensors). Empty when `config` is set.
   std::string path;
   // An inline config.json object for a from-scratch model. Null when `path` is set.
   nlohmann::json config;
 };
 
 struct DataSpec {
-  std::vector<std::string> train;  // JSONL files (or hf://datasets/ORG/NAME/FILE), required.
+  std::vector<std::string> train;  // JSONL files, required.
   std::vector<std::string> eval;   // held-out JSONL files, optional.
   double eval_fraction = 0.0;      // without eval files: fraction of train held out.
   std::string format = "auto";     // auto | text | prompt_completion | messages

@@ -9,34 +9,27 @@
 
 #include "tests/agent/agent_test_util.h"
 #include "tests/util/fake_hub.h"
+#include "tests/util/file_util.h"
 
 namespace sftctl::agent::testing {
 namespace {
 
 using ::sftctl::testing::FakeHub;
+using ::sftctl::testing::ReadWholeFile;
+using ::sftctl::testing::WriteWholeFile;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 constexpr const char* kToken = "hf_agent_test_token_5f1c";
 
-void Write(const std::string& path, const std::string& data) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << data;
-}
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 class AgentHubTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string model = dir_.path() + "/repo-model";
-    Write(model + "/config.json", R"({"model_type": "qwen2"})");
-    Write(model + "/model.safetensors", "safetensors bytes of a tiny model");
-    Write(model + "/pytorch_model.bin", "not fetched");
-    Write(dir_.path() + "/repo-data/train.jsonl", "{\"text\": \"hello\"}\n");
+    WriteWholeFile(model + "/config.json", R"({"model_type": "qwen2"})");
+    WriteWholeFile(model + "/model.safetensors", "safetensors bytes of a tiny model");
+    WriteWholeFile(model + "/pytorch_model.bin", "not fetched");
+    WriteWholeFile(dir_.path() + "/repo-data/train.jsonl", "{\"text\": \"hello\"}\n");
     nlohmann::json config = {{"token", kToken},
                              {"repos",
                               {{"org/tiny", {{"dir", model}, {"gated", true}}},
@@ -86,10 +79,11 @@ TEST_F(AgentHubTest, DownloadsModelAndDataBeforeTheTrainerAndKeepsTheTokenOutOfE
   const std::string models = hf_home_ + "/hub/models--org--tiny/snapshots";
   ASSERT_TRUE(fs::is_directory(models));
   const std::string snapshot = fs::directory_iterator(models)->path().string();
-  const nlohmann::json spec = nlohmann::json::parse(Read(done.job_dir() + "/spec.json"));
+  const nlohmann::json spec = nlohmann::json::parse(ReadWholeFile(done.job_dir() + "/spec.json"));
   EXPECT_EQ(spec["model"]["path"], snapshot);
-  EXPECT_EQ(Read(spec["data"]["train"][0].get<std::string>()), "{\"text\": \"hello\"}\n");
-  EXPECT_EQ(Read(hf_home_ + "/hub/models--org--tiny/refs/main"), fs::path(snapshot).filename().string());
+  EXPECT_EQ(ReadWholeFile(spec["data"]["train"][0].get<std::string>()), "{\"text\": \"hello\"}\n");
+  EXPECT_EQ(ReadWholeFile(hf_home_ + "/hub/models--org--tiny/refs/main"),
+            fs::path(snapshot).filename().string());
 
   // ... and the trainer read the downloaded model folder (the stub lists it), without other formats.
   std::vector<std::string> lines = StdoutByRank(agent_.Events(job.id(), 0, false))[0];
@@ -122,11 +116,11 @@ TEST_F(AgentHubTest, DownloadsModelAndDataBeforeTheTrainerAndKeepsTheTokenOutOfE
     for (const auto& p : paths) {
       if (!fs::is_regular_file(fs::symlink_status(p))) continue;
       ++files;
-      EXPECT_EQ(Read(p.string()).find(kToken), std::string::npos) << "token written to " << p;
+      EXPECT_EQ(ReadWholeFile(p.string()).find(kToken), std::string::npos) << "token written to " << p;
     }
   }
   EXPECT_GT(files, 5);  // state db, journal, spec.json, rank logs, the log
-  EXPECT_THAT(Read(dir_.path() + "/sftd-stderr.log"),
+  EXPECT_THAT(ReadWholeFile(dir_.path() + "/sftd-stderr.log"),
               HasSubstr("downloading 2 path(s) from the Hugging Face Hub"));
 }
 

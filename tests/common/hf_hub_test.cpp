@@ -15,6 +15,7 @@
 #include "common/hub_spec.h"
 #include "common/sha256.h"
 #include "tests/util/fake_hub.h"
+#include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 
@@ -22,8 +23,10 @@ namespace sftctl {
 namespace {
 
 using ::sftctl::testing::FakeHub;
+using ::sftctl::testing::ReadWholeFile;
 using ::sftctl::testing::StatusIs;
 using ::sftctl::testing::TempDir;
+using ::sftctl::testing::WriteWholeFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
@@ -45,16 +48,6 @@ std::string GitBlobSha1(const std::string& data) {
   return Sha1Hex("blob " + std::to_string(data.size()) + std::string(1, '\0') + data);
 }
 
-void Write(const std::string& path, const std::string& data) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << data;
-}
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 class HfHubTest : public ::testing::Test {
  protected:
   static constexpr size_t kWeights = 300000;
@@ -67,12 +60,12 @@ class HfHubTest : public ::testing::Test {
     weights_.resize(kWeights);
     for (auto& c : weights_) c = static_cast<char>(rng());
     const std::string model = tmp_.path() + "/repo-model";
-    Write(model + "/config.json", kConfig);
-    Write(model + "/tokenizer.json", kTokenizer);
-    Write(model + "/model.safetensors", weights_);
-    Write(model + "/pytorch_model.bin", "other weights format");
-    Write(model + "/README.md", "# tiny");
-    Write(tmp_.path() + "/repo-data/sft/train.jsonl", "{\"text\": \"hi\"}\n");
+    WriteWholeFile(model + "/config.json", kConfig);
+    WriteWholeFile(model + "/tokenizer.json", kTokenizer);
+    WriteWholeFile(model + "/model.safetensors", weights_);
+    WriteWholeFile(model + "/pytorch_model.bin", "other weights format");
+    WriteWholeFile(model + "/README.md", "# tiny");
+    WriteWholeFile(tmp_.path() + "/repo-data/sft/train.jsonl", "{\"text\": \"hi\"}\n");
     config_ = {{"token", kToken},
                {"repos",
                 {{"org/tiny", {{"dir", model}}},
@@ -155,7 +148,7 @@ TEST_F(HfHubTest, ModelLandsInTheStandardCacheLayout) {
   EXPECT_EQ(snap->path, snap->folder);
   EXPECT_THAT(snap->files, ElementsAre("config.json", "model.safetensors", "tokenizer.json"));
   EXPECT_EQ(snap->files_downloaded, 3);
-  EXPECT_EQ(Read(repo + "/refs/main"), commit);
+  EXPECT_EQ(ReadWholeFile(repo + "/refs/main"), commit);
 
   const std::string weights_sha = Sha256Hex(weights_);
   const std::string config_etag = GitBlobSha1(kConfig);
@@ -167,7 +160,7 @@ TEST_F(HfHubTest, ModelLandsInTheStandardCacheLayout) {
   EXPECT_EQ(blobs, want);  // no .incomplete left, no other weight format
   EXPECT_EQ(fs::read_symlink(snap->folder + "/model.safetensors").string(), "../../blobs/" + weights_sha);
   EXPECT_EQ(fs::read_symlink(snap->folder + "/config.json").string(), "../../blobs/" + config_etag);
-  EXPECT_EQ(Read(snap->folder + "/model.safetensors"), weights_);
+  EXPECT_EQ(ReadWholeFile(snap->folder + "/model.safetensors"), weights_);
   EXPECT_FALSE(fs::exists(snap->folder + "/pytorch_model.bin"));
   EXPECT_FALSE(fs::exists(snap->folder + "/README.md"));
 }
@@ -279,7 +272,7 @@ TEST_F(HfHubTest, DatasetFileAndSpecFieldsResolveToCachedPaths) {
   EXPECT_EQ(spec["data"]["train"][0],
             cache_ + "/datasets--org--data/snapshots/" + data_commit + "/sft/train.jsonl");
   EXPECT_EQ(spec["data"]["train"][1], "/local/eval.jsonl");
-  EXPECT_EQ(Read(spec["data"]["train"][0]), "{\"text\": \"hi\"}\n");
+  EXPECT_EQ(ReadWholeFile(spec["data"]["train"][0]), "{\"text\": \"hi\"}\n");
   EXPECT_EQ(fs::read_symlink(cache_ + "/datasets--org--data/snapshots/" + data_commit + "/sft/train.jsonl")
                 .string(),
             "../../../blobs/" + Sha256Hex("{\"text\": \"hi\"}\n"));
@@ -310,7 +303,7 @@ TEST_F(HfHubTest, DiskErrorsNameThePathAndLinkNothing) {
 
 TEST(HubOptionsTest, EnvironmentNamesEndpointCacheAndToken) {
   TempDir tmp("hf-env");
-  Write(tmp.path() + "/home/token", "hf_from_file\n");
+  WriteWholeFile(tmp.path() + "/home/token", "hf_from_file\n");
   ::setenv("HF_HOME", (tmp.path() + "/home").c_str(), 1);
   ::setenv("HF_ENDPOINT", "http://127.0.0.1:9/", 1);
   ::unsetenv("HF_HUB_CACHE");
