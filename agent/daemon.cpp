@@ -248,6 +248,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   cfg.poll = std::chrono::milliseconds(std::max(10, opts.poll_ms));
   cfg.default_heartbeat_s = static_cast<uint32_t>(std::max(1, opts.heartbeat_s));
   cfg.rendezvous_addr = RendezvousAddr(opts);
+  cfg.hub = HubOptionsFromEnvironment();  // HF_ENDPOINT, HF_HOME / HF_HUB_CACHE, the host's token
   Supervisor supervisor(cfg, store->get(), &blobs);
   if (Status s = supervisor.Start(); !s.ok()) return fail(s.ToString());
 

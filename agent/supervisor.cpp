@@ -17,6 +17,8 @@
 #include "agent/job_spec.h"
 #include "agent/launcher.h"
 #include "common/file_system.h"
+#include "common/hub_spec.h"
+#include "common/json_parse.h"
 #include "common/net_addr.h"
 #include "common/process_util.h"
 
@@ -139,7 +141,11 @@ StatusOr<::sftctl::v1::Rendezvous> NodeRendezvous(const ::sftctl::v1::SubmitJobR
 }  // namespace
 
 Supervisor::Supervisor(SupervisorConfig config, StateStore* store, BlobStore* blobs)
-    : config_(std::move(config)), store_(store), blobs_(blobs), scheduler_(config_.gpus, config_.cpu_slots) {}
+    : config_(std::move(config)),
+      store_(store),
+      blobs_(blobs),
+      scheduler_(config_.gpus, config_.cpu_slots),
+      hub_(config_.hub) {}
 
 Supervisor::~Supervisor() { Stop(); }
 
@@ -151,7 +157,14 @@ Status Supervisor::Start() {
   using Guard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
   work_ = std::make_unique<Guard>(io_.get_executor());
   blocking_work_ = std::make_unique<Guard>(blocking_io_.get_executor());
-  boost::asio::post(io_, [this] { Schedule(); });
+  boost::asio::post(io_, [this] {
+    for (const std::string& id : recovered_hub_) {  // downloads a previous agent left unfinished
+      auto rec = store_->GetJob(id);
+      if (rec.ok()) QueueJob(&*rec, "");
+    }
+    recovered_hub_.clear();
+    Schedule();
+  });
   auto loop = [](boost::asio::io_context* io, const char* name) {
     try {
       io->run();
@@ -167,6 +180,7 @@ Status Supervisor::Start() {
 
 void Supervisor::Stop() {
   if (!thread_.joinable()) return;
+  hub_.Stop();
   blocking_work_.reset();
   blocking_io_.stop();
   blocking_thread_.join();
@@ -253,15 +267,60 @@ Status Supervisor::Transition(JobRecord* rec, Journal* journal, JobState state, 
 void Supervisor::PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done) {
   bool created = false;
   StatusOr<JobRecord> rec = CreateJob(req, &created);
-  boost::asio::post(io_, [this, rec = std::move(rec), created, done]() mutable {
+  boost::asio::post(io_, [this, rec = std::move(rec), created, done, token = req.hf_token()]() mutable {
     if (rec.ok() && created) {
-      scheduler_.Enqueue(rec->id, rec->gpus, rec->gpus > 0 ? 0 : rec->world_size);
-      Schedule();
+      QueueJob(&*rec, token);
       auto it = runs_.find(rec->id);
       if (it != runs_.end()) rec = it->second->rec;  // launched at once
     }
     done(std::move(rec));
   });
+}
+
+// On the event thread. A spec with hf:// paths goes to the HubFetcher first (the job stays QUEUED,
+// its reason says what downloads); any other job is queued for launch.
+void Supervisor::QueueJob(JobRecord* rec, const std::string& token) {
+  auto spec = ParseJson(rec->spec_json, rec->id + " spec");
+  const std::vector<HubSpecField> fields = spec.ok() ? HubSpecFields(*spec) : std::vector<HubSpecField>();
+  if (fields.empty()) {
+    scheduler_.Enqueue(rec->id, rec->gpus, rec->gpus > 0 ? 0 : rec->world_size);
+    Schedule();
+    return;
+  }
+  std::string what;
+  for (const HubSpecField& f : fields) what += (what.empty() ? "" : ", ") + f.value;
+  auto journal = JournalFor(rec->id);
+  Status st = journal.ok() ? Transition(rec, journal->get(), JobState::QUEUED,
+                                        "downloading from the Hugging Face Hub: " + what)
+                           : journal.status();
+  if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
+  downloading_.insert(rec->id);
+  hub_.Fetch({rec->id, rec->job_dir, rec->spec_json, token},
+             [this](const std::string& id, StatusOr<std::string> spec_json) {
+               boost::asio::post(io_, [this, id, spec_json = std::move(spec_json)]() mutable {
+                 FinishHubFetch(id, std::move(spec_json));
+               });
+             });
+  Schedule();  // the stats count the download as queued
+}
+
+// On the event thread: the download ended. A job cancelled meanwhile stays cancelled.
+void Supervisor::FinishHubFetch(const std::string& job_id, StatusOr<std::string> spec_json) {
+  downloading_.erase(job_id);
+  auto rec = store_->GetJob(job_id);
+  auto journal = JournalFor(job_id);
+  Status st = !rec.ok() ? rec.status() : journal.status();
+  if (st.ok() && rec->state == JobState::QUEUED) {
+    if (!spec_json.ok()) {
+      st = Transition(&*rec, journal->get(), JobState::FAILED, "download: " + spec_json.status().message());
+    } else {
+      rec->spec_json = std::move(*spec_json);
+      st = Transition(&*rec, journal->get(), JobState::QUEUED, "downloaded from the Hugging Face Hub");
+      if (st.ok()) scheduler_.Enqueue(rec->id, rec->gpus, rec->gpus > 0 ? 0 : rec->world_size);
+    }
+  }
+  if (!st.ok()) spdlog::error("{}: {}", job_id, st.ToString());
+  Schedule();
 }
 
 // The job's record, folders, spec.json and journal (blocking thread; runs one at a time, so two
@@ -342,6 +401,8 @@ void Supervisor::DoCancel(const std::string& job_id, const JobCallback& done) {
       return FailedPreconditionError("job " + job_id + " already finished: " + JobStateName(rec.state));
     }
     scheduler_.Dequeue(job_id);
+    hub_.Cancel(job_id);
+    downloading_.erase(job_id);
     SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(job_id));
     SFT_RETURN_IF_ERROR(Transition(&rec, journal.get(), JobState::CANCELLED, "cancelled by user"));
     Schedule();
@@ -358,7 +419,7 @@ void Supervisor::Schedule() {
   }
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.running = static_cast<uint32_t>(runs_.size());
-  stats_.queued = static_cast<uint32_t>(scheduler_.queued());
+  stats_.queued = static_cast<uint32_t>(scheduler_.queued() + downloading_.size());
   stats_.gpus_total = scheduler_.gpus_total();
   stats_.gpus_free = scheduler_.gpus_free();
 }
@@ -770,7 +831,12 @@ Status Supervisor::Recover() {
     if (rec.state == JobState::QUEUED) {
       SFT_RETURN_IF_ERROR(JournalFor(rec.id).status());  // opened (replayed) now, not at launch
       if (IsMultiNode(rec) && rec.rendezvous.node_rank() == 0) HostName();  // DNS too
-      scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : rec.world_size);
+      auto spec = ParseJson(rec.spec_json, rec.id + " spec");
+      if (spec.ok() && !HubSpecFields(*spec).empty()) {
+        recovered_hub_.push_back(rec.id);  // its download starts with the event thread
+      } else {
+        scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : rec.world_size);
+      }
       continue;
     }
     if (rec.state != JobState::RUNNING && rec.state != JobState::CANCELLING) continue;

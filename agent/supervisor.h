@@ -15,7 +15,10 @@
 // methods may be called from any thread: they post to that thread and report through a callback that
 // runs there (it must not block). The slow parts of a submit (validating the spec, stat-ing and
 // linking blobs, writing spec.json, the SQLite insert, opening the journal) and the periodic progress
-// saves run on a second, "blocking" thread, in order. A job's final state is committed to the
+// saves run on a second, "blocking" thread, in order. A job whose spec has hf:// paths stays QUEUED
+// ("downloading from the Hugging Face Hub: ...") while a HubFetcher resolves them on a third thread
+// with the token of its SubmitJobRequest (kept in memory only); it is queued for launch once they are
+// downloaded, or FAILED with the Hub's error. A job's final state is committed to the
 // StateStore only after the state-change event is journaled and fsynced.
 #pragma once
 
@@ -31,11 +34,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "agent/blob_store.h"
+#include "agent/hub_fetcher.h"
 #include "agent/journal.h"
 #include "agent/launcher.h"
 #include "agent/scheduler.h"
@@ -59,6 +64,8 @@ struct SupervisorConfig {
   const Clock* clock = Clock::Real();
   // Multi-node jobs: the master_addr reported for node 0 (see docs/agent.md, "Multi-node jobs").
   std::string rendezvous_addr = "127.0.0.1";
+  // hf:// paths: the Hub endpoint, the host's HF cache and token (HubOptionsFromEnvironment()).
+  HubOptions hub;
 };
 
 struct SupervisorStats {
@@ -126,6 +133,9 @@ class Supervisor {
   };
 
   void PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done);
+  // Queues a QUEUED job for launch, or first for its hf:// download (`token`: the client's, or "").
+  void QueueJob(JobRecord* rec, const std::string& token);
+  void FinishHubFetch(const std::string& job_id, StatusOr<std::string> spec_json);
   StatusOr<JobRecord> CreateJob(const ::sftctl::v1::SubmitJobRequest& req, bool* created);
   void DoCancel(const std::string& job_id, const JobCallback& done);
   Status Recover();
@@ -183,6 +193,9 @@ class Supervisor {
   std::string host_name_;  // HostName()
   Scheduler scheduler_;
   std::map<std::string, std::unique_ptr<Run>> runs_;  // event thread only
+  HubFetcher hub_;
+  std::set<std::string> downloading_;       // event thread only: jobs whose hf:// paths are fetched
+  std::vector<std::string> recovered_hub_;  // QUEUED jobs found at Recover with hf:// paths
 
   mutable std::mutex journals_mu_;
   std::map<std::string, std::shared_ptr<Journal>> journals_;

@@ -2,7 +2,8 @@
 // With --ranks N > 1 the trainer runs as N torch.distributed ranks (client/local_launcher.h); auto = one
 // rank per GPU that `nvidia-smi -L` lists, else 1.
 //
-// The client resolves the YAML spec (defaults, relative paths, validation), writes the
+// The client resolves the YAML spec (defaults, relative paths, validation), downloads its hf:// paths
+// into the Hugging Face cache (client/hub_download.h), writes the
 // canonical JSON into the run folder, and runs sftctl-trainer on it: the trainer is the same
 // binary the agent runs on GPU hosts, so local and remote runs behave the same.
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "client/commands.h"
 #include "client/demo.h"
+#include "client/hub_download.h"
 #include "client/local_launcher.h"
 #include "client/trainer_exec.h"
 #include "common/file_system.h"
@@ -91,6 +93,8 @@ int Run(const RunArgs& a) {
   if (!canonical.ok()) return fail(canonical.status());
   if (Status s = CheckSpecFiles(*canonical); !s.ok()) return fail(s);
   spec = *canonical;
+  // hf:// paths: downloaded into the Hugging Face cache here, as the agent does on a host.
+  if (Status s = ResolveHubPathsLocally(&spec); !s.ok()) return fail(s);
 
   FileSystem* fs = FileSystem::Default();
   if (Status s = fs->CreateDirs(spec.output_dir); !s.ok()) return fail(s);

@@ -21,6 +21,7 @@
 #include "client/remote_spec.h"
 #include "client/ssh/ssh_config.h"
 #include "client/uploader.h"
+#include "common/hub_spec.h"
 #include "common/net_addr.h"
 
 namespace sftctl::client {
@@ -168,6 +169,9 @@ v1::SubmitJobRequest BaseRequest(const SubmitArgs& a, const RemoteSpec& spec, co
   base.set_max_restarts(a.max_restarts);
   base.set_heartbeat_timeout_s(a.heartbeat_s);
   base.set_stop_when_done(a.stop_when_done);
+  // hf:// paths are downloaded by the agent: it gets this machine's token for gated repositories, in
+  // a field it never stores (proto SubmitJobRequest.hf_token).
+  if (!HubSpecFields(spec.json).empty()) base.set_hf_token(HubOptionsFromEnvironment().token);
   return base;
 }
 

@@ -25,5 +25,7 @@ void RegisterLogsCommand(CLI::App& app, CommandContext& ctx);
 void RegisterPullCommand(CLI::App& app, CommandContext& ctx);
 void RegisterJobCommands(CLI::App& app, CommandContext& ctx);
 void RegisterPlotCommand(CLI::App& app, CommandContext& ctx);
+// `download`: a Hugging Face Hub repository into the local cache (cmd_download.cpp).
+void RegisterDownloadCommand(CLI::App& app, CommandContext& ctx);
 
 }  // namespace sftctl::client

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   sftctl::client::RegisterPullCommand(app, ctx);
   sftctl::client::RegisterJobCommands(app, ctx);
   sftctl::client::RegisterPlotCommand(app, ctx);
+  sftctl::client::RegisterDownloadCommand(app, ctx);
 
   try {
     app.parse(argc, argv);

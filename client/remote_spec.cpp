@@ -7,6 +7,7 @@
 #include <map>
 #include <type_traits>
 
+#include "common/hub_spec.h"
 #include "common/sha256.h"
 #include "common/spec_yaml.h"
 
@@ -83,6 +84,16 @@ Status AddFile(const std::string& pointer, const std::string& field, const std::
   return OkStatus();
 }
 
+// The spec's hf:// references must parse; they are not uploaded: the agent downloads them.
+Status CheckHubPaths(const nlohmann::json& spec, std::vector<std::string>* notes) {
+  for (const HubSpecField& f : HubSpecFields(spec)) {
+    StatusOr<HubRef> ref = ParseHubRef(f.value);
+    if (!ref.ok()) return ref.status().WithContext("field '" + f.field + "'");
+    notes->push_back(f.field + " " + f.value + " is downloaded by the agent from the Hugging Face Hub");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<RemoteSpec> LoadRemoteSpec(const std::string& path, const std::vector<std::string>& sets,
@@ -102,17 +113,20 @@ StatusOr<RemoteSpec> LoadRemoteSpec(const std::string& path, const std::vector<s
   r.json = ToJson(r.spec);
   r.hosts = SpecHosts(r.spec);
   const JobSpec& s = r.spec;
+  SFT_RETURN_IF_ERROR(CheckHubPaths(r.json, &r.notes));
   for (size_t i = 0; i < s.data.train.size(); ++i) {
+    if (IsHubPath(s.data.train[i])) continue;
     SFT_RETURN_IF_ERROR(AddFile("/data/train/" + std::to_string(i), "data.train", s.data.train[i], &r.files));
   }
   for (size_t i = 0; i < s.data.eval.size(); ++i) {
+    if (IsHubPath(s.data.eval[i])) continue;
     SFT_RETURN_IF_ERROR(AddFile("/data/eval/" + std::to_string(i), "data.eval", s.data.eval[i], &r.files));
   }
   const std::string& ct = s.data.chat_template;
   if (ct != "auto" && ct != "chatml" && ct != "qwen3" && ct != "llama3") {
     SFT_RETURN_IF_ERROR(AddFile("/data/chat_template", "data.chat_template", ct, &r.files));
   }
-  if (!s.model.path.empty()) {
+  if (!s.model.path.empty() && !IsHubPath(s.model.path)) {
     if (IsDir(s.model.path)) {
       SFT_RETURN_IF_ERROR(AddFolder("/model/path", "model.path", s.model.path, &r.files));
     } else {

@@ -5,8 +5,9 @@
 // this machine travel as blobs: data.train / data.eval files (must exist), data.chat_template when it
 // is a file, and model.path / tokenizer / resume when they are local folders (one blob per file; dot
 // files and dot folders such as .git and .cache are skipped; symlinks are followed). A model.path that
-// is not a folder here is kept as a path on the host. output_dir is ignored (the agent owns the job
-// folder).
+// is not a folder here is kept as a path on the host; hf:// paths (model.path, data.train, data.eval)
+// are checked and kept: the agent downloads them from the Hugging Face Hub. output_dir is ignored (the
+// agent owns the job folder).
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/hub_path.h"
+
 namespace sftctl {
 namespace {
 
@@ -154,7 +156,7 @@ class ObjectReader {
   }
 
   static std::string Resolve(const std::string& p, const std::string& base_dir) {
-    if (p.empty() || base_dir.empty() || p[0] == '/') return p;
+    if (p.empty() || base_dir.empty() || p[0] == '/' || IsHubPath(p)) return p;
     return (std::filesystem::path(base_dir) / p).lexically_normal().string();
   }
 
@@ -408,6 +410,7 @@ json ToJson(const JobSpec& s) {
 
 Status CheckSpecFiles(const JobSpec& spec) {
   auto check = [](const std::string& field, const std::string& path) -> Status {
+    if (IsHubPath(path)) return OkStatus();  // downloaded before the trainer starts (common/hub_spec.h)
     struct stat st;
     if (::stat(path.c_str(), &st) != 0)
       return NotFoundError("field '" + field + "': file '" + path + "' does not exist");
@@ -417,7 +420,7 @@ Status CheckSpecFiles(const JobSpec& spec) {
   };
   for (const auto& f : spec.data.train) SFT_RETURN_IF_ERROR(check("data.train", f));
   for (const auto& f : spec.data.eval) SFT_RETURN_IF_ERROR(check("data.eval", f));
-  if (!spec.model.path.empty()) {
+  if (!spec.model.path.empty() && !IsHubPath(spec.model.path)) {
     SFT_RETURN_IF_ERROR(check("model.path", spec.model.path + "/config.json"));
   }
   return OkStatus();

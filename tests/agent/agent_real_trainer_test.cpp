@@ -8,6 +8,7 @@
 #include "common/sha256.h"
 #include "common/spec.h"
 #include "tests/agent/agent_test_util.h"
+#include "tests/util/fake_hub.h"
 
 namespace sftctl::agent::testing {
 namespace {
@@ -217,6 +218,58 @@ TEST(AgentRealTrainer, TwoAgentsRunOneJobAsTwoNodes) {
   EXPECT_TRUE(std::filesystem::exists(done0.job_dir() + "/run/checkpoint-000003/DONE"))
       << "node 0 (rank 0) holds the checkpoint";
   EXPECT_FALSE(std::filesystem::exists(done1.job_dir() + "/run/checkpoint-000003"));
+}
+
+// model.path and data.train as hf:// paths: a model the trainer saved is served by a fake Hugging
+// Face Hub (tests/util/fake_hub.py, HF_ENDPOINT), downloaded by the agent into its HF cache and
+// fine-tuned by the real trainer.
+TEST(AgentRealTrainer, FineTunesAModelFromTheHub) {
+  TempDir dir;
+  std::string base_run;
+  {
+    Agent a(dir.path() + "/base");
+    ASSERT_TRUE(a.Start({"--trainer", Bin("sftctl-trainer")}));
+    v1::Job job;
+    ASSERT_TRUE(a.stub()->SubmitJob(a.Ctx().get(), TinyJob(a, 2, 1), &job).ok());
+    v1::Job done = a.WaitState(job.id(), v1::SUCCEEDED);
+    ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+    base_run = done.job_dir() + "/run/checkpoint-000002";
+  }
+  std::filesystem::create_directories(dir.path() + "/data");
+  std::ofstream(dir.path() + "/data/train.jsonl") << AdditionData();
+  ::sftctl::testing::FakeHub hub;
+  nlohmann::json config = {
+      {"repos", {{"org/tiny", {{"dir", base_run}}}, {"datasets/org/data", {{"dir", dir.path() + "/data"}}}}}};
+  ASSERT_TRUE(hub.Start(dir.path(), config));
+  ::setenv("HF_ENDPOINT", hub.url().c_str(), 1);
+  ::setenv("HF_HOME", (dir.path() + "/hf").c_str(), 1);
+  Agent a(dir.path() + "/ft");
+  const bool started = a.Start({"--trainer", Bin("sftctl-trainer")});
+  ::unsetenv("HF_ENDPOINT");
+  ::unsetenv("HF_HOME");
+  ASSERT_TRUE(started);
+
+  JobSpec spec;
+  spec.name = "from-hub";
+  spec.tokenizer = "byte";
+  spec.precision = "fp32";
+  spec.model.path = "hf://org/tiny";
+  spec.data.train = {"hf://datasets/org/data/train.jsonl"};
+  spec.train.batch_size = 4;
+  spec.train.max_steps = 2;
+  v1::SubmitJobRequest req;
+  req.set_spec_json(ToJson(spec).dump());
+  req.set_cpu_ranks(1);
+  v1::Job job;
+  ASSERT_TRUE(a.stub()->SubmitJob(a.Ctx().get(), req, &job).ok());
+  v1::Job done = a.WaitState(job.id(), v1::SUCCEEDED);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.last_step(), 2);
+  std::ifstream in(done.job_dir() + "/spec.json");
+  const nlohmann::json used = nlohmann::json::parse(in);
+  const std::string snapshots = dir.path() + "/hf/hub/models--org--tiny/snapshots/";
+  EXPECT_EQ(used["model"]["path"].get<std::string>().rfind(snapshots, 0), 0u) << used["model"]["path"];
+  EXPECT_TRUE(std::filesystem::exists(done.job_dir() + "/run/checkpoint-000002/DONE"));
 }
 
 }  // namespace

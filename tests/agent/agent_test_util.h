@@ -116,6 +116,10 @@ class Agent {
       // The agent dies with the test process, so a crashed test cannot leak it.
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       ::dup2(p[1], 1);
+      if (!stderr_file_.empty()) {  // the agent's log, for tests that read it
+        const int log = ::open(stderr_file_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (log >= 0) ::dup2(log, 2);
+      }
       ::execv(argv[0], argv.data());
       _exit(127);
     }
@@ -141,6 +145,9 @@ class Agent {
     stub_ = v1::Agent::NewStub(channel_);
     return ::testing::AssertionSuccess();
   }
+
+  // Sends the agent's stderr (its log) to `path` (appended) from the next Start on.
+  void set_stderr_file(std::string path) { stderr_file_ = std::move(path); }
 
   // SIGTERM and wait (graceful stop).
   void Stop() { Signal(SIGTERM); }
@@ -228,6 +235,7 @@ class Agent {
   }
 
   std::string data_dir_;
+  std::string stderr_file_;
   pid_t pid_ = 0;
   nlohmann::json ready_;
   std::string token_;

@@ -131,7 +131,8 @@ int main(int argc, char** argv) {
       if (!e.is_regular_file()) continue;
       std::ifstream f(e.path());
       std::string content((std::istreambuf_iterator<char>(f)), {});
-      lines.push_back("entry " + fs::relative(e.path(), dir).string() + " " + content);
+      lines.push_back("entry " + e.path().lexically_relative(dir).string() + " " +
+                      content);  // its name here, not its link target
     }
     std::sort(lines.begin(), lines.end());
     for (auto& l : lines) std::cout << l << std::endl;

@@ -282,6 +282,35 @@ TEST(RemoteSpec, FindsTheLocalFilesAndFoldersAndTheHosts) {
   EXPECT_NE(r->notes[0].find("used as a path on the host"), std::string::npos);
 }
 
+// hf:// paths are the agent's to download: kept as written (not resolved against the spec's folder),
+// not uploaded, each with a note; a malformed one is refused naming the field.
+TEST(RemoteSpec, KeepsHubPathsForTheAgent) {
+  TempDir tmp;
+  std::string yaml = ReadFile(WriteTinyJob(tmp.path(), 2));
+  yaml = yaml.substr(0, yaml.find("model:")) + "model:\n  path: hf://Qwen/Qwen2.5-0.5B@v1\n" +
+         yaml.substr(yaml.find("data:"));
+  yaml.replace(yaml.find("train: data/train.jsonl"), 23, "train: hf://datasets/org/sft/train.jsonl");
+  WriteFile(tmp.path() + "/hub.yaml", yaml);
+  auto r = client::LoadRemoteSpec(tmp.path() + "/hub.yaml", {}, "");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->json["model"]["path"], "hf://Qwen/Qwen2.5-0.5B@v1");
+  EXPECT_EQ(r->json["data"]["train"][0], "hf://datasets/org/sft/train.jsonl");
+  std::vector<std::string> got;
+  for (const auto& f : r->files) got.push_back(f.json_pointer);
+  EXPECT_EQ(got, (std::vector<std::string>{"/data/eval/0"}));
+  EXPECT_EQ(r->notes,
+            (std::vector<std::string>{
+                "model.path hf://Qwen/Qwen2.5-0.5B@v1 is downloaded by the agent from the Hugging Face Hub",
+                "data.train hf://datasets/org/sft/train.jsonl is downloaded by the agent from the "
+                "Hugging Face Hub"}));
+
+  yaml.replace(yaml.find("hf://Qwen/Qwen2.5-0.5B@v1"), 25, "hf://Qwen");
+  WriteFile(tmp.path() + "/bad.yaml", yaml);
+  EXPECT_EQ(client::LoadRemoteSpec(tmp.path() + "/bad.yaml", {}, "").status().message(),
+            "field 'model.path': Hub reference 'hf://Qwen': names no ORG/NAME "
+            "(expected hf://[datasets/]ORG/NAME[@REVISION][/PATH])");
+}
+
 TEST(RemoteOptions, ExitCodesAndEventRendering) {
   EXPECT_EQ(client::ExitCodeFor(InvalidArgumentError("x")), 2);
   EXPECT_EQ(client::ExitCodeFor(NotFoundError("x")), 2);

@@ -1,0 +1,86 @@
+#include "agent/hub_fetcher.h"
+
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/file_system.h"
+#include "common/hub_spec.h"
+#include "common/json_parse.h"
+
+namespace sftctl::agent {
+
+HubFetcher::HubFetcher(HubOptions options) : options_(std::move(options)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+HubFetcher::~HubFetcher() { Stop(); }
+
+void HubFetcher::Fetch(HubFetchTask task, Done done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_.erase(task.job_id);
+  queue_.emplace_back(std::move(task), std::move(done));
+  cv_.notify_one();
+}
+
+void HubFetcher::Cancel(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    it = it->first.job_id == job_id ? queue_.erase(it) : std::next(it);
+  }
+  if (current_ == job_id) cancelled_.insert(job_id);
+}
+
+void HubFetcher::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    queue_.clear();
+    cv_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void HubFetcher::Loop() {
+  for (;;) {
+    std::pair<HubFetchTask, Done> item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      current_ = item.first.job_id;
+    }
+    StatusOr<std::string> spec = Resolve(item.first);
+    item.first.token.clear();
+    bool dropped = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current_.clear();
+      dropped = stop_ || cancelled_.erase(item.first.job_id) > 0;
+    }
+    if (!spec.ok())
+      spdlog::warn("{}: Hugging Face download failed: {}", item.first.job_id, spec.status().message());
+    if (!dropped) item.second(item.first.job_id, std::move(spec));
+  }
+}
+
+StatusOr<std::string> HubFetcher::Resolve(const HubFetchTask& task) {
+  SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ParseJson(task.spec_json, task.job_id + " spec.json"));
+  HubOptions o = options_;
+  if (!task.token.empty()) o.token = task.token;
+  const std::string id = task.job_id;
+  o.cancelled = [this, id] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stop_ || cancelled_.count(id) > 0;
+  };
+  HubDownloader downloader(std::move(o));
+  spdlog::info("{}: downloading {} path(s) from the Hugging Face Hub", id, HubSpecFields(spec).size());
+  SFT_RETURN_IF_ERROR(ResolveHubSpec(&spec, &downloader));
+  std::string json = spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), task.job_dir + "/spec.json", json));
+  return json;
+}
+
+}  // namespace sftctl::agent

@@ -1,0 +1,64 @@
+// HubFetcher: downloads the hf:// paths of queued jobs (common/hub_spec.h) into the host's Hugging
+// Face cache on its own thread, one job at a time, so that neither gRPC reactions nor the
+// supervisor's event and blocking threads wait for the network.
+//
+// A job's Hugging Face token travels in its task only: it is used for the download and dropped with
+// the task, never written or logged. On success the job's spec.json is rewritten (atomically) with the
+// local paths before `done` runs.
+//
+// Thread safety: Fetch and Cancel may be called from any thread. `done` runs on the fetcher's thread
+// and must not block (post it on). Stop cancels the download in progress, drops the queued ones
+// without calling their `done`, and joins the thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "common/hf_hub.h"
+#include "common/status.h"
+
+namespace sftctl::agent {
+
+struct HubFetchTask {
+  std::string job_id;
+  std::string job_dir;    // spec.json is rewritten here
+  std::string spec_json;  // the stored spec, with hf:// paths
+  std::string token;      // the client's token; "" = the host's (HubOptions::token)
+};
+
+class HubFetcher {
+ public:
+  // StatusOr<the resolved spec JSON>.
+  using Done = std::function<void(const std::string& job_id, StatusOr<std::string> spec_json)>;
+
+  // `options`: endpoint, cache and the host's token (HubOptionsFromEnvironment()).
+  explicit HubFetcher(HubOptions options);
+  ~HubFetcher();
+  HubFetcher(const HubFetcher&) = delete;
+  HubFetcher& operator=(const HubFetcher&) = delete;
+
+  void Fetch(HubFetchTask task, Done done);
+  // Stops `job_id`'s download (CANCELLED) or drops it from the queue (`done` is then not called).
+  void Cancel(const std::string& job_id);
+  void Stop();
+
+ private:
+  void Loop();
+  StatusOr<std::string> Resolve(const HubFetchTask& task);
+
+  HubOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<HubFetchTask, Done>> queue_;
+  std::set<std::string> cancelled_;
+  std::string current_;  // the job being downloaded
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace sftctl::agent

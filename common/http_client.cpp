@@ -1,0 +1,202 @@
+#include "common/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+
+#include "common/version.h"
+
+namespace sftctl {
+namespace {
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string Trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+bool IsRedirect(long status) {
+  return status == 301 || status == 302 || status == 303 || status == 307 || status == 308;
+}
+
+// The state of one transfer (one hop of a redirect chain), shared with libcurl's callbacks.
+struct Transfer {
+  CURL* curl = nullptr;
+  bool follow = false;
+  const HttpSink* sink = nullptr;
+  const HttpHeadersCheck* check = nullptr;
+  HttpResponse resp;
+  bool checked = false;
+  Status abort;  // why a callback stopped the transfer
+
+  // The final response's status and headers are known at its first body byte (or at its end).
+  bool Final() const { return !(follow && IsRedirect(resp.status)); }
+
+  Status RunCheck() {
+    checked = true;
+    if (check == nullptr || !*check || !Final()) return OkStatus();
+    return (*check)(resp);
+  }
+};
+
+size_t OnHeader(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  std::string_view line(data, size * n);
+  if (line.rfind("HTTP/", 0) == 0) {  // a new response (after 1xx): start over
+    t->resp.headers.clear();
+    t->resp.status = 0;
+    size_t sp = line.find(' ');
+    if (sp != std::string_view::npos) t->resp.status = std::atol(std::string(line.substr(sp + 1, 3)).c_str());
+    return size * n;
+  }
+  size_t colon = line.find(':');
+  if (colon != std::string_view::npos) {
+    t->resp.headers[Lower(Trim(line.substr(0, colon)))] = Trim(line.substr(colon + 1));
+  }
+  return size * n;
+}
+
+size_t OnBody(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t bytes = size * n;
+  if (!t->checked) {
+    t->abort = t->RunCheck();
+    if (!t->abort.ok()) return 0;
+  }
+  if (!t->Final()) return bytes;  // a redirect's body: discarded
+  t->resp.body_bytes += bytes;
+  if (t->sink != nullptr && *t->sink) {
+    if (!(*t->sink)(std::string_view(data, bytes))) {
+      t->abort = CancelledError("download of " + t->resp.url + " stopped");
+      return 0;
+    }
+  } else {
+    t->resp.body.append(data, bytes);
+  }
+  return bytes;
+}
+
+void GlobalInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+class Curl final : public HttpClient {
+ public:
+  StatusOr<HttpResponse> Send(const HttpRequest& req, const HttpSink& sink,
+                              const HttpHeadersCheck& check) override {
+    GlobalInit();
+    std::string url = req.url;
+    const std::string origin = UrlOrigin(req.url);
+    for (int hop = 0;; ++hop) {
+      SFT_ASSIGN_OR_RETURN(HttpResponse r, SendOnce(req, url, UrlOrigin(url) == origin, sink, check));
+      if (!req.follow_redirects || !IsRedirect(r.status)) return r;
+      auto loc = r.headers.find("location");
+      if (loc == r.headers.end()) return r;
+      if (hop + 1 >= kMaxRedirects) return UnavailableError("too many redirects from " + req.url);
+      url = ResolveUrl(url, loc->second);
+      if (UrlOrigin(url).empty())
+        return InvalidArgumentError("bad redirect from " + r.url + ": " + loc->second);
+    }
+  }
+
+ private:
+  // One hop. The Authorization header goes only to the request's own origin.
+  StatusOr<HttpResponse> SendOnce(const HttpRequest& req, const std::string& url, bool same_origin,
+                                  const HttpSink& sink, const HttpHeadersCheck& check) {
+    Transfer t;
+    t.curl = curl_easy_init();
+    if (t.curl == nullptr) return InternalError("libcurl: cannot create a handle");
+    t.follow = req.follow_redirects;
+    t.sink = &sink;
+    t.check = &check;
+    t.resp.url = url;
+    curl_slist* headers = nullptr;
+    for (const auto& [name, value] : req.headers) {
+      if (!same_origin && Lower(name) == "authorization") continue;
+      headers = curl_slist_append(headers, (name + ": " + value).c_str());
+    }
+    const std::string agent = std::string("sftctl/") + kVersion;
+    const long stall = static_cast<long>(req.stall_timeout.count());
+    curl_easy_setopt(t.curl, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(t.curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(t.curl, CURLOPT_USERAGENT, agent.c_str());
+    curl_easy_setopt(t.curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(t.curl, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(t.curl, CURLOPT_CONNECTTIMEOUT, stall);
+    curl_easy_setopt(t.curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(t.curl, CURLOPT_LOW_SPEED_TIME, stall);
+    if (req.method == "HEAD") curl_easy_setopt(t.curl, CURLOPT_NOBODY, 1L);
+    curl_easy_setopt(t.curl, CURLOPT_HEADERFUNCTION, OnHeader);
+    curl_easy_setopt(t.curl, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(t.curl, CURLOPT_WRITEFUNCTION, OnBody);
+    curl_easy_setopt(t.curl, CURLOPT_WRITEDATA, &t);
+    const CURLcode rc = curl_easy_perform(t.curl);
+    long code = 0;
+    curl_easy_getinfo(t.curl, CURLINFO_RESPONSE_CODE, &code);
+    if (code != 0) t.resp.status = code;
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(t.curl);
+    if (!t.abort.ok()) return t.abort;
+    if (rc != CURLE_OK) {
+      return UnavailableError(req.method + " " + url + ": " + curl_easy_strerror(rc) + " (after " +
+                              std::to_string(t.resp.body_bytes) + " body bytes)");
+    }
+    if (!t.checked) SFT_RETURN_IF_ERROR(t.RunCheck());  // a response without a body
+    return t.resp;
+  }
+};
+
+}  // namespace
+
+HttpClient* CurlHttpClient() {
+  static Curl* client = new Curl();
+  return client;
+}
+
+std::string UrlOrigin(std::string_view url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string_view::npos || scheme == 0) return "";
+  size_t end = url.find_first_of("/?#", scheme + 3);
+  std::string origin = Lower(std::string(url.substr(0, end == std::string_view::npos ? url.size() : end)));
+  if (origin.size() == scheme + 3) return "";  // no host
+  return origin;
+}
+
+std::string ResolveUrl(std::string_view base, std::string_view location) {
+  if (!UrlOrigin(location).empty()) return std::string(location);
+  const std::string origin = UrlOrigin(base);
+  if (location.rfind("//", 0) == 0)
+    return std::string(base.substr(0, base.find("://") + 1)) + std::string(location);
+  if (!location.empty() && location[0] == '/') return origin + std::string(location);
+  std::string_view path = base.substr(origin.size());
+  path = path.substr(0, path.find_first_of("?#"));
+  const size_t slash = path.rfind('/');
+  return origin + std::string(slash == std::string_view::npos ? "/" : path.substr(0, slash + 1)) +
+         std::string(location);
+}
+
+std::string UrlEncode(std::string_view s, bool keep_slash) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace sftctl
