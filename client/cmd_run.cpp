@@ -144,7 +144,7 @@ void RegisterRunCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("-o,--output", args->output_dir, "Run folder (overrides the spec's output_dir)");
   cmd->add_option("--max-steps", args->max_steps, "Override train.max_steps")->check(CLI::PositiveNumber);
   cmd->add_option("--device", args->device, "Override device: auto, cpu, cuda, cuda:N, mps");
-  cmd->add_option("--precision", args->precision, "Override precision: auto, fp32, bf16");
+  cmd->add_option("--precision", args->precision, "Override precision: auto, fp32, bf16, fp16 (CUDA)");
   cmd->add_option("--seed", args->seed, "Override the seed")->check(CLI::NonNegativeNumber);
   cmd->add_option("--set", args->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)");
   cmd->add_option("--ranks", args->ranks,

@@ -193,7 +193,7 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
   if (!(s.device == "auto" || s.device == "cpu" || s.device == "mps" || s.device.rfind("cuda", 0) == 0)) {
     return top.Error("device", "must be auto, cpu, cuda, cuda:N or mps, got '" + s.device + "'");
   }
-  SFT_RETURN_IF_ERROR(top.Choice("precision", &s.precision, {"auto", "fp32", "bf16"}));
+  SFT_RETURN_IF_ERROR(top.Choice("precision", &s.precision, {"auto", "fp32", "bf16", "fp16"}));
   SFT_RETURN_IF_ERROR(top.Int("threads", &s.threads, 0));
   SFT_RETURN_IF_ERROR(top.String("tokenizer", &s.tokenizer));
   if (s.tokenizer != "auto" && s.tokenizer != "byte")
@@ -235,6 +235,8 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
       s.data.chat_template = ObjectReader::Resolve(s.data.chat_template, base_dir);
     }
     SFT_RETURN_IF_ERROR(r.Bool("packing", &s.data.packing));
+    SFT_RETURN_IF_ERROR(r.Int("max_samples", &s.data.max_samples, 0));
+    SFT_RETURN_IF_ERROR(r.Int("max_eval_samples", &s.data.max_eval_samples, 0));
     SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
   }
 
@@ -403,6 +405,9 @@ json ToJson(const JobSpec& s) {
       {"checkpoint", {{"interval", s.checkpoint.interval}, {"keep", s.checkpoint.keep}}},
   };
   out["lora"] = lora;
+  // Knobs added later appear only when set, so an older agent's trainer still takes the spec.
+  if (s.data.max_samples > 0) out["data"]["max_samples"] = s.data.max_samples;
+  if (s.data.max_eval_samples > 0) out["data"]["max_eval_samples"] = s.data.max_eval_samples;
   out["distributed"] = {{"timeout_s", s.distributed.timeout_s}, {"bucket_mb", s.distributed.bucket_mb}};
   out["hosts"] = s.hosts;
   return out;

@@ -37,6 +37,10 @@ struct DataSpec {
   // llama3 | <FILE> (a chat template or tokenizer_config.json). See common/chat_template.h.
   std::string chat_template = "auto";
   bool packing = false;  // pack the samples of a micro-batch into shared rows (block-causal)
+  // Smoke-test knobs: > 0 keeps only the first N kept samples of data.train / data.eval (file
+  // order, before eval_fraction holds some out); 0: all.
+  int64_t max_samples = 0;
+  int64_t max_eval_samples = 0;
 };
 
 struct TrainSpec {
@@ -92,7 +96,7 @@ struct JobSpec {
   std::string resume = "auto";  // auto | never | <checkpoint folder>
   int64_t seed = 1234;
   std::string device = "auto";     // auto | cpu | cuda | cuda:N | mps
-  std::string precision = "auto";  // auto | fp32 | bf16
+  std::string precision = "auto";  // auto | fp32 | bf16 | fp16 (CUDA, loss scaling)
   int64_t threads = 0;             // CPU threads for LibTorch; 0: all cores.
   std::string tokenizer = "auto";  // auto | byte | <folder with tokenizer.json>
   ModelSpec model;

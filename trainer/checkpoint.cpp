@@ -23,9 +23,14 @@ bool ParseStep(const std::string& name, int64_t* step) {
 }  // namespace
 
 nlohmann::json TrainerState::ToJson() const {
-  return {{"step", step},           {"epoch", epoch},
-          {"position", position},   {"tokens_seen", tokens_seen},
-          {"bad_steps", bad_steps}, {"elapsed_s", elapsed_s}};
+  nlohmann::json j = {{"step", step},           {"epoch", epoch},
+                      {"position", position},   {"tokens_seen", tokens_seen},
+                      {"bad_steps", bad_steps}, {"elapsed_s", elapsed_s}};
+  if (loss_scale > 0) {
+    j["loss_scale"] = loss_scale;
+    j["loss_scale_good_steps"] = loss_scale_good_steps;
+  }
+  return j;
 }
 
 StatusOr<TrainerState> TrainerState::FromJson(const nlohmann::json& j, const std::string& source) {
@@ -37,6 +42,8 @@ StatusOr<TrainerState> TrainerState::FromJson(const nlohmann::json& j, const std
     s.tokens_seen = j.at("tokens_seen").get<int64_t>();
     s.bad_steps = j.at("bad_steps").get<int64_t>();
     s.elapsed_s = j.at("elapsed_s").get<double>();
+    s.loss_scale = j.value("loss_scale", 0.0);
+    s.loss_scale_good_steps = j.value("loss_scale_good_steps", int64_t{0});
   } catch (const nlohmann::json::exception& e) {
     return DataLossError(source + ": " + e.what());
   }

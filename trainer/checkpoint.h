@@ -35,6 +35,9 @@ struct TrainerState {
   int64_t tokens_seen = 0;  // training tokens processed
   int64_t bad_steps = 0;    // consecutive skipped (non-finite) steps
   double elapsed_s = 0;     // training wall time so far
+  // fp16 dynamic loss scaling (trainer/loss_scaler.h); 0: the run does not scale its loss.
+  double loss_scale = 0;
+  int64_t loss_scale_good_steps = 0;
   nlohmann::json ToJson() const;
   static StatusOr<TrainerState> FromJson(const nlohmann::json& j, const std::string& source);
 };

@@ -30,7 +30,8 @@ TokenCache::~TokenCache() {
 
 StatusOr<std::shared_ptr<TokenCache>> TokenCache::Build(const std::string& path,
                                                         const std::vector<std::string>& files,
-                                                        SampleEncoder& encoder, DataStats* stats) {
+                                                        SampleEncoder& encoder, DataStats* stats,
+                                                        int64_t max_samples) {
   std::shared_ptr<TokenCache> cache(new TokenCache());
   cache->path_ = path;
   {
@@ -39,17 +40,23 @@ StatusOr<std::shared_ptr<TokenCache>> TokenCache::Build(const std::string& path,
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, &std::fclose);
     std::vector<uint32_t> buf;
     for (const auto& file : files) {
-      SFT_RETURN_IF_ERROR(encoder.ScanFile(file, stats, [&](EncodedSample& s) -> Status {
-        buf.resize(s.ids.size());
-        for (size_t t = 0; t < s.ids.size(); ++t) {
-          if (s.ids[t] < 0) return InternalError("negative token id in '" + file + "'");
-          buf[t] = static_cast<uint32_t>(s.ids[t]) | (s.trained[t] ? 0x80000000u : 0u);
-        }
-        if (std::fwrite(buf.data(), sizeof(uint32_t), buf.size(), f) != buf.size())
-          return ErrnoError("cannot write token cache", path, errno);
-        cache->offsets_.push_back(cache->offsets_.back() + buf.size());
-        return OkStatus();
-      }));
+      const int64_t kept = static_cast<int64_t>(cache->offsets_.size()) - 1;
+      if (max_samples > 0 && kept >= max_samples) break;
+      const int64_t limit = max_samples > 0 ? max_samples - kept : -1;
+      SFT_RETURN_IF_ERROR(encoder.ScanFile(
+          file, stats,
+          [&](EncodedSample& s) -> Status {
+            buf.resize(s.ids.size());
+            for (size_t t = 0; t < s.ids.size(); ++t) {
+              if (s.ids[t] < 0) return InternalError("negative token id in '" + file + "'");
+              buf[t] = static_cast<uint32_t>(s.ids[t]) | (s.trained[t] ? 0x80000000u : 0u);
+            }
+            if (std::fwrite(buf.data(), sizeof(uint32_t), buf.size(), f) != buf.size())
+              return ErrnoError("cannot write token cache", path, errno);
+            cache->offsets_.push_back(cache->offsets_.back() + buf.size());
+            return OkStatus();
+          },
+          limit));
     }
     if (std::fflush(f) != 0) return ErrnoError("cannot write token cache", path, errno);
   }
@@ -81,8 +88,8 @@ StatusOr<Dataset> LoadDataset(const JobSpec& spec, const Tokenizer& tok, const s
   if (ec) return ErrnoError("cannot create folder", dir, ec.value());
 
   Dataset d;
-  SFT_ASSIGN_OR_RETURN(auto train,
-                       TokenCache::Build(dir + "/train.tokens", spec.data.train, encoder, &d.train_stats));
+  SFT_ASSIGN_OR_RETURN(auto train, TokenCache::Build(dir + "/train.tokens", spec.data.train, encoder,
+                                                     &d.train_stats, spec.data.max_samples));
   if (train->size() == 0) {
     return InvalidArgumentError("field 'data.train': no sample has a trainable token (all " +
                                 std::to_string(d.train_stats.dropped) + " dropped after truncation to " +
@@ -91,8 +98,8 @@ StatusOr<Dataset> LoadDataset(const JobSpec& spec, const Tokenizer& tok, const s
   std::vector<int64_t> train_idx(static_cast<size_t>(train->size()));
   for (size_t i = 0; i < train_idx.size(); ++i) train_idx[i] = static_cast<int64_t>(i);
   if (!spec.data.eval.empty()) {
-    SFT_ASSIGN_OR_RETURN(auto eval,
-                         TokenCache::Build(dir + "/eval.tokens", spec.data.eval, encoder, &d.eval_stats));
+    SFT_ASSIGN_OR_RETURN(auto eval, TokenCache::Build(dir + "/eval.tokens", spec.data.eval, encoder,
+                                                      &d.eval_stats, spec.data.max_eval_samples));
     std::vector<int64_t> eval_idx(static_cast<size_t>(eval->size()));
     for (size_t i = 0; i < eval_idx.size(); ++i) eval_idx[i] = static_cast<int64_t>(i);
     d.eval = SampleSet(std::move(eval), std::move(eval_idx));

@@ -61,9 +61,11 @@ class TokenCache {
   TokenCache& operator=(const TokenCache&) = delete;
 
   // Encodes `files` with `encoder` into `path` and maps it. Stats accumulate into `stats`.
+  // `max_samples` > 0 stops after that many kept samples (in file order); later files are not read.
   static StatusOr<std::shared_ptr<TokenCache>> Build(const std::string& path,
                                                      const std::vector<std::string>& files,
-                                                     SampleEncoder& encoder, DataStats* stats);
+                                                     SampleEncoder& encoder, DataStats* stats,
+                                                     int64_t max_samples = 0);
 
   int64_t size() const { return static_cast<int64_t>(offsets_.size()) - 1; }
   SampleView Get(int64_t i) const {

@@ -1,6 +1,7 @@
 #include "trainer/device.h"
 
 #include <ATen/autocast_mode.h>
+#include <fmt/format.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -50,26 +51,50 @@ StatusOr<DevicePlan> ChooseDevice(const std::string& device, const std::string& 
     plan.device = torch::kCPU;
   }
 
+  const std::optional<ComputeCapability> cc =
+      plan.device.is_cuda() ? CudaComputeCapability(plan.device.index()) : std::nullopt;
+  SFT_RETURN_IF_ERROR(PickPrecision(precision, plan.device.is_cpu() && CpuHasNativeBf16(), cc, &plan));
+  return plan;
+}
+
+Status PickPrecision(const std::string& precision, bool cpu_native_bf16,
+                     const std::optional<ComputeCapability>& cuda_cc, DevicePlan* plan) {
+  const torch::Device& d = plan->device;
+  const bool cuda_bf16 = !cuda_cc || cuda_cc->major >= 8;
+  const std::string cc_text = cuda_cc ? fmt::format("{}.{}", cuda_cc->major, cuda_cc->minor) : "unknown";
   if (precision == "bf16") {
-    if (plan.device.is_mps())
+    if (d.is_mps())
       return FailedPreconditionError("field 'precision': bf16 is not supported on MPS; use fp32");
-    plan.bf16 = true;
-    plan.reason = "bf16 requested";
+    plan->bf16 = true;
+    plan->reason = "bf16 requested";
+    if (d.is_cuda() && !cuda_bf16)
+      plan->reason += " (compute capability " + cc_text + " emulates bf16 slowly; fp16 is native there)";
+  } else if (precision == "fp16") {
+    if (!d.is_cuda()) {
+      return FailedPreconditionError("field 'precision': fp16 (with loss scaling) needs a CUDA device; on " +
+                                     d.str() + " use fp32" + (d.is_cpu() ? " or bf16" : ""));
+    }
+    plan->fp16 = plan->loss_scaling = true;
+    plan->reason = "fp16 requested: fp16 autocast with dynamic loss scaling";
   } else if (precision == "fp32") {
-    plan.reason = "fp32 requested";
-  } else if (plan.device.is_cuda()) {
-    plan.bf16 = true;
-    plan.reason = "CUDA: bf16 autocast with fp32 master weights";
-  } else if (plan.device.is_mps()) {
-    plan.reason = "MPS: fp32 (fp16/bf16 autocast is unreliable there)";
-  } else if (CpuHasNativeBf16()) {
-    plan.bf16 = true;
-    plan.reason =
+    plan->reason = "fp32 requested";
+  } else if (d.is_cuda() && !cuda_bf16) {
+    plan->fp16 = plan->loss_scaling = true;
+    plan->reason = "CUDA compute capability " + cc_text +
+                   " has no bf16: fp16 autocast with dynamic loss scaling, fp32 master weights";
+  } else if (d.is_cuda()) {
+    plan->bf16 = true;
+    plan->reason = "CUDA: bf16 autocast with fp32 master weights";
+  } else if (d.is_mps()) {
+    plan->reason = "MPS: fp32 (fp16/bf16 autocast is unreliable there)";
+  } else if (cpu_native_bf16) {
+    plan->bf16 = true;
+    plan->reason =
         "CPU with native bf16: bf16 autocast (measured not to hurt learning, see docs/precision.md)";
   } else {
-    plan.reason = "CPU without native bf16: fp32";
+    plan->reason = "CPU without native bf16: fp32";
   }
-  return plan;
+  return OkStatus();
 }
 
 // LibTorch 2.4 made autocast device-generic and deprecated the per-device calls (a -Werror build
@@ -143,13 +168,14 @@ AutocastRestore::~AutocastRestore() { ApplyAutocast(saved_); }
 void SetAutocastCache(bool enabled) { at::autocast::set_autocast_cache_enabled(enabled); }
 
 AutocastScope::AutocastScope(const DevicePlan& plan) {
-  if (!plan.bf16) return;
+  if (!plan.bf16 && !plan.fp16) return;
+  const at::ScalarType dtype = plan.fp16 ? at::kHalf : at::kBFloat16;
   if (plan.device.is_cpu()) {
     cpu_ = true;
-    SetAutocast(at::kCPU, true, at::kBFloat16);
+    SetAutocast(at::kCPU, true, dtype);
   } else if (plan.device.is_cuda()) {
     cuda_ = true;
-    SetAutocast(at::kCUDA, true, at::kBFloat16);
+    SetAutocast(at::kCUDA, true, dtype);
   }
 }
 

@@ -1,11 +1,12 @@
 // Device and precision policy.
 //
 // auto device: CUDA if available, else MPS (Apple), else CPU.
-// auto precision: CUDA -> bf16 autocast; MPS -> fp32; CPU -> bf16 autocast when the CPU has
-// native bf16 arithmetic (x86 AVX512-BF16/AMX-BF16, Arm BF16), else fp32. The CPU choice is
-// backed by a measurement on the demo task (docs/precision.md): bf16 learned as well as fp32
-// and ran faster. Parameters, gradients and optimizer state stay fp32 (master weights);
-// autocast runs matmuls in bf16.
+// auto precision: CUDA -> bf16 autocast on compute capability 8.0+ (Ampere and later), fp16
+// autocast with dynamic loss scaling below it (T4, V100: no bf16 arithmetic); MPS -> fp32;
+// CPU -> bf16 autocast when the CPU has native bf16 arithmetic (x86 AVX512-BF16/AMX-BF16, Arm
+// BF16), else fp32. The CPU choice is backed by a measurement on the demo task
+// (docs/precision.md): bf16 learned as well as fp32 and ran faster. Parameters, gradients and
+// optimizer state stay fp32 (master weights); autocast runs matmuls in bf16 or fp16.
 #pragma once
 
 #include <torch/torch.h>
@@ -13,19 +14,30 @@
 #include <string>
 
 #include "common/status.h"
+#include "trainer/cuda_capability.h"
 
 namespace sftctl::trainer {
 
 struct DevicePlan {
   torch::Device device = torch::kCPU;
-  bool bf16 = false;   // autocast to bf16
+  bool bf16 = false;  // autocast to bf16
+  bool fp16 = false;  // autocast to fp16 (CUDA only)
+  // Dynamic loss scaling (trainer/loss_scaler.h): on with fp16. Tests turn it on alone on the
+  // CPU, where LibTorch has no fp16 autocast, to exercise the overflow handling.
+  bool loss_scaling = false;
   std::string reason;  // why this device/precision was chosen, for the log
-  std::string precision() const { return bf16 ? "bf16" : "fp32"; }
+  std::string precision() const { return bf16 ? "bf16" : fp16 ? "fp16" : "fp32"; }
 };
 
 // Resolves the spec's `device` and `precision` fields. Errors when a requested device is
-// absent (e.g. "cuda" on a machine without CUDA) or bf16 is asked for on MPS.
+// absent (e.g. "cuda" on a machine without CUDA), bf16 is asked for on MPS, or fp16 off CUDA.
 StatusOr<DevicePlan> ChooseDevice(const std::string& device, const std::string& precision);
+
+// The precision half of ChooseDevice, without probing the machine: fills plan->bf16/fp16/
+// loss_scaling/reason for plan->device. `cuda_cc`: the CUDA device's compute capability
+// (nullopt: unknown, taken as bf16-capable).
+Status PickPrecision(const std::string& precision, bool cpu_native_bf16,
+                     const std::optional<ComputeCapability>& cuda_cc, DevicePlan* plan);
 
 // Whether this CPU executes bf16 natively (reads /proc/cpuinfo flags).
 bool CpuHasNativeBf16();

@@ -79,6 +79,10 @@ torch::Tensor FlatAdamW::GradNorm() const {
   return sq.sqrt();
 }
 
+void FlatAdamW::ScaleGrads(double factor) {
+  for (auto& g : groups_) g.grad.mul_(factor);
+}
+
 void FlatAdamW::ClipGradNorm(const torch::Tensor& norm, double max_norm) {
   const double n = norm.item<double>();
   const double coef = max_norm / (n + 1e-6);

@@ -35,6 +35,8 @@ class FlatAdamW {
   torch::Tensor GradNorm() const;
   // Scales gradients so their norm is at most `max_norm` (torch.nn.utils.clip_grad_norm_).
   void ClipGradNorm(const torch::Tensor& norm, double max_norm);
+  // Multiplies every gradient by `factor` (undoing a loss scale).
+  void ScaleGrads(double factor);
   // One AdamW update at learning rate `lr`; increments the step count.
   void Step(double lr);
 

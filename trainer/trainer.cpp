@@ -16,6 +16,7 @@
 #include "trainer/evaluate.h"
 #include "trainer/hf_checkpoint.h"
 #include "trainer/lora.h"
+#include "trainer/loss_scaler.h"
 #include "trainer/metrics.h"
 #include "trainer/optimizer.h"
 #include "trainer/tensor_io.h"
@@ -112,6 +113,8 @@ struct RankZeroHeader {
     kTokensSeen,
     kBadSteps,
     kElapsedBits,
+    kLossScaleBits,
+    kLossScaleGoodSteps,
     kRanks
   };
 
@@ -126,6 +129,8 @@ struct RankZeroHeader {
     h[kTokensSeen] = state.tokens_seen;
     h[kBadSteps] = state.bad_steps;
     std::memcpy(&h[kElapsedBits], &state.elapsed_s, sizeof(double));
+    std::memcpy(&h[kLossScaleBits], &state.loss_scale, sizeof(double));
+    h[kLossScaleGoodSteps] = state.loss_scale_good_steps;
     for (size_t r = 0; r < rank_has_rng.size(); ++r) h[kRanks + static_cast<int64_t>(r)] = rank_has_rng[r];
     return t;
   }
@@ -142,6 +147,8 @@ struct RankZeroHeader {
     out.state.tokens_seen = h[kTokensSeen];
     out.state.bad_steps = h[kBadSteps];
     std::memcpy(&out.state.elapsed_s, &h[kElapsedBits], sizeof(double));
+    std::memcpy(&out.state.loss_scale, &h[kLossScaleBits], sizeof(double));
+    out.state.loss_scale_good_steps = h[kLossScaleGoodSteps];
     for (int64_t r = kRanks; r < t.size(0); ++r) out.rank_has_rng.push_back(h[r] != 0);
     return out;
   }
@@ -250,6 +257,7 @@ class TrainRun {
   StatusOr<Window> DrawWindow();
   Status TrainStep();
   Status SkipBadStep(double loss, double grad_norm);
+  void SkipOverflow(double grad_norm);
   void ReportStep(double loss, double lr, double grad_norm, const Window& w);
   Status Evaluate(int64_t step);
   Status Save();
@@ -281,6 +289,7 @@ class TrainRun {
   TrainerState state_;
   std::unique_ptr<Sampler> sampler_;
   int64_t total_steps_ = 0;
+  std::optional<DynamicLossScaler> scaler_;  // fp16 only
 
   // The loop's clock and counters (this session only; state_.elapsed_s spans sessions).
   Clock::time_point t_loop_;
@@ -303,6 +312,7 @@ Status TrainRun::JoinRanksAndPickDevice() {
   result_.world_size = world_;
   threads_ = ConfigureThreads(spec_.threads, env_.local_world_size);
   SFT_ASSIGN_OR_RETURN(plan_, ChooseDevice(RankDevice(spec_.device, env_), spec_.precision));
+  if (options_.hooks.adjust_plan) options_.hooks.adjust_plan(plan_);
   result_.precision = plan_.precision();
   result_.device = plan_.device.str();
   if (env_.distributed() && options_.hooks.process_group) {
@@ -418,6 +428,10 @@ Status TrainRun::Resume() {
       std::make_unique<Sampler>(static_cast<int64_t>(data_.train.size()), static_cast<uint64_t>(spec_.seed));
   sampler_->Seek(state_.epoch, state_.position);
   total_steps_ = TotalSteps(spec_, static_cast<int64_t>(data_.train.size()), world_);
+  if (plan_.loss_scaling) {
+    scaler_.emplace();
+    if (state_.loss_scale > 0) scaler_->Restore(state_.loss_scale, state_.loss_scale_good_steps);
+  }
   return OkStatus();
 }
 
@@ -507,6 +521,8 @@ Status TrainRun::TrainStep() {
   if (options_.hooks.on_loss)
     wo.on_loss = [&](torch::Tensor& ls) { options_.hooks.on_loss(state_.step, ls); };
   if (buckets_) wo.before_last_backward = [&] { buckets_->Arm(); };
+  const double scale = scaler_ ? scaler_->scale() : 1.0;
+  wo.loss_scale = scale;
   torch::Tensor loss_t = AccumulateWindowLoss(model_, w.batches, plan_, wo).reshape({1});
   if (pg_) {
     // Wait for the gradient buckets still in flight, then add up the loss (on the device).
@@ -516,6 +532,7 @@ Status TrainRun::TrainStep() {
     SFT_RETURN_IF_ERROR(pg_->AllReduceSum(loss_t, "allreduce (window loss)"));
     w.allreduce_s += wait_s + Seconds(t_comm);
   }
+  if (options_.hooks.after_backward) options_.hooks.after_backward(state_.step, model_);
   ++state_.step;
   state_.epoch = sampler_->epoch();
   state_.position = sampler_->position();
@@ -526,10 +543,22 @@ Status TrainRun::TrainStep() {
   const torch::Tensor host =
       torch::cat({loss_t.reshape({1}), norm_t.to(torch::kFloat64).reshape({1})}).to(torch::kCPU);
   const double loss = host[0].item<double>() / static_cast<double>(w.targets);
-  const double grad_norm = host[1].item<double>();
-  // Loss and gradients are global, so every rank takes the same decision here.
+  const double grad_norm = host[1].item<double>() / scale;
+  // Loss and gradients are global, so every rank takes the same decision here. With fp16 loss
+  // scaling, overflowed gradients under a finite loss lower the scale (until its floor).
+  if (std::isfinite(loss) && !std::isfinite(grad_norm) && scaler_ && scaler_->OnOverflow()) {
+    SkipOverflow(grad_norm);
+    return OkStatus();
+  }
   if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return SkipBadStep(loss, grad_norm);
   state_.bad_steps = 0;
+  if (scaler_) {
+    optimizer_->ScaleGrads(1.0 / scale);
+    norm_t = norm_t / scale;
+    scaler_->OnGoodStep();
+    state_.loss_scale = scaler_->scale();
+    state_.loss_scale_good_steps = scaler_->good_steps();
+  }
   if (spec_.train.clip_grad_norm > 0) optimizer_->ClipGradNorm(norm_t, spec_.train.clip_grad_norm);
   const double lr = LearningRate(spec_.train, state_.step - 1, total_steps_);
   optimizer_->Step(lr);
@@ -569,6 +598,21 @@ Status TrainRun::SkipBadStep(double loss, double grad_norm) {
   return OkStatus();
 }
 
+// fp16 gradients overflowed at this loss scale: no update, a lower scale for the next step. Not a
+// bad step (the loss was finite); scaling back to its floor and overflowing there is one.
+void TrainRun::SkipOverflow(double grad_norm) {
+  optimizer_->ZeroGrad();
+  state_.loss_scale = scaler_->scale();
+  state_.loss_scale_good_steps = scaler_->good_steps();
+  metrics_->Emit({{"event", "skipped"},
+                  {"reason", "overflow"},
+                  {"step", state_.step},
+                  {"grad_norm", grad_norm},
+                  {"loss_scale", scaler_->scale()}});
+  metrics_->Say(fmt::format("step {}: fp16 gradients overflowed, update skipped; loss scale now {:g}",
+                            state_.step, scaler_->scale()));
+}
+
 void TrainRun::ReportStep(double loss, double lr, double grad_norm, const Window& w) {
   const double session_s = Seconds(t_loop_);
   state_.elapsed_s = elapsed_before_ + session_s;
@@ -582,6 +626,7 @@ void TrainRun::ReportStep(double loss, double lr, double grad_norm, const Window
                  {"tokens", w.tokens},
                  {"tokens_per_s", session_s > 0 ? session_tokens_ / session_s : 0.0},
                  {"elapsed_s", state_.elapsed_s}};
+  if (scaler_) record["loss_scale"] = scaler_->scale();
   if (pg_) record["allreduce_s"] = w.allreduce_s;  // time this rank spent waiting on all-reduces
   metrics_->Emit(record);
   metrics_->ShowStep(record, total_steps_);
@@ -712,7 +757,7 @@ torch::Tensor AccumulateWindowLoss(CausalLM& model, const std::vector<Batch>& wi
     }
     if (options.on_loss) options.on_loss(ls);
     if (i + 1 == window.size() && options.before_last_backward) options.before_last_backward();
-    (ls / static_cast<double>(window_targets)).backward();
+    (ls * (options.loss_scale / static_cast<double>(window_targets))).backward();
     loss_sum = loss_sum + ls.detach().to(torch::kFloat64);
   }
   ClearAutocastCache();

@@ -41,6 +41,10 @@ struct TrainHooks {
   // When the run is distributed: makes its process group instead of ProcessGroup::Join (a
   // recording group, in tests of where collectives run).
   std::function<std::unique_ptr<ProcessGroup>(const DistEnv& env, const torch::Device& device)> process_group;
+  // May change the device plan ChooseDevice made (turn on loss scaling on the CPU).
+  std::function<void(DevicePlan& plan)> adjust_plan;
+  // Called after each window's backward, before the gradients are read (overflow injection).
+  std::function<void(int64_t step, CausalLM& model)> after_backward;
 };
 
 struct TrainOptions {
@@ -72,6 +76,8 @@ struct WindowOptions {
   std::function<void(torch::Tensor&)> on_loss;
   // Called just before the last micro-batch's backward (arms the gradient all-reduce hooks).
   std::function<void()> before_last_backward;
+  // Backward runs on the loss times this (fp16 loss scaling); the returned loss is unscaled.
+  double loss_scale = 1.0;
 };
 
 // Runs forward and backward over one accumulation window, adding into the parameters'

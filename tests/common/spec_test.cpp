@@ -142,11 +142,32 @@ TEST(Spec, RangeAndChoiceErrors) {
   ASSERT_FALSE(s1.ok());
   EXPECT_NE(s1.status().message().find("field 'train.batch_size': must be >= 1, got 0"), std::string::npos)
       << s1.status().message();
-  auto s2 = LoadSpecFile(TempFile("choice.yaml", std::string(kMinimal) + "precision: fp16\n"));
+  auto s2 = LoadSpecFile(TempFile("choice.yaml", std::string(kMinimal) + "precision: fp8\n"));
   ASSERT_FALSE(s2.ok());
-  EXPECT_NE(s2.status().message().find("field 'precision': must be one of auto, fp32, bf16, got 'fp16'"),
+  EXPECT_NE(s2.status().message().find("field 'precision': must be one of auto, fp32, bf16, fp16, got 'fp8'"),
             std::string::npos)
       << s2.status().message();
+}
+
+TEST(Spec, DataMaxSamples) {
+  auto spec = LoadSpecFile(TempFile("max-default.yaml", kMinimal));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->data.max_samples, 0);
+  // Unset knobs stay out of the canonical JSON, so an older agent's trainer still takes it.
+  EXPECT_FALSE(ToJson(*spec)["data"].contains("max_samples"));
+  const std::string with = std::string(kMinimal) + "  max_samples: 100\n  max_eval_samples: 20\n";
+  spec = LoadSpecFile(TempFile("max.yaml", with));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->data.max_samples, 100);
+  auto again = ParseSpec(ToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->data.max_samples, 100);
+  EXPECT_EQ(again->data.max_eval_samples, 20);
+  spec = LoadSpecFile(TempFile("max-bad.yaml", std::string(kMinimal) + "  max_samples: -5\n"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("max-bad.yaml:5: field 'data.max_samples': must be >= 0, got -5"),
+            std::string::npos)
+      << spec.status().message();
 }
 
 TEST(Spec, LoraFieldsDefaultsAndRoundTrip) {

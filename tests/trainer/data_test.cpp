@@ -192,6 +192,49 @@ TEST(DataStats, TruncatedAndDroppedAreCounted) {
   EXPECT_NE(d.status().message().find("no sample has a trainable token (all 1 dropped"), std::string::npos);
 }
 
+TEST(DataLimits, MaxSamplesKeepsTheFirstKeptSamplesAndReadsNoFurther) {
+  ByteTokenizer tok;
+  const std::string dir = MakeTempDir("data-max");
+  JobSpec spec = SpecWith(dir,
+                          "{\"prompt\": \"0123456789\", \"completion\": \"x\"}\n"  // dropped: not counted
+                          "{\"prompt\": \"a\", \"completion\": \"1\"}\n"
+                          "{\"prompt\": \"b\", \"completion\": \"2\"}\n");
+  spec.data.max_seq_len = 8;
+  // The limit is reached on the second file's third record: its malformed fourth line is never
+  // read, and the third file is not opened.
+  WriteText(dir + "/data/more.jsonl",
+            "{\"prompt\": \"c\", \"completion\": \"3\"}\n{\"prompt\": \"d\", \"completion\": \"4\"}\n"
+            "{\"prompt\": \"e\", \"completion\": \"5\"}\nnot json\n");
+  spec.data.train.push_back(dir + "/data/more.jsonl");
+  spec.data.train.push_back(dir + "/data/absent.jsonl");
+  spec.data.max_samples = 5;
+  auto d = LoadDataset(spec, tok);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->train.size(), 5u);
+  EXPECT_EQ(d->train_stats.samples, 6);  // records read, the dropped one included
+  EXPECT_EQ(d->train_stats.dropped, 1);
+  // The kept samples are the first five in file order: the last one is record "e" -> "5".
+  EXPECT_EQ(tok.Decode(d->train[4].ids(), /*skip_special=*/true), "e5");
+  EXPECT_EQ(tok.Decode(d->train[0].ids(), /*skip_special=*/true), "a1");
+
+  // Without the limit the same files fail on the malformed line: the limit really stopped reading.
+  spec.data.max_samples = 0;
+  auto all = LoadDataset(spec, tok);
+  ASSERT_FALSE(all.ok());
+  EXPECT_NE(all.status().message().find("more.jsonl:4"), std::string::npos) << all.status().message();
+}
+
+TEST(DataLimits, MaxEvalSamplesCapsTheEvalFiles) {
+  ByteTokenizer tok;
+  const std::string dir = MakeTempDir("data-max-eval");
+  JobSpec spec = TinySpec(dir, 1);  // 96 train and 16 eval records
+  spec.data.max_eval_samples = 4;
+  auto d = LoadDataset(spec, tok);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->eval.size(), 4u);
+  EXPECT_EQ(d->train.size(), 96u);
+}
+
 // Loads `spec` in a forked child and returns how much its peak RSS grew, in KiB (-1: the load
 // failed). A child starts from the parent's pages, so earlier tests do not hide the growth.
 long PeakRssGrowthOfLoadKb(const JobSpec& spec, const Tokenizer& tok) {
