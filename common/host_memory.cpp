@@ -36,11 +36,14 @@ std::string ReadProc(const char* path) {
 
 }  // namespace
 
-std::optional<int64_t> ParseMemAvailable(const std::string& meminfo) { return KibField(meminfo, "MemAvailable"); }
+std::optional<int64_t> ParseMemAvailable(const std::string& meminfo) {
+  return KibField(meminfo, "MemAvailable");
+}
 
 StatusOr<HostMemory> AvailableHostMemory() {
 #if defined(__linux__)
-  if (auto bytes = ParseMemAvailable(ReadProc("/proc/meminfo"))) return HostMemory{*bytes, "MemAvailable in /proc/meminfo"};
+  if (auto bytes = ParseMemAvailable(ReadProc("/proc/meminfo")))
+    return HostMemory{*bytes, "MemAvailable in /proc/meminfo"};
   return UnavailableError("/proc/meminfo has no MemAvailable line");
 #elif defined(__APPLE__)
   vm_statistics64_data_t vm;
@@ -52,7 +55,8 @@ StatusOr<HostMemory> AvailableHostMemory() {
     return UnavailableError("the Mach host statistics are unavailable");
   }
   const int64_t pages = static_cast<int64_t>(vm.free_count) + vm.inactive_count + vm.purgeable_count;
-  return HostMemory{pages * static_cast<int64_t>(page), "free + inactive + purgeable pages (Mach host statistics)"};
+  return HostMemory{pages * static_cast<int64_t>(page),
+                    "free + inactive + purgeable pages (Mach host statistics)"};
 #else
   return UnavailableError("this system does not report its available memory");
 #endif

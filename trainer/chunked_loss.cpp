@@ -19,8 +19,8 @@ Tensor ChunkLogits(const Tensor& h, const Tensor& w, int64_t begin, int64_t end,
 struct ChunkedCrossEntropyFn : public torch::autograd::Function<ChunkedCrossEntropyFn> {
   // `dtype`: the matmul dtype, chosen by the caller under the forward's autocast settings
   // (backward may run without them).
-  static Tensor forward(AutogradContext* ctx, const Tensor& hidden, const Tensor& weight, const Tensor& targets,
-                        int64_t chunk, int64_t dtype) {
+  static Tensor forward(AutogradContext* ctx, const Tensor& hidden, const Tensor& weight,
+                        const Tensor& targets, int64_t chunk, int64_t dtype) {
     const auto dt = static_cast<torch::ScalarType>(dtype);
     const Tensor w = weight.to(dt);  // one cast for all chunks (none when W is stored in dt)
     const int64_t N = hidden.size(0);

@@ -24,7 +24,7 @@ struct Proj {
 std::vector<Proj> LayerProjections(const ModelConfig& c) {
   const int64_t C = c.hidden_size, I = c.intermediate_size;
   const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  return {{"q_proj", C, q},    {"k_proj", C, kv},  {"v_proj", C, kv},   {"o_proj", q, C},
+  return {{"q_proj", C, q},    {"k_proj", C, kv}, {"v_proj", C, kv},  {"o_proj", q, C},
           {"gate_proj", C, I}, {"up_proj", C, I}, {"down_proj", I, C}};
 }
 
@@ -88,12 +88,15 @@ int64_t MemoryEstimate::total() const {
   return (weights + gradients + optimizer + activations + logits + runtime) * processes;
 }
 
-std::string FormatGiB(int64_t bytes) { return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+std::string FormatGiB(int64_t bytes) {
+  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
+}
 
 std::string MemoryEstimate::Describe() const {
-  std::string s = fmt::format("{} (weights {}, gradients {}, optimizer {}, activations {}, logits {}, runtime {})",
-                              FormatGiB(total()), FormatGiB(weights), FormatGiB(gradients), FormatGiB(optimizer),
-                              FormatGiB(activations), FormatGiB(logits), FormatGiB(runtime));
+  std::string s =
+      fmt::format("{} (weights {}, gradients {}, optimizer {}, activations {}, logits {}, runtime {})",
+                  FormatGiB(total()), FormatGiB(weights), FormatGiB(gradients), FormatGiB(optimizer),
+                  FormatGiB(activations), FormatGiB(logits), FormatGiB(runtime));
   if (processes > 1) s += fmt::format(" for {} processes", processes);
   return s;
 }
@@ -110,14 +113,16 @@ MemoryEstimate EstimateMemory(const MemoryPlan& p) {
   // Kept for backward, plus the working set of one layer: the pre-softmax scores on CPU and
   // the fused gate/up product.
   const int64_t one_layer = LayerSaved(p, tokens);
-  const int64_t working = tokens * a * ((p.cpu_kernels ? c.num_attention_heads * T : 0) + 2 * c.intermediate_size);
+  const int64_t working =
+      tokens * a * ((p.cpu_kernels ? c.num_attention_heads * T : 0) + 2 * c.intermediate_size);
   const int64_t layers = p.gradient_checkpointing ? c.num_hidden_layers * tokens * 4 * C + one_layer
                                                   : c.num_hidden_layers * one_layer;
-  e.activations = layers + working + tokens * C * (4 + a) + rows * C * a;  // + the final norm and gathered rows
+  e.activations =
+      layers + working + tokens * C * (4 + a) + rows * C * a;  // + the final norm and gathered rows
   const bool chunked = p.loss_chunk_tokens > 0 && p.loss_chunk_tokens < rows;
   e.logits = (chunked ? p.loss_chunk_tokens : rows) * V * (8 + a) + (chunked ? 8 * rows : 0);
   const int64_t head_bytes = p.lora ? p.base_bytes : 4;
-  if (head_bytes != a) e.logits += V * C * a;  // lm_head's weight cast to the matmul dtype
+  if (head_bytes != a) e.logits += V * C * a;     // lm_head's weight cast to the matmul dtype
   if (chunked && !p.lora) e.logits += V * C * 4;  // its fp32 gradient, summed over chunks
   e.runtime = kRuntimeBytes;
   e.processes = std::max<int64_t>(1, p.processes);
@@ -128,31 +133,36 @@ Status CheckMemoryFits(const MemoryPlan& plan, int64_t available_bytes, const st
   const MemoryEstimate e = EstimateMemory(plan);
   if (e.total() <= available_bytes) return OkStatus();
   std::vector<std::pair<std::string, std::function<void(MemoryPlan&)>>> changes;
-  if (!plan.lora) changes.push_back({"lora: {} (train adapters, not the whole model)", [](MemoryPlan& p) {
-                                       p.lora = LoraSpec();
-                                     }});
+  if (!plan.lora)
+    changes.push_back(
+        {"lora: {} (train adapters, not the whole model)", [](MemoryPlan& p) { p.lora = LoraSpec(); }});
   if (!plan.gradient_checkpointing)
-    changes.push_back({"train.gradient_checkpointing: true", [](MemoryPlan& p) { p.gradient_checkpointing = true; }});
+    changes.push_back(
+        {"train.gradient_checkpointing: true", [](MemoryPlan& p) { p.gradient_checkpointing = true; }});
   const int64_t auto_chunk = LossChunkTokens(0, plan.config.vocab_size);
   const int64_t rows = plan.batch_size * (plan.seq_len - 1);
   if (auto_chunk > 0 && auto_chunk < rows && !(plan.loss_chunk_tokens > 0 && plan.loss_chunk_tokens < rows))
-    changes.push_back({"train.loss_chunk_tokens: 0", [auto_chunk](MemoryPlan& p) { p.loss_chunk_tokens = auto_chunk; }});
+    changes.push_back(
+        {"train.loss_chunk_tokens: 0", [auto_chunk](MemoryPlan& p) { p.loss_chunk_tokens = auto_chunk; }});
   if (plan.lora && plan.base_bytes == 4)
     changes.push_back({"lora.base_dtype: bf16", [](MemoryPlan& p) { p.base_bytes = 2; }});
   if (plan.batch_size > 1)
-    changes.push_back({fmt::format("train.batch_size: {} (raise train.grad_accum to keep the batch)",
-                                   plan.batch_size / 2),
-                       [](MemoryPlan& p) { p.batch_size /= 2; }});
+    changes.push_back(
+        {fmt::format("train.batch_size: {} (raise train.grad_accum to keep the batch)", plan.batch_size / 2),
+         [](MemoryPlan& p) { p.batch_size /= 2; }});
   if (plan.seq_len > 256)
-    changes.push_back({fmt::format("data.max_seq_len: {}", plan.seq_len / 2), [](MemoryPlan& p) { p.seq_len /= 2; }});
+    changes.push_back(
+        {fmt::format("data.max_seq_len: {}", plan.seq_len / 2), [](MemoryPlan& p) { p.seq_len /= 2; }});
   std::string advice;
   for (const auto& [what, apply] : changes) {
     MemoryPlan changed = plan;
     apply(changed);
-    advice += fmt::format("{}{} (about {})", advice.empty() ? "" : "; ", what, FormatGiB(EstimateMemory(changed).total()));
+    advice += fmt::format("{}{} (about {})", advice.empty() ? "" : "; ", what,
+                          FormatGiB(EstimateMemory(changed).total()));
   }
   return FailedPreconditionError(fmt::format(
-      "memory: this plan needs about {} but {} is available ({}). To fit: {}; or set train.skip_memory_check: true "
+      "memory: this plan needs about {} but {} is available ({}). To fit: {}; or set "
+      "train.skip_memory_check: true "
       "to train anyway",
       e.Describe(), FormatGiB(available_bytes), source, advice.empty() ? "nothing left to try" : advice));
 }

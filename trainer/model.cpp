@@ -208,10 +208,9 @@ MLPImpl::MLPImpl(const ModelConfig& c) {
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   if (fused::Supported(x)) {
-    torch::Tensor gu =
-        gate_proj->has_lora() || up_proj->has_lora()
-            ? torch::cat({gate_proj->forward(x), up_proj->forward(x)}, -1)
-            : MixedLinear(x, torch::cat({gate_proj->weight, up_proj->weight}));
+    torch::Tensor gu = gate_proj->has_lora() || up_proj->has_lora()
+                           ? torch::cat({gate_proj->forward(x), up_proj->forward(x)}, -1)
+                           : MixedLinear(x, torch::cat({gate_proj->weight, up_proj->weight}));
     return down_proj->forward(fused::SwiGlu(gu));
   }
   return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
@@ -286,7 +285,9 @@ const torch::Tensor& CausalLMImpl::LmHeadWeight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
-torch::Tensor CausalLMImpl::Logits(const torch::Tensor& hidden) { return MixedLinear(hidden, LmHeadWeight()); }
+torch::Tensor CausalLMImpl::Logits(const torch::Tensor& hidden) {
+  return MixedLinear(hidden, LmHeadWeight());
+}
 
 torch::Tensor CausalLMImpl::LossSum(const torch::Tensor& input_ids, const torch::Tensor& labels,
                                     const torch::Tensor& positions, const torch::Tensor& attn_mask,

@@ -12,11 +12,11 @@
 #include "common/host_memory.h"
 #include "common/tokenizer_loader.h"
 #include "trainer/checkpoint.h"
+#include "trainer/chunked_loss.h"
 #include "trainer/device.h"
 #include "trainer/distributed.h"
 #include "trainer/evaluate.h"
 #include "trainer/hf_checkpoint.h"
-#include "trainer/chunked_loss.h"
 #include "trainer/lora.h"
 #include "trainer/metrics.h"
 #include "trainer/optimizer.h"
@@ -804,7 +804,8 @@ StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok) {
   return model;
 }
 
-MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const DevicePlan& plan, int64_t processes) {
+MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const DevicePlan& plan,
+                      int64_t processes) {
   MemoryPlan p;
   p.config = config;
   p.batch_size = spec.train.batch_size;

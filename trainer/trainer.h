@@ -107,7 +107,8 @@ StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok);
 // What the spec asks of memory on `plan`'s device (trainer/memory_estimate.h): the batch of
 // data.max_seq_len rows, LoRA and lora.base_dtype, checkpointing, loss chunks, precision;
 // `processes` ranks share the memory.
-MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const DevicePlan& plan, int64_t processes = 1);
+MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const DevicePlan& plan,
+                      int64_t processes = 1);
 
 // Loads a model folder (config.json + model.safetensors) for inference.
 StatusOr<CausalLM> LoadModelDir(const std::string& dir);

@@ -38,12 +38,21 @@ double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
 
 // The shapes of Qwen/Qwen2.5-0.5B and Qwen/Qwen2.5-1.5B (config.json), tied embeddings.
 nlohmann::json QwenShapes(const std::string& model) {
-  nlohmann::json j = {{"model_type", "qwen2"}, {"vocab_size", 151936}, {"max_position_embeddings", 32768},
-                      {"tie_word_embeddings", true}, {"num_key_value_heads", 2}};
+  nlohmann::json j = {{"model_type", "qwen2"},
+                      {"vocab_size", 151936},
+                      {"max_position_embeddings", 32768},
+                      {"tie_word_embeddings", true},
+                      {"num_key_value_heads", 2}};
   if (model == "0.5b") {
-    j.update({{"hidden_size", 896}, {"intermediate_size", 4864}, {"num_hidden_layers", 24}, {"num_attention_heads", 14}});
+    j.update({{"hidden_size", 896},
+              {"intermediate_size", 4864},
+              {"num_hidden_layers", 24},
+              {"num_attention_heads", 14}});
   } else {
-    j.update({{"hidden_size", 1536}, {"intermediate_size", 8960}, {"num_hidden_layers", 28}, {"num_attention_heads", 12}});
+    j.update({{"hidden_size", 1536},
+              {"intermediate_size", 8960},
+              {"num_hidden_layers", 28},
+              {"num_attention_heads", 12}});
   }
   return j;
 }
@@ -55,15 +64,24 @@ int main(int argc, char** argv) {
   int64_t seq = 2048, batch = 1, checkpointing = 1, loss_chunk = 0, r = 16, steps = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") model_name = v;
-    else if (k == "--precision") precision = v;
-    else if (k == "--base") base = v;
-    else if (k == "--seq") seq = std::stoll(v);
-    else if (k == "--batch") batch = std::stoll(v);
-    else if (k == "--checkpointing") checkpointing = std::stoll(v);
-    else if (k == "--loss-chunk") loss_chunk = std::stoll(v);
-    else if (k == "--r") r = std::stoll(v);
-    else if (k == "--steps") steps = std::stoll(v);
+    if (k == "--model")
+      model_name = v;
+    else if (k == "--precision")
+      precision = v;
+    else if (k == "--base")
+      base = v;
+    else if (k == "--seq")
+      seq = std::stoll(v);
+    else if (k == "--batch")
+      batch = std::stoll(v);
+    else if (k == "--checkpointing")
+      checkpointing = std::stoll(v);
+    else if (k == "--loss-chunk")
+      loss_chunk = std::stoll(v);
+    else if (k == "--r")
+      r = std::stoll(v);
+    else if (k == "--steps")
+      steps = std::stoll(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -86,19 +104,21 @@ int main(int argc, char** argv) {
   spec.lora->target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   spec.lora->base_dtype = base;
   const MemoryEstimate estimate = EstimateMemory(PlanMemory(spec, *config, *plan));
-  nlohmann::ordered_json out = {{"model", model_name},
-                                {"precision", plan->precision()},
-                                {"seq", seq},
-                                {"batch", batch},
-                                {"checkpointing", checkpointing != 0},
-                                {"loss_chunk_tokens", LossChunkTokens(spec.train.loss_chunk_tokens, config->vocab_size)},
-                                {"base", base},
-                                {"estimate_gib", GiB(estimate.total())},
-                                {"estimate", estimate.Describe()}};
+  nlohmann::ordered_json out = {
+      {"model", model_name},
+      {"precision", plan->precision()},
+      {"seq", seq},
+      {"batch", batch},
+      {"checkpointing", checkpointing != 0},
+      {"loss_chunk_tokens", LossChunkTokens(spec.train.loss_chunk_tokens, config->vocab_size)},
+      {"base", base},
+      {"estimate_gib", GiB(estimate.total())},
+      {"estimate", estimate.Describe()}};
   StatusOr<HostMemory> available = AvailableHostMemory();
   if (!available.ok() || estimate.total() > available->available_bytes * 9 / 10) {
-    out["skipped"] = available.ok() ? "estimate above 90% of " + FormatGiB(available->available_bytes) + " available"
-                                    : available.status().message();
+    out["skipped"] = available.ok()
+                         ? "estimate above 90% of " + FormatGiB(available->available_bytes) + " available"
+                         : available.status().message();
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }

@@ -12,7 +12,8 @@ namespace {
 
 TEST(HostMemory, ParsesMemAvailable) {
   const std::string meminfo =
-      "MemTotal:       24576000 kB\nMemFree:         1000000 kB\nMemAvailable:   20000000 kB\nBuffers: 1 kB\n";
+      "MemTotal:       24576000 kB\nMemFree:         1000000 kB\nMemAvailable:   20000000 kB\nBuffers: 1 "
+      "kB\n";
   EXPECT_EQ(ParseMemAvailable(meminfo), int64_t{20000000} * 1024);
   EXPECT_EQ(ParseMemAvailable("MemTotal: 5 kB\n"), std::nullopt);       // an old kernel: no such line
   EXPECT_EQ(ParseMemAvailable("MemAvailable: lots\n"), std::nullopt);   // malformed
