@@ -262,6 +262,8 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
     SFT_RETURN_IF_ERROR(r.Int("max_bad_steps", &t.max_bad_steps, 1));
     SFT_RETURN_IF_ERROR(r.Int("log_interval", &t.log_interval, 1));
     SFT_RETURN_IF_ERROR(r.Bool("gradient_checkpointing", &t.gradient_checkpointing));
+    SFT_RETURN_IF_ERROR(r.Int("loss_chunk_tokens", &t.loss_chunk_tokens, 0));
+    SFT_RETURN_IF_ERROR(r.Bool("skip_memory_check", &t.skip_memory_check));
     SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
   }
 
@@ -294,6 +296,7 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
     if (l.alpha <= 0) return r.Error("alpha", "must be > 0");
     SFT_RETURN_IF_ERROR(r.Double("dropout", &l.dropout, 0.0, 0.99));
     SFT_RETURN_IF_ERROR(r.Bool("use_rslora", &l.use_rslora));
+    SFT_RETURN_IF_ERROR(r.Choice("base_dtype", &l.base_dtype, {"auto", "fp32", "bf16"}));
     static const std::vector<std::string> kModules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                       "gate_proj", "up_proj", "down_proj"};
     if (const json* t = r.Get("target_modules"); t != nullptr) {
@@ -360,7 +363,8 @@ json ToJson(const JobSpec& s) {
             {"alpha", s.lora->alpha},
             {"dropout", s.lora->dropout},
             {"target_modules", s.lora->target_modules},
-            {"use_rslora", s.lora->use_rslora}};
+            {"use_rslora", s.lora->use_rslora},
+            {"base_dtype", s.lora->base_dtype}};
   }
   json out = json{
       {"name", s.name},
@@ -396,7 +400,9 @@ json ToJson(const JobSpec& s) {
         {"max_steps", t.max_steps},
         {"max_bad_steps", t.max_bad_steps},
         {"log_interval", t.log_interval},
-        {"gradient_checkpointing", t.gradient_checkpointing}}},
+        {"gradient_checkpointing", t.gradient_checkpointing},
+        {"loss_chunk_tokens", t.loss_chunk_tokens},
+        {"skip_memory_check", t.skip_memory_check}}},
       {"eval",
        {{"interval", s.eval.interval},
         {"batch_size", s.eval.batch_size},

@@ -61,6 +61,11 @@ struct TrainSpec {
   int64_t log_interval = 10;  // steps between log lines when not on a TTY.
   // Recompute each decoder layer's activations in backward instead of keeping them.
   bool gradient_checkpointing = false;
+  // Rows per chunk of the loss head's cross-entropy; 0: automatic (chunks of about 64 MiB of
+  // fp32 logits for vocabularies of 32,000 and more, trainer/chunked_loss.h).
+  int64_t loss_chunk_tokens = 0;
+  // Train even when the memory estimate says the plan does not fit (trainer/memory_estimate.h).
+  bool skip_memory_check = false;
 };
 
 struct EvalSpec {
@@ -82,6 +87,8 @@ struct LoraSpec {
   double dropout = 0;  // lora_dropout, on the adapter's input
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};  // PEFT's default for llama/qwen2
   bool use_rslora = false;
+  // Storage of the frozen base weights: auto (bf16 on CUDA and MPS, fp32 on CPU) | fp32 | bf16.
+  std::string base_dtype = "auto";
 };
 
 // Multi-rank data-parallel training (docs/distributed.md). Used when WORLD_SIZE > 1.

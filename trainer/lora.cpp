@@ -138,6 +138,24 @@ Status ApplyLora(CausalLM& model, const LoraSpec& spec) {
   return OkStatus();
 }
 
+torch::ScalarType LoraBaseDtype(const std::string& requested, const torch::Device& device) {
+  if (requested == "bf16") return torch::kBFloat16;
+  if (requested == "fp32") return torch::kFloat32;
+  return device.is_cuda() || device.is_mps() ? torch::kBFloat16 : torch::kFloat32;
+}
+
+int64_t StoreFrozenBase(CausalLM& model, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  int64_t saved = 0;
+  for (auto& p : model->parameters()) {
+    if (p.requires_grad() || p.dim() < 2 || p.scalar_type() == dtype) continue;
+    const int64_t before = p.numel() * static_cast<int64_t>(p.element_size());
+    p.set_data(p.data().to(dtype));
+    saved += before - p.numel() * static_cast<int64_t>(p.element_size());
+  }
+  return saved;
+}
+
 NamedTensors AdapterTensors(CausalLM& model) {
   NamedTensors out;
   for (const auto& p : model->named_parameters()) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "trainer/activation_checkpoint.h"
+#include "trainer/chunked_loss.h"
 #include "trainer/device.h"
 #include "trainer/fused_ops.h"
 
@@ -119,7 +120,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
       torch::Tensor w = torch::cat({q_proj->weight, k_proj->weight, v_proj->weight});
       torch::Tensor bias =
           q_proj->bias.defined() ? torch::cat({q_proj->bias, k_proj->bias, v_proj->bias}) : torch::Tensor();
-      qkv = torch::nn::functional::linear(x, w, bias);
+      qkv = MixedLinear(x, w, bias);
     }
     if (q_norm) qkv = NormQkHeads(qkv);
     auto [q, k, v] =
@@ -207,10 +208,9 @@ MLPImpl::MLPImpl(const ModelConfig& c) {
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   if (fused::Supported(x)) {
-    torch::Tensor gu =
-        gate_proj->has_lora() || up_proj->has_lora()
-            ? torch::cat({gate_proj->forward(x), up_proj->forward(x)}, -1)
-            : torch::nn::functional::linear(x, torch::cat({gate_proj->weight, up_proj->weight}));
+    torch::Tensor gu = gate_proj->has_lora() || up_proj->has_lora()
+                           ? torch::cat({gate_proj->forward(x), up_proj->forward(x)}, -1)
+                           : MixedLinear(x, torch::cat({gate_proj->weight, up_proj->weight}));
     return down_proj->forward(fused::SwiGlu(gu));
   }
   return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
@@ -263,6 +263,7 @@ void CausalLMImpl::ToDevice(torch::Device device) {
 torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions,
                                    const torch::Tensor& attn_mask) {
   torch::Tensor h = model->embed_tokens->forward(input_ids);
+  if (h.scalar_type() != torch::kFloat32) h = h.to(torch::kFloat32);  // a bf16 frozen table: fp32 residual
   for (const auto& module : *model->layers) {
     DecoderLayerImpl* layer = module->as<DecoderLayer>();
     if (gradient_checkpointing_) {
@@ -280,9 +281,12 @@ torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::
   return model->norm->forward(h);
 }
 
+const torch::Tensor& CausalLMImpl::LmHeadWeight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
 torch::Tensor CausalLMImpl::Logits(const torch::Tensor& hidden) {
-  if (lm_head) return lm_head->forward(hidden);
-  return torch::nn::functional::linear(hidden, model->embed_tokens->weight);
+  return MixedLinear(hidden, LmHeadWeight());
 }
 
 torch::Tensor CausalLMImpl::LossSum(const torch::Tensor& input_ids, const torch::Tensor& labels,
@@ -293,18 +297,14 @@ torch::Tensor CausalLMImpl::LossSum(const torch::Tensor& input_ids, const torch:
     // Flat position r * T + t predicts label r * T + t + 1: gathered by index, so no step
     // depends on how many targets there are (a boolean mask would make the host wait for it).
     torch::Tensor h = hidden.reshape({-1, hidden.size(-1)}).index_select(0, target_index);  // [N, C]
-    torch::Tensor logits = Logits(h).to(torch::kFloat32);
-    return torch::nn::functional::cross_entropy(
-        logits, labels.reshape({-1}).index_select(0, target_index + 1),
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    return LinearCrossEntropySum(h, LmHeadWeight(), labels.reshape({-1}).index_select(0, target_index + 1),
+                                 loss_chunk_tokens_);
   }
   // Position t predicts token t+1: pair hidden[:, :-1] with labels[:, 1:].
   torch::Tensor targets = labels.slice(1, 1);
   torch::Tensor mask = targets.ne(-100);
   torch::Tensor h = hidden.slice(1, 0, hidden.size(1) - 1).index({mask});  // [N, C]
-  torch::Tensor logits = Logits(h).to(torch::kFloat32);
-  return torch::nn::functional::cross_entropy(
-      logits, targets.index({mask}), torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  return LinearCrossEntropySum(h, LmHeadWeight(), targets.index({mask}), loss_chunk_tokens_);
 }
 
 bool DecaysWeight(const std::string& name, const torch::Tensor& p) {

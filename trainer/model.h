@@ -116,8 +116,11 @@ class CausalLMImpl : public torch::nn::Module {
                        const torch::Tensor& attn_mask = {});
   // Logits for hidden states of any leading shape: [..., C] -> [..., V].
   torch::Tensor Logits(const torch::Tensor& hidden);
+  // lm_head's weight [V, C]: model.embed_tokens.weight when tied.
+  const torch::Tensor& LmHeadWeight() const;
   // Sum of next-token cross-entropy over positions whose label is not -100, computed in fp32
-  // with logits formed only at those positions. `labels` is aligned with `input_ids` (HF
+  // with logits formed only at those positions, in chunks of loss_chunk_tokens() rows when that
+  // is > 0 (trainer/chunked_loss.h). `labels` is aligned with `input_ids` (HF
   // convention: the model shifts). `target_index` (Batch::target_index, on the model's device)
   // names those positions; without it they are found with a boolean mask, which on CUDA makes
   // the host wait for the GPU. Returns a scalar; the caller divides by the target count.
@@ -132,6 +135,10 @@ class CausalLMImpl : public torch::nn::Module {
   // forward of the layers. Off by default.
   void SetGradientCheckpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  // Rows per chunk of LossSum's cross-entropy (0: logits of all labelled positions at once);
+  // BuildModel sets LossChunkTokens(train.loss_chunk_tokens, vocab_size).
+  void SetLossChunkTokens(int64_t rows) { loss_chunk_tokens_ = rows; }
+  int64_t loss_chunk_tokens() const { return loss_chunk_tokens_; }
   // Moves the RoPE tables along with the parameters.
   void ToDevice(torch::Device device);
 
@@ -142,6 +149,7 @@ class CausalLMImpl : public torch::nn::Module {
   ModelConfig config_;
   RotaryTables rope_;
   bool gradient_checkpointing_ = false;
+  int64_t loss_chunk_tokens_ = 0;
 };
 TORCH_MODULE(CausalLM);
 

@@ -2,7 +2,22 @@
 
 #include <cmath>
 
+#include "trainer/device.h"
+
 namespace sftctl::trainer {
+
+torch::ScalarType LinearComputeDtype(const torch::Tensor& x, const torch::Tensor& w) {
+  const at::DeviceType type = x.device().type();
+  if ((type == at::kCPU || type == at::kCUDA) && AutocastEnabled(type)) return AutocastDtype(type);
+  return w.scalar_type();
+}
+
+torch::Tensor MixedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  const torch::ScalarType dtype = LinearComputeDtype(x, w);
+  if (dtype != w.scalar_type() || x.scalar_type() == dtype) return torch::nn::functional::linear(x, w, b);
+  const torch::Tensor bias = b.defined() ? b.to(dtype) : b;
+  return torch::nn::functional::linear(x.to(dtype), w, bias).to(x.scalar_type());
+}
 
 ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, bool with_bias)
     : in_(in_features), out_(out_features) {
@@ -16,14 +31,16 @@ ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, bool w
 }
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
+  torch::Tensor y = MixedLinear(x, weight, bias);
   if (!has_lora()) return y;
   torch::Tensor h = x;
+  // Without autocast an fp32 adapter on bf16 activations (a bf16 down_proj input) reads them in fp32.
+  if (LinearComputeDtype(x, lora_A->weight) != x.scalar_type()) h = h.to(lora_A->weight.scalar_type());
   if (lora_dropout > 0 && is_training()) {
     h = torch::nn::functional::dropout(
         h, torch::nn::functional::DropoutFuncOptions().p(lora_dropout).training(true));
   }
-  return y + lora_B->forward(lora_A->forward(h)) * lora_scale;
+  return y + (lora_B->forward(lora_A->forward(h)) * lora_scale).to(y.scalar_type());
 }
 
 void ProjectionImpl::EnableLora(int64_t r, double scale, double dropout) {

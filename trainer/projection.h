@@ -7,12 +7,24 @@
 // Without an adapter it is exactly torch::nn::Linear. See trainer/lora.h for how adapters are
 // added, saved and merged.
 //
+// A frozen base weight may be stored in bf16 (lora.base_dtype, trainer/lora.h) while the
+// activations are fp32: MixedLinear is the one rule for that case, used by every matmul of the
+// model's weights.
+//
 // Thread safety: like any torch::nn::Module.
 #pragma once
 
 #include <torch/torch.h>
 
 namespace sftctl::trainer {
+
+// The dtype x W^T runs in: autocast's when autocast is on for x's device, else W's.
+torch::ScalarType LinearComputeDtype(const torch::Tensor& x, const torch::Tensor& w);
+
+// x W^T + b. When autocast is off and W's dtype differs from x's (a bf16 frozen weight, fp32
+// activations), x and b are cast to W's dtype, the product runs there and returns in x's dtype;
+// autograd saves the cast x and W itself, never a widened copy of W. Otherwise plain linear.
+torch::Tensor MixedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
 
 class ProjectionImpl : public torch::nn::Module {
  public:
@@ -21,6 +33,7 @@ class ProjectionImpl : public torch::nn::Module {
   ProjectionImpl(int64_t in_features, int64_t out_features, bool bias);
   torch::Tensor forward(const torch::Tensor& x);
 
+  // The adapter's input and output follow x's dtype (fp32 A and B, see MixedLinear).
   // Adds lora_A [r, in] (kaiming-uniform with a = sqrt(5), as PEFT) and lora_B [out, r]
   // (zeros), on the weight's device, in fp32. REQUIRES: no adapter yet.
   void EnableLora(int64_t r, double scale, double dropout);

@@ -9,8 +9,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/host_memory.h"
 #include "common/tokenizer_loader.h"
 #include "trainer/checkpoint.h"
+#include "trainer/chunked_loss.h"
 #include "trainer/device.h"
 #include "trainer/distributed.h"
 #include "trainer/evaluate.h"
@@ -240,6 +242,7 @@ class TrainRun {
   Status JoinRanksAndPickDevice();
   Status OpenRunFolder();
   Status LoadData();
+  Status CheckMemory();
   Status BuildModel();
   Status Resume();
   Status AnnounceStart();
@@ -364,12 +367,39 @@ Status TrainRun::LoadData() {
   return OkStatus();
 }
 
-// 4. The model: seeded init or weights from model.path; LoRA adapters on the target projections,
-// every base weight frozen (trainer/lora.h).
+// 4a. The memory estimate (trainer/memory_estimate.h), before any weight is read: refuses a plan
+// that does not fit unless train.skip_memory_check. CPU and MPS compare with the host's available
+// memory; CUDA's free memory is not asked (LibTorch's C++ API has no call for it), so there the
+// estimate is only reported.
+Status TrainRun::CheckMemory() {
+  SFT_ASSIGN_OR_RETURN(ModelConfig config, ModelConfigFor(spec_, *tok_));
+  const bool host = !plan_.device.is_cuda();
+  const MemoryPlan mp = PlanMemory(spec_, config, plan_, host ? env_.local_world_size : 1);
+  const MemoryEstimate e = EstimateMemory(mp);
+  metrics_->Say("memory estimate: " + e.Describe());
+  if (spec_.train.skip_memory_check) return OkStatus();
+  if (options_.hooks.available_memory)
+    return CheckMemoryFits(mp, *options_.hooks.available_memory, "the test's available memory");
+  if (!host) return OkStatus();
+  StatusOr<HostMemory> available = AvailableHostMemory();
+  if (!available.ok()) {
+    metrics_->Say("memory check skipped: " + available.status().message());
+    return OkStatus();
+  }
+  return CheckMemoryFits(mp, available->available_bytes, available->source);
+}
+
+// 4b. The model: seeded init or weights from model.path; LoRA adapters on the target projections,
+// every base weight frozen (trainer/lora.h) and stored in lora.base_dtype.
 Status TrainRun::BuildModel() {
   torch::manual_seed(static_cast<uint64_t>(spec_.seed));
   SFT_ASSIGN_OR_RETURN(model_, ::sftctl::trainer::BuildModel(spec_, *tok_));
-  if (spec_.lora) SFT_RETURN_IF_ERROR(ApplyLora(model_, *spec_.lora));
+  if (spec_.lora) {
+    SFT_RETURN_IF_ERROR(ApplyLora(model_, *spec_.lora));
+    const torch::ScalarType base = LoraBaseDtype(spec_.lora->base_dtype, plan_.device);
+    const int64_t saved = StoreFrozenBase(model_, base);
+    if (saved > 0) metrics_->Say(fmt::format("frozen base stored in bf16 ({} saved)", FormatGiB(saved)));
+  }
   // Ranks > 0 draw their own random numbers (dropout) from here on.
   if (env_.rank > 0)
     torch::manual_seed(static_cast<uint64_t>(spec_.seed) + 0x9e3779b97f4a7c15ull * env_.rank);
@@ -719,6 +749,7 @@ StatusOr<TrainResult> TrainImpl(const JobSpec& spec, const TrainOptions& options
   SFT_RETURN_IF_ERROR(run.JoinRanksAndPickDevice());
   SFT_RETURN_IF_ERROR(run.OpenRunFolder());
   SFT_RETURN_IF_ERROR(run.LoadData());
+  SFT_RETURN_IF_ERROR(run.CheckMemory());
   SFT_RETURN_IF_ERROR(run.BuildModel());
   SFT_RETURN_IF_ERROR(run.Resume());
   SFT_RETURN_IF_ERROR(run.AnnounceStart());
@@ -792,23 +823,46 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenTokenizer(const JobSpec& spec, std::str
   return tok;
 }
 
-StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok) {
-  if (!spec.model.config.is_null()) {
-    json cfg = spec.model.config;
-    if (!cfg.contains("vocab_size")) cfg["vocab_size"] = tok.vocab_size();
-    if (!cfg.contains("eos_token_id") && tok.eos_id()) cfg["eos_token_id"] = *tok.eos_id();
-    SFT_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(cfg, "field 'model.config'"));
-    if (c.vocab_size < tok.vocab_size()) {
-      return InvalidArgumentError("field 'model.config': vocab_size " + std::to_string(c.vocab_size) +
-                                  " is smaller than the tokenizer's " + std::to_string(tok.vocab_size()));
-    }
-    CausalLM model(c);
-    model->SetGradientCheckpointing(spec.train.gradient_checkpointing);
-    return model;
+StatusOr<ModelConfig> ModelConfigFor(const JobSpec& spec, const Tokenizer& tok) {
+  if (spec.model.config.is_null()) return LoadModelConfig(spec.model.path);
+  json cfg = spec.model.config;
+  if (!cfg.contains("vocab_size")) cfg["vocab_size"] = tok.vocab_size();
+  if (!cfg.contains("eos_token_id") && tok.eos_id()) cfg["eos_token_id"] = *tok.eos_id();
+  SFT_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(cfg, "field 'model.config'"));
+  if (c.vocab_size < tok.vocab_size()) {
+    return InvalidArgumentError("field 'model.config': vocab_size " + std::to_string(c.vocab_size) +
+                                " is smaller than the tokenizer's " + std::to_string(tok.vocab_size()));
   }
-  SFT_ASSIGN_OR_RETURN(CausalLM model, LoadModelDir(spec.model.path));
+  return c;
+}
+
+StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok) {
+  CausalLM model{nullptr};
+  if (!spec.model.config.is_null()) {
+    SFT_ASSIGN_OR_RETURN(ModelConfig c, ModelConfigFor(spec, tok));
+    model = CausalLM(c);
+  } else {
+    SFT_ASSIGN_OR_RETURN(model, LoadModelDir(spec.model.path));
+  }
   model->SetGradientCheckpointing(spec.train.gradient_checkpointing);
+  model->SetLossChunkTokens(LossChunkTokens(spec.train.loss_chunk_tokens, model->config().vocab_size));
   return model;
+}
+
+MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const DevicePlan& plan,
+                      int64_t processes) {
+  MemoryPlan p;
+  p.config = config;
+  p.batch_size = spec.train.batch_size;
+  p.seq_len = std::min(spec.data.max_seq_len, config.max_position_embeddings);
+  p.gradient_checkpointing = spec.train.gradient_checkpointing;
+  p.loss_chunk_tokens = LossChunkTokens(spec.train.loss_chunk_tokens, config.vocab_size);
+  p.lora = spec.lora;
+  if (spec.lora) p.base_bytes = LoraBaseDtype(spec.lora->base_dtype, plan.device) == torch::kBFloat16 ? 2 : 4;
+  p.activation_bytes = plan.bf16 ? 2 : 4;
+  p.cpu_kernels = plan.device.is_cpu();
+  p.processes = processes;
+  return p;
 }
 
 StatusOr<CausalLM> LoadModelDir(const std::string& dir) {

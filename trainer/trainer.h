@@ -24,6 +24,7 @@
 #include "trainer/data.h"
 #include "trainer/device.h"
 #include "trainer/distributed.h"
+#include "trainer/memory_estimate.h"
 #include "trainer/model.h"
 
 namespace sftctl::trainer {
@@ -45,6 +46,8 @@ struct TrainHooks {
   std::function<void(DevicePlan& plan)> adjust_plan;
   // Called after each window's backward, before the gradients are read (overflow injection).
   std::function<void(int64_t step, CausalLM& model)> after_backward;
+  // The memory the pre-training check compares its estimate with, instead of the host's.
+  std::optional<int64_t> available_memory;
 };
 
 struct TrainOptions {
@@ -99,9 +102,19 @@ double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const
 // any, else the byte tokenizer). `source` receives what checkpoints should copy.
 StatusOr<std::unique_ptr<Tokenizer>> OpenTokenizer(const JobSpec& spec, std::string* source);
 
+// The model's config: model.config (vocab_size and eos_token_id defaulting to the tokenizer's)
+// or model.path's config.json. Reads no weights.
+StatusOr<ModelConfig> ModelConfigFor(const JobSpec& spec, const Tokenizer& tok);
+
 // Builds the model named by the spec: from model.config (random init) or model.path, with
-// train.gradient_checkpointing applied.
+// train.gradient_checkpointing and train.loss_chunk_tokens applied.
 StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok);
+
+// What the spec asks of memory on `plan`'s device (trainer/memory_estimate.h): the batch of
+// data.max_seq_len rows, LoRA and lora.base_dtype, checkpointing, loss chunks, precision;
+// `processes` ranks share the memory.
+MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const DevicePlan& plan,
+                      int64_t processes = 1);
 
 // Loads a model folder (config.json + model.safetensors) for inference.
 StatusOr<CausalLM> LoadModelDir(const std::string& dir);

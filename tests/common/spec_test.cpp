@@ -80,6 +80,36 @@ TEST(Spec, DataChatTemplateAndPacking) {
       << spec.status().message();
 }
 
+// The memory knobs: train.loss_chunk_tokens, train.skip_memory_check, lora.base_dtype.
+TEST(Spec, MemoryKnobs) {
+  auto spec = LoadSpecFile(TempFile("mem-default.yaml", std::string(kMinimal) + "lora: {}\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->train.loss_chunk_tokens, 0);
+  EXPECT_FALSE(spec->train.skip_memory_check);
+  EXPECT_EQ(spec->lora->base_dtype, "auto");
+  spec = LoadSpecFile(TempFile("mem.yaml", std::string(kMinimal) +
+                                               "train: {loss_chunk_tokens: 256, skip_memory_check: true}\n"
+                                               "lora: {base_dtype: bf16}\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->train.loss_chunk_tokens, 256);
+  EXPECT_TRUE(spec->train.skip_memory_check);
+  EXPECT_EQ(spec->lora->base_dtype, "bf16");
+  auto again = ParseSpec(ToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ToJson(*again), ToJson(*spec));
+  EXPECT_EQ(again->lora->base_dtype, "bf16");
+  EXPECT_EQ(again->train.loss_chunk_tokens, 256);
+  const std::pair<std::string, std::string> bad[] = {
+      {"train: {loss_chunk_tokens: -1}\n", "field 'train.loss_chunk_tokens': must be >= 0, got -1"},
+      {"train: {skip_memory_check: yes please}\n", "field 'train.skip_memory_check': must be true or false"},
+      {"lora: {base_dtype: fp16}\n", "field 'lora.base_dtype': must be one of auto, fp32, bf16, got 'fp16'"}};
+  for (const auto& [yaml, error] : bad) {
+    auto r = LoadSpecFile(TempFile("mem-bad.yaml", std::string(kMinimal) + yaml));
+    ASSERT_FALSE(r.ok()) << yaml;
+    EXPECT_NE(r.status().message().find(error), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(Spec, TrainGradientCheckpointing) {
   auto spec = LoadSpecFile(TempFile("gc-default.yaml", kMinimal));
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();

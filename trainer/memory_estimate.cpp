@@ -1,0 +1,170 @@
+#include "trainer/memory_estimate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "trainer/chunked_loss.h"
+
+namespace sftctl::trainer {
+namespace {
+
+bool Targets(const std::optional<LoraSpec>& lora, const std::string& module) {
+  return lora && std::find(lora->target_modules.begin(), lora->target_modules.end(), module) !=
+                     lora->target_modules.end();
+}
+
+// The seven projections of a decoder layer: (name, in, out).
+struct Proj {
+  const char* name;
+  int64_t in, out;
+};
+std::vector<Proj> LayerProjections(const ModelConfig& c) {
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  return {{"q_proj", C, q},    {"k_proj", C, kv}, {"v_proj", C, kv},  {"o_proj", q, C},
+          {"gate_proj", C, I}, {"up_proj", C, I}, {"down_proj", I, C}};
+}
+
+int64_t LayerMatrixElements(const ModelConfig& c) {
+  int64_t n = 0;
+  for (const Proj& p : LayerProjections(c)) n += p.in * p.out;
+  return n;
+}
+
+// Weight elements of one layer whose matmul runs over a concatenated copy on the CPU path
+// (q/k/v without any adapter; gate/up without any adapter), which autograd then keeps.
+int64_t ConcatenatedElements(const ModelConfig& c, const std::optional<LoraSpec>& lora) {
+  const int64_t C = c.hidden_size;
+  const int64_t qkv = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim * C;
+  int64_t n = 0;
+  if (!Targets(lora, "q_proj") && !Targets(lora, "k_proj") && !Targets(lora, "v_proj")) n += qkv;
+  if (!Targets(lora, "gate_proj") && !Targets(lora, "up_proj")) n += 2 * C * c.intermediate_size;
+  return n;
+}
+
+// Bytes one layer keeps for backward: activations of `tokens` tokens plus saved weight copies.
+int64_t LayerSaved(const MemoryPlan& p, int64_t tokens) {
+  const ModelConfig& c = p.config;
+  const int64_t a = p.activation_bytes, C = c.hidden_size, I = c.intermediate_size;
+  const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+  int64_t per_token = 8 * C + 2 * a * C + a * (2 * H + 2 * Hkv) * D + 3 * a * I;
+  if (p.cpu_kernels) per_token += a * H * p.seq_len;
+  // fp32 weights under bf16 autocast: every matmul saves its bf16 cast (cached, for trained ones).
+  const bool fp32_weights = p.lora ? p.base_bytes == 4 : true;
+  int64_t copies = 0;
+  if (a == 2 && fp32_weights) {
+    copies = LayerMatrixElements(c) * 2;
+  } else if (p.cpu_kernels) {
+    copies = ConcatenatedElements(c, p.lora) * (a == 2 ? 2 : (p.lora ? p.base_bytes : 4));
+  }
+  return tokens * per_token + copies;
+}
+
+}  // namespace
+
+ParameterCount CountParameters(const ModelConfig& c, const std::optional<LoraSpec>& lora) {
+  const int64_t C = c.hidden_size, D = c.head_dim;
+  int64_t layer_vectors = 2 * C + (c.qk_norm ? 2 * D : 0);
+  if (c.attention_bias) layer_vectors += (c.num_attention_heads + 2 * c.num_key_value_heads) * D;
+  if (c.o_proj_bias) layer_vectors += C;
+  int64_t adapters = 0;
+  for (const Proj& p : LayerProjections(c)) {
+    if (Targets(lora, p.name)) adapters += lora->r * (p.in + p.out);
+  }
+  const int64_t L = c.num_hidden_layers;
+  const int64_t matrices = L * LayerMatrixElements(c) + c.vocab_size * C * (c.tie_word_embeddings ? 1 : 2);
+  const int64_t vectors = L * layer_vectors + C;
+  ParameterCount n;
+  n.total = matrices + vectors + L * adapters;
+  n.trainable = lora ? L * adapters : n.total;
+  n.frozen_matrices = lora ? matrices : 0;
+  return n;
+}
+
+int64_t MemoryEstimate::total() const {
+  return (weights + gradients + optimizer + activations + logits + runtime) * processes;
+}
+
+std::string FormatGiB(int64_t bytes) {
+  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
+}
+
+std::string MemoryEstimate::Describe() const {
+  std::string s =
+      fmt::format("{} (weights {}, gradients {}, optimizer {}, activations {}, logits {}, runtime {})",
+                  FormatGiB(total()), FormatGiB(weights), FormatGiB(gradients), FormatGiB(optimizer),
+                  FormatGiB(activations), FormatGiB(logits), FormatGiB(runtime));
+  if (processes > 1) s += fmt::format(" for {} processes", processes);
+  return s;
+}
+
+MemoryEstimate EstimateMemory(const MemoryPlan& p) {
+  const ModelConfig& c = p.config;
+  const ParameterCount n = CountParameters(c, p.lora);
+  const int64_t a = p.activation_bytes, C = c.hidden_size, V = c.vocab_size, T = p.seq_len;
+  const int64_t tokens = p.batch_size * T, rows = p.batch_size * (T - 1);
+  MemoryEstimate e;
+  e.weights = (n.total - n.frozen_matrices) * 4 + n.frozen_matrices * p.base_bytes;
+  e.gradients = n.trainable * 4;
+  e.optimizer = n.trainable * 8;
+  // Kept for backward, plus the working set of one layer: the pre-softmax scores on CPU and
+  // the fused gate/up product.
+  const int64_t one_layer = LayerSaved(p, tokens);
+  const int64_t working =
+      tokens * a * ((p.cpu_kernels ? c.num_attention_heads * T : 0) + 2 * c.intermediate_size);
+  const int64_t layers = p.gradient_checkpointing ? c.num_hidden_layers * tokens * 4 * C + one_layer
+                                                  : c.num_hidden_layers * one_layer;
+  e.activations =
+      layers + working + tokens * C * (4 + a) + rows * C * a;  // + the final norm and gathered rows
+  const bool chunked = p.loss_chunk_tokens > 0 && p.loss_chunk_tokens < rows;
+  e.logits = (chunked ? p.loss_chunk_tokens : rows) * V * (8 + a) + (chunked ? 8 * rows : 0);
+  const int64_t head_bytes = p.lora ? p.base_bytes : 4;
+  if (head_bytes != a) e.logits += V * C * a;     // lm_head's weight cast to the matmul dtype
+  if (chunked && !p.lora) e.logits += V * C * 4;  // its fp32 gradient, summed over chunks
+  e.runtime = kRuntimeBytes;
+  e.processes = std::max<int64_t>(1, p.processes);
+  return e;
+}
+
+Status CheckMemoryFits(const MemoryPlan& plan, int64_t available_bytes, const std::string& source) {
+  const MemoryEstimate e = EstimateMemory(plan);
+  if (e.total() <= available_bytes) return OkStatus();
+  std::vector<std::pair<std::string, std::function<void(MemoryPlan&)>>> changes;
+  if (!plan.lora)
+    changes.push_back(
+        {"lora: {} (train adapters, not the whole model)", [](MemoryPlan& p) { p.lora = LoraSpec(); }});
+  if (!plan.gradient_checkpointing)
+    changes.push_back(
+        {"train.gradient_checkpointing: true", [](MemoryPlan& p) { p.gradient_checkpointing = true; }});
+  const int64_t auto_chunk = LossChunkTokens(0, plan.config.vocab_size);
+  const int64_t rows = plan.batch_size * (plan.seq_len - 1);
+  if (auto_chunk > 0 && auto_chunk < rows && !(plan.loss_chunk_tokens > 0 && plan.loss_chunk_tokens < rows))
+    changes.push_back(
+        {"train.loss_chunk_tokens: 0", [auto_chunk](MemoryPlan& p) { p.loss_chunk_tokens = auto_chunk; }});
+  if (plan.lora && plan.base_bytes == 4)
+    changes.push_back({"lora.base_dtype: bf16", [](MemoryPlan& p) { p.base_bytes = 2; }});
+  if (plan.batch_size > 1)
+    changes.push_back(
+        {fmt::format("train.batch_size: {} (raise train.grad_accum to keep the batch)", plan.batch_size / 2),
+         [](MemoryPlan& p) { p.batch_size /= 2; }});
+  if (plan.seq_len > 256)
+    changes.push_back(
+        {fmt::format("data.max_seq_len: {}", plan.seq_len / 2), [](MemoryPlan& p) { p.seq_len /= 2; }});
+  std::string advice;
+  for (const auto& [what, apply] : changes) {
+    MemoryPlan changed = plan;
+    apply(changed);
+    advice += fmt::format("{}{} (about {})", advice.empty() ? "" : "; ", what,
+                          FormatGiB(EstimateMemory(changed).total()));
+  }
+  return FailedPreconditionError(fmt::format(
+      "memory: this plan needs about {} but {} is available ({}). To fit: {}; or set "
+      "train.skip_memory_check: true "
+      "to train anyway",
+      e.Describe(), FormatGiB(available_bytes), source, advice.empty() ? "nothing left to try" : advice));
+}
+
+}  // namespace sftctl::trainer

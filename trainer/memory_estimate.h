@@ -1,0 +1,85 @@
+// The memory a training plan needs, estimated before any weight is loaded, and the check that
+// refuses a plan that cannot fit (train.skip_memory_check turns the refusal off).
+//
+// The estimate adds up, in bytes:
+//   weights      parameters in their storage dtype (a LoRA run's frozen matrices in
+//                lora.base_dtype, everything else fp32)
+//   gradients    4 per trainable parameter (the flat fp32 gradient buffers, trainer/optimizer.h)
+//   optimizer    8 per trainable parameter (AdamW's two moments)
+//   activations  what autograd keeps between forward and backward, per decoder layer (every
+//                layer, or with train.gradient_checkpointing each layer's input plus one layer
+//                recomputed), plus the working set of the layer being computed. Per token and
+//                layer, with a = 4 (fp32) or 2 (bf16 autocast) bytes and the residual in fp32:
+//                  8C + 2aC + a(2H + 2Hkv)D + 3aI  [+ aHT on CPU, whose attention keeps the
+//                  softmax of every head's T x T scores]
+//                (residual and normed inputs of the two norms, q/k/v and the attention output,
+//                gate/up and SwiGLU's output), counted from what the model's ops save. On top,
+//                per layer, the weight copies those ops save: the bf16 casts autocast makes of
+//                fp32 weights, and on CPU the concatenated q/k/v and gate/up weights of
+//                projections without an adapter (one GEMM each).
+//   logits       the loss head: rows x V x (8 + a) bytes for rows = all labelled positions
+//                (worst case: every position), or one chunk of train.loss_chunk_tokens rows
+//                (trainer/chunked_loss.h), plus a cast copy of lm_head's weight when it is
+//                stored in another dtype than the matmul's
+//   runtime      kRuntimeBytes for LibTorch itself (code, thread pools, allocator slack)
+// and multiplies by the processes sharing the memory (ranks of one host on CPU).
+// bench/memory compares it with measured peaks (bench/README.md).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/spec.h"
+#include "common/status.h"
+#include "trainer/model_config.h"
+
+namespace sftctl::trainer {
+
+inline constexpr int64_t kRuntimeBytes = int64_t{512} << 20;
+
+struct MemoryPlan {
+  ModelConfig config;
+  int64_t batch_size = 1;
+  int64_t seq_len = 512;  // the longest row of a batch (data.max_seq_len)
+  bool gradient_checkpointing = false;
+  int64_t loss_chunk_tokens = 0;  // rows per loss chunk, resolved (CausalLM::loss_chunk_tokens)
+  std::optional<LoraSpec> lora;   // absent: full fine-tune
+  int64_t base_bytes = 4;         // bytes per element of a LoRA run's frozen matrices (2: bf16)
+  int64_t activation_bytes = 4;   // 2 under bf16 autocast
+  bool cpu_kernels = true;        // CPU path: T x T attention scores, fused q/k/v and gate/up GEMMs
+  int64_t processes = 1;          // processes sharing this memory
+};
+
+struct MemoryEstimate {
+  int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0, logits = 0, runtime = 0;
+  int64_t processes = 1;
+  int64_t total() const;
+  // "9.1 GiB (weights 3.1 GiB, gradients 0.0 GiB, optimizer 0.1 GiB, activations 4.2 GiB,
+  // logits 1.2 GiB, runtime 0.5 GiB)", with " x N processes" when more than one.
+  std::string Describe() const;
+};
+
+MemoryEstimate EstimateMemory(const MemoryPlan& plan);
+
+// The plan's parameters: all of them, and those that train (LoRA: the adapters only).
+struct ParameterCount {
+  int64_t total = 0, trainable = 0;
+  int64_t frozen_matrices = 0;  // frozen 2-D weights (what lora.base_dtype stores)
+};
+ParameterCount CountParameters(const ModelConfig& c, const std::optional<LoraSpec>& lora);
+
+// OK when the estimate fits in `available_bytes`. Otherwise FAILED_PRECONDITION:
+//   "memory: this plan needs about <estimate breakdown> but <available> is available (<source>).
+//    To fit: <suggestion> (about N GiB); ...; or set train.skip_memory_check: true to train anyway"
+// where the suggestions are the changes not yet made (lora, train.gradient_checkpointing,
+// lora.base_dtype: bf16, train.loss_chunk_tokens: 0, a smaller train.batch_size or
+// data.max_seq_len), each with the estimate it would give.
+Status CheckMemoryFits(const MemoryPlan& plan, int64_t available_bytes, const std::string& source);
+
+// "1.5 GiB"
+std::string FormatGiB(int64_t bytes);
+
+}  // namespace sftctl::trainer
