@@ -363,8 +363,8 @@ json ToJson(const JobSpec& s) {
             {"alpha", s.lora->alpha},
             {"dropout", s.lora->dropout},
             {"target_modules", s.lora->target_modules},
-            {"use_rslora", s.lora->use_rslora},
-            {"base_dtype", s.lora->base_dtype}};
+            {"use_rslora", s.lora->use_rslora}};
+    if (s.lora->base_dtype != "auto") lora["base_dtype"] = s.lora->base_dtype;
   }
   json out = json{
       {"name", s.name},
@@ -400,9 +400,7 @@ json ToJson(const JobSpec& s) {
         {"max_steps", t.max_steps},
         {"max_bad_steps", t.max_bad_steps},
         {"log_interval", t.log_interval},
-        {"gradient_checkpointing", t.gradient_checkpointing},
-        {"loss_chunk_tokens", t.loss_chunk_tokens},
-        {"skip_memory_check", t.skip_memory_check}}},
+        {"gradient_checkpointing", t.gradient_checkpointing}}},
       {"eval",
        {{"interval", s.eval.interval},
         {"batch_size", s.eval.batch_size},
@@ -414,6 +412,8 @@ json ToJson(const JobSpec& s) {
   // Knobs added later appear only when set, so an older agent's trainer still takes the spec.
   if (s.data.max_samples > 0) out["data"]["max_samples"] = s.data.max_samples;
   if (s.data.max_eval_samples > 0) out["data"]["max_eval_samples"] = s.data.max_eval_samples;
+  if (t.loss_chunk_tokens != 0) out["train"]["loss_chunk_tokens"] = t.loss_chunk_tokens;
+  if (t.skip_memory_check) out["train"]["skip_memory_check"] = true;
   out["distributed"] = {{"timeout_s", s.distributed.timeout_s}, {"bucket_mb", s.distributed.bucket_mb}};
   out["hosts"] = s.hosts;
   return out;
