@@ -579,6 +579,21 @@ Value SortKey(const Value& v, bool case_sensitive) {
   return v;
 }
 
+// The `max` (sign 1) or `min` (sign -1) filter: the first item whose key is greatest/least.
+Value Extreme(const Value& v, const Args& a, int sign) {
+  std::vector<Value> items = Iterate(v);
+  if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
+  const Value* cs = a.Get(0, "case_sensitive");
+  const Value* attr = a.Get(1, "attribute");
+  auto key = [&](const Value& x) {
+    return SortKey(attr ? AttrPath(x, SoftStr(*attr)) : x, cs && cs->Truthy());
+  };
+  Value best = items[0];
+  for (const Value& x : items)
+    if (Compare(key(x), key(best)) * sign > 0) best = x;
+  return best;
+}
+
 std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -796,34 +811,8 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          for (const Value& item : Iterate(v)) out.push_back(ApplyFilterImpl(filter, item, rest));
          return Value::List(std::move(out));
        }},
-      {"max",
-       [](const Value& v, const Args& a) {
-         std::vector<Value> items = Iterate(v);
-         if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
-         const Value* cs = a.Get(0, "case_sensitive");
-         const Value* attr = a.Get(1, "attribute");
-         Value best = items[0];
-         auto key = [&](const Value& x) {
-           return SortKey(attr ? AttrPath(x, SoftStr(*attr)) : x, cs && cs->Truthy());
-         };
-         for (const Value& x : items)
-           if (Compare(key(x), key(best)) > 0) best = x;
-         return best;
-       }},
-      {"min",
-       [](const Value& v, const Args& a) {
-         std::vector<Value> items = Iterate(v);
-         if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
-         const Value* cs = a.Get(0, "case_sensitive");
-         const Value* attr = a.Get(1, "attribute");
-         Value best = items[0];
-         auto key = [&](const Value& x) {
-           return SortKey(attr ? AttrPath(x, SoftStr(*attr)) : x, cs && cs->Truthy());
-         };
-         for (const Value& x : items)
-           if (Compare(key(x), key(best)) < 0) best = x;
-         return best;
-       }},
+      {"max", [](const Value& v, const Args& a) { return Extreme(v, a, 1); }},
+      {"min", [](const Value& v, const Args& a) { return Extreme(v, a, -1); }},
       {"reject", [](const Value& v, const Args& a) { return SelectImpl(v, a, false, false); }},
       {"rejectattr", [](const Value& v, const Args& a) { return SelectImpl(v, a, true, false); }},
       {"replace",

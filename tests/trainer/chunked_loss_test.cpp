@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "common/host_memory.h"
+#include "tests/trainer/test_util.h"
 #include "trainer/device.h"
 #include "trainer/lora.h"
 #include "trainer/model.h"
@@ -112,16 +113,7 @@ TEST(ChunkedLoss, AutomaticChunkSizeFollowsTheVocabulary) {
 }
 
 ModelConfig TinyConfig(const std::string& type, bool tied) {
-  return *ParseModelConfig({{"model_type", type},
-                            {"vocab_size", 97},
-                            {"hidden_size", 32},
-                            {"intermediate_size", 48},
-                            {"num_hidden_layers", 2},
-                            {"num_attention_heads", 4},
-                            {"num_key_value_heads", 2},
-                            {"max_position_embeddings", 32},
-                            {"tie_word_embeddings", tied}},
-                           "test");
+  return *ParseModelConfig(sftctl::testing::TinyDecoderConfig(type, 97, 32, 48, tied), "test");
 }
 
 // Loss and the gradient of every trainable parameter, through LossSum with `chunk` rows.

@@ -19,16 +19,7 @@ using sftctl::testing::ReadMetrics;
 using sftctl::testing::TinySpec;
 
 ModelConfig Config(const std::string& type) {
-  return *ParseModelConfig({{"model_type", type},
-                            {"vocab_size", 97},
-                            {"hidden_size", 64},
-                            {"intermediate_size", 96},
-                            {"num_hidden_layers", 2},
-                            {"num_attention_heads", 4},
-                            {"num_key_value_heads", 2},
-                            {"max_position_embeddings", 32},
-                            {"tie_word_embeddings", type == "qwen2"}},
-                           "test");
+  return *ParseModelConfig(sftctl::testing::TinyDecoderConfig(type, 97, 64, 96, type == "qwen2"), "test");
 }
 
 LoraSpec Spec() {

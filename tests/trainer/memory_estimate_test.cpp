@@ -39,15 +39,7 @@ ModelConfig Qwen15B() {
 
 TEST(MemoryEstimate, ParameterCountsEqualTheBuiltModel) {
   for (const std::string type : {"llama", "qwen2", "qwen3"}) {
-    json j = {{"model_type", type},
-              {"vocab_size", 97},
-              {"hidden_size", 32},
-              {"intermediate_size", 48},
-              {"num_hidden_layers", 2},
-              {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},
-              {"max_position_embeddings", 32},
-              {"tie_word_embeddings", type != "llama"}};
+    json j = sftctl::testing::TinyDecoderConfig(type, 97, 32, 48, type != "llama");
     if (type == "qwen3") j["head_dim"] = 12;
     const ModelConfig c = *ParseModelConfig(j, "test");
     for (bool lora : {false, true}) {

@@ -33,6 +33,17 @@ inline std::string AdditionJsonl(int n, int offset = 0) {
 }
 
 // A tiny from-scratch spec training on AdditionJsonl data written into `dir`.
+// config.json of a tiny decoder of `type` for unit tests: 4 attention heads over 2 key/value
+// heads, 32 positions.
+inline nlohmann::json TinyDecoderConfig(const std::string& type, int64_t vocab, int64_t hidden,
+                                        int64_t intermediate, bool tied, int64_t layers = 2) {
+  return {{"model_type", type},          {"vocab_size", vocab},
+          {"hidden_size", hidden},       {"intermediate_size", intermediate},
+          {"num_hidden_layers", layers}, {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},    {"max_position_embeddings", 32},
+          {"tie_word_embeddings", tied}};
+}
+
 inline JobSpec TinySpec(const std::string& dir, int64_t steps) {
   WriteText(dir + "/data/train.jsonl", AdditionJsonl(96));
   WriteText(dir + "/data/eval.jsonl", AdditionJsonl(16, 1000));
