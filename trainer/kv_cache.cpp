@@ -1,5 +1,7 @@
 #include "trainer/kv_cache.h"
 
+#include <tuple>
+
 namespace sftctl::trainer {
 
 std::pair<torch::Tensor, torch::Tensor> LeftPadAttention(const torch::Tensor& left_pad, int64_t q_start,

@@ -7,6 +7,7 @@
 
 #include "common/chat_template.h"
 #include "common/file_system.h"
+#include "common/tokenizer.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/command.h"
 #include "trainer/generate.h"

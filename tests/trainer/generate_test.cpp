@@ -42,7 +42,7 @@ DevicePlan Cpu() { return DevicePlan{}; }
 // Per prompt, the logits of each step (captured through on_logits).
 using StepLogits = std::map<size_t, std::vector<torch::Tensor>>;
 
-std::vector<Generation> Run(CausalLM& m, const std::vector<std::vector<int32_t>>& prompts, GenerateOptions o,
+std::vector<Generation> Gen(CausalLM& m, const std::vector<std::vector<int32_t>>& prompts, GenerateOptions o,
                             StepLogits* logits = nullptr) {
   if (logits) {
     o.on_logits = [logits](const std::vector<size_t>& rows, const torch::Tensor& l) {
@@ -67,9 +67,9 @@ TEST_P(CacheVsRecompute, SameTokensAndLogitsEveryStep) {
   GenerateOptions o;
   o.max_new_tokens = 24;
   StepLogits cached, full;
-  const auto a = Run(m, prompt, o, &cached);
+  const auto a = Gen(m, prompt, o, &cached);
   o.use_cache = false;
-  const auto b = Run(m, prompt, o, &full);
+  const auto b = Gen(m, prompt, o, &full);
   ASSERT_EQ(a[0].tokens.size(), 24u);
   EXPECT_EQ(a[0].tokens, b[0].tokens);
   EXPECT_EQ(a[0].stop, StopReason::kLength);
@@ -98,8 +98,8 @@ TEST(KvCache, SlidingWindowChangesCachedLogits) {
   GenerateOptions o;
   o.max_new_tokens = 8;
   StepLogits a, b;
-  Run(windowed, {{3, 14, 15, 9, 26, 5, 35}}, o, &a);
-  Run(full, {{3, 14, 15, 9, 26, 5, 35}}, o, &b);
+  Gen(windowed, {{3, 14, 15, 9, 26, 5, 35}}, o, &a);
+  Gen(full, {{3, 14, 15, 9, 26, 5, 35}}, o, &b);
   EXPECT_GT((a[0][0] - b[0][0]).abs().max().item<double>(), 1e-3);
 }
 
@@ -135,10 +135,10 @@ TEST_P(BatchedVsAlone, SameTokensAndLogits) {
     o.max_new_tokens = 12;
     o.use_cache = cache;
     StepLogits batched;
-    const auto all = Run(m, prompts, o, &batched);
+    const auto all = Gen(m, prompts, o, &batched);
     for (size_t i = 0; i < prompts.size(); ++i) {
       StepLogits alone;
-      const auto one = Run(m, {prompts[i]}, o, &alone);
+      const auto one = Gen(m, {prompts[i]}, o, &alone);
       EXPECT_EQ(all[i].tokens, one[0].tokens) << "prompt " << i;
       EXPECT_LT(MaxDiff(batched[i], alone[0], 12), 1e-5) << "prompt " << i;
     }
@@ -152,30 +152,30 @@ TEST(Sampling, SeedsTopPAndTopK) {
   const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {9, 8}};
   GenerateOptions greedy;
   greedy.max_new_tokens = 16;
-  const auto g = Run(m, prompts, greedy);
+  const auto g = Gen(m, prompts, greedy);
   GenerateOptions hot = greedy;
   hot.sampling.temperature = 5.0;
   hot.seed = 11;
-  const auto a = Run(m, prompts, hot), b = Run(m, prompts, hot);
+  const auto a = Gen(m, prompts, hot), b = Gen(m, prompts, hot);
   EXPECT_EQ(a[0].tokens, b[0].tokens);
   EXPECT_EQ(a[1].tokens, b[1].tokens);
   EXPECT_NE(a[0].tokens, g[0].tokens);
   hot.seed = 12;
-  const auto c = Run(m, prompts, hot);
+  const auto c = Gen(m, prompts, hot);
   EXPECT_NE(a[0].tokens, c[0].tokens);
   EXPECT_NE(a[1].tokens, c[1].tokens);
   // A prompt's samples do not depend on its batch: prompt 1 alone is sampled with seed + 1.
   hot.seed = 13;
-  EXPECT_EQ(Run(m, {prompts[1]}, hot)[0].tokens, c[1].tokens);
+  EXPECT_EQ(Gen(m, {prompts[1]}, hot)[0].tokens, c[1].tokens);
   // top_p tiny and top_k 1 leave the most likely token only.
   GenerateOptions nucleus = hot;
   nucleus.sampling.top_p = 1e-6;
-  const auto p = Run(m, prompts, nucleus);
+  const auto p = Gen(m, prompts, nucleus);
   EXPECT_EQ(p[0].tokens, g[0].tokens);
   EXPECT_EQ(p[1].tokens, g[1].tokens);
   GenerateOptions topk = hot;
   topk.sampling.top_k = 1;
-  EXPECT_EQ(Run(m, prompts, topk)[0].tokens, g[0].tokens);
+  EXPECT_EQ(Gen(m, prompts, topk)[0].tokens, g[0].tokens);
 }
 
 TEST(Sampling, TokenSamplerFrequenciesAndFilters) {
@@ -205,17 +205,16 @@ TEST(Stops, EosAndStopStringEndWithTheirReason) {
   const std::vector<std::vector<int32_t>> prompt = {{10, 20, 30}};
   GenerateOptions o;
   o.max_new_tokens = 20;
-  const std::vector<int32_t> free_run = Run(m, prompt, o)[0].tokens;
+  const std::vector<int32_t> free_run = Gen(m, prompt, o)[0].tokens;
   ASSERT_EQ(free_run.size(), 20u);
-  // EOS: the 6th token (first seen where it first occurs) ends the run, kept as the last token.
+  // EOS: the 6th token's id ends the run where that id first occurs, and is kept as the last token.
   const int32_t eos = free_run[5];
   const size_t first = std::find(free_run.begin(), free_run.end(), eos) - free_run.begin();
   o.stop_ids = {eos};
-  const Generation e = Run(m, prompt, o)[0];
+  const Generation e = Gen(m, prompt, o)[0];
   EXPECT_EQ(e.stop, StopReason::kEos);
   EXPECT_EQ(e.tokens, std::vector<int32_t>(free_run.begin(), free_run.begin() + first + 1));
-  // A stop string made of tokens 8 and 9 (as letters) ends the run at token 9 (or earlier if
-  // the string occurs before).
+  // A stop string made of the text of tokens 8 and 9 ends the run where it first occurs.
   o.stop_ids.clear();
   o.detokenize = [](const std::vector<int32_t>& ids) {
     std::string s;
@@ -225,12 +224,12 @@ TEST(Stops, EosAndStopStringEndWithTheirReason) {
   const std::string text = o.detokenize(free_run);
   const std::string stop = text.substr(8, 2);
   o.stop_strings = {stop};
-  const Generation s = Run(m, prompt, o)[0];
+  const Generation s = Gen(m, prompt, o)[0];
   EXPECT_EQ(s.stop, StopReason::kStop);
   EXPECT_EQ(s.tokens.size(), text.find(stop) + 2);
   EXPECT_EQ(CutAtStopString(o.detokenize(s.tokens), {stop}), text.substr(0, text.find(stop)));
   EXPECT_EQ(CutAtStopString("abcXYdefXY", {"def", "Y"}), "abcX");
-  EXPECT_EQ(Run(m, prompt, GenerateOptions{})[0].stop, StopReason::kLength);
+  EXPECT_EQ(Gen(m, prompt, GenerateOptions{})[0].stop, StopReason::kLength);
 }
 
 // ---- Prompt records (common/generation_prompts.h) -------------------------------------------
