@@ -3,7 +3,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace sftctl::client {
 
@@ -12,6 +15,23 @@ struct CommandContext {
   // argv[0] of this process, used to find sibling binaries (sftctl-trainer, sftd).
   std::string argv0;
 };
+
+// The generation flags `generate` and `eval --generate` share (cmd_generate.cpp), passed through
+// to sftctl-trainer as they are (docs/generate.md).
+struct GenerationArgs {
+  int64_t max_new_tokens = 64;
+  double temperature = 0, top_p = 1.0;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool chat = false;
+  std::string system, chat_template;
+  // The trainer's flags for these values.
+  std::vector<std::string> ToTrainerArgs() const;
+};
+// Adds --max-new-tokens, --temperature, --top-p, --top-k, --seed, --stop, --chat, --system and
+// --chat-template to `cmd`, stored into `*a` (kept alive by the caller's callback).
+void AddGenerationArgs(CLI::App* cmd, const std::shared_ptr<GenerationArgs>& a);
 
 void RegisterRunCommand(CLI::App& app, CommandContext& ctx);
 void RegisterGenerateCommand(CLI::App& app, CommandContext& ctx);

@@ -7,6 +7,7 @@
 
 #include "common/bpe_tokenizer.h"
 #include "common/json_parse.h"
+#include "common/jsonl_reader.h"
 
 namespace sftctl {
 namespace {
@@ -200,46 +201,14 @@ Status SampleEncoder::EncodeMessages(const ordered_json& rec, const std::string&
   return OkStatus();
 }
 
-namespace {
-
-enum class LineRead { kLine, kEnd, kTooLong };
-
-// One line of `in` without its '\n', of at most `max` bytes; kTooLong as soon as it is longer.
-LineRead ReadBoundedLine(std::istream& in, std::string* line, size_t max) {
-  line->clear();
-  std::streambuf* sb = in.rdbuf();
-  for (;;) {
-    const int c = sb->sbumpc();
-    if (c == std::char_traits<char>::eof()) return line->empty() ? LineRead::kEnd : LineRead::kLine;
-    if (c == '\n') return LineRead::kLine;
-    if (line->size() >= max) return LineRead::kTooLong;
-    line->push_back(static_cast<char>(c));
-  }
-}
-
-}  // namespace
-
 Status SampleEncoder::ScanFile(const std::string& path, DataStats* stats,
                                const std::function<Status(EncodedSample&)>& fn, int64_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot read data file '" + path + "'");
   std::string file_format = opt_.format == "auto" ? "" : opt_.format;
   const std::string format_origin = opt_.format == "auto" ? "the file" : "data.format";
-  std::string line;
-  int64_t line_no = 0, records = 0, kept = 0;
+  int64_t records = 0, kept = 0;
   EncodedSample s;
-  while (limit < 0 || kept < limit) {
-    const LineRead got = ReadBoundedLine(in, &line, kMaxLineBytes);
-    if (got == LineRead::kEnd) break;
-    ++line_no;
-    if (got == LineRead::kTooLong) {
-      return InvalidArgumentError(path + ":" + std::to_string(line_no) + ": the line is longer than " +
-                                  std::to_string(kMaxLineBytes >> 20) + " MiB (one JSON record per line)");
-    }
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
-    SFT_ASSIGN_OR_RETURN(ordered_json rec, ParseOrderedJson(line, where));
+  auto on_record = [&](const ordered_json& rec, const std::string& where, int64_t line_no,
+                       bool* stop) -> Status {
     SFT_ASSIGN_OR_RETURN(std::string f, DetectFormat(rec, where));
     if (file_format.empty()) {
       file_format = f;
@@ -253,7 +222,6 @@ Status SampleEncoder::ScanFile(const std::string& path, DataStats* stats,
       return InvalidArgumentError(where + ": unusable record: " + e.what());
     }
     s.line = line_no;
-    ++records;
     ++stats->samples;
     s.truncated = static_cast<int64_t>(s.ids.size()) > opt_.max_seq_len;
     if (s.truncated) {
@@ -265,14 +233,16 @@ Status SampleEncoder::ScanFile(const std::string& path, DataStats* stats,
     for (size_t i = 1; i < s.trained.size(); ++i) trained += s.trained[i];
     if (trained == 0) {
       ++stats->dropped;
-      continue;
+      return OkStatus();
     }
     stats->tokens += static_cast<int64_t>(s.ids.size());
     stats->trained_tokens += trained;
     ++kept;
-    SFT_RETURN_IF_ERROR(fn(s));
-  }
-  if (in.bad()) return DataLossError("error reading data file '" + path + "'");
+    *stop = limit >= 0 && kept >= limit;
+    return fn(s);
+  };
+  if (limit == 0) return OkStatus();
+  SFT_RETURN_IF_ERROR(ForEachJsonlRecord(path, kMaxLineBytes, on_record, &records));
   if (records == 0) return InvalidArgumentError("data file '" + path + "' is empty");
   return OkStatus();
 }

@@ -51,12 +51,11 @@ EvalResult Evaluate(CausalLM& model, const SampleSet& samples, const EvalSpec& s
     opts.batch_size = spec.batch_size;
     opts.shard_index = shard.index;
     opts.shard_count = shard.count;
-    std::vector<char> decoded;
-    auto got = Generate(model, prompts, opts, plan, &decoded);
+    const std::vector<Generation> got = Generate(model, prompts, opts, plan);
     for (size_t i = 0; i < got.size(); ++i) {
-      if (!decoded[i]) continue;
+      if (!got[i].decoded) continue;
       ++r.exact_total;
-      r.exact_correct += got[i] == expected[i];
+      r.exact_correct += got[i].tokens == expected[i];
     }
   }
   ClearAutocastCache();

@@ -1,35 +1,70 @@
-// Text generation from a CausalLM: greedy (temperature 0) or sampled.
+// Text generation from a CausalLM with a KV cache: greedy or sampled (trainer/sampling.h),
+// batched, ending each sequence at a stop token, a stop string or the token budget.
 //
-// Prompts of equal length are decoded together as one batch. There is no KV cache yet: each
-// new token re-runs the sequence, which is fine for the short completions of evaluation and
-// small models, and slow for long generations with large ones.
+// Batching: prompts are sorted by length (ties in input order) and cut into batches of
+// batch_size; within a batch, rows are left-padded and the prompts run through the model once
+// (the prefill), then each step runs only the batch's newest tokens against the cache
+// (trainer/kv_cache.h). Padding changes no result: a batched prompt generates exactly what it
+// generates alone (up to float rounding of the batched matrix products).
+//
+// `use_cache = false` re-runs the whole sequence for every new token (left padding through the
+// same mask): the reference the cache is tested and benchmarked against.
+//
+// Thread safety: uses the model; not concurrently with other uses of it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "trainer/device.h"
 #include "trainer/model.h"
+#include "trainer/sampling.h"
 
 namespace sftctl::trainer {
 
+enum class StopReason {
+  kEos,     // produced one of stop_ids (the token is kept in `tokens`)
+  kStop,    // the decoded text contains one of stop_strings
+  kLength,  // max_new_tokens reached, or the model's max_position_embeddings
+};
+// "eos", "stop", "length".
+const char* StopReasonName(StopReason r);
+
 struct GenerateOptions {
   int64_t max_new_tokens = 64;
-  double temperature = 0.0;  // 0: greedy
-  uint64_t seed = 0;         // for sampling
+  SamplingOptions sampling;  // greedy by default
+  // Prompt i samples with seed + i (its own TokenSampler), so a prompt's samples do not
+  // depend on its batch.
+  uint64_t seed = 0;
   std::vector<int32_t> stop_ids;
+  // Stop strings need `detokenize` (ids -> text); the text generated so far is checked after
+  // every token.
+  std::vector<std::string> stop_strings;
+  std::function<std::string(const std::vector<int32_t>&)> detokenize;
   int64_t batch_size = 256;
-  // Data-parallel evaluation: decode only the batches b (numbered over all length groups) with
-  // b % shard_count == shard_index; the other prompts come back empty and not `decoded`.
+  bool use_cache = true;
+  // Data-parallel evaluation: decode only the batches b with b % shard_count == shard_index;
+  // the other prompts come back with decoded == false.
   int shard_index = 0;
   int shard_count = 1;
+  // Optional: called after every forward with the batch's prompt indices and the logits of
+  // each row's next token ([rows, V], fp32, on the model's device).
+  std::function<void(const std::vector<size_t>& rows, const torch::Tensor& logits)> on_logits;
 };
 
-// Returns the new tokens for each prompt, ending with a stop id when one was produced.
-// `decoded` (optional) receives, per prompt, whether this shard decoded it.
-// REQUIRES: every prompt is non-empty.
-std::vector<std::vector<int32_t>> Generate(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
-                                           const GenerateOptions& opts, const DevicePlan& plan,
-                                           std::vector<char>* decoded = nullptr);
+struct Generation {
+  std::vector<int32_t> tokens;  // the new tokens (a stop id, when one ended it, included)
+  StopReason stop = StopReason::kLength;
+  bool decoded = false;  // false: another shard's prompt
+};
+
+// REQUIRES: every prompt is non-empty and shorter than max_position_embeddings.
+std::vector<Generation> Generate(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
+                                 const GenerateOptions& opts, const DevicePlan& plan);
+
+// `text` cut before the earliest occurrence of any of `stops` (unchanged when none occurs).
+std::string CutAtStopString(const std::string& text, const std::vector<std::string>& stops);
 
 }  // namespace sftctl::trainer

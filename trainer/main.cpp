@@ -2,8 +2,11 @@
 // (exec'd by `sftctl run --local`) and on GPU hosts (spawned by sftd, one per rank).
 //
 //   sftctl-trainer train --spec RUN/spec.json [--events-fd N]
-//   sftctl-trainer generate --model CHECKPOINT --prompt TEXT [--max-new-tokens N] [--temperature T]
+//   sftctl-trainer generate --model CHECKPOINT (--prompt TEXT | --prompts FILE.jsonl [-o OUT.jsonl])
+//                           [--chat [--system TEXT]] [--max-new-tokens N] [--temperature T --top-p P
+//                           --top-k K --seed S] [--stop STRING]... [--batch-size B]
 //   sftctl-trainer eval --model DIR --data FILE.jsonl [--adapter DIR] [--dump-logits OUT.safetensors]
+//   sftctl-trainer eval --generate --model DIR --data FILE.jsonl [--samples-out OUT.jsonl] [generation flags]
 //   sftctl-trainer export --model DIR [--merge --adapter DIR] -o OUT [--dtype bf16] [--max-shard-size BYTES]
 //   sftctl-trainer export --model DIR [--merge --adapter DIR] --gguf OUT.gguf [--type f16|q8_0]
 #include <spdlog/spdlog.h>
@@ -17,7 +20,7 @@
 
 #include "common/version.h"
 #include "trainer/device.h"
-#include "trainer/generate.h"
+#include "trainer/generate_command.h"
 #include "trainer/gguf_export.h"
 #include "trainer/hf_tools.h"
 #include "trainer/metrics.h"
@@ -88,37 +91,53 @@ int RunTrain(const std::string& spec_path, int events_fd) {
   return 0;
 }
 
-int RunGenerate(const std::string& model_dir, const std::string& prompt, int64_t max_new, double temperature,
-                uint64_t seed, const std::string& device) {
+int RunGenerate(const GenerateCommandOptions& o) {
   ConfigureThreads(0);
-  auto plan = ChooseDevice(device, "fp32");
-  if (!plan.ok()) return Fail(plan.status());
-  JobSpec spec;
-  spec.model.path = model_dir;
-  spec.tokenizer = FileSystem::Default()->Exists(JoinPath(model_dir, "tokenizer.json")) ? model_dir : "byte";
-  std::string source;
-  auto tok = OpenTokenizer(spec, &source);
-  if (!tok.ok()) return Fail(tok.status());
+  if (o.prompt.empty() == o.prompts_file.empty())
+    return Fail(InvalidArgumentError("give either --prompt or --prompts"));
   try {
-    auto model = LoadModelMaybeAdapter(model_dir);  // a LoRA checkpoint: base + adapter
-    if (!model.ok()) return Fail(model.status());
-    CausalLM m = *model;
-    m->ToDevice(plan->device);
-    m->eval();
-    std::vector<int32_t> ids = (*tok)->Encode(prompt, /*parse_special=*/true);
-    if (ids.empty()) return Fail(InvalidArgumentError("--prompt is empty"));
-    GenerateOptions opts;
-    opts.max_new_tokens = max_new;
-    opts.temperature = temperature;
-    opts.seed = seed;
-    for (int64_t id : m->config().eos_token_ids) opts.stop_ids.push_back(static_cast<int32_t>(id));
-    if ((*tok)->eos_id()) opts.stop_ids.push_back(*(*tok)->eos_id());
-    auto out = Generate(m, {ids}, opts, *plan);
-    std::cout << (*tok)->Decode(out[0], /*skip_special=*/true) << std::endl;
+    Status s = RunGenerateCommand(o, std::cout);
+    if (!s.ok()) return Fail(s);
   } catch (const c10::Error& e) {
     return Fail(InternalError(std::string("LibTorch error: ") + e.what_without_backtrace()));
   }
   return 0;
+}
+
+int RunEvalGenerate(const GenerateCommandOptions& o, const std::string& samples_out) {
+  ConfigureThreads(0);
+  try {
+    auto r = EvalGenerations(o, samples_out);
+    if (!r.ok()) return Fail(r.status());
+    const double n = static_cast<double>(std::max<int64_t>(r->samples, 1));
+    std::printf("exact match %lld/%lld (%.2f%%)  contains %lld/%lld (%.2f%%)\n",
+                static_cast<long long>(r->exact), static_cast<long long>(r->samples), 100.0 * r->exact / n,
+                static_cast<long long>(r->contains), static_cast<long long>(r->samples),
+                100.0 * r->contains / n);
+    if (!samples_out.empty()) std::printf("samples: %s\n", samples_out.c_str());
+  } catch (const c10::Error& e) {
+    return Fail(InternalError(std::string("LibTorch error: ") + e.what_without_backtrace()));
+  }
+  return 0;
+}
+
+// The generation flags `generate` and `eval --generate` share (the client's GenerationArgs).
+void AddGenerationOptions(CLI::App* cmd, GenerateCommandOptions& o) {
+  cmd->add_option("--max-new-tokens", o.max_new_tokens, "Most tokens to generate")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", o.sampling.temperature, "0 = greedy (default)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o.sampling.top_p,
+                  "Nucleus sampling: keep the top tokens of this much probability")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--top-k", o.sampling.top_k, "Keep the K most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", o.seed, "Sampling seed (prompt i samples with seed + i)");
+  cmd->add_option("--stop", o.stop, "Stop when the text contains this string (repeatable)");
+  cmd->add_flag("--chat", o.prompts.chat, "Render prompts as a user message with the model's chat template");
+  cmd->add_option("--system", o.prompts.system, "With chat: a system message");
+  cmd->add_option("--chat-template", o.prompts.chat_template,
+                  "auto (tokenizer_config.json), chatml, qwen3, llama3 or a template file");
 }
 
 int RunEval(const EvalModelOptions& o) {
@@ -169,18 +188,23 @@ int main(int argc, char** argv) {
                     "Also write metric records (JSON lines) to this file descriptor");
   train->callback([&] { code = RunTrain(spec_path, events_fd); });
 
-  auto* gen = app.add_subcommand("generate", "Continue a prompt with a trained checkpoint");
-  std::string model_dir, prompt, device = "auto";
-  int64_t max_new = 64;
-  double temperature = 0.0;
-  uint64_t seed = 0;
-  gen->add_option("--model", model_dir, "A checkpoint or HF model folder")->required();
-  gen->add_option("--prompt", prompt, "The prompt text")->required();
-  gen->add_option("--max-new-tokens", max_new, "Most tokens to generate")->check(CLI::PositiveNumber);
-  gen->add_option("--temperature", temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
-  gen->add_option("--seed", seed, "Sampling seed");
-  gen->add_option("--device", device, "auto, cpu, cuda, cuda:N, mps");
-  gen->callback([&] { code = RunGenerate(model_dir, prompt, max_new, temperature, seed, device); });
+  auto* gen =
+      app.add_subcommand("generate", "Continue prompts with a trained checkpoint (KV cache, sampling)");
+  GenerateCommandOptions gen_opts;
+  gen->add_option("--model", gen_opts.model_dir, "A checkpoint or HF model folder")->required();
+  gen->add_option("--prompt", gen_opts.prompt, "The prompt text");
+  gen->add_option("--prompts", gen_opts.prompts_file,
+                  "JSONL: {\"prompt\"} or {\"messages\"} per line, optional \"reference\"");
+  gen->add_option("-o,--output", gen_opts.output, "Write one JSON line per prompt here (default: stdout)");
+  gen->add_option("--batch-size", gen_opts.batch_size, "Prompts decoded together")
+      ->check(CLI::PositiveNumber);
+  gen->add_option("--tokenizer", gen_opts.tokenizer, "auto, byte or a folder with tokenizer.json");
+  gen->add_option("--adapter", gen_opts.adapter_dir, "A PEFT LoRA adapter folder to apply");
+  gen->add_option("--device", gen_opts.device, "auto, cpu, cuda, cuda:N, mps");
+  gen->add_flag("!--no-cache", gen_opts.use_cache,
+                "Re-run the whole sequence per token (the slow reference)");
+  AddGenerationOptions(gen, gen_opts);
+  gen->callback([&] { code = RunGenerate(gen_opts); });
 
   auto* ev = app.add_subcommand("eval", "Loss and perplexity of a model folder on a JSONL file");
   EvalModelOptions eval_opts;
@@ -194,7 +218,26 @@ int main(int argc, char** argv) {
   ev->add_option("--max-seq-len", eval_opts.max_seq_len, "Truncate samples (default: max positions)");
   ev->add_option("--batch-size", eval_opts.batch_size, "Sequences per batch")->check(CLI::PositiveNumber);
   ev->add_option("--device", eval_opts.device, "auto, cpu, cuda, cuda:N, mps");
-  ev->callback([&] { code = RunEval(eval_opts); });
+  bool eval_generate = false;
+  std::string samples_out;
+  GenerateCommandOptions eval_gen;
+  ev->add_flag("--generate", eval_generate,
+               "Score generations against references (exact match, contains) instead of the loss");
+  ev->add_option("--samples-out", samples_out, "With --generate: write each sample and its scores (JSONL)");
+  AddGenerationOptions(ev, eval_gen);  // used with --generate
+  ev->callback([&] {
+    if (!eval_generate) {
+      code = RunEval(eval_opts);
+      return;
+    }
+    eval_gen.model_dir = eval_opts.model_dir;
+    eval_gen.adapter_dir = eval_opts.adapter_dir;
+    eval_gen.prompts_file = eval_opts.data_file;
+    eval_gen.tokenizer = eval_opts.tokenizer;
+    eval_gen.device = eval_opts.device;
+    eval_gen.batch_size = eval_opts.batch_size;
+    code = RunEvalGenerate(eval_gen, samples_out);
+  });
 
   auto* ex = app.add_subcommand(
       "export", "Write a model as a Hugging Face folder or a GGUF file (optionally merging LoRA)");

@@ -3,11 +3,13 @@
 #include <ATen/autocast_mode.h>
 
 #include <cmath>
+#include <limits>
 
 #include "trainer/activation_checkpoint.h"
 #include "trainer/chunked_loss.h"
 #include "trainer/device.h"
 #include "trainer/fused_ops.h"
+#include "trainer/kv_cache.h"
 
 namespace sftctl::trainer {
 namespace {
@@ -135,6 +137,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     torch::Tensor out = torch::bmm(probs, v3).view({B, heads_, T, head_dim_}).transpose(1, 2);
     return o_proj->forward(out.reshape({B, T, heads_ * head_dim_}));
   }
+  auto [q, k, v] = ProjectQkv(x, rope, positions);
+  torch::Tensor mask = attn_mask;
+  if (windowed) {
+    torch::Tensor band = SlidingWindowMask(T, window_, x.device());
+    mask = mask.defined() ? mask.logical_and(band) : band;
+  }
+  return o_proj->forward(CompositeAttention(q, k, v, mask));
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::ProjectQkv(
+    const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions) {
+  const int64_t B = x.size(0), T = x.size(1);
   auto [cos, sin] = rope.Get(T, positions);
   torch::Tensor q = q_proj->forward(x).view({B, T, heads_, head_dim_});
   torch::Tensor k = k_proj->forward(x).view({B, T, kv_heads_, head_dim_});
@@ -149,12 +163,25 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   torch::Tensor c = cos.to(q.scalar_type()), s = sin.to(q.scalar_type());
   q = q * c + RotateHalf(q) * s;
   k = k * c + RotateHalf(k) * s;
-  torch::Tensor mask = attn_mask;
-  if (windowed) {
-    torch::Tensor band = SlidingWindowMask(T, window_, x.device());
-    mask = mask.defined() ? mask.logical_and(band) : band;
-  }
-  return o_proj->forward(CompositeAttention(q, k, v, mask));
+  return {q, k, v};
+}
+
+torch::Tensor AttentionImpl::ForwardCached(const torch::Tensor& x, const RotaryTables& rope, KvCache& cache,
+                                           int64_t layer) {
+  const int64_t B = x.size(0), T = x.size(1), rep = heads_ / kv_heads_;
+  auto [q, k, v] = ProjectQkv(x, rope, cache.positions());
+  auto [K, V] = cache.Append(layer, k, v);  // [B, Hkv, S, D]
+  const int64_t S = K.size(2);
+  // GQA without repeating K/V: the query heads of each KV head stacked as rows.
+  torch::Tensor q3 = q.reshape({B, kv_heads_, rep * T, head_dim_});
+  torch::Tensor scores =
+      torch::matmul(q3, K.transpose(2, 3)).to(torch::kFloat32).view({B, kv_heads_, rep, T, S});
+  scores = scores.mul(1.0 / std::sqrt(static_cast<double>(head_dim_)))
+               .masked_fill(cache.mask().view({B, 1, 1, T, S}).logical_not(),
+                            -std::numeric_limits<float>::infinity());
+  torch::Tensor probs = torch::softmax(scores, -1).to(V.scalar_type()).view({B, kv_heads_, rep * T, S});
+  torch::Tensor out = torch::matmul(probs, V).view({B, heads_, T, head_dim_}).transpose(1, 2);
+  return o_proj->forward(out.reshape({B, T, heads_ * head_dim_}));
 }
 
 torch::Tensor AttentionImpl::CompositeAttention(torch::Tensor q, torch::Tensor k, torch::Tensor v,
@@ -230,6 +257,12 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTabl
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
+torch::Tensor DecoderLayerImpl::ForwardCached(const torch::Tensor& x, const RotaryTables& rope,
+                                              KvCache& cache, int64_t layer) {
+  torch::Tensor h = x + self_attn->ForwardCached(input_layernorm->forward(x), rope, cache, layer);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
 DecoderImpl::DecoderImpl(const ModelConfig& c) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
@@ -283,6 +316,17 @@ torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::
 
 const torch::Tensor& CausalLMImpl::LmHeadWeight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+torch::Tensor CausalLMImpl::HiddenCached(const torch::Tensor& input_ids, KvCache& cache) {
+  cache.Begin(input_ids.size(1));
+  torch::Tensor h = model->embed_tokens->forward(input_ids);
+  if (h.scalar_type() != torch::kFloat32) h = h.to(torch::kFloat32);  // as Hidden: an fp32 residual
+  int64_t layer = 0;
+  for (const auto& module : *model->layers)
+    h = module->as<DecoderLayer>()->ForwardCached(h, rope_, cache, layer++);
+  cache.End();
+  return model->norm->forward(h);
 }
 
 torch::Tensor CausalLMImpl::Logits(const torch::Tensor& hidden) {

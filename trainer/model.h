@@ -16,6 +16,8 @@
 
 namespace sftctl::trainer {
 
+class KvCache;  // trainer/kv_cache.h
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
@@ -57,6 +59,11 @@ class AttentionImpl : public torch::nn::Module {
   // enable_gqa) instead of repeating them.
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
                         const torch::Tensor& attn_mask);
+  // Generation: x [B, T, C] are the next T tokens of the sequences in `cache` (after
+  // KvCache::Begin); their k/v are stored as layer `layer`'s, and they attend to everything
+  // cached at cache.positions() under cache.mask() (which holds the sliding window). No autograd.
+  torch::Tensor ForwardCached(const torch::Tensor& x, const RotaryTables& rope, KvCache& cache,
+                              int64_t layer);
   // Linear layers that can carry a LoRA adapter (trainer/projection.h, trainer/lora.h).
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   // Qwen3's per-head RMSNorms over head_dim, applied to q and k before RoPE; null otherwise.
@@ -65,6 +72,11 @@ class AttentionImpl : public torch::nn::Module {
  private:
   // Applies q_norm / k_norm to the q and k heads of a fused projection [B, T, (H + 2*Hkv) * D].
   torch::Tensor NormQkHeads(const torch::Tensor& qkv);
+  // The composite projections: q [B, H, T, D], k and v [B, Hkv, T, D], q_norm/k_norm and RoPE
+  // (at `positions`, or 0..T-1 when undefined) applied.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ProjectQkv(const torch::Tensor& x,
+                                                                     const RotaryTables& rope,
+                                                                     const torch::Tensor& positions);
   // The composite (ATen) attention of q [B, H, T, D], k and v [B, Hkv, T, D] -> [B, T, H * D].
   torch::Tensor CompositeAttention(torch::Tensor q, torch::Tensor k, torch::Tensor v,
                                    const torch::Tensor& attn_mask);
@@ -86,6 +98,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   explicit DecoderLayerImpl(const ModelConfig& c);
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
                         const torch::Tensor& attn_mask);
+  // The same layer over the next tokens of cached sequences (AttentionImpl::ForwardCached).
+  torch::Tensor ForwardCached(const torch::Tensor& x, const RotaryTables& rope, KvCache& cache,
+                              int64_t layer);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
@@ -114,6 +129,10 @@ class CausalLMImpl : public torch::nn::Module {
   // positions 0..T-1 and causal attention.
   torch::Tensor Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions = {},
                        const torch::Tensor& attn_mask = {});
+  // Generation with a KV cache (trainer/kv_cache.h): final hidden states [B, T, C] of the next
+  // T tokens `input_ids` [B, T] of the sequences in `cache` (the whole left-padded prompts first,
+  // then one token per step), which stores their keys and values. Call under NoGradGuard.
+  torch::Tensor HiddenCached(const torch::Tensor& input_ids, KvCache& cache);
   // Logits for hidden states of any leading shape: [..., C] -> [..., V].
   torch::Tensor Logits(const torch::Tensor& hidden);
   // lm_head's weight [V, C]: model.embed_tokens.weight when tied.
