@@ -14,32 +14,57 @@ namespace {
 using CuInit = int (*)(unsigned int);
 using CuDeviceGet = int (*)(int*, int);
 using CuDeviceGetAttribute = int (*)(int*, int, int);
+using CuDeviceTotalMem = int (*)(size_t*, int);
 constexpr int kAttrComputeCapabilityMajor = 75;
 constexpr int kAttrComputeCapabilityMinor = 76;
+
+// The driver, loaded once and kept (LibTorch has it loaded anyway whenever CUDA is in use), and
+// initialised; null when absent or when cuInit fails.
+void* Driver() {
+  static void* lib = [] {
+    void* l = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    auto init = l ? reinterpret_cast<CuInit>(::dlsym(l, "cuInit")) : nullptr;
+    return init != nullptr && init(0) == 0 ? l : nullptr;
+  }();
+  return lib;
+}
+
+// The driver's handle of device `index`, or -1.
+int DeviceHandle(void* lib, int index) {
+  auto device_get = reinterpret_cast<CuDeviceGet>(::dlsym(lib, "cuDeviceGet"));
+  int device = -1;
+  return device_get != nullptr && device_get(&device, index) == 0 ? device : -1;
+}
 
 }  // namespace
 
 std::optional<ComputeCapability> CudaComputeCapability(int index) {
-  // The handle is kept: LibTorch has the driver loaded anyway whenever CUDA is in use.
-  static void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* lib = Driver();
   if (lib == nullptr) return std::nullopt;
-  auto init = reinterpret_cast<CuInit>(::dlsym(lib, "cuInit"));
-  auto device_get = reinterpret_cast<CuDeviceGet>(::dlsym(lib, "cuDeviceGet"));
   auto attribute = reinterpret_cast<CuDeviceGetAttribute>(::dlsym(lib, "cuDeviceGetAttribute"));
-  if (init == nullptr || device_get == nullptr || attribute == nullptr) return std::nullopt;
-  int device = 0;
+  const int device = DeviceHandle(lib, index);
   ComputeCapability cc;
-  if (init(0) != 0 || device_get(&device, index) != 0 ||
-      attribute(&cc.major, kAttrComputeCapabilityMajor, device) != 0 ||
+  if (attribute == nullptr || device < 0 || attribute(&cc.major, kAttrComputeCapabilityMajor, device) != 0 ||
       attribute(&cc.minor, kAttrComputeCapabilityMinor, device) != 0) {
     return std::nullopt;
   }
   return cc;
 }
 
+std::optional<int64_t> CudaTotalMemory(int index) {
+  void* lib = Driver();
+  if (lib == nullptr) return std::nullopt;
+  auto total_mem = reinterpret_cast<CuDeviceTotalMem>(::dlsym(lib, "cuDeviceTotalMem_v2"));
+  const int device = DeviceHandle(lib, index);
+  size_t bytes = 0;
+  if (total_mem == nullptr || device < 0 || total_mem(&bytes, device) != 0) return std::nullopt;
+  return static_cast<int64_t>(bytes);
+}
+
 #else
 
 std::optional<ComputeCapability> CudaComputeCapability(int) { return std::nullopt; }
+std::optional<int64_t> CudaTotalMemory(int) { return std::nullopt; }
 
 #endif
 

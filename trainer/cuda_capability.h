@@ -1,11 +1,12 @@
-// The compute capability of a CUDA device, read through the CUDA driver (libcuda), which is
-// present wherever LibTorch can use a GPU. LibTorch's C++ API has no call for it without the
-// CUDA toolkit's headers, which pip LibTorch builds do not need.
+// Facts about a CUDA device read through the CUDA driver (libcuda), which is present wherever
+// LibTorch can use a GPU: its compute capability and its total memory. LibTorch's C++ API has no
+// call for them without the CUDA toolkit's headers, which pip LibTorch builds do not need.
 //
 // Linux-only seam: elsewhere (macOS) the answer is always "unknown".
 // Thread safety: safe to call from any thread.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 namespace sftctl::trainer {
@@ -17,5 +18,8 @@ struct ComputeCapability {
 // The capability of CUDA device `index` (as numbered after CUDA_VISIBLE_DEVICES), or nullopt
 // when the driver cannot be loaded or queried.
 std::optional<ComputeCapability> CudaComputeCapability(int index);
+
+// The total memory of CUDA device `index` in bytes (no context needed), or nullopt.
+std::optional<int64_t> CudaTotalMemory(int index);
 
 }  // namespace sftctl::trainer

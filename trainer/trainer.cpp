@@ -13,6 +13,7 @@
 #include "common/tokenizer_loader.h"
 #include "trainer/checkpoint.h"
 #include "trainer/chunked_loss.h"
+#include "trainer/cuda_capability.h"
 #include "trainer/device.h"
 #include "trainer/distributed.h"
 #include "trainer/evaluate.h"
@@ -380,7 +381,16 @@ Status TrainRun::CheckMemory() {
   if (spec_.train.skip_memory_check) return OkStatus();
   if (options_.hooks.available_memory)
     return CheckMemoryFits(mp, *options_.hooks.available_memory, "the test's available memory");
-  if (!host) return OkStatus();
+  if (!host) {
+    // The device's total memory: an upper bound (other processes may hold some of it), so only a
+    // plan that could not fit on an empty GPU is refused.
+    const std::optional<int64_t> total = CudaTotalMemory(plan_.device.index());
+    if (!total) {
+      metrics_->Say("memory check skipped: the CUDA driver did not report the device's memory");
+      return OkStatus();
+    }
+    return CheckMemoryFits(mp, *total, "the total memory of " + plan_.device.str());
+  }
   StatusOr<HostMemory> available = AvailableHostMemory();
   if (!available.ok()) {
     metrics_->Say("memory check skipped: " + available.status().message());
