@@ -75,7 +75,10 @@ TEST_P(CacheVsRecompute, SameTokensAndLogitsEveryStep) {
   EXPECT_EQ(a[0].stop, StopReason::kLength);
   ASSERT_EQ(cached[0].size(), 24u);
   ASSERT_EQ(full[0].size(), 24u);
-  EXPECT_LT(MaxDiff(cached[0], full[0], 24), 1e-5);
+  // Relative to the logits' size: a few fp32 ulps apart (the kernels sum in another order; LibTorch
+  // 2.6's attention differs from 1.13's in the last bits).
+  const double scale = std::max(1.0, full[0][0].abs().max().item<double>());
+  EXPECT_LT(MaxDiff(cached[0], full[0], 24), 1e-5 * scale) << "largest logit " << scale;
   // Not vacuous: the steps' logits differ from each other by far more than the tolerance.
   EXPECT_GT((cached[0][0] - cached[0][23]).abs().max().item<double>(), 1e-2);
 }
