@@ -27,7 +27,7 @@ std::optional<int64_t> KibField(const std::string& text, const std::string& key)
   return std::nullopt;
 }
 
-std::string ReadProc(const char* path) {
+[[maybe_unused]] std::string ReadProc(const char* path) {  // Linux only (/proc)
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();

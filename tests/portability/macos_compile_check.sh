@@ -60,9 +60,13 @@ mkdir -p "$WORK/inc/openssl"
 for f in /usr/include/openssl/* /usr/include/*-linux-gnu/openssl/*; do
   [ -e "$f" ] && ln -sf "$f" "$WORK/inc/openssl/$(basename "$f")"
 done
+# libcurl (common/http_client.cpp; the macOS SDK has its own): Debian keeps it in the multiarch folder.
+for d in /usr/include/*-linux-gnu/curl; do
+  [ -d "$d" ] && ln -sfn "$d" "$WORK/inc/curl"
+done
 missing=""
 for h in grpcpp/grpcpp.h google/protobuf/message.h spdlog/spdlog.h fmt/format.h nlohmann/json.hpp \
-  CLI/CLI.hpp yaml-cpp/yaml.h pcre2.h utf8proc.h cairo/cairo.h libssh2.h openssl/evp.h; do
+  CLI/CLI.hpp yaml-cpp/yaml.h pcre2.h utf8proc.h cairo/cairo.h libssh2.h openssl/evp.h curl/curl.h; do
   [ -e "$WORK/inc/$h" ] || missing="$missing $h"
 done
 [ -z "$missing" ] || { echo "macos_compile: missing third-party headers:$missing (deploy/install-deps.sh)" >&2; exit 1; }
