@@ -48,7 +48,7 @@ struct MemoryPlan {
   int64_t loss_chunk_tokens = 0;  // rows per loss chunk, resolved (CausalLM::loss_chunk_tokens)
   std::optional<LoraSpec> lora;   // absent: full fine-tune
   int64_t base_bytes = 4;         // bytes per element of a LoRA run's frozen matrices (2: bf16)
-  int64_t activation_bytes = 4;   // 2 under bf16 autocast
+  int64_t activation_bytes = 4;   // 2 under bf16 or fp16 autocast
   bool cpu_kernels = true;        // CPU path: T x T attention scores, fused q/k/v and gate/up GEMMs
   int64_t processes = 1;          // processes sharing this memory
 };

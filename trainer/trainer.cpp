@@ -869,7 +869,7 @@ MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const Devi
   p.loss_chunk_tokens = LossChunkTokens(spec.train.loss_chunk_tokens, config.vocab_size);
   p.lora = spec.lora;
   if (spec.lora) p.base_bytes = LoraBaseDtype(spec.lora->base_dtype, plan.device) == torch::kBFloat16 ? 2 : 4;
-  p.activation_bytes = plan.bf16 ? 2 : 4;
+  p.activation_bytes = plan.bf16 || plan.fp16 ? 2 : 4;  // autocast keeps 16-bit activations
   p.cpu_kernels = plan.device.is_cpu();
   p.processes = processes;
   return p;
