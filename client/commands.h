@@ -47,5 +47,7 @@ void RegisterJobCommands(CLI::App& app, CommandContext& ctx);
 void RegisterPlotCommand(CLI::App& app, CommandContext& ctx);
 // `download`: a Hugging Face Hub repository into the local cache (cmd_download.cpp).
 void RegisterDownloadCommand(CLI::App& app, CommandContext& ctx);
+// `bootstrap`: build, install and start the agent and trainer on a fresh GPU host (cmd_bootstrap.cpp).
+void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx);
 
 }  // namespace sftctl::client

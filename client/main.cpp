@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   sftctl::client::RegisterJobCommands(app, ctx);
   sftctl::client::RegisterPlotCommand(app, ctx);
   sftctl::client::RegisterDownloadCommand(app, ctx);
+  sftctl::client::RegisterBootstrapCommand(app, ctx);
 
   try {
     app.parse(argc, argv);

@@ -241,7 +241,7 @@ ssh::RouteOptions RouteOptionsFor(const ConnectOptions& opts, const std::string&
 
 }  // namespace
 
-StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& opts) {
+StatusOr<std::unique_ptr<ssh::SshSession>> OpenSshSession(const ConnectOptions& opts) {
   const std::string home = LocalHome();
   std::string config =
       opts.ssh_config_file.empty() ? home + "/.ssh/config" : ssh::ExpandTilde(opts.ssh_config_file, home);
@@ -250,7 +250,11 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& 
 
   const ssh::RouteOptions route = RouteOptionsFor(opts, home, config, local_user);
   // A direct connection, the host's ProxyCommand, or its ProxyJump chain (ssh_route.h).
-  SFT_ASSIGN_OR_RETURN(std::unique_ptr<SshSession> session, ssh::ConnectRoute(host, route));
+  return ssh::ConnectRoute(host, route);
+}
+
+StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& opts) {
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<SshSession> session, OpenSshSession(opts));
   const std::string display = session->display();
   const int timeout_s = std::max(1, opts.connect_timeout_s);
   std::string through;

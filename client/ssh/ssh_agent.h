@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "client/agent_connection.h"
+#include "client/ssh/ssh_session.h"
 
 namespace sftctl::client {
 
@@ -11,5 +12,10 @@ namespace sftctl::client {
 // starts sftd on the host, reads its token through the session, and opens the gRPC channel through
 // a direct-tcpip channel or, when forwarding is refused, an exec channel running `sftd bridge`.
 StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& opts);
+
+// Only the SSH session to opts.host, connected the way ConnectOverSsh connects (~/.ssh/config,
+// ProxyJump/ProxyCommand, host key policy, keys), in blocking setup mode: for commands that run
+// programs on the host themselves (`sftctl bootstrap`). The caller owns the session.
+StatusOr<std::unique_ptr<ssh::SshSession>> OpenSshSession(const ConnectOptions& opts);
 
 }  // namespace sftctl::client

@@ -333,12 +333,28 @@ StatusOr<LIBSSH2_CHANNEL*> SshSession::OpenExecChannel(const std::string& comman
   return ch;
 }
 
-StatusOr<ExecResult> SshSession::Exec(const std::string& command, int timeout_s) {
+StatusOr<ExecResult> SshSession::Exec(const std::string& command, const std::string& input, int timeout_s) {
   libssh2_session_set_timeout(session_, std::max(timeout_s * 1000, timeout_ms_));
   SFT_ASSIGN_OR_RETURN(LIBSSH2_CHANNEL * ch, OpenExecChannel(command));
   ExecResult r;
   char buf[16384];
   Status failure = OkStatus();
+  for (size_t off = 0; off < input.size();) {
+    ssize_t n = libssh2_channel_write(ch, input.data() + off, std::min<size_t>(input.size() - off, 65536));
+    if (n < 0) {
+      failure = UnavailableError(display_ + ": writing the input of `" + command + "`: " + LastError());
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (failure.ok() && libssh2_channel_send_eof(ch) != 0) {
+    failure = UnavailableError(display_ + ": closing the input of `" + command + "`: " + LastError());
+  }
+  if (!failure.ok()) {
+    libssh2_channel_free(ch);
+    libssh2_session_set_timeout(session_, timeout_ms_);
+    return failure;
+  }
   // The host is not trusted: its answer to a setup command is small, and a flood is an error, not a
   // reason to grow without bound.
   auto take = [&](std::string* into, ssize_t n) {

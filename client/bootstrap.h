@@ -1,0 +1,75 @@
+// `sftctl bootstrap --host H`: turn a fresh GPU host into one that runs this sftctl's agent.
+//
+// Over one SSH session (re-opened after a drop) it uploads deploy/host/sftctl-host.sh, probes the
+// host and shows the probe as a table; when the host does not already run sftd of this client's
+// source id, it uploads the source archive that was built and installed with this client
+// (share/sftctl/sftctl-src.tar.gz, only when the host lacks it), starts the host-side worker detached
+// (packages, two CMake builds, install under ~/.local, start sftd) and follows its log until it ends;
+// then runs a 20-step smoke job through the agent. A worker already running is followed, not started
+// twice; a dropped connection is resumed where the log was. See docs/remote.md ("A fresh host").
+//
+// Thread safety: none (one bootstrap at a time per process). The host is not trusted: its output is
+// parsed with bounds and printed through EscapeForTerminal.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "client/agent_connection.h"
+#include "client/host_probe.h"
+#include "client/ssh/ssh_session.h"
+#include "common/status.h"
+
+namespace sftctl::client {
+
+// Runs shell commands on the host. The seam between the bootstrap's policy and SSH.
+class HostShell {
+ public:
+  virtual ~HostShell() = default;
+  // Runs `command` with `input` on its stdin. UNAVAILABLE / DEADLINE_EXCEEDED when the connection
+  // failed (the caller may retry); the command's own failure is in exit_code.
+  virtual StatusOr<ssh::ExecResult> Run(const std::string& command, const std::string& input, int timeout_s) = 0;
+  virtual std::string Display() const = 0;
+};
+
+// A HostShell over SSH that reconnects (with opts) after a transport failure, up to `attempts` times
+// per command with a growing pause.
+std::unique_ptr<HostShell> NewSshHostShell(const ConnectOptions& opts, int attempts = 6);
+
+struct BootstrapOptions {
+  bool install_deps = true;  // apt-get install what the host lacks (root or password-less sudo)
+  bool smoke = true;         // run the smoke job after installing
+  bool smoke_always = false; // --smoke: also when the host was already up to date
+  bool force = false;        // run the host worker even when the host is up to date
+  bool systemd = true;       // a systemd unit when PID 1 is systemd
+  int jobs = 0;              // build jobs on the host; 0: its core count
+  int smoke_steps = 20;
+  std::string share_dir;  // empty: $SFTCTL_SHARE_DIR, else <dir of sftctl>/../share/sftctl
+  bool verbose = false;   // print every line of the host's log, not only the phases
+  double poll_s = 2.0;    // how often the worker's log is read
+};
+
+// Where sftctl-src.tar.gz and sftctl-host.sh are: options.share_dir, $SFTCTL_SHARE_DIR, else
+// <dir of the running sftctl>/../share/sftctl. NOT_FOUND naming the folder when a file is missing.
+StatusOr<std::string> FindShareDir(const std::string& share_dir);
+
+// What Bootstrap did, for `submit --bootstrap` and tests.
+struct BootstrapResult {
+  bool up_to_date = false;  // nothing was built or installed
+  std::string source_id;    // the agent's, after the bootstrap
+  std::string smoke_job;    // "job-3"; empty when no smoke job ran
+};
+
+// The whole bootstrap of opts.host; progress on stderr, the probe table and the final line on
+// stdout. Errors name the host and the phase ("H: build-agent failed: ...") and carry the host log's
+// path. REQUIRES: opts.host is not a local host name.
+StatusOr<BootstrapResult> Bootstrap(const ConnectOptions& opts, const BootstrapOptions& bo);
+
+// The same with the parts injected (tests): `shell` runs the commands; `smoke` runs the smoke job
+// (may be empty: no smoke job).
+using SmokeRunner = std::function<StatusOr<std::string>(const ConnectOptions&, int steps)>;
+StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& opts, const BootstrapOptions& bo,
+                                        const SmokeRunner& smoke);
+
+}  // namespace sftctl::client

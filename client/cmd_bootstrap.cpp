@@ -1,0 +1,58 @@
+// `sftctl bootstrap --host H`: build, install and start this sftctl's agent and trainer on a GPU host
+// (client/bootstrap.h; docs/remote.md, "A fresh host").
+#include <iostream>
+
+#include "client/bootstrap.h"
+#include "client/commands.h"
+#include "client/remote_options.h"
+
+namespace sftctl::client {
+namespace {
+
+struct BootstrapArgs {
+  RemoteOptions ro;
+  BootstrapOptions bo;
+  bool no_install_deps = false, no_smoke = false, no_systemd = false;
+};
+
+int RunBootstrap(const BootstrapArgs& a) {
+  if (a.ro.hosts.empty()) return ReportError(InvalidArgumentError("give the host: --host [user@]host[:port]"), false);
+  const std::string& host = a.ro.hosts.front();
+  if (IsLocalHost(host)) {
+    return ReportError(InvalidArgumentError("bootstrap sets up a remote host over SSH; for this machine use "
+                                            "deploy/setup.sh (or `sftctl run --local`)"),
+                       false);
+  }
+  auto opts = MakeConnectOptions(a.ro, host);
+  if (!opts.ok()) return ReportError(opts.status(), false);
+  BootstrapOptions bo = a.bo;
+  bo.install_deps = !a.no_install_deps;
+  bo.smoke = !a.no_smoke;
+  bo.systemd = !a.no_systemd;
+  auto r = Bootstrap(*opts, bo);
+  if (!r.ok()) return ReportError(r.status(), false);
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx) {
+  auto a = std::make_shared<BootstrapArgs>();
+  auto* cmd = app.add_subcommand(
+      "bootstrap", "Build, install and start this sftctl's agent and trainer on a GPU host over SSH");
+  AddRemoteOptions(cmd, &a->ro, "Host to set up: [user@]host[:port] or an ssh config alias");
+  cmd->add_flag("--no-install-deps", a->no_install_deps,
+                "Do not apt-get install missing packages (fail listing them instead)");
+  cmd->add_flag("--no-smoke", a->no_smoke, "Skip the smoke job after installing");
+  cmd->add_flag("--smoke", a->bo.smoke_always, "Run the smoke job even when the host is already up to date");
+  cmd->add_option("--smoke-steps", a->bo.smoke_steps, "Steps of the smoke job (default 20)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_flag("--force", a->bo.force, "Run the host-side build and install even when the host is up to date");
+  cmd->add_flag("--no-systemd", a->no_systemd, "Start sftd detached even where PID 1 is systemd");
+  cmd->add_option("--jobs", a->bo.jobs, "Parallel build jobs on the host (default: its core count)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_flag("-v,--verbose", a->bo.verbose, "Show every line of the host-side log");
+  cmd->callback([a, &ctx] { ctx.exit_code = RunBootstrap(*a); });
+}
+
+}  // namespace sftctl::client

@@ -1,0 +1,150 @@
+#include "client/smoke_job.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "client/demo.h"
+#include "client/job_registry.h"
+#include "client/job_target.h"
+#include "client/log_follower.h"
+#include "client/progress.h"
+#include "client/remote_options.h"
+#include "client/remote_spec.h"
+#include "client/uploader.h"
+#include "common/file_system.h"
+#include "common/source_id.h"
+#include "common/terminal_text.h"
+
+namespace sftctl::client {
+namespace {
+
+// The demo task, cut to `steps` steps with a loss logged every few of them, no eval and no
+// checkpoints but the final one; written as spec.json under `dir`.
+StatusOr<std::string> WriteSmokeSpec(const std::string& dir, int steps) {
+  SFT_ASSIGN_OR_RETURN(JobSpec s, PrepareDemo(dir));
+  s.name = "bootstrap-smoke";
+  s.train.max_steps = steps;
+  s.train.warmup_steps = std::min<int64_t>(s.train.warmup_steps, steps / 4);
+  s.train.log_interval = std::max(1, steps / 4);
+  s.data.eval.clear();
+  s.eval.interval = 0;
+  s.eval.exact_match = false;
+  const std::string path = JoinPath(dir, "spec.json");
+  SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), path, ToJson(s).dump(2)));
+  return path;
+}
+
+Status CheckSameSource(Reconnector* rc) {
+  v1::VersionResponse v;
+  SFT_RETURN_IF_ERROR(WithRetry(rc, [&](AgentSession& a) {
+    grpc::ClientContext ctx;
+    a.Prepare(&ctx);
+    return FromGrpc(a.stub()->Version(&ctx, v1::VersionRequest(), &v), a.host() + ": version");
+  }));
+  if (v.source_id() != SourceId()) {
+    return FailedPreconditionError(rc->host() + ": the agent runs source " +
+                                   EscapeForTerminal(v.source_id().substr(0, 12)) + ", not this sftctl's " +
+                                   std::string(SourceId()).substr(0, 12));
+  }
+  return OkStatus();
+}
+
+StatusOr<v1::Job> Submit(Reconnector* rc, const RemoteSpec& spec, uint32_t gpus) {
+  v1::SubmitJobRequest req;
+  req.set_spec_json(spec.json.dump());
+  for (const auto& f : spec.files) {
+    auto* ref = req.add_blobs();
+    ref->set_json_pointer(f.json_pointer);
+    ref->set_sha256(f.sha256);
+    ref->set_dir_entry(f.dir_entry);
+  }
+  req.set_name(spec.spec.name);
+  req.set_gpus(gpus);
+  req.set_cpu_ranks(gpus > 0 ? 0 : 1);
+  req.set_client_request_id(RandomHex(16));
+  v1::Job job;
+  SFT_RETURN_IF_ERROR(WithRetry(rc, [&](AgentSession& a) {
+    grpc::ClientContext ctx;
+    a.Prepare(&ctx);
+    return FromGrpc(a.stub()->SubmitJob(&ctx, req, &job), a.host() + ": submit");
+  }));
+  SFT_RETURN_IF_ERROR(CheckJobId(job.id()));
+  return job;
+}
+
+StatusOr<uint32_t> GpusToUse(Reconnector* rc) {
+  v1::HealthResponse health;
+  SFT_RETURN_IF_ERROR(WithRetry(rc, [&](AgentSession& a) {
+    grpc::ClientContext ctx;
+    a.Prepare(&ctx);
+    return FromGrpc(a.stub()->Health(&ctx, v1::HealthRequest(), &health), a.host() + ": health");
+  }));
+  return health.gpus_total() > 0 ? 1u : 0u;
+}
+
+void Record(const ConnectOptions& opts, const v1::Job& job) {
+  JobRecord rec;
+  rec.host = opts.host;
+  rec.id = job.id();
+  rec.name = job.name();
+  rec.submitted_unix_ms = NowUnixMs();
+  rec.nodes.push_back(NodeRecord::From(opts, job.id()));
+  JobRegistry registry;
+  if (Status s = registry.Add(rec); !s.ok()) std::cerr << "warning: " << s.message() << "\n";
+}
+
+std::string Loss(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4f", v);
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::string> RunSmokeJob(const ConnectOptions& opts, const SmokeJobOptions& so) {
+  std::string tmpl = JoinPath(std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp", "sftctl-smoke-XXXXXX");
+  if (::mkdtemp(tmpl.data()) == nullptr) return InternalError("cannot create a folder for the smoke job's data");
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { (void)FileSystem::Default()->RemoveAll(dir); }
+  } cleanup{tmpl};
+  SFT_ASSIGN_OR_RETURN(std::string spec_path, WriteSmokeSpec(tmpl, so.steps));
+  SFT_ASSIGN_OR_RETURN(RemoteSpec spec, LoadRemoteSpec(spec_path, {}, ""));
+  SFT_RETURN_IF_ERROR(HashSpecFiles(&spec.files));
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<Reconnector> rc, ConnectHost(opts));
+  SFT_RETURN_IF_ERROR(CheckSameSource(rc.get()));
+  SFT_ASSIGN_OR_RETURN(uint32_t gpus, GpusToUse(rc.get()));
+  UploadStats stats;
+  for (const auto& f : spec.files) {
+    Progress progress(false, f.size);
+    SFT_RETURN_IF_ERROR(UploadFile(rc.get(), f.local_path, f.size, f.sha256, &progress, &stats));
+  }
+  SFT_ASSIGN_OR_RETURN(v1::Job job, Submit(rc.get(), spec, gpus));
+  Record(opts, job);
+  std::cerr << "bootstrap: [smoke] " << job.id() << " on " << (gpus > 0 ? "1 GPU" : "the CPU") << "\n";
+
+  EventPrinter printer;
+  double first = -1, last = -1;
+  int64_t steps = 0;
+  auto followed = FollowEvents(rc.get(), job.id(), 0, /*follow=*/true, [&](const v1::Event& e) {
+    std::string line = printer.Format(e);
+    if (!line.empty()) std::cerr << "  | " << EscapeForTerminal(line) << "\n";
+    if (e.kind() != v1::Event::METRIC) return;
+    nlohmann::json rec = nlohmann::json::parse(e.text(), nullptr, /*allow_exceptions=*/false);
+    if (!rec.is_object() || rec.value("event", "") != "step" || !rec.contains("loss") || !rec["loss"].is_number())
+      return;
+    last = rec["loss"].get<double>();
+    if (first < 0) first = last;
+    if (rec.contains("step") && rec["step"].is_number_integer()) steps = rec["step"].get<int64_t>();
+  });
+  if (!followed.ok()) return followed.status();
+  if (followed->final_state != v1::SUCCEEDED) {
+    return FailedPreconditionError(opts.host + ": the smoke job " + job.id() + " ended " +
+                                   StateName(followed->final_state.value_or(v1::FAILED)) + ": " +
+                                   EscapeForTerminal(followed->reason) + " (see `sftctl logs " + job.id() + "`)");
+  }
+  return job.id() + ": " + std::to_string(steps) + " steps, loss " + Loss(first) + " -> " + Loss(last);
+}
+
+}  // namespace sftctl::client

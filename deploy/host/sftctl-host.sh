@@ -1,0 +1,427 @@
+#!/usr/bin/env bash
+# sftctl-host.sh: the host side of `sftctl bootstrap` (docs/remote.md, "A fresh host").
+#
+# `sftctl bootstrap` uploads this script to ~/.local/share/sftctl/bootstrap/ on the GPU host and runs
+# its subcommands over SSH. Everything it prints is read by a client that does not trust the host:
+# key=value lines and a log it shows escaped.
+#
+#   probe                      what the host has, as key=value lines (one SSH round trip)
+#   start-worker ARGS...       start the worker detached (a dropped SSH connection does not stop it);
+#                              prints "WORKER started <pid>" or "WORKER running <pid>"
+#   poll OFFSET                "STATUS <status>", "SIZE <log bytes>", then the log from OFFSET (<= 64 KiB)
+#   worker ARGS...             (internal) unpack -> deps -> build agent -> build trainer -> install -> start
+#
+# Worker ARGS: --sha256 HEX (of bootstrap/sftctl-src.tar.gz) --source-id HEX [--jobs N]
+#   [--no-install-deps] [--data-dir DIR] [--no-systemd]
+# State, under SFTCTL_HOME (default ~/.local/share/sftctl):
+#   bootstrap/status   one line: "running <phase>", "done <source id>" or "failed <phase>: <why>"
+#   bootstrap/log      the worker's output (kept; its path is printed on failure)
+#   src/ build-agent/ build-trainer/   the source (updated file by file) and the two builds
+#   installed          the source id of ~/.local/bin/{sftd,sftctl-trainer}
+set -u
+
+SFTCTL_HOME=${SFTCTL_HOME:-$HOME/.local/share/sftctl}
+BOOT=$SFTCTL_HOME/bootstrap
+PREFIX=${SFTCTL_PREFIX:-$HOME/.local}
+STATUS=$BOOT/status
+LOG=$BOOT/log
+
+# What the agent and the trainer need to build on Debian and Ubuntu (the trainer's LibTorch comes
+# from the host's Python torch, or Debian's libtorch-dev when there is none).
+HOST_PKGS="g++ make cmake ninja-build pkg-config ca-certificates ccache
+libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev libsqlite3-dev
+libboost-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libpcre2-dev
+libutf8proc-dev libcurl4-openssl-dev"
+
+kv() { printf '%s=%s\n' "$1" "$(printf '%s' "$2" | tr '\n\r=' '  :')"; }
+
+# --- probe -----------------------------------------------------------------------------------------
+
+probe_os() {
+  if [ -r /etc/os-release ]; then
+    # shellcheck disable=SC1091
+    . /etc/os-release
+    kv os_id "${ID:-unknown}"
+    kv os_version "${VERSION_ID:-}"
+    kv os_name "${PRETTY_NAME:-${ID:-unknown}}"
+  else
+    kv os_id "$(uname -s)"
+  fi
+  kv arch "$(uname -m)"
+  kv user "$(id -un 2>/dev/null || echo "?")"
+  if [ "$(id -u)" -eq 0 ]; then
+    kv sudo root
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    kv sudo yes
+  else
+    kv sudo no
+  fi
+  kv pid1 "$(cat /proc/1/comm 2>/dev/null || echo unknown)"
+  kv home "$HOME"
+}
+
+probe_gpus() {
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    local lines
+    lines=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)
+    kv gpu_count "$(printf '%s\n' "$lines" | grep -c .)"
+    printf '%s\n' "$lines" | head -n 16 | while IFS= read -r l; do kv gpu "$l"; done
+  else
+    kv gpu_count 0
+  fi
+}
+
+# The first Python that imports torch: version, CUDA, the CMake prefix, the C++ ABI.
+probe_torch() {
+  local py out
+  for py in python python3 python3.13 python3.12 python3.11 python3.10 python3.9 /usr/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    out=$("$py" - 2>/dev/null <<'EOF'
+import sys, os
+import torch, torch.utils
+print("python_version=%d.%d.%d" % sys.version_info[:3])
+print("torch_version=" + torch.__version__)
+print("torch_cuda=" + (torch.version.cuda or ""))
+p = torch.utils.cmake_prefix_path
+print("torch_cmake=" + (p if os.path.exists(os.path.join(p, "Torch", "TorchConfig.cmake")) else ""))
+print("torch_abi=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI))
+EOF
+) || continue
+    kv python "$(command -v "$py")"
+    printf '%s\n' "$out" | grep -E '^(python_version|torch_version|torch_cuda|torch_cmake|torch_abi)='
+    return
+  done
+  kv python "$(command -v python3 2>/dev/null || true)"
+}
+
+# A LibTorch installed for C++ (Debian's libtorch-dev), used when no Python torch has a CMake config.
+probe_system_torch() {
+  local c
+  for c in /usr/lib/*/cmake/Torch/TorchConfig.cmake /usr/share/cmake/Torch/TorchConfig.cmake \
+    /usr/local/libtorch/share/cmake/Torch/TorchConfig.cmake; do
+    if [ -f "$c" ]; then
+      kv system_torch_cmake "$(dirname "$(dirname "$c")")"
+      return
+    fi
+  done
+}
+
+probe_tools() {
+  kv cxx "$( (c++ --version 2>/dev/null || g++ --version 2>/dev/null) | head -n 1)"
+  kv cmake "$(cmake --version 2>/dev/null | head -n 1 | awk '{print $3}')"
+  kv ninja "$(ninja --version 2>/dev/null)"
+  kv ccache "$(command -v ccache 2>/dev/null)"
+  kv nproc "$(nproc 2>/dev/null || echo 1)"
+  mkdir -p "$SFTCTL_HOME" 2>/dev/null
+  kv home_free_mib "$(df -Pm "$SFTCTL_HOME" 2>/dev/null | awk 'NR==2 {print $4}')"
+  if command -v dpkg-query >/dev/null 2>&1; then
+    local p missing=""
+    for p in $HOST_PKGS; do
+      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    done
+    kv missing_packages "${missing# }"
+    kv package_manager apt
+  else
+    kv package_manager none
+  fi
+}
+
+# Storage that survives the instance: RunPod's /workspace, Lambda's /lambda/nfs/<name>.
+probe_storage() {
+  local d
+  for d in /workspace /lambda/nfs/*; do
+    if [ -d "$d" ] && [ -w "$d" ]; then
+      kv storage "$d"
+      kv storage_free_mib "$(df -Pm "$d" 2>/dev/null | awk 'NR==2 {print $4}')"
+      return
+    fi
+  done
+}
+
+probe_sftctl() {
+  kv installed "$(cat "$SFTCTL_HOME/installed" 2>/dev/null)"
+  kv archive_sha256 "$( (sha256sum "$BOOT/sftctl-src.tar.gz" 2>/dev/null || true) | awk '{print $1}')"
+  kv status "$(cat "$STATUS" 2>/dev/null)"
+  kv worker "$(worker_pid)"
+  kv data_dir_config "$(head -n 1 "${XDG_CONFIG_HOME:-$HOME/.config}/sftd/data_dir" 2>/dev/null)"
+  if [ -x "$PREFIX/bin/sftd" ]; then
+    kv agent "$("$PREFIX/bin/sftd" status --json 2>/dev/null | head -n 1)"
+  fi
+}
+
+cmd_probe() {
+  kv probe 1
+  probe_os
+  probe_gpus
+  probe_torch
+  probe_system_torch
+  probe_tools
+  probe_storage
+  probe_sftctl
+}
+
+# --- worker control --------------------------------------------------------------------------------
+
+# The pid of a live worker, or nothing.
+worker_pid() {
+  local pid
+  pid=$(cat "$BOOT/worker.pid" 2>/dev/null) || return 0
+  case $pid in '' | *[!0-9]*) return 0 ;; esac
+  if kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'sftctl-host.sh worker'; then
+    echo "$pid"
+  fi
+}
+
+cmd_start_worker() {
+  mkdir -p "$BOOT"
+  local pid
+  pid=$(worker_pid)
+  if [ -n "$pid" ]; then
+    echo "WORKER running $pid"
+    return 0
+  fi
+  set_status "running start"
+  : >"$LOG"
+  setsid nohup bash "$BOOT/sftctl-host.sh" worker "$@" >>"$LOG" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid" >"$BOOT/worker.pid"
+  echo "WORKER started $pid"
+}
+
+cmd_poll() {
+  local offset=${1:-0} size
+  case $offset in '' | *[!0-9]*) offset=0 ;; esac
+  echo "STATUS $(cat "$STATUS" 2>/dev/null)"
+  [ -n "$(worker_pid)" ] && echo "ALIVE 1" || echo "ALIVE 0"
+  size=$(stat -c %s "$LOG" 2>/dev/null || echo 0)
+  echo "SIZE $size"
+  if [ "$offset" -lt "$size" ]; then tail -c +"$((offset + 1))" "$LOG" | head -c 65536; fi
+}
+
+set_status() {
+  printf '%s\n' "$1" >"$STATUS.tmp" && mv -f "$STATUS.tmp" "$STATUS"
+}
+
+# --- the worker ------------------------------------------------------------------------------------
+
+phase() {
+  PHASE=$1
+  set_status "running $1"
+  echo "== $1: $2 ($(date '+%H:%M:%S'))"
+}
+
+fail() {
+  echo "!! $PHASE failed: $1"
+  set_status "failed $PHASE: $1"
+  exit 1
+}
+
+# Unpacks the archive and copies into src/ only the files whose content changed, so a build of a new
+# version recompiles what changed and nothing else.
+unpack() {
+  phase unpack "checking and unpacking the source"
+  local got
+  got=$(sha256sum "$BOOT/sftctl-src.tar.gz" | awk '{print $1}')
+  [ "$got" = "$W_SHA" ] || fail "the uploaded archive's sha256 is $got, not $W_SHA (upload again)"
+  rm -rf "$BOOT/unpack" && mkdir -p "$BOOT/unpack" || fail "cannot write $BOOT/unpack"
+  tar -xzf "$BOOT/sftctl-src.tar.gz" -C "$BOOT/unpack" || fail "cannot unpack the archive"
+  local new=$BOOT/unpack/sftctl-src
+  [ "$(cat "$new/SOURCE_ID" 2>/dev/null)" = "$W_ID" ] || fail "the archive holds another source id than $W_ID"
+  mkdir -p "$SFTCTL_HOME/src"
+  local f changed=0
+  while IFS= read -r f; do
+    case $f in '' | /* | *..*) continue ;; esac
+    if ! cmp -s "$new/$f" "$SFTCTL_HOME/src/$f"; then
+      mkdir -p "$(dirname "$SFTCTL_HOME/src/$f")" && cp -p "$new/$f" "$SFTCTL_HOME/src/$f" || fail "cannot copy $f"
+      changed=$((changed + 1))
+    fi
+  done <"$new/SOURCES"
+  # Files of the previous version that this one no longer has.
+  if [ -f "$SFTCTL_HOME/src/SOURCES" ]; then
+    grep -vxF -f "$new/SOURCES" "$SFTCTL_HOME/src/SOURCES" | while IFS= read -r f; do
+      case $f in '' | /* | *..*) continue ;; esac
+      rm -f "$SFTCTL_HOME/src/$f"
+    done
+  fi
+  for f in SOURCES SOURCE_ID; do cmp -s "$new/$f" "$SFTCTL_HOME/src/$f" || cp "$new/$f" "$SFTCTL_HOME/src/$f"; done
+  rm -rf "$BOOT/unpack"
+  echo "source $W_ID: $changed file(s) changed"
+}
+
+install_deps() {
+  phase deps "checking packages"
+  command -v dpkg-query >/dev/null 2>&1 || { echo "no dpkg: not installing packages"; return 0; }
+  local p missing=""
+  for p in $HOST_PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+  done
+  if [ -z "$TORCH_CMAKE" ]; then
+    # No Python torch with a CMake config: Debian's LibTorch (CPU only) when the distribution has it.
+    for p in libtorch-dev libopenblas0-openmp; do
+      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    done
+  fi
+  missing=${missing# }
+  [ -n "$missing" ] || { echo "all packages present"; return 0; }
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"; else
+      fail "missing packages and no root or password-less sudo: ask an administrator to run: sudo apt-get install -y $missing"
+    fi
+  fi
+  [ "$W_INSTALL" = 1 ] || fail "missing packages (--no-install-deps): sudo apt-get install -y $missing"
+  echo "installing: $missing"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq || fail "apt-get update failed"
+  # shellcheck disable=SC2086
+  $sudo apt-get install -y -q --no-install-recommends $missing || fail "apt-get install failed: $missing"
+}
+
+# The LibTorch to build the trainer against: the Python torch's CMake prefix, else a system LibTorch.
+find_torch() {
+  TORCH_CMAKE=""
+  local line
+  line=$({ probe_torch; probe_system_torch; } 2>/dev/null | grep -E '^(torch_cmake|system_torch_cmake)=.' | head -n 1)
+  TORCH_CMAKE=${line#*=}
+}
+
+# configure + build one preset into SFTCTL_HOME/<dir>.
+build() {
+  local preset=$1 dir=$2 target=$3
+  shift 3
+  local launcher=()
+  if command -v ccache >/dev/null 2>&1; then
+    export CCACHE_BASEDIR=$SFTCTL_HOME
+    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
+  (cd "$SFTCTL_HOME/src" && cmake --preset "$preset" -B "$SFTCTL_HOME/$dir" "${launcher[@]}" "$@") ||
+    fail "cmake --preset $preset failed (see the log above)"
+  cmake --build "$SFTCTL_HOME/$dir" -j "$W_JOBS" --target "$target" || fail "building $target failed (see the log above)"
+}
+
+install_binaries() {
+  phase install "installing into $PREFIX/bin"
+  mkdir -p "$PREFIX/bin" || fail "cannot create $PREFIX/bin"
+  local b src
+  for b in sftd sftctl-trainer; do
+    src=$SFTCTL_HOME/build-agent/bin/$b
+    [ "$b" = sftctl-trainer ] && src=$SFTCTL_HOME/build-trainer/bin/$b
+    [ -x "$src" ] || fail "$src was not built"
+    cp "$src" "$PREFIX/bin/.$b.new" && mv -f "$PREFIX/bin/.$b.new" "$PREFIX/bin/$b" || fail "cannot install $b"
+  done
+}
+
+# The data dir: --data-dir, else the surviving storage (recorded for sftd's default), else sftd's own.
+choose_data_dir() {
+  local conf=${XDG_CONFIG_HOME:-$HOME/.config}/sftd/data_dir storage
+  if [ -n "$W_DATA_DIR" ]; then
+    DATA_DIR=$W_DATA_DIR
+    return
+  fi
+  if [ -f "$conf" ]; then
+    DATA_DIR=$(head -n 1 "$conf")
+    return
+  fi
+  storage=$(probe_storage | sed -n 's/^storage=//p')
+  DATA_DIR=""
+  if [ -n "$storage" ]; then
+    DATA_DIR=$storage/sftd
+    mkdir -p "$(dirname "$conf")" && printf '%s\n' "$DATA_DIR" >"$conf" || fail "cannot write $conf"
+    echo "agent data (jobs, checkpoints) on surviving storage: $DATA_DIR (recorded in $conf)"
+  fi
+}
+
+# A unit when PID 1 is systemd and we may use it; else sftd detaches itself.
+start_agent() {
+  phase start "starting sftd"
+  choose_data_dir
+  local dd=() st
+  [ -n "$DATA_DIR" ] && dd=(--data-dir "$DATA_DIR")
+  st=$("$PREFIX/bin/sftd" status --json "${dd[@]}" 2>/dev/null | head -n 1)
+  if printf '%s' "$st" | grep -q '"running":true' && ! printf '%s' "$st" | grep -q "\"source_id\":\"$W_ID\""; then
+    echo "stopping the running agent of another version (its jobs keep running and are re-attached)"
+    "$PREFIX/bin/sftd" stop "${dd[@]}" || true
+  fi
+  if [ "$W_SYSTEMD" = 1 ] && [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ] && start_systemd; then
+    return
+  fi
+  "$PREFIX/bin/sftd" start --detach "${dd[@]}" || fail "sftd start --detach failed"
+}
+
+start_systemd() {
+  local unit_dir ctl exec_start="$PREFIX/bin/sftd start"
+  [ -n "$DATA_DIR" ] && exec_start="$exec_start --data-dir $DATA_DIR"
+  if [ "$(id -u)" -eq 0 ]; then
+    unit_dir=/etc/systemd/system ctl="systemctl"
+  else
+    systemctl --user show-environment >/dev/null 2>&1 || return 1
+    unit_dir=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user ctl="systemctl --user"
+    loginctl enable-linger "$(id -un)" 2>/dev/null || echo "note: loginctl enable-linger failed: sftd stops when you log out"
+  fi
+  mkdir -p "$unit_dir" || return 1
+  cat >"$unit_dir/sftd.service" <<EOF
+[Unit]
+Description=sftctl agent (sftd)
+After=network.target
+
+[Service]
+ExecStart=$exec_start
+Restart=on-failure
+KillMode=process
+
+[Install]
+WantedBy=$([ "$(id -u)" -eq 0 ] && echo multi-user.target || echo default.target)
+EOF
+  $ctl daemon-reload && $ctl enable sftd.service && $ctl restart sftd.service || return 1
+  local i
+  for i in $(seq 1 50); do
+    "$PREFIX/bin/sftd" status --json ${DATA_DIR:+--data-dir "$DATA_DIR"} 2>/dev/null | grep -q '"running":true' && {
+      echo "sftd runs under systemd ($unit_dir/sftd.service)"
+      return 0
+    }
+    sleep 0.2
+  done
+  return 1
+}
+
+cmd_worker() {
+  W_SHA="" W_ID="" W_JOBS=$(nproc 2>/dev/null || echo 2) W_INSTALL=1 W_DATA_DIR="" W_SYSTEMD=1
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --sha256) W_SHA=$2; shift 2 ;;
+      --source-id) W_ID=$2; shift 2 ;;
+      --jobs) W_JOBS=$2; shift 2 ;;
+      --no-install-deps) W_INSTALL=0; shift ;;
+      --data-dir) W_DATA_DIR=$2; shift 2 ;;
+      --no-systemd) W_SYSTEMD=0; shift ;;
+      *) PHASE=args; fail "unknown worker option $1" ;;
+    esac
+  done
+  PHASE=start
+  exec 9>"$BOOT/worker.lock"
+  flock -n 9 || fail "another bootstrap worker holds $BOOT/worker.lock"
+  echo "$$" >"$BOOT/worker.pid"
+  echo "sftctl-host worker $$ on $(hostname 2>/dev/null), source $W_ID"
+  unpack
+  find_torch
+  install_deps
+  find_torch
+  [ -n "$TORCH_CMAKE" ] || fail "no LibTorch found: install PyTorch for Python (pip install torch) or Debian's libtorch-dev"
+  phase build-agent "building sftd"
+  build host-agent build-agent sftd
+  phase build-trainer "building sftctl-trainer against $TORCH_CMAKE"
+  build trainer-only build-trainer sftctl-trainer "-DCMAKE_PREFIX_PATH=$TORCH_CMAKE"
+  install_binaries
+  start_agent
+  printf '%s\n' "$W_ID" >"$SFTCTL_HOME/installed.tmp" && mv -f "$SFTCTL_HOME/installed.tmp" "$SFTCTL_HOME/installed"
+  set_status "done $W_ID"
+  echo "== done: sftd and sftctl-trainer of source $W_ID installed and running ($(date '+%H:%M:%S'))"
+}
+
+case ${1:-} in
+  probe) cmd_probe ;;
+  start-worker) shift; cmd_start_worker "$@" ;;
+  poll) shift; cmd_poll "$@" ;;
+  worker) shift; cmd_worker "$@" ;;
+  *) echo "usage: sftctl-host.sh probe|start-worker ARGS|poll OFFSET" >&2; exit 2 ;;
+esac
