@@ -34,6 +34,9 @@ struct ConnectOptions {
   std::string sftd;                  // sftd on the host; empty: "sftd" on PATH, then ~/.local/bin/sftd
   std::string agent_data_dir;        // sftd --data-dir on the host; empty: sftd's default
   bool start_agent = true;           // start the agent (`sftd start --detach`) when it is not running
+  // Refuse (FAILED_PRECONDITION) an agent built from another source than this client (`submit`);
+  // otherwise a mismatch is a warning on stderr. SSH hosts only (a local agent is this build's).
+  bool require_same_source = false;
   Transport transport = Transport::kAuto;
   int keepalive_s = 15;
   int connect_timeout_s = 20;

@@ -287,7 +287,7 @@ StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& 
   const std::string id = SourceId();
   SFT_RETURN_IF_ERROR(UploadBytes(shell, "the host script", Script(), script));
   SFT_ASSIGN_OR_RETURN(HostProbe probe, Probe(shell));
-  std::cout << "bootstrap: " << EscapeForTerminal(shell->Display()) << "\n" << FormatHostProbe(probe) << std::flush;
+  *bo.out << "bootstrap: " << EscapeForTerminal(shell->Display()) << "\n" << FormatHostProbe(probe) << std::flush;
 
   BootstrapResult result;
   result.source_id = id;
@@ -311,9 +311,9 @@ StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& 
     result.smoke_job = smoke_line.substr(0, smoke_line.find(':'));
   }
   if (result.up_to_date) {
-    std::cout << "bootstrap: up to date: " << agent << (smoke_line.empty() ? "" : "; smoke job " + smoke_line) << "\n";
+    *bo.out << "bootstrap: up to date: " << agent << (smoke_line.empty() ? "" : "; smoke job " + smoke_line) << "\n";
   } else {
-    std::cout << "bootstrap: ready: " << agent << (smoke_line.empty() ? "" : "; smoke job " + smoke_line) << "\n";
+    *bo.out << "bootstrap: ready: " << agent << (smoke_line.empty() ? "" : "; smoke job " + smoke_line) << "\n";
   }
   return result;
 }

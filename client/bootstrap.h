@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -48,6 +49,7 @@ struct BootstrapOptions {
   std::string share_dir;  // empty: $SFTCTL_SHARE_DIR, else <dir of sftctl>/../share/sftctl
   bool verbose = false;   // print every line of the host's log, not only the phases
   double poll_s = 2.0;    // how often the worker's log is read
+  std::ostream* out = &std::cout;  // the probe table and the final line (`submit --bootstrap`: stderr)
 };
 
 // Where sftctl-src.tar.gz and sftctl-host.sh are: options.share_dir, $SFTCTL_SHARE_DIR, else

@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "client/bootstrap.h"
 #include "client/checkpoint_sync.h"
 #include "client/commands.h"
 #include "client/job_registry.h"
@@ -40,6 +41,7 @@ struct SubmitArgs {
   unsigned max_restarts = 0;
   unsigned heartbeat_s = 0;
   bool stop_when_done = false;
+  bool bootstrap = false;  // --bootstrap: bring each host to this client's version first
   std::vector<std::string> sets;
 };
 
@@ -92,11 +94,20 @@ void CancelQuietly(Reconnector* rc, const std::string& id) {
   });
 }
 
-// One connection per host; node 0 first.
-StatusOr<std::vector<Node>> ConnectNodes(const RemoteOptions& ro, const std::vector<std::string>& hosts) {
+// One connection per host; node 0 first. The agents must run this client's source: with
+// `bootstrap` each SSH host is bootstrapped first (a no-op taking seconds when it is up to date).
+StatusOr<std::vector<Node>> ConnectNodes(const RemoteOptions& ro, const std::vector<std::string>& hosts,
+                                         bool bootstrap) {
   std::vector<Node> nodes(hosts.size());
   for (size_t i = 0; i < hosts.size(); ++i) {
     SFT_ASSIGN_OR_RETURN(nodes[i].opts, MakeConnectOptions(ro, hosts[i]));
+    nodes[i].opts.require_same_source = true;
+    if (bootstrap && !IsLocalHost(hosts[i])) {
+      BootstrapOptions bo;
+      bo.smoke = false;
+      bo.out = &std::cerr;  // stdout carries the job id (or --json)
+      SFT_RETURN_IF_ERROR(Bootstrap(nodes[i].opts, bo).status());
+    }
     SFT_ASSIGN_OR_RETURN(nodes[i].rc, ConnectHost(nodes[i].opts));
   }
   return nodes;
@@ -339,7 +350,7 @@ int Submit(const SubmitArgs& a) {
   if (!hosts.ok()) return ReportError(hosts.status(), json);
   for (const auto& n : spec->notes) std::cerr << "note: " << n << "\n";
   if (Status s = HashSpecFiles(&spec->files); !s.ok()) return ReportError(s, json);
-  auto nodes = ConnectNodes(a.ro, *hosts);
+  auto nodes = ConnectNodes(a.ro, *hosts, a.bootstrap);
   if (!nodes.ok()) return ReportError(nodes.status(), json);
   auto ranks = ChooseRanks(a, *spec, (*nodes)[0].rc.get());
   if (!ranks.ok()) return ReportError(ranks.status(), json);
@@ -398,6 +409,9 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_flag("--stop-when-done", a->stop_when_done,
                 "Stop the host once the job has ended and its final checkpoint was pulled (or the agent's "
                 "--stop-pull-timeout passed); needs a stop action on the agent (docs/remote.md)");
+  cmd->add_flag("--bootstrap", a->bootstrap,
+                "First bring each host to this sftctl's version with `sftctl bootstrap` (builds and starts the "
+                "agent where it is missing or older; seconds when it is up to date)");
   cmd->add_option("--set", a->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)")
       ->allow_extra_args(false);
   cmd->callback([a, &ctx] { ctx.exit_code = Submit(*a); });

@@ -46,6 +46,7 @@ void Set(HostProbe* p, const std::string& key, const std::string& v) {
       {"cmake", &HostProbe::cmake},
       {"ninja", &HostProbe::ninja},
       {"ccache", &HostProbe::ccache},
+      {"nvcc", &HostProbe::nvcc},
       {"package_manager", &HostProbe::package_manager},
       {"storage", &HostProbe::storage},
       {"installed", &HostProbe::installed},
@@ -115,7 +116,12 @@ std::string FormatHostProbe(const HostProbe& p) {
             ", C++ ABI " + Or(p.torch_abi, "?") + ", " + Or(p.python, "python") + " " + p.python_version;
   }
   rows.push_back({"PyTorch", torch});
-  rows.push_back({"LibTorch", p.TorchPrefix().empty() ? "not found" : p.TorchPrefix()});
+  std::string libtorch = p.TorchPrefix().empty() ? "not found" : p.TorchPrefix();
+  if (!p.torch_cuda.empty()) {
+    libtorch += p.nvcc.empty() ? "; no CUDA toolkit (nvcc) found: a CUDA LibTorch's CMake config may need it"
+                               : "; CUDA toolkit " + p.nvcc;
+  }
+  rows.push_back({"LibTorch", libtorch});
   rows.push_back({"compiler", Or(p.cxx, "none") + "; cmake " + Or(p.cmake, "none") + "; " +
                                   (p.ccache.empty() ? "no ccache" : "ccache") + "; " + std::to_string(p.nproc) +
                                   " cores"});

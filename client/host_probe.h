@@ -23,6 +23,7 @@ struct HostProbe {
   std::string python, python_version, torch_version, torch_cuda, torch_cmake, torch_abi;
   std::string system_torch_cmake;  // a C++ LibTorch (Debian's libtorch-dev) when there is one
   std::string cxx, cmake, ninja, ccache;
+  std::string nvcc;  // the CUDA toolkit's version, empty when there is none
   int nproc = 1;
   int64_t home_free_mib = -1;
   std::vector<std::string> missing_packages;

@@ -17,6 +17,9 @@
 #include "client/ssh/ssh_session.h"
 #include "common/json_parse.h"
 #include "common/rpc_limits.h"
+#include "common/source_id.h"
+#include "common/terminal_text.h"
+#include "common/version.h"
 
 namespace sftctl::client {
 namespace {
@@ -81,6 +84,7 @@ struct AgentInfo {
   int port = 0;
   std::string token_file;
   std::string version;
+  std::string source_id;  // empty from an agent older than source ids
 };
 
 // "127.0.0.1:41234" or "[::1]:41234" -> host (IPv6 without brackets) and port; false unless the
@@ -117,6 +121,7 @@ Status ParseAgentJson(const std::string& display, const std::string& what, const
   if (!*running) return OkStatus();
   info->token_file = str("token_file");
   info->version = str("version");
+  info->source_id = str("source_id");
   if (!SplitAgentAddr(str("addr"), &info->host, &info->port) || info->token_file.empty() ||
       info->token_file.find('\n') != std::string::npos) {
     return InternalError(display + ": `" + what + "` gave no usable agent address or token file: " + shown);
@@ -184,6 +189,25 @@ Status FindAgent(SshSession& session, const ConnectOptions& opts, int timeout_s,
                             std::to_string(r.exit_code) + "): " + (why.empty() ? Trim(r.err + r.out) : why));
   }
   SFT_RETURN_IF_ERROR(ParseAgentJson(display, cmd, ready, info, &running));
+  return OkStatus();
+}
+
+// The agent must be built from this client's source when opts.require_same_source (submit: the
+// trainer and the spec format travel with it); other commands only warn.
+Status CheckAgentSource(const std::string& display, const ConnectOptions& opts, const AgentInfo& info) {
+  const std::string mine = SourceId();
+  if (info.version == kVersion && info.source_id == mine) return OkStatus();
+  const std::string theirs =
+      "sftd " + EscapeForTerminal(info.version.empty() ? std::string("?") : info.version.substr(0, 40)) +
+      " (source " + (info.source_id.empty() ? std::string("unknown") : EscapeForTerminal(info.source_id.substr(0, 12))) +
+      ")";
+  const std::string msg = display + ": the host runs " + theirs + " and this is sftctl " + kVersion +
+                          " (source " + mine.substr(0, 12) + "). Update the host with `sftctl bootstrap --host " +
+                          opts.host + "`, or add --bootstrap to `sftctl submit`";
+  if (opts.require_same_source) return FailedPreconditionError(msg);
+  static bool warned = false;  // once per process: reconnects would repeat it
+  if (!warned) std::cerr << "warning: " << msg << "\n";
+  warned = true;
   return OkStatus();
 }
 
@@ -262,6 +286,7 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& 
 
   AgentInfo agent;
   SFT_RETURN_IF_ERROR(FindAgent(*session, opts, timeout_s, &agent));
+  SFT_RETURN_IF_ERROR(CheckAgentSource(display, opts, agent));
 
   // The token travels through the session only; it is never written on this machine.
   SFT_ASSIGN_OR_RETURN(ssh::ExecResult tok,

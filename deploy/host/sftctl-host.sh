@@ -111,6 +111,7 @@ probe_tools() {
   kv cmake "$(cmake --version 2>/dev/null | head -n 1 | awk '{print $3}')"
   kv ninja "$(ninja --version 2>/dev/null)"
   kv ccache "$(command -v ccache 2>/dev/null)"
+  kv nvcc "$( (PATH=$PATH:/usr/local/cuda/bin nvcc --version 2>/dev/null || true) | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
   kv nproc "$(nproc 2>/dev/null || echo 1)"
   mkdir -p "$SFTCTL_HOME" 2>/dev/null
   kv home_free_mib "$(df -Pm "$SFTCTL_HOME" 2>/dev/null | awk 'NR==2 {print $4}')"
@@ -410,6 +411,8 @@ cmd_worker() {
   phase build-agent "building sftd"
   build host-agent build-agent sftd
   phase build-trainer "building sftctl-trainer against $TORCH_CMAKE"
+  # A CUDA LibTorch's CMake config looks for the CUDA toolkit; NVIDIA's images keep it here.
+  [ -x /usr/local/cuda/bin/nvcc ] && export PATH=$PATH:/usr/local/cuda/bin
   build trainer-only build-trainer sftctl-trainer "-DCMAKE_PREFIX_PATH=$TORCH_CMAKE"
   install_binaries
   start_agent

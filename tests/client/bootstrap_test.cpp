@@ -1,0 +1,291 @@
+// `sftctl bootstrap`'s policy (client/bootstrap.h) and the host script's probe and poll
+// (deploy/host/sftctl-host.sh), without a remote host: the real script runs here under a temporary
+// HOME, and a scripted HostShell plays the host for the decisions (up to date, upload only what the
+// host lacks, follow the worker, report its failure with the log). The whole thing against a real
+// fresh Debian 13 host is tests/remote/bootstrap_e2e.sh.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "client/bootstrap.h"
+#include "client/host_probe.h"
+#include "common/source_id.h"
+#include "common/sha256.h"
+#include "tests/util/command.h"
+#include "tests/util/temp_dir.h"
+
+namespace sftctl::client {
+namespace {
+
+using sftctl::testing::RunShell;
+using sftctl::testing::TempDir;
+
+const std::string kScript = std::string(SFTCTL_SOURCE_DIR) + "/deploy/host/sftctl-host.sh";
+
+std::string HostScript(const std::string& home, const std::string& args) {
+  return RunShell("HOME=" + home + " XDG_CONFIG_HOME= bash " + kScript + " " + args + " 2>&1").output;
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+TEST(HostScript, ProbeDescribesThisMachine) {
+  TempDir home("probe");
+  auto p = ParseHostProbe(HostScript(home.path(), "probe"));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->arch, RunShell("uname -m | tr -d '\\n'").output);
+  EXPECT_EQ(p->os_id, RunShell(". /etc/os-release; printf %s \"$ID\"").output);
+  EXPECT_EQ(p->home, home.path());
+  EXPECT_GE(p->nproc, 1);
+  EXPECT_GT(p->home_free_mib, 0);
+  EXPECT_EQ(p->installed, "");
+  EXPECT_EQ(p->worker, "");
+  EXPECT_EQ(p->package_manager, "apt");  // Debian here
+  // This machine builds sftctl: none of the host packages is missing, and there is a LibTorch.
+  EXPECT_TRUE(p->missing_packages.empty()) << p->missing_packages.front();
+  EXPECT_FALSE(p->TorchPrefix().empty());
+  const std::string table = FormatHostProbe(*p);
+  EXPECT_NE(table.find("  OS        " + p->os_name + ", " + p->arch), std::string::npos) << table;
+  EXPECT_NE(table.find("  sftctl    not installed"), std::string::npos) << table;
+}
+
+TEST(HostScript, ProbeReportsInstalledSourceAndSurvivingStorage) {
+  TempDir home("probe");
+  RunShell("mkdir -p " + home.path() + "/.local/share/sftctl/bootstrap");
+  WriteFile(home.path() + "/.local/share/sftctl/installed", "abc123\n");
+  WriteFile(home.path() + "/.local/share/sftctl/bootstrap/status", "done abc123\n");
+  auto p = ParseHostProbe(HostScript(home.path(), "probe"));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->installed, "abc123");
+  EXPECT_EQ(p->status, "done abc123");
+}
+
+TEST(HostScript, PollReturnsStatusAndTheLogFromAnOffset) {
+  TempDir home("poll");
+  const std::string boot = home.path() + "/.local/share/sftctl/bootstrap";
+  RunShell("mkdir -p " + boot);
+  WriteFile(boot + "/status", "running build-agent\n");
+  WriteFile(boot + "/log", "== unpack: x\n== build-agent: y\n");
+  EXPECT_EQ(HostScript(home.path(), "poll 0"),
+            "STATUS running build-agent\nALIVE 0\nSIZE 31\n== unpack: x\n== build-agent: y\n");
+  EXPECT_EQ(HostScript(home.path(), "poll 13"), "STATUS running build-agent\nALIVE 0\nSIZE 31\n== build-agent: y\n");
+  EXPECT_EQ(HostScript(home.path(), "poll 31"), "STATUS running build-agent\nALIVE 0\nSIZE 31\n");
+  EXPECT_EQ(HostScript(home.path(), "poll '1;rm'"), HostScript(home.path(), "poll 0"));  // not a number: 0
+}
+
+TEST(HostProbe, OutputWithoutTheProbeLineIsAnError) {
+  auto p = ParseHostProbe("Welcome to the host!\n\x1b]0;pwned\x07\n");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInternal);
+  EXPECT_NE(p.status().message().find("no probe=1 line"), std::string::npos);
+  EXPECT_EQ(p.status().message().find('\x1b'), std::string::npos);  // escaped, not passed to the terminal
+}
+
+TEST(HostProbe, TableEscapesWhatTheHostSays) {
+  auto p = ParseHostProbe("probe=1\nos_name=Evil\x1b[2J OS\narch=x86_64\ngpu_count=2\ngpu=NVIDIA H100, 81559 MiB, 550\n");
+  ASSERT_TRUE(p.ok());
+  const std::string table = FormatHostProbe(*p);
+  EXPECT_EQ(table.find('\x1b'), std::string::npos);
+  EXPECT_NE(table.find("Evil\\x1b[2J OS, x86_64"), std::string::npos) << table;
+  EXPECT_NE(table.find("  GPUs      2 x NVIDIA H100, 81559 MiB, 550"), std::string::npos) << table;
+}
+
+TEST(HostProbe, BlockersNameWhatToDo) {
+  HostProbe p;
+  p.os_id = "ubuntu";
+  p.package_manager = "apt";
+  p.user = "ubuntu";
+  p.sudo = "no";
+  p.missing_packages = {"cmake", "libgrpc++-dev"};
+  EXPECT_EQ(BootstrapBlocker(p, true),
+            "packages are missing and ubuntu has neither root nor password-less sudo; ask an administrator to "
+            "run: sudo apt-get install -y cmake libgrpc++-dev");
+  EXPECT_EQ(BootstrapBlocker(p, false),
+            "packages are missing (and --no-install-deps was given): sudo apt-get install -y cmake libgrpc++-dev");
+  p.sudo = "yes";
+  EXPECT_EQ(BootstrapBlocker(p, true), "");
+  p.missing_packages.clear();
+  p.home = "/home/ubuntu";
+  p.home_free_mib = 1024;
+  EXPECT_EQ(BootstrapBlocker(p, true), "only 1.0 GiB free in /home/ubuntu; the build needs about 3.0 GiB");
+}
+
+// Plays the host: answers each command by its kind and records them.
+class ScriptedHost : public HostShell {
+ public:
+  std::function<std::string()> probe;
+  std::vector<std::string> polls;  // answered in turn; the last one repeats
+  std::vector<std::string> commands;
+  std::vector<size_t> input_sizes;
+
+  StatusOr<ssh::ExecResult> Run(const std::string& command, const std::string& input, int) override {
+    commands.push_back(command);
+    input_sizes.push_back(input.size());
+    ssh::ExecResult r;
+    r.exit_code = 0;
+    if (command.find(" probe") != std::string::npos) r.out = probe();
+    if (command.find(" start-worker ") != std::string::npos) r.out = "WORKER started 4242\n";
+    if (command.find(" poll ") != std::string::npos) {
+      r.out = polls[std::min(next_poll_, polls.size() - 1)];
+      ++next_poll_;
+    }
+    return r;
+  }
+  std::string Display() const override { return "root@gpu-box"; }
+  bool Ran(const std::string& part) const {
+    for (const auto& c : commands)
+      if (c.find(part) != std::string::npos) return true;
+    return false;
+  }
+
+ private:
+  size_t next_poll_ = 0;
+};
+
+class BootstrapFlow : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteFile(share_.path() + "/sftctl-src.tar.gz", "not really a tarball");
+    WriteFile(share_.path() + "/sftctl-host.sh", "#!/bin/bash\n");
+    sha_ = *Sha256File(share_.path() + "/sftctl-src.tar.gz");
+    bo_.share_dir = share_.path();
+    bo_.poll_s = 0.01;
+    bo_.out = &out_;
+    opts_.host = "root@gpu-box";
+  }
+  StatusOr<BootstrapResult> Run(ScriptedHost* host) {
+    return BootstrapWith(host, opts_, bo_, [this](const ConnectOptions&, int steps) -> StatusOr<std::string> {
+      ++smoke_runs_;
+      return "job-1: " + std::to_string(steps) + " steps, loss 5.5452 -> 3.1000";
+    });
+  }
+  TempDir share_{"share"};
+  std::string sha_;
+  BootstrapOptions bo_;
+  ConnectOptions opts_;
+  std::ostringstream out_;
+  int smoke_runs_ = 0;
+};
+
+TEST_F(BootstrapFlow, UpToDateHostIsLeftAlone) {
+  ScriptedHost host;
+  const std::string id = SourceId();
+  host.probe = [&] {
+    return "probe=1\nos_name=Debian\ninstalled=" + id + "\nagent={\"running\":true,\"source_id\":\"" + id + "\"}\n";
+  };
+  auto r = Run(&host);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->up_to_date);
+  EXPECT_FALSE(host.Ran("start-worker"));
+  EXPECT_FALSE(host.Ran("sftctl-src.tar.gz"));
+  EXPECT_EQ(smoke_runs_, 0);
+  EXPECT_NE(out_.str().find("bootstrap: up to date: sftd 0.1.0 (source " + id.substr(0, 12) + ") on root@gpu-box\n"),
+            std::string::npos)
+      << out_.str();
+}
+
+TEST_F(BootstrapFlow, AnAgentOfAnotherSourceIsRebuiltAndTheSmokeJobRuns) {
+  ScriptedHost host;
+  const std::string id = SourceId();
+  int probes = 0;
+  // Before the worker: another version installed and running; after it: this one.
+  host.probe = [&] {
+    const std::string installed = ++probes == 1 ? "0ld" : id;
+    return "probe=1\ninstalled=" + installed + "\narchive_sha256=" + sha_ +
+           "\nagent={\"running\":true,\"source_id\":\"" + installed + "\"}\n";
+  };
+  host.polls = {"STATUS running unpack\nALIVE 1\nSIZE 13\n== unpack: x\n", "STATUS done " + id + "\nALIVE 0\nSIZE 13\n"};
+  auto r = Run(&host);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->up_to_date);
+  EXPECT_TRUE(host.Ran("start-worker --sha256 " + sha_ + " --source-id " + id));
+  EXPECT_FALSE(host.Ran("sftctl-src.tar.gz.part"));  // the host already had this archive
+  EXPECT_TRUE(host.Ran(" poll 13"));                  // the second poll read on from the first's end
+  EXPECT_EQ(r->smoke_job, "job-1");
+  EXPECT_EQ(smoke_runs_, 1);
+  EXPECT_NE(out_.str().find("bootstrap: ready: sftd 0.1.0 (source " + id.substr(0, 12) +
+                            ") on root@gpu-box; smoke job job-1: 20 steps, loss 5.5452 -> 3.1000\n"),
+            std::string::npos)
+      << out_.str();
+}
+
+TEST_F(BootstrapFlow, TheArchiveIsUploadedWhenTheHostLacksIt) {
+  ScriptedHost host;
+  const std::string id = SourceId();
+  int probes = 0;
+  host.probe = [&] { return "probe=1\ninstalled=" + std::string(++probes > 1 ? id : "") + "\n"; };
+  host.polls = {"STATUS done " + id + "\nALIVE 0\nSIZE 0\n"};
+  bo_.smoke = false;
+  auto r = Run(&host);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(host.Ran("sftctl-src.tar.gz.part"));
+  for (size_t i = 0; i < host.commands.size(); ++i) {
+    if (host.commands[i].find("sftctl-src.tar.gz.part") != std::string::npos) {
+      EXPECT_EQ(host.input_sizes[i], std::string("not really a tarball").size());
+    }
+  }
+  EXPECT_EQ(smoke_runs_, 0);
+}
+
+TEST_F(BootstrapFlow, AWorkerFailureNamesThePhaseAndShowsTheLog) {
+  ScriptedHost host;
+  host.probe = [] { return "probe=1\ninstalled=\n"; };
+  const std::string log = "== build-agent: building sftd (10:00:00)\nCMake Error: gRPC not found\x1b[31m\n";
+  host.polls = {"STATUS failed build-agent: cmake --preset host-agent failed\nALIVE 0\nSIZE " +
+                std::to_string(log.size()) + "\n" + log};
+  auto r = Run(&host);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  const std::string m = r.status().message();
+  EXPECT_EQ(m.rfind("root@gpu-box: build-agent: cmake --preset host-agent failed\nhost log: "
+                    "~/.local/share/sftctl/bootstrap/log\n",
+                    0),
+            0u)
+      << m;
+  EXPECT_NE(m.find("  | CMake Error: gRPC not found\\x1b[31m"), std::string::npos) << m;
+  EXPECT_EQ(smoke_runs_, 0);
+}
+
+TEST_F(BootstrapFlow, AWorkerThatDiedIsReportedAsResumable) {
+  ScriptedHost host;
+  host.probe = [] { return "probe=1\n"; };
+  host.polls = {"STATUS running build-trainer\nALIVE 0\nSIZE 0\n"};
+  auto r = Run(&host);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("the bootstrap worker stopped without finishing (status: running "
+                                      "build-trainer); run `sftctl bootstrap` again to resume"),
+            std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(BootstrapFlow, ARunningWorkerIsFollowedNotStartedTwice) {
+  ScriptedHost host;
+  const std::string id = SourceId();
+  int probes = 0;
+  host.probe = [&] {
+    return ++probes == 1 ? "probe=1\nworker=777\n" : "probe=1\ninstalled=" + id + "\n";
+  };
+  host.polls = {"STATUS done " + id + "\nALIVE 0\nSIZE 0\n"};
+  bo_.smoke = false;
+  auto r = Run(&host);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(host.Ran("start-worker"));
+  EXPECT_TRUE(host.Ran(" poll 0"));
+}
+
+TEST_F(BootstrapFlow, AMissingArchiveSaysWhereItWasLookedFor) {
+  bo_.share_dir = share_.path() + "/nowhere";
+  ScriptedHost host;
+  auto r = Run(&host);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find(share_.path() + "/nowhere/sftctl-src.tar.gz is missing"), std::string::npos);
+  EXPECT_TRUE(host.commands.empty());
+}
+
+}  // namespace
+}  // namespace sftctl::client
