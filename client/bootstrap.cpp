@@ -109,6 +109,7 @@ std::string WorkerArgs(const BootstrapOptions& bo, const ConnectOptions& opts, c
   if (bo.jobs > 0) a += " --jobs " + std::to_string(bo.jobs);
   if (!bo.install_deps) a += " --no-install-deps";
   if (!bo.systemd) a += " --no-systemd";
+  for (const auto& arg : bo.agent_args) a += " --agent-arg " + arg;  // checked by CheckAgentArgs
   if (!opts.agent_data_dir.empty()) {
     std::string q = "'";
     for (char c : opts.agent_data_dir) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -253,6 +254,17 @@ Status StartWorker(HostShell* shell, const ConnectOptions& opts, const Bootstrap
 
 std::string Short(const std::string& id) { return id.substr(0, 12); }
 
+Status CheckAgentArgs(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a.empty() || a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:=/-@+,") !=
+                         std::string::npos) {
+      return InvalidArgumentError("agent flag '" + EscapeForTerminal(a) +
+                                  "': only letters, digits and ._:=/-@+, may be passed to sftd on the host");
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::unique_ptr<HostShell> NewSshHostShell(const ConnectOptions& opts, int attempts) {
@@ -281,6 +293,7 @@ StatusOr<std::string> FindShareDir(const std::string& share_dir) {
 
 StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& opts, const BootstrapOptions& bo,
                                         const SmokeRunner& smoke) {
+  SFT_RETURN_IF_ERROR(CheckAgentArgs(bo.agent_args));
   SFT_ASSIGN_OR_RETURN(std::string share, FindShareDir(bo.share_dir));
   SFT_ASSIGN_OR_RETURN(std::string script, ReadShareFile(share, "sftctl-host.sh"));
   SFT_ASSIGN_OR_RETURN(std::string sha, Sha256File(JoinPath(share, "sftctl-src.tar.gz")));

@@ -16,6 +16,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "client/agent_connection.h"
 #include "client/host_probe.h"
@@ -46,6 +47,9 @@ struct BootstrapOptions {
   bool systemd = true;       // a systemd unit when PID 1 is systemd
   int jobs = 0;              // build jobs on the host; 0: its core count
   int smoke_steps = 20;
+  // Flags for `sftd start` on the host (e.g. --stop-when-idle 2h): letters, digits and ._:=/-@+,
+  // only (they cross a shell). INVALID_ARGUMENT otherwise.
+  std::vector<std::string> agent_args;
   std::string share_dir;  // empty: $SFTCTL_SHARE_DIR, else <dir of sftctl>/../share/sftctl
   bool verbose = false;   // print every line of the host's log, not only the phases
   double poll_s = 2.0;    // how often the worker's log is read

@@ -13,6 +13,8 @@ struct BootstrapArgs {
   RemoteOptions ro;
   BootstrapOptions bo;
   bool no_install_deps = false, no_smoke = false, no_systemd = false;
+  std::string stop_when_idle, stop_action;
+  double price_per_hour = 0;
 };
 
 int RunBootstrap(const BootstrapArgs& a) {
@@ -29,6 +31,11 @@ int RunBootstrap(const BootstrapArgs& a) {
   bo.install_deps = !a.no_install_deps;
   bo.smoke = !a.no_smoke;
   bo.systemd = !a.no_systemd;
+  if (!a.stop_when_idle.empty()) bo.agent_args.insert(bo.agent_args.end(), {"--stop-when-idle", a.stop_when_idle});
+  if (!a.stop_action.empty()) bo.agent_args.insert(bo.agent_args.end(), {"--stop-action", a.stop_action});
+  if (a.price_per_hour > 0) {
+    bo.agent_args.insert(bo.agent_args.end(), {"--price-per-hour", std::to_string(a.price_per_hour)});
+  }
   auto r = Bootstrap(*opts, bo);
   if (!r.ok()) return ReportError(r.status(), false);
   return kExitOk;
@@ -52,6 +59,11 @@ void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--jobs", a->bo.jobs, "Parallel build jobs on the host (default: its core count)")
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("-v,--verbose", a->bo.verbose, "Show every line of the host-side log");
+  cmd->add_option("--stop-when-idle", a->stop_when_idle,
+                  "Start the agent with --stop-when-idle DURATION (e.g. 2h): the host stops itself when idle");
+  cmd->add_option("--stop-action", a->stop_action, "Start the agent with --stop-action (runpod, lambda, shutdown)");
+  cmd->add_option("--price-per-hour", a->price_per_hour, "Start the agent with --price-per-hour (cost estimates)")
+      ->check(CLI::Range(0.0, 10000.0));
   cmd->callback([a, &ctx] { ctx.exit_code = RunBootstrap(*a); });
 }
 

@@ -12,7 +12,7 @@
 #   worker ARGS...             (internal) unpack -> deps -> build agent -> build trainer -> install -> start
 #
 # Worker ARGS: --sha256 HEX (of bootstrap/sftctl-src.tar.gz) --source-id HEX [--jobs N]
-#   [--no-install-deps] [--data-dir DIR] [--no-systemd]
+#   [--no-install-deps] [--data-dir DIR] [--no-systemd] [--agent-arg ARG]... (added to `sftd start`)
 # State, under SFTCTL_HOME (default ~/.local/share/sftctl):
 #   bootstrap/status   one line: "running <phase>", "done <source id>" or "failed <phase>: <why>"
 #   bootstrap/log      the worker's output (kept; its path is printed on failure)
@@ -338,6 +338,7 @@ start_agent() {
   choose_data_dir
   local dd=() st
   [ -n "$DATA_DIR" ] && dd=(--data-dir "$DATA_DIR")
+  START_ARGS=("${dd[@]}" "${W_AGENT_ARGS[@]}")
   st=$("$PREFIX/bin/sftd" status --json "${dd[@]}" 2>/dev/null | head -n 1)
   if printf '%s' "$st" | grep -q '"running":true' && ! printf '%s' "$st" | grep -q "\"source_id\":\"$W_ID\""; then
     echo "stopping the running agent of another version (its jobs keep running and are re-attached)"
@@ -346,12 +347,11 @@ start_agent() {
   if [ "$W_SYSTEMD" = 1 ] && [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ] && start_systemd; then
     return
   fi
-  "$PREFIX/bin/sftd" start --detach "${dd[@]}" || fail "sftd start --detach failed"
+  "$PREFIX/bin/sftd" start --detach "${START_ARGS[@]}" || fail "sftd start --detach failed"
 }
 
 start_systemd() {
-  local unit_dir ctl exec_start="$PREFIX/bin/sftd start"
-  [ -n "$DATA_DIR" ] && exec_start="$exec_start --data-dir $DATA_DIR"
+  local unit_dir ctl exec_start="$PREFIX/bin/sftd start ${START_ARGS[*]}"
   if [ "$(id -u)" -eq 0 ]; then
     unit_dir=/etc/systemd/system ctl="systemctl"
   else
@@ -387,6 +387,7 @@ EOF
 
 cmd_worker() {
   W_SHA="" W_ID="" W_JOBS=$(nproc 2>/dev/null || echo 2) W_INSTALL=1 W_DATA_DIR="" W_SYSTEMD=1
+  W_AGENT_ARGS=()
   while [ $# -gt 0 ]; do
     case $1 in
       --sha256) W_SHA=$2; shift 2 ;;
@@ -395,6 +396,7 @@ cmd_worker() {
       --no-install-deps) W_INSTALL=0; shift ;;
       --data-dir) W_DATA_DIR=$2; shift 2 ;;
       --no-systemd) W_SYSTEMD=0; shift ;;
+      --agent-arg) W_AGENT_ARGS+=("$2"); shift 2 ;;
       *) PHASE=args; fail "unknown worker option $1" ;;
     esac
   done

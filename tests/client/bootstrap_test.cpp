@@ -277,6 +277,27 @@ TEST_F(BootstrapFlow, ARunningWorkerIsFollowedNotStartedTwice) {
   EXPECT_TRUE(host.Ran(" poll 0"));
 }
 
+TEST_F(BootstrapFlow, AgentFlagsReachTheWorkerAndNothingElseCrossesTheShell) {
+  ScriptedHost host;
+  const std::string id = SourceId();
+  int probes = 0;
+  host.probe = [&] { return "probe=1\ninstalled=" + std::string(++probes > 1 ? id : "") + "\n"; };
+  host.polls = {"STATUS done " + id + "\nALIVE 0\nSIZE 0\n"};
+  bo_.smoke = false;
+  bo_.agent_args = {"--stop-when-idle", "2h", "--price-per-hour", "1.30"};
+  ASSERT_TRUE(Run(&host).ok());
+  EXPECT_TRUE(host.Ran(" --agent-arg --stop-when-idle --agent-arg 2h --agent-arg --price-per-hour --agent-arg 1.30"));
+
+  ScriptedHost host2;
+  bo_.agent_args = {"--stop-command", "rm -rf ~"};
+  auto r = Run(&host2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "agent flag 'rm -rf ~': only letters, digits and ._:=/-@+, may be passed to sftd on the host");
+  EXPECT_TRUE(host2.commands.empty());
+}
+
 TEST_F(BootstrapFlow, AMissingArchiveSaysWhereItWasLookedFor) {
   bo_.share_dir = share_.path() + "/nowhere";
   ScriptedHost host;
