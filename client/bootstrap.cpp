@@ -39,11 +39,13 @@ class SshHostShell : public HostShell {
  public:
   SshHostShell(ConnectOptions opts, int attempts) : opts_(std::move(opts)), attempts_(attempts) {}
 
-  StatusOr<ssh::ExecResult> Run(const std::string& command, const std::string& input, int timeout_s) override {
+  StatusOr<ssh::ExecResult> Run(const std::string& command, const std::string& input,
+                                int timeout_s) override {
     Status last = OkStatus();
     for (int attempt = 0; attempt < attempts_; ++attempt) {
       if (attempt > 0) {
-        std::cerr << "bootstrap: connection lost (" << EscapeForTerminal(last.message()) << "); reconnecting\n";
+        std::cerr << "bootstrap: connection lost (" << EscapeForTerminal(last.message())
+                  << "); reconnecting\n";
         std::this_thread::sleep_for(std::chrono::seconds(std::min(2 << attempt, 20)));
       }
       if (session_ == nullptr) {
@@ -87,9 +89,10 @@ StatusOr<std::string> RunOk(HostShell* shell, const std::string& what, const std
 
 // Writes `data` to `path` on the host through a temporary file, so a dropped upload leaves no
 // half-written file under the final name.
-Status UploadBytes(HostShell* shell, const std::string& what, const std::string& path, const std::string& data) {
-  const std::string cmd = "mkdir -p " + std::string(kHostBoot) + " && cat > " + path + ".part && mv -f " + path +
-                          ".part " + path;
+Status UploadBytes(HostShell* shell, const std::string& what, const std::string& path,
+                   const std::string& data) {
+  const std::string cmd =
+      "mkdir -p " + std::string(kHostBoot) + " && cat > " + path + ".part && mv -f " + path + ".part " + path;
   return RunOk(shell, "uploading " + what, cmd, data, 600).status();
 }
 
@@ -153,7 +156,8 @@ class LogView {
     const bool phase = line.rfind("== ", 0) == 0;
     if (phase || verbose_) {
       ClearLive();
-      std::cerr << (phase ? "bootstrap: [" + line.substr(3, line.find(':') - 3) + "]" + line.substr(line.find(':') + 1)
+      std::cerr << (phase ? "bootstrap: [" + line.substr(3, line.find(':') - 3) + "]" +
+                                line.substr(line.find(':') + 1)
                           : "  | " + line)
                 << "\n";
     } else if (tty_) {
@@ -201,8 +205,9 @@ Status FollowWorker(HostShell* shell, const BootstrapOptions& bo) {
   LogView view(bo.verbose, StderrIsTty());
   uint64_t offset = 0;
   for (;;) {
-    SFT_ASSIGN_OR_RETURN(std::string out, RunOk(shell, "reading the bootstrap log",
-                                                "bash " + Script() + " poll " + std::to_string(offset), "", 60));
+    SFT_ASSIGN_OR_RETURN(std::string out,
+                         RunOk(shell, "reading the bootstrap log",
+                               "bash " + Script() + " poll " + std::to_string(offset), "", 60));
     PollReply p = ParsePoll(out);
     view.Feed(p.log);
     offset += p.log.size();
@@ -210,18 +215,21 @@ Status FollowWorker(HostShell* shell, const BootstrapOptions& bo) {
     if (p.status.rfind("done ", 0) == 0) return OkStatus();
     std::string host_log = "\nhost log: " + std::string(kHostLog) + "\n" + view.Tail();
     if (p.status.rfind("failed ", 0) == 0) {
-      return FailedPreconditionError(shell->Display() + ": " + EscapeForTerminal(p.status.substr(7)) + host_log);
+      return FailedPreconditionError(shell->Display() + ": " + EscapeForTerminal(p.status.substr(7)) +
+                                     host_log);
     }
     if (!p.alive) {
-      return UnavailableError(shell->Display() + ": the bootstrap worker stopped without finishing (status: " +
-                              EscapeForTerminal(p.status) + "); run `sftctl bootstrap` again to resume" + host_log);
+      return UnavailableError(
+          shell->Display() + ": the bootstrap worker stopped without finishing (status: " +
+          EscapeForTerminal(p.status) + "); run `sftctl bootstrap` again to resume" + host_log);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(bo.poll_s * 1000)));
   }
 }
 
 StatusOr<HostProbe> Probe(HostShell* shell) {
-  SFT_ASSIGN_OR_RETURN(std::string out, RunOk(shell, "probing the host", "bash " + Script() + " probe", "", 120));
+  SFT_ASSIGN_OR_RETURN(std::string out,
+                       RunOk(shell, "probing the host", "bash " + Script() + " probe", "", 120));
   auto p = ParseHostProbe(out);
   if (!p.ok()) return p.status().WithContext(shell->Display());
   return p;
@@ -231,8 +239,8 @@ StatusOr<HostProbe> Probe(HostShell* shell) {
 Status StartWorker(HostShell* shell, const ConnectOptions& opts, const BootstrapOptions& bo,
                    const HostProbe& probe, const std::string& share, const std::string& sha) {
   if (!probe.worker.empty()) {
-    std::cerr << "bootstrap: a bootstrap is already running on the host (pid " << EscapeForTerminal(probe.worker)
-              << "); following it\n";
+    std::cerr << "bootstrap: a bootstrap is already running on the host (pid "
+              << EscapeForTerminal(probe.worker) << "); following it\n";
     return OkStatus();
   }
   if (std::string why = BootstrapBlocker(probe, bo.install_deps); !why.empty()) {
@@ -241,10 +249,12 @@ Status StartWorker(HostShell* shell, const ConnectOptions& opts, const Bootstrap
   if (probe.archive_sha256 != sha) {
     SFT_ASSIGN_OR_RETURN(std::string archive, ReadShareFile(share, "sftctl-src.tar.gz"));
     std::cerr << "bootstrap: [upload] the source (" << archive.size() / 1024 << " KiB)\n";
-    SFT_RETURN_IF_ERROR(UploadBytes(shell, "the source archive", std::string(kHostBoot) + "/sftctl-src.tar.gz", archive));
+    SFT_RETURN_IF_ERROR(
+        UploadBytes(shell, "the source archive", std::string(kHostBoot) + "/sftctl-src.tar.gz", archive));
   }
-  SFT_ASSIGN_OR_RETURN(std::string out, RunOk(shell, "starting the bootstrap worker",
-                                              "bash " + Script() + " start-worker" + WorkerArgs(bo, opts, sha, SourceId())));
+  SFT_ASSIGN_OR_RETURN(std::string out,
+                       RunOk(shell, "starting the bootstrap worker",
+                             "bash " + Script() + " start-worker" + WorkerArgs(bo, opts, sha, SourceId())));
   if (out.rfind("WORKER ", 0) != 0) {
     return InternalError(shell->Display() + ": unexpected answer from the bootstrap worker: " +
                          EscapeForTerminal(out.substr(0, 300)));
@@ -256,8 +266,9 @@ std::string Short(const std::string& id) { return id.substr(0, 12); }
 
 Status CheckAgentArgs(const std::vector<std::string>& args) {
   for (const auto& a : args) {
-    if (a.empty() || a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:=/-@+,") !=
-                         std::string::npos) {
+    if (a.empty() ||
+        a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:=/-@+,") !=
+            std::string::npos) {
       return InvalidArgumentError("agent flag '" + EscapeForTerminal(a) +
                                   "': only letters, digits and ._:=/-@+, may be passed to sftd on the host");
     }
@@ -283,16 +294,17 @@ StatusOr<std::string> FindShareDir(const std::string& share_dir) {
   }
   for (const char* f : {"sftctl-src.tar.gz", "sftctl-host.sh"}) {
     if (!FileSystem::Default()->Exists(JoinPath(dir, f))) {
-      return NotFoundError(JoinPath(dir, f) +
-                           " is missing: `sftctl bootstrap` uploads the source this sftctl was built from, made "
-                           "with it at build/install time (set SFTCTL_SHARE_DIR when it lives elsewhere)");
+      return NotFoundError(
+          JoinPath(dir, f) +
+          " is missing: `sftctl bootstrap` uploads the source this sftctl was built from, made "
+          "with it at build/install time (set SFTCTL_SHARE_DIR when it lives elsewhere)");
     }
   }
   return dir;
 }
 
-StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& opts, const BootstrapOptions& bo,
-                                        const SmokeRunner& smoke) {
+StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& opts,
+                                        const BootstrapOptions& bo, const SmokeRunner& smoke) {
   SFT_RETURN_IF_ERROR(CheckAgentArgs(bo.agent_args));
   SFT_ASSIGN_OR_RETURN(std::string share, FindShareDir(bo.share_dir));
   SFT_ASSIGN_OR_RETURN(std::string script, ReadShareFile(share, "sftctl-host.sh"));
@@ -300,11 +312,13 @@ StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& 
   const std::string id = SourceId();
   SFT_RETURN_IF_ERROR(UploadBytes(shell, "the host script", Script(), script));
   SFT_ASSIGN_OR_RETURN(HostProbe probe, Probe(shell));
-  *bo.out << "bootstrap: " << EscapeForTerminal(shell->Display()) << "\n" << FormatHostProbe(probe) << std::flush;
+  *bo.out << "bootstrap: " << EscapeForTerminal(shell->Display()) << "\n"
+          << FormatHostProbe(probe) << std::flush;
 
   BootstrapResult result;
   result.source_id = id;
-  result.up_to_date = probe.installed == id && AgentRuns(probe.agent_json, id) && probe.worker.empty() && !bo.force;
+  result.up_to_date =
+      probe.installed == id && AgentRuns(probe.agent_json, id) && probe.worker.empty() && !bo.force;
   if (!result.up_to_date) {
     SFT_RETURN_IF_ERROR(StartWorker(shell, opts, bo, probe, share, sha));
     SFT_RETURN_IF_ERROR(FollowWorker(shell, bo));
@@ -324,9 +338,11 @@ StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& 
     result.smoke_job = smoke_line.substr(0, smoke_line.find(':'));
   }
   if (result.up_to_date) {
-    *bo.out << "bootstrap: up to date: " << agent << (smoke_line.empty() ? "" : "; smoke job " + smoke_line) << "\n";
+    *bo.out << "bootstrap: up to date: " << agent << (smoke_line.empty() ? "" : "; smoke job " + smoke_line)
+            << "\n";
   } else {
-    *bo.out << "bootstrap: ready: " << agent << (smoke_line.empty() ? "" : "; smoke job " + smoke_line) << "\n";
+    *bo.out << "bootstrap: ready: " << agent << (smoke_line.empty() ? "" : "; smoke job " + smoke_line)
+            << "\n";
   }
   return result;
 }

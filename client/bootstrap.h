@@ -31,7 +31,8 @@ class HostShell {
   virtual ~HostShell() = default;
   // Runs `command` with `input` on its stdin. UNAVAILABLE / DEADLINE_EXCEEDED when the connection
   // failed (the caller may retry); the command's own failure is in exit_code.
-  virtual StatusOr<ssh::ExecResult> Run(const std::string& command, const std::string& input, int timeout_s) = 0;
+  virtual StatusOr<ssh::ExecResult> Run(const std::string& command, const std::string& input,
+                                        int timeout_s) = 0;
   virtual std::string Display() const = 0;
 };
 
@@ -40,19 +41,19 @@ class HostShell {
 std::unique_ptr<HostShell> NewSshHostShell(const ConnectOptions& opts, int attempts = 6);
 
 struct BootstrapOptions {
-  bool install_deps = true;  // apt-get install what the host lacks (root or password-less sudo)
-  bool smoke = true;         // run the smoke job after installing
-  bool smoke_always = false; // --smoke: also when the host was already up to date
-  bool force = false;        // run the host worker even when the host is up to date
-  bool systemd = true;       // a systemd unit when PID 1 is systemd
-  int jobs = 0;              // build jobs on the host; 0: its core count
+  bool install_deps = true;   // apt-get install what the host lacks (root or password-less sudo)
+  bool smoke = true;          // run the smoke job after installing
+  bool smoke_always = false;  // --smoke: also when the host was already up to date
+  bool force = false;         // run the host worker even when the host is up to date
+  bool systemd = true;        // a systemd unit when PID 1 is systemd
+  int jobs = 0;               // build jobs on the host; 0: its core count
   int smoke_steps = 20;
   // Flags for `sftd start` on the host (e.g. --stop-when-idle 2h): letters, digits and ._:=/-@+,
   // only (they cross a shell). INVALID_ARGUMENT otherwise.
   std::vector<std::string> agent_args;
-  std::string share_dir;  // empty: $SFTCTL_SHARE_DIR, else <dir of sftctl>/../share/sftctl
-  bool verbose = false;   // print every line of the host's log, not only the phases
-  double poll_s = 2.0;    // how often the worker's log is read
+  std::string share_dir;           // empty: $SFTCTL_SHARE_DIR, else <dir of sftctl>/../share/sftctl
+  bool verbose = false;            // print every line of the host's log, not only the phases
+  double poll_s = 2.0;             // how often the worker's log is read
   std::ostream* out = &std::cout;  // the probe table and the final line (`submit --bootstrap`: stderr)
 };
 
@@ -75,7 +76,7 @@ StatusOr<BootstrapResult> Bootstrap(const ConnectOptions& opts, const BootstrapO
 // The same with the parts injected (tests): `shell` runs the commands; `smoke` runs the smoke job
 // (may be empty: no smoke job).
 using SmokeRunner = std::function<StatusOr<std::string>(const ConnectOptions&, int steps)>;
-StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& opts, const BootstrapOptions& bo,
-                                        const SmokeRunner& smoke);
+StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& opts,
+                                        const BootstrapOptions& bo, const SmokeRunner& smoke);
 
 }  // namespace sftctl::client

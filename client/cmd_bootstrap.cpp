@@ -18,7 +18,8 @@ struct BootstrapArgs {
 };
 
 int RunBootstrap(const BootstrapArgs& a) {
-  if (a.ro.hosts.empty()) return ReportError(InvalidArgumentError("give the host: --host [user@]host[:port]"), false);
+  if (a.ro.hosts.empty())
+    return ReportError(InvalidArgumentError("give the host: --host [user@]host[:port]"), false);
   const std::string& host = a.ro.hosts.front();
   if (IsLocalHost(host)) {
     return ReportError(InvalidArgumentError("bootstrap sets up a remote host over SSH; for this machine use "
@@ -31,7 +32,8 @@ int RunBootstrap(const BootstrapArgs& a) {
   bo.install_deps = !a.no_install_deps;
   bo.smoke = !a.no_smoke;
   bo.systemd = !a.no_systemd;
-  if (!a.stop_when_idle.empty()) bo.agent_args.insert(bo.agent_args.end(), {"--stop-when-idle", a.stop_when_idle});
+  if (!a.stop_when_idle.empty())
+    bo.agent_args.insert(bo.agent_args.end(), {"--stop-when-idle", a.stop_when_idle});
   if (!a.stop_action.empty()) bo.agent_args.insert(bo.agent_args.end(), {"--stop-action", a.stop_action});
   if (a.price_per_hour > 0) {
     bo.agent_args.insert(bo.agent_args.end(), {"--price-per-hour", std::to_string(a.price_per_hour)});
@@ -54,15 +56,19 @@ void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_flag("--smoke", a->bo.smoke_always, "Run the smoke job even when the host is already up to date");
   cmd->add_option("--smoke-steps", a->bo.smoke_steps, "Steps of the smoke job (default 20)")
       ->check(CLI::Range(1, 100000));
-  cmd->add_flag("--force", a->bo.force, "Run the host-side build and install even when the host is up to date");
+  cmd->add_flag("--force", a->bo.force,
+                "Run the host-side build and install even when the host is up to date");
   cmd->add_flag("--no-systemd", a->no_systemd, "Start sftd detached even where PID 1 is systemd");
   cmd->add_option("--jobs", a->bo.jobs, "Parallel build jobs on the host (default: its core count)")
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("-v,--verbose", a->bo.verbose, "Show every line of the host-side log");
-  cmd->add_option("--stop-when-idle", a->stop_when_idle,
-                  "Start the agent with --stop-when-idle DURATION (e.g. 2h): the host stops itself when idle");
-  cmd->add_option("--stop-action", a->stop_action, "Start the agent with --stop-action (runpod, lambda, shutdown)");
-  cmd->add_option("--price-per-hour", a->price_per_hour, "Start the agent with --price-per-hour (cost estimates)")
+  cmd->add_option(
+      "--stop-when-idle", a->stop_when_idle,
+      "Start the agent with --stop-when-idle DURATION (e.g. 2h): the host stops itself when idle");
+  cmd->add_option("--stop-action", a->stop_action,
+                  "Start the agent with --stop-action (runpod, lambda, shutdown)");
+  cmd->add_option("--price-per-hour", a->price_per_hour,
+                  "Start the agent with --price-per-hour (cost estimates)")
       ->check(CLI::Range(0.0, 10000.0));
   cmd->callback([a, &ctx] { ctx.exit_code = RunBootstrap(*a); });
 }

@@ -409,9 +409,10 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_flag("--stop-when-done", a->stop_when_done,
                 "Stop the host once the job has ended and its final checkpoint was pulled (or the agent's "
                 "--stop-pull-timeout passed); needs a stop action on the agent (docs/remote.md)");
-  cmd->add_flag("--bootstrap", a->bootstrap,
-                "First bring each host to this sftctl's version with `sftctl bootstrap` (builds and starts the "
-                "agent where it is missing or older; seconds when it is up to date)");
+  cmd->add_flag(
+      "--bootstrap", a->bootstrap,
+      "First bring each host to this sftctl's version with `sftctl bootstrap` (builds and starts the "
+      "agent where it is missing or older; seconds when it is up to date)");
   cmd->add_option("--set", a->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)")
       ->allow_extra_args(false);
   cmd->callback([a, &ctx] { ctx.exit_code = Submit(*a); });

@@ -9,8 +9,8 @@
 namespace sftctl::client {
 namespace {
 
-constexpr size_t kMaxValue = 4096;   // a longer value is cut
-constexpr size_t kMaxGpus = 64;      // more lines are ignored
+constexpr size_t kMaxValue = 4096;     // a longer value is cut
+constexpr size_t kMaxGpus = 64;        // more lines are ignored
 constexpr int64_t kMinFreeMib = 3072;  // source, two builds and the binaries
 
 int64_t ToInt(const std::string& v, int64_t fallback) {
@@ -103,7 +103,10 @@ std::string FormatHostProbe(const HostProbe& p) {
   std::vector<std::pair<std::string, std::string>> rows;
   std::string os = Or(p.os_name, "unknown") + ", " + Or(p.arch, "?");
   rows.push_back({"OS", os});
-  rows.push_back({"user", Or(p.user, "?") + (p.sudo == "root" ? " (root)" : p.sudo == "yes" ? " (sudo)" : " (no sudo)") +
+  rows.push_back({"user", Or(p.user, "?") +
+                              (p.sudo == "root"  ? " (root)"
+                               : p.sudo == "yes" ? " (sudo)"
+                                                 : " (no sudo)") +
                               ", init " + Or(p.pid1, "?")});
   std::string gpus = "none (the trainer runs on the CPU)";
   if (p.gpu_count > 0) {
@@ -123,11 +126,12 @@ std::string FormatHostProbe(const HostProbe& p) {
   }
   rows.push_back({"LibTorch", libtorch});
   rows.push_back({"compiler", Or(p.cxx, "none") + "; cmake " + Or(p.cmake, "none") + "; " +
-                                  (p.ccache.empty() ? "no ccache" : "ccache") + "; " + std::to_string(p.nproc) +
-                                  " cores"});
+                                  (p.ccache.empty() ? "no ccache" : "ccache") + "; " +
+                                  std::to_string(p.nproc) + " cores"});
   rows.push_back({"disk", p.home_free_mib >= 0 ? Gib(p.home_free_mib) + " free in " + Or(p.home, "~") : "?"});
-  rows.push_back({"storage", p.storage.empty() ? "none that survives the instance"
-                                               : p.storage + " (" + Gib(p.storage_free_mib) + " free, survives)"});
+  rows.push_back({"storage", p.storage.empty()
+                                 ? "none that survives the instance"
+                                 : p.storage + " (" + Gib(p.storage_free_mib) + " free, survives)"});
   rows.push_back({"packages", p.package_manager != "apt" ? "no apt: packages are not checked"
                               : p.missing_packages.empty()
                                   ? "all present"
@@ -151,10 +155,13 @@ std::string BootstrapBlocker(const HostProbe& p, bool install_deps) {
   if (!p.missing_packages.empty()) {
     std::string list;
     for (const auto& m : p.missing_packages) list += " " + m;
-    if (!install_deps) return "packages are missing (and --no-install-deps was given): sudo apt-get install -y" + list;
+    if (!install_deps)
+      return "packages are missing (and --no-install-deps was given): sudo apt-get install -y" + list;
     if (p.sudo == "no") {
       return "packages are missing and " + Or(p.user, "the user") +
-             " has neither root nor password-less sudo; ask an administrator to run: sudo apt-get install -y" + list;
+             " has neither root nor password-less sudo; ask an administrator to run: sudo apt-get install "
+             "-y" +
+             list;
     }
   }
   if (p.home_free_mib >= 0 && p.home_free_mib < kMinFreeMib) {

@@ -103,8 +103,10 @@ std::string Loss(double v) {
 }  // namespace
 
 StatusOr<std::string> RunSmokeJob(const ConnectOptions& opts, const SmokeJobOptions& so) {
-  std::string tmpl = JoinPath(std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp", "sftctl-smoke-XXXXXX");
-  if (::mkdtemp(tmpl.data()) == nullptr) return InternalError("cannot create a folder for the smoke job's data");
+  std::string tmpl =
+      JoinPath(std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp", "sftctl-smoke-XXXXXX");
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    return InternalError("cannot create a folder for the smoke job's data");
   struct Cleanup {
     std::string dir;
     ~Cleanup() { (void)FileSystem::Default()->RemoveAll(dir); }
@@ -132,7 +134,8 @@ StatusOr<std::string> RunSmokeJob(const ConnectOptions& opts, const SmokeJobOpti
     if (!line.empty()) std::cerr << "  | " << EscapeForTerminal(line) << "\n";
     if (e.kind() != v1::Event::METRIC) return;
     nlohmann::json rec = nlohmann::json::parse(e.text(), nullptr, /*allow_exceptions=*/false);
-    if (!rec.is_object() || rec.value("event", "") != "step" || !rec.contains("loss") || !rec["loss"].is_number())
+    if (!rec.is_object() || rec.value("event", "") != "step" || !rec.contains("loss") ||
+        !rec["loss"].is_number())
       return;
     last = rec["loss"].get<double>();
     if (first < 0) first = last;
@@ -142,7 +145,8 @@ StatusOr<std::string> RunSmokeJob(const ConnectOptions& opts, const SmokeJobOpti
   if (followed->final_state != v1::SUCCEEDED) {
     return FailedPreconditionError(opts.host + ": the smoke job " + job.id() + " ended " +
                                    StateName(followed->final_state.value_or(v1::FAILED)) + ": " +
-                                   EscapeForTerminal(followed->reason) + " (see `sftctl logs " + job.id() + "`)");
+                                   EscapeForTerminal(followed->reason) + " (see `sftctl logs " + job.id() +
+                                   "`)");
   }
   return job.id() + ": " + std::to_string(steps) + " steps, loss " + Loss(first) + " -> " + Loss(last);
 }

@@ -169,8 +169,8 @@ Status FindAgent(SshSession& session, const ConnectOptions& opts, int timeout_s,
     return NotFoundError(
         display +
         ": sftd is not installed on the host (tried `sftd` on the PATH of a non-interactive SSH "
-        "command and ~/.local/bin/sftd). Install it there (deploy/setup.sh), or pass its path "
-        "with --sftd /path/to/sftd");
+        "command and ~/.local/bin/sftd). Set the host up with `sftctl bootstrap --host " +
+        opts.host + "` (or add --bootstrap to `sftctl submit`), or pass its path with --sftd /path/to/sftd");
   }
   bool running = false;
   SFT_RETURN_IF_ERROR(ParseAgentJson(display, info->sftd + " status --json", status_out, info, &running));
@@ -199,11 +199,13 @@ Status CheckAgentSource(const std::string& display, const ConnectOptions& opts, 
   if (info.version == kVersion && info.source_id == mine) return OkStatus();
   const std::string theirs =
       "sftd " + EscapeForTerminal(info.version.empty() ? std::string("?") : info.version.substr(0, 40)) +
-      " (source " + (info.source_id.empty() ? std::string("unknown") : EscapeForTerminal(info.source_id.substr(0, 12))) +
+      " (source " +
+      (info.source_id.empty() ? std::string("unknown") : EscapeForTerminal(info.source_id.substr(0, 12))) +
       ")";
   const std::string msg = display + ": the host runs " + theirs + " and this is sftctl " + kVersion +
-                          " (source " + mine.substr(0, 12) + "). Update the host with `sftctl bootstrap --host " +
-                          opts.host + "`, or add --bootstrap to `sftctl submit`";
+                          " (source " + mine.substr(0, 12) +
+                          "). Update the host with `sftctl bootstrap --host " + opts.host +
+                          "`, or add --bootstrap to `sftctl submit`";
   if (opts.require_same_source) return FailedPreconditionError(msg);
   static bool warned = false;  // once per process: reconnects would repeat it
   if (!warned) std::cerr << "warning: " << msg << "\n";

@@ -62,7 +62,9 @@ class SshSession {
   // UNAVAILABLE when the session fails, DEADLINE_EXCEEDED after timeout_s, RESOURCE_EXHAUSTED when
   // stdout or stderr exceeds kMaxExecOutputBytes; the command's own failure is in exit_code.
   static constexpr size_t kMaxExecOutputBytes = size_t{4} << 20;
-  StatusOr<ExecResult> Exec(const std::string& command, int timeout_s) { return Exec(command, "", timeout_s); }
+  StatusOr<ExecResult> Exec(const std::string& command, int timeout_s) {
+    return Exec(command, "", timeout_s);
+  }
   // The same, with `input` written to the command's stdin (then EOF) before its output is read: for
   // small uploads (`cat > file`). The command must read all of its input before printing much.
   StatusOr<ExecResult> Exec(const std::string& command, const std::string& input, int timeout_s);

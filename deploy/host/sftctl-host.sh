@@ -339,6 +339,15 @@ start_agent() {
   local dd=() st
   [ -n "$DATA_DIR" ] && dd=(--data-dir "$DATA_DIR")
   START_ARGS=("${dd[@]}" "${W_AGENT_ARGS[@]}")
+  # Secrets the stop action needs (LAMBDA_API_KEY, LAMBDA_INSTANCE_ID), kept on the host only.
+  local env_file=${XDG_CONFIG_HOME:-$HOME/.config}/sftd/env
+  if [ -r "$env_file" ]; then
+    set -a
+    # shellcheck disable=SC1090
+    . "$env_file"
+    set +a
+    echo "environment for sftd read from $env_file"
+  fi
   st=$("$PREFIX/bin/sftd" status --json "${dd[@]}" 2>/dev/null | head -n 1)
   if printf '%s' "$st" | grep -q '"running":true' && ! printf '%s' "$st" | grep -q "\"source_id\":\"$W_ID\""; then
     echo "stopping the running agent of another version (its jobs keep running and are re-attached)"
@@ -366,6 +375,7 @@ Description=sftctl agent (sftd)
 After=network.target
 
 [Service]
+EnvironmentFile=-${XDG_CONFIG_HOME:-$HOME/.config}/sftd/env
 ExecStart=$exec_start
 Restart=on-failure
 KillMode=process

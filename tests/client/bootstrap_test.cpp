@@ -3,16 +3,17 @@
 // HOME, and a scripted HostShell plays the host for the decisions (up to date, upload only what the
 // host lacks, follow the worker, report its failure with the log). The whole thing against a real
 // fresh Debian 13 host is tests/remote/bootstrap_e2e.sh.
+#include "client/bootstrap.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <functional>
 #include <sstream>
 
-#include "client/bootstrap.h"
 #include "client/host_probe.h"
-#include "common/source_id.h"
 #include "common/sha256.h"
+#include "common/source_id.h"
 #include "tests/util/command.h"
 #include "tests/util/temp_dir.h"
 
@@ -71,7 +72,8 @@ TEST(HostScript, PollReturnsStatusAndTheLogFromAnOffset) {
   WriteFile(boot + "/log", "== unpack: x\n== build-agent: y\n");
   EXPECT_EQ(HostScript(home.path(), "poll 0"),
             "STATUS running build-agent\nALIVE 0\nSIZE 31\n== unpack: x\n== build-agent: y\n");
-  EXPECT_EQ(HostScript(home.path(), "poll 13"), "STATUS running build-agent\nALIVE 0\nSIZE 31\n== build-agent: y\n");
+  EXPECT_EQ(HostScript(home.path(), "poll 13"),
+            "STATUS running build-agent\nALIVE 0\nSIZE 31\n== build-agent: y\n");
   EXPECT_EQ(HostScript(home.path(), "poll 31"), "STATUS running build-agent\nALIVE 0\nSIZE 31\n");
   EXPECT_EQ(HostScript(home.path(), "poll '1;rm'"), HostScript(home.path(), "poll 0"));  // not a number: 0
 }
@@ -85,7 +87,8 @@ TEST(HostProbe, OutputWithoutTheProbeLineIsAnError) {
 }
 
 TEST(HostProbe, TableEscapesWhatTheHostSays) {
-  auto p = ParseHostProbe("probe=1\nos_name=Evil\x1b[2J OS\narch=x86_64\ngpu_count=2\ngpu=NVIDIA H100, 81559 MiB, 550\n");
+  auto p = ParseHostProbe(
+      "probe=1\nos_name=Evil\x1b[2J OS\narch=x86_64\ngpu_count=2\ngpu=NVIDIA H100, 81559 MiB, 550\n");
   ASSERT_TRUE(p.ok());
   const std::string table = FormatHostProbe(*p);
   EXPECT_EQ(table.find('\x1b'), std::string::npos);
@@ -100,11 +103,13 @@ TEST(HostProbe, BlockersNameWhatToDo) {
   p.user = "ubuntu";
   p.sudo = "no";
   p.missing_packages = {"cmake", "libgrpc++-dev"};
-  EXPECT_EQ(BootstrapBlocker(p, true),
-            "packages are missing and ubuntu has neither root nor password-less sudo; ask an administrator to "
-            "run: sudo apt-get install -y cmake libgrpc++-dev");
-  EXPECT_EQ(BootstrapBlocker(p, false),
-            "packages are missing (and --no-install-deps was given): sudo apt-get install -y cmake libgrpc++-dev");
+  EXPECT_EQ(
+      BootstrapBlocker(p, true),
+      "packages are missing and ubuntu has neither root nor password-less sudo; ask an administrator to "
+      "run: sudo apt-get install -y cmake libgrpc++-dev");
+  EXPECT_EQ(
+      BootstrapBlocker(p, false),
+      "packages are missing (and --no-install-deps was given): sudo apt-get install -y cmake libgrpc++-dev");
   p.sudo = "yes";
   EXPECT_EQ(BootstrapBlocker(p, true), "");
   p.missing_packages.clear();
@@ -174,7 +179,8 @@ TEST_F(BootstrapFlow, UpToDateHostIsLeftAlone) {
   ScriptedHost host;
   const std::string id = SourceId();
   host.probe = [&] {
-    return "probe=1\nos_name=Debian\ninstalled=" + id + "\nagent={\"running\":true,\"source_id\":\"" + id + "\"}\n";
+    return "probe=1\nos_name=Debian\ninstalled=" + id + "\nagent={\"running\":true,\"source_id\":\"" + id +
+           "\"}\n";
   };
   auto r = Run(&host);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -182,7 +188,8 @@ TEST_F(BootstrapFlow, UpToDateHostIsLeftAlone) {
   EXPECT_FALSE(host.Ran("start-worker"));
   EXPECT_FALSE(host.Ran("sftctl-src.tar.gz"));
   EXPECT_EQ(smoke_runs_, 0);
-  EXPECT_NE(out_.str().find("bootstrap: up to date: sftd 0.1.0 (source " + id.substr(0, 12) + ") on root@gpu-box\n"),
+  EXPECT_NE(out_.str().find("bootstrap: up to date: sftd 0.1.0 (source " + id.substr(0, 12) +
+                            ") on root@gpu-box\n"),
             std::string::npos)
       << out_.str();
 }
@@ -197,13 +204,14 @@ TEST_F(BootstrapFlow, AnAgentOfAnotherSourceIsRebuiltAndTheSmokeJobRuns) {
     return "probe=1\ninstalled=" + installed + "\narchive_sha256=" + sha_ +
            "\nagent={\"running\":true,\"source_id\":\"" + installed + "\"}\n";
   };
-  host.polls = {"STATUS running unpack\nALIVE 1\nSIZE 13\n== unpack: x\n", "STATUS done " + id + "\nALIVE 0\nSIZE 13\n"};
+  host.polls = {"STATUS running unpack\nALIVE 1\nSIZE 13\n== unpack: x\n",
+                "STATUS done " + id + "\nALIVE 0\nSIZE 13\n"};
   auto r = Run(&host);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->up_to_date);
   EXPECT_TRUE(host.Ran("start-worker --sha256 " + sha_ + " --source-id " + id));
   EXPECT_FALSE(host.Ran("sftctl-src.tar.gz.part"));  // the host already had this archive
-  EXPECT_TRUE(host.Ran(" poll 13"));                  // the second poll read on from the first's end
+  EXPECT_TRUE(host.Ran(" poll 13"));                 // the second poll read on from the first's end
   EXPECT_EQ(r->smoke_job, "job-1");
   EXPECT_EQ(smoke_runs_, 1);
   EXPECT_NE(out_.str().find("bootstrap: ready: sftd 0.1.0 (source " + id.substr(0, 12) +
@@ -266,9 +274,7 @@ TEST_F(BootstrapFlow, ARunningWorkerIsFollowedNotStartedTwice) {
   ScriptedHost host;
   const std::string id = SourceId();
   int probes = 0;
-  host.probe = [&] {
-    return ++probes == 1 ? "probe=1\nworker=777\n" : "probe=1\ninstalled=" + id + "\n";
-  };
+  host.probe = [&] { return ++probes == 1 ? "probe=1\nworker=777\n" : "probe=1\ninstalled=" + id + "\n"; };
   host.polls = {"STATUS done " + id + "\nALIVE 0\nSIZE 0\n"};
   bo_.smoke = false;
   auto r = Run(&host);
@@ -286,7 +292,8 @@ TEST_F(BootstrapFlow, AgentFlagsReachTheWorkerAndNothingElseCrossesTheShell) {
   bo_.smoke = false;
   bo_.agent_args = {"--stop-when-idle", "2h", "--price-per-hour", "1.30"};
   ASSERT_TRUE(Run(&host).ok());
-  EXPECT_TRUE(host.Ran(" --agent-arg --stop-when-idle --agent-arg 2h --agent-arg --price-per-hour --agent-arg 1.30"));
+  EXPECT_TRUE(
+      host.Ran(" --agent-arg --stop-when-idle --agent-arg 2h --agent-arg --price-per-hour --agent-arg 1.30"));
 
   ScriptedHost host2;
   bo_.agent_args = {"--stop-command", "rm -rf ~"};
@@ -304,7 +311,8 @@ TEST_F(BootstrapFlow, AMissingArchiveSaysWhereItWasLookedFor) {
   auto r = Run(&host);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(r.status().message().find(share_.path() + "/nowhere/sftctl-src.tar.gz is missing"), std::string::npos);
+  EXPECT_NE(r.status().message().find(share_.path() + "/nowhere/sftctl-src.tar.gz is missing"),
+            std::string::npos);
   EXPECT_TRUE(host.commands.empty());
 }
 
