@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "common/file_lock.h"
 #include "common/json_parse.h"
 #include "common/safe_path.h"
 #include "common/sha256.h"
@@ -308,6 +309,16 @@ Status HubDownloader::Fetch(const HubRef& ref, const std::string& repo_dir, cons
                             HubSnapshot* snap) {
   const std::string blob = repo_dir + "/blobs/" + meta.etag;
   if (!opt_.fs->Exists(blob)) {
+    // The lock every HF client takes for this blob; the blob may be whole once we hold it.
+    const size_t slash = repo_dir.rfind('/');
+    const std::string locks = repo_dir.substr(0, slash) + "/.locks/" + repo_dir.substr(slash + 1);
+    SFT_RETURN_IF_ERROR(opt_.fs->CreateDirs(locks));
+    SFT_ASSIGN_OR_RETURN(FileLock lock,
+                         FileLock::Acquire(locks + "/" + meta.etag + ".lock", opt_.cancelled, [&] {
+                           if (opt_.progress)
+                             opt_.progress(meta.file + " (waiting for another download)", 0, meta.size);
+                         }));
+    if (opt_.fs->Exists(blob)) return Link(repo_dir, snap->commit, meta);
     SFT_RETURN_IF_ERROR(opt_.fs->CreateDirs(repo_dir + "/blobs"));
     const std::string part = blob + ".incomplete";
     uint64_t have = 0;

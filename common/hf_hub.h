@@ -19,8 +19,10 @@
 // to a CDN the Hub redirected to, nor (common/http_client.h) across a redirect to another origin; and
 // never into messages.
 //
-// Thread safety: a HubDownloader is used by one thread at a time; two processes downloading the same
-// file at once may both fetch it (the rename makes the result whole either way).
+// Thread safety: a HubDownloader is used by one thread at a time. Two downloads of one blob (two
+// jobs, two processes, or sftctl and Python's huggingface_hub) take turns on the blob's lock file
+// `<cache>/.locks/models--ORG--NAME/<etag>.lock` (common/file_lock.h); the second finds the blob
+// whole and only links it.
 #pragma once
 
 #include <cstdint>

@@ -10,8 +10,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
+#include <thread>
 
+#include "common/file_lock.h"
 #include "common/hub_spec.h"
 #include "common/sha256.h"
 #include "tests/util/fake_hub.h"
@@ -182,6 +185,53 @@ TEST_F(HfHubTest, DroppedConnectionResumesWithRangeFetchingOnlyTheRest) {
   EXPECT_EQ(hub_.CdnBytes(), kWeights);  // every byte once
   EXPECT_EQ(snap->bytes_downloaded, kWeights + kConfig.size() + kTokenizer.size());
   EXPECT_EQ(Sha256File(snap->folder + "/model.safetensors").value(), Sha256Hex(weights_));
+}
+
+// Another client (a second job, Python's huggingface_hub) holds the blob's lock in the HF cache:
+// the download waits without touching the blob, then finds it whole and only links it.
+TEST_F(HfHubTest, WaitsForAnotherDownloadersLockAndReusesItsBlob) {
+  StartHub();
+  const std::string weights_sha = Sha256Hex(weights_);
+  const std::string repo = cache_ + "/models--org--tiny";
+  fs::create_directories(cache_ + "/.locks/models--org--tiny");
+  auto locked = FileLock::Acquire(cache_ + "/.locks/models--org--tiny/" + weights_sha + ".lock");
+  ASSERT_TRUE(locked.ok()) << locked.status().ToString();
+  std::optional<FileLock> other(std::move(*locked));
+  std::vector<std::string> progress;
+  StatusOr<HubSnapshot> snap = InternalError("not run");
+  std::thread t([&] {
+    HubOptions o = Options();
+    o.progress = [&](const std::string& file, uint64_t, uint64_t) {
+      if (progress.empty() || progress.back() != file) progress.push_back(file);
+    };
+    HubDownloader d(o);
+    snap = d.Download(*ParseHubRef("hf://org/tiny"));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_FALSE(fs::exists(repo + "/blobs/" + weights_sha + ".incomplete"));  // it waits, writes nothing
+  WriteWholeFile(repo + "/blobs/" + weights_sha, weights_);                  // the other client finishes
+  other.reset();                                                             // and lets go
+  t.join();
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+  EXPECT_EQ(snap->files_downloaded, 2);  // config.json and tokenizer.json; the weights were linked
+  EXPECT_EQ(hub_.CdnBytes(), 0u);        // no content request for the weights
+  EXPECT_EQ(ReadWholeFile(snap->folder + "/model.safetensors"), weights_);
+  EXPECT_THAT(progress, ::testing::Contains("model.safetensors (waiting for another download)"));
+}
+
+// Two downloaders of one repository at once: each blob is fetched once, both snapshots are whole.
+TEST_F(HfHubTest, TwoConcurrentDownloadsFetchEachBlobOnce) {
+  StartHub();
+  StatusOr<HubSnapshot> a = InternalError("not run"), b = InternalError("not run");
+  std::thread ta([&] { a = Download("hf://org/tiny"); });
+  std::thread tb([&] { b = Download("hf://org/tiny"); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(a->files_downloaded + b->files_downloaded, 3);
+  EXPECT_EQ(hub_.CdnBytes(), kWeights);  // every byte of the weights once
+  EXPECT_EQ(ReadWholeFile(b->folder + "/model.safetensors"), weights_);
 }
 
 TEST_F(HfHubTest, CorruptedContentIsRefusedAndNotKept) {
