@@ -11,6 +11,7 @@
 #include <string>
 
 #include "client/commands.h"
+#include "client/hub_download.h"
 #include "common/bpe_tokenizer.h"
 #include "common/sft_data.h"
 #include "common/spec_yaml.h"
@@ -60,6 +61,8 @@ int InspectData(const InspectArgs& a) {
   };
   auto spec = LoadSpecFile(a.spec_path);
   if (!spec.ok()) return fail(spec.status());
+  // hf:// data files and tokenizers come from the Hub (the model's weights are not needed here).
+  if (Status s = ResolveHubPathsLocally(&*spec, /*tokenizer_only=*/true); !s.ok()) return fail(s);
   const std::string tok_dir = ResolveTokenizerSource(*spec);
   auto tok = LoadTokenizer(tok_dir);
   if (!tok.ok()) return fail(tok.status());

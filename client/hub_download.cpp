@@ -37,7 +37,7 @@ StatusOr<HubSnapshot> DownloadFromHub(const HubRef& ref, const std::vector<std::
   return snap;
 }
 
-Status ResolveHubPathsLocally(JobSpec* spec) {
+Status ResolveHubPathsLocally(JobSpec* spec, bool tokenizer_only) {
   nlohmann::json j = ToJson(*spec);
   const std::vector<HubSpecField> fields = HubSpecFields(j);
   if (fields.empty()) return OkStatus();
@@ -46,7 +46,7 @@ Status ResolveHubPathsLocally(JobSpec* spec) {
   for (const HubSpecField& f : fields)
     std::cerr << "sftctl: " << f.field << ": " << f.value << " -> " << options.cache_dir << std::endl;
   HubDownloader downloader(options);
-  Status st = ResolveHubSpec(&j, &downloader);
+  Status st = ResolveHubSpec(&j, &downloader, tokenizer_only);
   if (*bar) (*bar)->Finish();
   SFT_RETURN_IF_ERROR(st);
   SFT_ASSIGN_OR_RETURN(*spec, ParseSpec(j));

@@ -16,8 +16,9 @@
 namespace sftctl::client {
 
 // Replaces every hf:// path of `spec` with its downloaded snapshot path (nothing to do: OK at once).
-// Errors: those of ResolveHubSpec, naming the field and the reference.
-Status ResolveHubPathsLocally(JobSpec* spec);
+// `tokenizer_only`: of model.path only the tokenizer's files (`inspect-data`). Errors: those of
+// ResolveHubSpec, naming the field and the reference.
+Status ResolveHubPathsLocally(JobSpec* spec, bool tokenizer_only = false);
 
 // Downloads `ref` (with `include` patterns, see HubDownloader::Download) into the local cache.
 StatusOr<HubSnapshot> DownloadFromHub(const HubRef& ref, const std::vector<std::string>& include);

@@ -134,7 +134,7 @@ StatusOr<RemoteSpec> LoadRemoteSpec(const std::string& path, const std::vector<s
                         "' is not a folder here: it is used as a path on the host");
     }
   }
-  if (s.tokenizer != "auto" && s.tokenizer != "byte") {
+  if (s.tokenizer != "auto" && s.tokenizer != "byte" && !IsHubPath(s.tokenizer)) {
     if (IsDir(s.tokenizer)) {
       SFT_RETURN_IF_ERROR(AddFolder("/tokenizer", "tokenizer", s.tokenizer, &r.files));
     } else {

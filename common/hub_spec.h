@@ -24,9 +24,16 @@ struct HubSpecField {
 // agent has not parsed): fields of other shapes are ignored.
 std::vector<HubSpecField> HubSpecFields(const nlohmann::json& spec);
 
-// Downloads every hf:// reference of `spec` and replaces it with the local path (model.path: the
-// snapshot folder, or its PATH beneath it; data files: the file in the snapshot). A data reference
-// must name a file. Errors: the downloader's, prefixed with the field ("model.path: hf://...: ...").
-Status ResolveHubSpec(nlohmann::json* spec, HubDownloader* downloader);
+// The files a tokenizer needs from a model repository (tokenizer.json, tokenizer_config.json, the
+// vocabulary and merges, special tokens, chat template) and its config.json: what `tokenizer:
+// hf://...` downloads, and what a tokenizer-only resolution takes of `model.path`.
+const std::vector<std::string>& HubTokenizerPatterns();
+
+// Downloads every hf:// reference of `spec` and replaces it with the local path (model.path and
+// tokenizer: the snapshot folder, or its PATH beneath it; data files: the file in the snapshot). A
+// data reference must name a file. `tokenizer_only`: model.path takes only HubTokenizerPatterns()
+// (`inspect-data`, which needs no weights). Errors: the downloader's, prefixed with the field
+// ("model.path: hf://...: ...").
+Status ResolveHubSpec(nlohmann::json* spec, HubDownloader* downloader, bool tokenizer_only = false);
 
 }  // namespace sftctl

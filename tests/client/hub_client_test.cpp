@@ -70,6 +70,27 @@ TEST_F(HubClientTest, DownloadPrintsTheSnapshotAndHonoursInclude) {
   EXPECT_THAT(ok.output, HasSubstr(tmp_.path() + "/hf/hub/models--org--gated/snapshots/"));
 }
 
+// inspect-data reads hf:// data sets, and of an hf:// model only what tokenizing needs (no weights).
+TEST_F(HubClientTest, InspectDataReadsHubPathsWithoutTheWeights) {
+  data_ = "{\"prompt\": \"What is 2+2?\\n\", \"completion\": \"4\"}\n";
+  WriteWholeFile(tmp_.path() + "/model/config.json", "{}");
+  WriteWholeFile(tmp_.path() + "/model/model.safetensors", "weights");
+  StartHub(tmp_.path() + "/model");
+  WriteWholeFile(tmp_.path() + "/job.yaml",
+                 "model:\n  path: hf://org/tiny\ntokenizer: byte\n"
+                 "data:\n  train: hf://datasets/org/data/train.jsonl\n");
+  auto r = RunCommand({Bin("sftctl"), "inspect-data", tmp_.path() + "/job.yaml", "--color", "never"}, env_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("What is 2+2?"));
+  EXPECT_THAT(r.output, HasSubstr("tokenizer: byte"));
+  const std::string snapshots = tmp_.path() + "/hf/hub/models--org--tiny/snapshots/";
+  ASSERT_TRUE(fs::exists(snapshots));
+  for (const auto& snap : fs::directory_iterator(snapshots)) {
+    EXPECT_TRUE(fs::exists(snap.path() / "config.json"));
+    EXPECT_FALSE(fs::exists(snap.path() / "model.safetensors"));
+  }
+}
+
 #ifdef SFTCTL_HAVE_TRAINER
 // A model the trainer saved is served as org/tiny; run --local trains from it and from a data set
 // file, both given as hf:// paths.

@@ -328,6 +328,26 @@ TEST_F(HfHubTest, DatasetFileAndSpecFieldsResolveToCachedPaths) {
             "../../../blobs/" + Sha256Hex("{\"text\": \"hi\"}\n"));
 }
 
+// `tokenizer: hf://...` takes only the tokenizer's files; so does model.path when the caller needs
+// no weights (`inspect-data`).
+TEST_F(HfHubTest, TokenizerReferencesTakeOnlyTheTokenizersFiles) {
+  StartHub();
+  nlohmann::json spec = {{"model", {{"path", "hf://org/tiny"}}}, {"tokenizer", "hf://org/tiny"}};
+  const auto fields = HubSpecFields(spec);
+  ASSERT_EQ(fields.size(), 2u);
+  EXPECT_EQ(fields[1].json_pointer, "/tokenizer");
+  EXPECT_EQ(fields[1].field, "tokenizer");
+  HubDownloader d(Options());
+  ASSERT_TRUE(ResolveHubSpec(&spec, &d, /*tokenizer_only=*/true).ok());
+  const std::string snapshot = cache_ + "/models--org--tiny/snapshots/" + Sha1Hex("models/org/tiny");
+  EXPECT_EQ(spec["tokenizer"], snapshot);
+  EXPECT_EQ(spec["model"]["path"], snapshot);
+  EXPECT_EQ(ReadWholeFile(snapshot + "/tokenizer.json"), kTokenizer);
+  EXPECT_EQ(ReadWholeFile(snapshot + "/config.json"), kConfig);
+  EXPECT_FALSE(fs::exists(snapshot + "/model.safetensors"));
+  EXPECT_EQ(hub_.CdnBytes(), 0u);  // the weights (the only LFS file) were never fetched
+}
+
 // A full disk while the content is written: the file system's error, nothing linked.
 class FullDisk : public ForwardingFileSystem {
  public:
