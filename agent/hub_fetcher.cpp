@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "common/file_system.h"
@@ -58,12 +59,34 @@ void HubFetcher::Loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       current_.clear();
+      file_.clear();
       dropped = stop_ || cancelled_.erase(item.first.job_id) > 0;
     }
     if (!spec.ok())
       spdlog::warn("{}: Hugging Face download failed: {}", item.first.job_id, spec.status().message());
     if (!dropped) item.second(item.first.job_id, std::move(spec));
   }
+}
+
+namespace {
+
+std::string Amount(uint64_t bytes) {
+  char buf[32];
+  if (bytes >= (uint64_t{1} << 30)) {
+    std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string HubFetcher::Progress(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (current_ != job_id || file_.empty()) return "";
+  if (file_.find("(waiting") != std::string::npos) return file_;
+  return file_ + ": " + Amount(done_bytes_) + (total_bytes_ > 0 ? " of " + Amount(total_bytes_) : "");
 }
 
 StatusOr<std::string> HubFetcher::Resolve(const HubFetchTask& task) {
@@ -74,6 +97,12 @@ StatusOr<std::string> HubFetcher::Resolve(const HubFetchTask& task) {
   o.cancelled = [this, id] {
     std::lock_guard<std::mutex> lock(mu_);
     return stop_ || cancelled_.count(id) > 0;
+  };
+  o.progress = [this](const std::string& file, uint64_t done, uint64_t total) {
+    std::lock_guard<std::mutex> lock(mu_);
+    file_ = file;
+    done_bytes_ = done;
+    total_bytes_ = total;
   };
   HubDownloader downloader(std::move(o));
   spdlog::info("{}: downloading {} path(s) from the Hugging Face Hub", id, HubSpecFields(spec).size());

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -46,17 +47,22 @@ class HubFetcher {
   // Stops `job_id`'s download (CANCELLED) or drops it from the queue (`done` is then not called).
   void Cancel(const std::string& job_id);
   void Stop();
+  // How far `job_id`'s download is, e.g. "model.safetensors: 1.2 of 3.1 GiB" or "model.safetensors
+  // (waiting for another download)"; "" when it is not downloading now.
+  std::string Progress(const std::string& job_id) const;
 
  private:
   void Loop();
   StatusOr<std::string> Resolve(const HubFetchTask& task);
 
   HubOptions options_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<HubFetchTask, Done>> queue_;
   std::set<std::string> cancelled_;
   std::string current_;  // the job being downloaded
+  std::string file_;     // its file now, with the bytes below
+  uint64_t done_bytes_ = 0, total_bytes_ = 0;
   bool stop_ = false;
   std::thread thread_;
 };

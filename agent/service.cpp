@@ -414,6 +414,13 @@ grpc::ServerUnaryReactor* AgentService::SubmitJob(grpc::CallbackServerContext* c
   return reactor;
 }
 
+// A job waiting for its hf:// downloads: its reason says how far the download is.
+void AgentService::AddHubProgress(v1::Job* job) const {
+  if (job->state() != v1::QUEUED) return;
+  const std::string p = deps_.supervisor->HubProgress(job->id());
+  if (!p.empty()) job->set_reason(job->reason() + " (" + p + ")");
+}
+
 grpc::ServerUnaryReactor* AgentService::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                v1::Job* resp) {
   SFT_AUTH_UNARY(ctx);
@@ -423,6 +430,7 @@ grpc::ServerUnaryReactor* AgentService::GetJob(grpc::CallbackServerContext* ctx,
     auto hist = deps_.store->History(req->job_id());
     if (!hist.ok()) return reactor->Finish(ToGrpc(hist.status()));
     JobToProto(*rec, &*hist, resp);
+    AddHubProgress(resp);
     auto journal = deps_.supervisor->JournalFor(req->job_id());
     if (journal.ok()) resp->set_last_seq((*journal)->last_seq());
     reactor->Finish(grpc::Status::OK);
@@ -436,7 +444,11 @@ grpc::ServerUnaryReactor* AgentService::ListJobs(grpc::CallbackServerContext* ct
   boost::asio::post(pool_, [this, reactor, resp] {
     auto jobs = deps_.store->ListJobs();
     if (!jobs.ok()) return reactor->Finish(ToGrpc(jobs.status()));
-    for (const JobRecord& rec : *jobs) JobToProto(rec, nullptr, resp->add_jobs());
+    for (const JobRecord& rec : *jobs) {
+      v1::Job* job = resp->add_jobs();
+      JobToProto(rec, nullptr, job);
+      AddHubProgress(job);
+    }
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;

@@ -89,6 +89,8 @@ class AgentService final : public ::sftctl::v1::Agent::CallbackService {
                                     ::sftctl::v1::VersionResponse* resp) override;
 
  private:
+  void AddHubProgress(::sftctl::v1::Job* job) const;
+
   ServiceDeps deps_;
   boost::asio::thread_pool pool_;
   boost::asio::thread_pool bulk_pool_;

@@ -92,6 +92,8 @@ class Supervisor {
   // The journal of any job (opened on first use). NOT_FOUND for an unknown job.
   StatusOr<std::shared_ptr<Journal>> JournalFor(const std::string& job_id);
   SupervisorStats Stats() const;
+  // The Hub download progress of a job waiting for its hf:// paths ("" when none); any thread.
+  std::string HubProgress(const std::string& job_id) const { return hub_.Progress(job_id); }
 
  private:
   struct RankRun {

@@ -1,0 +1,67 @@
+// agent/hub_fetcher.h against a fake Hub (tests/util/fake_hub.py): the rewritten spec, and the
+// progress a job's status shows while it waits for its download (here: for the blob's lock, held by
+// the test as another Hugging Face client would hold it).
+#include "agent/hub_fetcher.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <optional>
+#include <thread>
+
+#include "common/file_lock.h"
+#include "common/sha256.h"
+#include "tests/util/fake_hub.h"
+#include "tests/util/file_util.h"
+#include "tests/util/temp_dir.h"
+
+namespace sftctl::agent {
+namespace {
+
+using ::sftctl::testing::FakeHub;
+using ::sftctl::testing::TempDir;
+using ::sftctl::testing::WriteWholeFile;
+namespace fs = std::filesystem;
+
+TEST(HubFetcherTest, ProgressShowsTheWaitAndTheBytesThenClears) {
+  TempDir tmp("hub-fetcher");
+  const std::string weights(3 << 20, 'w');
+  WriteWholeFile(tmp.path() + "/model/config.json", "{}");
+  WriteWholeFile(tmp.path() + "/model/model.safetensors", weights);
+  FakeHub hub;
+  ASSERT_TRUE(hub.Start(tmp.path(), {{"repos", {{"org/tiny", {{"dir", tmp.path() + "/model"}}}}}}));
+  HubOptions o;
+  o.endpoint = hub.url();
+  o.cache_dir = tmp.path() + "/cache";
+  HubFetcher fetcher(o);
+
+  const std::string locks = o.cache_dir + "/.locks/models--org--tiny";
+  fs::create_directories(locks);
+  auto held = FileLock::Acquire(locks + "/" + Sha256Hex(weights) + ".lock");
+  ASSERT_TRUE(held.ok());
+  std::optional<FileLock> other(std::move(*held));
+
+  fs::create_directories(tmp.path() + "/job-1");
+  std::promise<StatusOr<std::string>> result;
+  fetcher.Fetch({"job-1", tmp.path() + "/job-1", R"({"model": {"path": "hf://org/tiny"}})", ""},
+                [&](const std::string&, StatusOr<std::string> spec) { result.set_value(std::move(spec)); });
+  std::string seen;
+  for (int i = 0; i < 200 && seen.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    seen = fetcher.Progress("job-1");
+  }
+  EXPECT_EQ(seen, "model.safetensors (waiting for another download)");
+  EXPECT_EQ(fetcher.Progress("job-2"), "");  // another job: nothing
+  other.reset();                             // the other client gives up: this one downloads
+
+  auto spec = result.get_future().get();
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_THAT(*spec, ::testing::HasSubstr(o.cache_dir + "/models--org--tiny/snapshots/"));
+  EXPECT_EQ(fetcher.Progress("job-1"), "");  // done: no progress left behind
+}
+
+}  // namespace
+}  // namespace sftctl::agent
