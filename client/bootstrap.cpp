@@ -46,7 +46,7 @@ class SshHostShell : public HostShell {
       if (attempt > 0) {
         std::cerr << "bootstrap: connection lost (" << EscapeForTerminal(last.message())
                   << "); reconnecting\n";
-        std::this_thread::sleep_for(std::chrono::seconds(std::min(2 << attempt, 20)));
+        std::this_thread::sleep_for(std::chrono::seconds(std::min(1 << attempt, 20)));
       }
       if (session_ == nullptr) {
         auto s = OpenSshSession(opts_);

@@ -14,6 +14,7 @@
 #include "client/host_probe.h"
 #include "common/sha256.h"
 #include "common/source_id.h"
+#include "tests/ssh/sshd_fixture.h"
 #include "tests/util/command.h"
 #include "tests/util/temp_dir.h"
 
@@ -314,6 +315,27 @@ TEST_F(BootstrapFlow, AMissingArchiveSaysWhereItWasLookedFor) {
   EXPECT_NE(r.status().message().find(share_.path() + "/nowhere/sftctl-src.tar.gz is missing"),
             std::string::npos);
   EXPECT_TRUE(host.commands.empty());
+}
+
+// The SSH HostShell re-opens the session after the host dropped it (the laptop slept, sshd was
+// restarted), so a bootstrap's polling goes on.
+TEST(SshHostShell, ReconnectsAfterADroppedSession) {
+  auto f = sshtest::SshdFixture::Start();
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  auto shell = NewSshHostShell((*f)->Options(), /*attempts=*/3);
+  auto one = shell->Run("echo one", "", 20);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->out, "one\n");
+  ASSERT_TRUE((*f)->DropSessions().ok());
+  auto two = shell->Run("echo two", "", 20);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->out, "two\n");
+  const std::string log = (*f)->Log();
+  size_t accepted = 0;
+  for (size_t at = log.find("Accepted publickey"); at != std::string::npos;
+       at = log.find("Accepted publickey", at + 1))
+    ++accepted;
+  EXPECT_EQ(accepted, 2u) << log;  // a second authenticated session: it reconnected
 }
 
 }  // namespace

@@ -312,6 +312,26 @@ TEST(SshSession, ExecOutlivesTheKeepaliveIntervalAndRefusesAFlood) {
   EXPECT_NE(flood.status().message().find("printed more than 4 MiB"), std::string::npos);
 }
 
+// Exec with input (how `sftctl bootstrap` uploads its script and the source archive): every byte of
+// a few MiB reaches the command's stdin, then EOF, and the command's output comes back.
+TEST(SshSession, ExecWritesItsInputThenReadsTheOutput) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  auto s = client::OpenSshSession(f->Options());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::string input(3 << 20, '\0');
+  for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<char>((i * 131) ^ (i >> 11));
+  const std::string file = f->dir() + "/uploaded";
+  auto r = (*s)->Exec("cat > " + file + " && wc -c < " + file, input, 60);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_EQ(r->out, std::to_string(input.size()) + "\n");
+  EXPECT_EQ(ReadWholeFile(file), input);
+  auto empty = (*s)->Exec("wc -c", "", 20);  // no input: stdin is at EOF at once
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_EQ(empty->out, "0\n");
+}
+
 // The host is not trusted: an `sftd` there that answers with the wrong JSON types, an address that
 // is not an address, or a token with control characters gets a clear error, never a crash (an
 // uncaught nlohmann type_error used to abort sftctl).
