@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -41,6 +42,7 @@
 #include "common/file_system.h"
 #include "common/net_addr.h"
 #include "common/rpc_limits.h"
+#include "common/source_id.h"
 #include "sftctl/v1/agent.grpc.pb.h"
 
 #ifndef SFTCTL_VERSION
@@ -117,6 +119,7 @@ struct Running {
   std::string host;  // what to dial: "127.0.0.1", "[::1]", ... (sftd.host; older agents: 127.0.0.1)
   int port = 0;
   std::string version;
+  std::string source_id;  // sftd.source_id (common/source_id.h); empty from older agents
   std::string addr() const { return host + ":" + std::to_string(port); }
 };
 
@@ -131,18 +134,18 @@ Running FindRunning(const std::string& dir, std::chrono::milliseconds wait) {
     if (r.host.empty()) r.host = "127.0.0.1";
     r.port = std::atoi(ReadSmallFile(Path(dir, "sftd.port")).c_str());
     r.version = ReadSmallFile(Path(dir, "sftd.version"));
+    r.source_id = ReadSmallFile(Path(dir, "sftd.source_id"));
     r.running = r.port > 0 && !r.version.empty() && IsOurAgent(r.pid);
     if (r.running || Clock::now() >= deadline) return r;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
-std::string ReadyLine(const std::string& addr, const std::string& dir, const std::string& version, long pid) {
-  nlohmann::json j = {{"addr", addr},
-                      {"token_file", Path(dir, "token")},
-                      {"version", version},
-                      {"pid", pid},
-                      {"data_dir", dir}};
+std::string ReadyLine(const std::string& addr, const std::string& dir, const std::string& version,
+                      const std::string& source_id, long pid) {
+  nlohmann::json j = {{"addr", addr},       {"token_file", Path(dir, "token")},
+                      {"version", version}, {"source_id", source_id},
+                      {"pid", pid},         {"data_dir", dir}};
   return "SFTD_READY " + j.dump() + "\n";
 }
 
@@ -212,7 +215,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     // Another agent started meanwhile: report it instead.
     Running r = FindRunning(dir, std::chrono::seconds(10));
     if (!r.running) return fail("another sftd holds " + Path(dir, "sftd.lock"));
-    (void)WriteFully(ready_fd, ReadyLine(r.addr(), dir, r.version, r.pid), "ready pipe");
+    (void)WriteFully(ready_fd, ReadyLine(r.addr(), dir, r.version, r.source_id, r.pid), "ready pipe");
     return 0;
   }
   bool tls = !opts.tls_cert.empty() && !opts.tls_key.empty();
@@ -317,6 +320,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     if (s.ok())
       s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.port"), std::to_string(port) + "\n");
     if (s.ok()) s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.version"), version + "\n");
+    if (s.ok()) s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.source_id"), SourceId() + "\n");
     if (s.ok())
       s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.pid"), std::to_string(::getpid()) + "\n");
     if (!s.ok()) {
@@ -327,7 +331,8 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     spdlog::info("sftd {} listening on {}:{} (data dir {}, {} GPU(s), trainer {})", version, opts.listen,
                  port, dir, cfg.gpus.size(), cfg.trainer_path);
     if (const AutoStopView v = auto_stop.View(); !v.policy.empty()) spdlog::info("auto-stop: {}", v.policy);
-    (void)WriteFully(ready_fd, ReadyLine(dial_host + ":" + std::to_string(port), dir, version, ::getpid()),
+    (void)WriteFully(ready_fd,
+                     ReadyLine(dial_host + ":" + std::to_string(port), dir, version, SourceId(), ::getpid()),
                      "ready pipe");
     if (ready_fd != STDOUT_FILENO) ::close(ready_fd);
     auto_gc.Start();
@@ -376,15 +381,40 @@ std::string RendezvousAddr(const DaemonOptions& opts) {
   return opts.listen;
 }
 
+namespace {
+
+std::string HomeDir() {
+  if (const char* h = std::getenv("HOME"); h && *h) return h;
+  if (const passwd* pw = ::getpwuid(::geteuid()); pw && pw->pw_dir && *pw->pw_dir) return pw->pw_dir;
+  return "";  // never a shared folder such as /tmp
+}
+
+// The first line of ~/.config/sftd/data_dir ($XDG_CONFIG_HOME honoured): where `sftctl bootstrap`
+// records storage that survives the instance. "" when there is none or it is unusable (said on stderr).
+std::string ConfiguredDataDir(const std::string& home) {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  const std::string conf = (xdg && *xdg ? std::string(xdg) : home + "/.config") + "/sftd/data_dir";
+  std::ifstream in(conf);
+  if (!in) return "";
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+  if (line.empty() || line[0] != '/') {
+    std::cerr << "sftd: ignoring " << conf << ": its first line must be an absolute folder, not '" << line
+              << "'\n";
+    return "";
+  }
+  return line;
+}
+
+}  // namespace
+
 std::string DefaultDataDir() {
   if (const char* d = std::getenv("SFTD_DATA_DIR"); d && *d) return d;
+  const std::string home = HomeDir();
+  if (std::string configured = home.empty() ? "" : ConfiguredDataDir(home); !configured.empty())
+    return configured;
   if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/sftd";
-  std::string home;
-  if (const char* h = std::getenv("HOME"); h && *h) {
-    home = h;
-  } else if (const passwd* pw = ::getpwuid(::geteuid()); pw && pw->pw_dir && *pw->pw_dir) {
-    home = pw->pw_dir;  // never a shared folder such as /tmp
-  }
   return home.empty() ? "" : home + "/.local/share/sftd";
 }
 
@@ -429,16 +459,21 @@ int RunStart(DaemonOptions opts) {
 
   Running r = FindRunning(dir, std::chrono::seconds(5));
   if (r.running) {
-    if (r.version == want_version && !opts.stop.any()) {
-      std::cout << ReadyLine(r.addr(), dir, r.version, r.pid) << std::flush;
+    // Another build (same version number, other source id: `sftctl bootstrap` installed a new one)
+    // replaces the running agent too; --version-override (tests) compares the version only.
+    const bool same =
+        r.version == want_version && (!opts.version_override.empty() || r.source_id == SourceId());
+    if (same && !opts.stop.any()) {
+      std::cout << ReadyLine(r.addr(), dir, r.version, r.source_id, r.pid) << std::flush;
       return 0;
     }
     // The stop policy is read at start: new --stop-* flags restart the agent (jobs keep running).
-    if (r.version == want_version) {
+    if (same) {
       std::cerr << "sftd: restarting the running agent to apply the --stop-* flags (jobs keep running)\n";
     } else {
-      std::cerr << "sftd: running agent is version " << r.version << ", restarting it as " << want_version
-                << "\n";
+      std::cerr << "sftd: running agent is version " << r.version << " (source " << ShortSourceId(r.source_id)
+                << "), restarting it as " << want_version << " (source " << ShortSourceId(SourceId())
+                << ")\n";
     }
     if (int rc = RunStop(dir, 15, /*quiet=*/true); rc != 0) return rc;
   }
@@ -507,6 +542,7 @@ int RunStatus(const std::string& data_dir, bool json) {
     j["pid"] = r.pid;
     j["addr"] = r.addr();
     j["version"] = r.version;
+    j["source_id"] = r.source_id;
     j["token_file"] = Path(dir, "token");
     auto call = CallAgent(dir, r.addr(), std::chrono::seconds(5));
     if (call.ok()) {

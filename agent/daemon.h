@@ -56,7 +56,9 @@ std::string DialHost(const std::string& listen);
 // listen address itself.
 std::string RendezvousAddr(const DaemonOptions& opts);
 
-// $SFTD_DATA_DIR, else $XDG_DATA_HOME/sftd, else $HOME/.local/share/sftd (HOME unset: the
+// $SFTD_DATA_DIR, else the first line of ~/.config/sftd/data_dir ($XDG_CONFIG_HOME/sftd/data_dir;
+// written by `sftctl bootstrap` for storage that survives the instance; an unusable one is named on
+// stderr and skipped), else $XDG_DATA_HOME/sftd, else $HOME/.local/share/sftd (HOME unset: the
 // user's home from the password database); "" when there is none (never a shared folder).
 std::string DefaultDataDir();
 

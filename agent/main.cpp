@@ -8,6 +8,7 @@
 #include <map>
 
 #include "agent/daemon.h"
+#include "common/source_id.h"
 
 int main(int argc, char** argv) {
   // Few malloc arenas: gRPC, the pool and the event thread would otherwise each keep their own and
@@ -16,7 +17,8 @@ int main(int argc, char** argv) {
   using sftctl::agent::DaemonOptions;
   CLI::App app{"sftd: the sftctl agent daemon (runs fine-tuning jobs on this host)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", sftctl::agent::AgentVersion());
+  app.set_version_flag("--version", "sftd " + sftctl::agent::AgentVersion() + " (source " +
+                                        sftctl::ShortSourceId(sftctl::SourceId()) + ")");
 
   DaemonOptions opts;
   std::string gpus;

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "common/sha256.h"
+#include "common/source_id.h"
 
 namespace sftctl::agent {
 namespace v1 = ::sftctl::v1;
@@ -615,6 +616,7 @@ grpc::ServerUnaryReactor* AgentService::Version(grpc::CallbackServerContext* ctx
   SFT_AUTH_UNARY(ctx);
   resp->set_version(deps_.version);
   resp->set_protocol(1);
+  resp->set_source_id(SourceId());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

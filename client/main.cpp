@@ -2,11 +2,13 @@
 #include <CLI/CLI.hpp>
 
 #include "client/commands.h"
+#include "common/source_id.h"
 #include "common/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"sftctl: fine-tune LLMs the same way on this machine and on rented GPU hosts"};
-  app.set_version_flag("--version", std::string("sftctl ") + sftctl::kVersion);
+  app.set_version_flag("--version", std::string("sftctl ") + sftctl::kVersion + " (source " +
+                                        sftctl::ShortSourceId(sftctl::SourceId()) + ")");
   app.require_subcommand(1);
   app.fallthrough(false);
 

@@ -226,7 +226,7 @@ unpack() {
   [ "$got" = "$W_SHA" ] || fail "the uploaded archive's sha256 is $got, not $W_SHA (upload again)"
   rm -rf "$BOOT/unpack" && mkdir -p "$BOOT/unpack" || fail "cannot write $BOOT/unpack"
   tar -xzf "$BOOT/sftctl-src.tar.gz" -C "$BOOT/unpack" || fail "cannot unpack the archive"
-  local new=$BOOT/unpack/sftctl-src
+  local new=$BOOT/unpack
   [ "$(cat "$new/SOURCE_ID" 2>/dev/null)" = "$W_ID" ] || fail "the archive holds another source id than $W_ID"
   mkdir -p "$SFTCTL_HOME/src"
   local f changed=0
@@ -310,6 +310,9 @@ install_binaries() {
     [ -x "$src" ] || fail "$src was not built"
     cp "$src" "$PREFIX/bin/.$b.new" && mv -f "$PREFIX/bin/.$b.new" "$PREFIX/bin/$b" || fail "cannot install $b"
   done
+  # The binaries read their source id here (common/source_id.h).
+  mkdir -p "$PREFIX/share/sftctl" && cp "$SFTCTL_HOME/src/SOURCE_ID" "$PREFIX/share/sftctl/.SOURCE_ID.new" &&
+    mv -f "$PREFIX/share/sftctl/.SOURCE_ID.new" "$PREFIX/share/sftctl/SOURCE_ID" || fail "cannot install SOURCE_ID"
 }
 
 # The data dir: --data-dir, else the surviving storage (recorded for sftd's default), else sftd's own.

@@ -737,5 +737,40 @@ TEST(DataDirTrust, WithoutHomeTheDefaultIsTheUsersHomeNeverTmp) {
   }
 }
 
+// The data dir `sftctl bootstrap` records (~/.config/sftd/data_dir) comes after $SFTD_DATA_DIR and
+// before the XDG/HOME default; a relative path there is skipped.
+TEST(DataDirTrust, TheConfiguredDataDirSitsBetweenTheEnvironmentAndTheDefault) {
+  const char* env[] = {"SFTD_DATA_DIR", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "HOME"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* e : env) {
+    if (const char* v = std::getenv(e)) saved.emplace_back(e, v);
+    ::unsetenv(e);
+  }
+  char tmpl[] = "/tmp/sftd-config-XXXXXX";
+  const std::string home = ::mkdtemp(tmpl);
+  ::setenv("HOME", home.c_str(), 1);
+  std::filesystem::create_directories(home + "/.config/sftd");
+  const std::string conf = home + "/.config/sftd/data_dir";
+  std::ofstream(conf) << "/workspace/sftd\n";
+  const std::string configured = DefaultDataDir();
+  ::setenv("SFTD_DATA_DIR", "/elsewhere", 1);
+  const std::string from_env = DefaultDataDir();
+  ::unsetenv("SFTD_DATA_DIR");
+  std::ofstream(conf) << "relative/sftd\n";
+  const std::string skipped = DefaultDataDir();
+  ::setenv("XDG_CONFIG_HOME", (home + "/other").c_str(), 1);
+  std::filesystem::create_directories(home + "/other/sftd");
+  std::ofstream(home + "/other/sftd/data_dir") << "/lambda/nfs/team/sftd\n";
+  const std::string xdg = DefaultDataDir();
+  ::unsetenv("XDG_CONFIG_HOME");
+  ::unsetenv("HOME");
+  for (const auto& [k, v] : saved) ::setenv(k.c_str(), v.c_str(), 1);
+  std::filesystem::remove_all(home);
+  EXPECT_EQ(configured, "/workspace/sftd");
+  EXPECT_EQ(from_env, "/elsewhere");
+  EXPECT_EQ(skipped, home + "/.local/share/sftd");
+  EXPECT_EQ(xdg, "/lambda/nfs/team/sftd");
+}
+
 }  // namespace
 }  // namespace sftctl::agent
