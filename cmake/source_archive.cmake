@@ -9,7 +9,7 @@
 #   OUT/sftctl-host.sh     deploy/host/sftctl-host.sh, the host side of `sftctl bootstrap`
 # The files: `git ls-files -co --exclude-standard` in a git checkout (bench/gpu/deps/ left out: a
 # download of packages, not source); in an unpacked archive, its SOURCES and SOURCE_ID as they are;
-# else (a copy without git) every file below SRC but build*/ and dot folders.
+# else (a copy without git) every file below SRC but build*/ and .git/.
 cmake_minimum_required(VERSION 3.18)
 
 set(files "")
@@ -29,7 +29,7 @@ else()
   else()
     file(GLOB_RECURSE all RELATIVE "${SRC}" "${SRC}/*")
     foreach(f IN LISTS all)
-      if(NOT f MATCHES "^(build[^/]*|\\.[^/]*)/")
+      if(NOT f MATCHES "^(build[^/]*|\\.git)/")
         list(APPEND files "${f}")
       endif()
     endforeach()

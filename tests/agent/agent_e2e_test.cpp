@@ -15,6 +15,7 @@
 #include "agent/state_store.h"
 #include "agent_test_util.h"
 #include "common/sha256.h"
+#include "common/source_id.h"
 
 namespace sftctl::agent::testing {
 namespace {
@@ -440,6 +441,10 @@ TEST_F(AgentE2E, MissingOrWrongTokenIsUnauthenticated) {
   ASSERT_TRUE(a.stub()->Version(a.Ctx().get(), v1::VersionRequest(), &v).ok());
   EXPECT_EQ(v.protocol(), 1u);
   EXPECT_EQ(v.version(), a.ready()["version"]);
+  // The source id of this build (share/sftctl/SOURCE_ID beside bin/), as the client compares it.
+  EXPECT_EQ(v.source_id(), SourceId());
+  EXPECT_EQ(v.source_id().size(), 64u);
+  EXPECT_EQ(a.ready()["source_id"], SourceId());
 }
 
 TEST_F(AgentE2E, PathTraversalAndSymlinkEscapeAreRejected) {
@@ -722,6 +727,26 @@ TEST_F(AgentE2E, TwoJobsWantingMoreGpusThanExistOneQueued) {
   creq.set_job_id(j2.id());
   ASSERT_TRUE(a.stub()->CancelJob(a.Ctx().get(), creq, &tmp).ok());
   a.WaitState(j2.id(), v1::CANCELLED);
+}
+
+// A running agent built from another source (same version number: `sftctl bootstrap` installed a new
+// build) is replaced by `sftd start`, like one of another version; status names its source id.
+TEST_F(AgentE2E, AnAgentOfAnotherSourceIsRestarted) {
+  std::string d = dir_.path() + "/data";
+  auto [rc1, out1] = RunForStdout({SftdPath(), "start", "--detach", "--data-dir", d, "--gpus", "none"});
+  ASSERT_EQ(rc1, 0) << out1;
+  auto r1 = nlohmann::json::parse(out1.substr(11));
+  auto [rc2, st] = RunForStdout({SftdPath(), "status", "--json", "--data-dir", d});
+  EXPECT_EQ(nlohmann::json::parse(st)["source_id"], SourceId());
+  // Pretend the running agent is an older build.
+  std::ofstream(d + "/sftd.source_id") << std::string(64, '0') << "\n";
+  auto [rc3, out3] = RunForStdout({SftdPath(), "start", "--detach", "--data-dir", d});
+  ASSERT_EQ(rc3, 0) << out3;
+  auto r3 = nlohmann::json::parse(out3.substr(11));
+  EXPECT_NE(r3["pid"], r1["pid"]);
+  EXPECT_EQ(r3["source_id"], SourceId());
+  EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(r1["pid"].get<pid_t>()); }));
+  EXPECT_EQ(RunForStdout({SftdPath(), "stop", "--data-dir", d}).exit_code, 0);
 }
 
 TEST_F(AgentE2E, DetachedStartIsIdempotentStatusStopAndVersionRestart) {
