@@ -17,11 +17,13 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # What a GPU host's build of the trainer has: a compiler, CMake, LibTorch 2.x, the trainer's
-# header-only and C dependencies, GoogleTest, and Python torch for the HF parity reference.
+# header-only and C dependencies, GoogleTest, and Python torch for the HF parity reference; sshd
+# (every rented host has one: the fresh-host test of `sftctl bootstrap` logs in through it) and
+# ccache (the trainer check fills a cache the fresh host's build of the same source then hits).
 # Deliberately absent: libgloo-dev (a pip wheel ships no gloo headers) and libssl-dev.
 PKGS=(ca-certificates g++ cmake ninja-build pkg-config make libtorch-dev libopenblas0-openmp
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libutf8proc-dev
-  libgtest-dev libgmock-dev python3 python3-torch python3-numpy)
+  libgtest-dev libgmock-dev python3 python3-torch python3-numpy openssh-server ccache)
 want="${PKGS[*]}"
 
 if [ -f "$ROOT/.sftctl-ready" ] && [ "$(cat "$ROOT/.sftctl-ready")" = "$want" ]; then

@@ -19,8 +19,13 @@ cd "$(dirname "$0")/../.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 ROOT=$(bash tests/portability/trixie_root.sh | tail -n 1)
-WORK=/work/sftctl-src
-BUILD=/work/sftctl-build
+# The same layout as a bootstrapped host's ~/.local/share/sftctl/{src,build-trainer}
+# (deploy/host/sftctl-host.sh), so ccache (base dir /work there, ~/.local/share/sftctl on the host)
+# sees the same relative paths and the fresh-host test's trainer build hits this one's cache.
+WORK=/work/src
+BUILD=/work/build-trainer
+CCACHE_ENV=(CCACHE_DIR=/var/cache/sftctl-ccache CCACHE_BASEDIR=/work CCACHE_IGNOREOPTIONS=-Werror
+  CCACHE_MAXSIZE=4G)
 LOGS=$ROOT/work
 jobs=$(nproc 2>/dev/null || echo 2)
 
@@ -41,7 +46,9 @@ cleanup() { $SUDO umount "$ROOT/proc" 2>/dev/null || true; }
 trap cleanup EXIT
 cleanup
 $SUDO mount -t proc proc "$ROOT/proc"
-in_root() { $SUDO chroot "$ROOT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"; }
+in_root() {
+  $SUDO chroot "$ROOT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "${CCACHE_ENV[@]}" "$@"
+}
 
 phase "copying the source into $ROOT$WORK"
 $SUDO mkdir -p "$ROOT$WORK"
@@ -68,7 +75,8 @@ done
 done_phase "root is wheel-like (no gloo/OpenSSL/yaml/gRPC)"
 
 phase "configure: trainer-only preset, -Werror, tests on"
-in_root bash -c "cd $WORK && cmake --preset trainer-only -B $BUILD -DSFTCTL_BUILD_TESTS=ON -DSFTCTL_WERROR=ON" \
+in_root bash -c "cd $WORK && cmake --preset trainer-only -B $BUILD -DSFTCTL_BUILD_TESTS=ON -DSFTCTL_WERROR=ON \
+  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" \
   >"$LOGS/configure.log" 2>&1 || { tail -n 40 "$LOGS/configure.log"; fail "configure" "configure failed"; }
 grep -E '^-- sftctl:|sftctl:' "$LOGS/configure.log" || true
 done_phase "configure (trainer-only preset)"
@@ -77,7 +85,7 @@ phase "build (-j$jobs, -Werror, LibTorch 2.6)"
 in_root cmake --build "$BUILD" -j "$jobs" >"$LOGS/build.log" 2>&1 ||
   { grep -E 'error|warning' "$LOGS/build.log" | head -n 40; tail -n 20 "$LOGS/build.log"
     fail "build" "build failed (LibTorch 2.6, -Werror)"; }
-done_phase "build ($(grep -c 'Building CXX' "$LOGS/build.log" || true) objects compiled)"
+done_phase "build ($(grep -c 'Building CXX' "$LOGS/build.log" || true) objects compiled; ccache: $(in_root ccache -s 2>/dev/null | grep -iE '^ *hits' | head -n 1 | tr -s ' ' || true))"
 
 phase "no compiled C++ library but LibTorch in sftctl-trainer"
 # The libraries sftctl-trainer itself asks for (NEEDED), not ldd's transitive list: Debian's own
@@ -114,6 +122,7 @@ cmds = [c for c in json.load(open(db))
         if c["file"].startswith((src + "/trainer/", src + "/common/"))]
 def run(c):
     args = [a for a in shlex.split(c["command"]) if not a.startswith("-D_GLIBCXX_USE_CXX11_ABI")]
+    if args and args[0].endswith("ccache"): args = args[1:]
     out = args.index("-o")
     args = args[:out] + args[out + 2:]
     args = [a for a in args if a not in ("-c", "-MD")]
