@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# A fresh GPU host stand-in for `sftctl bootstrap`: the cached Debian 13 root of
+# tests/portability/trixie_root.sh (LibTorch 2.6, python3-torch, a compiler, sshd; nothing of sftctl),
+# seen through an overlay so the cache is never changed, running its own sshd on a loopback port.
+#
+#   fresh_host.sh up [KEY=VALUE...]   make it (tearing down a previous one first) and print one line:
+#       FRESH_HOST port=P root=MERGED key=CLIENT_KEY home=CLIENT_HOME run=RUN_DIR
+#     KEY=VALUE pairs become sshd `SetEnv` lines: the environment a configured host gives its
+#     sessions (e.g. HF_ENDPOINT of the test Hub). CCACHE_DIR always points at the root's cache
+#     (filled by the trainer check; copy-on-write here).
+#   fresh_host.sh down                stop everything running in it (sshd, sftd, jobs, the bootstrap
+#                                     worker), unmount, remove the run folder. Safe to repeat.
+#
+# RUN_DIR is $SFTCTL_FRESH_HOST_DIR, else /var/tmp/sftctl-fresh-host. Needs root (overlayfs, chroot).
+# The host has a /workspace folder, like RunPod's storage that survives the instance.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+RUN=${SFTCTL_FRESH_HOST_DIR:-/var/tmp/sftctl-fresh-host}
+MERGED=$RUN/merged
+
+# Every process whose root is the merged folder (sshd, the worker, sftd, trainer ranks).
+inside_pids() {
+  local p root
+  for p in /proc/[0-9]*; do
+    root=$(readlink "$p/root" 2>/dev/null) || continue
+    case $root in "$MERGED" | "$MERGED"/*) echo "${p#/proc/}" ;; esac
+  done
+}
+
+down() {
+  local pids i
+  for i in 1 2 3 4 5; do
+    pids=$(inside_pids)
+    [ -n "$pids" ] || break
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.2
+  done
+  for m in "$MERGED/dev" "$MERGED/proc" "$MERGED"; do
+    if mountpoint -q "$m" 2>/dev/null; then umount -l "$m" 2>/dev/null || true; fi
+  done
+  rm -rf "$RUN"
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+up() {
+  [ "$(id -u)" -eq 0 ] || { echo "fresh_host: needs root (overlayfs, chroot)" >&2; exit 1; }
+  local root
+  root=$(bash tests/portability/trixie_root.sh | tail -n 1)
+  [ -x "$root/usr/sbin/sshd" ] || { echo "fresh_host: $root has no sshd (trixie_root.sh installs openssh-server)" >&2; exit 1; }
+  down
+  mkdir -p "$RUN/upper" "$RUN/work" "$MERGED" "$RUN/client/.ssh"
+  mount -t overlay overlay -o "lowerdir=$root,upperdir=$RUN/upper,workdir=$RUN/work" "$MERGED"
+  rm -rf "$MERGED/work"  # the trainer check's copy of sftctl: a fresh host has none
+  rm -rf "$MERGED/root/.local" "$MERGED/root/.config/sftd"
+  mount -t proc proc "$MERGED/proc"
+  mount --bind /dev "$MERGED/dev"
+  mkdir -p "$MERGED/run/sshd" "$MERGED/workspace" "$MERGED/root/.ssh"
+  chmod 0755 "$MERGED/run/sshd"
+  chmod 0700 "$MERGED/root/.ssh"
+
+  ssh-keygen -q -t ed25519 -N "" -C fresh-host -f "$RUN/host_key"
+  cp "$RUN/host_key" "$MERGED/etc/ssh/sftctl_test_host_key"
+  chmod 0600 "$MERGED/etc/ssh/sftctl_test_host_key"
+  ssh-keygen -q -t ed25519 -N "" -C client -f "$RUN/client/.ssh/id_ed25519"
+  cp "$RUN/client/.ssh/id_ed25519.pub" "$MERGED/root/.ssh/authorized_keys"
+  chmod 0600 "$MERGED/root/.ssh/authorized_keys"
+
+  local port env_lines="SetEnv CCACHE_DIR=/var/cache/sftctl-ccache" kv
+  for kv in "$@"; do env_lines="$env_lines $kv"; done
+  port=$(free_port)
+  cat >"$MERGED/etc/ssh/sftctl_test_sshd_config" <<EOF
+Port $port
+ListenAddress 127.0.0.1
+HostKey /etc/ssh/sftctl_test_host_key
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+AuthorizedKeysFile .ssh/authorized_keys
+UsePAM no
+AllowTcpForwarding yes
+PidFile /run/sftctl_test_sshd.pid
+$env_lines
+EOF
+  chroot "$MERGED" /usr/sbin/sshd -t -f /etc/ssh/sftctl_test_sshd_config
+  setsid chroot "$MERGED" /usr/sbin/sshd -D -e -f /etc/ssh/sftctl_test_sshd_config >"$RUN/sshd.log" 2>&1 </dev/null &
+  local i
+  for i in $(seq 1 100); do
+    if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  # The client's known_hosts names the host key under [127.0.0.1]:PORT, as OpenSSH writes it.
+  echo "[127.0.0.1]:$port $(cut -d' ' -f1,2 "$RUN/host_key.pub")" >"$RUN/client/.ssh/known_hosts"
+  echo "FRESH_HOST port=$port root=$MERGED key=$RUN/client/.ssh/id_ed25519 home=$RUN/client run=$RUN"
+}
+
+case ${1:-} in
+  up) shift; up "$@" ;;
+  down) down ;;
+  *) echo "usage: fresh_host.sh up [KEY=VALUE...] | down" >&2; exit 2 ;;
+esac
