@@ -427,8 +427,12 @@ cmd_worker() {
   build host-agent build-agent sftd
   phase build-trainer "building sftctl-trainer against $TORCH_CMAKE"
   # A CUDA LibTorch's CMake config looks for the CUDA toolkit; NVIDIA's images keep it here.
-  [ -x /usr/local/cuda/bin/nvcc ] && export PATH=$PATH:/usr/local/cuda/bin
-  build trainer-only build-trainer sftctl-trainer "-DCMAKE_PREFIX_PATH=$TORCH_CMAKE"
+  local cuda=()
+  if [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=$PATH:/usr/local/cuda/bin
+    cuda=(-DCUDAToolkit_ROOT=/usr/local/cuda)
+  fi
+  build trainer-only build-trainer sftctl-trainer "-DCMAKE_PREFIX_PATH=$TORCH_CMAKE" "${cuda[@]}"
   install_binaries
   start_agent
   printf '%s\n' "$W_ID" >"$SFTCTL_HOME/installed.tmp" && mv -f "$SFTCTL_HOME/installed.tmp" "$SFTCTL_HOME/installed"
