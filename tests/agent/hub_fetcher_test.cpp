@@ -48,8 +48,8 @@ TEST(HubFetcherTest, ProgressShowsTheWaitAndTheBytesThenClears) {
   std::promise<StatusOr<std::string>> result;
   fetcher.Fetch({"job-1", tmp.path() + "/job-1", R"({"model": {"path": "hf://org/tiny"}})", ""},
                 [&](const std::string&, StatusOr<std::string> spec) { result.set_value(std::move(spec)); });
-  std::string seen;
-  for (int i = 0; i < 200 && seen.empty(); ++i) {
+  std::string seen;  // config.json may show first; then the weights wait for the lock
+  for (int i = 0; i < 400 && seen.find("waiting") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
     seen = fetcher.Progress("job-1");
   }
