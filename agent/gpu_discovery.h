@@ -4,6 +4,7 @@
 // PATH, else no GPUs (a CPU host runs CPU jobs).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -5,6 +5,7 @@
 // Thread safety: stateless functions.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 

@@ -190,10 +190,12 @@ cmd_start_worker() {
 }
 
 cmd_poll() {
-  local offset=${1:-0} size
+  local offset=${1:-0} size alive=0
   case $offset in '' | *[!0-9]*) offset=0 ;; esac
+  # Liveness first: a worker found dead has written its last status, which is read after.
+  [ -n "$(worker_pid)" ] && alive=1
   echo "STATUS $(cat "$STATUS" 2>/dev/null)"
-  [ -n "$(worker_pid)" ] && echo "ALIVE 1" || echo "ALIVE 0"
+  echo "ALIVE $alive"
   size=$(stat -c %s "$LOG" 2>/dev/null || echo 0)
   echo "SIZE $size"
   if [ "$offset" -lt "$size" ]; then tail -c +"$((offset + 1))" "$LOG" | head -c 65536; fi
