@@ -293,6 +293,9 @@ build() {
   local preset=$1 dir=$2 target=$3
   shift 3
   local launcher=()
+  # One locale for every build: ccache hashes it, and SSH clients send different ones (libssh2 none).
+  export LANG=C.UTF-8
+  unset LC_ALL LC_CTYPE LC_MESSAGES
   if command -v ccache >/dev/null 2>&1; then
     export CCACHE_BASEDIR=$SFTCTL_HOME
     launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
