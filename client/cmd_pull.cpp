@@ -72,7 +72,7 @@ void RegisterPullCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("-o,--output", a->out_dir, "Destination folder (default: ./<job-id>)");
   cmd->add_option("--streams", a->streams,
                   "Connections per large file, each pulling byte ranges (default: chosen from measured "
-                  "throughput, up to 4; 1: one stream)")
+                  "throughput, up to 4), each with several range streams at once")
       ->check(CLI::Range(0, 16));
   cmd->add_flag("--force", a->force, "Replace files in the destination that differ from the job's");
   AddRemoteOptions(cmd, &a->ro, "The host of JOB (default: from the job registry)");

@@ -210,7 +210,7 @@ Status PullFile(Reconnector* rc, const std::string& job_id, const PullItem& item
   FileSystem* fs = FileSystem::Default();
   if (!parent.empty()) SFT_RETURN_IF_ERROR(fs->CreateDirs(parent));
   const std::string part = dest + ".part";
-  const bool ranges = streams != 1 && !item.sha256.empty() && item.size >= kMinRangePullBytes;
+  const bool ranges = !item.sha256.empty() && item.size >= kMinRangePullBytes;
   SFT_RETURN_IF_ERROR(ranges ? FetchRanges(rc, job_id, item, part, streams, progress, stats)
                              : FetchSequential(rc, job_id, item, part, progress, stats));
   SFT_RETURN_IF_ERROR(fs->Rename(part, dest));

@@ -40,7 +40,8 @@ struct PullStats {
 // fresh download), UNAVAILABLE (the connection could not be resumed), the agent's (NOT_FOUND, ...),
 // local I/O errors.
 // `streams`: for a file of at least kMinRangePullBytes with a listed sha256, how many connections
-// pull its byte ranges at once (range_pull.h): 0 chooses from measured throughput, 1 is one stream.
+// pull its byte ranges at once, each with kLanesPerConnection range streams (range_pull.h): 0 chooses
+// from measured throughput.
 Status PullFile(Reconnector* rc, const std::string& job_id, const PullItem& item, bool force,
                 Progress* progress, PullStats* stats, int streams = 0);
 

@@ -98,100 +98,208 @@ struct Shared {
   }
 };
 
-// The next block nobody has, within the window; `blocks` when there is none now or ever.
-size_t TakeBlock(Shared& sh) {
-  std::unique_lock<std::mutex> l(sh.mu);
-  for (;;) {
-    if (!sh.error.ok()) return sh.blocks;
-    size_t b = sh.hashed;
-    while (b < sh.blocks && (sh.done[b] || sh.taken[b])) ++b;
-    if (b >= sh.blocks) return sh.blocks;
-    if (b < sh.hashed + sh.window) {
-      sh.taken[b] = 1;
-      return b;
-    }
-    sh.cv.wait(l);
-  }
+// What TryTakeBlock returns when it has no block for the caller.
+constexpr size_t kNoneNow = SIZE_MAX - 1;  // the window is full: the hash is behind
+constexpr size_t kNoneEver = SIZE_MAX;     // every block is taken or done, or the pull failed
+
+// The next block nobody has, within the window, without waiting.
+size_t TryTakeBlock(Shared& sh) {
+  std::lock_guard<std::mutex> l(sh.mu);
+  if (!sh.error.ok()) return kNoneEver;
+  size_t b = sh.hashed;
+  while (b < sh.blocks && (sh.done[b] || sh.taken[b])) ++b;
+  if (b >= sh.blocks) return kNoneEver;
+  if (b >= sh.hashed + sh.window) return kNoneNow;
+  sh.taken[b] = 1;
+  return b;
 }
 
-// One streaming attempt for [*pos, end): writes what arrives at its place and advances *pos.
-Status StreamRange(AgentSession& a, Shared& sh, uint64_t* pos, uint64_t end, bool* progressed) {
-  v1::PullArtifactRequest req;
-  req.set_job_id(sh.job_id);
-  req.set_path(sh.remote_path);
-  req.set_offset(*pos);
-  req.set_length(end - *pos);
-  grpc::ClientContext ctx;
-  a.Prepare(&ctx, std::chrono::milliseconds(0));
-  auto reader = a.stub()->PullArtifact(&ctx, req);
-  v1::ArtifactChunk chunk;
+// One range stream of a connection: the block it holds, the byte it reached, the call in flight.
+struct Lane {
+  size_t block = kNoneEver;  // kNoneEver: idle
+  uint64_t pos = 0, end = 0;
   bool first = true;
-  Status local;
-  while (*pos < end && reader->Read(&chunk)) {
-    if (first &&
-        (chunk.total_size() != sh.size || (!chunk.sha256().empty() && chunk.sha256() != sh.sha256))) {
-      local = DataLossError("'" + sh.remote_path + "' changed on " + a.host() + " while it was pulled (now " +
-                            std::to_string(chunk.total_size()) + " bytes); pull it again");
-      break;
-    }
-    first = false;
-    if (chunk.offset() != *pos) {
-      local = DataLossError(a.host() + ": '" + sh.remote_path + "' chunk at offset " +
-                            std::to_string(chunk.offset()) + ", expected " + std::to_string(*pos));
-      break;
-    }
-    // An agent that predates ranges sends to the end of the file: keep only this range.
-    size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.data().size(), end - *pos));
-    if (Status w = PwriteFully(sh.fd, chunk.data().data(), n, *pos, sh.part); !w.ok()) {
-      local = w;
-      break;
-    }
-    *pos += n;
-    sh.received += n;
-    *progressed |= n > 0;
+  std::unique_ptr<grpc::ClientContext> ctx;
+  std::unique_ptr<grpc::ClientAsyncReaderInterface<v1::ArtifactChunk>> reader;
+  v1::ArtifactChunk chunk;
+  grpc::Status fin;
+  Status local;  // a failure found here that ended the stream
+};
+
+enum Op : uintptr_t { kStarted = 1, kRead = 2, kFinished = 3 };
+void* Tag(size_t lane, Op op) { return reinterpret_cast<void*>((lane << 2) | op); }
+
+// Checks one chunk against the range and writes it at its place; advances l.pos.
+Status AcceptChunk(Shared& sh, Lane& l, const std::string& host) {
+  const v1::ArtifactChunk& c = l.chunk;
+  if (l.first && (c.total_size() != sh.size || (!c.sha256().empty() && c.sha256() != sh.sha256))) {
+    return DataLossError("'" + sh.remote_path + "' changed on " + host + " while it was pulled (now " +
+                         std::to_string(c.total_size()) + " bytes); pull it again");
   }
-  if (!local.ok() || *pos >= end) ctx.TryCancel();
-  grpc::Status fin = reader->Finish();
-  if (!local.ok()) return local;
-  if (*pos >= end) return OkStatus();
-  Status s = FromGrpc(fin, a.host() + ": pull of '" + sh.remote_path + "'");
-  return s.ok() ? UnavailableError(a.host() + ": the stream of '" + sh.remote_path + "' ended early") : s;
+  l.first = false;
+  if (c.offset() != l.pos) {
+    return DataLossError(host + ": '" + sh.remote_path + "' chunk at offset " + std::to_string(c.offset()) +
+                         ", expected " + std::to_string(l.pos));
+  }
+  // An agent that predates ranges sends to the end of the file: keep only this range.
+  size_t n = static_cast<size_t>(std::min<uint64_t>(c.data().size(), l.end - l.pos));
+  SFT_RETURN_IF_ERROR(PwriteFully(sh.fd, c.data().data(), n, l.pos, sh.part));
+  l.pos += n;
+  sh.received += n;
+  return OkStatus();
 }
 
-// Fetches block `b` through `rc`, resuming a dropped stream from the byte it reached.
-Status FetchBlock(Reconnector* rc, Shared& sh, size_t b) {
-  uint64_t pos = sh.BlockStart(b), end = sh.BlockEnd(b);
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> l(sh.mu);
-      if (!sh.error.ok()) return sh.error;
+// Streams ranges through one session, one gRPC stream per lane, all driven by one completion queue
+// on the calling thread. Each stream is granted its own HTTP/2 window, so lanes add to what one
+// connection moves per round trip. Lanes that hold a block from before (a dropped connection) resume
+// it from the byte they reached; idle lanes take new blocks. After a lane's stream fails, no new
+// stream starts and the others run to their end (all are cancelled when the file changed, writing
+// here failed or another connection failed the pull).
+class LaneSet {
+ public:
+  LaneSet(AgentSession& a, Shared& sh, std::vector<Lane>& lanes) : a_(a), sh_(sh), lanes_(lanes) {}
+
+  // The first failure (OK: no block is left for this connection). *progressed: bytes arrived.
+  Status Run(bool* progressed) {
+    Fill();
+    while (in_flight_ > 0 || (failure_.ok() && more_)) {
+      if (in_flight_ == 0) {
+        WaitForWindow();
+        continue;
+      }
+      void* tag = nullptr;
+      bool ok = false;
+      auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(100);
+      if (cq_.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) {
+        std::lock_guard<std::mutex> l(sh_.mu);
+        if (!sh_.error.ok() && failure_.ok()) Stop(sh_.error);
+        continue;
+      }
+      const auto bits = reinterpret_cast<uintptr_t>(tag);
+      OnEvent(bits >> 2, static_cast<Op>(bits & 3), ok);
     }
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+    *progressed = progressed_;
+    return failure_;
+  }
+
+ private:
+  // Starts lane i's stream: the rest of its block, or a new block when it has none (and one is free).
+  void Start(size_t i) {
+    Lane& l = lanes_[i];
+    if (l.block == kNoneEver) {
+      size_t b = TryTakeBlock(sh_);
+      if (b == kNoneEver) more_ = false;
+      if (b >= kNoneNow) return;
+      l.block = b;
+      l.pos = sh_.BlockStart(b);
+      l.end = sh_.BlockEnd(b);
+    }
+    v1::PullArtifactRequest req;
+    req.set_job_id(sh_.job_id);
+    req.set_path(sh_.remote_path);
+    req.set_offset(l.pos);
+    req.set_length(l.end - l.pos);
+    l.ctx = std::make_unique<grpc::ClientContext>();
+    a_.Prepare(l.ctx.get(), std::chrono::milliseconds(0));
+    l.first = true;
+    l.local = OkStatus();
+    l.reader = a_.stub()->AsyncPullArtifact(l.ctx.get(), req, &cq_, Tag(i, kStarted));
+    ++in_flight_;
+  }
+  void Fill() {
+    for (size_t i = 0; i < lanes_.size() && failure_.ok(); ++i) {
+      if (!lanes_[i].reader && (more_ || lanes_[i].block != kNoneEver)) Start(i);
+    }
+  }
+  // Records `why` and cancels every stream in flight.
+  void Stop(const Status& why) {
+    if (failure_.ok()) failure_ = why;
+    for (Lane& l : lanes_) {
+      if (l.reader) l.ctx->TryCancel();
+    }
+  }
+  // No stream in flight and none may start: the window is full until the hash moves on.
+  void WaitForWindow() {
+    {
+      std::unique_lock<std::mutex> l(sh_.mu);
+      sh_.cv.wait_for(l, std::chrono::milliseconds(100));
+      if (!sh_.error.ok()) failure_ = sh_.error;
+    }
+    Fill();
+  }
+  void OnEvent(size_t i, Op op, bool ok) {
+    Lane& l = lanes_[i];
+    if (op == kFinished) return OnFinished(i);
+    if (op == kRead && ok && l.local.ok()) {
+      const uint64_t before = l.pos;
+      l.local = AcceptChunk(sh_, l, a_.host());
+      progressed_ |= l.pos > before;
+      if (l.local.ok() && l.pos < l.end) return l.reader->Read(&l.chunk, Tag(i, kRead));
+      l.ctx->TryCancel();  // the range is complete (or failed here): end the stream
+    } else if (op == kStarted && ok) {
+      return l.reader->Read(&l.chunk, Tag(i, kRead));
+    }
+    l.reader->Finish(&l.fin, Tag(i, kFinished));
+  }
+  void OnFinished(size_t i) {
+    Lane& l = lanes_[i];
+    --in_flight_;
+    l.reader.reset();
+    if (l.local.ok() && l.pos >= l.end) {
+      if (Status s = sh_.log->Append(l.block); !s.ok()) return Stop(s);
+      std::lock_guard<std::mutex> g(sh_.mu);
+      sh_.done[l.block] = 1;
+      l.block = kNoneEver;
+      sh_.cv.notify_all();
+    } else if (!l.local.ok()) {
+      Stop(l.local);  // the file changed on the host, or writing here failed
+    } else if (failure_.ok()) {
+      failure_ = l.fin.ok()
+                     ? UnavailableError(a_.host() + ": the stream of '" + sh_.remote_path + "' ended early")
+                     : FromGrpc(l.fin, a_.host() + ": pull of '" + sh_.remote_path + "'");
+    }
+    Fill();
+  }
+
+  AgentSession& a_;
+  Shared& sh_;
+  std::vector<Lane>& lanes_;
+  grpc::CompletionQueue cq_;
+  int in_flight_ = 0;
+  bool more_ = true;  // blocks may still come
+  bool progressed_ = false;
+  Status failure_;
+};
+
+// One connection's share of the pull: `lanes` range streams at once through `rc`'s session,
+// reconnecting after a failure and resuming each lane's block from the byte it reached.
+void RunConnection(Reconnector* rc, Shared* sh, int lanes) {
+  std::vector<Lane> lane(static_cast<size_t>(lanes));
+  for (;;) {
     auto session = rc->Session();
     bool progressed = false;
-    Status s = session.ok() ? StreamRange(**session, sh, &pos, end, &progressed) : session.status();
-    if (s.ok()) break;
-    if (s.code() == StatusCode::kDataLoss) return s;
+    Status s = session.ok() ? LaneSet(**session, *sh, lane).Run(&progressed) : session.status();
+    if (s.ok()) return;  // no block left for this connection
+    if (s.code() == StatusCode::kDataLoss) return sh->Fail(s);
+    {
+      std::lock_guard<std::mutex> l(sh->mu);
+      if (!sh->error.ok()) return;  // someone else failed: stop
+    }
     if (progressed) rc->MadeProgress();
-    if (!rc->ShouldRetry(s)) return rc->GiveUp(s);
-  }
-  rc->MadeProgress();
-  return sh.log->Append(b);
-}
-
-void RunWorker(Reconnector* rc, Shared* sh) {
-  for (size_t b = TakeBlock(*sh); b < sh->blocks; b = TakeBlock(*sh)) {
-    Status s = FetchBlock(rc, *sh, b);
-    if (!s.ok()) return sh->Fail(s);
-    std::lock_guard<std::mutex> l(sh->mu);
-    sh->done[b] = 1;
-    sh->cv.notify_all();
+    if (!rc->ShouldRetry(s)) return sh->Fail(rc->GiveUp(s));
   }
 }
 
 // The workers, started one at a time by the ramp-up rule.
 class Workers {
  public:
-  Workers(Reconnector* first, Shared* sh, int max_streams) : first_(first), sh_(sh), fixed_(max_streams > 0) {
+  Workers(Reconnector* first, Shared* sh, int max_streams, int lanes)
+      : first_(first), sh_(sh), fixed_(max_streams > 0), lanes_(std::max(1, lanes)) {
     max_ = max_streams > 0 ? max_streams : kMaxAutoStreams;
   }
   ~Workers() { Join(); }
@@ -234,12 +342,13 @@ class Workers {
       extra_.push_back(std::make_unique<Reconnector>(nullptr, first_->factory(), first_->policy()));
       rc = extra_.back().get();
     }
-    threads_.emplace_back(RunWorker, rc, sh_);
+    threads_.emplace_back(RunConnection, rc, sh_, lanes_);
     ++started_;
   }
   Reconnector* first_;
   Shared* sh_;
   bool fixed_;
+  int lanes_;
   int max_ = 1;
   int started_ = 0;
   bool stopped_ramp_ = false;
@@ -345,7 +454,9 @@ Status PullRanges(Reconnector* rc, const std::string& job_id, const std::string&
   sh.size = size;
   sh.block = std::max<uint64_t>(1, options.block_bytes);
   sh.blocks = static_cast<size_t>((size + sh.block - 1) / sh.block);
-  sh.window = 4 * static_cast<size_t>(max_streams > 0 ? max_streams : kMaxAutoStreams);
+  // Room for every lane of every connection, twice over, ahead of the hash.
+  sh.window = 2 * static_cast<size_t>(std::max(1, options.lanes)) *
+              static_cast<size_t>(max_streams > 0 ? max_streams : kMaxAutoStreams);
   RangeLog log(part + ".ranges", size, sha256, sh.block);
   sh.log = &log;
   SFT_ASSIGN_OR_RETURN(sh.done, ResumableBlocks(log, part, size, sh.block, sh.blocks));
@@ -360,7 +471,7 @@ Status PullRanges(Reconnector* rc, const std::string& job_id, const std::string&
   Sha256 hasher;
   Status s;
   {
-    Workers workers(rc, &sh, max_streams);
+    Workers workers(rc, &sh, max_streams, options.lanes);
     workers.Start();
     s = HashInOrder(sh, workers, &hasher, progress);
     if (!s.ok()) sh.Fail(s);  // stops the workers

@@ -1,16 +1,19 @@
 // Range pulls: one large file fetched as byte ranges over several agent connections at once, for
 // links where one stream cannot fill the pipe (a window per RTT) or one core cannot decrypt fast enough.
 //
-// The file is cut into fixed blocks (16 MiB) handed out in order to up to `max_streams` workers, each on its
-// own SSH connection (its own session, pump thread and gRPC channel: sessions, not channels of one session,
-// so that decryption spreads over cores). Each worker asks PullArtifact for its block's range (offset +
-// length) and writes it at its place in "<dest>.part"; a dropped stream resumes from the byte it reached,
-// through the worker's own Reconnector. The calling thread hashes the blocks in file order as soon as each is
+// The file is cut into fixed blocks (8 MiB) handed out in order to up to `max_streams` connections, each
+// its own SSH connection (its own session, pump thread and gRPC channel: sessions, not channels of one
+// session, so that decryption spreads over cores). Each connection streams `lanes` blocks at once, one
+// PullArtifact range (offset + length) per block, and writes each at its place in "<dest>.part". Lanes
+// exist because one gRPC stream moves at most about 1 MiB per round trip through gRPC 1.51 (Debian's),
+// whatever window is asked for: its connection-level window is 64 KiB plus 1 MiB per stream that has a
+// read pending. A dropped connection resumes every lane's block from the byte it reached, through the
+// connection's own Reconnector. The calling thread hashes the blocks in file order as soon as each is
 // complete (from the page cache, while later blocks still arrive): the sha256 is pipelined with receiving,
 // not a second pass after it. Workers never run more than a window of blocks ahead of the hash.
 //
-// How many streams: `options.max_streams` > 0 fixes the number; 0 chooses it from measured throughput: start
-// with one stream, and add one (up to kMaxAutoStreams) each second while the last one added raised
+// How many connections: `options.max_streams` > 0 fixes the number; 0 chooses it from measured throughput:
+// start with one connection, and add one (up to kMaxAutoStreams) each second while the last one added raised
 // the total rate by at least 15%.
 //
 // Resuming across runs: "<dest>.part.ranges" records the file's size and sha256 and each completed
@@ -31,14 +34,16 @@
 
 namespace sftctl::client {
 
-constexpr uint64_t kRangeBlockBytes = 16ull << 20;
+constexpr uint64_t kRangeBlockBytes = 8ull << 20;
 constexpr int kMaxAutoStreams = 4;
+constexpr int kLanesPerConnection = 4;
 // Files smaller than this are pulled as one stream.
-constexpr uint64_t kMinRangePullBytes = 4 * kRangeBlockBytes;
+constexpr uint64_t kMinRangePullBytes = 2 * kRangeBlockBytes;
 
 struct RangePullOptions {
   int max_streams = 0;  // > 0: exactly this many connections; 0: chosen from measured throughput
   uint64_t block_bytes = kRangeBlockBytes;
+  int lanes = kLanesPerConnection;  // ranges streamed at once per connection
 };
 
 struct RangePullResult {

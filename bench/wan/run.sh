@@ -12,12 +12,13 @@
 #   scp down       scp -P RELAY user@127.0.0.1:FILE OUT (OpenSSH, its default cipher)
 #   rsync down     rsync -e 'ssh -p RELAY' (Debian's rsync; the destination is absent: whole file)
 #   sftctl pull    the whole `sftctl pull JOB -o DIR` command (checkpoint folder + metrics, sha256, fsync),
-#                  as it chooses its streams (parallel byte ranges), and with --streams 1 (one stream)
+#                  as it chooses its connections (parallel byte ranges), and with --streams 1 (one connection)
 #   scp up         scp -P RELAY FILE user@127.0.0.1:DEST
 #   sftctl upload  pull_bench upload: what `sftctl submit` does for a data file (sha256 of it, StatBlob,
 #                  UploadBlob through the client's UploadFile); a fresh blob each round
 # and prints MiB/s (median over rounds) and each one's ratio to scp in its direction.
-# STREAMS, when set, is passed to the first `sftctl pull` as --streams.
+# STREAMS, when set, is passed to the first `sftctl pull` as --streams. TOOLS picks a subset of
+# "scp_down rsync_down sftctl_pull sftctl_pull_1 scp_up sftctl_upload" (the table needs all six).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -25,6 +26,7 @@ BUILD="$(cd "${1:-$ROOT/build/release}" && pwd)"
 MB="${MB:-1024}"
 ROUNDS="${ROUNDS:-1}"
 PROFILES="${PROFILES:-loopback lan metro wan}"
+TOOLS="${TOOLS:-scp_down rsync_down sftctl_pull sftctl_pull_1 scp_up sftctl_upload}"
 BIN="$BUILD/bin"
 for b in pull_bench wan_relay sftd sftd-stub-trainer sftctl; do
   [[ -x "$BIN/$b" ]] || { echo "missing $BIN/$b (cmake --build $BUILD --target pull_bench wan_relay)" >&2; exit 2; }
@@ -78,7 +80,7 @@ SSH_OPTS=(-F /dev/null -o BatchMode=yes -o UserKnownHostsFile="$KNOWN_HOSTS" -o 
 elapsed() {  # runs "$@", prints its wall time in seconds; a failure stops the bench
   local t0 t1
   t0="$(now)"
-  "$@" >/dev/null 2>>"$T/errors" || { echo "failed: $*" >&2; cat "$T/errors" >&2; exit 1; }
+  "$@" >/dev/null 2>>"${ERRLOG:-$T/errors}" || { echo "failed: $*" >&2; cat "$T/errors" >&2; exit 1; }
   t1="$(now)"
   python3 -c "print($t1-$t0)"
 }
@@ -111,16 +113,17 @@ RESULTS="$T/results.txt"
 for p in $PROFILES; do
   start_relay "$p"
   for r in $(seq "$ROUNDS"); do
-    for tool in scp_down rsync_down sftctl_pull sftctl_pull_1 scp_up sftctl_upload; do
+    for tool in $TOOLS; do
       t="$(elapsed "$tool")"
       echo "$p $tool $t" >> "$RESULTS"
       echo "  $p round $r: $tool $(python3 -c "print(f'{$SIZE/1048576/$t:.0f}')") MiB/s"
     done
   done
-  cmp -s "$T/scp.out" "$FILE" && cmp -s "$T/rsync.out" "$FILE" &&
-    cmp -s "$T/pull.out/checkpoint-000001/model.bin" "$FILE" &&
-    cmp -s "$T/pull1.out/checkpoint-000001/model.bin" "$FILE" || { echo "a copy differs ($p)" >&2; exit 1; }
+  for copy in scp.out rsync.out pull.out/checkpoint-000001/model.bin pull1.out/checkpoint-000001/model.bin; do
+    [[ ! -e "$T/$copy" ]] || cmp -s "$T/$copy" "$FILE" || { echo "a copy differs ($p: $copy)" >&2; exit 1; }
+  done
 done
+[[ "$TOOLS" == "scp_down rsync_down sftctl_pull sftctl_pull_1 scp_up sftctl_upload" ]] || exit 0
 
 python3 - "$SIZE" "$RESULTS" <<'PY'
 import collections, statistics, sys
@@ -131,7 +134,7 @@ for line in open(sys.argv[2]):
     t[(p, tool)].append(float(s))
 profiles = list(dict.fromkeys(p for p, _ in t))
 rate = lambda p, tool: mib / statistics.median(t[(p, tool)])
-print(f"\n{'profile':<9} {'scp down':>9} {'rsync':>7} {'pull':>6} {'pull/scp':>9} {'pull 1 stream':>14}"
+print(f"\n{'profile':<9} {'scp down':>9} {'rsync':>7} {'pull':>6} {'pull/scp':>9} {'pull 1 conn':>14}"
       f" {'1/scp':>6} {'scp up':>7} {'upload':>7} {'up/scp':>7}   (MiB/s, median)")
 for p in profiles:
     sd, rs, sp, s1 = (rate(p, t) for t in ("scp_down", "rsync_down", "sftctl_pull", "sftctl_pull_1"))

@@ -9,7 +9,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "client/ssh/channel_pump.h"
 #include "client/ssh/ssh_config.h"
@@ -127,6 +130,47 @@ Status ParseAgentJson(const std::string& display, const std::string& what, const
     return InternalError(display + ": `" + what + "` gave no usable agent address or token file: " + shown);
   }
   return OkStatus();
+}
+
+// What a connection learned of an agent (FindAgent and its token), kept for this process's later
+// connections to the same agent: a parallel pull's extra connections and reconnects then skip the
+// `sftd status` and `cat token` commands (two remote processes and several round trips each). Checked
+// by the Version() call every connection makes; forgotten when that fails.
+struct KnownAgent {
+  AgentInfo info;
+  std::string token;
+  bool bridge = false;  // reached through `sftd bridge` (the server refuses forwarding)
+};
+
+class KnownAgents {
+ public:
+  static std::string Key(const ConnectOptions& o) {
+    return o.host + '\n' + o.identity_file + '\n' + o.sftd + '\n' + o.agent_data_dir +
+           (o.require_same_source ? "\nsame-source" : "");
+  }
+  std::optional<KnownAgent> Find(const ConnectOptions& o) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = known_.find(Key(o));
+    if (it == known_.end()) return std::nullopt;
+    return it->second;
+  }
+  void Remember(const ConnectOptions& o, KnownAgent k) {
+    std::lock_guard<std::mutex> l(mu_);
+    known_[Key(o)] = std::move(k);
+  }
+  void Forget(const ConnectOptions& o) {
+    std::lock_guard<std::mutex> l(mu_);
+    known_.erase(Key(o));
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, KnownAgent> known_;
+};
+
+KnownAgents& Known() {
+  static KnownAgents* k = new KnownAgents();
+  return *k;
 }
 
 // A bearer token is printable ASCII (sftd makes 64 hex digits); anything else from the host is refused
@@ -265,6 +309,27 @@ ssh::RouteOptions RouteOptionsFor(const ConnectOptions& opts, const std::string&
   return route;
 }
 
+// FindAgent, the source check and the agent's token, read through `session`.
+StatusOr<std::string> FindAgentAndToken(SshSession& session, const ConnectOptions& opts, int timeout_s,
+                                        AgentInfo* agent) {
+  const std::string display = session.display();
+  SFT_RETURN_IF_ERROR(FindAgent(session, opts, timeout_s, agent));
+  SFT_RETURN_IF_ERROR(CheckAgentSource(display, opts, *agent));
+  // The token travels through the session only; it is never written on this machine.
+  SFT_ASSIGN_OR_RETURN(ssh::ExecResult tok,
+                       session.Exec("cat -- " + RemotePath(agent->token_file), timeout_s));
+  std::string token = Trim(tok.out);
+  if (tok.exit_code != 0 || token.empty()) {
+    return PermissionDeniedError(display + ": cannot read the agent token " + agent->token_file + ": " +
+                                 Trim(tok.err));
+  }
+  if (!PlausibleToken(token)) {
+    return InternalError(display + ": the agent token in " + agent->token_file +
+                         " is not a token (expected printable ASCII without spaces)");
+  }
+  return token;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<ssh::SshSession>> OpenSshSession(const ConnectOptions& opts) {
@@ -279,43 +344,42 @@ StatusOr<std::unique_ptr<ssh::SshSession>> OpenSshSession(const ConnectOptions& 
   return ssh::ConnectRoute(host, route);
 }
 
-StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& opts) {
+namespace {
+
+// One connection: an SSH session, then the agent as `known` describes it (null: asked on the host).
+// *reached: the SSH session was up (what failed, if anything, was the agent part).
+StatusOr<std::unique_ptr<AgentConnection>> ConnectOnce(const ConnectOptions& opts,
+                                                       const KnownAgent* known_agent, bool* reached) {
   SFT_ASSIGN_OR_RETURN(std::unique_ptr<SshSession> session, OpenSshSession(opts));
+  *reached = true;
   const std::string display = session->display();
   const int timeout_s = std::max(1, opts.connect_timeout_s);
   std::string through;
   for (const auto& hop : session->hops()) through += (through.empty() ? " through " : ", then ") + hop;
 
-  AgentInfo agent;
-  SFT_RETURN_IF_ERROR(FindAgent(*session, opts, timeout_s, &agent));
-  SFT_RETURN_IF_ERROR(CheckAgentSource(display, opts, agent));
-
-  // The token travels through the session only; it is never written on this machine.
-  SFT_ASSIGN_OR_RETURN(ssh::ExecResult tok,
-                       session->Exec("cat -- " + RemotePath(agent.token_file), timeout_s));
-  std::string token = Trim(tok.out);
-  if (tok.exit_code != 0 || token.empty()) {
-    return PermissionDeniedError(display + ": cannot read the agent token " + agent.token_file + ": " +
-                                 Trim(tok.err));
+  std::optional<KnownAgent> known;
+  if (known_agent != nullptr) known = *known_agent;
+  if (!known) {
+    KnownAgent k;
+    SFT_ASSIGN_OR_RETURN(k.token, FindAgentAndToken(*session, opts, timeout_s, &k.info));
+    known = std::move(k);
   }
-  if (!PlausibleToken(token)) {
-    return InternalError(display + ": the agent token in " + agent.token_file +
-                         " is not a token (expected printable ASCII without spaces)");
-  }
+  const AgentInfo& agent = known->info;
+  const std::string& token = known->token;
 
   // Transport ladder: direct-tcpip, else (server refuses forwarding) `sftd bridge` on an exec channel.
   std::string dd = opts.agent_data_dir.empty() ? "" : " --data-dir " + RemotePath(opts.agent_data_dir);
   LIBSSH2_CHANNEL* ch = nullptr;
   std::string via;
-  bool bridge = opts.transport == Transport::kBridge;
+  bool bridge = opts.transport == Transport::kBridge || known->bridge;
   if (!bridge) {
     auto fwd = session->OpenDirectTcpip(agent.host, agent.port);
     if (fwd.ok()) {
       ch = *fwd;
       via = "direct-tcpip";
-    } else if (opts.transport == Transport::kForward ||
+    } else if (opts.transport == Transport::kForward || known_agent != nullptr ||
                fwd.status().code() != StatusCode::kFailedPrecondition) {
-      return fwd.status();
+      return fwd.status();  // (a remembered address that fails: the caller asks the host again)
     } else {
       bridge = true;
       via = "sftd bridge (the server refused port forwarding)";
@@ -333,6 +397,7 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& 
   // A fixed 8 MiB HTTP/2 stream window instead of BDP probing: the probe's pings queue behind the
   // data in the tunnel's buffers, and the window it picked made 1 GiB pulls stall erratically
   // (45-215 MiB/s from run to run on loopback; steady ~200 MiB/s with the fixed window).
+  // (gRPC 1.51 still caps a connection at about 1 MiB per round trip: see client/range_pull.h.)
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
   std::shared_ptr<grpc::Channel> channel =
@@ -351,7 +416,21 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& 
     return UnavailableError(display + ": the agent did not answer Version() through " + via + ": " +
                             gs.error_message() + (problem.empty() ? "" : " (" + problem + ")"));
   }
+  known->bridge = bridge;
+  Known().Remember(opts, *known);
   return std::unique_ptr<AgentConnection>(std::move(conn));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<AgentConnection>> ConnectOverSsh(const ConnectOptions& opts) {
+  bool reached = false;
+  if (std::optional<KnownAgent> k = Known().Find(opts)) {
+    auto conn = ConnectOnce(opts, &*k, &reached);
+    if (conn.ok() || !reached) return conn;
+    Known().Forget(opts);  // the agent moved or restarted since: ask the host again
+  }
+  return ConnectOnce(opts, nullptr, &reached);
 }
 
 }  // namespace sftctl::client

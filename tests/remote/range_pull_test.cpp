@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <limits>
 #include <mutex>
@@ -34,7 +35,11 @@ class RangeAgent final : public v1::Agent::Service {
   uint64_t change_at = 0;
   uint64_t drop_at = std::numeric_limits<uint64_t>::max();      // the first stream through it fails there
   uint64_t refuse_from = std::numeric_limits<uint64_t>::max();  // ranges from here: FAILED_PRECONDITION
-  bool honor_length = true;  // false: an agent from before ranges streams to the end
+  bool honor_length = true;   // false: an agent from before ranges streams to the end
+  int hold_until_active = 0;  // > 0: a stream waits (up to 10 s) until this many are being served
+
+  std::condition_variable cv;
+  int active = 0, max_active = 0;
 
   std::mutex mu;
   std::vector<std::pair<uint64_t, uint64_t>> requests;  // (offset, length)
@@ -47,6 +52,21 @@ class RangeAgent final : public v1::Agent::Service {
       requests.emplace_back(req->offset(), req->length());
     }
     if (req->offset() >= refuse_from) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "refused");
+    std::unique_lock<std::mutex> l(mu);
+    max_active = std::max(max_active, ++active);
+    cv.notify_all();
+    if (hold_until_active > 0) {
+      cv.wait_for(l, std::chrono::seconds(10), [&] { return active >= hold_until_active; });
+      hold_until_active = 0;  // only the first streams wait
+    }
+    l.unlock();
+    struct Leave {
+      RangeAgent* a;
+      ~Leave() {
+        std::lock_guard<std::mutex> g(a->mu);
+        --a->active;
+      }
+    } leave{this};
     const std::string& f = !changed.empty() && req->offset() >= change_at ? changed : file;
     uint64_t end = f.size();
     if (honor_length && req->length() > 0) end = std::min<uint64_t>(end, req->offset() + req->length());
@@ -71,6 +91,10 @@ class RangeAgent final : public v1::Agent::Service {
     return grpc::Status::OK;
   }
 
+  int MaxActive() {
+    std::lock_guard<std::mutex> l(mu);
+    return max_active;
+  }
   std::vector<std::pair<uint64_t, uint64_t>> Requests() {
     std::lock_guard<std::mutex> l(mu);
     return requests;
@@ -143,6 +167,17 @@ TEST_F(RangePull, BlocksArriveOverSeveralConnectionsAndTheWholeVerifies) {
   EXPECT_EQ(offsets.size(), 16u);
 }
 
+TEST_F(RangePull, OneConnectionStreamsSeveralRangesAtOnce) {
+  // gRPC grants each stream its own window: a connection streams kLanesPerConnection ranges at once.
+  agent_.hold_until_active = client::kLanesPerConnection;
+  client::RangePullResult r;
+  Status s = Pull(1, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_EQ(connects_.load(), 1);
+  EXPECT_EQ(agent_.MaxActive(), client::kLanesPerConnection);
+}
+
 TEST_F(RangePull, AStreamDroppedMidRangeResumesFromTheByteItReached) {
   agent_.drop_at = 5 * kBlock + 3 * 4096;  // inside block 5
   client::RangePullResult r;
@@ -200,7 +235,9 @@ TEST_F(RangePull, AnInterruptedRunLeavesItsBlocksForTheNextOne) {
   EXPECT_EQ(second.bytes_fetched, agent_.file.size() - 10 * kBlock);
   auto req = agent_.Requests();
   ASSERT_GT(req.size(), asked_before);
-  EXPECT_EQ(req[asked_before].first, 10 * kBlock);
+  uint64_t lowest = UINT64_MAX;
+  for (size_t i = asked_before; i < req.size(); ++i) lowest = std::min(lowest, req[i].first);
+  EXPECT_EQ(lowest, 10 * kBlock);  // nothing before the first block it lacked
   EXPECT_FALSE(std::filesystem::exists(part_ + ".ranges"));
 }
 

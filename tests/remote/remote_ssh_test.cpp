@@ -25,8 +25,17 @@ class RemoteSsh : public ::testing::Test {
   }
   // Host options for every command.
   std::vector<std::string> Host() const {
-    return {"--host",           sshd_->host(),          "-i", sshd_->user_key(), "--sftd", sshd_->sftd_path(),
+    return {"--host",           sshd_->host(),          "-i", sshd_->user_key(), "--sftd", Sftd(),
             "--agent-data-dir", sshd_->agent_data_dir()};
+  }
+  // sftd on the host; with LogSftdCalls, a wrapper that appends each command's verb to sftd_calls_.
+  std::string Sftd() const { return sftd_wrapper_.empty() ? sshd_->sftd_path() : sftd_wrapper_; }
+  void LogSftdCalls() {
+    sftd_wrapper_ = tmp_.path() + "/sftd-logged";
+    sftd_calls_ = tmp_.path() + "/sftd-calls";
+    WriteFile(sftd_wrapper_,
+              "#!/bin/sh\necho \"$1\" >> '" + sftd_calls_ + "'\nexec '" + sshd_->sftd_path() + "' \"$@\"\n");
+    std::filesystem::permissions(sftd_wrapper_, std::filesystem::perms::owner_all);
   }
   std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) const {
     args.insert(args.end(), more.begin(), more.end());
@@ -57,10 +66,12 @@ class RemoteSsh : public ::testing::Test {
   std::unique_ptr<SshdFixture> sshd_;
   std::unique_ptr<Sftctl> sftctl_;
   std::string work_;
+  std::string sftd_wrapper_, sftd_calls_;
 };
 
 TEST_F(RemoteSsh, SubmitLogsPullWithForwardingAndResumeAPullAfterTheTunnelDrops) {
   StartSshd();
+  LogSftdCalls();
   const std::string spec = WriteTinyJob(work_, 3);
   const std::string job = Submit(spec, {"--transport", "forward"});
   ASSERT_FALSE(job.empty());
@@ -111,11 +122,45 @@ TEST_F(RemoteSsh, SubmitLogsPullWithForwardingAndResumeAPullAfterTheTunnelDrops)
     const nlohmann::json j1 = nlohmann::json::parse(ReadFile(tmp_.path() + "/p1.out"), nullptr, false);
     EXPECT_LE(j1.value("bytes_fetched", uint64_t{0}), big.size() + 4096) << "restarted from zero?\n" << err1;
   }
-  // Undisturbed, into a fresh folder: three connections, one verified copy.
+  // Undisturbed, into a fresh folder: three connections, one verified copy. The host runs `sftd status`
+  // once: the other two connections reuse what the first learned of the agent.
+  const size_t calls_before = ReadFile(sftd_calls_).size();
   r = sftctl_->Run({"pull", job, "-o", tmp_.path() + "/again", "--json", "--streams", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.All();
   EXPECT_EQ(r.Json()["streams"], 3) << r.All();
   EXPECT_EQ(Sha(tmp_.path() + "/again/big.bin"), Sha256Hex(big));
+  EXPECT_EQ(ReadFile(sftd_calls_).substr(calls_before), "status\n");
+}
+
+// pull --follow over SSH across an agent restart: the follower's next connection finds the agent
+// gone from the address it remembered, asks the host again (`sftd status`, which starts the agent
+// anew on another port) and carries on to the job's end.
+TEST_F(RemoteSsh, PullFollowCarriesOnAcrossAnAgentRestart) {
+  StartSshd();
+  LogSftdCalls();
+  const std::string spec = WriteTinyJob(work_, /*steps=*/1500, /*checkpoint_interval=*/150);
+  const std::string job = Submit(spec);
+  ASSERT_FALSE(job.empty());
+  const std::string dir = tmp_.path() + "/synced", out = tmp_.path() + "/follow.out",
+                    err = tmp_.path() + "/follow.err";
+  const pid_t pid =
+      sftctl_->Spawn({"pull", job, "--follow", "--interval", "0.2", "-o", dir, "--json"}, out, err);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(out).find("\"step\":") != std::string::npos; })) << ReadFile(err);
+  const size_t calls_before = ReadFile(sftd_calls_).size();
+  const CommandResult stop = RunCommand({sshd_->sftd_path(), "stop", "--data-dir", sshd_->agent_data_dir()});
+  ASSERT_EQ(stop.exit_code, 0) << stop.output;
+  Result follow;
+  follow.exit_code = Sftctl::Wait(pid);
+  follow.out = ReadFile(out);
+  follow.err = ReadFile(err);
+  ASSERT_EQ(follow.exit_code, 0) << follow.All();
+  EXPECT_EQ(follow.JsonLines().back()["step"], 1500) << follow.All();
+  EXPECT_EQ(Sha(dir + "/checkpoint-001500/model.safetensors"),
+            Sha(AgentRunFile(job, "checkpoint-001500/model.safetensors")));
+  // The host was asked again, and the agent started again there.
+  const std::string after = ReadFile(sftd_calls_).substr(calls_before);
+  EXPECT_NE(after.find("status\n"), std::string::npos) << after;
+  EXPECT_NE(after.find("start\n"), std::string::npos) << after;
 }
 
 TEST_F(RemoteSsh, SubmitFollowAndPullThroughTheBridgeWhenForwardingIsRefused) {
