@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,10 +24,16 @@ StatusOr<BlobStore::Stat> BlobStore::StatBlob(const std::string& sha256) {
   if (::stat(BlobPath(sha256).c_str(), &st) == 0) {
     // A client asking about a blob is about to use it: its mtime (last use) keeps it from gc.
     (void)::utimensat(AT_FDCWD, BlobPath(sha256).c_str(), nullptr, 0);
-    return Stat{true, static_cast<uint64_t>(st.st_size)};
+    return Stat{true, static_cast<uint64_t>(st.st_size), 0, {}};
   }
-  if (::stat(PartialPath(sha256).c_str(), &st) == 0) return Stat{false, static_cast<uint64_t>(st.st_size)};
-  return Stat{false, 0};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SFT_ASSIGN_OR_RETURN(std::shared_ptr<Ranged> r, FindRanged(sha256, 0, 0, /*create=*/false));
+    if (r) return RangedStat(*r);
+  }
+  if (::stat(PartialPath(sha256).c_str(), &st) == 0)
+    return Stat{false, static_cast<uint64_t>(st.st_size), 0, {}};
+  return Stat{};
 }
 
 StatusOr<std::unique_ptr<BlobStore::Upload>> BlobStore::BeginUpload(const std::string& sha256, uint64_t size,
@@ -40,6 +45,12 @@ StatusOr<std::unique_ptr<BlobStore::Upload>> BlobStore::BeginUpload(const std::s
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (active_.count(sha256)) return AbortedError("an upload of blob " + sha256 + " is already in progress");
+    SFT_ASSIGN_OR_RETURN(std::shared_ptr<Ranged> r, FindRanged(sha256, 0, 0, /*create=*/false));
+    if (r) {
+      // A sequential upload replaces a ranged one (from offset 0: StatBlob reported no bytes for it).
+      if (RangedBusy(*r)) return AbortedError("a ranged upload of blob " + sha256 + " is in progress");
+      DiscardRanged(sha256);
+    }
     active_.insert(sha256);
   }
   auto fail = [&](Status s) {
@@ -52,14 +63,7 @@ StatusOr<std::unique_ptr<BlobStore::Upload>> BlobStore::BeginUpload(const std::s
     return fail(FailedPreconditionError("offset: agent holds " + std::to_string(st.size) + " bytes of blob " +
                                         sha256 + ", upload starts at " + std::to_string(offset)));
   }
-  struct statvfs vfs;
-  if (::statvfs(dir_.c_str(), &vfs) == 0) {
-    uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    if (avail < size - offset) {
-      return fail(ResourceExhaustedError("size: " + std::to_string(size - offset) + " bytes needed, " +
-                                         std::to_string(avail) + " free in " + dir_));
-    }
-  }
+  if (Status space = CheckSpace(size - offset); !space.ok()) return fail(space);
   // Appends go to the end of the partial file, cut to `offset` (what a writer that died mid-write left
   // beyond the bytes StatBlob reported is dropped).
   StatusOr<std::unique_ptr<AppendableFile>> file = fs_->NewAppendableFile(PartialPath(sha256));
@@ -74,11 +78,21 @@ Status BlobStore::RemoveIfUnused(const std::string& sha256, bool partial, int64_
   std::lock_guard<std::mutex> lock(mu_);  // BeginUpload cannot start meanwhile
   if (active_.count(sha256))
     return FailedPreconditionError("an upload of blob " + sha256 + " is in progress");
+  if (partial) {
+    auto r = FindRanged(sha256, 0, 0, /*create=*/false);
+    if (r.ok() && *r && RangedBusy(**r)) {
+      return FailedPreconditionError("a ranged upload of blob " + sha256 + " is in progress");
+    }
+  }
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return ErrnoError("cannot stat", path, errno);
   if (st.st_mtime >= used_before_s) return FailedPreconditionError(path + " was used since the scan");
-  if (::unlink(path.c_str()) != 0) return ErrnoError("cannot remove", path, errno);
-  if (!partial) return store_->DeleteBlob(sha256);
+  if (!partial) {
+    if (::unlink(path.c_str()) != 0) return ErrnoError("cannot remove", path, errno);
+    return store_->DeleteBlob(sha256);
+  }
+  DiscardRanged(sha256);  // a ranged upload's state and log, if any, with the partial file
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("cannot remove", path, errno);
   return OkStatus();
 }
 

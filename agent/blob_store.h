@@ -4,17 +4,28 @@
 // StatBlob tells how many bytes are held. A finished upload is hashed and only renamed into place
 // when the digest matches; on mismatch the partial file is deleted, so nothing is stored.
 //
-// Uploaded bytes are written, synced, read back and renamed through a FileSystem (tests inject a full
-// disk); the metadata calls of StatBlob, the free-space check and garbage collection use POSIX directly.
+// Ranged uploads: a large blob may come as fixed-size blocks over several streams at once, in any
+// order (BeginRange). The blocks are written at their place in the same partial file; each completed
+// block is synced and recorded in blobs/partial/<sha256>.ranges (common/range_log.h), so StatBlob
+// lists the blocks held and a client resumes by sending the others, across agent restarts. The blob
+// is hashed in block order while later blocks still arrive; the block that completes it verifies the
+// digest and renames the blob into place (a mismatch deletes the partial file and its log).
 //
-// Thread safety: safe for concurrent use; at most one upload per sha256 at a time.
+// Sequential uploads are written, synced, read back and renamed through a FileSystem (tests inject a
+// full disk); ranged blocks use pwrite/pread on one descriptor; the metadata calls of StatBlob, the
+// free-space check and garbage collection use POSIX directly.
+//
+// Thread safety: safe for concurrent use; per sha256, one sequential upload or any number of ranged
+// blocks (each block by one stream at a time) at a time.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "agent/state_store.h"
 #include "common/file_system.h"
@@ -27,8 +38,11 @@ class BlobStore {
  public:
   struct Stat {
     bool complete = false;
-    uint64_t size = 0;  // complete: blob size; else bytes of the partial upload
+    uint64_t size = 0;   // complete: blob size; else bytes of the partial upload (0 for a ranged one)
+    uint64_t block = 0;  // a ranged upload in progress: its block size ...
+    std::vector<uint64_t> blocks_held;  // ... and the blocks it holds
   };
+  struct Ranged;  // the shared state of one ranged upload
 
   // One upload in progress. Destroying it without Finish() keeps the partial bytes for a resume.
   class Upload {
@@ -57,6 +71,30 @@ class BlobStore {
     std::unique_ptr<Sha256> hasher_;  // only when the upload started at offset 0
   };
 
+  // One block of a ranged upload. Destroying it without Finish() leaves the block to be sent again.
+  class RangeUpload {
+   public:
+    ~RangeUpload();
+    // INVALID_ARGUMENT past the block's end.
+    Status Write(const std::string& data);
+    // Syncs and records the block. When it was the last one missing, the whole is verified and renamed
+    // into place: *complete. DATA_LOSS for a short block (nothing recorded) or when the whole does not
+    // hash to the sha256 (the partial file and its log are deleted).
+    Status Finish(bool* complete);
+    uint64_t written() const { return pos_ - start_; }
+
+   private:
+    friend class BlobStore;
+    RangeUpload(BlobStore* owner, std::shared_ptr<Ranged> r, size_t block, uint64_t start, uint64_t end);
+    Status HashContiguous();
+    Status Store(const std::string& digest, bool* complete);
+    BlobStore* owner_;
+    std::shared_ptr<Ranged> r_;
+    size_t block_;
+    uint64_t start_, pos_, end_;
+    bool finished_ = false;
+  };
+
   // `dir` is created if missing. `fs` (not owned; must outlive the store) holds the uploaded bytes.
   BlobStore(std::string dir, StateStore* store, FileSystem* fs = FileSystem::Default())
       : dir_(std::move(dir)), store_(store), fs_(fs) {}
@@ -69,6 +107,14 @@ class BlobStore {
   // (offset differs from the bytes held); ABORTED (another upload of this blob is in progress);
   // RESOURCE_EXHAUSTED (not enough disk space).
   StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& sha256, uint64_t size, uint64_t offset);
+  // Starts one block [offset, offset + length) of a ranged upload of `size` bytes in blocks of `block`.
+  // A ranged upload of the same blob with another size or block size that no stream is writing is
+  // discarded, as is a sequential partial upload. Errors: INVALID_ARGUMENT (bad sha256; offset not a
+  // multiple of block, or length not min(block, size - offset)); ALREADY_EXISTS (the blob is complete);
+  // ABORTED (a sequential upload of this blob, or a stream writing this block, is in progress);
+  // RESOURCE_EXHAUSTED (not enough disk space).
+  StatusOr<std::unique_ptr<RangeUpload>> BeginRange(const std::string& sha256, uint64_t size, uint64_t block,
+                                                    uint64_t offset, uint64_t length);
 
   // Garbage collection (agent/gc.h). A blob's mtime is its last use: StatBlob of a complete blob
   // touches it. RemoveIfUnused removes the blob (`partial`: its partial upload) unless an upload of it
@@ -80,13 +126,25 @@ class BlobStore {
 
  private:
   std::string PartialPath(const std::string& sha256) const;
+  std::string RangesPath(const std::string& sha256) const;
   void Release(const std::string& sha256);
+  // The ranged upload of `sha256` (REQUIRES: mu_ held): the one in memory, else the one its log
+  // describes; with size > 0, one of that size and block size, discarding another that no stream is
+  // writing and creating it when `create`. Null (OK) when there is none.
+  StatusOr<std::shared_ptr<Ranged>> FindRanged(const std::string& sha256, uint64_t size, uint64_t block,
+                                               bool create);
+  // Drops the ranged upload of `sha256` and deletes its files (REQUIRES: mu_ held).
+  void DiscardRanged(const std::string& sha256);
+  Status CheckSpace(uint64_t need) const;
+  static Stat RangedStat(Ranged& r);
+  static bool RangedBusy(Ranged& r);
 
   const std::string dir_;
   StateStore* store_;
   FileSystem* const fs_;
   std::mutex mu_;
-  std::set<std::string> active_;
+  std::set<std::string> active_;                           // sequential uploads in progress
+  std::map<std::string, std::shared_ptr<Ranged>> ranged_;  // ranged uploads known since the start
 };
 
 }  // namespace sftctl::agent

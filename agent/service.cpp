@@ -239,6 +239,14 @@ class PullReactor : public grpc::ServerWriteReactor<v1::ArtifactChunk> {
 
 // ---- UploadBlob --------------------------------------------------------------------------------------
 
+// Keeps what BeginUpload or BeginRange started; its error otherwise.
+template <typename T>
+Status Begin(StatusOr<std::unique_ptr<T>> begun, std::unique_ptr<T>* into) {
+  if (!begun.ok()) return begun.status();
+  *into = std::move(*begun);
+  return OkStatus();
+}
+
 class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
  public:
   struct State : Shared<UploadReactor>, std::enable_shared_from_this<State> {
@@ -246,8 +254,10 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
     BlobStore* blobs = nullptr;
     v1::BlobStatus* resp = nullptr;
     v1::UploadBlobRequest req;
-    std::unique_ptr<BlobStore::Upload> upload;
+    std::unique_ptr<BlobStore::Upload> upload;      // a sequential upload, or
+    std::unique_ptr<BlobStore::RangeUpload> range;  // one block of a ranged one
     std::string sha;
+    uint64_t size = 0;
 
     void Handle(bool ok) {
       {
@@ -260,7 +270,17 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
       // RPC is not finished: a client cancel during a slow Finish (fsync, hashing) lets gRPC
       // free `resp`.
       v1::BlobStatus out;
-      if (!ok) {  // the client half-closed: all bytes are here
+      if (!ok && range) {  // the client half-closed a block of a ranged upload
+        bool complete = false;
+        st = range->Finish(&complete);
+        if (st.ok()) {
+          out.set_sha256(sha);
+          out.set_complete(complete);
+          out.set_size(complete ? size : range->written());
+          if (complete) out.set_path(blobs->BlobPath(sha));
+        }
+        done = true;
+      } else if (!ok) {  // the client half-closed: all bytes are here
         if (!upload) {
           st = InvalidArgumentError("sha256: no message received (the first must carry sha256 and size)");
         } else {
@@ -273,14 +293,16 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
           }
         }
         done = true;
-      } else if (!upload) {
+      } else if (!upload && !range) {
         sha = req.sha256();
+        size = req.size();
         if (sha.empty()) st = InvalidArgumentError("sha256: the first message must carry sha256 and size");
         if (st.ok()) {
-          auto begun = blobs->BeginUpload(sha, req.size(), req.offset());
-          if (begun.ok()) {
-            upload = std::move(*begun);
-          } else if (begun.status().code() == StatusCode::kAlreadyExists) {
+          Status begun =
+              req.length() > 0
+                  ? Begin(blobs->BeginRange(sha, size, req.block(), req.offset(), req.length()), &range)
+                  : Begin(blobs->BeginUpload(sha, size, req.offset()), &upload);
+          if (begun.code() == StatusCode::kAlreadyExists) {
             auto stat = blobs->StatBlob(sha);
             out.set_sha256(sha);
             out.set_complete(true);
@@ -289,7 +311,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
             out.set_path(blobs->BlobPath(sha));
             done = true;
           } else {
-            st = begun.status();
+            st = begun;  // OK when it started
           }
         }
       }
@@ -297,12 +319,15 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
         if (!req.sha256().empty() && req.sha256() != sha) {
           st = InvalidArgumentError("sha256: changed within one upload");
         } else {
-          st = upload->Write(req.data());
+          st = range ? range->Write(req.data()) : upload->Write(req.data());
         }
       }
       // Ending: close the upload first so a client that retries at once is not refused as a concurrent
       // upload (the reactor itself may be deleted only later).
-      if (!st.ok() || done) upload.reset();
+      if (!st.ok() || done) {
+        upload.reset();
+        range.reset();
+      }
       std::lock_guard<std::mutex> lock(mu);
       if (finished) return;
       if (!st.ok()) {
@@ -546,6 +571,8 @@ grpc::ServerUnaryReactor* AgentService::StatBlob(grpc::CallbackServerContext* ct
     resp->set_sha256(req->sha256());
     resp->set_complete(st->complete);
     resp->set_size(st->size);
+    resp->set_block(st->block);
+    for (uint64_t b : st->blocks_held) resp->add_blocks_held(b);
     if (st->complete) resp->set_path(deps_.blobs->BlobPath(req->sha256()));
     reactor->Finish(grpc::Status::OK);
   });

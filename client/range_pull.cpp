@@ -7,70 +7,19 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "common/file_system.h"
+#include "common/range_log.h"
 #include "common/sha256.h"
 
 namespace sftctl::client {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The ".ranges" sidecar: a header naming the file, then one completed block index per line.
-class RangeLog {
- public:
-  RangeLog(std::string path, uint64_t size, std::string sha256, uint64_t block)
-      : path_(std::move(path)), size_(size), sha256_(std::move(sha256)), block_(block) {}
-
-  // The blocks an earlier run completed, when its header matches; otherwise none, and the caller
-  // starts over. A torn last line (a crash mid-append) is ignored.
-  std::vector<char> Load(size_t blocks, bool* matched) const {
-    std::vector<char> done(blocks, 0);
-    *matched = false;
-    std::ifstream in(path_);
-    std::string header;
-    if (!in || !std::getline(in, header) || header != Header()) return done;
-    *matched = true;
-    std::string line;
-    while (std::getline(in, line) && !in.eof()) {
-      char* end = nullptr;
-      unsigned long long i = std::strtoull(line.c_str(), &end, 10);
-      if (end != line.c_str() && *end == '\0' && i < blocks) done[i] = 1;
-    }
-    return done;
-  }
-  Status Start() {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd_ < 0) return ErrnoError("cannot write", path_, errno);
-    return WriteFully(fd_, Header() + "\n", path_);
-  }
-  Status Reopen() {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
-    if (fd_ < 0) return ErrnoError("cannot write", path_, errno);
-    return OkStatus();
-  }
-  // Thread-safe (one write(2) per line on an O_APPEND descriptor).
-  Status Append(size_t block) { return WriteFully(fd_, std::to_string(block) + "\n", path_); }
-  ~RangeLog() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
- private:
-  std::string Header() const {
-    return "sftctl-ranges 1 " + std::to_string(size_) + " " + sha256_ + " " + std::to_string(block_);
-  }
-  std::string path_;
-  uint64_t size_;
-  std::string sha256_;
-  uint64_t block_;
-  int fd_ = -1;
-};
 
 // What the workers and the hashing thread share.
 struct Shared {

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 
+#include "client/range_upload.h"
+
 namespace sftctl::client {
 namespace {
 
@@ -50,6 +52,10 @@ Status UploadFile(Reconnector* rc, const std::string& local_path, uint64_t size,
           }
           if (progress && !counted_resume) progress->Add(size);
           return OkStatus();
+        }
+        // A large file goes as parallel blocks, unless a one-stream upload of it is under way there.
+        if (size >= kMinRangeUploadBytes && held.size() == 0 && !sent_any) {
+          return UploadRanges(rc, local_path, size, sha256, held, RangeUploadOptions{}, progress, stats);
         }
         uint64_t offset = held.size() > size ? 0 : held.size();
         if (progress && !counted_resume && !sent_any) progress->Add(offset);

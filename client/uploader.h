@@ -1,6 +1,7 @@
 // Uploading local files to an agent as sha256-addressed blobs (StatBlob, then UploadBlob from the
 // offset the agent holds): a blob the agent already has is not sent again, an interrupted upload
-// resumes where it stopped, and a dropped connection is reconnected and resumed (Reconnector).
+// resumes where it stopped, and a dropped connection is reconnected and resumed (Reconnector). A file
+// of kMinRangeUploadBytes or more goes as blocks over several connections (range_upload.h).
 //
 // Thread safety: one thread at a time.
 #pragma once

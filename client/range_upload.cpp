@@ -1,0 +1,183 @@
+#include "client/range_upload.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/file_system.h"
+
+namespace sftctl::client {
+namespace {
+
+constexpr size_t kChunk = 1 << 20;
+
+// What the workers share.
+struct Shared {
+  std::string path, sha256;
+  uint64_t size = 0, block = 0;
+  int fd = -1;
+  Progress* progress = nullptr;
+
+  std::mutex mu;
+  std::vector<size_t> todo;  // blocks to send, taken from the back
+  Status error;              // the first failure; stops everyone
+  bool complete = false;     // the agent said the blob is complete
+  std::atomic<uint64_t> sent{0};
+
+  // The next block to send; false when none is left or someone failed.
+  bool Take(size_t* b) {
+    std::lock_guard<std::mutex> l(mu);
+    if (!error.ok() || todo.empty()) return false;
+    *b = todo.back();
+    todo.pop_back();
+    return true;
+  }
+  void Fail(const Status& s) {
+    std::lock_guard<std::mutex> l(mu);
+    if (error.ok()) error = s;
+  }
+};
+
+// Streams block `b` through `a`. *sent: its bytes that went out (for progress, also on a failure).
+Status SendBlock(AgentSession& a, Shared& sh, size_t b, uint64_t* sent) {
+  const uint64_t start = static_cast<uint64_t>(b) * sh.block, end = std::min(sh.size, start + sh.block);
+  grpc::ClientContext ctx;
+  a.Prepare(&ctx, std::chrono::milliseconds(0));
+  v1::BlobStatus result;
+  auto writer = a.stub()->UploadBlob(&ctx, &result);
+  v1::UploadBlobRequest first;
+  first.set_sha256(sh.sha256);
+  first.set_size(sh.size);
+  first.set_offset(start);
+  first.set_length(end - start);
+  first.set_block(sh.block);
+  bool stream_ok = writer->Write(first);
+  std::string buf(kChunk, '\0');
+  Status read_error;
+  for (uint64_t pos = start; stream_ok && pos < end;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, end - pos));
+    read_error = PreadFully(sh.fd, buf.data(), n, pos, sh.path);
+    if (!read_error.ok()) {
+      ctx.TryCancel();
+      break;
+    }
+    v1::UploadBlobRequest chunk;
+    chunk.set_data(buf.data(), n);
+    stream_ok = writer->Write(chunk);
+    if (!stream_ok) break;
+    pos += n;
+    *sent += n;
+    sh.sent += n;
+    if (sh.progress) sh.progress->Add(n);
+  }
+  if (stream_ok) writer->WritesDone();
+  grpc::Status fin = writer->Finish();
+  SFT_RETURN_IF_ERROR(read_error);
+  SFT_RETURN_IF_ERROR(
+      FromGrpc(fin, a.host() + ": upload of block " + std::to_string(b) + " of '" + sh.path + "'"));
+  if (result.complete()) {
+    std::lock_guard<std::mutex> l(sh.mu);
+    sh.complete = true;
+  }
+  return OkStatus();
+}
+
+// One connection's share: blocks until none is left, each resent whole after a reconnect.
+void RunWorker(Reconnector* rc, Shared* sh) {
+  size_t b;
+  while (sh->Take(&b)) {
+    for (;;) {
+      auto session = rc->Session();
+      uint64_t sent = 0;
+      Status s = session.ok() ? SendBlock(**session, *sh, b, &sent) : session.status();
+      if (s.ok()) {
+        rc->MadeProgress();
+        break;
+      }
+      if (s.code() == StatusCode::kDataLoss || !IsTransient(s)) return sh->Fail(s);
+      if (sent > 0) rc->MadeProgress();
+      if (!rc->ShouldRetry(s)) return sh->Fail(rc->GiveUp(s));
+    }
+  }
+}
+
+}  // namespace
+
+Status UploadRanges(Reconnector* rc, const std::string& local_path, uint64_t size, const std::string& sha256,
+                    const v1::BlobStatus& held, const RangeUploadOptions& options, Progress* progress,
+                    UploadStats* stats) {
+  Shared sh;
+  sh.path = local_path;
+  sh.sha256 = sha256;
+  sh.size = size;
+  sh.block = std::max<uint64_t>(1, options.block_bytes);
+  sh.progress = progress;
+  const size_t blocks = static_cast<size_t>((size + sh.block - 1) / sh.block);
+  std::vector<char> have(blocks, 0);
+  if (held.block() == sh.block) {
+    for (uint64_t b : held.blocks_held()) {
+      if (b < blocks) have[b] = 1;
+    }
+  }
+  for (size_t b = blocks; b-- > 0;) {  // taken from the back: block 0 first
+    if (!have[b]) {
+      sh.todo.push_back(b);
+    } else if (progress) {
+      progress->Add(std::min(size, (b + 1) * sh.block) - b * sh.block);
+    }
+  }
+  sh.fd = ::open(local_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (sh.fd < 0) return ErrnoError("cannot read", local_path, errno);
+  {
+    std::vector<std::unique_ptr<Reconnector>> extra;
+    std::vector<std::thread> threads;
+    const int n = std::max(1, std::min<int>(options.connections, static_cast<int>(sh.todo.size())));
+    for (int i = 0; i < n; ++i) {
+      Reconnector* r = rc;
+      if (i > 0) {
+        extra.push_back(std::make_unique<Reconnector>(nullptr, rc->factory(), rc->policy()));
+        r = extra.back().get();
+      }
+      threads.emplace_back(RunWorker, r, &sh);
+    }
+    for (auto& t : threads) t.join();
+    for (auto& r : extra) rc->AddReconnects(std::max(0, r->reconnects() - 1));
+  }
+  ::close(sh.fd);
+  stats->bytes_sent += sh.sent.load();
+  SFT_RETURN_IF_ERROR(sh.error);
+  if (!sh.complete) {
+    // Every block went out, yet no answer said complete (the completing one was lost with its stream,
+    // or the blocks were all held already): ask.
+    Status asked = WithRetry(rc, [&](AgentSession& a) {
+      v1::StatBlobRequest req;
+      req.set_sha256(sha256);
+      v1::BlobStatus st;
+      grpc::ClientContext ctx;
+      a.Prepare(&ctx);
+      SFT_RETURN_IF_ERROR(FromGrpc(a.stub()->StatBlob(&ctx, req, &st), a.host() + ": StatBlob"));
+      sh.complete = st.complete();
+      return OkStatus();
+    });
+    SFT_RETURN_IF_ERROR(asked);
+    if (!sh.complete) {
+      return DataLossError(rc->host() + ": upload of '" + local_path +
+                           "' ended incomplete: the agent holds " + "not all of its blocks; send it again");
+    }
+  }
+  if (sh.sent.load() > 0) {
+    ++stats->files_sent;
+  } else {
+    ++stats->files_unchanged;
+    stats->bytes_unchanged += size;
+  }
+  return OkStatus();
+}
+
+}  // namespace sftctl::client

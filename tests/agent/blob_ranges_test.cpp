@@ -1,0 +1,166 @@
+// Ranged uploads into the BlobStore (agent/blob_store.h): blocks in any order and at once, the
+// blocks held across a restart, a whole that does not verify, bad ranges, and what a sequential
+// upload and garbage collection do to a ranged one.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+#include <vector>
+
+#include "agent/blob_store.h"
+#include "agent/state_store.h"
+#include "common/sha256.h"
+#include "tests/util/temp_dir.h"
+
+namespace sftctl::agent {
+namespace {
+
+using ::sftctl::testing::TempDir;
+
+constexpr uint64_t kBlock = 1000;
+
+class BlobRanges : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(blobs->Init().ok());
+    for (int i = 0; i < 4500; ++i) data.push_back(static_cast<char>('a' + (i * 7) % 26));
+    sha = Sha256Hex(data);
+  }
+  // Sends block b whole (or its first `cut` bytes); *complete as the store answered.
+  Status Send(BlobStore& store, size_t b, bool* complete, size_t cut = SIZE_MAX) {
+    const uint64_t off = b * kBlock, len = std::min<uint64_t>(kBlock, data.size() - off);
+    auto up = store.BeginRange(sha, data.size(), kBlock, off, len);
+    if (!up.ok()) return up.status();
+    Status w = (*up)->Write(data.substr(off, std::min<uint64_t>(len, cut)));
+    if (!w.ok()) return w;
+    return (*up)->Finish(complete);
+  }
+  std::vector<uint64_t> Held(BlobStore& store) {
+    auto st = store.StatBlob(sha);
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    return st.ok() ? st->blocks_held : std::vector<uint64_t>{};
+  }
+
+  TempDir dir;
+  std::unique_ptr<StateStore> state = StateStore::Open(dir.path() + "/agent.db").value();
+  std::unique_ptr<BlobStore> blobs = std::make_unique<BlobStore>(dir.path() + "/blobs", state.get());
+  std::string data, sha;  // 4.5 blocks
+};
+
+TEST_F(BlobRanges, BlocksInAnyOrderCompleteTheBlobOnlyWithTheLastOne) {
+  bool complete = true;
+  for (size_t b : {3, 0, 4, 1}) {
+    ASSERT_TRUE(Send(*blobs, b, &complete).ok()) << b;
+    EXPECT_FALSE(complete) << b;
+  }
+  auto st = blobs->StatBlob(sha);
+  ASSERT_TRUE(st.ok());
+  EXPECT_FALSE(st->complete);
+  EXPECT_EQ(st->block, kBlock);
+  EXPECT_EQ(st->blocks_held, (std::vector<uint64_t>{0, 1, 3, 4}));
+  ASSERT_TRUE(Send(*blobs, 2, &complete).ok());
+  EXPECT_TRUE(complete);
+  EXPECT_TRUE(blobs->StatBlob(sha)->complete);
+  std::ifstream in(blobs->BlobPath(sha), std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), data);
+  EXPECT_FALSE(std::filesystem::exists(blobs->PartialDir() + "/" + sha + ".ranges"));
+  EXPECT_EQ(blobs->BeginRange(sha, data.size(), kBlock, 0, kBlock).status().code(),
+            StatusCode::kAlreadyExists);
+}
+
+TEST_F(BlobRanges, BlocksSentAtOnceFromSeveralThreadsVerify) {
+  std::vector<std::thread> threads;
+  std::atomic<int> completes{0}, failures{0};
+  for (size_t b = 0; b < 5; ++b) {
+    threads.emplace_back([&, b] {
+      bool complete = false;
+      if (!Send(*blobs, b, &complete).ok()) ++failures;
+      if (complete) ++completes;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(completes.load(), 1);  // exactly the last block to arrive
+  EXPECT_TRUE(blobs->StatBlob(sha)->complete);
+}
+
+TEST_F(BlobRanges, TheBlocksHeldOutliveARestartAndAShortBlockIsNotHeld) {
+  bool complete = false;
+  ASSERT_TRUE(Send(*blobs, 0, &complete).ok());
+  ASSERT_TRUE(Send(*blobs, 2, &complete).ok());
+  EXPECT_EQ(Send(*blobs, 1, &complete, 10).code(), StatusCode::kDataLoss);  // the stream ended early
+  {
+    auto up = blobs->BeginRange(sha, data.size(), kBlock, 3 * kBlock, kBlock).value();
+    EXPECT_EQ(blobs->BeginRange(sha, data.size(), kBlock, 3 * kBlock, kBlock).status().code(),
+              StatusCode::kAborted);  // one stream per block
+    EXPECT_EQ(blobs->BeginUpload(sha, data.size(), 0).status().code(), StatusCode::kAborted);
+    EXPECT_EQ(up->Write(std::string(kBlock + 1, 'x')).code(), StatusCode::kInvalidArgument);
+  }  // the client went away mid-block
+  EXPECT_EQ(Held(*blobs), (std::vector<uint64_t>{0, 2}));
+
+  blobs = std::make_unique<BlobStore>(dir.path() + "/blobs", state.get());  // the agent restarts
+  ASSERT_TRUE(blobs->Init().ok());
+  EXPECT_EQ(Held(*blobs), (std::vector<uint64_t>{0, 2}));
+  for (size_t b : {1, 3, 4}) ASSERT_TRUE(Send(*blobs, b, &complete).ok()) << b;
+  EXPECT_TRUE(complete);  // hashed from the start, blocks 0 and 2 read back
+  EXPECT_TRUE(blobs->StatBlob(sha)->complete);
+}
+
+TEST_F(BlobRanges, AWholeThatDoesNotVerifyIsDeleted) {
+  data[2 * kBlock + 5] ^= 1;  // the file changed while it was read: blocks no longer hash to sha
+  bool complete = false;
+  for (size_t b : {0, 1, 2, 3}) ASSERT_TRUE(Send(*blobs, b, &complete).ok()) << b;
+  Status s = Send(*blobs, 4, &complete);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("nothing stored"), std::string::npos) << s.message();
+  EXPECT_FALSE(complete);
+  EXPECT_FALSE(std::filesystem::exists(blobs->BlobPath(sha)));
+  EXPECT_FALSE(std::filesystem::exists(blobs->PartialDir() + "/" + sha));
+  EXPECT_TRUE(Held(*blobs).empty());
+}
+
+TEST_F(BlobRanges, RangesMustBeWholeBlocks) {
+  EXPECT_EQ(blobs->BeginRange(sha, data.size(), kBlock, 500, kBlock).status().code(),
+            StatusCode::kInvalidArgument);  // not at a block boundary
+  EXPECT_EQ(blobs->BeginRange(sha, data.size(), kBlock, 0, 999).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(blobs->BeginRange(sha, data.size(), kBlock, 4 * kBlock, kBlock).status().code(),
+            StatusCode::kInvalidArgument);  // the last block is 500 bytes
+  EXPECT_EQ(blobs->BeginRange(sha, data.size(), 0, 0, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(blobs->BeginRange(sha, data.size(), kBlock, 5 * kBlock, kBlock).status().code(),
+            StatusCode::kInvalidArgument);  // past the end
+  EXPECT_EQ(blobs->BeginRange("nope", data.size(), kBlock, 0, kBlock).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(BlobRanges, ASequentialUploadOrGcReplacesAnIdleRangedOne) {
+  bool complete = false;
+  ASSERT_TRUE(Send(*blobs, 1, &complete).ok());
+  ASSERT_EQ(Held(*blobs), (std::vector<uint64_t>{1}));
+  EXPECT_EQ(blobs->StatBlob(sha)->size, 0u);  // a sequential client starts from 0
+  {
+    auto up = blobs->BeginUpload(sha, data.size(), 0).value();
+    EXPECT_FALSE(std::filesystem::exists(blobs->PartialDir() + "/" + sha + ".ranges"));
+    ASSERT_TRUE(up->Write(data.substr(0, 100)).ok());
+  }
+  EXPECT_EQ(blobs->StatBlob(sha)->size, 100u);
+  EXPECT_TRUE(Held(*blobs).empty());
+
+  // Blocks of another size replace the sequential bytes; gc then removes the ranged upload whole.
+  auto up = blobs->BeginRange(sha, data.size(), 2 * kBlock, 0, 2 * kBlock).value();
+  ASSERT_TRUE(up->Write(data.substr(0, 2 * kBlock)).ok());
+  ASSERT_TRUE(up->Finish(&complete).ok());
+  up.reset();
+  EXPECT_EQ(Held(*blobs), (std::vector<uint64_t>{0}));
+  ASSERT_TRUE(blobs->RemoveIfUnused(sha, /*partial=*/true, INT64_MAX).ok());
+  EXPECT_FALSE(std::filesystem::exists(blobs->PartialDir() + "/" + sha));
+  EXPECT_FALSE(std::filesystem::exists(blobs->PartialDir() + "/" + sha + ".ranges"));
+  EXPECT_TRUE(Held(*blobs).empty());
+}
+
+}  // namespace
+}  // namespace sftctl::agent

@@ -1,0 +1,169 @@
+// Range uploads (client/range_upload.h) into the agent's real BlobStore, behind a small in-process
+// service (real gRPC, one in-process channel per connection) that can drop a block's stream half way.
+#include "client/range_upload.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "agent/blob_store.h"
+#include "agent/state_store.h"
+#include "common/sha256.h"
+#include "tests/remote/in_process_agent.h"
+#include "tests/remote/remote_test_util.h"
+
+namespace sftctl::remotetest {
+namespace {
+
+namespace v1 = ::sftctl::v1;
+
+constexpr uint64_t kBlock = 64 << 10;
+
+class BlobAgent final : public v1::Agent::Service {
+ public:
+  explicit BlobAgent(agent::BlobStore* store) : store_(store) {}
+  int64_t drop_block = -1;  // the first stream of this block fails half way
+
+  grpc::Status StatBlob(grpc::ServerContext*, const v1::StatBlobRequest* req, v1::BlobStatus* resp) override {
+    auto st = store_->StatBlob(req->sha256());
+    if (!st.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, st.status().message());
+    resp->set_complete(st->complete);
+    resp->set_size(st->size);
+    resp->set_block(st->block);
+    for (uint64_t b : st->blocks_held) resp->add_blocks_held(b);
+    return grpc::Status::OK;
+  }
+  grpc::Status UploadBlob(grpc::ServerContext*, grpc::ServerReader<v1::UploadBlobRequest>* r,
+                          v1::BlobStatus* resp) override {
+    v1::UploadBlobRequest msg;
+    if (!r->Read(&msg) || msg.length() == 0)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no range");
+    const size_t b = msg.offset() / msg.block();
+    const int stream = Count(b);
+    auto up = store_->BeginRange(msg.sha256(), msg.size(), msg.block(), msg.offset(), msg.length());
+    if (!up.ok())
+      return grpc::Status(static_cast<grpc::StatusCode>(up.status().code()), up.status().message());
+    while (r->Read(&msg)) {
+      if (!(*up)->Write(msg.data()).ok()) return grpc::Status(grpc::StatusCode::INTERNAL, "write");
+      if (static_cast<int64_t>(b) == drop_block && stream == 0 && (*up)->written() >= kBlock / 2) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "tunnel dropped");
+      }
+    }
+    bool complete = false;
+    Status s = (*up)->Finish(&complete);
+    if (!s.ok()) return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+    resp->set_complete(complete);
+    return grpc::Status::OK;
+  }
+  // Streams per block so far.
+  std::map<size_t, int> Streams() {
+    std::lock_guard<std::mutex> l(mu_);
+    return streams_;
+  }
+
+ private:
+  int Count(size_t b) {
+    std::lock_guard<std::mutex> l(mu_);
+    return streams_[b]++;
+  }
+  agent::BlobStore* store_;
+  std::mutex mu_;
+  std::map<size_t, int> streams_;
+};
+
+class RangeUpload : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(blobs_.Init().ok());
+    grpc::ServerBuilder b;
+    b.RegisterService(&agent_);
+    server_ = b.BuildAndStart();
+    ASSERT_TRUE(server_);
+    data_.resize(5 * kBlock + 1234);
+    for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<char>((i * 131) >> 3);
+    sha_ = Sha256Hex(data_);
+    file_ = tmp_.path() + "/train.jsonl";
+    WriteFile(file_, data_);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  Status Upload(const std::string& sha, client::UploadStats* stats) {
+    auto rc = InProcessReconnector(server_.get(), 3, &connects_);
+    v1::BlobStatus held;
+    auto st = blobs_.StatBlob(sha);
+    if (st.ok()) {
+      held.set_block(st->block);
+      for (uint64_t b : st->blocks_held) held.add_blocks_held(b);
+    }
+    client::RangeUploadOptions o;
+    o.block_bytes = kBlock;
+    return client::UploadRanges(rc.get(), file_, data_.size(), sha, held, o, nullptr, stats);
+  }
+  std::string Stored() { return ReadFile(blobs_.BlobPath(sha_)); }
+
+  TempDir tmp_;
+  std::unique_ptr<agent::StateStore> state_ = agent::StateStore::Open(tmp_.path() + "/agent.db").value();
+  agent::BlobStore blobs_{tmp_.path() + "/blobs", state_.get()};
+  BlobAgent agent_{&blobs_};
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<int> connects_{0};
+  std::string data_, sha_, file_;
+};
+
+TEST_F(RangeUpload, BlocksGoOverSeveralConnectionsAndTheWholeVerifies) {
+  client::UploadStats stats;
+  Status s = Upload(sha_, &stats);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Stored(), data_);
+  EXPECT_EQ(connects_.load(), client::kUploadConnections);
+  EXPECT_EQ(stats.bytes_sent, data_.size());
+  EXPECT_EQ(stats.files_sent, 1);
+  const auto streams = agent_.Streams();
+  ASSERT_EQ(streams.size(), 6u);
+  for (auto [block, n] : streams) EXPECT_EQ(n, 1) << "block " << block << " sent twice";
+}
+
+TEST_F(RangeUpload, ADroppedBlockIsSentAgainWholeAfterAReconnect) {
+  agent_.drop_block = 2;
+  client::UploadStats stats;
+  Status s = Upload(sha_, &stats);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Stored(), data_);
+  EXPECT_EQ(agent_.Streams()[2], 2);
+  EXPECT_EQ(agent_.Streams()[3], 1);
+  EXPECT_GT(connects_.load(), client::kUploadConnections);  // the dropped one reconnected
+  EXPECT_GT(stats.bytes_sent, data_.size());                // the half block, then the whole one
+  EXPECT_LT(stats.bytes_sent, data_.size() + kBlock + 1);
+}
+
+TEST_F(RangeUpload, BlocksTheAgentHoldsAreNotSentAgain) {
+  for (uint64_t b : {0, 3}) {
+    auto up = blobs_.BeginRange(sha_, data_.size(), kBlock, b * kBlock, kBlock).value();
+    ASSERT_TRUE(up->Write(data_.substr(b * kBlock, kBlock)).ok());
+    bool complete = false;
+    ASSERT_TRUE(up->Finish(&complete).ok());
+  }
+  client::UploadStats stats;
+  Status s = Upload(sha_, &stats);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Stored(), data_);
+  EXPECT_EQ(stats.bytes_sent, data_.size() - 2 * kBlock);
+  EXPECT_EQ(agent_.Streams().count(0), 0u);
+  EXPECT_EQ(agent_.Streams().count(3), 0u);
+}
+
+TEST_F(RangeUpload, AFileThatChangedWhileItWasReadIsRefusedAndNothingIsStored) {
+  const std::string claimed = Sha256Hex(data_ + "x");  // what it hashed to before it changed
+  client::UploadStats stats;
+  Status s = Upload(claimed, &stats);
+  ASSERT_EQ(s.code(), StatusCode::kDataLoss) << s.message();
+  EXPECT_NE(s.message().find("nothing stored"), std::string::npos) << s.message();
+  EXPECT_FALSE(std::filesystem::exists(blobs_.BlobPath(claimed)));
+  EXPECT_FALSE(std::filesystem::exists(blobs_.PartialDir() + "/" + claimed));
+}
+
+}  // namespace
+}  // namespace sftctl::remotetest
