@@ -47,6 +47,9 @@ Status BlobStore::CheckSpace(uint64_t need) const {
 
 namespace {
 
+// Blocks per ranged upload at most (each costs two bytes of memory): 8 TiB in 8 MiB blocks.
+constexpr uint64_t kMaxRangeBlocks = 1 << 20;
+
 // The size and block size a ranges log's header names ("sftctl-ranges 1 SIZE SHA BLOCK"); false when it
 // is missing or names another blob.
 bool ReadRangesHeader(const std::string& path, const std::string& sha256, uint64_t* size, uint64_t* block) {
@@ -56,7 +59,8 @@ bool ReadRangesHeader(const std::string& path, const std::string& sha256, uint64
   std::istringstream h(line);
   std::string magic, version, sha;
   if (!(h >> magic >> version >> *size >> sha >> *block)) return false;
-  return magic == "sftctl-ranges" && version == "1" && sha == sha256 && *block > 0;
+  return magic == "sftctl-ranges" && version == "1" && sha == sha256 && *block > 0 && *size > 0 &&
+         (*size - 1) / *block < kMaxRangeBlocks;
 }
 
 }  // namespace
@@ -141,7 +145,7 @@ StatusOr<std::unique_ptr<BlobStore::RangeUpload>> BlobStore::BeginRange(const st
                                                                         uint64_t offset, uint64_t length) {
   if (!IsSha256Hex(sha256)) return InvalidArgumentError("sha256: must be 64 lowercase hex digits");
   if (block == 0 || size == 0 || offset >= size || offset % block != 0 ||
-      length != std::min(block, size - offset)) {
+      length != std::min(block, size - offset) || (size - 1) / block >= kMaxRangeBlocks) {
     return InvalidArgumentError("length: a range must be one whole block (offset " + std::to_string(offset) +
                                 ", length " + std::to_string(length) + ", block " + std::to_string(block) +
                                 ", size " + std::to_string(size) + ")");

@@ -133,6 +133,8 @@ TEST_F(BlobRanges, RangesMustBeWholeBlocks) {
   EXPECT_EQ(blobs->BeginRange(sha, data.size(), 0, 0, 0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(blobs->BeginRange(sha, data.size(), kBlock, 5 * kBlock, kBlock).status().code(),
             StatusCode::kInvalidArgument);  // past the end
+  EXPECT_EQ(blobs->BeginRange(sha, uint64_t{1} << 40, 1, 0, 1).status().code(),
+            StatusCode::kInvalidArgument);  // a trillion blocks: refused before any is tracked
   EXPECT_EQ(blobs->BeginRange("nope", data.size(), kBlock, 0, kBlock).status().code(),
             StatusCode::kInvalidArgument);
 }
