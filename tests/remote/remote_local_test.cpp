@@ -304,10 +304,7 @@ TEST_F(RemoteLocal, PullFollowCarriesOnAcrossAnAgentRestart) {
   ASSERT_TRUE(WaitFor([&] { return ReadFile(out).find("\"step\":") != std::string::npos; })) << ReadFile(err);
   const CommandResult stop = RunCommand({Bin("sftd"), "stop", "--data-dir", agent_dir_});
   ASSERT_EQ(stop.exit_code, 0) << stop.output;
-  Result follow;
-  follow.exit_code = Sftctl::Wait(pid);
-  follow.out = ReadFile(out);
-  follow.err = ReadFile(err);
+  const Result follow = Sftctl::Finish(pid, out, err);
   ASSERT_EQ(follow.exit_code, 0) << follow.All();
   EXPECT_NE(follow.err.find("reconnect"), std::string::npos) << "the agent never went away?\n"
                                                              << follow.All();

@@ -122,13 +122,18 @@ class Sftctl {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
-  Result Run(const std::vector<std::string>& args) const {
-    const std::string out = home_ + "/.run-out", err = home_ + "/.run-err";
+  // Waits for a Spawn()ed command and reads what it wrote to `out` and `err`.
+  static Result Finish(pid_t pid, const std::string& out, const std::string& err) {
     Result r;
-    r.exit_code = Wait(Spawn(args, out, err));
+    r.exit_code = Wait(pid);
     r.out = ReadFile(out);
     r.err = ReadFile(err);
     return r;
+  }
+
+  Result Run(const std::vector<std::string>& args) const {
+    const std::string out = home_ + "/.run-out", err = home_ + "/.run-err";
+    return Finish(Spawn(args, out, err), out, err);
   }
 
  private:
