@@ -695,6 +695,57 @@ TEST_F(AgentE2E, UploadBlobVerifiesResumesDeduplicatesAndFeedsSpec) {
   EXPECT_EQ(nlohmann::json::parse(done.spec_json())["train_file"], blob_path);
 }
 
+// Ranged uploads through the real agent's UploadBlob reactor: blocks in any order, StatBlob's blocks
+// held, a short block not held, the block that completes the blob answered complete.
+TEST_F(AgentE2E, RangedUploadBlocksCompleteTheBlobInAnyOrder) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  std::string data(100000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 13 + 1);
+  const std::string sha = Sha256Hex(data);
+  constexpr uint64_t kBlock = 30000;
+  auto send = [&](uint64_t b, size_t cut, v1::BlobStatus* resp) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + a.token());
+    ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+    auto writer = a.stub()->UploadBlob(&ctx, resp);
+    const uint64_t off = b * kBlock, len = std::min<uint64_t>(kBlock, data.size() - off);
+    v1::UploadBlobRequest first;
+    first.set_sha256(sha);
+    first.set_size(data.size());
+    first.set_offset(off);
+    first.set_length(len);
+    first.set_block(kBlock);
+    writer->Write(first);
+    v1::UploadBlobRequest m;
+    m.set_data(data.substr(off, std::min<uint64_t>(len, cut)));
+    writer->Write(m);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  v1::BlobStatus resp;
+  for (uint64_t b : {3, 1, 2}) {
+    grpc::Status s = send(b, SIZE_MAX, &resp);
+    ASSERT_TRUE(s.ok()) << b << ": " << s.error_message();
+    EXPECT_FALSE(resp.complete());
+  }
+  EXPECT_EQ(send(0, 100, &resp).error_code(), grpc::StatusCode::DATA_LOSS);  // a short block
+  v1::StatBlobRequest sreq;
+  sreq.set_sha256(sha);
+  v1::BlobStatus st;
+  ASSERT_TRUE(a.stub()->StatBlob(a.Ctx().get(), sreq, &st).ok());
+  EXPECT_EQ(st.block(), kBlock);
+  EXPECT_EQ(std::vector<uint64_t>(st.blocks_held().begin(), st.blocks_held().end()),
+            (std::vector<uint64_t>{1, 2, 3}));
+  grpc::Status s = send(0, SIZE_MAX, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(resp.complete());
+  EXPECT_EQ(ReadFile(a.data_dir() + "/blobs/" + sha), data);
+  ASSERT_TRUE(a.stub()->StatBlob(a.Ctx().get(), sreq, &st).ok());
+  EXPECT_TRUE(st.complete());
+  EXPECT_EQ(st.blocks_held_size(), 0);
+}
+
 TEST_F(AgentE2E, TwoJobsWantingMoreGpusThanExistOneQueued) {
   Agent a(dir_.path());
   ASSERT_TRUE(a.Start({"--gpus", "0,1"}));
