@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +35,15 @@ StatusOr<BlobStore::Stat> BlobStore::StatBlob(const std::string& sha256) {
   if (::stat(PartialPath(sha256).c_str(), &st) == 0)
     return Stat{false, static_cast<uint64_t>(st.st_size), 0, {}};
   return Stat{};
+}
+
+Status BlobStore::CheckSpace(uint64_t need) const {
+  struct statvfs vfs;
+  if (::statvfs(dir_.c_str(), &vfs) != 0) return OkStatus();
+  uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (avail >= need) return OkStatus();
+  return ResourceExhaustedError("size: " + std::to_string(need) + " bytes needed, " + std::to_string(avail) +
+                                " free in " + dir_);
 }
 
 StatusOr<std::unique_ptr<BlobStore::Upload>> BlobStore::BeginUpload(const std::string& sha256, uint64_t size,

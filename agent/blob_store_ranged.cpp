@@ -2,7 +2,6 @@
 // streams, recorded in a RangeLog, hashed in block order as they complete.
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,15 +35,6 @@ struct BlobStore::Ranged {
 };
 
 std::string BlobStore::RangesPath(const std::string& sha256) const { return PartialPath(sha256) + ".ranges"; }
-
-Status BlobStore::CheckSpace(uint64_t need) const {
-  struct statvfs vfs;
-  if (::statvfs(dir_.c_str(), &vfs) != 0) return OkStatus();
-  uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  if (avail >= need) return OkStatus();
-  return ResourceExhaustedError("size: " + std::to_string(need) + " bytes needed, " + std::to_string(avail) +
-                                " free in " + dir_);
-}
 
 namespace {
 
