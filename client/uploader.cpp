@@ -10,8 +10,6 @@
 namespace sftctl::client {
 namespace {
 
-constexpr size_t kChunk = 1 << 20;
-
 class Fd {
  public:
   explicit Fd(int fd) : fd_(fd) {}
@@ -71,10 +69,10 @@ Status UploadFile(Reconnector* rc, const std::string& local_path, uint64_t size,
         msg.set_size(size);
         msg.set_offset(offset);
         bool stream_ok = writer->Write(msg);
-        std::string buf(kChunk, '\0');
+        std::string buf(kUploadChunkBytes, '\0');
         Status read_error;
         while (stream_ok && offset < size) {
-          ssize_t n = ::pread(fd.get(), buf.data(), std::min<uint64_t>(kChunk, size - offset),
+          ssize_t n = ::pread(fd.get(), buf.data(), std::min<uint64_t>(kUploadChunkBytes, size - offset),
                               static_cast<off_t>(offset));
           if (n < 0 && errno == EINTR) continue;
           if (n <= 0) {

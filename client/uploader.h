@@ -6,6 +6,7 @@
 // Thread safety: one thread at a time.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -14,6 +15,9 @@
 #include "common/status.h"
 
 namespace sftctl::client {
+
+// Data bytes per UploadBlob message, sequential and ranged uploads alike.
+constexpr size_t kUploadChunkBytes = 1 << 20;
 
 struct UploadStats {
   int files_sent = 0;       // files of which this process sent bytes
