@@ -85,13 +85,15 @@ class BlobStore {
 
    private:
     friend class BlobStore;
-    RangeUpload(BlobStore* owner, std::shared_ptr<Ranged> r, size_t block, uint64_t start, uint64_t end);
+    RangeUpload(BlobStore* owner, std::shared_ptr<Ranged> r, size_t block, uint64_t start, uint64_t end,
+                int fd);
     Status HashContiguous();
     Status Store(const std::string& digest, bool* complete);
     BlobStore* owner_;
     std::shared_ptr<Ranged> r_;
     size_t block_;
     uint64_t start_, pos_, end_;
+    int fd_;  // this stream's own descriptor of the partial file (owned)
     bool finished_ = false;
   };
 

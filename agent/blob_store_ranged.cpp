@@ -1,5 +1,7 @@
 // BlobStore's ranged uploads (blob_store.h): blocks of one blob written at their place by several
-// streams, recorded in a RangeLog, hashed in block order as they complete.
+// streams, recorded in a RangeLog, hashed in block order as they complete. Only a stream that is
+// writing a block holds a descriptor of the partial file: the agent may know of many ranged uploads
+// that clients started and abandoned, and they must not use up its descriptors.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,18 +20,13 @@ struct BlobStore::Ranged {
   std::string sha;
   uint64_t size = 0, block = 0;
   size_t blocks = 0;
-  int fd = -1;  // the partial file, read and written with pread/pwrite
-  std::unique_ptr<RangeLog> log;
+  std::unique_ptr<RangeLog> log;  // closed between appends
 
   std::mutex mu;                 // guards what follows
   std::vector<char> done, busy;  // per block: recorded / a stream is writing it
   size_t hashed = 0;             // blocks [0, hashed) are in `hasher`
   Sha256 hasher;
   bool gone = false;  // completed or discarded: its files are no longer this upload's
-
-  ~Ranged() {
-    if (fd >= 0) ::close(fd);
-  }
   uint64_t Start(size_t b) const { return static_cast<uint64_t>(b) * block; }
   uint64_t End(size_t b) const { return std::min(size, Start(b) + block); }
 };
@@ -100,11 +97,13 @@ StatusOr<std::shared_ptr<BlobStore::Ranged>> BlobStore::FindRanged(const std::st
     bool matched = false;
     r->done = r->log->Load(r->blocks, &matched);
     r->busy.assign(r->blocks, 0);
-    r->fd = ::open(PartialPath(sha256).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (!matched || r->fd < 0 || !r->log->Reopen().ok()) {
+    struct stat st;
+    if (!matched || ::lstat(PartialPath(sha256).c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        !r->log->Reopen().ok()) {
       r.reset();  // unreadable: start over below
       DiscardRanged(sha256);
     } else {
+      r->log->Close();
       ranged_[sha256] = r;
     }
   }
@@ -123,10 +122,13 @@ StatusOr<std::shared_ptr<BlobStore::Ranged>> BlobStore::FindRanged(const std::st
   r->blocks = static_cast<size_t>((size + block - 1) / block);
   r->done.assign(r->blocks, 0);
   r->busy.assign(r->blocks, 0);
-  r->fd = ::open(PartialPath(sha256).c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (r->fd < 0) return ErrnoError("cannot write", PartialPath(sha256), errno);
+  const int fd =
+      ::open(PartialPath(sha256).c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return ErrnoError("cannot write", PartialPath(sha256), errno);
+  ::close(fd);
   r->log = std::make_unique<RangeLog>(RangesPath(sha256), size, sha256, block);
   SFT_RETURN_IF_ERROR(r->log->Start());
+  r->log->Close();
   ranged_[sha256] = r;
   return r;
 }
@@ -154,15 +156,18 @@ StatusOr<std::unique_ptr<BlobStore::RangeUpload>> BlobStore::BeginRange(const st
   std::lock_guard<std::mutex> l(r->mu);
   if (r->busy[b])
     return AbortedError("block " + std::to_string(b) + " of blob " + sha256 + " is being uploaded");
+  const int fd = ::open(PartialPath(sha256).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoError("cannot write", PartialPath(sha256), errno);
   r->busy[b] = 1;
-  return std::unique_ptr<RangeUpload>(new RangeUpload(this, r, b, offset, offset + length));
+  return std::unique_ptr<RangeUpload>(new RangeUpload(this, r, b, offset, offset + length, fd));
 }
 
 BlobStore::RangeUpload::RangeUpload(BlobStore* owner, std::shared_ptr<Ranged> r, size_t block, uint64_t start,
-                                    uint64_t end)
-    : owner_(owner), r_(std::move(r)), block_(block), start_(start), pos_(start), end_(end) {}
+                                    uint64_t end, int fd)
+    : owner_(owner), r_(std::move(r)), block_(block), start_(start), pos_(start), end_(end), fd_(fd) {}
 
 BlobStore::RangeUpload::~RangeUpload() {
+  ::close(fd_);
   std::lock_guard<std::mutex> l(r_->mu);
   if (block_ < r_->busy.size()) r_->busy[block_] = 0;
 }
@@ -172,7 +177,7 @@ Status BlobStore::RangeUpload::Write(const std::string& data) {
   if (pos_ + data.size() > end_) {
     return InvalidArgumentError("data: more than the range's " + std::to_string(end_ - start_) + " bytes");
   }
-  SFT_RETURN_IF_ERROR(PwriteFully(r_->fd, data.data(), data.size(), pos_, owner_->PartialPath(r_->sha)));
+  SFT_RETURN_IF_ERROR(PwriteFully(fd_, data.data(), data.size(), pos_, owner_->PartialPath(r_->sha)));
   pos_ += data.size();
   return OkStatus();
 }
@@ -186,7 +191,7 @@ Status BlobStore::RangeUpload::Finish(bool* complete) {
                          std::to_string(end_ - start_) + " bytes of block " + std::to_string(block_) +
                          " of blob " + r_->sha + "; send the block again");
   }
-  if (::fdatasync(r_->fd) != 0) return ErrnoError("cannot sync", owner_->PartialPath(r_->sha), errno);
+  if (::fdatasync(fd_) != 0) return ErrnoError("cannot sync", owner_->PartialPath(r_->sha), errno);
   std::string digest;
   {
     std::lock_guard<std::mutex> l(r_->mu);
@@ -208,7 +213,7 @@ Status BlobStore::RangeUpload::HashContiguous() {
   while (r.hashed < r.blocks && r.done[r.hashed]) {
     const uint64_t start = r.Start(r.hashed), len = r.End(r.hashed) - start;
     buf.resize(len);
-    SFT_RETURN_IF_ERROR(PreadFully(r.fd, buf.data(), len, start, owner_->PartialPath(r.sha)));
+    SFT_RETURN_IF_ERROR(PreadFully(fd_, buf.data(), len, start, owner_->PartialPath(r.sha)));
     r.hasher.Update(buf);
     ++r.hashed;
   }

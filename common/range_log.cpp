@@ -52,6 +52,19 @@ Status RangeLog::Reopen() {
   return OkStatus();
 }
 
-Status RangeLog::Append(size_t block) { return WriteFully(fd_, std::to_string(block) + "\n", path_); }
+void RangeLog::Close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+Status RangeLog::Append(size_t block) {
+  const std::string line = std::to_string(block) + "\n";
+  if (fd_ >= 0) return WriteFully(fd_, line, path_);
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoError("cannot write", path_, errno);
+  Status s = WriteFully(fd, line, path_);
+  ::close(fd);
+  return s;
+}
 
 }  // namespace sftctl

@@ -5,7 +5,7 @@
 // lists when the header still matches; a torn last line (a crash mid-append) is ignored.
 //
 // Thread safety: Append may be called from several threads (one write(2) per line on an O_APPEND
-// descriptor); Load, Start and Reopen before that, from one.
+// descriptor); Load, Start, Reopen and Close before that, from one.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,9 @@ class RangeLog {
   Status Start();
   // Appends to the existing log (after Load matched).
   Status Reopen();
+  // Closes the log's descriptor; later Appends open the log for their one line and close it again (a
+  // holder of many logs that are rarely appended to keeps no descriptor per log).
+  void Close();
   // REQUIRES: Start or Reopen succeeded.
   Status Append(size_t block);
   const std::string& path() const { return path_; }

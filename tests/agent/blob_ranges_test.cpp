@@ -164,5 +164,41 @@ TEST_F(BlobRanges, ASequentialUploadOrGcReplacesAnIdleRangedOne) {
   EXPECT_TRUE(Held(*blobs).empty());
 }
 
+// Ranged uploads that clients start and abandon hold no descriptor of the agent's: only a stream that
+// is writing a block does. (Counted in /proc/self/fd; 50 abandoned uploads would hold 100 before.)
+TEST_F(BlobRanges, AbandonedRangedUploadsHoldNoDescriptors) {
+  const auto open_fds = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {});
+  };
+  const auto before = open_fds();
+  for (int i = 0; i < 50; ++i) {
+    const std::string blob = data + std::to_string(i), blob_sha = Sha256Hex(blob);
+    auto up = blobs->BeginRange(blob_sha, blob.size(), kBlock, kBlock, kBlock);
+    ASSERT_TRUE(up.ok()) << up.status().ToString();
+    EXPECT_EQ(open_fds(), before + 1) << "a stream writing a block holds one descriptor";
+    bool complete = false;
+    ASSERT_TRUE((*up)->Write(blob.substr(kBlock, kBlock)).ok());
+    ASSERT_TRUE((*up)->Finish(&complete).ok());
+  }
+  EXPECT_EQ(open_fds(), before);
+  // They are still known: their held blocks are answered, and the missing blocks complete one of them.
+  const std::string blob = data + "7";
+  const std::string blob_sha = Sha256Hex(blob);
+  auto held = blobs->StatBlob(blob_sha);
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->blocks_held, (std::vector<uint64_t>{1}));
+  for (size_t b : {0, 2, 3, 4}) {
+    const uint64_t off = b * kBlock, len = std::min<uint64_t>(kBlock, blob.size() - off);
+    auto up = blobs->BeginRange(blob_sha, blob.size(), kBlock, off, len);
+    ASSERT_TRUE(up.ok()) << up.status().ToString();
+    ASSERT_TRUE((*up)->Write(blob.substr(off, len)).ok());
+    bool complete = false;
+    ASSERT_TRUE((*up)->Finish(&complete).ok());
+    EXPECT_EQ(complete, b == 4);
+  }
+  EXPECT_TRUE(blobs->StatBlob(blob_sha)->complete);
+  EXPECT_EQ(open_fds(), before);
+}
+
 }  // namespace
 }  // namespace sftctl::agent
