@@ -534,7 +534,7 @@ int RunStart(DaemonOptions opts) {
   return 1;
 }
 
-int RunStatus(const std::string& data_dir, bool json) {
+int RunStatus(const std::string& data_dir, bool json, bool with_token) {
   std::string dir = data_dir.empty() ? DefaultDataDir() : data_dir;
   Running r = FindRunning(dir, std::chrono::milliseconds(0));
   nlohmann::json j = {{"running", r.running}, {"data_dir", dir}};
@@ -544,6 +544,10 @@ int RunStatus(const std::string& data_dir, bool json) {
     j["version"] = r.version;
     j["source_id"] = r.source_id;
     j["token_file"] = Path(dir, "token");
+    if (with_token && json) {
+      const std::string token = ReadSmallFile(Path(dir, "token"));
+      if (!token.empty()) j["token"] = token;
+    }
     auto call = CallAgent(dir, r.addr(), std::chrono::seconds(5));
     if (call.ok()) {
       ::sftctl::v1::HealthResponse h;

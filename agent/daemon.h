@@ -70,7 +70,9 @@ std::string AgentVersion();
 
 // Each returns the process exit code.
 int RunStart(DaemonOptions opts);
-int RunStatus(const std::string& data_dir, bool json);
+// `with_token` (with `json`): the object also carries the data dir's token, so that a client reads
+// the agent's address and token with one remote command.
+int RunStatus(const std::string& data_dir, bool json, bool with_token = false);
 // `quiet`: report on stderr (stdout stays reserved for the SFTD_READY line of `start`).
 int RunStop(const std::string& data_dir, int timeout_s, bool quiet = false);
 int RunBridge(const std::string& data_dir);

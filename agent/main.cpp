@@ -97,6 +97,9 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "is the agent running? (exit 0 yes, 3 no)");
   status->add_option("--data-dir", data_dir, "data dir of the agent");
   status->add_flag("--json", json, "one JSON object");
+  bool with_token = false;
+  status->add_flag("--with-token", with_token,
+                   "with --json: include the agent's token (what sftctl reads over SSH, in one command)");
   int timeout_s = 15;
   auto* stop =
       app.add_subcommand("stop", "stop the agent (running jobs keep running; a restart re-attaches)");
@@ -136,7 +139,7 @@ int main(int argc, char** argv) {
       if (gpus_opt->count() > 0) opts.gpus = gpus;
       return sftctl::agent::RunStart(opts);
     }
-    if (*status) return sftctl::agent::RunStatus(data_dir, json);
+    if (*status) return sftctl::agent::RunStatus(data_dir, json, with_token);
     if (*stop) return sftctl::agent::RunStop(data_dir, timeout_s);
     if (*bridge) return sftctl::agent::RunBridge(data_dir);
     if (*gc) return sftctl::agent::RunGc(data_dir, gc_req, json);

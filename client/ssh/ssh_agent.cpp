@@ -88,6 +88,7 @@ struct AgentInfo {
   std::string token_file;
   std::string version;
   std::string source_id;  // empty from an agent older than source ids
+  std::string token;      // from `status --with-token`; empty from an agent older than that flag
 };
 
 // "127.0.0.1:41234" or "[::1]:41234" -> host (IPv6 without brackets) and port; false unless the
@@ -125,6 +126,7 @@ Status ParseAgentJson(const std::string& display, const std::string& what, const
   info->token_file = str("token_file");
   info->version = str("version");
   info->source_id = str("source_id");
+  info->token = str("token");
   if (!SplitAgentAddr(str("addr"), &info->host, &info->port) || info->token_file.empty() ||
       info->token_file.find('\n') != std::string::npos) {
     return InternalError(display + ": `" + what + "` gave no usable agent address or token file: " + shown);
@@ -195,8 +197,14 @@ Status FindAgent(SshSession& session, const ConnectOptions& opts, int timeout_s,
   }
   std::string status_out;
   for (const auto& c : candidates) {
-    SFT_ASSIGN_OR_RETURN(ssh::ExecResult r, session.Exec(c + " status --json" + dd, timeout_s));
+    // The token comes with the status: one remote command instead of two. An sftd older than
+    // --with-token refuses the flag; it is asked again without it (FindAgentAndToken then reads the
+    // token file).
+    SFT_ASSIGN_OR_RETURN(ssh::ExecResult r, session.Exec(c + " status --json --with-token" + dd, timeout_s));
     if (r.exit_code == 127 || r.exit_code == 126) continue;  // not found / not executable
+    if (r.exit_code != 0 && r.exit_code != 3) {
+      SFT_ASSIGN_OR_RETURN(r, session.Exec(c + " status --json" + dd, timeout_s));
+    }
     if (r.exit_code != 0 && r.exit_code != 3) {
       return UnavailableError(display + ": `" + c + " status` failed (exit " + std::to_string(r.exit_code) +
                               "): " + Trim(r.err + r.out));
@@ -316,12 +324,15 @@ StatusOr<std::string> FindAgentAndToken(SshSession& session, const ConnectOption
   SFT_RETURN_IF_ERROR(FindAgent(session, opts, timeout_s, agent));
   SFT_RETURN_IF_ERROR(CheckAgentSource(display, opts, *agent));
   // The token travels through the session only; it is never written on this machine.
-  SFT_ASSIGN_OR_RETURN(ssh::ExecResult tok,
-                       session.Exec("cat -- " + RemotePath(agent->token_file), timeout_s));
-  std::string token = Trim(tok.out);
-  if (tok.exit_code != 0 || token.empty()) {
-    return PermissionDeniedError(display + ": cannot read the agent token " + agent->token_file + ": " +
-                                 Trim(tok.err));
+  std::string token = agent->token;
+  if (token.empty()) {
+    SFT_ASSIGN_OR_RETURN(ssh::ExecResult tok,
+                         session.Exec("cat -- " + RemotePath(agent->token_file), timeout_s));
+    token = Trim(tok.out);
+    if (tok.exit_code != 0 || token.empty()) {
+      return PermissionDeniedError(display + ": cannot read the agent token " + agent->token_file + ": " +
+                                   Trim(tok.err));
+    }
   }
   if (!PlausibleToken(token)) {
     return InternalError(display + ": the agent token in " + agent->token_file +

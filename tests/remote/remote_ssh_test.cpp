@@ -28,13 +28,22 @@ class RemoteSsh : public ::testing::Test {
     return {"--host",           sshd_->host(),          "-i", sshd_->user_key(), "--sftd", Sftd(),
             "--agent-data-dir", sshd_->agent_data_dir()};
   }
-  // sftd on the host; with LogSftdCalls, a wrapper that appends each command's verb to sftd_calls_.
+  // sftd on the host; with LogSftdCalls, a wrapper that appends each command's verb to sftd_calls_
+  // ("status --with-token" when it asks for the token too). `refuse_with_token` makes it an sftd
+  // older than that flag: it refuses it as CLI11 does an unknown option.
   std::string Sftd() const { return sftd_wrapper_.empty() ? sshd_->sftd_path() : sftd_wrapper_; }
-  void LogSftdCalls() {
+  void LogSftdCalls(bool refuse_with_token = false) {
     sftd_wrapper_ = tmp_.path() + "/sftd-logged";
     sftd_calls_ = tmp_.path() + "/sftd-calls";
+    const std::string refuse =
+        refuse_with_token
+            ? "[ -n \"$t\" ] && { echo 'The following argument was not expected: --with-token' >&2; "
+              "exit 109; }\n"
+            : "";
     WriteFile(sftd_wrapper_,
-              "#!/bin/sh\necho \"$1\" >> '" + sftd_calls_ + "'\nexec '" + sshd_->sftd_path() + "' \"$@\"\n");
+              "#!/bin/sh\nt=\ncase \" $* \" in *' --with-token '*) t=' --with-token';; esac\n"
+              "echo \"$1$t\" >> '" +
+                  sftd_calls_ + "'\n" + refuse + "exec '" + sshd_->sftd_path() + "' \"$@\"\n");
     std::filesystem::permissions(sftd_wrapper_, std::filesystem::perms::owner_all);
   }
   std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) const {
@@ -129,7 +138,8 @@ TEST_F(RemoteSsh, SubmitLogsPullWithForwardingAndResumeAPullAfterTheTunnelDrops)
   ASSERT_EQ(r.exit_code, 0) << r.All();
   EXPECT_EQ(r.Json()["streams"], 3) << r.All();
   EXPECT_EQ(Sha(tmp_.path() + "/again/big.bin"), Sha256Hex(big));
-  EXPECT_EQ(ReadFile(sftd_calls_).substr(calls_before), "status\n");
+  // One remote command found the agent and its token.
+  EXPECT_EQ(ReadFile(sftd_calls_).substr(calls_before), "status --with-token\n");
 }
 
 // pull --follow over SSH across an agent restart: the follower's next connection finds the agent
@@ -161,8 +171,24 @@ TEST_F(RemoteSsh, PullFollowCarriesOnAcrossAnAgentRestart) {
   EXPECT_NE(follow.err.find("reconnect"), std::string::npos) << follow.All();
   // The host was asked again, and the agent started again there.
   const std::string after = ReadFile(sftd_calls_).substr(calls_before);
-  EXPECT_NE(after.find("status\n"), std::string::npos) << after << follow.All();
+  EXPECT_NE(after.find("status --with-token\n"), std::string::npos) << after << follow.All();
   EXPECT_NE(after.find("start\n"), std::string::npos) << after << follow.All();
+}
+
+// An sftd older than `status --with-token` (it refuses the flag) is asked again without it, and its
+// token read with `cat`: submit, logs and list work as before.
+TEST_F(RemoteSsh, AnSftdOlderThanWithTokenIsAskedAgainWithoutIt) {
+  StartSshd();
+  LogSftdCalls(/*refuse_with_token=*/true);
+  const std::string job = Submit(WriteTinyJob(work_, 3));
+  ASSERT_FALSE(job.empty());
+  Result r = sftctl_->Run({"logs", "-f", job, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.All();
+  r = sftctl_->Run(With({"list", "--json"}, Host()));
+  EXPECT_EQ(r.exit_code, 0) << r.All();
+  EXPECT_NE(r.out.find(job), std::string::npos) << r.All();
+  const std::string calls = ReadFile(sftd_calls_);
+  EXPECT_EQ(calls.rfind("status --with-token\nstatus\n", 0), 0u) << calls;
 }
 
 TEST_F(RemoteSsh, SubmitFollowAndPullThroughTheBridgeWhenForwardingIsRefused) {
