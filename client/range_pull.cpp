@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/connection_ramp.h"
 #include "common/file_system.h"
 #include "common/range_log.h"
 #include "common/sha256.h"
@@ -245,35 +246,19 @@ void RunConnection(Reconnector* rc, Shared* sh, int lanes) {
   }
 }
 
-// The workers, started one at a time by the ramp-up rule.
+// The workers, started one at a time as the ramp (client/connection_ramp.h) asks.
 class Workers {
  public:
   Workers(Reconnector* first, Shared* sh, int max_streams, int lanes)
-      : first_(first), sh_(sh), fixed_(max_streams > 0), lanes_(std::max(1, lanes)) {
-    max_ = max_streams > 0 ? max_streams : kMaxAutoStreams;
-  }
+      : first_(first), sh_(sh), lanes_(std::max(1, lanes)), ramp_(max_streams, kMaxAutoStreams) {}
   ~Workers() { Join(); }
   void Start() {
-    Add();
-    while (fixed_ && count() < max_) Add();
-    last_change_ = Clock::now();
-    bytes_at_change_ = sh_->received.load();
+    while (count() < ramp_.initial()) Add();
+    ramp_.Started(sh_->received.load());
   }
-  // Called about once a second: adds a stream while each addition paid off (auto mode only).
+  // Called about every 250 ms: adds a connection when the ramp says so.
   void MaybeRamp() {
-    if (fixed_ || stopped_ramp_ || count() >= max_) return;
-    auto now = Clock::now();
-    double secs = std::chrono::duration<double>(now - last_change_).count();
-    if (secs < 1.0) return;
-    double rate = static_cast<double>(sh_->received.load() - bytes_at_change_) / secs;
-    if (last_rate_ > 0 && rate < last_rate_ * 1.15) {
-      stopped_ramp_ = true;
-      return;
-    }
-    last_rate_ = rate;
-    Add();
-    last_change_ = now;
-    bytes_at_change_ = sh_->received.load();
+    if (ramp_.ShouldAdd(sh_->received.load(), count())) Add();
   }
   void Join() {
     for (auto& t : threads_) t.join();
@@ -297,14 +282,9 @@ class Workers {
   }
   Reconnector* first_;
   Shared* sh_;
-  bool fixed_;
   int lanes_;
-  int max_ = 1;
+  ConnectionRamp ramp_;
   int started_ = 0;
-  bool stopped_ramp_ = false;
-  double last_rate_ = 0;
-  Clock::time_point last_change_;
-  uint64_t bytes_at_change_ = 0;
   std::vector<std::unique_ptr<Reconnector>> extra_;
   std::vector<std::thread> threads_;
 };

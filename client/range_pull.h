@@ -12,9 +12,8 @@
 // complete (from the page cache, while later blocks still arrive): the sha256 is pipelined with receiving,
 // not a second pass after it. Workers never run more than a window of blocks ahead of the hash.
 //
-// How many connections: `options.max_streams` > 0 fixes the number; 0 chooses it from measured throughput:
-// start with one connection, and add one (up to kMaxAutoStreams) each second while the last one added raised
-// the total rate by at least 15%.
+// How many connections: `options.max_streams` > 0 fixes the number; 0 chooses it from measured throughput
+// (up to kMaxAutoStreams), as client/connection_ramp.h does for uploads too.
 //
 // Resuming across runs: "<dest>.part.ranges" records the file's size and sha256 and each completed
 // block (appended as it completes). A new run re-uses the blocks it lists when size and sha256 still

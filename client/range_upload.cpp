@@ -6,17 +6,18 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "client/connection_ramp.h"
 #include "common/file_system.h"
 
 namespace sftctl::client {
 namespace {
-
-constexpr size_t kChunk = 1 << 20;
 
 // What the workers share.
 struct Shared {
@@ -26,9 +27,10 @@ struct Shared {
   Progress* progress = nullptr;
 
   std::mutex mu;
-  std::vector<size_t> todo;  // blocks to send, taken from the back
-  Status error;              // the first failure; stops everyone
-  bool complete = false;     // the agent said the blob is complete
+  std::condition_variable cv;  // a worker ended
+  std::vector<size_t> todo;    // blocks to send, taken from the back
+  Status error;                // the first failure; stops everyone
+  bool complete = false;       // the agent said the blob is complete
   std::atomic<uint64_t> sent{0};
 
   // The next block to send; false when none is left or someone failed.
@@ -42,6 +44,11 @@ struct Shared {
   void Fail(const Status& s) {
     std::lock_guard<std::mutex> l(mu);
     if (error.ok()) error = s;
+  }
+  // Blocks are left for another worker to take.
+  bool MoreToTake() {
+    std::lock_guard<std::mutex> l(mu);
+    return error.ok() && !todo.empty();
   }
 };
 
@@ -59,10 +66,10 @@ Status SendBlock(AgentSession& a, Shared& sh, size_t b, uint64_t* sent) {
   first.set_length(end - start);
   first.set_block(sh.block);
   bool stream_ok = writer->Write(first);
-  std::string buf(kChunk, '\0');
+  std::string buf(kUploadChunkBytes, '\0');
   Status read_error;
   for (uint64_t pos = start; stream_ok && pos < end;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, end - pos));
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kUploadChunkBytes, end - pos));
     read_error = PreadFully(sh.fd, buf.data(), n, pos, sh.path);
     if (!read_error.ok()) {
       ctx.TryCancel();
@@ -108,6 +115,41 @@ void RunWorker(Reconnector* rc, Shared* sh) {
   }
 }
 
+// Runs workers until every block is sent or one failed: as many as `connections` > 0 says, else as the
+// ramp chooses (one more while the last one added paid off, and blocks are left for it).
+void RunWorkers(Reconnector* rc, Shared* sh, int connections) {
+  ConnectionRamp ramp(connections, kMaxUploadConnections);
+  std::vector<std::unique_ptr<Reconnector>> extra;
+  std::vector<std::thread> threads;
+  std::atomic<int> running{0};
+  const auto add = [&] {
+    Reconnector* r = rc;
+    if (!threads.empty()) {
+      extra.push_back(std::make_unique<Reconnector>(nullptr, rc->factory(), rc->policy()));
+      r = extra.back().get();
+    }
+    ++running;
+    threads.emplace_back([r, sh, &running] {
+      RunWorker(r, sh);
+      std::lock_guard<std::mutex> l(sh->mu);
+      --running;
+      sh->cv.notify_all();
+    });
+  };
+  const int blocks = static_cast<int>(sh->todo.size());
+  while (static_cast<int>(threads.size()) < std::min(ramp.initial(), std::max(1, blocks))) add();
+  ramp.Started(sh->sent.load());
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(sh->mu);
+      if (sh->cv.wait_for(l, std::chrono::milliseconds(100), [&] { return running.load() == 0; })) break;
+    }
+    if (sh->MoreToTake() && ramp.ShouldAdd(sh->sent.load(), static_cast<int>(threads.size()))) add();
+  }
+  for (auto& t : threads) t.join();
+  for (auto& r : extra) rc->AddReconnects(std::max(0, r->reconnects() - 1));
+}
+
 }  // namespace
 
 Status UploadRanges(Reconnector* rc, const std::string& local_path, uint64_t size, const std::string& sha256,
@@ -135,21 +177,7 @@ Status UploadRanges(Reconnector* rc, const std::string& local_path, uint64_t siz
   }
   sh.fd = ::open(local_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (sh.fd < 0) return ErrnoError("cannot read", local_path, errno);
-  {
-    std::vector<std::unique_ptr<Reconnector>> extra;
-    std::vector<std::thread> threads;
-    const int n = std::max(1, std::min<int>(options.connections, static_cast<int>(sh.todo.size())));
-    for (int i = 0; i < n; ++i) {
-      Reconnector* r = rc;
-      if (i > 0) {
-        extra.push_back(std::make_unique<Reconnector>(nullptr, rc->factory(), rc->policy()));
-        r = extra.back().get();
-      }
-      threads.emplace_back(RunWorker, r, &sh);
-    }
-    for (auto& t : threads) t.join();
-    for (auto& r : extra) rc->AddReconnects(std::max(0, r->reconnects() - 1));
-  }
+  RunWorkers(rc, &sh, options.connections);
   ::close(sh.fd);
   stats->bytes_sent += sh.sent.load();
   SFT_RETURN_IF_ERROR(sh.error);

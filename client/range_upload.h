@@ -2,9 +2,11 @@
 // once (UploadBlob with offset + length + block; agent/blob_store.h "Ranged uploads").
 //
 // The blocks the agent already holds (StatBlob's blocks_held, when its block size is ours) are not sent
-// again. Each of up to kUploadConnections workers, each on its own SSH connection (the first through the
-// caller's Reconnector, the others through its factory), takes the next block not yet sent and streams
-// it; a block whose stream drops is sent again whole after a reconnect. The agent hashes the blocks in
+// again. Each worker, on its own SSH connection (the first through the caller's Reconnector, the others
+// through its factory), takes the next block not yet sent and streams it; a block whose stream drops is
+// sent again whole after a reconnect. How many workers: `options.connections` > 0 fixes the number; 0
+// chooses it from measured throughput, up to kMaxUploadConnections (client/connection_ramp.h, the policy
+// range pulls use too). The agent hashes the blocks in
 // order as they complete and answers the block that completes the blob with complete = true once the
 // whole verifies; a whole that does not verify is deleted there (DATA_LOSS).
 //
@@ -22,12 +24,12 @@
 namespace sftctl::client {
 
 constexpr uint64_t kUploadBlockBytes = 8ull << 20;
-constexpr int kUploadConnections = 3;
+constexpr int kMaxUploadConnections = 8;
 // Files smaller than this are uploaded as one stream.
 constexpr uint64_t kMinRangeUploadBytes = 2 * kUploadBlockBytes;
 
 struct RangeUploadOptions {
-  int connections = kUploadConnections;
+  int connections = 0;  // > 0: exactly this many connections; 0: chosen from measured throughput
   uint64_t block_bytes = kUploadBlockBytes;
 };
 

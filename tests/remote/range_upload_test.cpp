@@ -74,6 +74,8 @@ class BlobAgent final : public v1::Agent::Service {
   std::map<size_t, int> streams_;
 };
 
+constexpr int kConnections = 3;
+
 class RangeUpload : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -90,7 +92,8 @@ class RangeUpload : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  Status Upload(const std::string& sha, client::UploadStats* stats) {
+  // With `connections` > 0 fixed, else chosen as the upload does (client/connection_ramp.h).
+  Status Upload(const std::string& sha, client::UploadStats* stats, int connections = kConnections) {
     auto rc = InProcessReconnector(server_.get(), 3, &connects_);
     v1::BlobStatus held;
     auto st = blobs_.StatBlob(sha);
@@ -100,6 +103,7 @@ class RangeUpload : public ::testing::Test {
     }
     client::RangeUploadOptions o;
     o.block_bytes = kBlock;
+    o.connections = connections;
     return client::UploadRanges(rc.get(), file_, data_.size(), sha, held, o, nullptr, stats);
   }
   std::string Stored() { return ReadFile(blobs_.BlobPath(sha_)); }
@@ -118,12 +122,23 @@ TEST_F(RangeUpload, BlocksGoOverSeveralConnectionsAndTheWholeVerifies) {
   Status s = Upload(sha_, &stats);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(Stored(), data_);
-  EXPECT_EQ(connects_.load(), client::kUploadConnections);
+  EXPECT_EQ(connects_.load(), kConnections);
   EXPECT_EQ(stats.bytes_sent, data_.size());
   EXPECT_EQ(stats.files_sent, 1);
   const auto streams = agent_.Streams();
   ASSERT_EQ(streams.size(), 6u);
   for (auto [block, n] : streams) EXPECT_EQ(n, 1) << "block " << block << " sent twice";
+}
+
+// Chosen from measured throughput, an upload starts with one connection: a small file is done before
+// the first second's measurement could add another.
+TEST_F(RangeUpload, UnfixedItStartsWithOneConnection) {
+  client::UploadStats stats;
+  Status s = Upload(sha_, &stats, /*connections=*/0);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Stored(), data_);
+  EXPECT_EQ(connects_.load(), 1);
+  EXPECT_EQ(agent_.Streams().size(), 6u);
 }
 
 TEST_F(RangeUpload, ADroppedBlockIsSentAgainWholeAfterAReconnect) {
@@ -134,8 +149,8 @@ TEST_F(RangeUpload, ADroppedBlockIsSentAgainWholeAfterAReconnect) {
   EXPECT_EQ(Stored(), data_);
   EXPECT_EQ(agent_.Streams()[2], 2);
   EXPECT_EQ(agent_.Streams()[3], 1);
-  EXPECT_GT(connects_.load(), client::kUploadConnections);  // the dropped one reconnected
-  EXPECT_GT(stats.bytes_sent, data_.size());                // the half block, then the whole one
+  EXPECT_GT(connects_.load(), kConnections);  // the dropped one reconnected
+  EXPECT_GT(stats.bytes_sent, data_.size());  // the half block, then the whole one
   EXPECT_LT(stats.bytes_sent, data_.size() + kBlock + 1);
 }
 

@@ -1,0 +1,41 @@
+// ConnectionRamp: how many connections a parallel transfer (range pulls, range uploads) uses. One
+// policy for both directions: a number the user fixed, else start with one connection and add one,
+// up to a maximum, about once a second while the one added last raised the total rate by at least
+// 15%. More connections help while each is bound by a window per round trip or by one core's
+// crypto; once the link or the CPU is full, another one only adds work, and the ramp stops.
+//
+// Thread safety: one thread calls it (the transfer's coordinating thread).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace sftctl::client {
+
+class ConnectionRamp {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `fixed` > 0: exactly that many connections; else up to `max_auto` (at least 1) chosen as above.
+  ConnectionRamp(int fixed, int max_auto);
+
+  // How many connections to open at the start.
+  int initial() const { return fixed_ ? max_ : 1; }
+  // The most connections this transfer may use.
+  int max() const { return max_; }
+  // Starts the first measurement interval: `bytes` moved so far, at `now`.
+  void Started(uint64_t bytes, Clock::time_point now = Clock::now());
+  // Called often (every ~100 ms or faster) with the bytes moved so far and the connections open;
+  // true when one more should be opened now (the caller then opens it).
+  bool ShouldAdd(uint64_t bytes, int open, Clock::time_point now = Clock::now());
+
+ private:
+  bool fixed_;
+  int max_;
+  bool stopped_ = false;
+  double last_rate_ = 0;  // bytes per second of the interval before the last addition
+  Clock::time_point since_;
+  uint64_t bytes_at_since_ = 0;
+};
+
+}  // namespace sftctl::client
