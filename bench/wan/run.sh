@@ -8,7 +8,9 @@
 #   MB=1024 ROUNDS=1 PROFILES="lan metro wan" STREAMS="" bench/wan/run.sh build/release
 #
 # Profiles (RTT, rate): loopback (no relay), lan (0.2 ms, 10 Gbit/s), metro (10 ms, 1 Gbit/s),
-# wan (40 ms, 500 Mbit/s, 1 ms jitter). For each profile and round it times, one after the other:
+# wan (40 ms, 500 Mbit/s, 1 ms jitter), far (100 ms, 2 Gbit/s, 1 ms jitter: across an ocean on a fast
+# link, where one SSH channel is bound by its window, not the link). For each profile and round it
+# times, one after the other:
 #   scp down       scp -P RELAY user@127.0.0.1:FILE OUT (OpenSSH, its default cipher)
 #   rsync down     rsync -e 'ssh -p RELAY' (Debian's rsync; the destination is absent: whole file)
 #   sftctl pull    the whole `sftctl pull JOB -o DIR` command (checkpoint folder + metrics, sha256, fsync),
@@ -58,6 +60,7 @@ profile_args() {
     lan) echo "--rtt-ms 0.2 --mbit 10000" ;;
     metro) echo "--rtt-ms 10 --mbit 1000" ;;
     wan) echo "--rtt-ms 40 --mbit 500 --jitter-ms 1" ;;
+    far) echo "--rtt-ms 100 --mbit 2000 --jitter-ms 1" ;;
     *) echo "unknown profile $1" >&2; return 1 ;;
   esac
 }
