@@ -26,23 +26,18 @@ TEST(ConnectionRamp, AddsOneASecondWhileEachPaysOffAndStopsWhenOneDoesNot) {
   Clock::time_point t{};
   ramp.Started(0, t);
   uint64_t bytes = 0;
+  // One more second in which `mib` MiB moved over `open` connections: should one more open?
+  const auto second = [&](uint64_t mib, int open) {
+    t += std::chrono::seconds(1);
+    bytes += mib * kMiB;
+    return ramp.ShouldAdd(bytes, open, t);
+  };
   // Not before a second has passed.
   EXPECT_FALSE(ramp.ShouldAdd(5 * kMiB, 1, t + std::chrono::milliseconds(900)));
-  // 10 MiB/s with one connection: add a second.
-  t += std::chrono::seconds(1);
-  bytes += 10 * kMiB;
-  EXPECT_TRUE(ramp.ShouldAdd(bytes, 1, t));
-  // 20 MiB/s with two (+100%): add a third.
-  t += std::chrono::seconds(1);
-  bytes += 20 * kMiB;
-  EXPECT_TRUE(ramp.ShouldAdd(bytes, 2, t));
-  // 22 MiB/s with three (+10%): the third did not pay off; no more, even if the rate jumps later.
-  t += std::chrono::seconds(1);
-  bytes += 22 * kMiB;
-  EXPECT_FALSE(ramp.ShouldAdd(bytes, 3, t));
-  t += std::chrono::seconds(1);
-  bytes += 80 * kMiB;
-  EXPECT_FALSE(ramp.ShouldAdd(bytes, 3, t));
+  EXPECT_TRUE(second(10, 1));   // 10 MiB/s with one connection: add a second
+  EXPECT_TRUE(second(20, 2));   // +100% with two: add a third
+  EXPECT_FALSE(second(22, 3));  // +10% with three: the third did not pay off
+  EXPECT_FALSE(second(80, 3));  // and no more after that, even if the rate jumps later
 }
 
 TEST(ConnectionRamp, NeverPastTheMaximum) {
