@@ -94,6 +94,17 @@ Status Reconnector::GiveUp(const Status& s) const {
                                               " attempt(s): " + s.message());
 }
 
+Reconnector* ConnectionSet::Add() {
+  if (added_++ == 0) return first_;
+  extra_.push_back(std::make_unique<Reconnector>(nullptr, first_->factory(), first_->policy()));
+  return extra_.back().get();
+}
+
+void ConnectionSet::Fold() {
+  for (auto& rc : extra_) first_->AddReconnects(std::max(0, rc->reconnects() - 1));
+  extra_.clear();
+}
+
 Status WithRetry(Reconnector* rc, const std::function<Status(AgentSession&)>& call) {
   for (;;) {
     auto session = rc->Session();

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "client/agent_connection.h"
 #include "common/status.h"
@@ -98,6 +99,26 @@ class Reconnector {
   int reconnects_ = 0;
   std::chrono::steady_clock::time_point since_;
   std::string host_;
+};
+
+// The reconnectors of one parallel transfer's connections (range pulls, range uploads): the first is
+// the caller's; each later one is made from its factory and retry policy and connects when first used.
+// Fold() adds the later ones' reconnects to the first's (their own first connection is not one); call
+// it once their users are done. Thread safety: one thread adds and folds; each reconnector it hands out
+// is used by one thread at a time.
+class ConnectionSet {
+ public:
+  explicit ConnectionSet(Reconnector* first) : first_(first) {}
+  // The first call returns the caller's reconnector, later calls new ones (owned here).
+  Reconnector* Add();
+  // How many Add() handed out.
+  int size() const { return added_; }
+  void Fold();
+
+ private:
+  Reconnector* first_;
+  int added_ = 0;
+  std::vector<std::unique_ptr<Reconnector>> extra_;
 };
 
 // Runs `call` on the reconnector's session, retrying transient failures. `call` must be idempotent.

@@ -21,8 +21,6 @@
 namespace sftctl::client {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // What the workers and the hashing thread share.
 struct Shared {
   std::string job_id, remote_path, sha256, part;
@@ -250,7 +248,7 @@ void RunConnection(Reconnector* rc, Shared* sh, int lanes) {
 class Workers {
  public:
   Workers(Reconnector* first, Shared* sh, int max_streams, int lanes)
-      : first_(first), sh_(sh), lanes_(std::max(1, lanes)), ramp_(max_streams, kMaxAutoStreams) {}
+      : connections_(first), sh_(sh), lanes_(std::max(1, lanes)), ramp_(max_streams, kMaxAutoStreams) {}
   ~Workers() { Join(); }
   void Start() {
     while (count() < ramp_.initial()) Add();
@@ -263,29 +261,17 @@ class Workers {
   void Join() {
     for (auto& t : threads_) t.join();
     threads_.clear();
-    // Each helper's first connection is not a reconnect.
-    for (auto& rc : extra_) first_->AddReconnects(std::max(0, rc->reconnects() - 1));
-    extra_.clear();
+    connections_.Fold();
   }
   // Workers started (joined ones included).
-  int count() const { return started_; }
+  int count() const { return connections_.size(); }
 
  private:
-  void Add() {
-    Reconnector* rc = first_;
-    if (!threads_.empty()) {
-      extra_.push_back(std::make_unique<Reconnector>(nullptr, first_->factory(), first_->policy()));
-      rc = extra_.back().get();
-    }
-    threads_.emplace_back(RunConnection, rc, sh_, lanes_);
-    ++started_;
-  }
-  Reconnector* first_;
+  void Add() { threads_.emplace_back(RunConnection, connections_.Add(), sh_, lanes_); }
+  ConnectionSet connections_;
   Shared* sh_;
   int lanes_;
   ConnectionRamp ramp_;
-  int started_ = 0;
-  std::vector<std::unique_ptr<Reconnector>> extra_;
   std::vector<std::thread> threads_;
 };
 

@@ -119,15 +119,11 @@ void RunWorker(Reconnector* rc, Shared* sh) {
 // ramp chooses (one more while the last one added paid off, and blocks are left for it).
 void RunWorkers(Reconnector* rc, Shared* sh, int connections) {
   ConnectionRamp ramp(connections, kMaxUploadConnections);
-  std::vector<std::unique_ptr<Reconnector>> extra;
+  ConnectionSet set(rc);
   std::vector<std::thread> threads;
   std::atomic<int> running{0};
   const auto add = [&] {
-    Reconnector* r = rc;
-    if (!threads.empty()) {
-      extra.push_back(std::make_unique<Reconnector>(nullptr, rc->factory(), rc->policy()));
-      r = extra.back().get();
-    }
+    Reconnector* r = set.Add();
     ++running;
     threads.emplace_back([r, sh, &running] {
       RunWorker(r, sh);
@@ -137,17 +133,17 @@ void RunWorkers(Reconnector* rc, Shared* sh, int connections) {
     });
   };
   const int blocks = static_cast<int>(sh->todo.size());
-  while (static_cast<int>(threads.size()) < std::min(ramp.initial(), std::max(1, blocks))) add();
+  while (set.size() < std::min(ramp.initial(), std::max(1, blocks))) add();
   ramp.Started(sh->sent.load());
   for (;;) {
     {
       std::unique_lock<std::mutex> l(sh->mu);
       if (sh->cv.wait_for(l, std::chrono::milliseconds(100), [&] { return running.load() == 0; })) break;
     }
-    if (sh->MoreToTake() && ramp.ShouldAdd(sh->sent.load(), static_cast<int>(threads.size()))) add();
+    if (sh->MoreToTake() && ramp.ShouldAdd(sh->sent.load(), set.size())) add();
   }
   for (auto& t : threads) t.join();
-  for (auto& r : extra) rc->AddReconnects(std::max(0, r->reconnects() - 1));
+  set.Fold();
 }
 
 }  // namespace
