@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "common/agent_identity.h"
 #include "common/file_system.h"
 
 namespace sftctl::agent {
@@ -70,7 +71,7 @@ StatusOr<std::string> LoadOrCreateToken(const std::string& path) {
   return InternalError("cannot create token file '" + path + "'");
 }
 
-Status Authenticator::Check(const grpc::ServerContextBase& ctx) const {
+Status Authenticator::Check(const rpc::ServerContextBase& ctx) const {
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
   if (it == md.end()) return CheckHeader("", false);
@@ -88,6 +89,10 @@ Status Authenticator::CheckHeader(const std::string& value, bool present) const 
     return UnauthenticatedError("wrong bearer token");
   }
   return OkStatus();
+}
+
+std::string Authenticator::Prove(const std::string& addr, const std::string& challenge) const {
+  return AgentIdentityProof(token_, addr, challenge);
 }
 
 }  // namespace sftctl::agent

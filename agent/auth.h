@@ -7,10 +7,7 @@
 #include <string>
 
 #include "common/status.h"
-
-namespace grpc {
-class ServerContextBase;
-}
+#include "proto/grpc_compat.h"
 
 namespace sftctl::agent {
 
@@ -23,8 +20,11 @@ class Authenticator {
   explicit Authenticator(std::string token) : token_(std::move(token)) {}
   // OK when the metadata carries the right bearer token (compared in constant time); otherwise
   // UNAUTHENTICATED saying whether the token was missing, malformed or wrong.
-  Status Check(const grpc::ServerContextBase& ctx) const;
+  Status Check(const rpc::ServerContextBase& ctx) const;
   Status CheckHeader(const std::string& header_value, bool present) const;
+  // The Identify proof for `addr` and `challenge` (common/agent_identity.h): shows a client that
+  // this agent knows the token without revealing it.
+  std::string Prove(const std::string& addr, const std::string& challenge) const;
 
  private:
   std::string token_;

@@ -45,6 +45,38 @@ int64_t CheckpointStep(const std::string& name) {
 
 }  // namespace
 
+struct AutoStop::Gate {
+  std::mutex mu;
+  uint32_t admitted = 0;  // GUARDED_BY(mu): submissions whose job is not yet counted as active
+  bool stopping = false;  // GUARDED_BY(mu): the action runs, or ran and succeeded
+  std::string why;        // GUARDED_BY(mu): the decision that began the stop
+};
+
+AutoStop::Admission::~Admission() {
+  std::lock_guard<std::mutex> lock(gate_->mu);
+  --gate_->admitted;
+}
+
+StatusOr<std::shared_ptr<AutoStop::Admission>> AutoStop::AdmitSubmission() const {
+  std::lock_guard<std::mutex> lock(gate_->mu);
+  if (gate_->stopping) {
+    return FailedPreconditionError("the host is stopping (auto-stop: " + gate_->why +
+                                   "); submit to another host");
+  }
+  ++gate_->admitted;
+  return std::make_shared<Admission>(gate_);
+}
+
+bool AutoStop::BeginStopping(const std::string& why) {
+  std::lock_guard<std::mutex> lock(gate_->mu);
+  // Read again under the gate: a submission admitted after the snapshot either still holds its
+  // Admission or its job is counted by now.
+  if (gate_->admitted > 0 || (deps_.active_jobs && deps_.active_jobs() > 0)) return false;
+  gate_->stopping = true;
+  gate_->why = why;
+  return true;
+}
+
 StatusOr<StopPolicy> LoadStopPolicy(StateStore* store, const StopPolicyFlags& flags, const StopEnv& env) {
   StopPolicy policy;
   SFT_ASSIGN_OR_RETURN(std::optional<std::string> saved, store->GetSetting(kPolicyKey));
@@ -63,7 +95,8 @@ AutoStop::AutoStop(AutoStopDeps deps, StopPolicy policy)
     : deps_(std::move(deps)),
       policy_(std::move(policy)),
       action_(ResolveAction(policy_, deps_.env)),
-      busy_at_(deps_.clock->Now()) {
+      busy_at_(deps_.clock->Now()),
+      gate_(std::make_shared<Gate>()) {
   view_.policy = DescribeStopPolicy(policy_, action_);
   view_.action = action_;
   view_.idle_s = policy_.idle_s;
@@ -106,7 +139,16 @@ StopDecision AutoStop::CheckOnce() {
   std::vector<std::string> ended;
   GatherStopWhenDone(&in, &ended);
   StopDecision d = DecideStop(policy_, in);
-  if (d.verdict == StopVerdict::kStopNow && fired() == 0 && !action_.empty()) Fire(d, ended);
+  if (d.verdict == StopVerdict::kStopNow && fired() == 0 && !action_.empty()) {
+    if (BeginStopping(d.why)) {
+      Fire(d, ended);
+    } else {  // a job was submitted meanwhile: busy again
+      busy_at_ = in.quiet_since = in.now;
+      in.active_jobs = deps_.active_jobs ? deps_.active_jobs() : 0;
+      if (in.active_jobs == 0) in.open_calls = std::max<uint32_t>(1, in.open_calls);  // the submit call
+      d = DecideStop(policy_, in);
+    }
+  }
   Publish(d);
   return d;
 }
@@ -189,6 +231,8 @@ void AutoStop::Fire(const StopDecision& d, const std::vector<std::string>& ended
     spdlog::warn("auto-stop: {}", s.ToString());
   if (!ok) {
     busy_at_ = deps_.clock->Now();  // re-armed: a full grace before the next try
+    std::lock_guard<std::mutex> lock(gate_->mu);
+    gate_->stopping = false;  // the host stays: submissions are welcome again
   } else {
     for (const std::string& id : ended) {
       if (Status s = deps_.store->SetStopWhenDone(id, StopWhenDone::kConsumed); !s.ok())

@@ -11,7 +11,14 @@
 // from the restart). An action that fails is logged and re-armed: it runs again only after another full
 // grace of quiet.
 //
-// Thread safety: Start/Stop from one thread; CheckOnce, View and HasAction from any.
+// Submissions: once stopping has begun (the action runs, or ran and succeeded) a job submission is
+// refused (AdmitSubmission), so no job is acknowledged and then lost with the host. The decision and
+// the admission meet under one mutex: the action begins only when no admitted submission is still
+// being created and `active_jobs` (read again there) is 0, and a submission is admitted only while the
+// action has not begun. A submission acknowledged before the decision is therefore seen by it (as an
+// admitted submission, or as the job it made), and one that comes after is refused.
+//
+// Thread safety: Start/Stop from one thread; CheckOnce, View, HasAction and AdmitSubmission from any.
 #pragma once
 
 #include <chrono>
@@ -19,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -63,6 +71,20 @@ struct AutoStopView {
 
 class AutoStop {
  public:
+  struct Gate;  // where the stop decision and job submissions meet (auto_stop.cpp)
+  // An admitted submission. The stop does not begin while one is held: keep it until the job is
+  // counted by AutoStopDeps::active_jobs (queued), or was not created; destroying it releases it.
+  class Admission {
+   public:
+    explicit Admission(std::shared_ptr<Gate> gate) : gate_(std::move(gate)) {}
+    ~Admission();
+    Admission(const Admission&) = delete;
+    Admission& operator=(const Admission&) = delete;
+
+   private:
+    std::shared_ptr<Gate> gate_;
+  };
+
   AutoStop(AutoStopDeps deps, StopPolicy policy);
   ~AutoStop() { Stop(); }
   AutoStop(const AutoStop&) = delete;
@@ -77,12 +99,19 @@ class AutoStop {
   bool HasAction() const { return !action_.empty(); }
   // Successful action runs in this process (0 or 1).
   int fired() const;
+  // A job submission may go ahead: hold the Admission until the job is counted (see above).
+  // FAILED_PRECONDITION once stopping has begun: "the host is stopping (auto-stop: idle for 2h00m);
+  // submit to another host".
+  StatusOr<std::shared_ptr<Admission>> AdmitSubmission() const;
 
  private:
   // Fills the stop-when-done part of `in`; *ended: the jobs a stop now would consume.
   void GatherStopWhenDone(StopInputs* in, std::vector<std::string>* ended);
   // "run/checkpoint-N/DONE" of the job's newest complete checkpoint, "" when none (cached per job).
   std::string FinalCheckpointDone(const std::string& job_id, const std::string& job_dir);
+  // Marks the stop as begun (submissions are refused from now on) unless a submission is being
+  // admitted or a job became active since the snapshot: then false, and nothing changes.
+  bool BeginStopping(const std::string& why);
   void Fire(const StopDecision& d, const std::vector<std::string>& ended);
   void Publish(const StopDecision& d);
 
@@ -93,6 +122,7 @@ class AutoStop {
   std::map<std::string, std::string> final_done_;            // job -> DONE path
   std::map<std::string, Clock::TimePoint> pull_wait_since_;  // job -> when the wait began
   std::mutex check_mu_;                                      // serializes CheckOnce
+  const std::shared_ptr<Gate> gate_;  // shared with the Admissions, which may outlive this object
 
   mutable std::mutex mu_;
   AutoStopView view_;

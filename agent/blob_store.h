@@ -5,11 +5,16 @@
 // when the digest matches; on mismatch the partial file is deleted, so nothing is stored.
 //
 // Ranged uploads: a large blob may come as fixed-size blocks over several streams at once, in any
-// order (BeginRange). The blocks are written at their place in the same partial file; each completed
-// block is synced and recorded in blobs/partial/<sha256>.ranges (common/range_log.h), so StatBlob
-// lists the blocks held and a client resumes by sending the others, across agent restarts. The blob
-// is hashed in block order while later blocks still arrive; the block that completes it verifies the
-// digest and renames the blob into place (a mismatch deletes the partial file and its log).
+// order (BeginRange). The blocks are written at their place in the same partial file as their chunks
+// arrive; each completed block is synced and recorded in blobs/partial/<sha256>.ranges
+// (common/range_log.h), so StatBlob lists the blocks held and a client resumes by sending the others,
+// across agent restarts. A completed block is immutable: a stream that sends it again (a client whose
+// answer was lost resends the block) has its bytes compared with the held ones and is answered OK when
+// they are equal, FAILED_PRECONDITION (nothing written) when not. The blob is hashed in block order
+// while later blocks still arrive, each block read back from the partial file in 1 MiB chunks, so the
+// digest is that of the file's own bytes and a stream's memory is bounded by its chunk size; the
+// block that completes it verifies the digest and the file's size and renames the blob into place (a
+// mismatch deletes the partial file and its log).
 //
 // Sequential uploads are written, synced, read back and renamed through a FileSystem (tests inject a
 // full disk); ranged blocks use pwrite/pread on one descriptor; the metadata calls of StatBlob, the
@@ -75,18 +80,20 @@ class BlobStore {
   class RangeUpload {
    public:
     ~RangeUpload();
-    // INVALID_ARGUMENT past the block's end.
+    // Writes `data` at its place. INVALID_ARGUMENT past the block's end. A block that was complete
+    // when the stream began is not written: FAILED_PRECONDITION when `data` differs from its bytes.
     Status Write(const std::string& data);
     // Syncs and records the block. When it was the last one missing, the whole is verified and renamed
     // into place: *complete. DATA_LOSS for a short block (nothing recorded) or when the whole does not
-    // hash to the sha256 (the partial file and its log are deleted).
+    // hash to the sha256 or is not `size` bytes (the partial file and its log are deleted).
     Status Finish(bool* complete);
     uint64_t written() const { return pos_ - start_; }
 
    private:
     friend class BlobStore;
     RangeUpload(BlobStore* owner, std::shared_ptr<Ranged> r, size_t block, uint64_t start, uint64_t end,
-                int fd);
+                int fd, bool verify);
+    Status Compare(const std::string& data);
     Status HashContiguous();
     Status Store(const std::string& digest, bool* complete);
     BlobStore* owner_;
@@ -94,6 +101,8 @@ class BlobStore {
     size_t block_;
     uint64_t start_, pos_, end_;
     int fd_;  // this stream's own descriptor of the partial file (owned)
+    // The block was complete when the stream began: its bytes are compared, never written.
+    const bool verify_;
     bool finished_ = false;
   };
 
@@ -114,7 +123,8 @@ class BlobStore {
   // discarded, as is a sequential partial upload. Errors: INVALID_ARGUMENT (bad sha256; offset not a
   // multiple of block, or length not min(block, size - offset)); ALREADY_EXISTS (the blob is complete);
   // ABORTED (a sequential upload of this blob, or a stream writing this block, is in progress);
-  // RESOURCE_EXHAUSTED (not enough disk space).
+  // RESOURCE_EXHAUSTED (not enough disk space). A block already held may be sent again (the stream
+  // verifies it, see RangeUpload::Write).
   StatusOr<std::unique_ptr<RangeUpload>> BeginRange(const std::string& sha256, uint64_t size, uint64_t block,
                                                     uint64_t offset, uint64_t length);
 

@@ -1,7 +1,9 @@
 // BlobStore's ranged uploads (blob_store.h): blocks of one blob written at their place by several
 // streams, recorded in a RangeLog, hashed in block order as they complete. Only a stream that is
 // writing a block holds a descriptor of the partial file: the agent may know of many ranged uploads
-// that clients started and abandoned, and they must not use up its descriptors.
+// that clients started and abandoned, and they must not use up its descriptors. A recorded block is
+// never written again (a resend is compared with it), so the running hash, read back from the file,
+// stays the file's.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,7 +27,7 @@ struct BlobStore::Ranged {
   std::mutex mu;                 // guards what follows
   std::vector<char> done, busy;  // per block: recorded / a stream is writing it
   size_t hashed = 0;             // blocks [0, hashed) are in `hasher`
-  Sha256 hasher;
+  std::unique_ptr<Sha256> hasher = std::make_unique<Sha256>();
   bool gone = false;  // completed or discarded: its files are no longer this upload's
   uint64_t Start(size_t b) const { return static_cast<uint64_t>(b) * block; }
   uint64_t End(size_t b) const { return std::min(size, Start(b) + block); }
@@ -37,6 +39,9 @@ namespace {
 
 // Blocks per ranged upload at most (each costs two bytes of memory): 8 TiB in 8 MiB blocks.
 constexpr uint64_t kMaxRangeBlocks = 1 << 20;
+// The partial file is read back (hashing, comparing a resent block) this much at a time, whatever the
+// client's block size.
+constexpr size_t kReadChunk = size_t{1} << 20;
 
 // The size and block size a ranges log's header names ("sftctl-ranges 1 SIZE SHA BLOCK"); false when it
 // is missing or names another blob.
@@ -156,15 +161,23 @@ StatusOr<std::unique_ptr<BlobStore::RangeUpload>> BlobStore::BeginRange(const st
   std::lock_guard<std::mutex> l(r->mu);
   if (r->busy[b])
     return AbortedError("block " + std::to_string(b) + " of blob " + sha256 + " is being uploaded");
-  const int fd = ::open(PartialPath(sha256).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return ErrnoError("cannot write", PartialPath(sha256), errno);
+  const bool verify = r->done[b] != 0;  // held already: the resend is compared, not written
+  const int fd = ::open(PartialPath(sha256).c_str(), (verify ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoError(verify ? "cannot read" : "cannot write", PartialPath(sha256), errno);
   r->busy[b] = 1;
-  return std::unique_ptr<RangeUpload>(new RangeUpload(this, r, b, offset, offset + length, fd));
+  return std::unique_ptr<RangeUpload>(new RangeUpload(this, r, b, offset, offset + length, fd, verify));
 }
 
 BlobStore::RangeUpload::RangeUpload(BlobStore* owner, std::shared_ptr<Ranged> r, size_t block, uint64_t start,
-                                    uint64_t end, int fd)
-    : owner_(owner), r_(std::move(r)), block_(block), start_(start), pos_(start), end_(end), fd_(fd) {}
+                                    uint64_t end, int fd, bool verify)
+    : owner_(owner),
+      r_(std::move(r)),
+      block_(block),
+      start_(start),
+      pos_(start),
+      end_(end),
+      fd_(fd),
+      verify_(verify) {}
 
 BlobStore::RangeUpload::~RangeUpload() {
   ::close(fd_);
@@ -177,8 +190,30 @@ Status BlobStore::RangeUpload::Write(const std::string& data) {
   if (pos_ + data.size() > end_) {
     return InvalidArgumentError("data: more than the range's " + std::to_string(end_ - start_) + " bytes");
   }
-  SFT_RETURN_IF_ERROR(PwriteFully(fd_, data.data(), data.size(), pos_, owner_->PartialPath(r_->sha)));
+  if (verify_) {
+    SFT_RETURN_IF_ERROR(Compare(data));
+  } else {
+    SFT_RETURN_IF_ERROR(PwriteFully(fd_, data.data(), data.size(), pos_, owner_->PartialPath(r_->sha)));
+  }
   pos_ += data.size();
+  return OkStatus();
+}
+
+// A resent block: `data` must equal the bytes held at pos_ (read in chunks, whatever its size).
+Status BlobStore::RangeUpload::Compare(const std::string& data) {
+  std::string held(std::min(data.size(), kReadChunk), '\0');
+  for (size_t done = 0; done < data.size();) {
+    const size_t n = std::min(held.size(), data.size() - done);
+    SFT_RETURN_IF_ERROR(PreadFully(fd_, held.data(), n, pos_ + done, owner_->PartialPath(r_->sha)));
+    if (held.compare(0, n, data, done, n) != 0) {
+      return FailedPreconditionError("data: block " + std::to_string(block_) + " of blob " + r_->sha +
+                                     " is already held with other bytes (at offset " +
+                                     std::to_string(pos_ + done) +
+                                     "); a completed block cannot change: did the file change during "
+                                     "the upload?");
+    }
+    done += n;
+  }
   return OkStatus();
 }
 
@@ -191,7 +226,8 @@ Status BlobStore::RangeUpload::Finish(bool* complete) {
                          std::to_string(end_ - start_) + " bytes of block " + std::to_string(block_) +
                          " of blob " + r_->sha + "; send the block again");
   }
-  if (::fdatasync(fd_) != 0) return ErrnoError("cannot sync", owner_->PartialPath(r_->sha), errno);
+  if (!verify_ && ::fdatasync(fd_) != 0)
+    return ErrnoError("cannot sync", owner_->PartialPath(r_->sha), errno);
   std::string digest;
   {
     std::lock_guard<std::mutex> l(r_->mu);
@@ -201,20 +237,29 @@ Status BlobStore::RangeUpload::Finish(bool* complete) {
     SFT_RETURN_IF_ERROR(HashContiguous());
     if (r_->hashed < r_->blocks) return OkStatus();
     r_->gone = true;  // this stream stores it; nobody else touches its files from now on
-    digest = r_->hasher.HexDigest();
+    digest = r_->hasher->HexDigest();
   }
   return Store(digest, complete);
 }
 
-// Adds the blocks now contiguous from the start to the running hash (REQUIRES: r_->mu held).
+// Adds the blocks now contiguous from the start to the running hash, read back from the file in
+// chunks (REQUIRES: r_->mu held). A block whose read fails is hashed by the next stream to finish.
 Status BlobStore::RangeUpload::HashContiguous() {
   Ranged& r = *r_;
-  std::string buf;
+  if (r.hashed >= r.blocks || !r.done[r.hashed]) return OkStatus();
+  std::vector<char> buf(std::min<uint64_t>(kReadChunk, r.block));
   while (r.hashed < r.blocks && r.done[r.hashed]) {
-    const uint64_t start = r.Start(r.hashed), len = r.End(r.hashed) - start;
-    buf.resize(len);
-    SFT_RETURN_IF_ERROR(PreadFully(fd_, buf.data(), len, start, owner_->PartialPath(r.sha)));
-    r.hasher.Update(buf);
+    const uint64_t start = r.Start(r.hashed), end = r.End(r.hashed);
+    for (uint64_t off = start; off < end;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), end - off));
+      if (Status read = PreadFully(fd_, buf.data(), n, off, owner_->PartialPath(r.sha)); !read.ok()) {
+        r.hasher = std::make_unique<Sha256>();  // part of a block is in it: start over from block 0
+        r.hashed = 0;
+        return read;
+      }
+      r.hasher->Update(buf.data(), n);
+      off += n;
+    }
     ++r.hashed;
   }
   return OkStatus();
@@ -228,9 +273,16 @@ Status BlobStore::RangeUpload::Store(const std::string& digest, bool* complete) 
   std::lock_guard<std::mutex> store(owner_->mu_);
   auto it = owner_->ranged_.find(r.sha);
   if (it != owner_->ranged_.end() && it->second == r_) owner_->ranged_.erase(it);
-  if (digest != r.sha) {
+  // The digest is of bytes [0, size) as read back from the file; it must hold nothing more.
+  struct stat st;
+  const bool sized = ::fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) == r.size;
+  if (digest != r.sha || !sized) {
     (void)::unlink(owner_->RangesPath(r.sha).c_str());
     (void)::unlink(partial.c_str());
+    if (!sized) {
+      return DataLossError("size: the partial file of blob " + r.sha + " is not " + std::to_string(r.size) +
+                           " bytes; nothing stored");
+    }
     return DataLossError("sha256: uploaded blocks hash to " + digest + ", expected " + r.sha +
                          "; nothing stored");
   }

@@ -9,10 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "common/process_util.h"
-
-extern char** environ;
 
 namespace sftctl::agent {
 namespace {
@@ -22,8 +21,13 @@ class PosixCommandRunner final : public CommandRunner {
   StatusOr<CommandOutcome> Run(const std::string& command, std::chrono::seconds timeout) override;
 };
 
-// posix_spawn of `/bin/sh -c command` writing to `out_fd`, in a new process group with default signals.
+// posix_spawn of `/bin/sh -c command` writing to `out_fd`, in a new process group with default signals,
+// with the environment a stop command gets (common/process_util.h: no HF_TOKEN, no other secret).
 StatusOr<pid_t> Spawn(const std::string& command, int out_fd) {
+  std::vector<std::string> env = ChildEnvironment(ChildKind::kStopCommand);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&fa);
@@ -43,7 +47,7 @@ StatusOr<pid_t> Spawn(const std::string& command, int out_fd) {
   std::string sh = "/bin/sh", dash_c = "-c", cmd = command;
   char* argv[] = {sh.data(), dash_c.data(), cmd.data(), nullptr};
   pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, environ);
+  int rc = ::posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return InternalError(std::string("cannot start /bin/sh: ") + std::strerror(rc));

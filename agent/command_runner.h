@@ -31,7 +31,8 @@ class CommandRunner {
  public:
   virtual ~CommandRunner() = default;
   // Runs `command` with /bin/sh -c in a process group of its own, stdin from /dev/null, stdout and
-  // stderr captured, the agent's environment, default signal dispositions and an empty signal mask.
+  // stderr captured, the agent's environment as the stop command's allowlist passes it
+  // (ChildEnvAllowed in common/process_util.h), default signal dispositions and an empty signal mask.
   // After `timeout` the group gets SIGKILL and the outcome says timed_out. Errors: the command could
   // not be started (INTERNAL naming the cause).
   virtual StatusOr<CommandOutcome> Run(const std::string& command, std::chrono::seconds timeout) = 0;

@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>  // __NR_close_range
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +44,7 @@
 #include "common/net_addr.h"
 #include "common/rpc_limits.h"
 #include "common/source_id.h"
+#include "proto/grpc_compat.h"
 #include "sftctl/v1/agent.grpc.pb.h"
 
 #ifndef SFTCTL_VERSION
@@ -191,6 +193,19 @@ void RaiseOpenFileLimit() {
     spdlog::warn("cannot raise the open-file limit: {}", std::strerror(errno));
 }
 
+// Closes the descriptors first..last: close_range(2) as a system call (glibc has its wrapper only from
+// 2.34; Debian 11 has 2.31), one by one below the open-file limit where the kernel lacks it (before 5.9).
+void CloseFdRange(unsigned first, unsigned last) {
+#ifdef __NR_close_range  // (glibc 2.31 names no SYS_close_range; the kernel headers do)
+  if (::syscall(__NR_close_range, first, last, 0) == 0) return;
+#endif
+  rlimit r{};
+  rlim_t limit = 1024;
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    limit = std::min<rlim_t>(r.rlim_cur, 1 << 20);
+  for (unsigned fd = first; fd <= last && fd < limit; ++fd) ::close(static_cast<int>(fd));
+}
+
 // Runs the agent in this process until SIGTERM/SIGINT. Reports readiness (or "SFTD_ERROR <msg>") on
 // `ready_fd`. Returns the exit code.
 int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
@@ -271,6 +286,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   AutoStop auto_stop(stop_deps, *stop_policy);
   std::string version = opts.version_override.empty() ? AgentVersion() : opts.version_override;
   int port = 0;
+  rpc::CallbackServerPoller poller;  // (gRPC before 1.37; outlives the server)
   std::unique_ptr<grpc::Server> server;
   {
     ServiceDeps deps;
@@ -310,12 +326,15 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     grpc::ResourceQuota quota("sftd");
     quota.Resize(size_t{1} << 30);
     builder.SetResourceQuota(quota);
+    poller.AddTo(&builder);
     server = builder.BuildAndStart();
     if (!server || port == 0) {
       supervisor.Stop();
       return fail("cannot listen on " + host + ":" + std::to_string(opts.port) + " (port in use?)");
     }
+    poller.Start();
     const std::string dial_host = DialHost(opts.listen);
+    service->SetListenAddr(dial_host + ":" + std::to_string(port));
     Status s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.host"), dial_host + "\n");
     if (s.ok())
       s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.port"), std::to_string(port) + "\n");
@@ -418,6 +437,37 @@ std::string DefaultDataDir() {
   return home.empty() ? "" : home + "/.local/share/sftd";
 }
 
+std::string EnvFilePath() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  if (xdg != nullptr && *xdg) return std::string(xdg) + "/sftd/env";
+  const std::string home = HomeDir();
+  return home.empty() ? "" : home + "/.config/sftd/env";
+}
+
+Status CheckEnvFileTrust(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) {  // the file itself, as a shell or systemd reads it
+    if (path.empty() || errno == ENOENT || errno == ENOTDIR) return OkStatus();
+    return ErrnoError("cannot inspect the environment file", path, errno);
+  }
+  const std::string fix = "; it holds secrets for sftd (API keys): run `chmod 600 " + path + "`";
+  if (!S_ISREG(st.st_mode)) {
+    return FailedPreconditionError("the environment file " + path + " is not a regular file");
+  }
+  if (st.st_uid != ::geteuid()) {
+    return PermissionDeniedError("the environment file " + path + " belongs to uid " +
+                                 std::to_string(st.st_uid) + ", not to this user (uid " +
+                                 std::to_string(::geteuid()) + "): make it your own (chown)" + fix);
+  }
+  if (st.st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return PermissionDeniedError("the environment file " + path +
+                                 " is readable or writable by group or others (mode " + mode + ")" + fix);
+  }
+  return OkStatus();
+}
+
 Status CheckDataDirTrust(const std::string& dir) {
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) return ErrnoError("cannot inspect the data dir", dir, errno);
@@ -438,6 +488,7 @@ Status CheckDataDirTrust(const std::string& dir) {
 }
 
 int RunStart(DaemonOptions opts) {
+  rpc::UseServerPollingEngine();  // (gRPC before 1.37) before anything of gRPC
   std::string dir = opts.data_dir.empty() ? DefaultDataDir() : opts.data_dir;
   if (dir.empty()) {
     std::cerr
@@ -452,6 +503,10 @@ int RunStart(DaemonOptions opts) {
   char real[PATH_MAX];
   if (::realpath(dir.c_str(), real) != nullptr) dir = real;
   if (Status s = CheckDataDirTrust(dir); !s.ok()) {
+    std::cerr << "SFTD_ERROR " << s.ToString() << "\n";
+    return 1;
+  }
+  if (Status s = CheckEnvFileTrust(EnvFilePath()); !s.ok()) {
     std::cerr << "SFTD_ERROR " << s.ToString() << "\n";
     return 1;
   }
@@ -503,8 +558,8 @@ int RunStart(DaemonOptions opts) {
       ::dup2(log, STDERR_FILENO);
     }
     // Drop every other inherited fd (e.g. an SSH channel's) so the caller sees EOF once we are ready.
-    ::close_range(3, static_cast<unsigned>(p[1]) - 1, 0);
-    ::close_range(static_cast<unsigned>(p[1]) + 1, ~0U, 0);
+    CloseFdRange(3, static_cast<unsigned>(p[1]) - 1);
+    CloseFdRange(static_cast<unsigned>(p[1]) + 1, ~0U);
     // A second fork: the agent is not a session leader, so it can never reacquire a terminal.
     pid_t agent = ::fork();
     if (agent < 0) _exit(1);

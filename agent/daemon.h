@@ -66,6 +66,14 @@ std::string DefaultDataDir();
 // user can write. OK (after chmod 0700), or PERMISSION_DENIED (another owner; world-writable),
 // FAILED_PRECONDITION (not a folder), naming the folder.
 Status CheckDataDirTrust(const std::string& dir);
+
+// ~/.config/sftd/env ($XDG_CONFIG_HOME/sftd/env): the KEY=VALUE secrets (LAMBDA_API_KEY, ...) that the
+// bootstrap script and the systemd unit load into sftd's environment; "" when there is no home.
+std::string EnvFilePath();
+// `sftd start` refuses an env file that another user could read or change: OK when `path` is missing
+// or a regular file of this user with no group/other read or write bit; else PERMISSION_DENIED (or
+// FAILED_PRECONDITION: not a regular file) naming the file and `chmod 600`.
+Status CheckEnvFileTrust(const std::string& path);
 std::string AgentVersion();
 
 // Each returns the process exit code.

@@ -93,6 +93,11 @@ StatusOr<std::string> HubFetcher::Resolve(const HubFetchTask& task) {
   SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ParseJson(task.spec_json, task.job_id + " spec.json"));
   HubOptions o = options_;
   if (!task.token.empty()) o.token = task.token;
+  if (o.token.empty()) {
+    o.token_advice =
+        "submit again with `sftctl submit --forward-hf-token` (your token then goes to this host for this "
+        "job's downloads, never stored), or put HF_TOKEN in the agent's ~/.config/sftd/env";
+  }
   const std::string id = task.job_id;
   o.cancelled = [this, id] {
     std::lock_guard<std::mutex> lock(mu_);

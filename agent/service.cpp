@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 
+#include "common/agent_identity.h"
 #include "common/sha256.h"
 #include "common/source_id.h"
 
@@ -25,14 +26,14 @@ constexpr size_t kEventBytesPerMessage = 1 << 20;
 
 // A write reactor that fails at once (e.g. UNAUTHENTICATED) and deletes itself.
 template <typename T>
-class FailedWriter : public grpc::ServerWriteReactor<T> {
+class FailedWriter : public rpc::ServerWriteReactor<T> {
  public:
   explicit FailedWriter(const Status& s) { this->Finish(ToGrpc(s)); }
   void OnDone() override { delete this; }
 };
 
 template <typename T>
-class FailedReader : public grpc::ServerReadReactor<T> {
+class FailedReader : public rpc::ServerReadReactor<T> {
  public:
   explicit FailedReader(const Status& s) { this->Finish(ToGrpc(s)); }
   void OnDone() override { delete this; }
@@ -54,7 +55,7 @@ struct Shared {
 
 // ---- StreamEvents ------------------------------------------------------------------------------------
 
-class EventsReactor : public grpc::ServerWriteReactor<v1::StreamEventsResponse> {
+class EventsReactor : public rpc::ServerWriteReactor<v1::StreamEventsResponse> {
  public:
   struct State : Shared<EventsReactor>, std::enable_shared_from_this<State> {
     boost::asio::thread_pool* pool = nullptr;
@@ -136,7 +137,7 @@ class EventsReactor : public grpc::ServerWriteReactor<v1::StreamEventsResponse> 
 
 // ---- PullArtifact ------------------------------------------------------------------------------------
 
-class PullReactor : public grpc::ServerWriteReactor<v1::ArtifactChunk> {
+class PullReactor : public rpc::ServerWriteReactor<v1::ArtifactChunk> {
  public:
   struct State : Shared<PullReactor>, std::enable_shared_from_this<State> {
     boost::asio::thread_pool* pool = nullptr;
@@ -247,7 +248,7 @@ Status Begin(StatusOr<std::unique_ptr<T>> begun, std::unique_ptr<T>* into) {
   return OkStatus();
 }
 
-class UploadReactor : public grpc::ServerReadReactor<v1::UploadBlobRequest> {
+class UploadReactor : public rpc::ServerReadReactor<v1::UploadBlobRequest> {
  public:
   struct State : Shared<UploadReactor>, std::enable_shared_from_this<State> {
     boost::asio::thread_pool* pool = nullptr;
@@ -426,14 +427,22 @@ AgentService::~AgentService() {
     return reactor;                                    \
   }
 
-grpc::ServerUnaryReactor* AgentService::SubmitJob(grpc::CallbackServerContext* ctx,
-                                                  const v1::SubmitJobRequest* req, v1::Job* resp) {
+rpc::ServerUnaryReactor* AgentService::SubmitJob(rpc::CallbackServerContext* ctx,
+                                                 const v1::SubmitJobRequest* req, v1::Job* resp) {
   SFT_AUTH_UNARY(ctx);
   if (req->stop_when_done() && (deps_.auto_stop == nullptr || !deps_.auto_stop->HasAction())) {
     reactor->Finish(ToGrpc(ActionCommand("", StopPolicy()).status().WithContext("stop_when_done")));
     return reactor;
   }
-  deps_.supervisor->Submit(*req, [reactor, resp](StatusOr<JobRecord> r) {
+  // Refused once the host is stopping; else held until the job is counted as queued (when the
+  // callback runs), so that the stop decision sees it.
+  StatusOr<std::shared_ptr<AutoStop::Admission>> admitted = std::shared_ptr<AutoStop::Admission>();
+  if (deps_.auto_stop != nullptr) admitted = deps_.auto_stop->AdmitSubmission();
+  if (!admitted.ok()) {
+    reactor->Finish(ToGrpc(admitted.status()));
+    return reactor;
+  }
+  deps_.supervisor->Submit(*req, [reactor, resp, admitted = *admitted](StatusOr<JobRecord> r) {
     if (r.ok()) JobToProto(*r, nullptr, resp);
     reactor->Finish(ToGrpc(r.status()));
   });
@@ -447,8 +456,8 @@ void AgentService::AddHubProgress(v1::Job* job) const {
   if (!p.empty()) job->set_reason(job->reason() + " (" + p + ")");
 }
 
-grpc::ServerUnaryReactor* AgentService::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
-                                               v1::Job* resp) {
+rpc::ServerUnaryReactor* AgentService::GetJob(rpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
+                                              v1::Job* resp) {
   SFT_AUTH_UNARY(ctx);
   boost::asio::post(pool_, [this, reactor, req, resp] {
     auto rec = deps_.store->GetJob(req->job_id());
@@ -464,8 +473,8 @@ grpc::ServerUnaryReactor* AgentService::GetJob(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AgentService::ListJobs(grpc::CallbackServerContext* ctx,
-                                                 const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
+rpc::ServerUnaryReactor* AgentService::ListJobs(rpc::CallbackServerContext* ctx,
+                                                const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
   SFT_AUTH_UNARY(ctx);
   boost::asio::post(pool_, [this, reactor, resp] {
     auto jobs = deps_.store->ListJobs();
@@ -480,8 +489,8 @@ grpc::ServerUnaryReactor* AgentService::ListJobs(grpc::CallbackServerContext* ct
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AgentService::CancelJob(grpc::CallbackServerContext* ctx,
-                                                  const v1::CancelJobRequest* req, v1::Job* resp) {
+rpc::ServerUnaryReactor* AgentService::CancelJob(rpc::CallbackServerContext* ctx,
+                                                 const v1::CancelJobRequest* req, v1::Job* resp) {
   SFT_AUTH_UNARY(ctx);
   deps_.supervisor->Cancel(req->job_id(), [reactor, resp](StatusOr<JobRecord> r) {
     if (r.ok()) JobToProto(*r, nullptr, resp);
@@ -490,8 +499,8 @@ grpc::ServerUnaryReactor* AgentService::CancelJob(grpc::CallbackServerContext* c
   return reactor;
 }
 
-grpc::ServerWriteReactor<v1::StreamEventsResponse>* AgentService::StreamEvents(
-    grpc::CallbackServerContext* ctx, const v1::StreamEventsRequest* req) {
+rpc::ServerWriteReactor<v1::StreamEventsResponse>* AgentService::StreamEvents(
+    rpc::CallbackServerContext* ctx, const v1::StreamEventsRequest* req) {
   if (Status a = deps_.auth->Check(*ctx); !a.ok()) return new FailedWriter<v1::StreamEventsResponse>(a);
   auto st = std::make_shared<EventsReactor::State>();
   st->pool = &pool_;
@@ -502,9 +511,9 @@ grpc::ServerWriteReactor<v1::StreamEventsResponse>* AgentService::StreamEvents(
   return new EventsReactor(st);
 }
 
-grpc::ServerUnaryReactor* AgentService::ListArtifacts(grpc::CallbackServerContext* ctx,
-                                                      const v1::ListArtifactsRequest* req,
-                                                      v1::ListArtifactsResponse* resp) {
+rpc::ServerUnaryReactor* AgentService::ListArtifacts(rpc::CallbackServerContext* ctx,
+                                                     const v1::ListArtifactsRequest* req,
+                                                     v1::ListArtifactsResponse* resp) {
   SFT_AUTH_UNARY(ctx);
   boost::asio::post(bulk_pool_, [this, reactor, req, resp] {
     auto rec = deps_.store->GetJob(req->job_id());
@@ -525,8 +534,8 @@ grpc::ServerUnaryReactor* AgentService::ListArtifacts(grpc::CallbackServerContex
   return reactor;
 }
 
-grpc::ServerWriteReactor<v1::ArtifactChunk>* AgentService::PullArtifact(grpc::CallbackServerContext* ctx,
-                                                                        const v1::PullArtifactRequest* req) {
+rpc::ServerWriteReactor<v1::ArtifactChunk>* AgentService::PullArtifact(rpc::CallbackServerContext* ctx,
+                                                                       const v1::PullArtifactRequest* req) {
   if (Status a = deps_.auth->Check(*ctx); !a.ok()) return new FailedWriter<v1::ArtifactChunk>(a);
   auto st = std::make_shared<PullReactor::State>();
   st->pool = &pool_;
@@ -562,8 +571,8 @@ grpc::ServerWriteReactor<v1::ArtifactChunk>* AgentService::PullArtifact(grpc::Ca
   return new PullReactor(st);
 }
 
-grpc::ServerUnaryReactor* AgentService::StatBlob(grpc::CallbackServerContext* ctx,
-                                                 const v1::StatBlobRequest* req, v1::BlobStatus* resp) {
+rpc::ServerUnaryReactor* AgentService::StatBlob(rpc::CallbackServerContext* ctx,
+                                                const v1::StatBlobRequest* req, v1::BlobStatus* resp) {
   SFT_AUTH_UNARY(ctx);
   boost::asio::post(pool_, [this, reactor, req, resp] {
     auto st = deps_.blobs->StatBlob(req->sha256());
@@ -579,8 +588,8 @@ grpc::ServerUnaryReactor* AgentService::StatBlob(grpc::CallbackServerContext* ct
   return reactor;
 }
 
-grpc::ServerReadReactor<v1::UploadBlobRequest>* AgentService::UploadBlob(grpc::CallbackServerContext* ctx,
-                                                                         v1::BlobStatus* resp) {
+rpc::ServerReadReactor<v1::UploadBlobRequest>* AgentService::UploadBlob(rpc::CallbackServerContext* ctx,
+                                                                        v1::BlobStatus* resp) {
   if (Status a = deps_.auth->Check(*ctx); !a.ok()) return new FailedReader<v1::UploadBlobRequest>(a);
   auto st = std::make_shared<UploadReactor::State>();
   st->pool = &bulk_pool_;
@@ -589,9 +598,9 @@ grpc::ServerReadReactor<v1::UploadBlobRequest>* AgentService::UploadBlob(grpc::C
   return new UploadReactor(st);
 }
 
-grpc::ServerUnaryReactor* AgentService::CollectGarbage(grpc::CallbackServerContext* ctx,
-                                                       const v1::CollectGarbageRequest* req,
-                                                       v1::CollectGarbageResponse* resp) {
+rpc::ServerUnaryReactor* AgentService::CollectGarbage(rpc::CallbackServerContext* ctx,
+                                                      const v1::CollectGarbageRequest* req,
+                                                      v1::CollectGarbageResponse* resp) {
   SFT_AUTH_UNARY(ctx);
   if (deps_.gc == nullptr) {
     reactor->Finish(ToGrpc(UnimplementedError("this agent has no garbage collector")));
@@ -609,8 +618,8 @@ grpc::ServerUnaryReactor* AgentService::CollectGarbage(grpc::CallbackServerConte
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AgentService::Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* req,
-                                               v1::HealthResponse* resp) {
+rpc::ServerUnaryReactor* AgentService::Health(rpc::CallbackServerContext* ctx, const v1::HealthRequest* req,
+                                              v1::HealthResponse* resp) {
   SFT_AUTH_UNARY(ctx);
   SupervisorStats s = deps_.supervisor->Stats();
   resp->set_ok(true);
@@ -638,12 +647,42 @@ grpc::ServerUnaryReactor* AgentService::Health(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AgentService::Version(grpc::CallbackServerContext* ctx,
-                                                const v1::VersionRequest* req, v1::VersionResponse* resp) {
+rpc::ServerUnaryReactor* AgentService::Version(rpc::CallbackServerContext* ctx, const v1::VersionRequest* req,
+                                               v1::VersionResponse* resp) {
   SFT_AUTH_UNARY(ctx);
   resp->set_version(deps_.version);
   resp->set_protocol(1);
   resp->set_source_id(SourceId());
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+void AgentService::SetListenAddr(const std::string& addr) {
+  std::lock_guard<std::mutex> l(addr_mu_);
+  listen_addr_ = addr;
+}
+
+rpc::ServerUnaryReactor* AgentService::Identify(rpc::CallbackServerContext* ctx,
+                                                const v1::IdentifyRequest* req, v1::IdentifyResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  const std::string& challenge = req->challenge();
+  if (challenge.size() < kIdentifyChallengeMin || challenge.size() > kIdentifyChallengeMax) {
+    reactor->Finish(
+        ToGrpc(InvalidArgumentError("challenge: must be " + std::to_string(kIdentifyChallengeMin) + ".." +
+                                    std::to_string(kIdentifyChallengeMax) + " bytes")));
+    return reactor;
+  }
+  std::string addr;
+  {
+    std::lock_guard<std::mutex> l(addr_mu_);
+    addr = listen_addr_;
+  }
+  if (addr.empty()) {
+    reactor->Finish(ToGrpc(UnavailableError("the agent is not listening yet")));
+    return reactor;
+  }
+  resp->set_addr(addr);
+  resp->set_proof(deps_.auth->Prove(addr, challenge));
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

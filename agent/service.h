@@ -13,6 +13,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "agent/artifacts.h"
@@ -23,6 +24,7 @@
 #include "agent/state_store.h"
 #include "agent/supervisor.h"
 #include "common/status.h"
+#include "proto/grpc_compat.h"
 #include "sftctl/v1/agent.grpc.pb.h"
 
 namespace sftctl::agent {
@@ -51,42 +53,47 @@ struct ServiceDeps {
   size_t pull_chunk_bytes = 1 << 20;
 };
 
-class AgentService final : public ::sftctl::v1::Agent::CallbackService {
+class AgentService final : public rpc::CallbackService<::sftctl::v1::Agent> {
  public:
   explicit AgentService(ServiceDeps deps);
   // Waits for queued worker tasks. Call after the grpc::Server has shut down.
   ~AgentService() override;
 
-  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
-                                      const ::sftctl::v1::SubmitJobRequest* req,
-                                      ::sftctl::v1::Job* resp) override;
-  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const ::sftctl::v1::GetJobRequest* req,
-                                   ::sftctl::v1::Job* resp) override;
-  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
-                                     const ::sftctl::v1::ListJobsRequest* req,
-                                     ::sftctl::v1::ListJobsResponse* resp) override;
-  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
-                                      const ::sftctl::v1::CancelJobRequest* req,
-                                      ::sftctl::v1::Job* resp) override;
-  grpc::ServerWriteReactor<::sftctl::v1::StreamEventsResponse>* StreamEvents(
-      grpc::CallbackServerContext* ctx, const ::sftctl::v1::StreamEventsRequest* req) override;
-  grpc::ServerUnaryReactor* ListArtifacts(grpc::CallbackServerContext* ctx,
-                                          const ::sftctl::v1::ListArtifactsRequest* req,
-                                          ::sftctl::v1::ListArtifactsResponse* resp) override;
-  grpc::ServerWriteReactor<::sftctl::v1::ArtifactChunk>* PullArtifact(
-      grpc::CallbackServerContext* ctx, const ::sftctl::v1::PullArtifactRequest* req) override;
-  grpc::ServerUnaryReactor* StatBlob(grpc::CallbackServerContext* ctx,
-                                     const ::sftctl::v1::StatBlobRequest* req,
-                                     ::sftctl::v1::BlobStatus* resp) override;
-  grpc::ServerReadReactor<::sftctl::v1::UploadBlobRequest>* UploadBlob(
-      grpc::CallbackServerContext* ctx, ::sftctl::v1::BlobStatus* resp) override;
-  grpc::ServerUnaryReactor* CollectGarbage(grpc::CallbackServerContext* ctx,
-                                           const ::sftctl::v1::CollectGarbageRequest* req,
-                                           ::sftctl::v1::CollectGarbageResponse* resp) override;
-  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const ::sftctl::v1::HealthRequest* req,
-                                   ::sftctl::v1::HealthResponse* resp) override;
-  grpc::ServerUnaryReactor* Version(grpc::CallbackServerContext* ctx, const ::sftctl::v1::VersionRequest* req,
-                                    ::sftctl::v1::VersionResponse* resp) override;
+  rpc::ServerUnaryReactor* SubmitJob(rpc::CallbackServerContext* ctx,
+                                     const ::sftctl::v1::SubmitJobRequest* req,
+                                     ::sftctl::v1::Job* resp) override;
+  rpc::ServerUnaryReactor* GetJob(rpc::CallbackServerContext* ctx, const ::sftctl::v1::GetJobRequest* req,
+                                  ::sftctl::v1::Job* resp) override;
+  rpc::ServerUnaryReactor* ListJobs(rpc::CallbackServerContext* ctx, const ::sftctl::v1::ListJobsRequest* req,
+                                    ::sftctl::v1::ListJobsResponse* resp) override;
+  rpc::ServerUnaryReactor* CancelJob(rpc::CallbackServerContext* ctx,
+                                     const ::sftctl::v1::CancelJobRequest* req,
+                                     ::sftctl::v1::Job* resp) override;
+  rpc::ServerWriteReactor<::sftctl::v1::StreamEventsResponse>* StreamEvents(
+      rpc::CallbackServerContext* ctx, const ::sftctl::v1::StreamEventsRequest* req) override;
+  rpc::ServerUnaryReactor* ListArtifacts(rpc::CallbackServerContext* ctx,
+                                         const ::sftctl::v1::ListArtifactsRequest* req,
+                                         ::sftctl::v1::ListArtifactsResponse* resp) override;
+  rpc::ServerWriteReactor<::sftctl::v1::ArtifactChunk>* PullArtifact(
+      rpc::CallbackServerContext* ctx, const ::sftctl::v1::PullArtifactRequest* req) override;
+  rpc::ServerUnaryReactor* StatBlob(rpc::CallbackServerContext* ctx, const ::sftctl::v1::StatBlobRequest* req,
+                                    ::sftctl::v1::BlobStatus* resp) override;
+  rpc::ServerReadReactor<::sftctl::v1::UploadBlobRequest>* UploadBlob(
+      rpc::CallbackServerContext* ctx, ::sftctl::v1::BlobStatus* resp) override;
+  rpc::ServerUnaryReactor* CollectGarbage(rpc::CallbackServerContext* ctx,
+                                          const ::sftctl::v1::CollectGarbageRequest* req,
+                                          ::sftctl::v1::CollectGarbageResponse* resp) override;
+  rpc::ServerUnaryReactor* Health(rpc::CallbackServerContext* ctx, const ::sftctl::v1::HealthRequest* req,
+                                  ::sftctl::v1::HealthResponse* resp) override;
+  rpc::ServerUnaryReactor* Version(rpc::CallbackServerContext* ctx, const ::sftctl::v1::VersionRequest* req,
+                                   ::sftctl::v1::VersionResponse* resp) override;
+  // Unauthenticated: the proof that this agent knows the token (proto Identify).
+  rpc::ServerUnaryReactor* Identify(rpc::CallbackServerContext* ctx, const ::sftctl::v1::IdentifyRequest* req,
+                                    ::sftctl::v1::IdentifyResponse* resp) override;
+
+  // The address clients dial ("127.0.0.1:41234"), once the server listens; Identify answers
+  // UNAVAILABLE before. Thread-safe.
+  void SetListenAddr(const std::string& addr);
 
  private:
   void AddHubProgress(::sftctl::v1::Job* job) const;
@@ -95,6 +102,8 @@ class AgentService final : public ::sftctl::v1::Agent::CallbackService {
   boost::asio::thread_pool pool_;
   boost::asio::thread_pool bulk_pool_;
   std::chrono::steady_clock::time_point started_;
+  mutable std::mutex addr_mu_;
+  std::string listen_addr_;  // GUARDED_BY(addr_mu_)
 };
 
 }  // namespace sftctl::agent

@@ -7,6 +7,7 @@
 #include <deque>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -106,6 +107,21 @@ bool AgentRuns(const std::string& status_json, const std::string& source_id) {
          id->is_string() && id->get<std::string>() == source_id;
 }
 
+std::string ShellQuote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// A folder on the host for its shell, the way the agent's own commands name it
+// (client/ssh/ssh_agent.cpp's RemotePath): "~/x" is "$HOME"/'x' and "~" is "$HOME"; anything else
+// is quoted as is.
+std::string HostPath(const std::string& p) {
+  if (p == "~") return "\"$HOME\"";
+  if (p.rfind("~/", 0) == 0) return "\"$HOME\"/" + ShellQuote(p.substr(2));
+  return ShellQuote(p);
+}
+
 std::string WorkerArgs(const BootstrapOptions& bo, const ConnectOptions& opts, const std::string& sha,
                        const std::string& id) {
   std::string a = " --sha256 " + sha + " --source-id " + id;
@@ -113,11 +129,7 @@ std::string WorkerArgs(const BootstrapOptions& bo, const ConnectOptions& opts, c
   if (!bo.install_deps) a += " --no-install-deps";
   if (!bo.systemd) a += " --no-systemd";
   for (const auto& arg : bo.agent_args) a += " --agent-arg " + arg;  // checked by CheckAgentArgs
-  if (!opts.agent_data_dir.empty()) {
-    std::string q = "'";
-    for (char c : opts.agent_data_dir) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    a += " --data-dir " + q + "'";
-  }
+  if (!opts.agent_data_dir.empty()) a += " --data-dir " + HostPath(opts.agent_data_dir);
   return a;
 }
 
@@ -200,30 +212,72 @@ PollReply ParsePoll(const std::string& out) {
   return p;
 }
 
-// Follows the worker until its status is "done" (OK) or "failed" / it died (an error with the log's tail).
+void Pause(const BootstrapOptions& bo) {
+  const auto ms = std::chrono::milliseconds(static_cast<int64_t>(bo.poll_s * 1000));
+  if (bo.sleep) return bo.sleep(ms);
+  std::this_thread::sleep_for(ms);
+}
+
+// Whether a poll answer keeps the protocol, given the `offset` of log bytes read before it: the log
+// only grows, and a poll sends the log from the offset (up to 64 KiB) whenever it says there is more.
+// Empty when it does; else what is wrong.
+std::string PollProblem(const PollReply& p, uint64_t offset) {
+  if (p.size < offset) {
+    return "the log went back to " + std::to_string(p.size) + " bytes after " + std::to_string(offset) +
+           " were read";
+  }
+  if (p.log.empty() && offset < p.size) {
+    return "it says the log has " + std::to_string(p.size) + " bytes but sends none past " +
+           std::to_string(offset);
+  }
+  return "";
+}
+
+// The worker's state once the log is read to its end: OK when "done", an error when "failed" or when
+// it died; nullopt while it runs.
+std::optional<Status> WorkerOutcome(HostShell* shell, const PollReply& p, const LogView& view) {
+  if (p.status.rfind("done ", 0) == 0) return OkStatus();
+  std::string host_log = "\nhost log: " + std::string(kHostLog) + "\n" + view.Tail();
+  if (p.status.rfind("failed ", 0) == 0) {
+    return FailedPreconditionError(shell->Display() + ": " + EscapeForTerminal(p.status.substr(7)) +
+                                   host_log);
+  }
+  if (!p.alive) {
+    return UnavailableError(shell->Display() + ": the bootstrap worker stopped without finishing (status: " +
+                            EscapeForTerminal(p.status) + "); run `sftctl bootstrap` again to resume" +
+                            host_log);
+  }
+  return std::nullopt;
+}
+
+// Follows the worker until its status is "done" (OK) or "failed" / it died (an error with the log's
+// tail). Polls again at once only while new log bytes arrive; otherwise pauses first. Answers that
+// break the protocol (PollProblem) are tolerated kMaxBadPolls times in a row.
 Status FollowWorker(HostShell* shell, const BootstrapOptions& bo) {
   LogView view(bo.verbose, StderrIsTty());
   uint64_t offset = 0;
+  int bad = 0;
   for (;;) {
     SFT_ASSIGN_OR_RETURN(std::string out,
                          RunOk(shell, "reading the bootstrap log",
                                "bash " + Script() + " poll " + std::to_string(offset), "", 60));
     PollReply p = ParsePoll(out);
+    const std::string problem = PollProblem(p, offset);
     view.Feed(p.log);
     offset += p.log.size();
+    if (!problem.empty()) {
+      if (++bad >= kMaxBadPolls) {
+        return InternalError(shell->Display() +
+                             ": the host's bootstrap poll breaks the protocol: " + problem + " (" +
+                             std::to_string(bad) + " answers in a row); host log: " + kHostLog);
+      }
+      Pause(bo);
+      continue;
+    }
+    bad = 0;
     if (offset < p.size) continue;  // more log to read before judging the status
-    if (p.status.rfind("done ", 0) == 0) return OkStatus();
-    std::string host_log = "\nhost log: " + std::string(kHostLog) + "\n" + view.Tail();
-    if (p.status.rfind("failed ", 0) == 0) {
-      return FailedPreconditionError(shell->Display() + ": " + EscapeForTerminal(p.status.substr(7)) +
-                                     host_log);
-    }
-    if (!p.alive) {
-      return UnavailableError(
-          shell->Display() + ": the bootstrap worker stopped without finishing (status: " +
-          EscapeForTerminal(p.status) + "); run `sftctl bootstrap` again to resume" + host_log);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(bo.poll_s * 1000)));
+    if (auto outcome = WorkerOutcome(shell, p, view)) return *outcome;
+    Pause(bo);
   }
 }
 

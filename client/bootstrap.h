@@ -12,6 +12,7 @@
 // parsed with bounds and printed through EscapeForTerminal.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -40,6 +41,10 @@ class HostShell {
 // per command with a growing pause.
 std::unique_ptr<HostShell> NewSshHostShell(const ConnectOptions& opts, int attempts = 6);
 
+// How many `poll` answers in a row may claim log bytes they do not send (or a log shorter than what
+// was read) before the bootstrap gives up; each is followed by a pause.
+constexpr int kMaxBadPolls = 10;
+
 struct BootstrapOptions {
   bool install_deps = true;   // apt-get install what the host lacks (root or password-less sudo)
   bool smoke = true;          // run the smoke job after installing
@@ -51,9 +56,12 @@ struct BootstrapOptions {
   // Flags for `sftd start` on the host (e.g. --stop-when-idle 2h): letters, digits and ._:=/-@+,
   // only (they cross a shell). INVALID_ARGUMENT otherwise.
   std::vector<std::string> agent_args;
-  std::string share_dir;           // empty: $SFTCTL_SHARE_DIR, else <dir of sftctl>/../share/sftctl
-  bool verbose = false;            // print every line of the host's log, not only the phases
-  double poll_s = 2.0;             // how often the worker's log is read
+  std::string share_dir;  // empty: $SFTCTL_SHARE_DIR, else <dir of sftctl>/../share/sftctl
+  bool verbose = false;   // print every line of the host's log, not only the phases
+  double poll_s = 2.0;    // how often the worker's log is read
+  // The pause between polls that brought no new log bytes; null: std::this_thread::sleep_for (tests
+  // count the pauses instead).
+  std::function<void(std::chrono::milliseconds)> sleep;
   std::ostream* out = &std::cout;  // the probe table and the final line (`submit --bootstrap`: stderr)
 };
 
@@ -70,7 +78,8 @@ struct BootstrapResult {
 
 // The whole bootstrap of opts.host; progress on stderr, the probe table and the final line on
 // stdout. Errors name the host and the phase ("H: build-agent failed: ...") and carry the host log's
-// path. REQUIRES: opts.host is not a local host name.
+// path; INTERNAL when the host's `poll` answers break the protocol (a log size that goes backwards, or
+// one past what it sends) for kMaxBadPolls polls in a row. REQUIRES: opts.host is not a local host name.
 StatusOr<BootstrapResult> Bootstrap(const ConnectOptions& opts, const BootstrapOptions& bo);
 
 // The same with the parts injected (tests): `shell` runs the commands; `smoke` runs the smoke job

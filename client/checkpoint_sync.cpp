@@ -35,6 +35,15 @@ StatusOr<v1::ListArtifactsResponse> ListArtifacts(Reconnector* rc, const std::st
   return list;
 }
 
+// Makes `dir`; with `keep` (> 0), records the plan's checkpoint folder as pulled by sftctl before
+// anything lands in it (pull_plan.h: --keep removes only such folders). Without --keep nothing is
+// ever removed, and the folder gets no pull state.
+Status PrepareDestination(const std::string& dir, const PullPlan& plan, int keep) {
+  SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(dir));
+  if (keep <= 0) return OkStatus();
+  return RecordPulledCheckpoint(dir, plan.checkpoint_dir, plan.step).status();
+}
+
 // Fetches the plan's files; top-level files may replace differing local ones when `force_top`.
 Status FetchPlan(Reconnector* rc, const std::string& job_id, const PullPlan& plan, bool force, bool force_top,
                  int streams, PullStats* stats) {
@@ -93,7 +102,7 @@ int PullCheckpoint(const SyncOptions& o, int64_t step, const JobRecord& rec, con
   auto plan = PlanPull(*list, step, dir, rec.Ref());
   if (!plan.ok()) return ReportError(plan.status(), o.json);
   got.plan = std::move(*plan);
-  if (Status c = FileSystem::Default()->CreateDirs(dir); !c.ok()) return ReportError(c, o.json);
+  if (Status c = PrepareDestination(dir, got.plan, /*keep=*/0); !c.ok()) return ReportError(c, o.json);
   Status s = FetchPlan(rc, node.id, got.plan, o.force, /*force_top=*/false, o.streams, &got.stats);
   if (!s.ok()) return ReportError(s, o.json);
   NoteReconnects(*rc);
@@ -122,7 +131,7 @@ Status FollowRound(const SyncOptions& o, const JobRecord& rec, const NodeRecord&
       if (IsRunTopLevelFile(item.remote_path)) item.sha256.clear();
     }
   }
-  SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(dir));
+  SFT_RETURN_IF_ERROR(PrepareDestination(dir, got.plan, o.keep));
   Status s = FetchPlan(rc, node.id, got.plan, o.force, /*force_top=*/true, o.streams, &got.stats);
   if (s.code() == StatusCode::kNotFound && !ended) {
     std::cerr << "note: step " << newest << " was removed on the host while it was fetched; listing again\n";

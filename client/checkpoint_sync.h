@@ -32,7 +32,9 @@ int PullCheckpoint(const SyncOptions& o, int64_t step, const JobRecord& rec, con
                    Reconnector* rc);
 
 // Pulls each newer complete checkpoint (and the growing top-level files) every o.interval_s until the
-// job ends, keeping the newest o.keep; interrupted and run again, it fetches only what is missing.
+// job ends, keeping the newest o.keep of the checkpoints it pulled (never a folder the user put in
+// o.dir: pull_plan.h's KeepNewestCheckpoints); interrupted and run again, it fetches only what is
+// missing.
 // Returns kExitOk / 1 / 3 for SUCCEEDED / FAILED / CANCELLED.
 int SyncCheckpoints(const SyncOptions& o, const JobRecord& rec, const NodeRecord& node, Reconnector* rc);
 

@@ -50,10 +50,12 @@ void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand(
       "bootstrap", "Build, install and start this sftctl's agent and trainer on a GPU host over SSH");
   AddRemoteOptions(cmd, &a->ro, "Host to set up: [user@]host[:port] or an ssh config alias");
+  cmd->remove_option(cmd->get_option("--json"));  // bootstrap reports progress lines, no JSON
   cmd->add_flag("--no-install-deps", a->no_install_deps,
                 "Do not apt-get install missing packages (fail listing them instead)");
-  cmd->add_flag("--no-smoke", a->no_smoke, "Skip the smoke job after installing");
-  cmd->add_flag("--smoke", a->bo.smoke_always, "Run the smoke job even when the host is already up to date");
+  auto* no_smoke = cmd->add_flag("--no-smoke", a->no_smoke, "Skip the smoke job after installing");
+  cmd->add_flag("--smoke", a->bo.smoke_always, "Run the smoke job even when the host is already up to date")
+      ->excludes(no_smoke);
   cmd->add_option("--smoke-steps", a->bo.smoke_steps, "Steps of the smoke job (default 20)")
       ->check(CLI::Range(1, 100000));
   cmd->add_flag("--force", a->bo.force,

@@ -7,6 +7,7 @@
 #include "client/hub_download.h"
 #include "client/progress.h"  // FormatBytes
 #include "client/remote_options.h"
+#include "common/terminal_text.h"
 
 namespace sftctl::client {
 namespace {
@@ -23,7 +24,10 @@ int Download(const DownloadArgs& a) {
   StatusOr<HubSnapshot> snap = DownloadFromHub(*ref, a.include);
   if (!snap.ok()) return ReportError(snap.status(), false);
   std::cerr << "sftctl: " << snap->files.size() << " file(s), " << snap->files_downloaded << " downloaded ("
-            << FormatBytes(snap->bytes_downloaded) << "), commit " << snap->commit << std::endl;
+            << FormatBytes(snap->bytes_downloaded) << "), commit " << EscapeForTerminal(snap->commit)
+            << std::endl;
+  // Not escaped: scripts read this path. Past the user's own cache folder it holds only what
+  // ParseHubRef and HubDownloader checked (names, 40 hex digits, a CheckRelativePath path).
   std::cout << snap->path << std::endl;
   return 0;
 }

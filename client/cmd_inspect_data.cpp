@@ -4,6 +4,9 @@
 //
 // Trained tokens are green on a terminal and [in brackets] otherwise. Uses the same encoder
 // as the trainer (common/sft_data.h), without LibTorch. Errors print "error: ..." and exit 1.
+// The samples' text, file names and errors come from files (perhaps from the Hub): they reach the
+// terminal through EscapeForTerminal (common/terminal_text.h), so a sample holding ESC, C1 or
+// bidirectional controls shows them as "\x1b", "\u009b", "\u202e".
 #include <unistd.h>
 
 #include <iostream>
@@ -15,6 +18,7 @@
 #include "common/bpe_tokenizer.h"
 #include "common/sft_data.h"
 #include "common/spec_yaml.h"
+#include "common/terminal_text.h"
 #include "common/tokenizer_loader.h"
 
 namespace sftctl::client {
@@ -31,21 +35,43 @@ std::string Bytes(const Tokenizer& tok, const std::vector<int32_t>& ids) {
   return tok.Decode(ids);
 }
 
-void PrintSample(const Tokenizer& tok, const EncodedSample& s, const std::string& where, bool color) {
-  int64_t trained = 0;
-  for (size_t i = 1; i < s.trained.size(); ++i) trained += s.trained[i];
-  std::cout << "── " << where << ": " << s.ids.size() << " tokens, " << trained << " trained"
-            << (s.truncated ? " (truncated)" : "") << "\n";
-  const char* on = color ? "\x1b[32m" : "[";
-  const char* off = color ? "\x1b[0m" : "]";
-  std::string text;
+// The bytes at the end of `s` that begin a UTF-8 character `s` cuts short (0 to 3).
+size_t CutCharacterTail(const std::string& s) {
+  for (size_t k = 1; k <= 3 && k <= s.size(); ++k) {
+    const unsigned char c = static_cast<unsigned char>(s[s.size() - k]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte
+    const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return len > k ? k : 0;
+  }
+  return 0;
+}
+
+// The sample's text with each run of trained tokens between `on` and `off`. Each run is escaped on
+// its own (the markers are ours); a character whose bytes two runs share goes whole to the second.
+std::string MarkedText(const Tokenizer& tok, const EncodedSample& s, const char* on, const char* off) {
+  std::string text, carry;
   for (size_t i = 0; i < s.ids.size();) {
     size_t j = i;
     while (j < s.ids.size() && s.trained[j] == s.trained[i]) ++j;
-    const std::string piece = Bytes(tok, std::vector<int32_t>(s.ids.begin() + i, s.ids.begin() + j));
-    text += s.trained[i] ? on + piece + off : piece;
+    std::string piece = carry + Bytes(tok, std::vector<int32_t>(s.ids.begin() + i, s.ids.begin() + j));
+    const size_t cut = j < s.ids.size() ? CutCharacterTail(piece) : 0;
+    carry = piece.substr(piece.size() - cut);
+    piece.resize(piece.size() - cut);
+    piece = EscapeForTerminal(piece);
+    if (!piece.empty()) text += s.trained[i] ? on + piece + off : piece;
     i = j;
   }
+  return text;
+}
+
+void PrintSample(const Tokenizer& tok, const EncodedSample& s, const std::string& where, bool color) {
+  int64_t trained = 0;
+  for (size_t i = 1; i < s.trained.size(); ++i) trained += s.trained[i];
+  std::cout << "── " << EscapeForTerminal(where) << ": " << s.ids.size() << " tokens, " << trained
+            << " trained" << (s.truncated ? " (truncated)" : "") << "\n";
+  const char* on = color ? "\x1b[32m" : "[";
+  const char* off = color ? "\x1b[0m" : "]";
+  const std::string text = MarkedText(tok, s, on, off);
   std::cout << text << "\n";
   std::cout << "ids:";
   for (size_t i = 0; i < s.ids.size(); ++i) {
@@ -56,7 +82,7 @@ void PrintSample(const Tokenizer& tok, const EncodedSample& s, const std::string
 
 int InspectData(const InspectArgs& a) {
   auto fail = [](const Status& s) {
-    std::cerr << "error: " << s.message() << std::endl;
+    std::cerr << "error: " << EscapeForTerminal(s.message()) << std::endl;
     return 1;
   };
   auto spec = LoadSpecFile(a.spec_path);
@@ -74,8 +100,8 @@ int InspectData(const InspectArgs& a) {
   opt.chat_template = spec->data.chat_template;
   opt.tokenizer_dir = tok_dir;
   SampleEncoder encoder(**tok, opt);
-  std::cout << "tokenizer: " << (*tok)->name() << ", max_seq_len " << spec->data.max_seq_len
-            << (spec->data.packing ? ", packing on" : "") << "\n\n";
+  std::cout << "tokenizer: " << EscapeForTerminal((*tok)->name()) << ", max_seq_len "
+            << spec->data.max_seq_len << (spec->data.packing ? ", packing on" : "") << "\n\n";
 
   int64_t shown = 0;
   auto show = [&](const std::string& file, DataStats* stats) -> Status {
@@ -95,7 +121,7 @@ int InspectData(const InspectArgs& a) {
     if (Status s = show(f, &eval); !s.ok()) return fail(s);
   }
   if (const ChatTemplate* chat = encoder.loaded_chat())
-    std::cout << "chat template: " << chat->description() << "\n";
+    std::cout << "chat template: " << EscapeForTerminal(chat->description()) << "\n";
   auto line = [](const char* name, const DataStats& d) {
     std::cout << name << ": " << d.samples << " samples, " << d.tokens << " tokens, " << d.trained_tokens
               << " trained tokens, " << d.truncated << " truncated, " << d.dropped

@@ -132,8 +132,8 @@ int StatusCmd(const JobArgs& a) {
   for (size_t i = 0; i < jobs.size(); ++i) {
     const v1::Job& j = jobs[i];
     // Names, reasons and folders come from the agent: escaped before they reach the terminal.
-    std::cout << rec->nodes[i].host << "/" << EscapeForTerminal(j.id()) << " (" << EscapeForTerminal(j.name())
-              << "): " << StateName(j.state());
+    std::cout << EscapeForTerminal(rec->nodes[i].host) << "/" << EscapeForTerminal(j.id()) << " ("
+              << EscapeForTerminal(j.name()) << "): " << StateName(j.state());
     if (!j.reason().empty()) std::cout << " - " << EscapeForTerminal(j.reason());
     std::cout << "\n  step " << (j.last_step() < 0 ? std::string("-") : std::to_string(j.last_step()))
               << ", loss " << Loss(j) << "; "
@@ -198,14 +198,14 @@ int CancelCmd(const JobArgs& a) {
     }
     nodes.push_back({{"host", n.host}, {"id", n.id}, {"state", StateName(job.state())}, {"note", note}});
     if (!a.ro.json) {
-      std::cout << n.host << "/" << n.id << ": " << StateName(job.state());
+      std::cout << EscapeForTerminal(n.host + "/" + n.id) << ": " << StateName(job.state());
       if (!note.empty()) std::cout << " (already finished: nothing to cancel)";
       std::cout << "\n";
     }
   }
   if (a.ro.json) std::cout << Dump({{"ref", rec->Ref()}, {"nodes", nodes}}) << std::endl;
   if (finished_before == static_cast<int>(rec->nodes.size())) {
-    if (!a.ro.json) std::cerr << "error: " << rec->Ref() << " had already finished\n";
+    if (!a.ro.json) std::cerr << "error: " << EscapeForTerminal(rec->Ref()) << " had already finished\n";
     return kExitAgent;
   }
   return kExitOk;
@@ -264,6 +264,11 @@ int ListCmd(const RemoteOptions& ro) {
       host_text += HostSummaryText(host, h, "");
     }
     for (const auto& j : resp.jobs()) {
+      if (!IsJobId(j.id())) {  // an id no job reference can name (job-N): the host is not trusted
+        std::cerr << "warning: " << EscapeForTerminal(host) << " listed a job with the unusable id '"
+                  << EscapeForTerminal(j.id().substr(0, 80)) << "'; skipped\n";
+        continue;
+      }
       json e = JobToJson(j);
       e["host"] = host;
       e["ref"] = host + "/" + j.id();

@@ -5,8 +5,9 @@
 //
 // --follow keeps DIR in step with the job until it ends: every `--interval` seconds it pulls the
 // newest complete checkpoint when there is a newer one, and the top-level files (which grow while
-// the job runs, so they are replaced), keeping the newest `--keep` checkpoints locally; it exits
-// with the job's final state, like `logs -f`. Interrupted and run again, it picks up where it was.
+// the job runs, so they are replaced), keeping the newest `--keep` of the checkpoints it pulled
+// (client/pull_plan.h's pull state; by the step the agent listed); it exits with the job's final
+// state, like `logs -f`. Interrupted and run again, it picks up where it was.
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -66,7 +67,9 @@ void RegisterPullCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--interval", a->interval_s, "--follow: seconds between checks (default 10)")
       ->check(CLI::Range(0.05, 3600.0))
       ->needs(follow);
-  cmd->add_option("--keep", a->keep, "--follow: keep only the newest N checkpoints locally (default: all)")
+  cmd->add_option("--keep", a->keep,
+                  "--follow: keep only the newest N checkpoints it pulled into the folder (other folders "
+                  "are never removed; default: all)")
       ->check(CLI::PositiveNumber)
       ->needs(follow);
   cmd->add_option("-o,--output", a->out_dir, "Destination folder (default: ./<job-id>)");

@@ -1,4 +1,5 @@
-// `sftctl run --local [--ranks N|auto] [SPEC]`: train on this machine. Without SPEC, the built-in demo.
+// `sftctl run [--local] [--ranks N|auto] [SPEC]`: train on this machine (run is always local; --local
+// is accepted for the scripts and docs that spell it out). Without SPEC, the built-in demo.
 // With --ranks N > 1 the trainer runs as N torch.distributed ranks (client/local_launcher.h); auto = one
 // rank per GPU that `nvidia-smi -L` lists, else 1.
 //
@@ -61,9 +62,6 @@ int Run(const RunArgs& a) {
     std::cerr << "error: " << s.message() << std::endl;
     return 2;
   };
-  if (!a.local) {
-    return fail(InvalidArgumentError("only local runs are available here: use `sftctl run --local [SPEC]`"));
-  }
   auto nranks = ParseRanks(a.ranks);
   if (!nranks.ok()) return fail(nranks.status());
   const bool demo = a.spec_path.empty();
@@ -138,7 +136,8 @@ int Run(const RunArgs& a) {
 void RegisterRunCommand(CLI::App& app, CommandContext& ctx) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand("run", "Train on this machine (CUDA, MPS or CPU, chosen automatically)");
-  cmd->add_flag("--local", args->local, "Run here rather than on a remote host");
+  cmd->add_flag("--local", args->local,
+                "Run on this machine: the default, accepted for clarity (remote: `sftctl submit`)");
   cmd->add_option("spec", args->spec_path, "Job spec (YAML); without it, the built-in demo runs")
       ->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", args->output_dir, "Run folder (overrides the spec's output_dir)");

@@ -41,7 +41,8 @@ struct SubmitArgs {
   unsigned max_restarts = 0;
   unsigned heartbeat_s = 0;
   bool stop_when_done = false;
-  bool bootstrap = false;  // --bootstrap: bring each host to this client's version first
+  bool bootstrap = false;         // --bootstrap: bring each host to this client's version first
+  bool forward_hf_token = false;  // --forward-hf-token: send this machine's HF token for hf:// paths
   std::vector<std::string> sets;
 };
 
@@ -165,6 +166,31 @@ StatusOr<double> UploadToEveryNode(const RemoteSpec& spec, std::vector<Node>* no
   return progress.Seconds();
 }
 
+// hf:// paths are downloaded by the agent. This machine's Hugging Face token (possibly write-scoped)
+// goes with the request only when the user asks (--forward-hf-token), and then in a field the agent
+// never stores (proto SubmitJobRequest.hf_token); stderr says which hosts get it.
+std::string HfTokenToForward(const SubmitArgs& a, const RemoteSpec& spec) {
+  if (HubSpecFields(spec.json).empty()) return "";
+  const std::string token = HubOptionsFromEnvironment().token;
+  std::string hosts;
+  for (const auto& h : a.ro.hosts) hosts += (hosts.empty() ? "" : ", ") + h;
+  if (!a.forward_hf_token) {
+    if (!token.empty()) {
+      std::cerr << "note: your Hugging Face token stays here; if " << hosts
+                << " needs it for a gated or private hf:// repository, add --forward-hf-token\n";
+    }
+    return "";
+  }
+  if (token.empty()) {
+    std::cerr << "warning: --forward-hf-token: no token here (HF_TOKEN, HF_TOKEN_PATH or "
+                 "`huggingface-cli login`); nothing is sent\n";
+    return "";
+  }
+  std::cerr << "submit: sending your Hugging Face token to " << hosts
+            << " for this job's hf:// downloads (not stored there)\n";
+  return token;
+}
+
 v1::SubmitJobRequest BaseRequest(const SubmitArgs& a, const RemoteSpec& spec, const Ranks& ranks) {
   v1::SubmitJobRequest base;
   base.set_spec_json(spec.json.dump());
@@ -180,9 +206,7 @@ v1::SubmitJobRequest BaseRequest(const SubmitArgs& a, const RemoteSpec& spec, co
   base.set_max_restarts(a.max_restarts);
   base.set_heartbeat_timeout_s(a.heartbeat_s);
   base.set_stop_when_done(a.stop_when_done);
-  // hf:// paths are downloaded by the agent: it gets this machine's token for gated repositories, in
-  // a field it never stores (proto SubmitJobRequest.hf_token).
-  if (!HubSpecFields(spec.json).empty()) base.set_hf_token(HubOptionsFromEnvironment().token);
+  base.set_hf_token(HfTokenToForward(a, spec));
   return base;
 }
 
@@ -394,7 +418,7 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
       ->check(CLI::Range(0.05, 3600.0))
       ->needs(sync);
   cmd->add_option("--sync-keep", a->sync_keep, "--sync-to: keep only the newest N checkpoints (default: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::PositiveNumber)  // as `pull --keep`: 0 would keep none
       ->needs(sync);
   cmd->add_option("--name", a->name, "Job name (default: the spec's name)");
   auto* gpus =
@@ -413,6 +437,10 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
       "--bootstrap", a->bootstrap,
       "First bring each host to this sftctl's version with `sftctl bootstrap` (builds and starts the "
       "agent where it is missing or older; seconds when it is up to date)");
+  cmd->add_flag("--forward-hf-token", a->forward_hf_token,
+                "Send this machine's Hugging Face token (HF_TOKEN or `huggingface-cli login`'s) to the host "
+                "for the spec's gated or private hf:// paths; it is used for this job's downloads and never "
+                "stored there. Without it, no token leaves this machine");
   cmd->add_option("--set", a->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)")
       ->allow_extra_args(false);
   cmd->callback([a, &ctx] { ctx.exit_code = Submit(*a); });

@@ -6,6 +6,7 @@
 #include "client/progress.h"
 #include "client/remote_options.h"  // StderrIsTty
 #include "common/hub_spec.h"
+#include "common/terminal_text.h"
 
 namespace sftctl::client {
 namespace {
@@ -18,7 +19,7 @@ HubOptions LocalOptions(std::shared_ptr<std::unique_ptr<Progress>> bar) {
     if (!*bar || last->first != file || done < last->second) {
       if (*bar) (*bar)->Finish();
       *bar = std::make_unique<Progress>(StderrIsTty(), total);
-      (*bar)->SetLabel(file);
+      (*bar)->SetLabel(file);  // the Hub's file name, escaped by Progress
       *last = {file, 0};
     }
     (*bar)->Add(done - last->second);
@@ -44,7 +45,8 @@ Status ResolveHubPathsLocally(JobSpec* spec, bool tokenizer_only) {
   auto bar = std::make_shared<std::unique_ptr<Progress>>();
   const HubOptions options = LocalOptions(bar);
   for (const HubSpecField& f : fields)
-    std::cerr << "sftctl: " << f.field << ": " << f.value << " -> " << options.cache_dir << std::endl;
+    std::cerr << "sftctl: " << EscapeForTerminal(f.field + ": " + f.value + " -> " + options.cache_dir)
+              << std::endl;  // the spec's text
   HubDownloader downloader(options);
   Status st = ResolveHubSpec(&j, &downloader, tokenizer_only);
   if (*bar) (*bar)->Finish();

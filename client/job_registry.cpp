@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/remote_options.h"
+#include "client/ssh/ssh_config.h"
 #include "common/file_system.h"
 #include "common/terminal_text.h"
 
@@ -51,6 +52,14 @@ json RecordToJson(const JobRecord& r) {
           {"nodes", nodes}};
 }
 
+bool AllIdsValid(const JobRecord& r) {
+  if (!IsJobId(r.id)) return false;
+  for (const auto& n : r.nodes) {
+    if (!IsJobId(n.id)) return false;
+  }
+  return true;
+}
+
 StatusOr<std::vector<JobRecord>> Parse(const std::string& text, const std::string& path) {
   std::vector<JobRecord> out;
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) return out;
@@ -71,6 +80,8 @@ StatusOr<std::vector<JobRecord>> Parse(const std::string& text, const std::strin
         n.id = r.id;
         r.nodes.push_back(n);
       }
+      // Not written by this sftctl (it checks every id it stores): never used, printed or rewritten.
+      if (!AllIdsValid(r)) continue;
       out.push_back(std::move(r));
     }
   } catch (const json::exception& e) {
@@ -132,14 +143,29 @@ NodeRecord NodeRecord::From(const ConnectOptions& opts, const std::string& job_i
   return n;
 }
 
+bool IsJobId(const std::string& id) {
+  constexpr size_t kPrefix = 4;  // "job-"
+  if (id.size() <= kPrefix || id.size() > kPrefix + 20 || id.compare(0, kPrefix, "job-") != 0) return false;
+  return id.find_first_not_of("0123456789", kPrefix) == std::string::npos;
+}
+
 Status CheckJobId(const std::string& id) {
-  bool ok = !id.empty() && id.size() <= 64 && id != "." && id != "..";
-  for (char c : id)
-    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
-  if (ok) return OkStatus();
+  if (IsJobId(id)) return OkStatus();
   return InvalidArgumentError("the agent reported an unusable job id '" +
-                              EscapeForTerminal(id.substr(0, 64)) +
-                              "' (expected 1-64 characters of A-Z a-z 0-9 . _ -)");
+                              EscapeForTerminal(id.substr(0, 64)) + (id.size() > 64 ? "...' " : "' ") +
+                              "(expected job-N, e.g. job-7)");
+}
+
+Status CheckJobHost(const std::string& host) {
+  if (IsLocalHost(host)) {
+    for (unsigned char c : host) {
+      if (std::iscntrl(c)) {
+        return InvalidArgumentError("host '" + EscapeForTerminal(host) + "' contains a control character");
+      }
+    }
+    return OkStatus();
+  }
+  return ssh::ParseHostSpec(host).status();
 }
 
 std::optional<std::pair<std::string, std::string>> SplitJobRef(const std::string& ref) {
@@ -167,6 +193,8 @@ StatusOr<std::vector<JobRecord>> JobRegistry::Load() const {
 }
 
 Status JobRegistry::Add(const JobRecord& r) const {
+  SFT_RETURN_IF_ERROR(CheckJobId(r.id));
+  for (const auto& n : r.nodes) SFT_RETURN_IF_ERROR(CheckJobId(n.id));
   FileSystem* fs = FileSystem::Default();
   const std::string dir = std::filesystem::path(path_).parent_path().string();
   if (!dir.empty()) SFT_RETURN_IF_ERROR(fs->CreateDirs(dir));
@@ -185,13 +213,19 @@ Status JobRegistry::Add(const JobRecord& r) const {
 
 StatusOr<JobRecord> JobRegistry::Resolve(const std::string& ref) const {
   SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, Load());
+  const std::string shown = EscapeForTerminal(ref);
   if (auto split = SplitJobRef(ref)) {
+    if (!IsJobId(split->second)) {
+      return NotFoundError("unknown job '" + shown + "': '" + EscapeForTerminal(split->second) +
+                           "' is not a job id (HOST/job-N)");
+    }
+    SFT_RETURN_IF_ERROR(CheckJobHost(split->first));
     for (const auto& j : jobs) {
       for (const auto& n : j.nodes) {
         if (n.host == split->first && n.id == split->second) return j;
       }
     }
-    return NotFoundError("unknown job '" + ref + "': not in the job registry " + path_ +
+    return NotFoundError("unknown job '" + shown + "': not in the job registry " + path_ +
                          " (give --host to reach a job submitted elsewhere)");
   }
   auto pick = [&](const std::function<bool(const JobRecord&)>& match) -> StatusOr<std::optional<JobRecord>> {
@@ -203,7 +237,7 @@ StatusOr<JobRecord> JobRegistry::Resolve(const std::string& ref) const {
     if (hits.size() == 1) return std::optional<JobRecord>(*hits[0]);
     std::string names;
     for (const auto* h : hits) names += (names.empty() ? "" : ", ") + h->Ref();
-    return InvalidArgumentError("job '" + ref + "' is ambiguous in the job registry " + path_ +
+    return InvalidArgumentError("job '" + shown + "' is ambiguous in the job registry " + path_ +
                                 ": it could be " + names + "; name it as HOST/JOB");
   };
   SFT_ASSIGN_OR_RETURN(auto by_id, pick([&](const JobRecord& j) { return j.id == ref; }));
@@ -211,7 +245,7 @@ StatusOr<JobRecord> JobRegistry::Resolve(const std::string& ref) const {
   SFT_ASSIGN_OR_RETURN(auto by_name,
                        pick([&](const JobRecord& j) { return !j.name.empty() && j.name == ref; }));
   if (by_name) return *by_name;
-  return NotFoundError("unknown job '" + ref + "': not in the job registry " + path_ +
+  return NotFoundError("unknown job '" + shown + "': not in the job registry " + path_ +
                        " (see `sftctl list`; give HOST/JOB or --host for a job submitted elsewhere)");
 }
 

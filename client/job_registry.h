@@ -11,6 +11,9 @@
 //
 // Job references: "job-3" when exactly one entry has that id (or, failing that, that name);
 // "HOST/job-3" always (HOST may itself contain '/', as in "local:/tmp/agent": the last '/' splits).
+// A job id is "job-" and digits, the only ids sftd hands out; the HOST of a reference must pass
+// CheckJobHost before anything uses it (an SSH host name reaches a ProxyCommand's shell). Registry
+// entries whose ids are not job ids (hand edits, an old sftctl and a hostile agent) are ignored.
 //
 // Thread safety: a JobRegistry is a path; concurrent use from threads and processes is safe.
 #pragma once
@@ -48,12 +51,20 @@ struct JobRecord {
   std::string Ref() const { return host + "/" + id; }
 };
 
-// OK when `id` (as an agent reported it) can name a job locally: 1-64 characters of
-// [A-Za-z0-9._-], not "." or "..". The id becomes a folder name (`pull`'s default destination)
-// and part of printed references, so anything else is refused (INVALID_ARGUMENT naming it).
+// Whether `id` is a job id: "job-" and 1-20 digits (agent/state_store.cpp makes them so).
+bool IsJobId(const std::string& id);
+
+// OK when `id` (as an agent reported it) is a job id. The id becomes a folder name (`pull`'s default
+// destination), part of printed references and of the registry, so anything else is refused
+// (INVALID_ARGUMENT "the agent reported an unusable job id ...", the id escaped for the terminal).
 Status CheckJobId(const std::string& id);
 
-// Splits "HOST/job-3" at the last '/'. Returns nullopt for a reference without '/'.
+// OK when `host`, as a job reference or --host names it, may be used: a local agent ("local",
+// "localhost", "local:DIR" without control characters) or an SSH host "[user@]host[:port]" that
+// ssh::ParseHostSpec accepts (OpenSSH's host and user name rules). INVALID_ARGUMENT naming the host.
+Status CheckJobHost(const std::string& host);
+
+// Splits "HOST/job-3" at the last '/'. Returns nullopt for a reference without '/'. Checks nothing.
 std::optional<std::pair<std::string, std::string>> SplitJobRef(const std::string& ref);
 
 class JobRegistry {
@@ -67,10 +78,12 @@ class JobRegistry {
   // Every entry, oldest first. A missing file is an empty registry. Errors: DATA_LOSS (not valid
   // JSON, naming the file), INTERNAL (I/O).
   StatusOr<std::vector<JobRecord>> Load() const;
-  // Adds `r`, replacing an entry with the same host and id.
+  // Adds `r`, replacing an entry with the same host and id. INVALID_ARGUMENT when an id in `r` is not
+  // a job id (CheckJobId).
   Status Add(const JobRecord& r) const;
-  // Finds the entry for a reference (see above). Errors: NOT_FOUND naming the registry file;
-  // INVALID_ARGUMENT for an ambiguous reference, listing the candidates as HOST/ID.
+  // Finds the entry for a reference (see above). Errors: NOT_FOUND naming the registry file (also for
+  // "HOST/ID" whose ID is not a job id); INVALID_ARGUMENT for an ambiguous reference, listing the
+  // candidates as HOST/ID, and for a HOST that CheckJobHost refuses.
   StatusOr<JobRecord> Resolve(const std::string& ref) const;
 
  private:

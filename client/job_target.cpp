@@ -1,5 +1,7 @@
 #include "client/job_target.h"
 
+#include "common/terminal_text.h"
+
 namespace sftctl::client {
 
 StatusOr<JobRecord> ResolveJob(const std::string& ref, const RemoteOptions& o, const JobRegistry& registry) {
@@ -10,8 +12,9 @@ StatusOr<JobRecord> ResolveJob(const std::string& ref, const RemoteOptions& o, c
     id = ref;
     if (auto split = SplitJobRef(ref)) {
       if (split->first != host) {
-        return InvalidArgumentError("job '" + ref + "' names host '" + split->first + "' but --host is '" +
-                                    host + "'");
+        return InvalidArgumentError("job '" + EscapeForTerminal(ref) + "' names host '" +
+                                    EscapeForTerminal(split->first) + "' but --host is '" +
+                                    EscapeForTerminal(host) + "'");
       }
       id = split->second;
     }
@@ -20,6 +23,16 @@ StatusOr<JobRecord> ResolveJob(const std::string& ref, const RemoteOptions& o, c
     id = split->second;
   } else {
     return registry.Resolve(ref);
+  }
+  // Checked before the registry or a connection sees them: the host reaches ssh (a ProxyCommand's
+  // shell through %h), the id is printed and names folders.
+  if (!IsJobId(id)) {
+    if (o.hosts.empty()) return registry.Resolve(ref);  // NOT_FOUND: "... is not a job id"
+    return InvalidArgumentError("job '" + EscapeForTerminal(ref) +
+                                "': with --host, JOB is the agent's job id (job-N)");
+  }
+  if (Status s = CheckJobHost(host); !s.ok()) {
+    return Status(s.code(), "job '" + EscapeForTerminal(ref) + "': " + s.message());
   }
   // A host and an id: the registry entry when there is one, else the command's options.
   auto known = registry.Resolve(host + "/" + id);

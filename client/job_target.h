@@ -14,7 +14,8 @@
 
 namespace sftctl::client {
 
-// Errors: as JobRegistry::Resolve; INVALID_ARGUMENT for a bad --transport.
+// Errors: as JobRegistry::Resolve; INVALID_ARGUMENT for a bad --transport, a HOST that CheckJobHost
+// refuses (before any registry lookup or connection) and, with --host, a JOB that is not a job id.
 StatusOr<JobRecord> ResolveJob(const std::string& ref, const RemoteOptions& o, const JobRegistry& registry);
 
 // Connects to `node` once (an unreachable host fails at once) and returns a Reconnector that

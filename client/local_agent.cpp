@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "client/ssh/agent_identity_check.h"
 #include "client/trainer_exec.h"
 #include "common/fd_util.h"
 #include "common/file_system.h"
@@ -192,6 +193,9 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectLocalAgent(const ConnectOption
   auto channel = grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), ch_args);
   auto conn = std::make_unique<LocalConnection>(channel, Trim(*token), host, data_dir);
 
+  // This machine's agent is this build's: it must prove itself (another local user may hold a port
+  // the agent left).
+  SFT_RETURN_IF_ERROR(CheckAgentIdentity(*conn, addr, /*allow_legacy=*/false, opts.connect_timeout_s, host));
   auto stub = conn->NewStub();
   grpc::ClientContext ctx;
   conn->Authorize(&ctx);

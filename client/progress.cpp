@@ -3,7 +3,30 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/terminal_text.h"
+
 namespace sftctl::client {
+namespace {
+
+// `text` for the one line the bar redraws: EscapeForTerminal, and newline, tab and carriage
+// return escaped too (each would break the line apart).
+std::string OneLine(const std::string& text) {
+  std::string out;
+  for (char c : EscapeForTerminal(text)) {
+    if (c == '\n') {
+      out += "\\x0a";
+    } else if (c == '\t') {
+      out += "\\x09";
+    } else if (c == '\r') {
+      out += "\\x0d";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string FormatBytes(uint64_t bytes) {
   char buf[32];
@@ -26,7 +49,7 @@ Progress::Progress(bool enabled, uint64_t total)
 Progress::~Progress() { Finish(); }
 
 void Progress::SetLabel(const std::string& label) {
-  label_ = label;
+  label_ = OneLine(label);
   Draw(true);
 }
 

@@ -17,6 +17,8 @@ class Progress {
   Progress(bool enabled, uint64_t total);
   ~Progress();
 
+  // `label` may come from another machine (a Hub file name, an agent's artifact path): it is shown
+  // through EscapeForTerminal (common/terminal_text.h), with newlines and tabs escaped too.
   void SetLabel(const std::string& label);
   // `n` more bytes moved.
   void Add(uint64_t n);

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <set>
 
 #include "common/file_system.h"
+#include "common/json_parse.h"
 #include "common/safe_path.h"
 
 namespace sftctl::client {
@@ -52,17 +52,62 @@ StatusOr<int64_t> ChooseStep(const v1::ListArtifactsResponse& list, int64_t step
   return *complete.rbegin();
 }
 
-// The step of a local folder named checkpoint-<digits>, -1 for any other name.
-int64_t LocalCheckpointStep(const std::string& name) {
-  static const std::string kPrefix = "checkpoint-";
-  if (name.rfind(kPrefix, 0) != 0 || name.size() == kPrefix.size() || name.size() > kPrefix.size() + 18)
-    return -1;
-  int64_t step = 0;
-  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return -1;
-    step = step * 10 + (name[i] - '0');
+// The pull state (kPullStateFile): pulled checkpoint folder -> the step the agent listed for it.
+using PullState = std::map<std::string, int64_t>;
+
+std::string StatePath(const std::string& dir) { return JoinPath(dir, kPullStateFile); }
+
+// A name the state may hold: one plain path component.
+bool IsFolderName(const std::string& name) {
+  return CheckRelativePath(name).ok() && name.find('/') == std::string::npos;
+}
+
+// The state of `dir`; empty when there is none or it cannot be read (then nothing is removed).
+PullState LoadPullState(const std::string& dir) {
+  PullState state;
+  auto text = FileSystem::Default()->ReadFile(StatePath(dir));
+  if (!text.ok()) return state;
+  auto j = ParseJson(*text, StatePath(dir));
+  if (!j.ok() || !j->is_object() || !j->contains("checkpoints") || !(*j)["checkpoints"].is_array())
+    return state;
+  for (const auto& e : (*j)["checkpoints"]) {
+    if (!e.is_object() || !e.contains("folder") || !e["folder"].is_string() || !e.contains("step") ||
+        !e["step"].is_number_integer())
+      continue;
+    const std::string folder = e["folder"].get<std::string>();
+    if (IsFolderName(folder)) state[folder] = e["step"].get<int64_t>();
   }
-  return step;
+  return state;
+}
+
+Status SavePullState(const std::string& dir, const PullState& state) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [folder, step] : state) list.push_back({{"folder", folder}, {"step", step}});
+  const nlohmann::json j = {{"version", 1}, {"checkpoints", list}};
+  return WriteFileAtomic(FileSystem::Default(), StatePath(dir), j.dump(1) + "\n");
+}
+
+// A pulled folder as it is on disk now.
+struct PulledFolder {
+  int64_t step;
+  std::string folder;
+  bool complete;
+};
+
+// The recorded folders that are still folders (not links), newest listed step first.
+std::vector<PulledFolder> PresentFolders(const std::string& dir, const PullState& state) {
+  FileSystem* fs = FileSystem::Default();
+  std::vector<PulledFolder> present;
+  for (const auto& [folder, step] : state) {
+    const std::string path = JoinPath(dir, folder);
+    std::error_code ec;
+    if (std::filesystem::is_symlink(path, ec) || !fs->IsDirectory(path)) continue;
+    present.push_back({step, folder, fs->Exists(path + "/DONE")});
+  }
+  std::sort(present.begin(), present.end(), [](const PulledFolder& a, const PulledFolder& b) {
+    return a.step != b.step ? a.step > b.step : a.folder > b.folder;
+  });
+  return present;
 }
 
 }  // namespace
@@ -72,31 +117,43 @@ int64_t NewestCompleteStep(const v1::ListArtifactsResponse& list) {
   return complete.empty() ? -1 : *complete.rbegin();
 }
 
-StatusOr<int> KeepNewestCheckpoints(const std::string& dir, int keep) {
-  FileSystem* fs = FileSystem::Default();
-  SFT_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(dir));
-  std::map<int64_t, std::string> folders;  // checkpoint folders (never a link) by step
-  std::set<int64_t, std::greater<>> complete;
-  for (const std::string& name : names) {
-    const int64_t step = LocalCheckpointStep(name);
-    const std::string path = JoinPath(dir, name);
+StatusOr<bool> RecordPulledCheckpoint(const std::string& dir, const std::string& folder, int64_t step) {
+  if (!IsFolderName(folder)) return false;
+  PullState state = LoadPullState(dir);
+  auto it = state.find(folder);
+  if (it == state.end()) {
     std::error_code ec;
-    if (step < 0 || std::filesystem::is_symlink(path, ec) || !fs->IsDirectory(path)) continue;
-    folders[step] = name;
-    if (fs->Exists(path + "/DONE")) complete.insert(step);
+    if (std::filesystem::symlink_status(JoinPath(dir, folder), ec).type() !=
+        std::filesystem::file_type::not_found) {
+      return false;  // there before this tool pulled anything into it: the user's
+    }
+  } else if (it->second == step) {
+    return true;
   }
-  if (complete.empty()) return 0;
-  std::set<int64_t> kept;
-  for (int64_t step : complete) {
-    if (static_cast<int>(kept.size()) == keep) break;
-    kept.insert(step);
+  state[folder] = step;
+  SFT_RETURN_IF_ERROR(SavePullState(dir, state));
+  return true;
+}
+
+StatusOr<int> KeepNewestCheckpoints(const std::string& dir, int keep) {
+  const PullState state = LoadPullState(dir);
+  const std::vector<PulledFolder> present = PresentFolders(dir, state);
+  auto newest =
+      std::find_if(present.begin(), present.end(), [](const PulledFolder& f) { return f.complete; });
+  if (newest == present.end()) return 0;
+  PullState left;
+  int kept = 0, removed = 0;
+  for (const PulledFolder& f : present) {
+    if (f.complete && kept < keep) {
+      ++kept;
+    } else if (f.step < newest->step) {
+      SFT_RETURN_IF_ERROR(FileSystem::Default()->RemoveAll(JoinPath(dir, f.folder)));
+      ++removed;
+      continue;
+    }
+    left[f.folder] = f.step;
   }
-  int removed = 0;
-  for (const auto& [step, name] : folders) {
-    if (step >= *complete.begin() || kept.count(step) > 0) continue;
-    SFT_RETURN_IF_ERROR(fs->RemoveAll(JoinPath(dir, name)));
-    ++removed;
-  }
+  if (left != state) SFT_RETURN_IF_ERROR(SavePullState(dir, left));
   return removed;
 }
 
@@ -117,16 +174,24 @@ StatusOr<PullPlan> PlanPull(const v1::ListArtifactsResponse& list, int64_t step,
     if (art.path().rfind(kRunPrefix, 0) != 0) continue;
     const std::string rel = art.path().substr(kRunPrefix.size());
     const bool top = IsRunTopLevelFile(art.path());
-    const bool in_checkpoint = rel.rfind("checkpoint-", 0) == 0 && art.checkpoint_step() == plan.step;
+    const bool in_checkpoint = !top && rel.rfind("checkpoint-", 0) == 0 && art.checkpoint_step() == plan.step;
     if (!top && !in_checkpoint) continue;
-    if (top && EndsWith(rel, ".part")) continue;
+    if (top && (EndsWith(rel, ".part") || rel == kPullStateFile)) continue;
     auto local = PathBeneath(dir, rel);
     if (!local.ok()) {
       return Status(local.status().code(),
                     job_ref + " lists a file that cannot be pulled safely; nothing was fetched: " +
                         local.status().message());
     }
-    if (in_checkpoint) plan.checkpoint_dir = rel.substr(0, rel.find('/'));
+    if (in_checkpoint) {
+      const std::string folder = rel.substr(0, rel.find('/'));
+      if (!plan.checkpoint_dir.empty() && folder != plan.checkpoint_dir) {
+        return InvalidArgumentError(job_ref + " lists step " + std::to_string(plan.step) +
+                                    " in two folders ('" + plan.checkpoint_dir + "' and '" + folder +
+                                    "'); nothing was fetched");
+      }
+      plan.checkpoint_dir = folder;
+    }
     plan.items.push_back({art.path(), *local, art.size(), art.sha256()});
     plan.total_bytes += art.size();
   }

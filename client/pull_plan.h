@@ -32,18 +32,32 @@ struct PullPlan {
 // run folder. `job_ref` names the job in errors.
 // Errors: NOT_FOUND (no complete checkpoint at `step`), FAILED_PRECONDITION (no complete
 // checkpoint yet; or a symbolic link in the way under `dir`), INVALID_ARGUMENT (the agent listed
-// an unsafe path).
+// an unsafe path, or the step's files in more than one folder). A top-level file named like the
+// pull state (kPullStateFile) is never pulled.
 StatusOr<PullPlan> PlanPull(const v1::ListArtifactsResponse& list, int64_t step, const std::string& dir,
                             const std::string& job_ref);
 
 // The step of the newest complete checkpoint the agent lists, -1 when there is none.
 int64_t NewestCompleteStep(const v1::ListArtifactsResponse& list);
 
-// Keeps the newest `keep` (>= 1) complete checkpoints (checkpoint-<step> folders with DONE) under
-// `dir`, and removes every other checkpoint folder older than the newest complete one, complete or
-// not (an incomplete one is a partial download of a checkpoint the host has since rotated away).
-// Folders newer than it, links and other entries of `dir` are left alone. Returns how many were
-// removed.
+// The pull state of a destination folder, <dir>/.sftctl-pulled.json: the checkpoint folders
+// `pull --follow --keep` (and `submit --sync-to --sync-keep`) pulled into it, each with the step the
+// agent listed for it. --keep removes only these: a folder the user put there (or one a pull without
+// --keep fetched) is never recorded, so never removed, whatever its name. (PlanPull never lets the
+// agent's listing write this file.)
+constexpr const char* kPullStateFile = ".sftctl-pulled.json";
+
+// Records, before anything is pulled into it, that `folder` (a checkpoint folder directly under `dir`,
+// e.g. "checkpoint-000004"; `dir` exists) holds the agent's step `step`. A folder that exists and is
+// not recorded is the user's: it stays unrecorded and the result is false. True when recorded.
+StatusOr<bool> RecordPulledCheckpoint(const std::string& dir, const std::string& folder, int64_t step);
+
+// Among the checkpoint folders this tool pulled into `dir` (RecordPulledCheckpoint), ordered by the
+// step the agent listed (not by their names): keeps the newest `keep` (>= 1) complete ones (with
+// DONE) and removes every other one listed before the newest complete one, complete or not (an
+// incomplete one is a partial download of a checkpoint the host has since rotated away). Folders it
+// did not pull, links, folders listed after the newest complete one and other entries of `dir` are
+// left alone. Returns how many were removed.
 StatusOr<int> KeepNewestCheckpoints(const std::string& dir, int keep);
 
 // True for one of the run's top-level files ("run/metrics.jsonl"), as opposed to a checkpoint's.

@@ -59,11 +59,44 @@ struct Stream {
   uint64_t total = 0;
 };
 
-// Streams from *offset to the end into `fd`, reconnecting and resuming from the offset reached.
-// Returns true when the agent says the .part is longer than the file now (start over).
+// The most bytes the .part may hold: the listed size when the listing is verified (a sha256), else
+// the size the stream declares (a file that grows, e.g. metrics.jsonl while the job runs), which must
+// fit as the listed one did (CheckPullRoom). *checked: the largest size checked so far.
+StatusOr<uint64_t> StreamCap(const PullItem& item, const Stream& stream, const std::string& part,
+                             uint64_t* checked) {
+  if (!item.sha256.empty()) return item.size;
+  if (stream.total > *checked) {
+    SFT_RETURN_IF_ERROR(CheckPullRoom(item.remote_path, stream.total, part));
+    *checked = stream.total;
+  }
+  return stream.total;
+}
+
+// Appends one chunk at *offset, never past `cap`: DATA_LOSS when the agent sends more than it declared.
+Status WriteChunk(const v1::ArtifactChunk& chunk, const PullItem& item, const std::string& host, uint64_t cap,
+                  int fd, const std::string& part, uint64_t* offset, Sha256* hasher) {
+  if (chunk.offset() != *offset) {
+    return DataLossError(host + ": '" + item.remote_path + "' chunk at offset " +
+                         std::to_string(chunk.offset()) + ", expected " + std::to_string(*offset));
+  }
+  const std::string& data = chunk.data();
+  if (data.size() > cap - std::min(cap, *offset)) {
+    return DataLossError(host + " sent more of '" + item.remote_path + "' than the " + std::to_string(cap) +
+                         " bytes it declared; nothing past them was written");
+  }
+  SFT_RETURN_IF_ERROR(WriteFully(fd, data, part));
+  hasher->Update(data);
+  *offset += data.size();
+  return OkStatus();
+}
+
+// Streams from *offset to the end into `fd`, reconnecting and resuming from the offset reached, never
+// past the size declared for the file (StreamCap). Returns true when the agent says the .part is
+// longer than the file now (start over).
 StatusOr<bool> StreamToEnd(Reconnector* rc, const std::string& job_id, const PullItem& item, int fd,
                            const std::string& part, uint64_t* offset, Sha256* hasher, Stream* stream,
                            Progress* progress, PullStats* stats) {
+  uint64_t checked = item.size;  // PullFile checked room for the listed size
   for (;;) {
     auto session = rc->Session();
     Status failure;
@@ -81,30 +114,26 @@ StatusOr<bool> StreamToEnd(Reconnector* rc, const std::string& job_id, const Pul
       auto reader = a.stub()->PullArtifact(&ctx, req);
       v1::ArtifactChunk chunk;
       bool first = true;
+      uint64_t cap = 0;
       Status local;
       while (reader->Read(&chunk)) {
         if (first) {
           first = false;
           if (!chunk.sha256().empty()) stream->sha256 = chunk.sha256();
           stream->total = chunk.total_size();
+          auto c = StreamCap(item, *stream, part, &checked);
+          local = c.status();
+          if (c.ok()) cap = *c;
         }
-        if (chunk.offset() != *offset) {
-          local = DataLossError(a.host() + ": '" + item.remote_path + "' chunk at offset " +
-                                std::to_string(chunk.offset()) + ", expected " + std::to_string(*offset));
+        const uint64_t before = *offset;
+        if (local.ok()) local = WriteChunk(chunk, item, a.host(), cap, fd, part, offset, hasher);
+        if (!local.ok()) {
           ctx.TryCancel();
           break;
         }
-        const std::string& data = chunk.data();
-        if (Status w = WriteFully(fd, data, part); !w.ok()) {
-          local = w;
-          ctx.TryCancel();
-          break;
-        }
-        hasher->Update(data);
-        *offset += data.size();
-        stats->bytes_fetched += data.size();
-        progressed |= !data.empty();
-        if (progress) progress->Add(data.size());
+        stats->bytes_fetched += *offset - before;
+        progressed |= *offset > before;
+        if (progress) progress->Add(*offset - before);
       }
       grpc::Status fin = reader->Finish();
       if (!local.ok()) return local;
@@ -141,8 +170,14 @@ Status FetchSequential(Reconnector* rc, const std::string& job_id, const PullIte
       return ErrnoError("cannot truncate", part, errno);
 
     Stream stream{item.sha256, item.size};
-    SFT_ASSIGN_OR_RETURN(bool restart_from_zero, StreamToEnd(rc, job_id, item, out.get(), part, &offset,
-                                                             &hasher, &stream, progress, stats));
+    StatusOr<bool> streamed =
+        StreamToEnd(rc, job_id, item, out.get(), part, &offset, &hasher, &stream, progress, stats);
+    if (streamed.status().code() == StatusCode::kDataLoss) {
+      out.Close();  // the agent broke the stream's rules: keep nothing of it
+      Status removed = fs->RemoveAll(part);
+      (void)removed;  // the stream's error is the one to report
+    }
+    SFT_ASSIGN_OR_RETURN(bool restart_from_zero, std::move(streamed));
     if (restart_from_zero) {
       out.Close();
       SFT_RETURN_IF_ERROR(fs->RemoveAll(part));
@@ -206,10 +241,11 @@ Status PullFile(Reconnector* rc, const std::string& job_id, const PullItem& item
           " on the host); move it away or pass --force to replace it");
     }
   }
+  const std::string part = dest + ".part";
+  SFT_RETURN_IF_ERROR(CheckPullRoom(item.remote_path, item.size, part));
   const std::string parent = std::filesystem::path(dest).parent_path().string();
   FileSystem* fs = FileSystem::Default();
   if (!parent.empty()) SFT_RETURN_IF_ERROR(fs->CreateDirs(parent));
-  const std::string part = dest + ".part";
   const bool ranges = !item.sha256.empty() && item.size >= kMinRangePullBytes;
   SFT_RETURN_IF_ERROR(ranges ? FetchRanges(rc, job_id, item, part, streams, progress, stats)
                              : FetchSequential(rc, job_id, item, part, progress, stats));

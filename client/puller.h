@@ -36,9 +36,13 @@ struct PullStats {
   int streams = 1;  // the most connections one file was pulled over
 };
 
-// Errors: ALREADY_EXISTS (a differing destination without force), DATA_LOSS (sha256 mismatch after a
-// fresh download), UNAVAILABLE (the connection could not be resumed), the agent's (NOT_FOUND, ...),
-// local I/O errors.
+// The agent is not trusted with the size either: a listed size over kMaxPullBytes or the free space
+// is refused before anything is written, and a stream is cut at the size listed (a sha256 listing) or,
+// for a file listed without one, at the size its stream declares (itself checked for room).
+// Errors: ALREADY_EXISTS (a differing destination without force), RESOURCE_EXHAUSTED (the size, as
+// range_pull.h's CheckPullRoom), DATA_LOSS (sha256 mismatch after a fresh download; a stream past its
+// declared size or out of order, whose .part is removed), UNAVAILABLE (the connection could not be
+// resumed), the agent's (NOT_FOUND, ...), local I/O errors.
 // `streams`: for a file of at least kMinRangePullBytes with a listed sha256, how many connections
 // pull its byte ranges at once, each with kLanesPerConnection range streams (range_pull.h): 0 chooses
 // from measured throughput.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -356,11 +357,47 @@ Status FinishPart(int fd, const Shared& sh, const std::string& digest, RangePull
   return fs->RemoveAll(sh.part + ".ranges");
 }
 
+// Bytes free to this user in the nearest existing folder of `path`.
+StatusOr<uint64_t> FreeBytesNear(const std::string& path) {
+  std::string dir = path;
+  for (;;) {
+    const size_t slash = dir.find_last_of('/');
+    dir = slash == std::string::npos ? "." : slash == 0 ? "/" : dir.substr(0, slash);
+    struct statvfs vfs;
+    if (::statvfs(dir.c_str(), &vfs) == 0)
+      return static_cast<uint64_t>(vfs.f_bavail) * static_cast<uint64_t>(vfs.f_frsize);
+    if (errno != ENOENT || dir == "/" || dir == ".")
+      return ErrnoError("cannot check the free space of", dir, errno);
+  }
+}
+
 }  // namespace
+
+Status CheckPullRoom(const std::string& remote_path, uint64_t size, const std::string& part) {
+  if (size > kMaxPullBytes) {
+    return ResourceExhaustedError("'" + remote_path + "' is listed at " + std::to_string(size) +
+                                  " bytes, more than sftctl pulls (" + std::to_string(kMaxPullBytes >> 40) +
+                                  " TiB); nothing was fetched");
+  }
+  struct stat st;  // what the .part holds on disk (a range pull's may be sparse)
+  const uint64_t have = ::stat(part.c_str(), &st) == 0 ? std::min(static_cast<uint64_t>(st.st_size),
+                                                                  static_cast<uint64_t>(st.st_blocks) * 512)
+                                                       : 0;
+  if (have >= size) return OkStatus();
+  SFT_ASSIGN_OR_RETURN(uint64_t free, FreeBytesNear(part));
+  if (size - have > free) {
+    const std::string dir = part.substr(0, part.find_last_of('/') + 1);
+    return ResourceExhaustedError("'" + remote_path + "' needs " + FormatBytes(size - have) +
+                                  " more but only " + FormatBytes(free) + " are free in " +
+                                  (dir.empty() ? "." : dir) + "; nothing was fetched");
+  }
+  return OkStatus();
+}
 
 Status PullRanges(Reconnector* rc, const std::string& job_id, const std::string& remote_path, uint64_t size,
                   const std::string& sha256, const std::string& part, const RangePullOptions& options,
                   Progress* progress, RangePullResult* result) {
+  SFT_RETURN_IF_ERROR(CheckPullRoom(remote_path, size, part));  // before size/block entries exist
   const int max_streams = options.max_streams;
   Shared sh;
   sh.job_id = job_id;

@@ -40,6 +40,15 @@ constexpr int kLanesPerConnection = 16;
 // Files smaller than this are pulled as one stream.
 constexpr uint64_t kMinRangePullBytes = 2 * kRangeBlockBytes;
 
+// The largest file a pull accepts: an agent that lists more is refused before anything is allocated
+// for the file or written.
+constexpr uint64_t kMaxPullBytes = 4ull << 40;
+
+// Whether `size` bytes of the agent's `remote_path` may be written to `part`: at most kMaxPullBytes, and
+// no more than the space free in part's folder (its nearest existing ancestor) beyond what `part`
+// already holds. RESOURCE_EXHAUSTED naming the file otherwise.
+Status CheckPullRoom(const std::string& remote_path, uint64_t size, const std::string& part);
+
 struct RangePullOptions {
   int max_streams = 0;  // > 0: exactly this many connections; 0: chosen from measured throughput
   uint64_t block_bytes = kRangeBlockBytes;
@@ -56,8 +65,10 @@ struct RangePullResult {
 // Fetches `remote_path` (`size` bytes, `sha256`; both as listed, REQUIRES: sha256 non-empty) of job
 // `job_id` into `part`, which ends complete, verified and fsynced; removes "<part>.ranges".
 // `rc` is used by the first worker; the others connect through rc->factory().
-// Errors: DATA_LOSS (the file changed on the host between ranges, or the whole does not verify; the
-// .part is removed then), UNAVAILABLE (a worker could not resume), the agent's, local I/O errors.
+// Errors: RESOURCE_EXHAUSTED (CheckPullRoom: checked first, before anything is allocated for the
+// file's blocks), DATA_LOSS (the file changed on the host between ranges, or the whole does not
+// verify; the .part is removed then), UNAVAILABLE (a worker could not resume), the agent's, local I/O
+// errors.
 Status PullRanges(Reconnector* rc, const std::string& job_id, const std::string& remote_path, uint64_t size,
                   const std::string& sha256, const std::string& part, const RangePullOptions& options,
                   Progress* progress, RangePullResult* result);

@@ -20,7 +20,7 @@ namespace sftctl::client {
 namespace {
 
 // What the workers share.
-struct Shared {
+struct UploadShared {
   std::string path, sha256;
   uint64_t size = 0, block = 0;
   int fd = -1;
@@ -53,7 +53,7 @@ struct Shared {
 };
 
 // Streams block `b` through `a`. *sent: its bytes that went out (for progress, also on a failure).
-Status SendBlock(AgentSession& a, Shared& sh, size_t b, uint64_t* sent) {
+Status SendBlock(AgentSession& a, UploadShared& sh, size_t b, uint64_t* sent) {
   const uint64_t start = static_cast<uint64_t>(b) * sh.block, end = std::min(sh.size, start + sh.block);
   grpc::ClientContext ctx;
   a.Prepare(&ctx, std::chrono::milliseconds(0));
@@ -97,7 +97,7 @@ Status SendBlock(AgentSession& a, Shared& sh, size_t b, uint64_t* sent) {
 }
 
 // One connection's share: blocks until none is left, each resent whole after a reconnect.
-void RunWorker(Reconnector* rc, Shared* sh) {
+void RunWorker(Reconnector* rc, UploadShared* sh) {
   size_t b;
   while (sh->Take(&b)) {
     for (;;) {
@@ -117,7 +117,7 @@ void RunWorker(Reconnector* rc, Shared* sh) {
 
 // Runs workers until every block is sent or one failed: as many as `connections` > 0 says, else as the
 // ramp chooses (one more while the last one added paid off, and blocks are left for it).
-void RunWorkers(Reconnector* rc, Shared* sh, int connections) {
+void RunWorkers(Reconnector* rc, UploadShared* sh, int connections) {
   ConnectionRamp ramp(connections, kMaxUploadConnections);
   ConnectionSet set(rc);
   std::vector<std::thread> threads;
@@ -151,7 +151,7 @@ void RunWorkers(Reconnector* rc, Shared* sh, int connections) {
 Status UploadRanges(Reconnector* rc, const std::string& local_path, uint64_t size, const std::string& sha256,
                     const v1::BlobStatus& held, const RangeUploadOptions& options, Progress* progress,
                     UploadStats* stats) {
-  Shared sh;
+  UploadShared sh;
   sh.path = local_path;
   sh.sha256 = sha256;
   sh.size = size;

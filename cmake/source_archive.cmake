@@ -7,10 +7,22 @@
 #   OUT/sftctl-src.tar.gz  those files + SOURCES (their list) + SOURCE_ID: what `sftctl bootstrap`
 #                          uploads to build exactly this version on a GPU host
 #   OUT/sftctl-host.sh     deploy/host/sftctl-host.sh, the host side of `sftctl bootstrap`
-# The files: `git ls-files -co --exclude-standard` in a git checkout (bench/gpu/deps/ left out: a
-# download of packages, not source); in an unpacked archive, its SOURCES and SOURCE_ID as they are;
-# else (a copy without git) every file below SRC but build*/ and .git/.
+# The files: what the build reads -- the top-level CMakeLists.txt and CMakePresets.json and the
+# folders below (`parts`) -- and nothing else of the checkout (no docs/, bench/, dotfiles such as
+# an untracked .env: the archive goes to every GPU host). In a git checkout (SRC/.git), the files
+# git tracks there (`git ls-files`, never an untracked one); in an unpacked archive, its SOURCES
+# and SOURCE_ID as they are; else (a copy without git) every file beneath those folders. Either
+# way no path with a component starting with "." or named __pycache__, and no *.pyc.
+# tests/ and bench/ stay home: a host builds no tests (the host presets turn them off, and the
+# top-level CMakeLists.txt reads tests/ only where it exists).
 cmake_minimum_required(VERSION 3.18)
+
+set(parts cmake proto common agent trainer client deploy)
+set(top_files CMakeLists.txt CMakePresets.json)
+list(JOIN parts "|" parts_re)
+string(REPLACE "." "\\." top_re "${top_files}")
+list(JOIN top_re "|" top_re)
+set(wanted_re "^((${top_re})|(${parts_re})/.+)$")
 
 set(files "")
 if(EXISTS "${SRC}/SOURCES" AND EXISTS "${SRC}/SOURCE_ID")
@@ -20,21 +32,31 @@ if(EXISTS "${SRC}/SOURCES" AND EXISTS "${SRC}/SOURCE_ID")
 else()
   find_program(GIT git)
   set(git_ok 1)
-  if(GIT)
-    execute_process(COMMAND "${GIT}" -c core.quotePath=false -C "${SRC}" ls-files -co --exclude-standard
+  if(GIT AND EXISTS "${SRC}/.git")
+    execute_process(COMMAND "${GIT}" -c core.quotePath=false -C "${SRC}" ls-files
       OUTPUT_VARIABLE listed RESULT_VARIABLE git_ok ERROR_QUIET)
   endif()
-  if(GIT AND git_ok EQUAL 0)
+  if(git_ok EQUAL 0)
     string(REPLACE "\n" ";" files "${listed}")
+    # New source files are built on a host only once git tracks them: say which are not yet.
+    execute_process(COMMAND "${GIT}" -c core.quotePath=false -C "${SRC}" ls-files -o --exclude-standard
+      -- ${parts} ${top_files} OUTPUT_VARIABLE untracked ERROR_QUIET)
+    string(REPLACE "\n" ";" untracked "${untracked}")
+    list(FILTER untracked INCLUDE REGEX "${wanted_re}")
+    list(FILTER untracked EXCLUDE REGEX "(^|/)(\\.|__pycache__/)|\\.pyc$")
+    if(untracked)
+      list(JOIN untracked ", " untracked)
+      message(STATUS "source_archive: not packed, as git does not track them (git add): ${untracked}")
+    endif()
   else()
-    file(GLOB_RECURSE all RELATIVE "${SRC}" "${SRC}/*")
-    foreach(f IN LISTS all)
-      if(NOT f MATCHES "^(build[^/]*|\\.git)/")
-        list(APPEND files "${f}")
-      endif()
+    foreach(p IN LISTS parts)
+      file(GLOB_RECURSE all RELATIVE "${SRC}" "${SRC}/${p}/*")
+      list(APPEND files ${all})
     endforeach()
+    list(APPEND files ${top_files})
   endif()
-  list(FILTER files EXCLUDE REGEX "^bench/gpu/deps/")
+  list(FILTER files INCLUDE REGEX "${wanted_re}")
+  list(FILTER files EXCLUDE REGEX "(^|/)(\\.|__pycache__/)|\\.pyc$")
   list(FILTER files EXCLUDE REGEX "^$")
   set(kept "")
   foreach(f IN LISTS files)

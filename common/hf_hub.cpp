@@ -201,7 +201,8 @@ Status HubDownloader::HttpError(const HubRef& ref, const HttpResponse& r, const 
     return PermissionDeniedError(
         ref.text + ": " + ref.Kind().substr(0, ref.Kind().size() - 1) + " " + ref.repo_id + " " + why +
         (opt_.token.empty() ? " and no token was sent" : " and the token sent was refused") +
-        ": accept the licence at " + page + " and set HF_TOKEN (or run `huggingface-cli login`)");
+        ": accept the licence at " + page + " and " +
+        (opt_.token_advice.empty() ? "set HF_TOKEN (or run `huggingface-cli login`)" : opt_.token_advice));
   }
   if (r.status == 404) {
     if (code == "RevisionNotFound")
@@ -349,7 +350,7 @@ Status HubDownloader::FetchAttempt(const std::string& part, const FileMeta& meta
   req.url = meta.location;
   req.headers = Headers(req.url);
   if (*have > 0) req.headers.push_back({"Range", "bytes=" + std::to_string(*have) + "-"});
-  Status write_error;
+  Status write_error, overflow;  // overflow: the content ran past the size the Hub declared
   auto check = [&](const HttpResponse& r) -> Status {
     if (r.status == 206 && *have > 0) return OkStatus();
     if (r.status != 200) return UnavailableError("HTTP " + std::to_string(r.status) + " from " + r.url);
@@ -360,6 +361,12 @@ Status HubDownloader::FetchAttempt(const std::string& part, const FileMeta& meta
     return OkStatus();
   };
   auto sink = [&](std::string_view data) {
+    if (meta.size_known && data.size() > meta.size - *have) {
+      overflow = DataLossError("the content runs past the " + std::to_string(meta.size) +
+                               " bytes the Hub declared for it (X-Linked-Size / Content-Length); "
+                               "nothing past them was written and the partial download was deleted");
+      return false;
+    }
     write_error = out->Append(data);
     if (!write_error.ok()) return false;
     *have += data.size();
@@ -370,6 +377,11 @@ Status HubDownloader::FetchAttempt(const std::string& part, const FileMeta& meta
   StatusOr<HttpResponse> r = opt_.http->Send(req, sink, check);
   Status closed = out->Close();
   if (!write_error.ok()) return write_error;
+  if (!overflow.ok() || r.status().code() == StatusCode::kDataLoss) {
+    Status removed = opt_.fs->RemoveAll(part);
+    (void)removed;  // the overflow is the error to report
+    return overflow.ok() ? r.status() : overflow;
+  }
   if (!r.ok()) return r.status();
   return closed;
 }

@@ -60,6 +60,9 @@ struct HubOptions {
   std::string endpoint = "https://huggingface.co";  // HF_ENDPOINT; no trailing '/'
   std::string cache_dir;                            // HF_HUB_CACHE, else $HF_HOME/hub
   std::string token;                                // HF_TOKEN, else $HF_HOME/token; "" = none
+  // How to get a token to where the download runs, in the error for a gated or private repository;
+  // empty: "set HF_TOKEN (or run `huggingface-cli login`)". The agent names `submit --forward-hf-token`.
+  std::string token_advice;
   HttpClient* http = nullptr;                       // null: CurlHttpClient()
   FileSystem* fs = nullptr;                         // null: FileSystem::Default()
   int max_attempts = 5;                             // per file, for dropped connections

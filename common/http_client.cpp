@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <mutex>
 
 #include "common/version.h"
@@ -27,23 +28,64 @@ bool IsRedirect(long status) {
   return status == 301 || status == 302 || status == 303 || status == 307 || status == 308;
 }
 
+bool ParseLength(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
 // The state of one transfer (one hop of a redirect chain), shared with libcurl's callbacks.
 struct Transfer {
   CURL* curl = nullptr;
   bool follow = false;
   const HttpSink* sink = nullptr;
   const HttpHeadersCheck* check = nullptr;
+  uint64_t max_body = 0;  // HttpRequest::max_body_bytes
   HttpResponse resp;
   bool checked = false;
-  Status abort;  // why a callback stopped the transfer
+  bool limited = false;   // `limit` is set (at the final response's first body byte)
+  uint64_t limit = 0;     // body bytes accepted
+  std::string limit_why;  // what set `limit`, for the error
+  Status abort;           // why a callback stopped the transfer
 
   // The final response's status and headers are known at its first body byte (or at its end).
   bool Final() const { return !(follow && IsRedirect(resp.status)); }
+  bool HasSink() const { return sink != nullptr && *sink; }
 
   Status RunCheck() {
     checked = true;
     if (check == nullptr || !*check || !Final()) return OkStatus();
     return (*check)(resp);
+  }
+
+  // The most body bytes the final response may have: what it declared, and what the caller allows.
+  void SetLimit() {
+    limited = true;
+    limit = max_body > 0 ? max_body : HasSink() ? UINT64_MAX : HttpClient::kMaxCollectedBodyBytes;
+    limit_why = max_body > 0 || !HasSink() ? "the most this request accepts" : "";
+    auto cl = resp.headers.find("content-length");
+    uint64_t declared = 0;
+    if (cl != resp.headers.end() && ParseLength(cl->second, &declared) && declared <= limit) {
+      limit = declared;
+      limit_why = "its Content-Length";
+    }
+  }
+
+  // Hands `data` to the sink (or the collected body). False: stop (abort says why).
+  bool Deliver(std::string_view data) {
+    resp.body_bytes += data.size();
+    if (!HasSink()) {
+      resp.body.append(data.data(), data.size());
+      return true;
+    }
+    if ((*sink)(data)) return true;
+    abort = CancelledError("download of " + resp.url + " stopped");
+    return false;
   }
 };
 
@@ -64,6 +106,7 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+// Body bytes: the final response's go to the sink, never past its limit (then DATA_LOSS).
 size_t OnBody(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t bytes = size * n;
@@ -72,16 +115,29 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
     if (!t->abort.ok()) return 0;
   }
   if (!t->Final()) return bytes;  // a redirect's body: discarded
-  t->resp.body_bytes += bytes;
-  if (t->sink != nullptr && *t->sink) {
-    if (!(*t->sink)(std::string_view(data, bytes))) {
-      t->abort = CancelledError("download of " + t->resp.url + " stopped");
-      return 0;
-    }
-  } else {
-    t->resp.body.append(data, bytes);
+  if (!t->limited) t->SetLimit();
+  const uint64_t room = t->limit - t->resp.body_bytes;
+  const size_t take = static_cast<size_t>(std::min<uint64_t>(bytes, room));
+  if (take > 0 && !t->Deliver(std::string_view(data, take))) return 0;
+  if (take < bytes) {
+    t->abort =
+        DataLossError(t->resp.url + ": the body runs past " + std::to_string(t->limit) + " bytes (" +
+                      (t->limit_why.empty() ? "the limit" : t->limit_why) + "); the rest was not accepted");
+    return 0;
   }
   return bytes;
+}
+
+// libcurl speaks only http and https for us, whatever the URL or a redirect says (Send also checks
+// the URLs itself). CURLOPT_PROTOCOLS_STR is 7.85's; older libcurl (Debian 11: 7.74) has the bitmask.
+void RestrictToHttp(CURL* curl) {
+#if LIBCURL_VERSION_NUM >= 0x075500
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
 }
 
 void GlobalInit() {
@@ -96,6 +152,7 @@ class Curl final : public HttpClient {
     GlobalInit();
     std::string url = req.url;
     const std::string origin = UrlOrigin(req.url);
+    if (!IsHttpUrl(url)) return InvalidArgumentError("not an http:// or https:// URL: " + url);
     for (int hop = 0;; ++hop) {
       SFT_ASSIGN_OR_RETURN(HttpResponse r, SendOnce(req, url, UrlOrigin(url) == origin, sink, check));
       if (!req.follow_redirects || !IsRedirect(r.status)) return r;
@@ -105,6 +162,10 @@ class Curl final : public HttpClient {
       url = ResolveUrl(url, loc->second);
       if (UrlOrigin(url).empty())
         return InvalidArgumentError("bad redirect from " + r.url + ": " + loc->second);
+      if (!IsHttpUrl(url)) {
+        return InvalidArgumentError("refused a redirect from " + r.url + " to " + loc->second +
+                                    ": only http:// and https:// are followed");
+      }
     }
   }
 
@@ -118,6 +179,7 @@ class Curl final : public HttpClient {
     t.follow = req.follow_redirects;
     t.sink = &sink;
     t.check = &check;
+    t.max_body = req.max_body_bytes;
     t.resp.url = url;
     curl_slist* headers = nullptr;
     for (const auto& [name, value] : req.headers) {
@@ -131,6 +193,7 @@ class Curl final : public HttpClient {
     curl_easy_setopt(t.curl, CURLOPT_USERAGENT, agent.c_str());
     curl_easy_setopt(t.curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(t.curl, CURLOPT_FOLLOWLOCATION, 0L);
+    RestrictToHttp(t.curl);
     curl_easy_setopt(t.curl, CURLOPT_CONNECTTIMEOUT, stall);
     curl_easy_setopt(t.curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(t.curl, CURLOPT_LOW_SPEED_TIME, stall);
@@ -160,6 +223,13 @@ class Curl final : public HttpClient {
 HttpClient* CurlHttpClient() {
   static Curl* client = new Curl();
   return client;
+}
+
+bool IsHttpUrl(std::string_view url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string_view::npos || UrlOrigin(url).empty()) return false;
+  const std::string s = Lower(std::string(url.substr(0, scheme)));
+  return s == "http" || s == "https";
 }
 
 std::string UrlOrigin(std::string_view url) {

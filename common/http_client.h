@@ -6,6 +6,11 @@
 // `Authorization` header is sent only to the origin (scheme, host and port) of the request's URL: a
 // redirect to another origin (a CDN) drops it, as the Hub's own clients do.
 //
+// The server is not trusted: only http:// and https:// URLs are fetched (a redirect to file://,
+// ftp://, ... is refused, and libcurl itself is limited to those two), and a body never runs past
+// what its response declared (Content-Length) or the request allows (max_body_bytes): the bytes
+// past it never reach the sink.
+//
 // CurlHttpClient is the libcurl implementation (TLS verified, HTTP/1.1 or 2, proxies from the usual
 // environment variables). Tests use it against a local server, or wrap the interface to inject faults.
 //
@@ -33,6 +38,9 @@ struct HttpRequest {
   bool follow_redirects = true;
   // No byte for this long (connect included) fails the request with UNAVAILABLE.
   std::chrono::seconds stall_timeout{60};
+  // The most body bytes of the final response accepted (DATA_LOSS past it); 0: no limit of its own
+  // when the body goes to a sink, kMaxCollectedBodyBytes when it is collected into HttpResponse::body.
+  uint64_t max_body_bytes = 0;
 };
 
 struct HttpResponse {
@@ -52,13 +60,16 @@ using HttpHeadersCheck = std::function<Status(const HttpResponse&)>;
 class HttpClient {
  public:
   static constexpr int kMaxRedirects = 10;
+  static constexpr uint64_t kMaxCollectedBodyBytes = 256ull << 20;
   virtual ~HttpClient() = default;
 
   // Sends `req`. Body bytes of the final response go to `sink` when given (those of redirect
   // responses are discarded), else into HttpResponse::body. An HTTP error status is not an error
   // here: the caller reads HttpResponse::status. Errors: UNAVAILABLE (connection failed, dropped or
   // stalled mid-body; the message names the URL and how many body bytes arrived), CANCELLED (the sink
-  // said stop), the check's status, INVALID_ARGUMENT (a malformed URL or redirect).
+  // said stop), the check's status, INVALID_ARGUMENT (a malformed URL or redirect, or one whose scheme
+  // is not http or https), DATA_LOSS (the body ran past its Content-Length or max_body_bytes; the
+  // sink got no byte past it).
   virtual StatusOr<HttpResponse> Send(const HttpRequest& req, const HttpSink& sink = nullptr,
                                       const HttpHeadersCheck& check = nullptr) = 0;
 };
@@ -66,6 +77,8 @@ class HttpClient {
 // The process-wide libcurl client. Never null; not owned by the caller.
 HttpClient* CurlHttpClient();
 
+// True when `url` is absolute with the scheme http or https (any case).
+bool IsHttpUrl(std::string_view url);
 // "scheme://host[:port]" of an absolute URL, lower-cased; "" when `url` is not absolute.
 std::string UrlOrigin(std::string_view url);
 // `location` (absolute, or relative to `base` as in a Location header) as an absolute URL.

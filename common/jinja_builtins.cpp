@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 
 namespace sftctl::jinja {
 namespace {
@@ -27,6 +28,52 @@ int64_t NeedInt(const Value& v, const char* what) {
   if (!v.is_int() && !v.is_bool())
     Fail(std::string(what) + ": expected an integer, got '" + v.TypeName() + "'");
   return v.int_value();
+}
+
+// Python's ints are unbounded; these are 64 bits: a result beyond them is unsupported, never
+// undefined behaviour.
+[[noreturn]] void Beyond64Bits(const std::string& what) {
+  throw Error(Error::Kind::kUnsupported, "integer result of " + what + " beyond 64 bits");
+}
+
+// int(f) of a finite float (the caller handles NaN and infinities).
+int64_t FloatToInt(double f, const std::string& what) {
+  const double t = std::trunc(f);
+  if (!(t >= -9223372036854775808.0 && t < 9223372036854775808.0)) Beyond64Bits(what);
+  return static_cast<int64_t>(t);
+}
+
+// Jinja's int filter of a float: NaN gives the default, infinities are Python's OverflowError.
+Value FloatToIntFilter(double f, const Value& fallback) {
+  if (std::isnan(f)) return fallback;
+  if (std::isinf(f)) Fail("OverflowError: cannot convert float infinity to integer");
+  return Value(FloatToInt(f, "int()"));
+}
+
+// A decimal number of ASCII digits, or nullopt when it is beyond 64 bits.
+std::optional<int64_t> ParseDigits(std::string_view digits) {
+  int64_t n = 0;
+  for (char c : digits) {
+    if (__builtin_mul_overflow(n, 10, &n) || __builtin_add_overflow(n, c - '0', &n)) return std::nullopt;
+  }
+  return n;
+}
+
+// Draws the budget for reading all of `v`: its bytes, or its items.
+void ChargeInput(const Value& v) {
+  if (v.is_string()) {
+    ChargeBytes(v.str().size());
+  } else if (v.is_list()) {
+    ChargeBytes(v.list().size() * Budget::kSlotBytes);
+  } else if (v.is_dict()) {
+    ChargeBytes(v.dict().items.size() * Budget::kSlotBytes);
+  }
+}
+
+// *out += piece, within the size of one string.
+void AppendChecked(std::string* out, std::string_view piece) {
+  CheckStringSize(out->size() + piece.size());
+  out->append(piece);
 }
 
 bool IsCased(uint32_t cp) {
@@ -70,14 +117,55 @@ std::string PyCapitalize(const std::string& s) {
   return out;
 }
 
+// The first occurrence of [nfirst, nlast) in [first, last), or last: Knuth-Morris-Pratt, linear
+// in both sizes (std::string::find compares at every position, quadratic for a long needle of
+// 'a's in a text of 'a's).
+template <typename It>
+It LinearSearch(It first, It last, It nfirst, It nlast) {
+  const size_t m = static_cast<size_t>(nlast - nfirst);
+  if (m <= 8) return std::search(first, last, nfirst, nlast);  // at most 8 comparisons a position
+  std::vector<size_t> fail(m, 0);
+  for (size_t i = 1, k = 0; i < m; ++i) {
+    while (k > 0 && nfirst[i] != nfirst[k]) k = fail[k - 1];
+    if (nfirst[i] == nfirst[k]) ++k;
+    fail[i] = k;
+  }
+  size_t k = 0;
+  for (It it = first; it != last; ++it) {
+    while (k > 0 && *it != nfirst[k]) k = fail[k - 1];
+    if (*it == nfirst[k]) ++k;
+    if (k == m) return it - static_cast<std::ptrdiff_t>(m - 1);
+  }
+  return last;
+}
+
+// s.find(sub, from), in linear time, drawing the bytes it reads from the budget.
+size_t StrFind(std::string_view s, std::string_view sub, size_t from = 0) {
+  if (from > s.size()) return std::string::npos;
+  const auto it =
+      LinearSearch(s.begin() + static_cast<std::ptrdiff_t>(from), s.end(), sub.begin(), sub.end());
+  const size_t p = static_cast<size_t>(it - s.begin());
+  ChargeBytes(std::min(s.size(), p + sub.size()) - from);
+  return it == s.end() && !sub.empty() ? std::string::npos : p;
+}
+
+// s.rfind(sub), likewise.
+size_t StrRFind(std::string_view s, std::string_view sub) {
+  const auto it = LinearSearch(s.rbegin(), s.rend(), sub.rbegin(), sub.rend());
+  const size_t r = static_cast<size_t>(it - s.rbegin());  // the match's end, from the back
+  ChargeBytes(std::min(s.size(), r + sub.size()));
+  return it == s.rend() && !sub.empty() ? std::string::npos : s.size() - r - sub.size();
+}
+
 // str.strip / lstrip / rstrip (chars: none = whitespace).
 std::string PyStrip(const std::string& s, const Value* chars, bool left, bool right) {
   Cps cps = DecodeUtf8(s);
   Cps set;
   const bool ws = chars == nullptr || chars->is_none() || chars->is_undefined();
   if (!ws) set = DecodeUtf8(NeedStr(*chars, "strip"));
+  std::sort(set.begin(), set.end());
   auto strip = [&](uint32_t cp) {
-    return ws ? IsPySpace(cp) : std::find(set.begin(), set.end(), cp) != set.end();
+    return ws ? IsPySpace(cp) : std::binary_search(set.begin(), set.end(), cp);
   };
   size_t b = 0, e = cps.size();
   if (left)
@@ -85,6 +173,12 @@ std::string PyStrip(const std::string& s, const Value* chars, bool left, bool ri
   if (right)
     while (e > b && strip(cps[e - 1])) --e;
   return EncodeUtf8(cps, b, e);
+}
+
+// parts->push_back(part), within the items of one list.
+void Push(std::vector<std::string>* parts, std::string part) {
+  CheckItemCount(parts->size() + 1);
+  parts->push_back(std::move(part));
 }
 
 std::vector<std::string> PySplit(const std::string& s, const Value* sep_v, int64_t maxsplit,
@@ -101,12 +195,12 @@ std::vector<std::string> PySplit(const std::string& s, const Value* sep_v, int64
         if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
           size_t e = cps.size();
           while (e > i && IsPySpace(cps[e - 1])) --e;
-          parts.push_back(EncodeUtf8(cps, i, e));
+          Push(&parts, EncodeUtf8(cps, i, e));
           break;
         }
         size_t j = i;
         while (j < cps.size() && !IsPySpace(cps[j])) ++j;
-        parts.push_back(EncodeUtf8(cps, i, j));
+        Push(&parts, EncodeUtf8(cps, i, j));
         i = j;
       }
     } else {
@@ -117,12 +211,12 @@ std::vector<std::string> PySplit(const std::string& s, const Value* sep_v, int64
         if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
           size_t b = 0;
           while (b < i && IsPySpace(cps[b])) ++b;
-          parts.push_back(EncodeUtf8(cps, b, i));
+          Push(&parts, EncodeUtf8(cps, b, i));
           break;
         }
         size_t j = i;
         while (j > 0 && !IsPySpace(cps[j - 1])) --j;
-        parts.push_back(EncodeUtf8(cps, j, i));
+        Push(&parts, EncodeUtf8(cps, j, i));
         i = j;
       }
       std::reverse(parts.begin(), parts.end());
@@ -135,23 +229,23 @@ std::vector<std::string> PySplit(const std::string& s, const Value* sep_v, int64
     size_t start = 0;
     for (;;) {
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) break;
-      const size_t p = s.find(sep, start);
+      const size_t p = StrFind(s, sep, start);
       if (p == std::string::npos) break;
-      parts.push_back(s.substr(start, p - start));
+      Push(&parts, s.substr(start, p - start));
       start = p + sep.size();
     }
-    parts.push_back(s.substr(start));
+    Push(&parts, s.substr(start));
   } else {
     size_t end = s.size();
     for (;;) {
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) break;
       if (end < sep.size()) break;
-      const size_t p = s.rfind(sep, end - sep.size());
+      const size_t p = StrRFind(std::string_view(s).substr(0, end), sep);
       if (p == std::string::npos) break;
-      parts.push_back(s.substr(p + sep.size(), end - p - sep.size()));
+      Push(&parts, s.substr(p + sep.size(), end - p - sep.size()));
       end = p;
     }
-    parts.push_back(s.substr(0, end));
+    Push(&parts, s.substr(0, end));
     std::reverse(parts.begin(), parts.end());
   }
   return parts;
@@ -173,7 +267,7 @@ std::vector<std::string> PySplitLines(const std::string& s, bool keepends) {
     if (j < cps.size()) {
       eol = (cps[j] == '\r' && j + 1 < cps.size() && cps[j + 1] == '\n') ? j + 2 : j + 1;
     }
-    out.push_back(EncodeUtf8(cps, i, keepends ? eol : j));
+    Push(&out, EncodeUtf8(cps, i, keepends ? eol : j));
     i = eol;
   }
   return out;
@@ -265,14 +359,15 @@ std::string PyFormat(const std::string& fmt, const Args& a) {
         v = auto_index < a.positional.size() ? &a.positional[auto_index] : nullptr;
         ++auto_index;
       } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
-        const size_t k = std::stoul(field);
-        v = k < a.positional.size() ? &a.positional[k] : nullptr;
+        const std::optional<int64_t> k = ParseDigits(field);
+        v = k && static_cast<uint64_t>(*k) < a.positional.size() ? &a.positional[static_cast<size_t>(*k)]
+                                                                 : nullptr;
       } else {
         for (const auto& [k, x] : a.keyword)
           if (k == field) v = &x;
       }
       if (v == nullptr) Fail("IndexError: Replacement index out of range for positional args tuple");
-      out += v->Str();
+      AppendChecked(&out, v->Str());
       i = e;
     } else if (c == '}') {
       Fail("ValueError: Single '}' encountered in format string");
@@ -299,16 +394,26 @@ bool IsAlpha(uint32_t cp) {
 }
 bool IsDecimal(uint32_t cp) { return IsCategory(cp, {UTF8PROC_CATEGORY_ND}); }
 
-Value StrMethod(const std::string& s, const std::string& name) {
+using StrFn = std::function<Value(const std::string& s, const Args& a)>;
+
+// A method of the string `self`, drawing the string's size from the budget at each call.
+Value BoundStr(const Value& self, const std::string& name, StrFn fn) {
+  return Value::Function(name, [self, fn = std::move(fn)](const Args& a) {
+    ChargeBytes(self.str().size());
+    return fn(self.str(), a);
+  });
+}
+
+Value StrMethod(const Value& self, const std::string& name) {
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    return Bound(name, [s, name](const Args& a) {
+    return BoundStr(self, name, [name](const std::string& s, const Args& a) {
       a.Check(name, 1, {});
       const Value* chars = a.Get(0, "");
       return Value(PyStrip(s, chars, name != "rstrip", name != "lstrip"));
     });
   }
   if (name == "split" || name == "rsplit") {
-    return Bound(name, [s, name](const Args& a) {
+    return BoundStr(self, name, [name](const std::string& s, const Args& a) {
       a.Check(name, 2, {"sep", "maxsplit"});
       const Value* sep = a.Get(0, "sep");
       const Value* max = a.Get(1, "maxsplit");
@@ -316,14 +421,14 @@ Value StrMethod(const std::string& s, const std::string& name) {
     });
   }
   if (name == "splitlines") {
-    return Bound(name, [s](const Args& a) {
+    return BoundStr(self, name, [](const std::string& s, const Args& a) {
       a.Check("splitlines", 1, {"keepends"});
       const Value* k = a.Get(0, "keepends");
       return StrList(PySplitLines(s, k && k->Truthy()));
     });
   }
   if (name == "startswith" || name == "endswith") {
-    return Bound(name, [s, name](const Args& a) {
+    return BoundStr(self, name, [name](const std::string& s, const Args& a) {
       a.Check(name, 3, {});
       if (a.positional.empty()) Fail(name + "() takes at least 1 argument (0 given)");
       return Value(StartsEnds(s, a.positional[0], a, name == "endswith"));
@@ -331,7 +436,7 @@ Value StrMethod(const std::string& s, const std::string& name) {
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" || name == "swapcase" ||
       name == "casefold") {
-    return Bound(name, [s, name](const Args& a) {
+    return BoundStr(self, name, [name](const std::string& s, const Args& a) {
       a.Check(name, 0, {});
       if (name == "upper") return Value(MapCps(s, Upper));
       if (name == "lower" || name == "casefold") return Value(MapCps(s, Lower));
@@ -341,7 +446,7 @@ Value StrMethod(const std::string& s, const std::string& name) {
     });
   }
   if (name == "replace") {
-    return Bound(name, [s](const Args& a) {
+    return BoundStr(self, name, [](const std::string& s, const Args& a) {
       a.Check("replace", 3, {"count"});
       if (a.positional.size() < 2) Fail("replace() takes at least 2 arguments");
       const std::string& from = NeedStr(a.positional[0], "replace");
@@ -355,7 +460,7 @@ Value StrMethod(const std::string& s, const std::string& name) {
         int64_t n = 0;
         for (size_t i = 0; i <= cps.size(); ++i) {
           if (count < 0 || n < count) {
-            out += to;
+            AppendChecked(&out, to);
             ++n;
           }
           if (i < cps.size()) AppendUtf8(&out, cps[i]);
@@ -365,28 +470,29 @@ Value StrMethod(const std::string& s, const std::string& name) {
       size_t start = 0;
       int64_t n = 0;
       for (;;) {
-        const size_t p = (count >= 0 && n >= count) ? std::string::npos : s.find(from, start);
+        const size_t p = (count >= 0 && n >= count) ? std::string::npos : StrFind(s, from, start);
         if (p == std::string::npos) break;
-        out += s.substr(start, p - start) + to;
+        AppendChecked(&out, std::string_view(s).substr(start, p - start));
+        AppendChecked(&out, to);
         start = p + from.size();
         ++n;
       }
-      out += s.substr(start);
-      return Value(out);
+      AppendChecked(&out, std::string_view(s).substr(start));
+      return Value(std::move(out));
     });
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
-    return Bound(name, [s, name](const Args& a) {
+    return BoundStr(self, name, [name](const std::string& s, const Args& a) {
       a.Check(name, 1, {});
       if (a.positional.empty()) Fail(name + "() takes at least 1 argument (0 given)");
       const std::string& sub = NeedStr(a.positional[0], name.c_str());
       if (name == "count") {
         if (sub.empty()) return Value(static_cast<int64_t>(CodePointCount(s) + 1));
         int64_t n = 0;
-        for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+        for (size_t p = StrFind(s, sub); p != std::string::npos; p = StrFind(s, sub, p + sub.size())) ++n;
         return Value(n);
       }
-      const size_t p = (name == "find" || name == "index") ? s.find(sub) : s.rfind(sub);
+      const size_t p = (name == "find" || name == "index") ? StrFind(s, sub) : StrRFind(s, sub);
       if (p == std::string::npos) {
         if (name == "index" || name == "rindex") Fail("ValueError: substring not found");
         return Value(static_cast<int64_t>(-1));
@@ -395,23 +501,24 @@ Value StrMethod(const std::string& s, const std::string& name) {
     });
   }
   if (name == "join") {
-    return Bound(name, [s](const Args& a) {
+    return BoundStr(self, name, [](const std::string& s, const Args& a) {
       a.Check("join", 1, {});
       if (a.positional.empty()) Fail("join() takes exactly one argument (0 given)");
       std::string out;
       bool first = true;
       for (const Value& v : Iterate(a.positional[0])) {
-        if (!first) out += s;
+        if (!first) AppendChecked(&out, s);
         first = false;
-        out += NeedStr(v, "join");
+        AppendChecked(&out, NeedStr(v, "join"));
       }
-      return Value(out);
+      return Value(std::move(out));
     });
   }
-  if (name == "format") return Bound(name, [s](const Args& a) { return Value(PyFormat(s, a)); });
+  if (name == "format")
+    return BoundStr(self, name, [](const std::string& s, const Args& a) { return Value(PyFormat(s, a)); });
   if (name == "isdigit" || name == "isnumeric" || name == "isdecimal" || name == "isalpha" ||
       name == "isalnum" || name == "isspace" || name == "isupper" || name == "islower") {
-    return Bound(name, [s, name](const Args& a) {
+    return BoundStr(self, name, [name](const std::string& s, const Args& a) {
       a.Check(name, 0, {});
       if (name == "isdigit" || name == "isnumeric" || name == "isdecimal") return Value(AllCps(s, IsDecimal));
       if (name == "isalpha") return Value(AllCps(s, IsAlpha));
@@ -430,7 +537,7 @@ Value StrMethod(const std::string& s, const std::string& name) {
     });
   }
   if (name == "removeprefix" || name == "removesuffix") {
-    return Bound(name, [s, name](const Args& a) {
+    return BoundStr(self, name, [name](const std::string& s, const Args& a) {
       a.Check(name, 1, {});
       if (a.positional.empty()) Fail(name + "() takes exactly one argument (0 given)");
       const std::string& x = NeedStr(a.positional[0], name.c_str());
@@ -441,11 +548,11 @@ Value StrMethod(const std::string& s, const std::string& name) {
     });
   }
   if (name == "partition" || name == "rpartition") {
-    return Bound(name, [s, name](const Args& a) {
+    return BoundStr(self, name, [name](const std::string& s, const Args& a) {
       a.Check(name, 1, {});
       if (a.positional.empty()) Fail(name + "() takes exactly one argument (0 given)");
       const std::string& sep = NeedStr(a.positional[0], name.c_str());
-      const size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
+      const size_t p = name == "partition" ? StrFind(s, sep) : StrRFind(s, sep);
       if (p == std::string::npos) {
         return name == "partition" ? Value::List({Value(s), Value(""), Value("")}, true)
                                    : Value::List({Value(""), Value(""), Value(s)}, true);
@@ -453,7 +560,7 @@ Value StrMethod(const std::string& s, const std::string& name) {
       return Value::List({Value(s.substr(0, p)), Value(sep), Value(s.substr(p + sep.size()))}, true);
     });
   }
-  return NoAttribute(Value(s), name);
+  return NoAttribute(self, name);
 }
 
 Value ListMethod(const Value& list, const std::string& name) {
@@ -526,6 +633,7 @@ const std::map<std::string, TestFn, std::less<>>& Tests();
 
 // Jinja2's make_attrgetter: "a.b.0" looked up with getitem, part by part.
 Value AttrPath(const Value& item, const std::string& path) {
+  ChargeBytes(path.size());
   Value cur = item;
   size_t start = 0;
   for (;;) {
@@ -534,7 +642,8 @@ Value AttrPath(const Value& item, const std::string& path) {
     const bool digits =
         !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (cur.is_undefined()) FailUndefined(cur);
-    cur = GetItem(cur, digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
+    const std::optional<int64_t> index = digits ? ParseDigits(part) : std::nullopt;
+    cur = GetItem(cur, index ? Value(*index) : Value(part));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
   }
@@ -546,6 +655,7 @@ bool RunTest(const std::string& alias, const Value& v, const Args& args) {
   const std::string name = ResolveTest(alias);
   auto it = Tests().find(name);
   if (it == Tests().end()) Fail("No test named '" + name + "'");
+  if (v.is_string()) ChargeBytes(v.str().size());
   return it->second(v, args);
 }
 
@@ -597,6 +707,7 @@ Value Extreme(const Value& v, const Args& a, int sign) {
 std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
+    CheckStringSize(out.size());
     switch (c) {
       case '&':
         out += "&amp;";
@@ -645,6 +756,7 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
       {"abs",
        [](const Value& v, const Args&) {
          if (v.is_float()) return Value(std::fabs(v.number()));
+         if (v.is_number() && v.int_value() == INT64_MIN) Beyond64Bits("abs()");
          if (v.is_number()) return Value(v.int_value() < 0 ? -v.int_value() : v.int_value());
          Fail("bad operand type for abs(): '" + v.TypeName() + "'");
        }},
@@ -663,6 +775,7 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          const std::string s = SoftStr(v);
          const int64_t n = static_cast<int64_t>(CodePointCount(s));
          if (width <= n) return Value(s);
+         CheckStringSize(static_cast<size_t>(width - n) + s.size());
          const int64_t pad = width - n;
          const int64_t left = pad / 2 + (pad & width & 1);
          return Value(std::string(static_cast<size_t>(left), ' ') + s +
@@ -697,6 +810,9 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
       {"escape", [](const Value& v, const Args&) { return Value(HtmlEscape(SoftStr(v))); }},
       {"first",
        [](const Value& v, const Args&) {
+         if (v.is_list())
+           return v.list().empty() ? Value::Undefined("No first item, sequence was empty.")
+                                   : v.list().front();
          std::vector<Value> items = Iterate(v);
          return items.empty() ? Value::Undefined("No first item, sequence was empty.") : items.front();
        }},
@@ -718,20 +834,29 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
       {"int",
        [](const Value& v, const Args& a) {
          const Value* d = a.Get(0, "default");
-         if (v.is_float()) return Value(static_cast<int64_t>(std::trunc(v.number())));
+         const Value fallback = d ? *d : Value(static_cast<int64_t>(0));
+         if (v.is_float()) return FloatToIntFilter(v.number(), fallback);
          if (v.is_number()) return Value(v.int_value());
          if (v.is_string()) {
            const std::string s = PyStrip(v.str(), nullptr, true, true);
+           std::optional<double> f;
            try {
              size_t used = 0;
              const long long i = std::stoll(s, &used, 10);
              if (used == s.size()) return Value(static_cast<int64_t>(i));
-             const double f = std::stod(s, &used);
-             if (used == s.size()) return Value(static_cast<int64_t>(std::trunc(f)));
+           } catch (const std::out_of_range&) {
+             Beyond64Bits("int()");
+           } catch (const std::invalid_argument&) {
+           }
+           try {
+             size_t used = 0;
+             const double x = std::stod(s, &used);
+             if (used == s.size()) f = x;
            } catch (const std::exception&) {
            }
+           if (f) return FloatToIntFilter(*f, fallback);
          }
-         return d ? *d : Value(static_cast<int64_t>(0));
+         return fallback;
        }},
       {"indent",
        [](const Value& v, const Args& a) {
@@ -739,19 +864,27 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          const Value* w = a.Get(0, "width");
          const Value* first = a.Get(1, "first");
          const Value* blank = a.Get(2, "blank");
-         std::string indention =
-             w && w->is_string() ? w->str() : std::string(w ? NeedInt(*w, "indent") : 4, ' ');
+         // Python's " " * width: "" for a negative width.
+         const int64_t width = w && !w->is_string() ? std::max<int64_t>(0, NeedInt(*w, "indent")) : 4;
+         CheckStringSize(static_cast<size_t>(width));
+         const std::string indention =
+             w && w->is_string() ? w->str() : std::string(static_cast<size_t>(width), ' ');
          std::vector<std::string> lines = PySplitLines(SoftStr(v) + "\n", false);
          std::string rv;
          if (blank && blank->Truthy()) {
-           for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + indention : "") + lines[i];
+           for (size_t i = 0; i < lines.size(); ++i) {
+             if (i) AppendChecked(&rv, "\n" + indention);
+             AppendChecked(&rv, lines[i]);
+           }
          } else {
            rv = lines.empty() ? "" : lines[0];
-           for (size_t i = 1; i < lines.size(); ++i)
-             rv += "\n" + (lines[i].empty() ? "" : indention + lines[i]);
+           for (size_t i = 1; i < lines.size(); ++i) {
+             AppendChecked(&rv, "\n");
+             if (!lines[i].empty()) AppendChecked(&rv, indention + lines[i]);
+           }
          }
          if (first && first->Truthy()) rv = indention + rv;
-         return Value(rv);
+         return Value(std::move(rv));
        }},
       {"format",
        [](const Value& v, const Args& a) {
@@ -770,17 +903,20 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          a.Check("join", 2, {"d", "attribute"});
          const Value* d = a.Get(0, "d");
          const Value* attr = a.Get(1, "attribute");
+         const std::string sep = d ? SoftStr(*d) : "";
          std::string out;
          bool first = true;
          for (const Value& item : Iterate(v)) {
-           if (!first) out += d ? SoftStr(*d) : "";
+           if (!first) AppendChecked(&out, sep);
            first = false;
-           out += SoftStr(attr ? AttrPath(item, SoftStr(*attr)) : item);
+           AppendChecked(&out, SoftStr(attr ? AttrPath(item, SoftStr(*attr)) : item));
          }
-         return Value(out);
+         return Value(std::move(out));
        }},
       {"last",
        [](const Value& v, const Args&) {
+         if (v.is_list())
+           return v.list().empty() ? Value::Undefined("No last item, sequence was empty.") : v.list().back();
          std::vector<Value> items = Iterate(v);
          return items.empty() ? Value::Undefined("No last item, sequence was empty.") : items.back();
        }},
@@ -817,7 +953,7 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
       {"rejectattr", [](const Value& v, const Args& a) { return SelectImpl(v, a, true, false); }},
       {"replace",
        [](const Value& v, const Args& a) {
-         const Value method = StrMethod(SoftStr(v), "replace");
+         const Value method = StrMethod(v.is_string() ? v : Value(SoftStr(v)), "replace");
          return method.function().fn(a);
        }},
       {"reverse",
@@ -906,10 +1042,9 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          JsonOptions o;
          if (const Value* x = a.Get(0, "ensure_ascii")) o.ensure_ascii = x->Truthy();
          if (const Value* x = a.Get(1, "indent"); x && !x->is_none()) {
-           o.indent =
-               x->is_string()
-                   ? x->str()
-                   : std::string(static_cast<size_t>(std::max<int64_t>(0, NeedInt(*x, "tojson"))), ' ');
+           const int64_t width = x->is_string() ? 0 : std::max<int64_t>(0, NeedInt(*x, "tojson"));
+           CheckStringSize(static_cast<size_t>(width));
+           o.indent = x->is_string() ? x->str() : std::string(static_cast<size_t>(width), ' ');
          }
          if (const Value* x = a.Get(2, "separators"); x && !x->is_none()) {
            if (!x->is_list() || x->list().size() != 2) Fail("tojson: separators must be a pair of strings");
@@ -958,6 +1093,7 @@ Value ApplyFilterImpl(const std::string& name, const Value& v, const Args& a) {
   const std::string resolved = name == "d" ? "default" : name == "e" ? "escape" : name;
   auto it = Filters().find(resolved);
   if (it == Filters().end()) throw Error(Error::Kind::kUnsupported, "filter '" + name + "' is not supported");
+  if (v.is_string()) ChargeBytes(v.str().size());  // string filters read it; list walks draw in Iterate
   return it->second(v, a);
 }
 
@@ -977,7 +1113,8 @@ const std::map<std::string, TestFn, std::less<>>& Tests() {
        [](const Value& v, const Args& a) {
          const Value& n = TestArg(a, "divisibleby");
          if (NeedInt(n, "divisibleby") == 0) Fail("ZeroDivisionError: integer modulo by zero");
-         return NeedInt(v, "divisibleby") % n.int_value() == 0;
+         const int64_t x = NeedInt(v, "divisibleby");
+         return n.int_value() == -1 || x % n.int_value() == 0;  // INT64_MIN % -1 traps
        }},
       {"eq", [](const Value& v, const Args& a) { return Equals(v, TestArg(a, "eq")); }},
       {"escaped", [](const Value&, const Args&) { return false; }},
@@ -1055,6 +1192,8 @@ double PyFmod(double a, double b) {
 
 // printf-style str % args: %s %r %d %i %f %% (with optional precision for %f).
 std::string PercentFormat(const std::string& fmt, const Value& args) {
+  ChargeBytes(fmt.size());
+  ChargeInput(args);
   std::vector<Value> items = args.is_tuple() ? args.list() : std::vector<Value>{args};
   size_t k = 0;
   std::string out;
@@ -1067,7 +1206,10 @@ std::string PercentFormat(const std::string& fmt, const Value& args) {
     int precision = -1;
     if (fmt[i] == '.') {
       precision = 0;
-      while (++i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') precision = precision * 10 + (fmt[i] - '0');
+      while (++i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') {
+        precision = precision * 10 + (fmt[i] - '0');
+        if (precision > 9999) Fail("ValueError: precision too big");
+      }
       if (i >= fmt.size()) Fail("ValueError: incomplete format");
     }
     const char c = fmt[i];
@@ -1078,17 +1220,23 @@ std::string PercentFormat(const std::string& fmt, const Value& args) {
     if (k >= items.size()) Fail("TypeError: not enough arguments for format string");
     const Value& v = items[k++];
     if (c == 's') {
-      out += v.Str();
+      AppendChecked(&out, v.Str());
     } else if (c == 'r') {
-      out += v.Repr();
+      AppendChecked(&out, v.Repr());
     } else if (c == 'd' || c == 'i') {
       if (!v.is_number()) Fail("TypeError: %d format: a real number is required, not " + v.TypeName());
-      out += std::to_string(v.is_float() ? static_cast<int64_t>(std::trunc(v.number())) : v.int_value());
+      if (v.is_float() && std::isnan(v.number())) Fail("ValueError: cannot convert float NaN to integer");
+      if (v.is_float() && std::isinf(v.number()))
+        Fail("OverflowError: cannot convert float infinity to integer");
+      out += std::to_string(v.is_float() ? FloatToInt(v.number(), "%d") : v.int_value());
     } else if (c == 'f') {
       if (!v.is_number()) Fail("TypeError: must be real number, not " + v.TypeName());
-      char buf[512];
-      std::snprintf(buf, sizeof(buf), "%.*f", precision < 0 ? 6 : precision, v.number());
-      out += buf;
+      const int digits = precision < 0 ? 6 : precision;
+      const int n = std::snprintf(nullptr, 0, "%.*f", digits, v.number());
+      std::string buf(static_cast<size_t>(std::max(n, 0)) + 1, '\0');
+      std::snprintf(buf.data(), buf.size(), "%.*f", digits, v.number());
+      buf.pop_back();
+      AppendChecked(&out, buf);
     } else {
       throw Error(Error::Kind::kUnsupported,
                   std::string("the %") + c + " format of the % operator is not supported");
@@ -1102,6 +1250,81 @@ std::string PercentFormat(const std::string& fmt, const Value& args) {
   if (a.is_undefined()) FailUndefined(a);
   if (b.is_undefined()) FailUndefined(b);
   Fail("unsupported operand type(s) for " + op + ": '" + a.TypeName() + "' and '" + b.TypeName() + "'");
+}
+
+// a ** b of ints, b >= 0, by squaring (at most 63 squarings).
+int64_t IntPow(int64_t base, int64_t exp) {
+  int64_t result = 1;
+  while (exp > 0) {
+    if ((exp & 1) != 0 && __builtin_mul_overflow(result, base, &result)) Beyond64Bits("**");
+    exp >>= 1;
+    // A square past 64 bits still to be multiplied in puts the result past them too.
+    if (exp > 0 && __builtin_mul_overflow(base, base, &base)) Beyond64Bits("**");
+  }
+  return result;
+}
+
+// a <op> b of ints, for + - * // %.
+int64_t IntArithmetic(const std::string& op, int64_t x, int64_t y) {
+  int64_t r = 0;
+  bool overflow = false;
+  if (op == "+") {
+    overflow = __builtin_add_overflow(x, y, &r);
+  } else if (op == "-") {
+    overflow = __builtin_sub_overflow(x, y, &r);
+  } else if (op == "*") {
+    overflow = __builtin_mul_overflow(x, y, &r);
+  } else if (y == -1) {  // INT64_MIN / -1 traps
+    overflow = op == "//" && x == INT64_MIN;
+    r = op == "//" && !overflow ? -x : 0;
+  } else if (op == "//") {
+    r = FloorDiv(x, y);
+  } else {
+    r = x % y;  // Python's modulo takes the divisor's sign
+    if (r != 0 && (r < 0) != (y < 0)) r += y;
+  }
+  if (overflow) Beyond64Bits(op);
+  return r;
+}
+
+// a <op> b of numbers (int, float, bool), for + - * / // % **.
+Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
+  const bool any_float = a.is_float() || b.is_float();
+  if (op == "/") {
+    if (b.number() == 0) Fail("ZeroDivisionError: division by zero");
+    return Value(a.number() / b.number());
+  }
+  if ((op == "//" || op == "%") && b.number() == 0)
+    Fail("ZeroDivisionError: integer division or modulo by zero");
+  if (op == "**") {
+    if (!any_float && b.int_value() >= 0) return Value(IntPow(a.int_value(), b.int_value()));
+    return Value(std::pow(a.number(), b.number()));
+  }
+  if (!any_float) return Value(IntArithmetic(op, a.int_value(), b.int_value()));
+  if (op == "+") return Value(a.number() + b.number());
+  if (op == "-") return Value(a.number() - b.number());
+  if (op == "*") return Value(a.number() * b.number());
+  if (op == "//") return Value(std::floor(a.number() / b.number()));
+  return Value(PyFmod(a.number(), b.number()));
+}
+
+// seq * count of a str, list or tuple, within the limits of one value.
+Value Repeat(const Value& seq, int64_t count) {
+  const size_t n = count > 0 ? static_cast<size_t>(count) : 0;
+  const size_t size = seq.is_string() ? seq.str().size() : seq.list().size();
+  const size_t total = n > 0 && size > SIZE_MAX / n ? SIZE_MAX : size * n;
+  if (seq.is_string()) {
+    CheckStringSize(total);
+    std::string out;
+    out.reserve(total);
+    for (size_t i = 0; i < n; ++i) out += seq.str();
+    return Value(std::move(out));
+  }
+  CheckItemCount(total);
+  std::vector<Value> items;
+  items.reserve(total);
+  for (size_t i = 0; i < n; ++i) items.insert(items.end(), seq.list().begin(), seq.list().end());
+  return Value::List(std::move(items), seq.is_tuple());
 }
 
 }  // namespace
@@ -1132,7 +1355,7 @@ Value GetAttr(const Value& obj, const std::string& name) {
   if (!name.empty() && name[0] == '_') return NoAttribute(obj, name);
   switch (obj.type()) {
     case Value::Type::kString:
-      return StrMethod(obj.str(), name);
+      return StrMethod(obj, name);
     case Value::Type::kList:
       return ListMethod(obj, name);
     case Value::Type::kDict:
@@ -1156,6 +1379,7 @@ Value GetItem(const Value& obj, const Value& key) {
     return Value::Undefined("'dict object' has no element " + key.Repr());
   }
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
+    if (obj.is_string()) ChargeBytes(obj.str().size());
     const int64_t n = obj.is_list() ? static_cast<int64_t>(obj.list().size())
                                     : static_cast<int64_t>(CodePointCount(obj.str()));
     int64_t i = key.int_value();
@@ -1173,21 +1397,27 @@ Value GetItem(const Value& obj, const Value& key) {
 Value GetSlice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   if (obj.is_undefined()) FailUndefined(obj);
   if (!obj.is_list() && !obj.is_string()) Fail("'" + obj.TypeName() + "' object is not subscriptable");
+  ChargeInput(obj);
   Cps cps;
   if (obj.is_string()) cps = DecodeUtf8(obj.str());
   const int64_t n =
       obj.is_list() ? static_cast<int64_t>(obj.list().size()) : static_cast<int64_t>(cps.size());
   int64_t b, e, st;
   SliceIndices(n, start, stop, step, &b, &e, &st);
-  std::vector<size_t> idx;
-  for (int64_t i = b; st > 0 ? i < e : i > e; i += st) idx.push_back(static_cast<size_t>(i));
+  // The indices b, b + st, ... before e (a step past 64 bits is past e too).
+  auto for_each = [&](const std::function<void(size_t)>& f) {
+    for (int64_t i = b; st > 0 ? i < e : i > e;) {
+      f(static_cast<size_t>(i));
+      if (__builtin_add_overflow(i, st, &i)) break;
+    }
+  };
   if (obj.is_string()) {
     std::string out;
-    for (size_t i : idx) AppendUtf8(&out, cps[i]);
-    return Value(out);
+    for_each([&](size_t i) { AppendUtf8(&out, cps[i]); });
+    return Value(std::move(out));
   }
   std::vector<Value> items;
-  for (size_t i : idx) items.push_back(obj.list()[i]);
+  for_each([&](size_t i) { items.push_back(obj.list()[i]); });
   return Value::List(std::move(items), obj.is_tuple());
 }
 
@@ -1196,17 +1426,22 @@ std::vector<Value> Iterate(const Value& v) {
     case Value::Type::kUndefined:
       return {};
     case Value::Type::kList:
+      ChargeBytes(v.list().size() * Budget::kSlotBytes);
       return v.list();
     case Value::Type::kDict:
       if (v.is_namespace()) break;
       {
+        ChargeBytes(v.dict().items.size() * Budget::kSlotBytes);
         std::vector<Value> keys;
         for (const auto& [k, x] : v.dict().items) keys.emplace_back(k);
         return keys;
       }
     case Value::Type::kString: {
+      const Cps cps = DecodeUtf8(v.str());
+      CheckItemCount(cps.size());
+      ChargeBytes(cps.size() * Budget::kSlotBytes);
       std::vector<Value> chars;
-      for (uint32_t cp : DecodeUtf8(v.str())) {
+      for (uint32_t cp : cps) {
         std::string c;
         AppendUtf8(&c, cp);
         chars.emplace_back(std::move(c));
@@ -1221,11 +1456,14 @@ std::vector<Value> Iterate(const Value& v) {
 
 Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
   const bool nums = a.is_number() && b.is_number();
-  const bool any_float = a.is_float() || b.is_float();
   if (op == "+") {
-    if (nums) return any_float ? Value(a.number() + b.number()) : Value(a.int_value() + b.int_value());
-    if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
+    if (nums) return Arithmetic(op, a, b);
+    if (a.is_string() && b.is_string()) {
+      CheckStringSize(a.str().size() + b.str().size());
+      return Value(a.str() + b.str());
+    }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+      CheckItemCount(a.list().size() + b.list().size());
       std::vector<Value> items = a.list();
       items.insert(items.end(), b.list().begin(), b.list().end());
       return Value::List(std::move(items), a.is_tuple());
@@ -1234,60 +1472,16 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
       Fail("can only concatenate str (not \"" + b.TypeName() + "\") to str");
     UnsupportedOperands(op, a, b);
   }
-  if (op == "-") {
-    if (nums) return any_float ? Value(a.number() - b.number()) : Value(a.int_value() - b.int_value());
-    UnsupportedOperands(op, a, b);
-  }
-  if (op == "*") {
-    if (nums) return any_float ? Value(a.number() * b.number()) : Value(a.int_value() * b.int_value());
+  if (op == "*" && !nums) {
     const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
     const Value* count = seq == &a ? &b : &a;
-    if (seq && (count->is_int() || count->is_bool())) {
-      const int64_t n = std::max<int64_t>(0, count->int_value());
-      const int64_t limit = seq->is_string() ? (64 << 20) : (1 << 20);
-      if (n > 0 &&
-          static_cast<int64_t>(seq->is_string() ? seq->str().size() : seq->list().size()) > limit / n)
-        Fail("MemoryError: repetition too large");
-      if (seq->is_string()) {
-        std::string out;
-        for (int64_t i = 0; i < n; ++i) out += seq->str();
-        return Value(out);
-      }
-      std::vector<Value> items;
-      for (int64_t i = 0; i < n; ++i) items.insert(items.end(), seq->list().begin(), seq->list().end());
-      return Value::List(std::move(items), seq->is_tuple());
-    }
+    if (seq && (count->is_int() || count->is_bool())) return Repeat(*seq, count->int_value());
     UnsupportedOperands(op, a, b);
   }
-  if (op == "/") {
+  if (op == "%" && a.is_string()) return Value(PercentFormat(a.str(), b));
+  if (op == "-" || op == "*" || op == "/" || op == "//" || op == "%" || op == "**") {
     if (!nums) UnsupportedOperands(op, a, b);
-    if (b.number() == 0) Fail("ZeroDivisionError: division by zero");
-    return Value(a.number() / b.number());
-  }
-  if (op == "//") {
-    if (!nums) UnsupportedOperands(op, a, b);
-    if (b.number() == 0) Fail("ZeroDivisionError: integer division or modulo by zero");
-    if (any_float) return Value(std::floor(a.number() / b.number()));
-    return Value(FloorDiv(a.int_value(), b.int_value()));
-  }
-  if (op == "%") {
-    if (a.is_string()) return Value(PercentFormat(a.str(), b));
-    if (!nums) UnsupportedOperands(op, a, b);
-    if (b.number() == 0) Fail("ZeroDivisionError: integer division or modulo by zero");
-    if (any_float) return Value(PyFmod(a.number(), b.number()));
-    return Value(a.int_value() - FloorDiv(a.int_value(), b.int_value()) * b.int_value());
-  }
-  if (op == "**") {
-    if (!nums) UnsupportedOperands(op, a, b);
-    if (!any_float && b.int_value() >= 0) {
-      const double r = std::pow(static_cast<double>(a.int_value()), static_cast<double>(b.int_value()));
-      if (std::fabs(r) >= 9.2e18)
-        throw Error(Error::Kind::kUnsupported, "integer result of ** beyond 64 bits");
-      int64_t x = 1;
-      for (int64_t i = 0; i < b.int_value(); ++i) x *= a.int_value();
-      return Value(x);
-    }
-    return Value(std::pow(a.number(), b.number()));
+    return Arithmetic(op, a, b);
   }
   throw Error(Error::Kind::kUnsupported, "operator '" + op + "'");
 }
@@ -1298,7 +1492,7 @@ bool Contains(const Value& container, const Value& item) {
       return false;
     case Value::Type::kString:
       if (!item.is_string()) Fail("'in <string>' requires string as left operand, not " + item.TypeName());
-      return container.str().find(item.str()) != std::string::npos;
+      return StrFind(container.str(), item.str()) != std::string::npos;
     case Value::Type::kList:
       return std::any_of(container.list().begin(), container.list().end(),
                          [&](const Value& x) { return Equals(x, item); });
@@ -1326,9 +1520,10 @@ std::vector<std::pair<std::string, Value>> BuiltinGlobals() {
                    }
                    if (step == 0) Fail("ValueError: range() arg 3 must not be zero");
                    std::vector<Value> items;
-                   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+                   for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
                      if (items.size() >= 100000) Fail("range() longer than 100000 items");
                      items.emplace_back(i);
+                     if (__builtin_add_overflow(i, step, &i)) break;  // past 64 bits: past stop
                    }
                    return Value::List(std::move(items));
                  }));

@@ -1,5 +1,9 @@
 #include "common/jinja_interpreter.h"
 
+#include <cstdint>
+#include <new>
+#include <stdexcept>
+
 #include "common/jinja_builtins.h"
 #include "common/jinja_parser.h"
 
@@ -7,10 +11,17 @@ namespace sftctl::jinja {
 namespace {
 
 constexpr int kMaxCallDepth = 64;
-constexpr size_t kMaxOutputBytes = 64u << 20;
-constexpr int64_t kMaxSteps = 1'000'000;  // statements and loop iterations of one render
 
 [[noreturn]] void Fail(const std::string& message) { throw Error(Error::Kind::kRender, message); }
+
+// A standard library exception thrown while rendering (an allocation that failed, a conversion
+// out of range): a render error of the template, never an abort.
+Error StdError(const std::exception& e, int line) {
+  const bool memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+                      dynamic_cast<const std::length_error*>(&e) != nullptr;
+  return Error(Error::Kind::kRender, std::string(memory ? "MemoryError: " : "internal error: ") + e.what(),
+               line);
+}
 
 struct Frame {
   std::shared_ptr<Frame> parent;
@@ -69,6 +80,7 @@ class Interpreter {
   Interpreter& operator=(const Interpreter&) = delete;
 
   std::string Run(const Body& body) {
+    Budget::Scope scope(&budget_);
     std::string out;
     auto top = Child(root_);
     Exec(body, top, &out);
@@ -80,16 +92,19 @@ class Interpreter {
 
   Flow Exec(const Body& body, const FramePtr& frame, std::string* out) {
     for (const auto& s : body) {
-      if (++steps_ > kMaxSteps) Fail("the template ran more than " + std::to_string(kMaxSteps) + " steps");
+      budget_.Step();
       Flow f;
       try {
         f = ExecOne(*s, frame, out);
       } catch (Error& e) {
         if (e.line() == 0) e.set_line(s->line);
         throw;
+      } catch (const std::exception& e) {
+        throw StdError(e, s->line);
       }
       if (f != Flow::kNormal) return f;
-      if (out->size() > kMaxOutputBytes) Fail("the rendering is larger than 64 MiB");
+      if (out->size() > Budget::kMaxStringBytes)
+        Fail("the rendering is larger than " + std::to_string(Budget::kMaxStringBytes >> 20) + " MiB");
     }
     return Flow::kNormal;
   }
@@ -233,7 +248,7 @@ class Interpreter {
       return a.positional[static_cast<size_t>(*index0) % a.positional.size()];
     });
     for (int64_t i = 0; i < n; ++i) {
-      if (++steps_ > kMaxSteps) Fail("the template ran more than " + std::to_string(kMaxSteps) + " steps");
+      budget_.Step();
       auto f = Child(frame);
       Bind(s.target, items[static_cast<size_t>(i)], f.get());
       *index0 = i;
@@ -337,16 +352,21 @@ class Interpreter {
   Value CallValue(const Value& callee, const Args& args) {
     if (callee.is_undefined()) FailUndefined(callee);
     if (!callee.is_function()) Fail("'" + callee.TypeName() + "' object is not callable");
+    // A native function (the caller's strftime_now, say) may read its string arguments.
+    for (const Value& v : args.positional) budget_.Bytes(v.is_string() ? v.str().size() : 0);
+    for (const auto& [k, v] : args.keyword) budget_.Bytes(v.is_string() ? v.str().size() : 0);
     return callee.function().fn(args);
   }
 
   Value Eval(const Expr& e, const FramePtr& frame) {
-    if (++steps_ > kMaxSteps) Fail("the template ran more than " + std::to_string(kMaxSteps) + " steps");
+    budget_.Step();
     try {
       return EvalOne(e, frame);
     } catch (Error& err) {
       if (err.line() == 0) err.set_line(e.line);
       throw;
+    } catch (const std::exception& err) {
+      throw StdError(err, e.line);
     }
   }
 
@@ -397,7 +417,10 @@ class Interpreter {
           Fail("bad operand type for unary " + std::string(e.kind == Expr::Kind::kNeg ? "-" : "+") + ": '" +
                v.TypeName() + "'");
         if (e.kind == Expr::Kind::kPos) return v.is_float() ? v : Value(v.int_value());
-        return v.is_float() ? Value(-v.number()) : Value(-v.int_value());
+        if (v.is_float()) return Value(-v.number());
+        if (v.int_value() == INT64_MIN)
+          throw Error(Error::Kind::kUnsupported, "integer result of unary - beyond 64 bits");
+        return Value(-v.int_value());
       }
       case Expr::Kind::kBinary: {
         if (e.name == "and" || e.name == "or") {
@@ -436,7 +459,11 @@ class Interpreter {
       }
       case Expr::Kind::kConcat: {
         std::string s;
-        for (const auto& c : e.children) s += Eval(*c, frame).Str();
+        for (const auto& c : e.children) {
+          const std::string piece = Eval(*c, frame).Str();
+          CheckStringSize(s.size() + piece.size());
+          s += piece;
+        }
         return Value(std::move(s));
       }
       case Expr::Kind::kCondExpr:
@@ -470,7 +497,7 @@ class Interpreter {
   std::vector<Value> holes_;
   int depth_ = 0;
   int loop_depth_ = 0;
-  int64_t steps_ = 0;
+  Budget budget_;
 };
 
 }  // namespace
@@ -499,16 +526,28 @@ StatusOr<Template> Template::Compile(std::string_view source, const std::string&
     return t;
   } catch (const Error& e) {
     return ErrorStatus(e, label);
+  } catch (const std::exception& e) {
+    return ErrorStatus(StdError(e, 0), label);
   }
 }
 
-std::string Template::RenderOrThrow(const Value& globals) const { return Interpreter(globals).Run(*body_); }
+std::string Template::RenderOrThrow(const Value& globals) const {
+  try {
+    return Interpreter(globals).Run(*body_);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw StdError(e, 0);
+  }
+}
 
 StatusOr<std::string> Template::Render(const Value& globals) const {
   try {
     return RenderOrThrow(globals);
   } catch (const Error& e) {
     return ErrorStatus(e, label_);
+  } catch (const std::exception& e) {  // thrown while making the Error
+    return InvalidArgumentError(label_ + ": " + e.what());
   }
 }
 

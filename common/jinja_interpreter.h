@@ -36,14 +36,20 @@
 //
 // Scoping is Jinja2's: a {% for %} body gets a fresh scope per iteration (a {% set %} inside
 // it is gone after the iteration; namespace() objects carry state out), {% if %} opens none,
-// macros see the scope they were defined in as it is when they are called. Runaway templates
-// are bounded: macro recursion depth, output size and loop length raise errors.
+// macros see the scope they were defined in as it is when they are called.
+//
+// A template is attacker data (every model on the Hub ships one): a render never hangs, runs
+// out of memory, overflows the stack or aborts. Macro recursion is bounded, every operation
+// draws from the render's Budget (jinja_value.h: steps, bytes created or read, the size of each
+// value and of the rendering, nesting), integer arithmetic past 64 bits is an UNIMPLEMENTED
+// error, and a standard library exception (std::bad_alloc, std::length_error, ...) becomes an
+// error of the template like any other.
 //
 // Usage:
 //   auto t = jinja::Template::Compile(text, "chat_template.jinja");   // StatusOr
 //   auto out = t->Render(globals);  // globals: a dict Value (messages, bos_token, functions)
-// Errors are INVALID_ARGUMENT (syntax, render errors, raise_exception) or UNIMPLEMENTED
-// (constructs outside the subset), "<label>:<line>: <message>".
+// Errors are INVALID_ARGUMENT (syntax, render errors, raise_exception, a budget exceeded) or
+// UNIMPLEMENTED (constructs outside the subset, integers past 64 bits), "<label>:<line>: <message>".
 //
 // Thread safety: a compiled Template is immutable and may render on several threads at once.
 #pragma once
@@ -65,7 +71,7 @@ class Template {
                                     const LexerOptions& options = {});
   // `globals` must be a dict; range(), namespace() and dict() are added to it.
   StatusOr<std::string> Render(const Value& globals) const;
-  // As Render, throwing jinja::Error (with its line) instead.
+  // As Render, throwing jinja::Error (with its line) instead; nothing else.
   std::string RenderOrThrow(const Value& globals) const;
 
   const std::string& label() const { return label_; }

@@ -1,5 +1,6 @@
 #include "common/jinja_lexer.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "common/jinja_value.h"
@@ -378,7 +379,7 @@ class Lexer {
       if (src_[i] != '_') text += src_[i];
     Token t{is_float ? Token::Type::kFloat : Token::Type::kInt, text, line_};
     if (is_float) {
-      t.float_value = std::stod(text);
+      t.float_value = std::strtod(text.c_str(), nullptr);  // as Python's float: 1e999 is inf, not an error
     } else {
       try {
         t.int_value = std::stoll(text);

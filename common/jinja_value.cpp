@@ -7,7 +7,57 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/format_double.h"
+
 namespace sftctl::jinja {
+
+// ---- Budget ----------------------------------------------------------------------------------
+
+namespace {
+thread_local Budget* current_budget = nullptr;
+
+[[noreturn]] void FailRender(const std::string& message) { throw Error(Error::Kind::kRender, message); }
+
+std::string Mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+}  // namespace
+
+Budget::Scope::Scope(Budget* budget) : saved_(current_budget) { current_budget = budget; }
+Budget::Scope::~Scope() { current_budget = saved_; }
+
+Budget* Budget::Current() { return current_budget; }
+
+void Budget::FailSteps() { FailRender("the template ran more than " + std::to_string(kMaxSteps) + " steps"); }
+
+void Budget::FailBytes() { FailRender("the template processed more than " + Mib(kMaxBytes) + " of values"); }
+
+void ChargeBytes(size_t n) {
+  if (current_budget != nullptr) current_budget->Bytes(n);
+}
+
+void CheckStringSize(size_t size) {
+  if (current_budget != nullptr && size > Budget::kMaxStringBytes)
+    FailRender("the template built a string larger than " + Mib(Budget::kMaxStringBytes));
+}
+
+void CheckItemCount(size_t items) {
+  if (current_budget != nullptr && items > Budget::kMaxItems)
+    FailRender("the template built a list or dict of more than " + std::to_string(Budget::kMaxItems) +
+               " items");
+}
+
+namespace {
+
+// A list or dict of `items` items nested `depth` deep was made: check and charge it.
+void ChargeContainer(size_t items, int depth) {
+  if (current_budget == nullptr) return;
+  CheckItemCount(items);
+  if (depth > Budget::kMaxDepth)
+    FailRender("the template nested lists or dicts more than " + std::to_string(Budget::kMaxDepth) +
+               " levels deep");
+  current_budget->Bytes(items * Budget::kSlotBytes);
+}
+
+}  // namespace
 
 // ---- Args ------------------------------------------------------------------------------------
 
@@ -34,19 +84,26 @@ void Args::Check(std::string_view what, size_t max_positional,
 
 // ---- DictData --------------------------------------------------------------------------------
 
+// Find and Set compare the key with each item's: a byte each.
 const Value* DictData::Find(std::string_view key) const {
+  ChargeBytes(items.size());
   for (const auto& [k, v] : items)
     if (k == key) return &v;
   return nullptr;
 }
 
 void DictData::Set(const std::string& key, Value value) {
+  ChargeBytes(items.size());
+  if (!is_namespace) depth = std::max(depth, 1 + value.depth());
+  ChargeContainer(0, depth);
   for (auto& [k, v] : items) {
     if (k == key) {
       v = std::move(value);
       return;
     }
   }
+  CheckItemCount(items.size() + 1);
+  ChargeBytes(Budget::kSlotBytes + key.size());
   items.emplace_back(key, std::move(value));
 }
 
@@ -124,9 +181,28 @@ bool IsPySpace(uint32_t cp) {
 
 // ---- Value -----------------------------------------------------------------------------------
 
+Value::Value(std::string s) : type_(Type::kString) { SetString(std::move(s)); }
+
+void Value::SetString(std::string s) {
+  CheckStringSize(s.size());
+  ChargeBytes(s.size());
+  s_ = std::make_shared<const std::string>(std::move(s));
+}
+
+const std::string& Value::Empty() {
+  static const auto* empty = new std::string();
+  return *empty;
+}
+
+int Value::depth() const {
+  if (type_ == Type::kList) return list_->depth;
+  if (type_ == Type::kDict && !dict_->is_namespace) return dict_->depth;
+  return 0;
+}
+
 Value Value::Undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  v.SetString(std::move(hint));
   return v;
 }
 
@@ -140,6 +216,8 @@ Value Value::List(std::vector<Value> items, bool tuple) {
   Value v;
   v.type_ = Type::kList;
   v.list_ = std::make_shared<ListData>();
+  for (const Value& item : items) v.list_->depth = std::max(v.list_->depth, 1 + item.depth());
+  ChargeContainer(items.size(), v.list_->depth);
   v.list_->items = std::move(items);
   v.list_->tuple = tuple;
   return v;
@@ -149,6 +227,11 @@ Value Value::Dict(std::vector<std::pair<std::string, Value>> items) {
   Value v;
   v.type_ = Type::kDict;
   v.dict_ = std::make_shared<DictData>();
+  for (const auto& [k, item] : items) {
+    ChargeBytes(k.size());
+    v.dict_->depth = std::max(v.dict_->depth, 1 + item.depth());
+  }
+  ChargeContainer(items.size(), v.dict_->depth);
   v.dict_->items = std::move(items);
   return v;
 }
@@ -219,7 +302,7 @@ bool Value::Truthy() const {
     case Type::kFloat:
       return f_ != 0;
     case Type::kString:
-      return !s_.empty();
+      return !str().empty();
     case Type::kList:
       return !list_->items.empty();
     case Type::kDict:
@@ -236,9 +319,7 @@ std::string PyFloatRepr(double f) {
   std::string sign = std::signbit(f) ? "-" : "";
   f = std::fabs(f);
   if (f == 0) return sign + "0.0";
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof(buf), f, std::chars_format::scientific);
-  const std::string sci(buf, res.ptr);
+  const std::string sci = ShortestScientific(f);  // std::to_chars's, also on GCC 10
   const size_t e = sci.find('e');
   std::string digits;
   for (size_t i = 0; i < e; ++i)
@@ -289,8 +370,11 @@ std::string PyStrRepr(const std::string& s) {
   const bool has_single = s.find('\'') != std::string::npos;
   const bool has_double = s.find('"') != std::string::npos;
   const char quote = has_single && !has_double ? '"' : '\'';
+  ChargeBytes(s.size());
   std::string out(1, quote);
-  for (uint32_t cp : DecodeUtf8(s)) {
+  for (size_t i = 0, len = 0; i < s.size(); i += len) {
+    const uint32_t cp = DecodeAt(s, i, &len);
+    CheckStringSize(out.size());
     if (cp == static_cast<uint32_t>(quote) || cp == '\\') {
       out += '\\';
       out += static_cast<char>(cp);
@@ -338,14 +422,16 @@ std::string Value::Repr() const {
   } guard;
   switch (type_) {
     case Type::kString:
-      return PyStrRepr(s_);
+      return PyStrRepr(str());
     case Type::kUndefined:
       return "Undefined";
     case Type::kList: {
       std::string out = list_->tuple ? "(" : "[";
       for (size_t i = 0; i < list_->items.size(); ++i) {
+        ChargeBytes(Budget::kSlotBytes);
         if (i) out += ", ";
         out += list_->items[i].Repr();
+        CheckStringSize(out.size());
       }
       if (list_->tuple && list_->items.size() == 1) out += ",";
       out += list_->tuple ? ")" : "]";
@@ -355,9 +441,11 @@ std::string Value::Repr() const {
       std::string out = dict_->is_namespace ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, v] : dict_->items) {
+        ChargeBytes(Budget::kSlotBytes);
         if (!first) out += ", ";
         first = false;
         out += PyStrRepr(k) + ": " + v.Repr();
+        CheckStringSize(out.size());
       }
       out += dict_->is_namespace ? "}>" : "}";
       return out;
@@ -380,7 +468,7 @@ std::string Value::Str() const {
     case Type::kFloat:
       return PyFloatRepr(f_);
     case Type::kString:
-      return s_;
+      return str();
     case Type::kFunction:
       return "<function " + fn_->name + ">";
     default:
@@ -423,25 +511,28 @@ nlohmann::ordered_json Value::ToJsonValue() const {
     case Type::kFloat:
       return f_;
     case Type::kString:
-      return s_;
+      return str();
     case Type::kList: {
       auto a = nlohmann::ordered_json::array();
       for (const auto& e : list_->items) a.push_back(e.ToJsonValue());
       return a;
     }
     case Type::kDict: {
+      if (dict_->is_namespace) break;  // may hold itself
       auto o = nlohmann::ordered_json::object();
       for (const auto& [k, v] : dict_->items) o[k] = v.ToJsonValue();
       return o;
     }
     default:
-      throw Error(Error::Kind::kRender, "Object of type " + TypeName() + " is not JSON serializable");
+      break;
   }
+  throw Error(Error::Kind::kRender, "Object of type " + TypeName() + " is not JSON serializable");
 }
 
 // ---- Comparison ------------------------------------------------------------------------------
 
 bool Equals(const Value& a, const Value& b) {
+  ChargeBytes(Budget::kSlotBytes);
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.number() == b.number();
     return a.int_value() == b.int_value();
@@ -452,6 +543,8 @@ bool Equals(const Value& a, const Value& b) {
     case Value::Type::kNone:
       return true;
     case Value::Type::kString:
+      if (a.str().size() != b.str().size()) return false;
+      ChargeBytes(a.str().size());
       return a.str() == b.str();
     case Value::Type::kList: {
       if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
@@ -476,11 +569,16 @@ bool Equals(const Value& a, const Value& b) {
 }
 
 int Compare(const Value& a, const Value& b) {
+  ChargeBytes(Budget::kSlotBytes);
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.number() < b.number() ? -1 : a.number() > b.number() ? 1 : 0;
     return a.int_value() < b.int_value() ? -1 : a.int_value() > b.int_value() ? 1 : 0;
   }
-  if (a.is_string() && b.is_string()) return a.str() < b.str() ? -1 : a.str() > b.str() ? 1 : 0;
+  if (a.is_string() && b.is_string()) {
+    ChargeBytes(std::min(a.str().size(), b.str().size()));
+    const int c = a.str().compare(b.str());
+    return c < 0 ? -1 : c > 0 ? 1 : 0;
+  }
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     const auto& x = a.list();
     const auto& y = b.list();
@@ -498,8 +596,11 @@ int Compare(const Value& a, const Value& b) {
 namespace {
 
 void JsonString(const std::string& s, bool ensure_ascii, std::string* out) {
+  ChargeBytes(s.size());
   *out += '"';
-  for (uint32_t cp : DecodeUtf8(s)) {
+  for (size_t i = 0, len = 0; i < s.size(); i += len) {
+    const uint32_t cp = DecodeAt(s, i, &len);
+    CheckStringSize(out->size());
     char buf[16];
     switch (cp) {
       case '"':
@@ -545,7 +646,10 @@ void JsonDump(const Value& v, const JsonOptions& o, const std::string& item_sep,
               int level, std::string* out) {
   auto newline = [&](int lvl) {
     *out += '\n';
-    for (int i = 0; i < lvl; ++i) *out += *o.indent;
+    for (int i = 0; i < lvl; ++i) {
+      *out += *o.indent;
+      CheckStringSize(out->size());
+    }
   };
   switch (v.type()) {
     case Value::Type::kNone:
@@ -578,9 +682,11 @@ void JsonDump(const Value& v, const JsonOptions& o, const std::string& item_sep,
       }
       *out += '[';
       for (size_t i = 0; i < v.list().size(); ++i) {
+        ChargeBytes(Budget::kSlotBytes + item_sep.size());
         if (i) *out += item_sep;
         if (o.indent) newline(level + 1);
         JsonDump(v.list()[i], o, item_sep, key_sep, level + 1, out);
+        CheckStringSize(out->size());
       }
       if (o.indent) newline(level);
       *out += ']';
@@ -599,11 +705,13 @@ void JsonDump(const Value& v, const JsonOptions& o, const std::string& item_sep,
       }
       *out += '{';
       for (size_t i = 0; i < items.size(); ++i) {
+        ChargeBytes(Budget::kSlotBytes + item_sep.size() + key_sep.size());
         if (i) *out += item_sep;
         if (o.indent) newline(level + 1);
         JsonString(items[i]->first, o.ensure_ascii, out);
         *out += key_sep;
         JsonDump(items[i]->second, o, item_sep, key_sep, level + 1, out);
+        CheckStringSize(out->size());
       }
       if (o.indent) newline(level);
       *out += '}';

@@ -6,10 +6,13 @@
 // Python's str is.
 //
 // Part of the Jinja interpreter (jinja_lexer, jinja_parser, jinja_interpreter, jinja_builtins;
-// the entry point is jinja_interpreter.h). Not thread-safe: a Value shares its list and dict
-// storage with its copies; a render works on its own values.
+// the entry point is jinja_interpreter.h). Not thread-safe: a Value shares its string, list and
+// dict storage with its copies (a copy costs O(1)); a render works on its own values.
+//
+// A render's values are bounded by its Budget (below): a chat template is attacker data.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -46,6 +49,63 @@ class Error : public std::runtime_error {
 
 class Value;
 
+// What one render may use, drawn by every operation of it, so that a hostile template errors
+// instead of hanging, exhausting memory or overflowing the stack:
+//   steps  kMaxSteps statements, expressions and loop iterations (the interpreter draws them);
+//   bytes  kMaxBytes of values created, copied or scanned, all together: each string a filter,
+//          method, operator or the interpreter makes, each string a filter or method reads,
+//          and kSlotBytes for each list or dict item made or copied;
+//   and per value: a string of at most kMaxStringBytes (the rendering too), a list or dict of at
+//   most kMaxItems items, lists and dicts nested at most kMaxDepth deep.
+// The interpreter makes one per render and installs it on its thread (Budget::Scope); the
+// functions below draw from the installed one and do nothing outside a render. Every limit
+// throws a render Error.
+class Budget {
+ public:
+  static constexpr int64_t kMaxSteps = 1'000'000;
+  static constexpr int64_t kMaxBytes = int64_t{256} << 20;
+  static constexpr size_t kMaxStringBytes = size_t{64} << 20;
+  static constexpr size_t kMaxItems = size_t{1} << 20;
+  static constexpr int kMaxDepth = 100;
+  static constexpr size_t kSlotBytes = 64;
+
+  // Installs `budget` on this thread while it lives (restoring the one before).
+  class Scope {
+   public:
+    explicit Scope(Budget* budget);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Budget* saved_;
+  };
+
+  // The budget installed on this thread, or nullptr outside a render.
+  static Budget* Current();
+
+  void Step() {
+    if (++steps_ > kMaxSteps) FailSteps();
+  }
+  void Bytes(size_t n) {
+    bytes_ += static_cast<int64_t>(std::min<size_t>(n, size_t{kMaxBytes}));
+    if (bytes_ > kMaxBytes) FailBytes();
+  }
+
+ private:
+  [[noreturn]] static void FailSteps();
+  [[noreturn]] static void FailBytes();
+  int64_t steps_ = 0;
+  int64_t bytes_ = 0;
+};
+
+// Draw `n` bytes from the current budget.
+void ChargeBytes(size_t n);
+// Throw when, in a render, a string of `size` bytes or a list or dict of `items` items would
+// exceed the per-value limits: called before building one.
+void CheckStringSize(size_t size);
+void CheckItemCount(size_t items);
+
 // The arguments of a call: f(a, b, key=c).
 struct Args {
   std::vector<Value> positional;
@@ -63,12 +123,14 @@ using NativeFunction = std::function<Value(const Args&)>;
 struct ListData {
   std::vector<Value> items;
   bool tuple = false;
+  int depth = 1;  // 1 + the deepest list or dict item (a namespace counts 0)
 };
 
 // A dict (string keys, insertion order kept, as Python's) or a namespace() object.
 struct DictData {
   std::vector<std::pair<std::string, Value>> items;
   bool is_namespace = false;
+  int depth = 1;  // as ListData's, never lowered
   const Value* Find(std::string_view key) const;
   void Set(const std::string& key, Value value);
 };
@@ -87,9 +149,10 @@ class Value {
   Value(int i) : type_(Type::kInt), i_(i) {}
   Value(int64_t i) : type_(Type::kInt), i_(i) {}
   Value(double f) : type_(Type::kFloat), f_(f) {}
-  Value(std::string s) : type_(Type::kString), s_(std::move(s)) {}
-  Value(std::string_view s) : type_(Type::kString), s_(s) {}
-  Value(const char* s) : type_(Type::kString), s_(s) {}
+  // Draws the string's size from the current budget (Budget).
+  Value(std::string s);
+  Value(std::string_view s) : Value(std::string(s)) {}
+  Value(const char* s) : Value(std::string(s)) {}
 
   // `hint` says what was undefined, for the error raised when it is used: "'x' is undefined",
   // "'dict object' has no attribute 'y'".
@@ -120,24 +183,29 @@ class Value {
   // An int, or a bool as 0/1 (Python's bool is an int).
   int64_t int_value() const { return type_ == Type::kBool ? (b_ ? 1 : 0) : i_; }
   double number() const { return type_ == Type::kFloat ? f_ : static_cast<double>(int_value()); }
-  const std::string& str() const { return s_; }
+  const std::string& str() const { return s_ ? *s_ : Empty(); }
   const std::vector<Value>& list() const { return list_->items; }
   DictData& dict() const { return *dict_; }
   const FunctionData& function() const { return *fn_; }
-  const std::string& undefined_hint() const { return s_; }
+  const std::string& undefined_hint() const { return str(); }
 
   bool Truthy() const;
   std::string Str() const;       // Python str(); Undefined prints as ""
   std::string Repr() const;      // Python repr()
   std::string TypeName() const;  // Python's type name: 'str', 'dict', 'NoneType', ...
   nlohmann::ordered_json ToJsonValue() const;
+  // The nesting of a list or dict (ListData::depth), 0 for anything else.
+  int depth() const;
 
  private:
+  static const std::string& Empty();
+  void SetString(std::string s);
+
   Type type_ = Type::kUndefined;
   bool b_ = false;
   int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;  // kString; kUndefined: the hint
+  std::shared_ptr<const std::string> s_;  // kString; kUndefined: the hint
   std::shared_ptr<ListData> list_;
   std::shared_ptr<DictData> dict_;
   std::shared_ptr<FunctionData> fn_;

@@ -14,6 +14,8 @@
 
 #include "common/fd_util.h"
 
+extern char** environ;
+
 namespace sftctl {
 
 namespace {
@@ -48,6 +50,73 @@ constexpr NamedSignal kSignals[] = {
 #if defined(SIGINFO)
     {SIGINFO, "SIGINFO"},
 #endif
+};
+
+// The allowlist of ChildEnvAllowed: a name, or a prefix when it ends with '*'.
+struct EnvRule {
+  const char* pattern;
+  bool rank;
+  bool stop_command;
+};
+
+constexpr EnvRule kEnvRules[] = {
+    // Both: the system basics.
+    {"PATH", true, true},
+    {"HOME", true, true},
+    {"USER", true, true},
+    {"LOGNAME", true, true},
+    {"SHELL", true, true},
+    {"LANG", true, true},
+    {"LANGUAGE", true, true},
+    {"LC_*", true, true},
+    {"TZ", true, true},
+    {"TMPDIR", true, true},
+    {"TERM", true, true},
+    // A rank: the loader, GPUs, collectives and their transports, thread pools, torch, the trainer's
+    // own switches, sanitizer options of a test build.
+    {"LD_LIBRARY_PATH", true, false},
+    {"LD_PRELOAD", true, false},
+    {"CUDA_*", true, false},
+    {"CUDNN_*", true, false},
+    {"CUBLAS_*", true, false},
+    {"CUBLASLT_*", true, false},
+    {"NVIDIA_*", true, false},
+    {"NCCL_*", true, false},
+    {"GLOO_*", true, false},
+    {"UCX_*", true, false},
+    {"FI_*", true, false},
+    {"OMP_*", true, false},
+    {"KMP_*", true, false},
+    {"GOMP_*", true, false},
+    {"MKL_*", true, false},
+    {"OPENBLAS_*", true, false},
+    {"TORCH_*", true, false},
+    {"PYTORCH_*", true, false},
+    {"SFTCTL_*", true, false},
+    {"NO_COLOR", true, false},
+    {"ASAN_OPTIONS", true, false},
+    {"UBSAN_OPTIONS", true, false},
+    {"TSAN_OPTIONS", true, false},
+    {"LSAN_OPTIONS", true, false},
+    // A stop command: the cloud APIs it may call, and how it reaches them.
+    {"LAMBDA_*", false, true},
+    {"RUNPOD_*", false, true},
+    {"AWS_*", false, true},
+    {"AZURE_*", false, true},
+    {"GOOGLE_*", false, true},
+    {"CLOUDSDK_*", false, true},
+    {"http_proxy", false, true},
+    {"https_proxy", false, true},
+    {"no_proxy", false, true},
+    {"all_proxy", false, true},
+    {"HTTP_PROXY", false, true},
+    {"HTTPS_PROXY", false, true},
+    {"NO_PROXY", false, true},
+    {"ALL_PROXY", false, true},
+    {"SSL_CERT_FILE", false, true},
+    {"SSL_CERT_DIR", false, true},
+    {"CURL_CA_BUNDLE", false, true},
+    {"REQUESTS_CA_BUNDLE", false, true},
 };
 
 }  // namespace
@@ -89,6 +158,30 @@ int FreeTcpPort(bool any_interface) {
   }
   ::close(fd);
   return port;
+}
+
+bool ChildEnvAllowed(std::string_view name, ChildKind kind) {
+  if (name.empty()) return false;
+  for (const EnvRule& r : kEnvRules) {
+    if (!(kind == ChildKind::kRank ? r.rank : r.stop_command)) continue;
+    const std::string_view p = r.pattern;
+    const bool match =
+        p.back() == '*' ? name.size() >= p.size() && name.substr(0, p.size() - 1) == p.substr(0, p.size() - 1)
+                        : name == p;
+    if (match) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> ChildEnvironment(ChildKind kind, const char* const* inherited) {
+  if (inherited == nullptr) inherited = environ;
+  std::vector<std::string> out;
+  for (const char* const* e = inherited; *e != nullptr; ++e) {
+    const std::string_view entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq != std::string_view::npos && ChildEnvAllowed(entry.substr(0, eq), kind)) out.emplace_back(entry);
+  }
+  return out;
 }
 
 }  // namespace sftctl

@@ -5,8 +5,26 @@
 #include <sys/types.h>
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace sftctl {
+
+// The children that get a filtered copy of their launcher's environment.
+enum class ChildKind {
+  kRank,         // a trainer rank (the agent's, and `sftctl run --local --ranks N`)
+  kStopCommand,  // the agent's stop action (`/bin/sh -c`, agent/command_runner.h)
+};
+// Whether the variable `name` passes to a child of `kind`: the one allowlist of names and name
+// prefixes (docs/agent.md lists it), so that the secrets an agent holds (HF_TOKEN, LAMBDA_API_KEY, AWS
+// keys from ~/.config/sftd/env) reach only a child that uses them. Both get the basics (PATH, HOME,
+// USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM); a rank also the loader, GPU,
+// collective, thread-pool and torch tuning variables and SFTCTL_*; a stop command the cloud APIs'
+// variables (LAMBDA_*, RUNPOD_*, AWS_*, AZURE_*, GOOGLE_*, CLOUDSDK_*), proxies and CA bundles.
+bool ChildEnvAllowed(std::string_view name, ChildKind kind);
+// The entries of `inherited` (NAME=value strings, null-terminated; nullptr: this process's environ)
+// whose name ChildEnvAllowed passes, in their order.
+std::vector<std::string> ChildEnvironment(ChildKind kind, const char* const* inherited = nullptr);
 
 // "SIGKILL" etc. (the same names on Linux and macOS, from a table); "signal N" for a number without
 // a name (e.g. real-time signals).

@@ -12,8 +12,6 @@
 #include "common/parent_death.h"
 #include "common/process_util.h"
 
-extern char** environ;
-
 namespace sftctl {
 namespace {
 
@@ -88,12 +86,10 @@ StatusOr<pid_t> SpawnRank(const RankCommand& cmd, pid_t pgid, const ParentDeathS
 }  // namespace
 
 std::vector<std::string> RankEnvironment(const RankEnv& env, const char* const* inherited) {
-  if (inherited == nullptr) inherited = environ;
   std::vector<std::string> out;
-  for (const char* const* e = inherited; *e != nullptr; ++e) {
-    const bool keep_inherited_gpus =
-        !env.cuda_visible_devices && std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) == 0;
-    if (!IsRankVariable(*e) || keep_inherited_gpus) out.emplace_back(*e);
+  for (std::string& e : ChildEnvironment(ChildKind::kRank, inherited)) {  // the allowlist
+    const bool keep_inherited_gpus = !env.cuda_visible_devices && e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0;
+    if (!IsRankVariable(e.c_str()) || keep_inherited_gpus) out.push_back(std::move(e));
   }
   out.push_back("RANK=" + std::to_string(env.rank));
   out.push_back("WORLD_SIZE=" + std::to_string(env.world_size));

@@ -6,7 +6,9 @@
 // The policy:
 //   * Environment (RankEnvironment): torch.distributed's variables RANK, WORLD_SIZE, LOCAL_RANK,
 //     LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and CUDA_VISIBLE_DEVICES when the launcher assigns
-//     GPUs, replace any inherited value; every other variable is inherited.
+//     GPUs, replace any inherited value; of the others, only those the allowlist of
+//     common/process_util.h passes (ChildEnvAllowed(name, ChildKind::kRank)) are inherited, so no
+//     secret of the launcher's (HF_TOKEN, cloud API keys) reaches a rank.
 //   * Start (StartRankGroup): every rank of a job in one new process group, led by the first rank,
 //     so one killpg() reaches every rank and whatever it spawned. A rank's stdout, stderr and fd 3
 //     (the trainer's event stream) are append-only log files the launcher opened (OpenRankLog), or
@@ -47,8 +49,8 @@ struct RankEnv {
   std::optional<std::string> cuda_visible_devices;
 };
 
-// `inherited` (NAME=value strings, null-terminated; nullptr: this process's environ) minus the
-// variables above, plus their values for `env`.
+// `inherited` (NAME=value strings, null-terminated; nullptr: this process's environ) as the allowlist
+// passes it, minus the variables above, plus their values for `env`.
 std::vector<std::string> RankEnvironment(const RankEnv& env, const char* const* inherited = nullptr);
 
 // Opens `path` for appending (created 0644 if missing) at a descriptor >= 10, close-on-exec, so that

@@ -26,6 +26,9 @@ Status CheckRelativePath(std::string_view rel) {
     if (c < 0x20 || c == 0x7F) return Unsafe(rel, "holds a control character");
     if (c == '\\') return Unsafe(rel, "holds a backslash");
   }
+  // C1 and bidirectional controls: an 8-bit CSI acts on a terminal, and an override shows a name
+  // other than it is ("x<U+202E>gpj.exe" reads "xexe.jpg").
+  if (HoldsC1OrBidiControl(rel)) return Unsafe(rel, "holds a C1 or bidirectional control character");
   size_t start = 0;
   while (start <= rel.size()) {
     size_t end = rel.find('/', start);

@@ -4,7 +4,8 @@
 // lists. This is the one policy for turning such a name into a local path:
 //   - CheckRelativePath accepts only a relative path made of plain names: not empty, not
 //     absolute, no "." or ".." component, no empty component ("a//b", a trailing "/"), no NUL or
-//     other control character, no backslash, at most 4096 bytes.
+//     other C0 control or DEL, no C1 or bidirectional control in UTF-8 (common/terminal_text.h),
+//     no backslash, at most 4096 bytes.
 //   - PathBeneath joins an accepted path to `root` and also refuses it when a component that
 //     already exists beneath `root` is a symbolic link (the write would land elsewhere) or a
 //     non-folder where a folder is needed. `root` itself may be a link: the user named it.

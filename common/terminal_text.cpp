@@ -57,7 +57,8 @@ bool IsC1OrBidiControl(uint32_t cp) {
   return (cp >= 0x80 && cp <= 0x9F) ||      // C1 controls (8-bit CSI, OSC, ...)
          (cp >= 0x202A && cp <= 0x202E) ||  // LRE RLE PDF LRO RLO
          (cp >= 0x2066 && cp <= 0x2069) ||  // LRI RLI FSI PDI
-         cp == 0x200E || cp == 0x200F;      // LRM RLM
+         cp == 0x200E || cp == 0x200F ||    // LRM RLM
+         cp == 0x061C;                      // ALM
 }
 
 }  // namespace
@@ -92,6 +93,17 @@ std::string EscapeForTerminal(std::string_view text) {
     }
   }
   return out;
+}
+
+bool HoldsC1OrBidiControl(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) continue;
+    uint32_t cp = 0;
+    const size_t n = DecodeMultiByte(text, i, &cp);
+    if (n > 0 && IsC1OrBidiControl(cp)) return true;
+    if (n > 0) i += n - 1;
+  }
+  return false;
 }
 
 }  // namespace sftctl

@@ -7,9 +7,10 @@
 // replaces everything a terminal would act on with a visible escape:
 //   - C0 controls other than \n \t \r, and DEL       -> "\x1b" style
 //   - C1 controls (U+0080..U+009F, e.g. the 8-bit CSI) -> "\u009b" style
-//   - Unicode bidirectional overrides and isolates   -> "\u202e" style
+//   - Unicode bidirectional controls (embeddings and overrides U+202A..U+202E, isolates
+//     U+2066..U+2069, the marks U+200E U+200F U+061C) -> "\u202e" style
 //   - bytes that are not valid UTF-8                 -> "\xff" style
-// Pure function; thread-safe.
+// Pure functions; thread-safe.
 #pragma once
 
 #include <string>
@@ -18,5 +19,9 @@
 namespace sftctl {
 
 std::string EscapeForTerminal(std::string_view text);
+
+// Whether `text` holds, as well-formed UTF-8, a C1 control or a bidirectional control: the code
+// points EscapeForTerminal writes as "\u...". (C0 controls and invalid bytes are not counted.)
+bool HoldsC1OrBidiControl(std::string_view text);
 
 }  // namespace sftctl

@@ -14,6 +14,7 @@ BUILD_PKGS=(
   libssh2-1-dev libssl-dev libspdlog-dev libfmt-dev libboost-dev
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libsqlite3-dev
   libpcre2-dev libutf8proc-dev libcairo2-dev
+  ccache  # every build compiles through it when present (CMakeLists.txt SFTCTL_CCACHE)
   libcurl4-openssl-dev  # the Hugging Face Hub (common/http_client.cpp): hf:// paths, `sftctl download`
 )
 TEST_PKGS=(

@@ -23,6 +23,14 @@ StatusOr<TensorType> WeightType(const std::string& type) {
 
 // llama.cpp's architecture for a model config; `config_path` names config.json in errors.
 StatusOr<std::string> Architecture(const ModelConfig& c, const std::string& config_path) {
+  if (c.model_type == "qwen3" && c.attention_bias) {
+    // llama.cpp's qwen3 loader knows no attention biases: it refuses the file ("wrong number of
+    // tensors"), so it is not written.
+    return FieldError(config_path, "attention_bias",
+                      "true: llama.cpp's qwen3 architecture has no attention biases and refuses such a "
+                      "GGUF file (export the Hugging Face checkpoint instead, or train with "
+                      "attention_bias: false)");
+  }
   if (c.model_type == "llama" || c.model_type == "qwen2" || c.model_type == "qwen3") return c.model_type;
   if (c.model_type == "mistral") {
     if (c.sliding_window == 0 || c.sliding_window >= c.max_position_embeddings) return std::string("llama");

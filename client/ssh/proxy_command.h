@@ -1,7 +1,8 @@
-// ProxyCommand transport: runs `/bin/sh -c "exec COMMAND"` (ssh_config's ProxyCommand, tokens already
-// expanded) with one end of a socketpair as its stdin and stdout; the SSH session talks through the
-// other end. The command's stderr goes through to sftctl's stderr as it arrives (a proxy may print a
-// login link) and its last 4 KiB are kept for error messages.
+// ProxyCommand transport: runs `/bin/sh -c "exec COMMAND"` (ssh_config's ProxyCommand, its tokens
+// already expanded and made shell-safe by ExpandProxyCommand, ssh_config.h) with one end of a socketpair as
+// its stdin and stdout; the SSH session talks through the other end. The command's stderr goes through to
+// sftctl's stderr as it arrives (a proxy may print a login link) and its last 4 KiB are kept for error
+// messages.
 //
 // Ownership: the transport owns the child. Destroying it closes the socket (the proxy sees EOF),
 // sends SIGTERM, then SIGKILL after 1 s, and reaps the child; it returns within about 1.2 s.

@@ -13,7 +13,9 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 
+#include "client/ssh/agent_identity_check.h"
 #include "client/ssh/channel_pump.h"
 #include "client/ssh/ssh_config.h"
 #include "client/ssh/ssh_route.h"
@@ -108,10 +110,16 @@ bool SplitAgentAddr(const std::string& addr, std::string* host, int* port) {
   return *port > 0 && *port <= 65535;
 }
 
+// `sftd status --json --with-token` output as an error may quote it: without the token's value.
+std::string RedactToken(const std::string& text) {
+  static const std::regex kToken("\"token\"\\s*:\\s*\"[^\"]*\"?");
+  return std::regex_replace(text, kToken, "\"token\": \"(redacted)\"");
+}
+
 Status ParseAgentJson(const std::string& display, const std::string& what, const std::string& text,
                       AgentInfo* info, bool* running) {
-  // (Errors quote at most 512 bytes of it; ReportError escapes them for the terminal.)
-  const std::string shown = text.substr(0, 512);
+  // (Errors quote at most 512 bytes of it, without the token; ReportError escapes them for the terminal.)
+  const std::string shown = RedactToken(text).substr(0, 512);
   auto j = ParseJson(text, what);
   auto r = j.ok() && j->is_object() ? j->find("running") : nlohmann::json::iterator();
   if (!j.ok() || !j->is_object() || (r != j->end() && !r->is_boolean())) {
@@ -207,7 +215,7 @@ Status FindAgent(SshSession& session, const ConnectOptions& opts, int timeout_s,
     }
     if (r.exit_code != 0 && r.exit_code != 3) {
       return UnavailableError(display + ": `" + c + " status` failed (exit " + std::to_string(r.exit_code) +
-                              "): " + Trim(r.err + r.out));
+                              "): " + RedactToken(Trim(r.err + r.out)).substr(0, 1024));
     }
     info->sftd = c;
     status_out = Trim(r.out);
@@ -415,7 +423,12 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectOnce(const ConnectOptions& opt
       grpc::CreateCustomInsecureChannelFromFd("sftd", pump->TakeClientFd(), args);
   auto conn = std::make_unique<SshAgentConnection>(std::move(pump), channel, token, description, opts.host);
 
-  // The agent must answer before the connection is handed out.
+  // The agent proves itself before the token is sent, then must answer before the connection is
+  // handed out.
+  // A remembered address never gets the legacy allowance: the agent there may be another program.
+  const bool legacy_ok = known_agent == nullptr && agent.source_id != SourceId();
+  SFT_RETURN_IF_ERROR(CheckAgentIdentity(*conn, agent.host + ":" + std::to_string(agent.port), legacy_ok,
+                                         timeout_s, display + " (through " + via + ")"));
   auto stub = conn->NewStub();
   grpc::ClientContext ctx;
   conn->Authorize(&ctx);

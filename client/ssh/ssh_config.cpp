@@ -4,8 +4,12 @@
 #include <sys/stat.h>
 
 #include <cctype>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+
+#include "common/terminal_text.h"
 
 namespace sftctl::client::ssh {
 namespace {
@@ -127,6 +131,88 @@ std::string ExpandHostName(const std::string& value, const std::string& alias) {
     }
   }
   return out;
+}
+
+// How an error names a character: "'$'", "a space", "a control character (\x1b)".
+std::string DescribeChar(unsigned char c) {
+  if (c == ' ') return "a space";
+  if (std::iscntrl(c) || std::isspace(c)) {
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+    return std::string(std::isspace(c) ? "whitespace (" : "a control character (") + hex + ")";
+  }
+  return std::string("'") + static_cast<char>(c) + "'";
+}
+
+// The first character of `name` that OpenSSH's rules refuse, or nullopt; `specials` are the shell
+// metacharacters refused anywhere in the name.
+std::optional<unsigned char> RefusedChar(const std::string& name, std::string_view specials) {
+  for (unsigned char c : name) {
+    if (std::iscntrl(c) || std::isspace(c) || specials.find(static_cast<char>(c)) != std::string_view::npos)
+      return c;
+  }
+  return std::nullopt;
+}
+
+// Characters that mean nothing to sh in any context (quoted or not, in a nested `sh -c`, ...).
+bool ShellInert(const std::string& value) {
+  for (unsigned char c : value) {
+    if (!std::isalnum(c) &&
+        std::string_view("._+,:/@=%-").find(static_cast<char>(c)) == std::string_view::npos)
+      return false;
+  }
+  return true;
+}
+
+// Follows the shell quoting of a ProxyCommand's literal text, to tell whether a token stands where a
+// single-quoted word means the value and nothing else: outside quotes, not after a backslash or '$',
+// and with no command substitution or ${...} before it (those open contexts this scan does not track).
+class ShellScan {
+ public:
+  void Feed(char c) {
+    if (quote_ == '\'') {
+      if (c == '\'') quote_ = 0;
+    } else if (escape_) {
+      escape_ = false;
+      c = 0;  // an escaped character is literal
+    } else if (c == '\\') {
+      escape_ = true;
+    } else if (c == '`' || (prev_ == '$' && (c == '(' || c == '{'))) {
+      nested_ = true;
+    } else if (c == '"') {
+      quote_ = quote_ == '"' ? 0 : '"';
+    } else if (c == '\'' && quote_ == 0) {
+      quote_ = '\'';
+    }
+    prev_ = c;
+  }
+  void FeedValue() { prev_ = 0; }  // what ExpandProxyCommand pastes leaves the quoting as it was
+  bool Plain() const { return quote_ == 0 && !escape_ && !nested_ && prev_ != '$'; }
+
+ private:
+  char quote_ = 0, prev_ = 0;
+  bool escape_ = false, nested_ = false;
+};
+
+// One token's value as pasted into the command (see ExpandProxyCommand in the header).
+StatusOr<std::string> ShellValue(const std::string& value, char token, const ShellScan& scan,
+                                 const std::string& origin) {
+  if (ShellInert(value)) return value;
+  const std::string shown = "%" + std::string(1, token) + " (\"" + EscapeForTerminal(value) + "\")";
+  for (unsigned char c : value) {
+    if (std::iscntrl(c)) {
+      return InvalidArgumentError(origin + ": ProxyCommand: " + shown + " contains " + DescribeChar(c));
+    }
+  }
+  if (!scan.Plain()) {
+    return InvalidArgumentError(origin + ": ProxyCommand: " + shown +
+                                " holds characters a shell would interpret, and sftctl quotes such a value "
+                                "only where the token stands outside quotes, $(...), `...`, ${...} and "
+                                "after no backslash or '$'; write the token there (e.g. `nc %h %p`)");
+  }
+  std::string out = "'";
+  for (char c : value) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 // A config file's text; nullopt when it does not exist. Anything but a regular file (or /dev/null) and
@@ -320,6 +406,31 @@ bool MatchHostPattern(const std::string& pattern, const std::string& host) {
   return MatchAt(pattern.c_str(), host.c_str(), /*fold=*/true);
 }
 
+Status CheckHostName(const std::string& host) {
+  std::optional<unsigned char> bad;
+  if (!host.empty() && host[0] == '-') bad = '-';
+  if (!bad) bad = RefusedChar(host, "'`\"$\\;&<>|(){},");
+  if (!bad) return OkStatus();
+  return InvalidArgumentError(
+      "host \"" + EscapeForTerminal(host) + "\" is refused: " +
+      (host[0] == '-' ? std::string("it starts with '-'") : "it contains " + DescribeChar(*bad)) +
+      " (like OpenSSH, sftctl accepts no shell metacharacters, whitespace or "
+      "control characters in a host name)");
+}
+
+Status CheckUserName(const std::string& user, const std::string& host) {
+  std::optional<unsigned char> bad;
+  if (!user.empty() && user[0] == '-') bad = '-';
+  if (!bad) bad = RefusedChar(user, "'`\"$\\;&<>|(){}");
+  if (!bad) return OkStatus();
+  return InvalidArgumentError(
+      "user name \"" + EscapeForTerminal(user) + "\" for host \"" + EscapeForTerminal(host) +
+      "\" is refused: " +
+      (user[0] == '-' ? std::string("it starts with '-'") : "it contains " + DescribeChar(*bad)) +
+      " (like OpenSSH, sftctl accepts no shell metacharacters, whitespace or "
+      "control characters in a user name)");
+}
+
 StatusOr<HostSpec> ParseHostSpec(const std::string& spec) {
   HostSpec out;
   std::string rest = spec;
@@ -350,7 +461,10 @@ StatusOr<HostSpec> ParseHostSpec(const std::string& spec) {
       out.host = rest;  // no colon, or a bare IPv6 address
     }
   }
-  if (out.host.empty()) return InvalidArgumentError("host \"" + spec + "\": empty host name");
+  if (out.host.empty())
+    return InvalidArgumentError("host \"" + EscapeForTerminal(spec) + "\": empty host name");
+  SFT_RETURN_IF_ERROR(CheckHostName(out.host));
+  if (!out.user.empty()) SFT_RETURN_IF_ERROR(CheckUserName(out.user, out.host));
   if (!port.empty()) {
     out.port = ParsePort(port);
     if (!out.port) return InvalidArgumentError("host \"" + spec + "\": bad port \"" + port + "\" (1..65535)");
@@ -381,44 +495,55 @@ StatusOr<std::string> ExpandProxyCommand(const std::string& command, const Resol
                                          const std::string& home, const std::string& local_user,
                                          const std::string& origin) {
   std::string out;
+  ShellScan scan;
   for (size_t i = 0; i < command.size(); ++i) {
     if (command[i] != '%') {
       out += command[i];
+      scan.Feed(command[i]);
       continue;
     }
     const char t = i + 1 < command.size() ? command[++i] : '\0';
+    const std::string* value = nullptr;
+    const std::string port = std::to_string(host.port);
     switch (t) {
       case 'h':
-        out += host.hostname;
+        value = &host.hostname;
         break;
       case 'p':
-        out += std::to_string(host.port);
+        value = &port;
         break;
       case 'r':
-        out += host.user;
+        value = &host.user;
         break;
       case 'n':
-        out += host.alias;
+        value = &host.alias;
         break;
       case 'd':
-        out += home;
+        value = &home;
         break;
       case 'u':
-        out += local_user;
+        value = &local_user;
         break;
       case '%':
         out += '%';
-        break;
+        scan.Feed('%');
+        continue;
       default:
         return InvalidArgumentError(origin + ": ProxyCommand: unknown token '%" + std::string(t ? 1 : 0, t) +
                                     "' (sftctl expands %h %p %r %n %d %u and %%)");
     }
+    SFT_ASSIGN_OR_RETURN(std::string pasted, ShellValue(*value, t, scan, origin));
+    out += pasted;
+    scan.FeedValue();
   }
   return out;
 }
 
 StatusOr<ResolvedHost> ResolveHostSpec(const HostSpec& hs, const std::string& config_file,
                                        const std::string& home, const std::string& local_user) {
+  // Every path (the command line, a job reference, a ProxyJump hop) comes through here.
+  SFT_RETURN_IF_ERROR(CheckHostName(hs.host));
+  if (!hs.user.empty()) SFT_RETURN_IF_ERROR(CheckUserName(hs.user, hs.host));
   std::string text;
   if (!config_file.empty()) {
     SFT_ASSIGN_OR_RETURN(std::optional<std::string> read, ReadConfigFile(config_file));

@@ -7,6 +7,7 @@
 //     sftctl never runs commands from a config silently;
 //   * Include (several paths, globs, "~", paths relative to ~/.ssh, nesting up to 16 deep; inside a
 //     Host or Match block an Include applies under that block's condition);
+//   * host and user names as typed are checked with OpenSSH's rules (CheckHostName, CheckUserName);
 //   * HostName (%h, %%), User, Port, IdentityFile (accumulates), ProxyJump ("[user@]host[:port]" or
 //     "ssh://...", comma-separated chains, "none") and ProxyCommand (%h %p %r %n %d %u %%, "none").
 // Like OpenSSH the first value obtained for an option wins; ProxyJump and ProxyCommand compete: the
@@ -29,9 +30,18 @@ struct HostSpec {
   std::optional<int> port;
 };
 
-// Parses "[user@]host[:port]" and "[user@][v6addr]:port". INVALID_ARGUMENT on an empty host or a bad
-// port (not 1..65535).
+// Parses "[user@]host[:port]" and "[user@][v6addr]:port". INVALID_ARGUMENT on an empty host, a bad
+// port (not 1..65535), or a host or user name that CheckHostName / CheckUserName refuse.
 StatusOr<HostSpec> ParseHostSpec(const std::string& spec);
+
+// OpenSSH's rules (>= 9.6, ssh.c valid_hostname / valid_ruser) for the names a user types, checked
+// before any lookup or %-expansion: a host or user name from the command line, a job reference or a
+// ProxyJump hop reaches ProxyCommand's shell through %h %n %r, so none may start with '-' or hold a
+// control character, whitespace or any of ' ` " $ \ ; & < > | ( ) { } (and ',' in host names).
+// INVALID_ARGUMENT naming the host and the character. (Values from the config itself, HostName and
+// User, are the user's own and are not checked, as in OpenSSH; ExpandProxyCommand quotes them.)
+Status CheckHostName(const std::string& host);
+Status CheckUserName(const std::string& user, const std::string& host);
 
 // OpenSSH's pattern match: '*' any run of characters, '?' one character; case-insensitive like
 // OpenSSH's host matching.
@@ -89,8 +99,14 @@ StatusOr<ResolvedHost> ResolveHostSpec(const HostSpec& spec, const std::string& 
                                        const std::string& home, const std::string& local_user);
 
 // Expands a ProxyCommand's tokens for `host`: %h hostname, %p port, %r user, %n alias, %d home,
-// %u local user, %% a percent sign. INVALID_ARGUMENT "<origin>: ProxyCommand: unknown token ..." for
-// any other.
+// %u local user, %% a percent sign. The result runs as `/bin/sh -c "exec ..."`, so:
+//   * a value made only of characters that mean nothing to a shell (A-Z a-z 0-9 . _ - + , : / @ = %)
+//     is pasted as it is, like OpenSSH does: `ssh -W %h:%p bastion`, `"%h"` and `sh -c 'nc %h %p'`
+//     all keep working;
+//   * any other value is pasted as one single-quoted word ('it'\''s') where the token stands outside
+//     quotes, command substitutions, `${...}` and backslash escapes; elsewhere it is refused
+//     (INVALID_ARGUMENT naming the token), as is a value with a control character.
+// INVALID_ARGUMENT "<origin>: ProxyCommand: unknown token ..." for any other token.
 StatusOr<std::string> ExpandProxyCommand(const std::string& command, const ResolvedHost& host,
                                          const std::string& home, const std::string& local_user,
                                          const std::string& origin);

@@ -10,9 +10,12 @@
 #                              prints "WORKER started <pid>" or "WORKER running <pid>"
 #   poll OFFSET                "STATUS <status>", "SIZE <log bytes>", then the log from OFFSET (<= 64 KiB)
 #   worker ARGS...             (internal) unpack -> deps -> build agent -> build trainer -> install -> start
+#   exec-start ARGS...         (internal, tests) the systemd unit's ExecStart= value for worker ARGS
+#   preset-args PRESET         (internal, tests) how PRESET is configured where CMake reads no presets
 #
 # Worker ARGS: --sha256 HEX (of bootstrap/sftctl-src.tar.gz) --source-id HEX [--jobs N]
 #   [--no-install-deps] [--data-dir DIR] [--no-systemd] [--agent-arg ARG]... (added to `sftd start`)
+#   DIR "~", "~/x" or relative is taken under $HOME, as the client's ssh commands take it.
 # State, under SFTCTL_HOME (default ~/.local/share/sftctl):
 #   bootstrap/status   one line: "running <phase>", "done <source id>" or "failed <phase>: <why>"
 #   bootstrap/log      the worker's output (kept; its path is printed on failure)
@@ -34,6 +37,21 @@ libboost-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cp
 libutf8proc-dev libcurl4-openssl-dev"
 
 kv() { printf '%s=%s\n' "$1" "$(printf '%s' "$2" | tr '\n\r=' '  :')"; }
+
+# CLI11 is header-only (headers and a CMake config). Debian 11 has no libcli11-dev: where apt cannot
+# install it, the worker unpacks Debian 12's package (2.1.2, the version Ubuntu 22.04 ships; pinned
+# by its sha256) under SFTCTL_HOME/deps, installing nothing, and the builds find it there.
+CLI11_DEB=libcli11-dev_2.1.2+ds-1_all.deb
+CLI11_DEB_SHA256=f1f6ee9ec053e0e0bcec47345e241b6a8ee006321248b4329e9ce88d2b4b64a8
+CLI11_URLS="http://deb.debian.org/debian/pool/main/c/cli11/libcli11-dev_2.1.2%2Bds-1_all.deb
+http://archive.debian.org/debian/pool/main/c/cli11/libcli11-dev_2.1.2%2Bds-1_all.deb"
+CLI11_DIR=$SFTCTL_HOME/deps/cli11/usr/share/cmake/CLI11
+
+# A package of HOST_PKGS is there: installed, or (libcli11-dev) the private copy of CLI11.
+have_pkg() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" && return 0
+  [ "$1" = libcli11-dev ] && [ -f "$CLI11_DIR/CLI11Config.cmake" ]
+}
 
 # --- probe -----------------------------------------------------------------------------------------
 
@@ -118,7 +136,7 @@ probe_tools() {
   if command -v dpkg-query >/dev/null 2>&1; then
     local p missing=""
     for p in $HOST_PKGS; do
-      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+      have_pkg "$p" || missing="$missing $p"
     done
     kv missing_packages "${missing# }"
     kv package_manager apt
@@ -256,7 +274,7 @@ install_deps() {
   command -v dpkg-query >/dev/null 2>&1 || { echo "no dpkg: not installing packages"; return 0; }
   local p missing=""
   for p in $HOST_PKGS; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    have_pkg "$p" || missing="$missing $p"
   done
   if [ -z "$TORCH_CMAKE" ]; then
     # No Python torch with a CMake config: Debian's LibTorch (CPU only) when the distribution has it.
@@ -276,8 +294,50 @@ install_deps() {
   echo "installing: $missing"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq || fail "apt-get update failed"
+  # Debian 11 has no libcli11-dev: a private copy of CLI11 instead.
+  case " $missing " in
+    *" libcli11-dev "*)
+      if ! LC_ALL=C apt-cache policy libcli11-dev 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        fetch_cli11
+        local rest=""
+        for p in $missing; do [ "$p" = libcli11-dev ] || rest="$rest $p"; done
+        missing=${rest# }
+      fi
+      ;;
+  esac
+  [ -n "$missing" ] || return 0
   # shellcheck disable=SC2086
   $sudo apt-get install -y -q --no-install-recommends $missing || fail "apt-get install failed: $missing"
+}
+
+# Unpacks CLI11 (CLI11_DEB, checked against its sha256) under SFTCTL_HOME/deps/cli11: the builds
+# find its CMake config there (CLI11_DIR). Fails naming what to do when it cannot be downloaded.
+fetch_cli11() {
+  [ -f "$CLI11_DIR/CLI11Config.cmake" ] && return 0
+  local deps=$SFTCTL_HOME/deps url got=""
+  echo "this distribution has no libcli11-dev: unpacking Debian 12's $CLI11_DEB (header-only) into $deps/cli11"
+  mkdir -p "$deps" || fail "cannot create $deps"
+  for url in $CLI11_URLS; do
+    rm -f "$deps/$CLI11_DEB.part"
+    if command -v curl >/dev/null 2>&1; then
+      curl -fsSL --retry 2 -o "$deps/$CLI11_DEB.part" "$url" || continue
+    elif command -v wget >/dev/null 2>&1; then
+      wget -q -O "$deps/$CLI11_DEB.part" "$url" || continue
+    elif command -v python3 >/dev/null 2>&1; then
+      python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+        "$url" "$deps/$CLI11_DEB.part" 2>/dev/null || continue
+    else
+      break
+    fi
+    got=$(sha256sum "$deps/$CLI11_DEB.part" | awk '{print $1}')
+    [ "$got" = "$CLI11_DEB_SHA256" ] && break
+    echo "note: $url has sha256 $got, not $CLI11_DEB_SHA256"
+    got=""
+  done
+  [ -n "$got" ] || fail "libcli11-dev is not in this distribution's apt sources, and $CLI11_DEB could not be downloaded (curl, wget or python3): fetch ${CLI11_URLS%%$'\n'*} (sha256 $CLI11_DEB_SHA256), run dpkg-deb -x $CLI11_DEB $deps/cli11, and bootstrap again"
+  rm -rf "$deps/cli11" && mkdir -p "$deps/cli11" && dpkg-deb -x "$deps/$CLI11_DEB.part" "$deps/cli11" &&
+    [ -f "$CLI11_DIR/CLI11Config.cmake" ] || fail "cannot unpack $CLI11_DEB into $deps/cli11"
+  rm -f "$deps/$CLI11_DEB.part"
 }
 
 # The LibTorch to build the trainer against: the Python torch's CMake prefix, else a system LibTorch.
@@ -286,6 +346,25 @@ find_torch() {
   local line
   line=$({ probe_torch; probe_system_torch; } 2>/dev/null | grep -E '^(torch_cmake|system_torch_cmake)=.' | head -n 1)
   TORCH_CMAKE=${line#*=}
+}
+
+# How CMake older than 3.21, which reads no presets (Debian 11 has 3.18, Ubuntu 22.04 3.22), configures
+# a host preset of CMakePresets.json: its generator and cache variables, one argument a line. Keep in
+# step with CMakePresets.json (tests/portability/bullseye_agent_check.sh compares them).
+preset_args() {
+  case $1 in
+    host-agent) printf '%s\n' -G Ninja -DCMAKE_BUILD_TYPE=Release -DSFTCTL_BUILD_TRAINER=OFF \
+      -DSFTCTL_BUILD_CLIENT=OFF -DSFTCTL_BUILD_TESTS=OFF ;;
+    trainer-only) printf '%s\n' -G Ninja -DCMAKE_BUILD_TYPE=Release -DSFTCTL_TRAINER_ONLY=ON ;;
+    *) return 1 ;;
+  esac
+}
+
+# CMake reads CMakePresets.json (version 3: CMake 3.21 or newer).
+cmake_reads_presets() {
+  local v
+  v=$(cmake --version 2>/dev/null | head -n 1 | awk '{print $3}')
+  [ -n "$v" ] && [ "$(printf '%s\n' 3.21 "$v" | sort -V | head -n 1)" = 3.21 ]
 }
 
 # configure + build one preset into SFTCTL_HOME/<dir>.
@@ -300,7 +379,18 @@ build() {
     export CCACHE_BASEDIR=$SFTCTL_HOME
     launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   fi
-  (cd "$SFTCTL_HOME/src" && cmake --preset "$preset" -B "$SFTCTL_HOME/$dir" "${launcher[@]}" "$@") ||
+  local configure=(--preset "$preset")
+  if ! cmake_reads_presets; then
+    echo "$(cmake --version | head -n 1) reads no presets (3.21+): configuring $preset's settings by hand"
+    mapfile -t configure < <(preset_args "$preset")
+    configure=(-S . "${configure[@]}")
+  fi
+  # CLI11 unpacked by fetch_cli11, where the distribution has none.
+  if ! dpkg-query -W -f='${Status}' libcli11-dev 2>/dev/null | grep -q "install ok installed" &&
+    [ -f "$CLI11_DIR/CLI11Config.cmake" ]; then
+    configure+=("-DCLI11_DIR=$CLI11_DIR")
+  fi
+  (cd "$SFTCTL_HOME/src" && cmake "${configure[@]}" -B "$SFTCTL_HOME/$dir" "${launcher[@]}" "$@") ||
     fail "cmake --preset $preset failed (see the log above)"
   cmake --build "$SFTCTL_HOME/$dir" -j "$W_JOBS" --target "$target" || fail "building $target failed (see the log above)"
 }
@@ -340,13 +430,54 @@ choose_data_dir() {
   fi
 }
 
+# A folder named by the client, as an absolute path: "~" and "~/x" under $HOME (a client quotes the
+# tilde), and a relative one too (its ssh commands start in $HOME; systemd's units do not).
+host_path() {
+  case $1 in
+    '~') printf '%s' "$HOME" ;;
+    '~/'*) printf '%s/%s' "$HOME" "${1#\~/}" ;;
+    /*) printf '%s' "$1" ;;
+    *) printf '%s/%s' "$HOME" "$1" ;;
+  esac
+}
+
+# One argument of a systemd command line (systemd.syntax(7), "Quoting"): double-quoted with \ and "
+# escaped, and % and $ doubled so that systemd expands neither specifiers nor variables in it.
+# Fails on control characters, which a unit file cannot carry.
+systemd_quote() {
+  local a=$1
+  case $a in *[[:cntrl:]]*) return 1 ;; esac
+  a=${a//\\/\\\\}
+  a=${a//\"/\\\"}
+  a=${a//%/%%}
+  a=${a//\$/\$\$}
+  printf '"%s"' "$a"
+}
+
+# The arguments as one ExecStart= value.
+systemd_exec_line() {
+  local out="" a q
+  for a in "$@"; do
+    q=$(systemd_quote "$a") || return 1
+    out="$out${out:+ }$q"
+  done
+  printf '%s' "$out"
+}
+
+# `sftd start`'s arguments: the data dir, then the client's --agent-arg flags.
+set_start_args() {
+  local dd=()
+  [ -n "$DATA_DIR" ] && dd=(--data-dir "$DATA_DIR")
+  START_ARGS=("${dd[@]}" "${W_AGENT_ARGS[@]}")
+}
+
 # A unit when PID 1 is systemd and we may use it; else sftd detaches itself.
 start_agent() {
   phase start "starting sftd"
   choose_data_dir
   local dd=() st
   [ -n "$DATA_DIR" ] && dd=(--data-dir "$DATA_DIR")
-  START_ARGS=("${dd[@]}" "${W_AGENT_ARGS[@]}")
+  set_start_args
   # Secrets the stop action needs (LAMBDA_API_KEY, LAMBDA_INSTANCE_ID), kept on the host only.
   local env_file=${XDG_CONFIG_HOME:-$HOME/.config}/sftd/env
   if [ -r "$env_file" ]; then
@@ -368,7 +499,11 @@ start_agent() {
 }
 
 start_systemd() {
-  local unit_dir ctl exec_start="$PREFIX/bin/sftd start ${START_ARGS[*]}"
+  local unit_dir ctl exec_start
+  exec_start=$(systemd_exec_line "$PREFIX/bin/sftd" start "${START_ARGS[@]}") || {
+    echo "note: an argument of sftd has a control character: not starting it under systemd"
+    return 1
+  }
   if [ "$(id -u)" -eq 0 ]; then
     unit_dir=/etc/systemd/system ctl="systemctl"
   else
@@ -377,13 +512,14 @@ start_systemd() {
     loginctl enable-linger "$(id -un)" 2>/dev/null || echo "note: loginctl enable-linger failed: sftd stops when you log out"
   fi
   mkdir -p "$unit_dir" || return 1
+  local env_file=${XDG_CONFIG_HOME:-$HOME/.config}/sftd/env
   cat >"$unit_dir/sftd.service" <<EOF
 [Unit]
 Description=sftctl agent (sftd)
 After=network.target
 
 [Service]
-EnvironmentFile=-${XDG_CONFIG_HOME:-$HOME/.config}/sftd/env
+EnvironmentFile=-${env_file//%/%%}
 ExecStart=$exec_start
 Restart=on-failure
 KillMode=process
@@ -403,7 +539,7 @@ EOF
   return 1
 }
 
-cmd_worker() {
+parse_worker_args() {
   W_SHA="" W_ID="" W_JOBS=$(nproc 2>/dev/null || echo 2) W_INSTALL=1 W_DATA_DIR="" W_SYSTEMD=1
   W_AGENT_ARGS=()
   while [ $# -gt 0 ]; do
@@ -412,12 +548,24 @@ cmd_worker() {
       --source-id) W_ID=$2; shift 2 ;;
       --jobs) W_JOBS=$2; shift 2 ;;
       --no-install-deps) W_INSTALL=0; shift ;;
-      --data-dir) W_DATA_DIR=$2; shift 2 ;;
+      --data-dir) W_DATA_DIR=$(host_path "$2"); shift 2 ;;
       --no-systemd) W_SYSTEMD=0; shift ;;
       --agent-arg) W_AGENT_ARGS+=("$2"); shift 2 ;;
       *) PHASE=args; fail "unknown worker option $1" ;;
     esac
   done
+}
+
+# (internal, tests) The ExecStart= value of the unit for worker ARGS, their --data-dir taken as is.
+cmd_exec_start() {
+  parse_worker_args "$@"
+  DATA_DIR=$W_DATA_DIR
+  set_start_args
+  systemd_exec_line "$PREFIX/bin/sftd" start "${START_ARGS[@]}" && echo
+}
+
+cmd_worker() {
+  parse_worker_args "$@"
   PHASE=start
   exec 9>"$BOOT/worker.lock"
   flock -n 9 || fail "another bootstrap worker holds $BOOT/worker.lock"
@@ -450,5 +598,7 @@ case ${1:-} in
   start-worker) shift; cmd_start_worker "$@" ;;
   poll) shift; cmd_poll "$@" ;;
   worker) shift; cmd_worker "$@" ;;
+  exec-start) shift; cmd_exec_start "$@" ;;
+  preset-args) preset_args "${2:-}" || { echo "sftctl-host.sh: no host preset ${2:-}" >&2; exit 2; } ;;
   *) echo "usage: sftctl-host.sh probe|start-worker ARGS|poll OFFSET" >&2; exit 2 ;;
 esac

@@ -737,7 +737,19 @@ TEST_F(AgentE2E, RangedUploadBlocksCompleteTheBlobInAnyOrder) {
   EXPECT_EQ(st.block(), kBlock);
   EXPECT_EQ(std::vector<uint64_t>(st.blocks_held().begin(), st.blocks_held().end()),
             (std::vector<uint64_t>{1, 2, 3}));
-  grpc::Status s = send(0, SIZE_MAX, &resp);
+  // A held block sent again (the client lost the answer and resends it) is verified and answered;
+  // with other bytes it is refused and the block stays as it was.
+  grpc::Status s = send(1, SIZE_MAX, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(resp.complete());
+  data[kBlock + 5] ^= 1;
+  s = send(1, SIZE_MAX, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("block 1 of blob " + sha + " is already held with other bytes"),
+            std::string::npos)
+      << s.error_message();
+  data[kBlock + 5] ^= 1;
+  s = send(0, SIZE_MAX, &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_TRUE(resp.complete());
   EXPECT_EQ(ReadFile(a.data_dir() + "/blobs/" + sha), data);
@@ -1021,6 +1033,28 @@ TEST_F(AgentE2E, BridgeCarriesGrpc) {
   a.Stop();  // closes the agent side; the bridge exits
   acceptor.join();
   ::close(lfd);
+}
+
+// The env file the bootstrap script and the systemd unit load into sftd's environment holds secrets:
+// `sftd start` refuses one that group or others can read or write, naming the file and the fix.
+TEST_F(AgentE2E, StartRefusesAnEnvFileOthersCanRead) {
+  const std::string conf = dir_.path() + "/config", env_file = conf + "/sftd/env";
+  std::filesystem::create_directories(conf + "/sftd");
+  std::ofstream(env_file) << "LAMBDA_API_KEY=secret\n";
+  ::chmod(env_file.c_str(), 0644);
+  CommandResult r = RunCommand({SftdPath(), "start", "--data-dir", dir_.path() + "/data", "--port", "0",
+                                "--gpus", "none", "--trainer", StubPath()},
+                               {"XDG_CONFIG_HOME=" + conf});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("SFTD_ERROR PERMISSION_DENIED: the environment file " + env_file +
+                          " is readable or writable by group or others (mode 0644)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("run `chmod 600 " + env_file + "`"), std::string::npos) << r.output;
+  ::chmod(env_file.c_str(), 0600);
+  Agent a(dir_.path() + "/data");
+  a.set_env({"XDG_CONFIG_HOME=" + conf});
+  EXPECT_TRUE(a.Start());
 }
 
 }  // namespace

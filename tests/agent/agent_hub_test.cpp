@@ -131,7 +131,10 @@ TEST_F(AgentHubTest, GatedModelWithoutTokenFailsTheJobWithTheHubsMessage) {
             "download: field 'model.path': hf://org/tiny: model org/tiny is gated and no token was sent: "
             "accept the "
             "licence at " +
-                hub_.url() + "/org/tiny and set HF_TOKEN (or run `huggingface-cli login`)");
+                hub_.url() +
+                "/org/tiny and submit again with `sftctl submit --forward-hf-token` (your token then goes to "
+                "this host for this job's downloads, never stored), or put HF_TOKEN in the agent's "
+                "~/.config/sftd/env");
   EXPECT_EQ(failed.ranks_size(), 0);  // the trainer never started
 }
 

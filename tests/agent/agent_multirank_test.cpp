@@ -80,6 +80,38 @@ TEST_F(AgentMultiRank, CpuRanksGetTheDistributedEnvAndTheFirstFailedRankIsNamed)
   EXPECT_TRUE(Has(out[1], EnvLine(1, 2, 1, 2, "127.0.0.1", port))) << ::testing::PrintToString(out[1]);
 }
 
+// A rank gets what training needs from the agent's environment, never its secrets (the Hub token,
+// the cloud API keys of ~/.config/sftd/env): one allowlist, common/process_util.h.
+TEST_F(AgentMultiRank, RanksGetTheAllowedEnvironmentAndNoSecret) {
+  Agent a(dir_.path());
+  a.set_env({"HF_TOKEN=hf_secret", "LAMBDA_API_KEY=lambda_secret", "AWS_SECRET_ACCESS_KEY=aws_secret",
+             "SFTD_TEST_OTHER=other", "NCCL_DEBUG=INFO", "OMP_NUM_THREADS=3", "TORCH_SHOW_CPP_STACKTRACES=1",
+             "LC_ALL=C.UTF-8", "LD_LIBRARY_PATH=/opt/lib"});
+  ASSERT_TRUE(a.Start());
+  const nlohmann::json names = {
+      "HF_TOKEN",   "LAMBDA_API_KEY",  "AWS_SECRET_ACCESS_KEY",      "SFTD_TEST_OTHER", "PATH",
+      "NCCL_DEBUG", "OMP_NUM_THREADS", "TORCH_SHOW_CPP_STACKTRACES", "LC_ALL",          "LD_LIBRARY_PATH",
+      "RANK"};
+  v1::Job job;
+  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 1}, {"print_env", names}}), &job, 0, 2).ok());
+  Track(a.WaitState(job.id(), v1::SUCCEEDED));
+  auto out = StdoutByRank(a.Events(job.id(), 0, false));
+  for (int rank : {0, 1}) {
+    const std::vector<std::string>& lines = out[rank];
+    for (const char* secret : {"HF_TOKEN", "LAMBDA_API_KEY", "AWS_SECRET_ACCESS_KEY", "SFTD_TEST_OTHER"}) {
+      EXPECT_TRUE(Has(lines, std::string("envvar ") + secret + " unset")) << secret << " in rank " << rank;
+    }
+    for (const char* kept :
+         {"envvar NCCL_DEBUG=INFO", "envvar OMP_NUM_THREADS=3", "envvar TORCH_SHOW_CPP_STACKTRACES=1",
+          "envvar LC_ALL=C.UTF-8", "envvar LD_LIBRARY_PATH=/opt/lib"}) {
+      EXPECT_TRUE(Has(lines, kept)) << kept << " in rank " << rank << ": " << ::testing::PrintToString(lines);
+    }
+    EXPECT_TRUE(Has(lines, "envvar RANK=" + std::to_string(rank)));
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(),
+                            [](const std::string& l) { return l.rfind("envvar PATH=/", 0) == 0; }));
+  }
+}
+
 TEST_F(AgentMultiRank, TwoNodesGetGlobalRanksAndNodeZerosMasterWhichSurvivesARestart) {
   Agent a(dir_.path());
   // Node 0 advertises the address its ranks use too (the client may tell other nodes another name).

@@ -105,6 +105,18 @@ class Agent {
     if (!has_gpus) extra.insert(extra.end(), {"--gpus", "none"});
     if (!has_trainer) extra.insert(extra.end(), {"--trainer", StubPath()});
     args.insert(args.end(), extra.begin(), extra.end());
+    // The environment: env_ first (their names replace ours), then ours.
+    std::vector<std::string> env = env_;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      const std::string name = entry.substr(0, entry.find('=')) + "=";
+      bool replaced = false;
+      for (const std::string& mine : env_) replaced |= mine.rfind(name, 0) == 0;
+      if (!replaced) env.push_back(entry);
+    }
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) return ::testing::AssertionFailure() << "pipe";
     std::vector<char*> argv;
@@ -120,7 +132,7 @@ class Agent {
         const int log = ::open(stderr_file_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
         if (log >= 0) ::dup2(log, 2);
       }
-      ::execv(argv[0], argv.data());
+      ::execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     ::close(p[1]);
@@ -146,6 +158,8 @@ class Agent {
     return ::testing::AssertionSuccess();
   }
 
+  // NAME=value entries added to (or replacing those of) the agent's environment from the next Start on.
+  void set_env(std::vector<std::string> env) { env_ = std::move(env); }
   // Sends the agent's stderr (its log) to `path` (appended) from the next Start on.
   void set_stderr_file(std::string path) { stderr_file_ = std::move(path); }
 
@@ -236,6 +250,7 @@ class Agent {
 
   std::string data_dir_;
   std::string stderr_file_;
+  std::vector<std::string> env_;
   pid_t pid_ = 0;
   nlohmann::json ready_;
   std::string token_;

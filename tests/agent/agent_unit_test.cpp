@@ -19,6 +19,7 @@
 #include "agent/scheduler.h"
 #include "agent/state_store.h"
 #include "common/file_system.h"
+#include "common/process_util.h"
 #include "common/sha256.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
@@ -770,6 +771,75 @@ TEST(DataDirTrust, TheConfiguredDataDirSitsBetweenTheEnvironmentAndTheDefault) {
   EXPECT_EQ(from_env, "/elsewhere");
   EXPECT_EQ(skipped, home + "/.local/share/sftd");
   EXPECT_EQ(xdg, "/lambda/nfs/team/sftd");
+}
+
+// ~/.config/sftd/env holds the stop action's secrets: a file others can read or write, or that another
+// user owns, is refused with the fix; a missing one is fine.
+TEST(EnvFileTrust, OnlyAPrivateFileOfThisUserIsAccepted) {
+  TempDir tmp;
+  const std::string path = tmp.path() + "/env";
+  EXPECT_TRUE(CheckEnvFileTrust(path).ok()) << "none";
+  std::ofstream(path) << "LAMBDA_API_KEY=secret\n";
+  ::chmod(path.c_str(), 0600);
+  EXPECT_TRUE(CheckEnvFileTrust(path).ok());
+  for (mode_t mode : {0640, 0620, 0604, 0602, 0644}) {
+    ::chmod(path.c_str(), mode);
+    EXPECT_THAT(CheckEnvFileTrust(path), StatusIs(StatusCode::kPermissionDenied,
+                                                  HasSubstr("the environment file " + path +
+                                                            " is readable or writable by group or others")))
+        << std::oct << mode;
+    EXPECT_THAT(CheckEnvFileTrust(path),
+                StatusIs(StatusCode::kPermissionDenied, HasSubstr("`chmod 600 " + path + "`")));
+  }
+  ::chmod(path.c_str(), 0600);
+  if (::geteuid() == 0) {  // only root can give a file away
+    ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+    EXPECT_THAT(CheckEnvFileTrust(path),
+                StatusIs(StatusCode::kPermissionDenied, HasSubstr("belongs to uid 65534, not to this user")));
+  }
+  std::filesystem::create_directory(tmp.path() + "/dir");
+  EXPECT_THAT(CheckEnvFileTrust(tmp.path() + "/dir"),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("not a regular file")));
+}
+
+TEST(EnvFileTrust, ThePathFollowsXdgConfigHomeThenHome) {
+  const char* env[] = {"XDG_CONFIG_HOME", "HOME"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* e : env) {
+    if (const char* v = std::getenv(e)) saved.emplace_back(e, v);
+    ::unsetenv(e);
+  }
+  ::setenv("HOME", "/home/u", 1);
+  const std::string from_home = EnvFilePath();
+  ::setenv("XDG_CONFIG_HOME", "/cfg", 1);
+  const std::string from_xdg = EnvFilePath();
+  ::unsetenv("XDG_CONFIG_HOME");
+  ::unsetenv("HOME");
+  for (const auto& [k, v] : saved) ::setenv(k.c_str(), v.c_str(), 1);
+  EXPECT_EQ(from_home, "/home/u/.config/sftd/env");
+  EXPECT_EQ(from_xdg, "/cfg/sftd/env");
+}
+
+// The one allowlist (common/process_util.h): what a rank and a stop command get of the agent's env.
+TEST(ChildEnvironment, RanksAndStopCommandsGetOnlyWhatTheyUse) {
+  const char* inherited[] = {"PATH=/bin",         "HOME=/root",
+                             "HF_TOKEN=hf",       "LAMBDA_API_KEY=l",
+                             "RUNPOD_POD_ID=p",   "AWS_ACCESS_KEY_ID=a",
+                             "CUDA_HOME=/cuda",   "NCCL_DEBUG=INFO",
+                             "LC_ALL=C",          "https_proxy=http://p",
+                             "SFTCTL_PARALLEL=1", "OTHER=x",
+                             "SSH_AUTH_SOCK=/s",  "CUDA_=x",
+                             "NOEQUALS",          nullptr};
+  EXPECT_EQ(ChildEnvironment(ChildKind::kRank, inherited),
+            (std::vector<std::string>{"PATH=/bin", "HOME=/root", "CUDA_HOME=/cuda", "NCCL_DEBUG=INFO",
+                                      "LC_ALL=C", "SFTCTL_PARALLEL=1"}));
+  EXPECT_EQ(ChildEnvironment(ChildKind::kStopCommand, inherited),
+            (std::vector<std::string>{"PATH=/bin", "HOME=/root", "LAMBDA_API_KEY=l", "RUNPOD_POD_ID=p",
+                                      "AWS_ACCESS_KEY_ID=a", "LC_ALL=C", "https_proxy=http://p"}));
+  EXPECT_FALSE(ChildEnvAllowed("HF_TOKEN", ChildKind::kRank));
+  EXPECT_FALSE(ChildEnvAllowed("HF_TOKEN", ChildKind::kStopCommand));
+  EXPECT_TRUE(ChildEnvAllowed("PYTORCH_CUDA_ALLOC_CONF", ChildKind::kRank));
+  EXPECT_FALSE(ChildEnvAllowed("PYTORCH_CUDA_ALLOC_CONF", ChildKind::kStopCommand));
 }
 
 }  // namespace

@@ -148,6 +148,30 @@ TEST(AutoStopE2eTest, StopWhenDoneWaitsForThePullOfTheFinalCheckpoint) {
   EXPECT_EQ(Health(a).state(), "stopped");
 }
 
+// While the action runs, and once it succeeded, a submission is refused (the job would be lost with
+// the host); the client is told why and to go elsewhere. The action here waits for a file.
+TEST(AutoStopE2eTest, SubmissionsAreRefusedOnceTheHostIsStopping) {
+  TempDir dir;
+  const std::string record = dir.path() + "/record", release = dir.path() + "/release";
+  Agent a(dir.path() + "/data");
+  ASSERT_TRUE(a.Start({"--stop-when-idle", "1s", "--stop-check-ms", "50", "--stop-command",
+                       "echo fired >> '" + record + "'; i=0; while [ ! -e '" + release +
+                           "' ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"}));
+  ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));
+  EXPECT_EQ(Health(a).state(), "stopping");
+  v1::Job job;
+  grpc::Status s = a.Submit(StubSpec({{"steps", 1}}), &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(), "the host is stopping (auto-stop: idle for 1s); submit to another host");
+  std::ofstream(release) << "go\n";
+  ASSERT_TRUE(WaitFor([&] { return Health(a).state() == "stopped"; }));
+  s = a.Submit(StubSpec({{"steps", 1}}), &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "the action succeeded: the host goes";
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(a.stub()->ListJobs(a.Ctx().get(), v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0) << "no job was created";
+}
+
 TEST(AutoStopE2eTest, StopWhenDoneIsRefusedWithoutAStopAction) {
   TempDir dir;
   Agent a(dir.path() + "/data");

@@ -360,6 +360,104 @@ TEST_F(AutoStopTest, ThePolicyOutlivesARestartAndFlagsChangeIt) {
   EXPECT_TRUE(LoadStopPolicy(fresh->get(), idle_only, runpod).ok());
 }
 
+// Once the action runs, a job submission is refused with the reason, and stays refused once it
+// succeeded (the host is going away); a failed action re-arms, and submissions are welcome again.
+TEST_F(AutoStopTest, SubmissionsAreRefusedOnceStoppingHasBegun) {
+  std::unique_ptr<AutoStop> stop;
+  struct SubmittingRunner : RecordingRunner {
+    std::function<void()> during;
+    StatusOr<CommandOutcome> Run(const std::string& command, std::chrono::seconds t) override {
+      during();
+      return RecordingRunner::Run(command, t);
+    }
+  } runner;
+  Status during_action;
+  runner.during = [&] { during_action = stop->AdmitSubmission().status(); };
+  runner.exit_code = 3;
+  AutoStopDeps deps;
+  deps.store = store_.get();
+  deps.activity = &activity_;
+  deps.active_jobs = [this] { return active_.load(); };
+  deps.runner = &runner;
+  deps.clock = &clock_;
+  deps.data_dir = dir_.path();
+  stop = std::make_unique<AutoStop>(deps, Idle(600));
+  ASSERT_TRUE(stop->AdmitSubmission().ok());  // released at once: the job was not created
+  clock_.Advance(601s);
+  stop->CheckOnce();
+  ASSERT_EQ(runner.commands.size(), 1u);
+  EXPECT_THAT(
+      during_action,
+      StatusIs(StatusCode::kFailedPrecondition,
+               HasSubstr("the host is stopping (auto-stop: idle for 10m00s); submit to another host")));
+  EXPECT_TRUE(stop->AdmitSubmission().ok()) << "the action failed: the host stays";
+  runner.exit_code = 0;
+  clock_.Advance(601s);
+  stop->CheckOnce();
+  ASSERT_EQ(runner.commands.size(), 2u);
+  EXPECT_THAT(stop->AdmitSubmission(),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("the host is stopping")));
+}
+
+// A submission admitted before the decision holds the host while its job is created; once the job is
+// counted as queued, that holds it. (An acknowledged job is never lost with the host.)
+TEST_F(AutoStopTest, AnAdmittedSubmissionHoldsTheHostUntilItsJobIsCounted) {
+  auto stop = Make(Idle(600));
+  auto admitted = stop->AdmitSubmission();
+  ASSERT_TRUE(admitted.ok());
+  clock_.Advance(601s);
+  StopDecision d = stop->CheckOnce();
+  EXPECT_EQ(d.verdict, StopVerdict::kBusy);
+  EXPECT_TRUE(runner_.commands.empty());
+  active_ = 1;        // the job is queued ...
+  admitted->reset();  // ... and then the submission answered
+  clock_.Advance(601s);
+  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kBusy);
+  active_ = 0;  // it ended: a full idle period from here
+  EXPECT_EQ(stop->CheckOnce().remaining_s, 600);
+  EXPECT_TRUE(runner_.commands.empty());
+}
+
+// The race the decision must not lose: a job submitted (and acknowledged) after the snapshot was taken
+// but before the action begins. The decision reads the jobs again where submissions are admitted, so
+// it does not fire. (Before, the action ran and the acknowledged job was lost with the host.)
+TEST_F(AutoStopTest, AJobSubmittedBetweenTheSnapshotAndTheActionPreventsIt) {
+  std::atomic<int> reads{0};
+  AutoStopDeps deps;
+  deps.store = store_.get();
+  deps.activity = &activity_;
+  deps.active_jobs = [&reads]() -> uint32_t { return reads++ == 0 ? 0 : 1; };  // queued after the 1st read
+  deps.runner = &runner_;
+  deps.clock = &clock_;
+  deps.data_dir = dir_.path();
+  AutoStop stop(deps, Idle(600));
+  clock_.Advance(601s);
+  StopDecision d = stop.CheckOnce();
+  EXPECT_TRUE(runner_.commands.empty());
+  EXPECT_EQ(d.verdict, StopVerdict::kBusy);
+  EXPECT_EQ(stop.View().state, "busy");
+}
+
+// The stop command gets the cloud API variables it uses and the basics, never the other secrets of the
+// agent's environment (HF_TOKEN: the host's Hub token).
+TEST(CommandRunnerTest, TheCommandGetsOnlyTheStopCommandsEnvironment) {
+  const std::vector<std::pair<std::string, std::string>> set = {{"HF_TOKEN", "hf_secret"},
+                                                                {"LAMBDA_API_KEY", "lambda_key"},
+                                                                {"LAMBDA_INSTANCE_ID", "i-1"},
+                                                                {"RUNPOD_POD_ID", "pod-1"},
+                                                                {"SFTD_TEST_OTHER", "other"}};
+  for (const auto& [k, v] : set) ::setenv(k.c_str(), v.c_str(), 1);
+  auto out = CommandRunner::Default()->Run("env", 30s);
+  for (const auto& [k, v] : set) ::unsetenv(k.c_str());
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_THAT(out->output, HasSubstr("LAMBDA_API_KEY=lambda_key\n"));
+  EXPECT_THAT(out->output, HasSubstr("LAMBDA_INSTANCE_ID=i-1\n"));
+  EXPECT_THAT(out->output, HasSubstr("RUNPOD_POD_ID=pod-1\n"));
+  EXPECT_THAT(out->output, HasSubstr("PATH="));
+  EXPECT_THAT(out->output, ::testing::Not(HasSubstr("HF_TOKEN")));
+  EXPECT_THAT(out->output, ::testing::Not(HasSubstr("SFTD_TEST_OTHER")));
+}
+
 TEST(CommandRunnerTest, RunsTheShellCommandWithItsOutputAndExitCode) {
   auto out = CommandRunner::Default()->Run("echo out; echo err >&2; exit 4", 30s);
   ASSERT_TRUE(out.ok()) << out.status().ToString();

@@ -1,7 +1,9 @@
 // Ranged uploads into the BlobStore (agent/blob_store.h): blocks in any order and at once, the
 // blocks held across a restart, a whole that does not verify, bad ranges, and what a sequential
 // upload and garbage collection do to a ranged one.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <climits>
@@ -14,12 +16,15 @@
 #include "agent/blob_store.h"
 #include "agent/state_store.h"
 #include "common/sha256.h"
+#include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl::agent {
 namespace {
 
+using ::sftctl::testing::StatusIs;
 using ::sftctl::testing::TempDir;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kBlock = 1000;
 
@@ -162,6 +167,66 @@ TEST_F(BlobRanges, ASequentialUploadOrGcReplacesAnIdleRangedOne) {
   EXPECT_FALSE(std::filesystem::exists(blobs->PartialDir() + "/" + sha));
   EXPECT_FALSE(std::filesystem::exists(blobs->PartialDir() + "/" + sha + ".ranges"));
   EXPECT_TRUE(Held(*blobs).empty());
+}
+
+// A block, once complete, is immutable: a resend of the same bytes (a client whose answer was lost
+// sends the block again) is verified and answered OK, one with other bytes is refused without writing,
+// so the stored blob is always the bytes its sha256 names. (Before, the resend overwrote the block
+// after it was hashed, and the blob was stored with bytes that no longer hash to its name.)
+TEST_F(BlobRanges, ACompletedBlockIsNeverWrittenAgain) {
+  bool complete = false;
+  for (size_t b : {0, 1, 2, 3}) ASSERT_TRUE(Send(*blobs, b, &complete).ok()) << b;
+  const std::string good = data;
+  data[kBlock + 10] ^= 1;  // block 1, already hashed, now sent with other bytes
+  EXPECT_THAT(Send(*blobs, 1, &complete),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("block 1 of blob " + sha + " is already held with other bytes")));
+  data = good;
+  ASSERT_TRUE(Send(*blobs, 2, &complete).ok());  // the same bytes again: verified, nothing changes
+  EXPECT_FALSE(complete);
+  EXPECT_EQ(Held(*blobs), (std::vector<uint64_t>{0, 1, 2, 3}));
+
+  blobs = std::make_unique<BlobStore>(dir.path() + "/blobs", state.get());  // the agent restarts
+  ASSERT_TRUE(blobs->Init().ok());
+  data[3 * kBlock] ^= 1;
+  EXPECT_THAT(Send(*blobs, 3, &complete),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("other bytes")));
+  data = good;
+  ASSERT_TRUE(Send(*blobs, 4, &complete).ok());
+  EXPECT_TRUE(complete);
+  std::ifstream in(blobs->BlobPath(sha), std::ios::binary);
+  const std::string stored(std::istreambuf_iterator<char>(in), {});
+  EXPECT_EQ(Sha256Hex(stored), sha);
+  EXPECT_EQ(stored, data);
+}
+
+// A block is written as its chunks arrive and read back for hashing 1 MiB at a time: a stream's memory
+// does not grow with the block size the client chose. (Before, the block was read back whole.)
+TEST_F(BlobRanges, ALargeBlockIsHashedInChunksNotReadWhole) {
+  const auto peak_rss_kb = [] {
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    return static_cast<int64_t>(ru.ru_maxrss);
+  };
+  constexpr uint64_t kBig = 48ull << 20, kChunk = 1 << 20;
+  std::string chunk(kChunk, '\0');
+  Sha256 whole;
+  for (uint64_t i = 0; i < kBig / kChunk; ++i) {
+    for (size_t j = 0; j < chunk.size(); j += 4096) chunk[j] = static_cast<char>(i + j / 4096);
+    whole.Update(chunk);
+  }
+  const std::string big_sha = whole.HexDigest();
+  const int64_t before = peak_rss_kb();
+  auto up = blobs->BeginRange(big_sha, kBig, kBig, 0, kBig);
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  for (uint64_t i = 0; i < kBig / kChunk; ++i) {
+    for (size_t j = 0; j < chunk.size(); j += 4096) chunk[j] = static_cast<char>(i + j / 4096);
+    ASSERT_TRUE((*up)->Write(chunk).ok());
+  }
+  bool complete = false;
+  ASSERT_TRUE((*up)->Finish(&complete).ok());
+  EXPECT_TRUE(complete);
+  EXPECT_LT(peak_rss_kb() - before, 16 << 10) << "KiB more at the peak, for a 48 MiB block";
 }
 
 // Ranged uploads that clients start and abandon hold no descriptor of the agent's: only a stream that

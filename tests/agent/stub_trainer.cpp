@@ -7,7 +7,7 @@
 //   bulk_lines (print this many stdout lines at start; bulk_line_bytes pads each to that length),
 //   ignore_term, spawn_child,
 //   list_dir (a JSON pointer into the spec naming a folder: prints "entry <relative path> <content>" for
-//   each file in it)
+//   each file in it), print_env (variable names: prints "envvar NAME=value" or "envvar NAME unset")
 // At start it prints its distributed environment: "env RANK=.. WORLD_SIZE=.. LOCAL_RANK=..
 // LOCAL_WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.." and emits {"event":"start","rank":..,"world_size":..}.
 #include <signal.h>
@@ -123,6 +123,11 @@ int main(int argc, char** argv) {
   std::cout << "env RANK=" << env("RANK") << " WORLD_SIZE=" << env("WORLD_SIZE")
             << " LOCAL_RANK=" << env("LOCAL_RANK") << " LOCAL_WORLD_SIZE=" << env("LOCAL_WORLD_SIZE")
             << " MASTER_ADDR=" << env("MASTER_ADDR") << " MASTER_PORT=" << env("MASTER_PORT") << std::endl;
+  for (const auto& name : stub.value("print_env", nlohmann::json::array())) {
+    const char* v = std::getenv(name.get<std::string>().c_str());
+    std::cout << "envvar " << name.get<std::string>() << (v ? std::string("=") + v : std::string(" unset"))
+              << std::endl;
+  }
   if (stub.contains("list_dir")) {
     std::string dir = spec.value(nlohmann::json::json_pointer(stub["list_dir"].get<std::string>()), "");
     std::vector<std::string> lines;

@@ -16,13 +16,16 @@
 #include "common/source_id.h"
 #include "tests/ssh/sshd_fixture.h"
 #include "tests/util/command.h"
+#include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl::client {
 namespace {
 
 using sftctl::testing::RunShell;
+using sftctl::testing::StatusIs;
 using sftctl::testing::TempDir;
+using ::testing::HasSubstr;
 
 const std::string kScript = std::string(SFTCTL_SOURCE_DIR) + "/deploy/host/sftctl-host.sh";
 
@@ -126,6 +129,7 @@ class ScriptedHost : public HostShell {
   std::vector<std::string> polls;  // answered in turn; the last one repeats
   std::vector<std::string> commands;
   std::vector<size_t> input_sizes;
+  size_t max_polls = 10000;  // then polls fail: a client that polls without end is stopped there
 
   StatusOr<ssh::ExecResult> Run(const std::string& command, const std::string& input, int) override {
     commands.push_back(command);
@@ -135,17 +139,21 @@ class ScriptedHost : public HostShell {
     if (command.find(" probe") != std::string::npos) r.out = probe();
     if (command.find(" start-worker ") != std::string::npos) r.out = "WORKER started 4242\n";
     if (command.find(" poll ") != std::string::npos) {
+      if (next_poll_ >= max_polls) return UnavailableError("polled " + std::to_string(next_poll_) + " times");
       r.out = polls[std::min(next_poll_, polls.size() - 1)];
       ++next_poll_;
     }
     return r;
   }
   std::string Display() const override { return "root@gpu-box"; }
-  bool Ran(const std::string& part) const {
+  bool Ran(const std::string& part) const { return !Find(part).empty(); }
+  // The first command that contains `part`; "" when none does.
+  std::string Find(const std::string& part) const {
     for (const auto& c : commands)
-      if (c.find(part) != std::string::npos) return true;
-    return false;
+      if (c.find(part) != std::string::npos) return c;
+    return "";
   }
+  size_t poll_count() const { return next_poll_; }
 
  private:
   size_t next_poll_ = 0;
@@ -159,6 +167,7 @@ class BootstrapFlow : public ::testing::Test {
     sha_ = *Sha256File(share_.path() + "/sftctl-src.tar.gz");
     bo_.share_dir = share_.path();
     bo_.poll_s = 0.01;
+    bo_.sleep = [this](std::chrono::milliseconds) { ++pauses_; };
     bo_.out = &out_;
     opts_.host = "root@gpu-box";
   }
@@ -174,6 +183,7 @@ class BootstrapFlow : public ::testing::Test {
   ConnectOptions opts_;
   std::ostringstream out_;
   int smoke_runs_ = 0;
+  int pauses_ = 0;
 };
 
 TEST_F(BootstrapFlow, UpToDateHostIsLeftAlone) {
@@ -304,6 +314,148 @@ TEST_F(BootstrapFlow, AgentFlagsReachTheWorkerAndNothingElseCrossesTheShell) {
   EXPECT_EQ(r.status().message(),
             "agent flag 'rm -rf ~': only letters, digits and ._:=/-@+, may be passed to sftd on the host");
   EXPECT_TRUE(host2.commands.empty());
+}
+
+// A host whose poll claims log bytes it never sends is not polled in a busy loop: each such answer
+// is followed by a pause, and kMaxBadPolls of them in a row are a protocol error.
+TEST_F(BootstrapFlow, APollThatClaimsBytesItNeverSendsPausesThenFails) {
+  ScriptedHost host;
+  host.probe = [] { return "probe=1\n"; };
+  host.polls = {"STATUS running build-agent\nALIVE 1\nSIZE 100\n"};
+  auto r = Run(&host);
+  EXPECT_THAT(r,
+              StatusIs(StatusCode::kInternal,
+                       HasSubstr("root@gpu-box: the host's bootstrap poll breaks the protocol: it says the "
+                                 "log has 100 bytes but sends none past 0 (10 answers in a row)")));
+  EXPECT_EQ(host.poll_count(), static_cast<size_t>(kMaxBadPolls));
+  EXPECT_EQ(pauses_, kMaxBadPolls - 1);
+}
+
+TEST_F(BootstrapFlow, ALogThatShrinksIsAProtocolErrorAfterPauses) {
+  ScriptedHost host;
+  host.probe = [] { return "probe=1\n"; };
+  host.polls = {"STATUS running unpack\nALIVE 1\nSIZE 13\n== unpack: x\n",
+                "STATUS running unpack\nALIVE 1\nSIZE 5\n"};
+  auto r = Run(&host);
+  EXPECT_THAT(r,
+              StatusIs(StatusCode::kInternal,
+                       HasSubstr("the log went back to 5 bytes after 13 were read (10 answers in a row)")));
+  EXPECT_EQ(host.poll_count(), static_cast<size_t>(kMaxBadPolls) + 1);
+  EXPECT_EQ(pauses_, 1 + kMaxBadPolls - 1);  // after the first (caught up, running), then the bad ones
+}
+
+// While the log arrives in pieces the next piece is asked for at once; a pause only when nothing new
+// came, and a protocol hiccup short of the bound is forgiven.
+TEST_F(BootstrapFlow, PollsPauseOnlyWhenNoNewBytesArrived) {
+  ScriptedHost host;
+  const std::string id = SourceId();
+  int probes = 0;
+  host.probe = [&] { return "probe=1\ninstalled=" + std::string(++probes > 1 ? id : "") + "\n"; };
+  host.polls = {"STATUS running unpack\nALIVE 1\nSIZE 22\n== unpack: 1234\n",  // 16 of 22: ask again
+                "STATUS running unpack\nALIVE 1\nSIZE 22\n",                   // none: pause
+                "STATUS running unpack\nALIVE 1\nSIZE 22\n56789\n",            // the rest: caught up, pause
+                "STATUS done " + id + "\nALIVE 0\nSIZE 22\n"};
+  bo_.smoke = false;
+  auto r = Run(&host);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(host.poll_count(), 4u);
+  EXPECT_EQ(pauses_, 2);
+}
+
+// --agent-data-dir ~/x names a folder in the host's home, as for every other remote command: the
+// worker is given "$HOME"/'x', which the host's shell expands.
+TEST_F(BootstrapFlow, AHomeRelativeDataDirIsExpandedOnTheHost) {
+  ScriptedHost host;
+  const std::string id = SourceId();
+  int probes = 0;
+  host.probe = [&] { return "probe=1\ninstalled=" + std::string(++probes > 1 ? id : "") + "\n"; };
+  host.polls = {"STATUS done " + id + "\nALIVE 0\nSIZE 0\n"};
+  bo_.smoke = false;
+  opts_.agent_data_dir = "~/sftd data's";
+  ASSERT_TRUE(Run(&host).ok());
+  const std::string start = host.Find(" start-worker ");
+  ASSERT_NE(start, "");
+  EXPECT_NE(start.find(" --data-dir \"$HOME\"/'sftd data'\\''s'"), std::string::npos) << start;
+  // Through a shell, as the host runs it: the worker's --data-dir is the folder in HOME.
+  TempDir home("home");
+  const std::string args = start.substr(start.find(" start-worker ") + 14);
+  WriteFile(home.path() + "/args.sh", "printf '%s\\n' " + args + "\n");
+  const std::string argv = RunShell("HOME='" + home.path() + "' bash " + home.path() + "/args.sh").output;
+  EXPECT_NE(argv.find("\n--data-dir\n" + home.path() + "/sftd data's\n"), std::string::npos) << argv;
+}
+
+// systemd's unquoting of one ExecStart= value (systemd.syntax(7)): specifiers (%%), words, double
+// quotes with C escapes, then variables ($$). Anything the script must not produce fails the test.
+std::vector<std::string> SystemdArgs(const std::string& line) {
+  std::string text;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] != '%') {
+      text += line[i];
+    } else if (i + 1 < line.size() && line[i + 1] == '%') {
+      text += '%';
+      ++i;
+    } else {
+      ADD_FAILURE() << "a specifier systemd would expand in: " << line;
+    }
+  }
+  std::vector<std::string> words;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == ' ') {
+      ++i;
+      continue;
+    }
+    if (text[i] != '"') {
+      ADD_FAILURE() << "an unquoted word in: " << line;
+      return words;
+    }
+    std::string w;
+    for (++i; i < text.size() && text[i] != '"'; ++i) {
+      if (text[i] == '\\' && i + 1 < text.size()) ++i;  // \\ and \" (the only escapes expected)
+      w += text[i];
+    }
+    ++i;
+    std::string expanded;
+    for (size_t k = 0; k < w.size(); ++k) {
+      if (w[k] == '$' && k + 1 < w.size() && w[k + 1] == '$') {
+        ++k;
+      } else if (w[k] == '$') {
+        ADD_FAILURE() << "a variable systemd would expand in: " << line;
+      }
+      expanded += w[k];
+    }
+    words.push_back(expanded);
+  }
+  return words;
+}
+
+// The unit's ExecStart=: each argument quoted for systemd (a HOME with a space or a %, a data dir
+// with quotes, $ and \\), and a data dir "~/x" from an older client taken under HOME, not as "~".
+TEST(HostScript, ExecStartQuotesEveryArgumentForSystemd) {
+  TempDir base("exec");
+  const std::string home = base.path() + "/my h%me";
+  RunShell("mkdir -p '" + home + "'");
+  auto exec_start = [&](const std::string& args) {
+    return RunShell("HOME='" + home + "' XDG_CONFIG_HOME= bash " + kScript + " exec-start " + args);
+  };
+  auto r = exec_start(R"(--data-dir '~/d "q" $X\y' --agent-arg --stop-command --agent-arg 'a%b$c')");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_FALSE(r.output.empty());
+  EXPECT_EQ(r.output.back(), '\n');
+  EXPECT_EQ(SystemdArgs(r.output.substr(0, r.output.size() - 1)),
+            (std::vector<std::string>{home + "/.local/bin/sftd", "start", "--data-dir",
+                                      home + "/d \"q\" $X\\y", "--stop-command", "a%b$c"}));
+  for (const auto& [given, want] : std::vector<std::pair<std::string, std::string>>{
+           {"'~'", home}, {"rel/dir", home + "/rel/dir"}, {"/abs/dir", "/abs/dir"}}) {
+    r = exec_start("--data-dir " + given);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto words = SystemdArgs(r.output.substr(0, r.output.size() - 1));
+    ASSERT_EQ(words.size(), 4u) << r.output;
+    EXPECT_EQ(words[3], want) << given;
+  }
+  r = exec_start("--agent-arg $'line\\nbreak'");  // a unit file cannot carry it: no unit then
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.output, "");
 }
 
 TEST_F(BootstrapFlow, AMissingArchiveSaysWhereItWasLookedFor) {

@@ -136,10 +136,14 @@ TEST(RunLocal, EventsFdCarriesTheMetricRecords) {
               events[3].contains("epoch"));
 }
 
-TEST(RunLocal, NoLocalFlagExplainsItself) {
-  auto r = RunShell(Bin("sftctl") + " run");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("sftctl run --local"), std::string::npos) << r.output;
+// `run` trains here with or without --local (a newcomer types `sftctl run job.yaml`).
+TEST(RunLocal, RunWithoutLocalTrainsHere) {
+  const std::string dir = MakeTempDir("run-plain");
+  const std::string spec = WriteSpec(dir, "train: {max_steps: 1, batch_size: 2}\n");
+  auto r = RunShell(Bin("sftctl") + " run " + spec);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/runs/job/checkpoint-000001/DONE")) << r.output;
+  std::filesystem::remove_all(dir);
 }
 
 // The demo task, CI-sized: a fixed step budget (not a time limit) must reach >= 90%

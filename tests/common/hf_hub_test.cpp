@@ -371,6 +371,98 @@ TEST_F(HfHubTest, DiskErrorsNameThePathAndLinkNothing) {
   EXPECT_FALSE(fs::exists(cache_ + "/models--org--tiny/snapshots"));
 }
 
+// A CDN that sends more than the X-Linked-Size the Hub declared: the download stops at the declared
+// size (nothing past it is written, however long the answer) and keeps nothing.
+TEST_F(HfHubTest, ContentPastTheDeclaredSizeIsNeverWritten) {
+  config_["oversize"] = {{"model.safetensors", 4 << 20}};
+  StartHub();
+  uint64_t most = 0;
+  HubOptions o = Options();
+  o.progress = [&](const std::string& file, uint64_t done, uint64_t) {
+    if (file == "model.safetensors") most = std::max(most, done);
+  };
+  HubDownloader d(o);
+  auto snap = d.Download(*ParseHubRef("hf://org/tiny"));
+  EXPECT_THAT(snap, StatusIs(StatusCode::kDataLoss,
+                             HasSubstr("hf://org/tiny: 'model.safetensors': the content runs past the 300000 "
+                                       "bytes the Hub declared for it")));
+  EXPECT_LE(most, kWeights);
+  const std::string blobs = cache_ + "/models--org--tiny/blobs/";
+  EXPECT_FALSE(fs::exists(blobs + Sha256Hex(weights_)));
+  EXPECT_FALSE(fs::exists(blobs + Sha256Hex(weights_) + ".incomplete"));
+}
+
+// A chunked body overrides Content-Length for libcurl; the client still stops at the declared length.
+TEST_F(HfHubTest, HttpBodyStopsAtItsContentLengthEvenWhenChunked) {
+  config_["chunked_oversize"] = {{"model.safetensors", 8 << 20}};
+  StartHub();
+  HttpRequest req;
+  req.url = "http://127.0.0.1:" + std::to_string(hub_.cdn_port()) + "/cdn/" + Sha256Hex(weights_);
+  uint64_t received = 0;
+  auto r = CurlHttpClient()->Send(req, [&](std::string_view data) {
+    received += data.size();
+    return true;
+  });
+  EXPECT_THAT(
+      r, StatusIs(StatusCode::kDataLoss, HasSubstr("the body runs past 300000 bytes (its Content-Length)")));
+  EXPECT_EQ(received, kWeights);
+}
+
+// A collected body (no sink) stops at max_body_bytes; DATA_LOSS, and nothing past it is kept.
+TEST_F(HfHubTest, CollectedBodyStopsAtTheRequestsLimit) {
+  StartHub();
+  HttpRequest req;
+  req.url = "http://127.0.0.1:" + std::to_string(hub_.cdn_port()) + "/cdn/" + Sha256Hex(weights_);
+  req.max_body_bytes = 1000;
+  auto r = CurlHttpClient()->Send(req);
+  EXPECT_THAT(r, StatusIs(StatusCode::kDataLoss,
+                          HasSubstr("the body runs past 1000 bytes (the most this request accepts)")));
+  req.max_body_bytes = 0;
+  auto whole = CurlHttpClient()->Send(req);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->body, weights_);
+}
+
+// A redirect may only lead to http or https: not to a local file, whatever the Hub or CDN says.
+TEST_F(HfHubTest, RedirectsToOtherSchemesAreRefused) {
+  const std::string secret = tmp_.path() + "/secret.txt";
+  WriteWholeFile(secret, "the laptop's private file");
+  StartHub();
+  for (const std::string& to :
+       {"file://localhost" + secret, "FILE://localhost" + secret, std::string("ftp://127.0.0.1:9/x")}) {
+    HttpRequest req;
+    req.url = hub_.url() + "/bounce?to=" + UrlEncode(to, false);
+    auto r = CurlHttpClient()->Send(req);
+    EXPECT_THAT(r,
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr("only http:// and https:// are followed")))
+        << to;
+    if (r.ok()) {
+      EXPECT_EQ(r->body.find("private"), std::string::npos);
+    }
+  }
+  HttpRequest direct;
+  direct.url = "file://localhost" + secret;
+  EXPECT_THAT(CurlHttpClient()->Send(direct),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("not an http:// or https:// URL")));
+}
+
+// The Hub's answer for a file points at a local file: refused, and nothing of it reaches the cache.
+TEST_F(HfHubTest, AContentLocationOutsideHttpIsRefused) {
+  const std::string secret = tmp_.path() + "/secret.txt";
+  WriteWholeFile(secret, "the laptop's private file");
+  config_["redirect"] = {{"config.json", "file://localhost" + secret}};
+  StartHub();
+  EXPECT_THAT(Download("hf://org/tiny"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("hf://org/tiny: 'config.json': not an http:// or https:// URL")));
+  EXPECT_FALSE(fs::exists(cache_ + "/models--org--tiny/snapshots"));
+  for (const auto& e : fs::recursive_directory_iterator(cache_)) {
+    if (e.is_regular_file()) {
+      EXPECT_NE(ReadWholeFile(e.path().string()), "the laptop's private file") << e.path();
+    }
+  }
+}
+
 TEST(HubOptionsTest, EnvironmentNamesEndpointCacheAndToken) {
   TempDir tmp("hf-env");
   WriteWholeFile(tmp.path() + "/home/token", "hf_from_file\n");

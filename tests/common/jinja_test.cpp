@@ -3,15 +3,23 @@
 // trim_blocks, lstrip_blocks, loopcontrols, transformers' tojson), and the errors for what it
 // rejects. The expected strings of kCases are Python Jinja2 3.1's renderings of the same
 // templates and variables.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 
 #include "common/jinja_interpreter.h"
+#include "tests/util/status_matchers.h"
 
 namespace sftctl::jinja {
 namespace {
+
+using ::sftctl::testing::StatusIs;
+using ::testing::HasSubstr;
 
 Value RaiseException() {
   return Value::Function("raise_exception", [](const Args& a) -> Value {
@@ -277,6 +285,176 @@ TEST(JinjaErrors, Render) {
             "ERROR: t:1: the template ran more than 1000000 steps");
   EXPECT_EQ(R("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"),
             "ERROR: t:1: maximum recursion depth exceeded while getting the repr of an object");
+}
+
+// ---- Hostile templates: errors, never a hang, an exhausted memory or an abort (issue 26) -------
+
+// Renders `source` (labelled "t") with raise_exception and `globals`' entries.
+StatusOr<std::string> RenderStatus(const std::string& source, Value globals = Value::Dict()) {
+  SFT_ASSIGN_OR_RETURN(Template t, Template::Compile(source, "t"));
+  globals.dict().Set("raise_exception", RaiseException());
+  return t.Render(globals);
+}
+
+TEST(JinjaHostile, IntegerPowerIsExactAndCheap) {
+  // The old loop multiplied 10**18 times.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(
+      R("{{ 1 ** (10**18) }} {{ (-1) ** (10**18 + 1) }} {{ 0 ** (10**18) }} {{ 1 ** 9223372036854775807 }}"),
+      "1 -1 0 1");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_EQ(R("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 3 ** 39 }} {{ 2 ** -1 }} {{ 2.0 ** 3 }}"),
+            "4611686018427387904 -9223372036854775808 4052555153018976267 0.5 8.0");
+  EXPECT_THAT(
+      RenderStatus("{{ 2 ** 63 }}"),
+      StatusIs(StatusCode::kUnimplemented, "t:1: unsupported Jinja: integer result of ** beyond 64 bits"));
+  EXPECT_THAT(RenderStatus("{{ 3 ** (10**18) }}"),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("integer result of ** beyond 64 bits")));
+}
+
+TEST(JinjaHostile, IntegerOverflowIsAnError) {
+  // Signed overflow was undefined behaviour; INT64_MIN // -1 raised SIGFPE.
+  EXPECT_THAT(RenderStatus("{{ 9223372036854775807 + 1 }}"),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("integer result of + beyond 64 bits")));
+  EXPECT_THAT(RenderStatus("{{ -9223372036854775807 - 2 }}"),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("integer result of - beyond 64 bits")));
+  EXPECT_THAT(RenderStatus("{{ 4294967296 * 4294967296 }}"),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("integer result of * beyond 64 bits")));
+  EXPECT_THAT(RenderStatus("{{ (-9223372036854775807 - 1) // -1 }}"),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("integer result of // beyond 64 bits")));
+  EXPECT_THAT(RenderStatus("{{ -(-9223372036854775807 - 1) }}"),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("integer result of unary - beyond 64 bits")));
+  EXPECT_THAT(RenderStatus("{{ 1e300 | int }}"),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("integer result of int() beyond 64 bits")));
+  EXPECT_THAT(RenderStatus("{{ '%d' % 1e300 }}"),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("integer result of %d beyond 64 bits")));
+  // Python's results where 64 bits hold them.
+  EXPECT_EQ(R("{{ (-9223372036854775807 - 1) % -1 }} {{ 9223372036854775807 % -2 }} {{ 7 // -1 }} "
+              "{{ (-9223372036854775807 - 1) is divisibleby(-1) }} {{ 'nan' | float | int }}"),
+            "0 -1 -7 True 0");
+  EXPECT_EQ(R("{{ range(0, 9223372036854775807, 4611686018427387904) | list }} "
+              "{{ [1, 2, 3][2::9223372036854775807] }} {{ [1, 2, 3][::-9223372036854775807 - 1] }}"),
+            "[0, 4611686018427387904] [3] [3]");
+}
+
+TEST(JinjaHostile, StandardLibraryExceptionsAreTemplateErrors) {
+  // Each ended in an uncaught std::length_error, std::bad_alloc or std::out_of_range (SIGABRT).
+  EXPECT_EQ(R("{{ 'a\nb' | indent(-1) }}|{{ 'a\nb' | indent(-1, true) }}"), "a\nb|a\nb");  // " " * -1 is ""
+  EXPECT_THAT(RenderStatus("{{ 'a' | center(10**15) }}"),
+              StatusIs(StatusCode::kInvalidArgument, "t:1: the template built a string larger than 64 MiB"));
+  EXPECT_THAT(RenderStatus("{{ 'a' | indent(10**15) }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ [1] | tojson(indent=10**15) }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(
+      RenderStatus("{{ '{99999999999999999999}'.format() }}"),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("IndexError: Replacement index out of range")));
+  EXPECT_THAT(RenderStatus("{{ '%.99999f' % 1 }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("ValueError: precision too big")));
+  EXPECT_EQ(R("{{ 1e999 }} {{ -1e999 }} {{ 1e-400 }}"), "inf -inf 0.0");  // as Python's float literals
+
+  // Any other, from a function the caller passes in: an error naming the template and line.
+  Value globals = Value::Dict();
+  globals.dict().Set(
+      "at", Value::Function("at", [](const Args&) -> Value { throw std::out_of_range("vector::at"); }));
+  globals.dict().Set("alloc", Value::Function("alloc", [](const Args&) -> Value { throw std::bad_alloc(); }));
+  EXPECT_THAT(RenderStatus("a\n{{ at() }}", globals),
+              StatusIs(StatusCode::kInvalidArgument, "t:2: internal error: vector::at"));
+  EXPECT_THAT(RenderStatus("{% for x in [1] %}\n\n{{ alloc() }}{% endfor %}", globals),
+              StatusIs(StatusCode::kInvalidArgument, "t:3: MemoryError: std::bad_alloc"));
+}
+
+TEST(JinjaHostile, EveryValueIsWithinTheSizeOfOneString) {
+  // 26 doublings of 'ab' make 128 MiB: the old interpreter built it (and kept doubling).
+  EXPECT_THAT(
+      RenderStatus("{% set ns = namespace(s='ab') %}{% for i in range(26) %}{% set ns.s = ns.s + ns.s %}"
+                   "{% endfor %}{{ ns.s | length }}"),
+      StatusIs(StatusCode::kInvalidArgument, "t:1: the template built a string larger than 64 MiB"));
+  EXPECT_THAT(
+      RenderStatus("{% set ns = namespace(s='ab') %}{% for i in range(26) %}{% set ns.s = ns.s ~ ns.s %}"
+                   "{% endfor %}"),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ 'ab' * (2**40) }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ ([1, 2] * (2**40)) | length }}"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("the template built a list or dict of more than 1048576 items")));
+  EXPECT_THAT(RenderStatus("{{ ('ab' * 2**24) | replace('a', 'aaaa') | length }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ (['ab' * 2**24] * 3) | join('-') | length }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ '%s%s%s' % ('ab' * 2**24, 'ab' * 2**24, 'ab' * 2**24) }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ '{0}{0}{0}'.format('ab' * 2**24) }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ ('a\n' * 2**19) | indent(200) }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ ('<' * 2**25) | e }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ ('\\n' * 2**25) | tojson }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ ['\\n' * 2**25] }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+  EXPECT_THAT(RenderStatus("{{ (',' * 2**21).split(',') | length }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a list or dict of more than 1048576 items")));
+}
+
+TEST(JinjaHostile, CopiesShareTheirString) {
+  // [s] * 1048576 of a 60 MiB s passed the old repetition check (1 item <= 2**20 / 1048576) and
+  // copied s a million times (60 TiB). Copies share the string now; what would join them is bounded.
+  const std::string l = "{% set big = 'x' * (60 * 2**20) %}{% set l = [big] * 1048576 %}";
+  EXPECT_EQ(R(l + "{{ l | length }} {{ l[-1] | length }}"), "1048576 62914560");
+  EXPECT_THAT(RenderStatus(l + "{{ l | join }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("a string larger than 64 MiB")));
+}
+
+TEST(JinjaHostile, WorkDrawsFromTheBudget) {
+  // Each of these read 16 MiB a hundred thousand times (the old interpreter: minutes).
+  for (const char* loop :
+       {"{% if 'y' in big %}{% endif %}", "{{ big | length }}", "{{ big == big ~ '' }}",
+        "{{ big.startswith('y') }}", "{{ {}[big] is defined }}", "{% set x = big ~ 'y' %}"}) {
+    EXPECT_THAT(
+        RenderStatus(std::string("{% set big = 'x' * 2**24 %}{% for i in range(100000) %}") + loop +
+                     "{% endfor %}"),
+        StatusIs(StatusCode::kInvalidArgument, "t:1: the template processed more than 256 MiB of values"))
+        << loop;
+  }
+  EXPECT_THAT(RenderStatus("{{ range(100000) | unique | list | length }}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("more than 256 MiB of values")));
+  EXPECT_THAT(RenderStatus("{% set l = [0] * 1000000 %}{% for i in range(100000) %}{{ l | list | length }}"
+                           "{% endfor %}"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("more than 256 MiB of values")));
+}
+
+TEST(JinjaHostile, SearchesAreLinear) {
+  // std::string::find compares the needle at every position: 4 MiB x 64 KiB here.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(R("{% set h = 'a' * 2**22 %}{% set n = 'a' * 2**16 ~ 'b' %}{{ n in h }} {{ h.find(n) }} "
+              "{{ h.rfind(n) }} {{ h.count(n) }} {{ (h ~ n ~ h).find(n) }} {{ (h ~ n ~ h).rfind(n) }} "
+              "{{ h.split(n) | length }} {{ (h ~ n).rsplit(n) | length }}"),
+            "False -1 -1 0 4194304 4194304 1 2");
+  EXPECT_EQ(R("{{ ('a' * 2**20) | trim('b' * 2**20 ~ 'a') }}|{{ ('xay' * 3).replace('a', '') }}"), "|xyxyxy");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(
+      R("{{ 'abcabc'.find('c') }} {{ 'abcabc'.rfind('c') }} {{ 'abcabc'.rfind('') }} {{ 'aaa'.count('aa') }} "
+        "{{ 'a,b,,c'.rsplit(',', 1) }} {{ 'abcdefghijabcdefghijk'.find('abcdefghijk') }} "
+        "{{ 'xabcdefghijkabcdefghij'.rfind('abcdefghij') }}"),
+      "2 5 6 1 ['a,b,', 'c'] 10 12");
+}
+
+TEST(JinjaHostile, NestingIsBounded) {
+  // 100000 nested lists overflowed the stack in tojson (SIGSEGV) and in their destructor.
+  EXPECT_THAT(RenderStatus("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}"
+                           "{% endfor %}{{ ns.l | tojson }}"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "t:1: the template nested lists or dicts more than 100 levels deep"));
+  EXPECT_THAT(
+      RenderStatus("{% set ns = namespace(d={}) %}{% for i in range(1000) %}{% set ns.d = {'a': ns.d} %}"
+                   "{% endfor %}"),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("more than 100 levels deep")));
+  EXPECT_EQ(R("{% set ns = namespace(l=[]) %}{% for i in range(99) %}{% set ns.l = [ns.l] %}{% endfor %}"
+              "{{ ns.l | tojson | length }}"),
+            "200");
 }
 
 TEST(JinjaValue, PythonFloatRepr) {

@@ -58,9 +58,10 @@ int WaitExit(pid_t pid) {
   return status;
 }
 
-TEST(RankEnvironmentTest, ReplacesTheRankVariablesAndKeepsTheRest) {
-  const char* inherited[] = {"PATH=/bin", "RANK=7", "MASTER_PORT=1", "RANKING=keep", "CUDA_VISIBLE_DEVICES=3",
-                             nullptr};
+// The rest passes through the allowlist of common/process_util.h: NCCL_ tuning does, a secret does not.
+TEST(RankEnvironmentTest, ReplacesTheRankVariablesAndKeepsTheAllowedRest) {
+  const char* inherited[] = {"PATH=/bin",       "RANK=7",          "MASTER_PORT=1",          "RANKING=drop",
+                             "NCCL_DEBUG=INFO", "HF_TOKEN=secret", "CUDA_VISIBLE_DEVICES=3", nullptr};
   RankEnv env;
   env.rank = 2;
   env.world_size = 4;
@@ -69,7 +70,7 @@ TEST(RankEnvironmentTest, ReplacesTheRankVariablesAndKeepsTheRest) {
   env.master_addr = "10.0.0.1";
   env.master_port = 29501;
   EXPECT_THAT(RankEnvironment(env, inherited),
-              UnorderedElementsAre("PATH=/bin", "RANKING=keep", "CUDA_VISIBLE_DEVICES=3", "RANK=2",
+              UnorderedElementsAre("PATH=/bin", "NCCL_DEBUG=INFO", "CUDA_VISIBLE_DEVICES=3", "RANK=2",
                                    "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
                                    "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29501"));
   env.cuda_visible_devices = "";  // assigned: no GPU

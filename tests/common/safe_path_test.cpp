@@ -7,12 +7,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl {
 namespace {
 
 namespace fs = std::filesystem;
+using ::sftctl::testing::StatusIs;
+using ::testing::HasSubstr;
 
 TEST(SafePath, AcceptsPlainRelativePaths) {
   EXPECT_TRUE(CheckRelativePath("metrics.jsonl").ok());
@@ -42,6 +45,33 @@ TEST(SafePath, RefusesEscapesNamingTheReason) {
     EXPECT_NE(s.message().find(c.why), std::string::npos) << s.message();
     EXPECT_EQ(s.message().find('\x1b'), std::string::npos) << "the error itself must be printable";
   }
+}
+
+TEST(SafePath, RefusesC1AndBidiControlsInAnyComponent) {
+  struct Case {
+    std::string path, shown;
+  } cases[] = {
+      {"checkpoint-1/\xc2\x9b"
+       "2Jmodel.safetensors",
+       "checkpoint-1/\\u009b2Jmodel.safetensors"},              // 8-bit CSI
+      {"invoice\xe2\x80\xaegpj.exe", "invoice\\u202egpj.exe"},  // RLO
+      {"\xe2\x81\xa6x/y", "\\u2066x/y"},                        // LRI
+      {"a/b\xe2\x80\x8f", "a/b\\u200f"},                        // RLM
+      {"\xd8\xb9\xd8\x9c/c", "\xd8\xb9\\u061c/c"},              // ALM
+      {"\xc2\x80", "\\u0080"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_THAT(CheckRelativePath(c.path),
+                StatusIs(StatusCode::kInvalidArgument,
+                         HasSubstr("unsafe path '" + c.shown + "': holds a C1 or bidirectional control")));
+    EXPECT_THAT(PathBeneath("/tmp", c.path), StatusIs(StatusCode::kInvalidArgument, HasSubstr(c.shown)));
+  }
+  // Other non-ASCII names are names.
+  EXPECT_TRUE(
+      CheckRelativePath("caf\xc3\xa9/\xd8\xb9\xd8\xb1\xd8\xa8\xd9\x8a/\xe4\xb8\xad\xe6\x96\x87.txt").ok());
+  EXPECT_TRUE(CheckRelativePath("a\xc2\xa0"
+                                "b")
+                  .ok());  // NO-BREAK SPACE, just past the C1 range
 }
 
 class SafePathDisk : public ::testing::Test {

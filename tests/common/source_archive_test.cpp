@@ -1,12 +1,17 @@
 // cmake/source_archive.cmake and common/source_id.h: the archive `sftctl bootstrap` uploads holds
 // exactly the listed source files plus SOURCES and SOURCE_ID; the id is the same whether computed
 // from git's file list (this checkout), from the unpacked archive's SOURCE_ID, or from a plain copy
-// of those files without git (the glob fallback); and the binaries of this build report it.
+// of those files without git (the glob fallback); and the binaries of this build report it. Only
+// what a host's build reads is packed: the tracked files of CMakeLists.txt, CMakePresets.json and
+// the source folders, never an untracked file (a planted .env) or one outside them (docs/, bench/).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "common/source_id.h"
 #include "tests/util/command.h"
@@ -31,6 +36,18 @@ std::string Read(const std::string& path) {
   return ss.str();
 }
 
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+void Write(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
 std::string RunScript(const std::string& src, const std::string& out) {
   auto r = RunCommand({"cmake", "-DSRC=" + src, "-DOUT=" + out, "-P", kScript});
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -52,6 +69,12 @@ TEST(SourceArchive, TheIdIsTheSameFromGitTheArchiveAndAPlainCopy) {
   EXPECT_NE(listed.find("CMakeLists.txt\n"), std::string::npos);
   EXPECT_NE(listed.find("deploy/host/sftctl-host.sh\n"), std::string::npos);
   EXPECT_EQ(listed.find("build/"), std::string::npos);
+  // Only what a host's build reads: not the docs, the benchmarks, the tests, the README or a dotfile.
+  for (const std::string& line : Lines(listed)) {
+    EXPECT_TRUE(line.rfind("docs/", 0) != 0 && line.rfind("bench/", 0) != 0 && line.rfind("tests/", 0) != 0 &&
+                line != "README.md" && line[0] != '.' && line.find("/.") == std::string::npos)
+        << line;
+  }
 
   // The unpacked archive (a GPU host's ~/.local/share/sftctl/src): its SOURCE_ID as it is.
   EXPECT_EQ(RunScript(unpacked, tmp.path() + "/from-archive"), id);
@@ -60,8 +83,71 @@ TEST(SourceArchive, TheIdIsTheSameFromGitTheArchiveAndAPlainCopy) {
   fs::remove(unpacked + "/SOURCE_ID");
   EXPECT_EQ(RunScript(unpacked, tmp.path() + "/from-copy"), id);
   // One byte more in one file: another id.
-  std::ofstream(unpacked + "/README.md", std::ios::app) << " ";
+  std::ofstream(unpacked + "/CMakeLists.txt", std::ios::app) << " ";
   EXPECT_NE(RunScript(unpacked, tmp.path() + "/changed"), id);
+}
+
+// The files of the archive `out`/sftctl-src.tar.gz, sorted (SOURCES and SOURCE_ID included).
+std::vector<std::string> ArchiveEntries(const std::string& out) {
+  auto tar = RunCommand({"tar", "-tzf", out + "/sftctl-src.tar.gz"});
+  EXPECT_EQ(tar.exit_code, 0) << tar.output;
+  std::vector<std::string> entries;
+  for (const std::string& e : Lines(tar.output))
+    if (!e.empty() && e.back() != '/') entries.push_back(e);
+  std::sort(entries.begin(), entries.end());
+  return entries;
+}
+
+// A checkout holding, besides its tracked sources, what must never reach a GPU host: an untracked
+// .env (also in a source folder), an untracked file and tracked ones outside the source folders.
+TEST(SourceArchive, PacksOnlyTheTrackedFilesOfTheSourceFolders) {
+  TempDir tmp("source-archive-planted");
+  const std::string src = tmp.path() + "/src";
+  const std::set<std::string> tracked_sources = {"CMakeLists.txt",
+                                                 "CMakePresets.json",
+                                                 "agent/sftd.cpp",
+                                                 "client/main.cpp",
+                                                 "cmake/x.cmake",
+                                                 "common/a.cpp",
+                                                 "deploy/host/sftctl-host.sh",
+                                                 "proto/sftctl/v1/agent.proto",
+                                                 "trainer/t.cpp"};
+  for (const auto& f : tracked_sources) Write(src + "/" + f, f + "\n");
+  for (const char* f :
+       {"README.md", "docs/x.md", "bench/b.cpp", ".ci/run", "cmake/.hidden", "tests/CMakeLists.txt"})
+    Write(src + "/" + f, "tracked, not built\n");
+  auto git = RunShell("cd '" + src + "' && git init -q && git add -A");
+  ASSERT_EQ(git.exit_code, 0) << git.output;
+  const char* planted[] = {".env",           "common/.env",
+                           "notes.txt",      "docs/draft.md",
+                           "common/new.cpp", "tests/util/__pycache__/fake_hub.cpython-311.pyc"};
+  for (const char* f : planted) Write(src + "/" + f, "SECRET_TOKEN=hf_abc\n");
+
+  // From git: the tracked source files only; the untracked new source is named, not packed.
+  auto r = RunCommand({"cmake", "-DSRC=" + src, "-DOUT=" + tmp.path() + "/git", "-P", kScript});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not packed, as git does not track them (git add): common/new.cpp"),
+            std::string::npos)
+      << r.output;
+  std::vector<std::string> want(tracked_sources.begin(), tracked_sources.end());
+  want.push_back("SOURCES");
+  want.push_back("SOURCE_ID");
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(ArchiveEntries(tmp.path() + "/git"), want);
+  const std::string git_id = Read(tmp.path() + "/git/SOURCE_ID");
+
+  // Without git: the files beneath the source folders (so common/new.cpp), still no dotfile, no
+  // file outside them and no Python cache.
+  fs::remove_all(src + "/.git");
+  EXPECT_NE(RunScript(src, tmp.path() + "/copy"), git_id);
+  want.push_back("common/new.cpp");
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(ArchiveEntries(tmp.path() + "/copy"), want);
+  // The id follows the packed files only: a change outside them leaves it as it is.
+  fs::remove(src + "/common/new.cpp");
+  Write(src + "/docs/x.md", "changed\n");
+  Write(src + "/.env", "SECRET_TOKEN=other\n");
+  EXPECT_EQ(RunScript(src, tmp.path() + "/copy-again"), git_id);
 }
 
 TEST(SourceArchive, BinariesPrintTheShortId) {

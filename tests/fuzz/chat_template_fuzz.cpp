@@ -11,7 +11,11 @@
 // Properties checked: the segments of Render concatenate to RenderText (an interpreted template
 // may render and yet fail to split into turns: an error, never wrong segments); segments are
 // never empty; only assistant turns are trained; with a built-in renderer each assistant turn
-// has a trained segment that ends with the end-of-turn token.
+// has a trained segment that ends with the end-of-turn token. A template is attacker data: the
+// hostile_* seeds (and chat_template.dict, for -dict=) hold the shapes of issue 26 (integer
+// power and overflow, negative and huge widths, strings doubled or repeated past the size of
+// one value, deep nesting, long-needle searches, huge format indices), which must render or end in an
+// error Status, within the interpreter's budget: never a hang, an abort or a sanitizer report.
 #include <nlohmann/json.hpp>
 
 #include "common/chat_template.h"

@@ -125,6 +125,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool top = rel.find('/') == std::string::npos;
     FUZZ_CHECK(top || rel.rfind("checkpoint-", 0) == 0,
                "a planned file outside run/ and its checkpoints: " + Escaped(rel));
+    FUZZ_CHECK(rel != client::kPullStateFile, "the listing planned to write the pull state");
+    FUZZ_CHECK(top || rel.substr(0, rel.find('/')) == plan->checkpoint_dir,
+               "a planned checkpoint file outside the plan's one folder: " + Escaped(rel));
     const bool marker = client::IsCompletionMarker(it.remote_path);
     FUZZ_CHECK(marker || !seen_marker, "a completion marker before other files");
     seen_marker |= marker;

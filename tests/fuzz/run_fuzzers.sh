@@ -71,7 +71,10 @@ for t in "${targets[@]}"; do
     continue
   fi
   # -max_total_time bounds the run; -timeout flags one slow input; -rss_limit_mb a memory blow-up.
-  "$bin" -max_total_time="$seconds" -timeout="$timeout_s" -rss_limit_mb=2048 -print_final_stats=1 \
+  # A target's dictionary (tests/fuzz/<name>.dict), where it has one.
+  dict=()
+  [ -f "$here/$t.dict" ] && dict=(-dict="$here/$t.dict")
+  "$bin" "${dict[@]}" -max_total_time="$seconds" -timeout="$timeout_s" -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$work/artifacts/" "$work/corpus" >"$log" 2>&1
   rc=$?
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"

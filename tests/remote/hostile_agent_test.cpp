@@ -13,9 +13,11 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "client/agent_session.h"
+#include "client/checkpoint_sync.h"
 #include "client/job_registry.h"
 #include "client/log_follower.h"
 #include "client/pull_plan.h"
@@ -23,12 +25,15 @@
 #include "common/sha256.h"
 #include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
+#include "tests/util/status_matchers.h"
 
 namespace sftctl::remotetest {
 namespace {
 
 namespace v1 = ::sftctl::v1;
 namespace fs = std::filesystem;
+using ::sftctl::testing::StatusIs;
+using ::testing::HasSubstr;
 
 // Serves `files` (job-relative path -> bytes) whole, in one chunk each.
 class MapAgent final : public v1::Agent::Service {
@@ -191,7 +196,7 @@ TEST_F(PullPlanTest, LogsNeverPrintTheAgentsControlSequencesRaw) {
 
 TEST(HostileJobId, OnlyNamesThatCanBeAFolderAreAccepted) {
   EXPECT_TRUE(client::CheckJobId("job-12").ok());
-  EXPECT_TRUE(client::CheckJobId("job_1.retry").ok());
+  EXPECT_FALSE(client::CheckJobId("job_1.retry").ok());  // job-<digits> only
   for (const std::string& bad :
        std::vector<std::string>{"", ".", "..", "../../home/u", "job/1", "job\x1b[2J", std::string(65, 'a')}) {
     Status s = client::CheckJobId(bad);
@@ -227,9 +232,10 @@ TEST(RegistryTrust, AcceptNewHostKeyIsNeverRecorded) {
   EXPECT_FALSE(back->nodes[0].ToConnectOptions().accept_new_host_key);
 }
 
-// pull --follow --keep: what it removes locally. A link named like a checkpoint is never followed
-// or removed; only checkpoint-<digits> folders older than the newest complete one go.
-TEST(KeepNewestCheckpoints, RemovesOnlyOlderCheckpointFoldersAndNeverFollowsALink) {
+// pull --follow --keep: what it removes locally. Only folders this tool pulled (recorded in the pull
+// state before anything lands in them) are ever removed, ordered by the step the agent listed; a
+// folder the user put there, a link named like a checkpoint and every other entry stay.
+TEST(KeepNewestCheckpoints, RemovesOnlyOlderPulledFoldersAndNeverFollowsALink) {
   TempDir tmp;
   const std::string dir = tmp.path() + "/out", outside = tmp.path() + "/outside";
   auto make = [](const std::string& folder, bool done) {
@@ -237,30 +243,141 @@ TEST(KeepNewestCheckpoints, RemovesOnlyOlderCheckpointFoldersAndNeverFollowsALin
     WriteFile(folder + "/model.safetensors", "w");
     if (done) WriteFile(folder + "/DONE", "");
   };
-  make(dir + "/checkpoint-000002", true);
-  make(dir + "/checkpoint-000004", false);  // a partial download the host rotated away
-  make(dir + "/checkpoint-000006", true);
-  make(dir + "/checkpoint-000008", true);
-  make(dir + "/checkpoint-000010", false);  // newer than every complete one: in progress
-  make(dir + "/checkpoint-x", true);
+  make(dir + "/checkpoint-000001", true);  // the user's, there before any pull
   make(outside, true);
-  fs::create_directory_symlink(outside, dir + "/checkpoint-000001");
-  WriteFile(dir + "/metrics.jsonl", "{}\n");
+  fs::create_directory_symlink(outside, dir + "/checkpoint-000003");
+  auto pulled = [&](const std::string& name, int64_t step, bool done) {
+    auto recorded = client::RecordPulledCheckpoint(dir, name, step);
+    ASSERT_TRUE(recorded.ok() && *recorded) << name << " " << recorded.status().ToString();
+    make(dir + "/" + name, done);
+  };
+  pulled("checkpoint-000002", 2, true);
+  pulled("checkpoint-000004", 4, false);  // a partial download the host rotated away
+  pulled("checkpoint-000006", 6, true);
+  pulled("checkpoint-000008", 8, true);
+  pulled("checkpoint-000010", 10, false);  // newer than every complete one: in progress
+  // What was there before a pull is never recorded: the user's folder, a link, a path outside.
+  for (const char* name : {"checkpoint-000001", "checkpoint-000003", "../outside", "metrics.jsonl"}) {
+    if (std::string(name) == "metrics.jsonl") WriteFile(dir + "/metrics.jsonl", "{}\n");
+    auto recorded = client::RecordPulledCheckpoint(dir, name, 99);
+    ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
+    EXPECT_FALSE(*recorded) << name;
+  }
 
   auto removed = client::KeepNewestCheckpoints(dir, 2);
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();
   EXPECT_EQ(*removed, 2);
   for (const char* gone : {"checkpoint-000002", "checkpoint-000004"})
     EXPECT_FALSE(fs::exists(dir + "/" + gone));
-  for (const char* kept : {"checkpoint-000006", "checkpoint-000008", "checkpoint-000010", "checkpoint-x",
-                           "checkpoint-000001", "metrics.jsonl"})
+  for (const char* kept : {"checkpoint-000001", "checkpoint-000003", "checkpoint-000006", "checkpoint-000008",
+                           "checkpoint-000010", "metrics.jsonl"})
     EXPECT_NE(fs::symlink_status(dir + "/" + kept).type(), fs::file_type::not_found) << kept;
-  EXPECT_TRUE(fs::is_symlink(dir + "/checkpoint-000001"));
+  EXPECT_TRUE(fs::is_symlink(dir + "/checkpoint-000003"));
   EXPECT_TRUE(fs::exists(outside + "/DONE"));
   EXPECT_TRUE(fs::exists(outside + "/model.safetensors"));
   EXPECT_EQ(*client::KeepNewestCheckpoints(dir, 1), 1);  // now checkpoint-000006
   EXPECT_FALSE(fs::exists(dir + "/checkpoint-000006"));
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-000008/DONE"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-000001/DONE"));
+}
+
+// The listing may not write the pull state, nor spread one step over two folders.
+TEST(KeepNewestCheckpoints, TheListingCannotWriteThePullState) {
+  TempDir tmp;
+  std::map<std::string, std::string> files = {{"run/checkpoint-000001/DONE", "x"},
+                                              {std::string("run/") + client::kPullStateFile, "{}"}};
+  auto plan = client::PlanPull(Listing(files, 1), -1, tmp.path(), "gpu/job-1");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->items.size(), 1u);
+  EXPECT_EQ(plan->items[0].remote_path, "run/checkpoint-000001/DONE");
+  files = {{"run/checkpoint-000001/DONE", "x"}, {"run/checkpoint-000002/model.safetensors", "w"}};
+  EXPECT_THAT(client::PlanPull(Listing(files, 1), -1, tmp.path(), "gpu/job-1"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("gpu/job-1 lists step 1 in two folders ('checkpoint-000001' and "
+                                 "'checkpoint-000002')")));
+}
+
+// Lists `listings` in turn (the last one repeats) and serves `files`; the job runs until the last
+// listing has been asked for.
+class FollowAgent final : public v1::Agent::Service {
+ public:
+  std::vector<v1::ListArtifactsResponse> listings;
+  std::map<std::string, std::string> files;
+
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* job) override {
+    std::lock_guard<std::mutex> l(mu_);
+    job->set_id(req->job_id());
+    job->set_state(listed_ + 1 >= listings.size() ? v1::SUCCEEDED : v1::RUNNING);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListArtifacts(grpc::ServerContext*, const v1::ListArtifactsRequest*,
+                             v1::ListArtifactsResponse* resp) override {
+    std::lock_guard<std::mutex> l(mu_);
+    *resp = listings[std::min(listed_, listings.size() - 1)];
+    ++listed_;
+    return grpc::Status::OK;
+  }
+  grpc::Status PullArtifact(grpc::ServerContext*, const v1::PullArtifactRequest* req,
+                            grpc::ServerWriter<v1::ArtifactChunk>* w) override {
+    auto it = files.find(req->path());
+    if (it == files.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, req->path());
+    v1::ArtifactChunk c;
+    c.set_offset(req->offset());
+    c.set_total_size(it->second.size());
+    c.set_sha256(Sha256Hex(it->second));
+    c.set_data(it->second.substr(req->offset()));
+    w->Write(c);
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::mutex mu_;
+  size_t listed_ = 0;
+};
+
+// A hostile agent names the folder of its step 3 "checkpoint-999999999". `pull --follow --keep 1`
+// orders by the listed step: the user's own checkpoints in the folder are never touched, and the
+// later step 4 is kept over the folder with the larger name.
+TEST(KeepNewestCheckpoints, FollowKeepTrustsTheListedStepAndSparesTheUsersFolders) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/out";
+  for (const char* mine : {"checkpoint-000001", "checkpoint-000002"}) {
+    WriteFile(dir + "/" + mine + "/model.safetensors", "mine");
+    WriteFile(dir + "/" + mine + "/DONE", "");
+  }
+  FollowAgent agent;
+  std::map<std::string, std::string> big = {{"run/checkpoint-999999999/DONE", "x"},
+                                            {"run/checkpoint-999999999/model.safetensors", "three"}};
+  std::map<std::string, std::string> four = {{"run/checkpoint-000004/DONE", "x"},
+                                             {"run/checkpoint-000004/model.safetensors", "four"}};
+  agent.listings = {Listing(big, 3), Listing(four, 4)};
+  agent.files = big;
+  agent.files.insert(four.begin(), four.end());
+  grpc::ServerBuilder b;
+  b.RegisterService(&agent);
+  auto server = b.BuildAndStart();
+  ASSERT_TRUE(server);
+  auto rc = InProcessReconnector(server.get(), 2);
+  client::JobRecord rec;
+  rec.host = "gpu";
+  rec.id = "job-1";
+  client::NodeRecord node;
+  node.id = "job-1";
+  client::SyncOptions o;
+  o.dir = dir;
+  o.interval_s = 0.01;
+  o.keep = 1;
+  o.json = true;
+  std::ostringstream captured;
+  std::streambuf* old = std::cout.rdbuf(captured.rdbuf());
+  const int code = client::SyncCheckpoints(o, rec, node, rc.get());
+  std::cout.rdbuf(old);
+  server->Shutdown();
+  EXPECT_EQ(code, 0) << captured.str();
+  for (const char* mine : {"checkpoint-000001", "checkpoint-000002"})
+    EXPECT_EQ(ReadFile(dir + "/" + mine + "/model.safetensors"), "mine") << mine;
+  EXPECT_EQ(ReadFile(dir + "/checkpoint-000004/model.safetensors"), "four");
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint-999999999"));
 }
 
 TEST(PullPlanMarkers, OnlyDoneMarksAFolderComplete) {

@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/statvfs.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -15,9 +16,11 @@
 #include <set>
 
 #include "client/agent_session.h"
+#include "client/puller.h"
 #include "common/sha256.h"
 #include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
+#include "tests/util/status_matchers.h"
 
 namespace sftctl::remotetest {
 namespace {
@@ -25,6 +28,9 @@ namespace {
 namespace v1 = ::sftctl::v1;
 using client::AgentSession;
 using client::Reconnector;
+using ::sftctl::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kBlock = 64 << 10;
 
@@ -35,8 +41,10 @@ class RangeAgent final : public v1::Agent::Service {
   uint64_t change_at = 0;
   uint64_t drop_at = std::numeric_limits<uint64_t>::max();      // the first stream through it fails there
   uint64_t refuse_from = std::numeric_limits<uint64_t>::max();  // ranges from here: FAILED_PRECONDITION
-  bool honor_length = true;   // false: an agent from before ranges streams to the end
-  int hold_until_active = 0;  // > 0: a stream waits (up to 10 s) until this many are being served
+  bool honor_length = true;     // false: an agent from before ranges streams to the end
+  uint64_t overrun = 0;         // a stream to the end goes on this many bytes past it (a hostile agent)
+  uint64_t declared_total = 0;  // > 0: the total size the first chunk declares instead of the file's
+  int hold_until_active = 0;    // > 0: a stream waits (up to 10 s) until this many are being served
 
   std::condition_variable cv;
   int active = 0, max_active = 0;
@@ -67,7 +75,8 @@ class RangeAgent final : public v1::Agent::Service {
         --a->active;
       }
     } leave{this};
-    const std::string& f = !changed.empty() && req->offset() >= change_at ? changed : file;
+    const std::string& base = !changed.empty() && req->offset() >= change_at ? changed : file;
+    const std::string f = overrun > 0 ? base + std::string(overrun, 'z') : base;
     uint64_t end = f.size();
     if (honor_length && req->length() > 0) end = std::min<uint64_t>(end, req->offset() + req->length());
     uint64_t off = req->offset();
@@ -76,8 +85,8 @@ class RangeAgent final : public v1::Agent::Service {
       v1::ArtifactChunk c;
       c.set_offset(off);
       if (first) {
-        c.set_total_size(f.size());
-        c.set_sha256(Sha256Hex(f));
+        c.set_total_size(declared_total > 0 ? declared_total : base.size());
+        c.set_sha256(Sha256Hex(base));
         first = false;
       }
       const uint64_t n = std::min<uint64_t>(4096, end - off);
@@ -279,6 +288,63 @@ TEST_F(RangePull, ADamagedResumedBlockFailsVerificationAndRemovesThePart) {
   EXPECT_TRUE(r.digest_mismatch);
   EXPECT_FALSE(std::filesystem::exists(part_));
   EXPECT_FALSE(std::filesystem::exists(part_ + ".ranges"));
+}
+
+// A listing of an absurd size (2^60 bytes) is refused before anything is allocated for its blocks or
+// written, with an error naming the file; so is one larger than the destination's free space.
+TEST_F(RangePull, ASizeBeyondTheCapOrTheFreeSpaceIsRefusedFirst) {
+  client::RangePullResult r;
+  auto rc = MakeReconnector();
+  Status s = client::PullRanges(rc.get(), "job-1", "run/model.bin", 1ull << 60, sha_, part_, {}, nullptr, &r);
+  EXPECT_THAT(s, StatusIs(StatusCode::kResourceExhausted,
+                          HasSubstr("'run/model.bin' is listed at 1152921504606846976 bytes, more than "
+                                    "sftctl pulls (4 TiB); nothing was fetched")));
+  struct statvfs vfs;
+  ASSERT_EQ(::statvfs(tmp_.path().c_str(), &vfs), 0);
+  const uint64_t free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (free + (1ull << 30) <= client::kMaxPullBytes) {
+    s = client::PullRanges(rc.get(), "job-1", "run/model.bin", free + (1ull << 30), sha_, part_, {}, nullptr,
+                           &r);
+    EXPECT_THAT(s, StatusIs(StatusCode::kResourceExhausted, AllOf(HasSubstr("'run/model.bin' needs"),
+                                                                  HasSubstr("are free in " + tmp_.path()))));
+  }
+  // The one-stream path checks the listing too (a file listed without a sha256).
+  client::PullStats stats;
+  client::PullItem item{"run/metrics.jsonl", tmp_.path() + "/metrics.jsonl", 1ull << 60, ""};
+  EXPECT_THAT(client::PullFile(rc.get(), "job-1", item, false, nullptr, &stats),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("'run/metrics.jsonl' is listed at")));
+  EXPECT_TRUE(agent_.Requests().empty());
+  EXPECT_TRUE(std::filesystem::is_empty(tmp_.path()));
+}
+
+// An agent that streams past the size it listed (or declared in the stream) is stopped there: DATA_LOSS,
+// nothing past it written, and nothing of the stream kept.
+TEST_F(RangePull, AStreamPastTheDeclaredSizeIsCutThere) {
+  agent_.overrun = 8 << 20;
+  for (const std::string& sha : {sha_, std::string()}) {  // verified listing; a growing file (--follow)
+    client::PullStats stats;
+    client::PullItem item{"run/metrics.jsonl", tmp_.path() + "/metrics.jsonl", agent_.file.size(), sha};
+    auto rc = MakeReconnector();
+    EXPECT_THAT(
+        client::PullFile(rc.get(), "job-1", item, false, nullptr, &stats),
+        StatusIs(StatusCode::kDataLoss,
+                 HasSubstr("fake sent more of 'run/metrics.jsonl' than the 1000000 bytes it declared")))
+        << "sha256 '" << sha << "'";
+    EXPECT_LE(stats.bytes_fetched, agent_.file.size());
+    EXPECT_TRUE(std::filesystem::is_empty(tmp_.path()));
+  }
+}
+
+// A growing file (no listed sha256) whose stream declares 2^60 bytes: refused like such a listing.
+TEST_F(RangePull, AStreamDeclaringAnAbsurdSizeIsRefused) {
+  agent_.declared_total = 1ull << 60;
+  client::PullStats stats;
+  client::PullItem item{"run/metrics.jsonl", tmp_.path() + "/metrics.jsonl", agent_.file.size(), ""};
+  auto rc = MakeReconnector();
+  EXPECT_THAT(client::PullFile(rc.get(), "job-1", item, false, nullptr, &stats),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("'run/metrics.jsonl' is listed at")));
+  EXPECT_EQ(stats.bytes_fetched, 0u);
+  EXPECT_FALSE(std::filesystem::exists(item.local_path));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "tests/remote/remote_test_util.h"
 #include "tests/ssh/sshd_fixture.h"
+#include "tests/util/fake_hub.h"
 
 namespace sftctl::remotetest {
 namespace {
@@ -173,6 +174,62 @@ TEST_F(RemoteSsh, PullFollowCarriesOnAcrossAnAgentRestart) {
   const std::string after = ReadFile(sftd_calls_).substr(calls_before);
   EXPECT_NE(after.find("status --with-token\n"), std::string::npos) << after << follow.All();
   EXPECT_NE(after.find("start\n"), std::string::npos) << after << follow.All();
+}
+
+// The laptop's Hugging Face token goes to a host only when the user asks (--forward-hf-token), and
+// stderr says which host gets it. Without the flag a gated hf:// download fails on the host with an
+// error that names the flag, and the Hub the host uses (here a fake one, as a hostile host could set
+// HF_ENDPOINT) never sees the token.
+TEST_F(RemoteSsh, TheHfTokenGoesToAHostOnlyWithForwardHfToken) {
+  StartSshd();
+  const std::string token = "hf_laptop_token_93ad";
+  WriteFile(tmp_.path() + "/repo-data/train.jsonl", AdditionJsonl(48));
+  ::sftctl::testing::FakeHub hub;
+  ASSERT_TRUE(hub.Start(
+      tmp_.path(),
+      {{"token", token},
+       {"repos", {{"datasets/org/data", {{"dir", tmp_.path() + "/repo-data"}, {"gated", true}}}}}}));
+  // The host's agent downloads from the fake Hub.
+  sftd_wrapper_ = tmp_.path() + "/sftd-hub";
+  WriteFile(sftd_wrapper_, "#!/bin/sh\nexport HF_ENDPOINT='" + hub.url() + "' HF_HOME='" + tmp_.path() +
+                               "/host-hf'\nexec '" + sshd_->sftd_path() + "' \"$@\"\n");
+  std::filesystem::permissions(sftd_wrapper_, std::filesystem::perms::owner_all);
+  sshtest::ScopedEnv laptop_token("HF_TOKEN", token.c_str());
+  std::string spec = WriteTinyJob(work_, 2);
+  std::string yaml = ReadFile(spec);
+  const std::string local_train = "train: data/train.jsonl";
+  ASSERT_NE(yaml.find(local_train), std::string::npos) << yaml;
+  WriteFile(spec, yaml.replace(yaml.find(local_train), local_train.size(),
+                               "train: hf://datasets/org/data/train.jsonl"));
+  auto token_seen = [&] {
+    for (const auto& r : hub.Log()) {
+      if (r.contains("auth") && r["auth"].is_string() &&
+          r["auth"].get<std::string>().find(token) != std::string::npos)
+        return true;
+    }
+    return false;
+  };
+
+  Result r = sftctl_->Run(With({"submit", spec, "--json", "--cpu-ranks", "1"}, Host()));
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  EXPECT_NE(r.err.find("your Hugging Face token stays here"), std::string::npos) << r.All();
+  const std::string job = r.Json().value("job", "");
+  nlohmann::json st;
+  ASSERT_TRUE(WaitFor([&] {
+    st = sftctl_->Run({"status", job, "--json"}).Json();
+    return st.value("state", "") == "FAILED";
+  })) << st.dump();
+  const std::string reason = st["nodes"][0].value("reason", "");
+  EXPECT_NE(reason.find("is gated and no token was sent"), std::string::npos) << st.dump();
+  EXPECT_NE(reason.find("sftctl submit --forward-hf-token"), std::string::npos) << st.dump();
+  EXPECT_FALSE(hub.Log().empty());  // the host did ask the Hub
+  EXPECT_FALSE(token_seen());
+
+  r = sftctl_->Run(With({"submit", spec, "--json", "--cpu-ranks", "1", "--forward-hf-token"}, Host()));
+  ASSERT_EQ(r.exit_code, 0) << r.All();
+  EXPECT_NE(r.err.find("sending your Hugging Face token to " + sshd_->host()), std::string::npos) << r.All();
+  EXPECT_TRUE(WaitFor(token_seen)) << r.All();
+  sftctl_->Run({"cancel", r.Json().value("job", "")});
 }
 
 // An sftd older than `status --with-token` (it refuses the flag) is asked again without it, and its

@@ -1,7 +1,8 @@
 // Unit tests of the ~/.ssh/config parser (client/ssh/ssh_config.h) beyond Host blocks: Include (nesting,
 // globs, relative paths, ~, depth limit, conditional under Host), Match (host, originalhost, user,
 // localuser, all; unsupported criteria skipped with a warning), ProxyJump chains, ProxyCommand tokens,
-// and errors that name file:line. Real files in a temporary HOME.
+// and errors that name file:line. Real files in a temporary HOME. Also the shell-injection guards:
+// OpenSSH's host/user name rules and the quoting of ProxyCommand expansions, run through /bin/sh.
 #include "client/ssh/ssh_config.h"
 
 #include <gmock/gmock.h>
@@ -9,13 +10,18 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "tests/util/command.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl::client::ssh {
 namespace {
 
+using ::sftctl::testing::RunCommand;
 using ::sftctl::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -217,6 +223,173 @@ TEST_F(SshConfigFiles, ProxyCommandTokensAreExpandedWithTheFinalValues) {
   ASSERT_TRUE(off.ok());
   EXPECT_EQ(off->proxy_command, "");
   EXPECT_TRUE(off->proxy_jump.empty());
+}
+
+// The files in `dir` (the shell ran there: any other file is an injected command's work).
+std::vector<std::string> FilesIn(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  return out;
+}
+
+// Runs an expanded ProxyCommand the way proxy_command.cpp does (`/bin/sh -c "exec CMD"`), in `dir`.
+int RunProxyShell(const std::string& dir, const std::string& command) {
+  return RunCommand({"/bin/sh", "-c", "cd '" + dir + "' && exec " + command}).exit_code;
+}
+
+std::string FirstLine(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+TEST(SshHostNames, OpenSshRulesRefuseShellMetacharactersAndControlCharacters) {
+  for (const std::string ok : {"gpu-box", "me@gpu-box:2222", "root@[::1]:22", "a.b_c+d@10.0.0.1", "x/y",
+                               "fe80::1%eth0", "first.last@host"}) {
+    EXPECT_TRUE(ParseHostSpec(ok).ok()) << ok << ": " << ParseHostSpec(ok).status().ToString();
+  }
+  const std::vector<std::pair<std::string, std::string>> bad_hosts = {
+      {"gpu-box/$(touch${IFS}X)", "it contains '$'"},
+      {"a;b", "it contains ';'"},
+      {"a&b", "it contains '&'"},
+      {"a|b", "it contains '|'"},
+      {"a<b", "it contains '<'"},
+      {"a>b", "it contains '>'"},
+      {"a(b", "it contains '('"},
+      {"a)b", "it contains ')'"},
+      {"a`id`", "it contains '`'"},
+      {"a'b", "it contains '''"},
+      {"a\"b", "it contains '\"'"},
+      {"a\\b", "it contains '\\'"},
+      {"a{b}", "it contains '{'"},
+      {"a,b", "it contains ','"},
+      {"a b", "it contains a space"},
+      {"a\tb", "it contains whitespace (\\x09)"},
+      {"a\nb", "it contains whitespace (\\x0a)"},
+      {"a\x1b[2Jb", "it contains a control character (\\x1b)"},
+      {"-oProxyCommand=touch", "it starts with '-'"},
+  };
+  for (const auto& [host, why] : bad_hosts) {
+    const auto r = ParseHostSpec("me@" + host);
+    EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, HasSubstr("\" is refused: " + why))) << host;
+    EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, ::testing::StartsWith("host \"")));
+    EXPECT_EQ(r.status().message().find('\x1b'), std::string::npos);  // shown escaped
+  }
+  EXPECT_THAT(
+      ParseHostSpec("gpu-box/$(touch${IFS}X)"),
+      StatusIs(StatusCode::kInvalidArgument,
+               HasSubstr("host \"gpu-box/$(touch${IFS}X)\" is refused: it contains '$' (like OpenSSH")));
+  // User names: the same characters (',' aside) and a leading '-'.
+  for (const std::string user : {"$(touch${IFS}X)", "a;b", "a b", "-l", "a`b`", "u\x01", "a\\"}) {
+    EXPECT_THAT(ParseHostSpec(user + "@gpu-box"),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr("for host \"gpu-box\" is refused")))
+        << user;
+  }
+  EXPECT_THAT(CheckUserName("-oX", "h"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("user name \"-oX\" for host \"h\" is refused: it starts with '-'")));
+  EXPECT_TRUE(CheckUserName("first.last", "h").ok());
+}
+
+TEST_F(SshConfigFiles, EveryPathToTheShellChecksHostAndUserNamesFirst) {
+  Write("config",
+        "Host hop-bad\n  ProxyJump me@bastion,jump;touch${IFS}X\n"
+        "Host user-bad\n  ProxyJump $(id)@bastion\n"
+        "Host *\n  ProxyCommand touch %h.ran %p\n");  // would leave a file if it were ever run
+  EXPECT_THAT(Resolve("gpu-box/$(touch${IFS}INJECTED)"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("host \"gpu-box/$(touch${IFS}INJECTED)\" is refused: it contains '$'")));
+  EXPECT_THAT(Resolve("$(touch${IFS}INJECTED)@gpu-box"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("user name \"$(touch${IFS}INJECTED)\"")));
+  // ResolveHostSpec checks a HostSpec that did not come through ParseHostSpec.
+  EXPECT_THAT(ResolveHostSpec(HostSpec{"", "a;b", std::nullopt}, ssh("config"), home(), "me"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("host \"a;b\" is refused")));
+  EXPECT_THAT(ResolveHostSpec(HostSpec{"a b", "box", std::nullopt}, ssh("config"), home(), "me"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("user name \"a b\" for host \"box\"")));
+  // ProxyJump hops, with the file and line.
+  EXPECT_THAT(Resolve("hop-bad"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr(ssh("config") + ":2: ProxyJump: host \"jump;touch${IFS}X\" is refused")));
+  EXPECT_THAT(Resolve("user-bad"), StatusIs(StatusCode::kInvalidArgument,
+                                            HasSubstr(ssh("config") + ":4: ProxyJump: user name \"$(id)\"")));
+  // Good names still resolve, and their tokens are pasted as they are.
+  auto r = Resolve("me@gpu-box");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->proxy_command, "touch gpu-box.ran 22");
+  EXPECT_THAT(FilesIn(home()), ElementsAre(".ssh"));
+}
+
+TEST_F(SshConfigFiles, ConfigValuesWithShellCharactersAreQuotedAndNeverRun) {
+  // HostName and User come from the config (OpenSSH does not check them): quoted, they stay data.
+  Write("config",
+        "Host evil\n  HostName $(touch${IFS}PWNED_H)\n  User u;touch${IFS}PWNED_U\n"
+        "  ProxyCommand printf '%%s|%%s|%%s|%%s\\n' %h %r %n %p > out\n"
+        "Host quote\n  HostName it's`touch${IFS}PWNED_Q`\n  ProxyCommand printf %%s %h > out\n");
+  const std::string run = home() + "/run";
+  std::filesystem::create_directories(run);
+  auto evil = Resolve("evil");
+  ASSERT_TRUE(evil.ok()) << evil.status().ToString();
+  EXPECT_EQ(evil->proxy_command,
+            "printf '%s|%s|%s|%s\\n' '$(touch${IFS}PWNED_H)' 'u;touch${IFS}PWNED_U' evil 22 > out");
+  ASSERT_EQ(RunProxyShell(run, evil->proxy_command), 0);
+  EXPECT_THAT(FilesIn(run), ElementsAre("out"));
+  EXPECT_EQ(FirstLine(run + "/out"), "$(touch${IFS}PWNED_H)|u;touch${IFS}PWNED_U|evil|22");
+
+  auto quote = Resolve("quote");
+  ASSERT_TRUE(quote.ok()) << quote.status().ToString();
+  EXPECT_EQ(quote->proxy_command, "printf %s 'it'\\''s`touch${IFS}PWNED_Q`' > out");
+  ASSERT_EQ(RunProxyShell(run, quote->proxy_command), 0) << quote->proxy_command;
+  EXPECT_THAT(FilesIn(run), ElementsAre("out"));
+  EXPECT_EQ(FirstLine(run + "/out"), "it's`touch${IFS}PWNED_Q`");
+}
+
+TEST(SshConfigProxy, PlainValuesArePastedAsWrittenOthersOnlyWhereQuotingIsSafe) {
+  ResolvedHost h;
+  h.alias = "gpu";
+  h.hostname = "10.0.0.5";
+  h.user = "ubuntu";
+  h.port = 2222;
+  auto expand = [&](const std::string& cmd) {
+    return ExpandProxyCommand(cmd, h, "/home/me", "me", "/cfg:3");
+  };
+  // Plain names: exactly OpenSSH's expansion, so every way users write these keeps working.
+  EXPECT_EQ(*expand("ssh -W %h:%p bastion"), "ssh -W 10.0.0.5:2222 bastion");
+  EXPECT_EQ(*expand("ssh -W '%h:%p' bastion"), "ssh -W '10.0.0.5:2222' bastion");
+  EXPECT_EQ(*expand("cloudflared access ssh --hostname \"%n\" -u %r%%"),
+            "cloudflared access ssh --hostname \"gpu\" -u ubuntu%");
+  EXPECT_EQ(*expand("sh -c 'nc %h %p'"), "sh -c 'nc 10.0.0.5 2222'");
+  // Anything else is one single-quoted word outside quotes...
+  h.hostname = "$(touch X)";
+  EXPECT_EQ(*expand("ssh -W %h:%p bastion"), "ssh -W '$(touch X)':2222 bastion");
+  EXPECT_EQ(*expand("nc x\\\\ %h"), "nc x\\\\ '$(touch X)'");  // an escaped backslash escapes nothing after
+  EXPECT_EQ(*expand("nc '%%' \"a\" %h"), "nc '%' \"a\" '$(touch X)'");
+  EXPECT_EQ(*expand("nc %d %u %h"), "nc /home/me me '$(touch X)'");
+  // ...and refused where the shell would read it inside something else.
+  for (const std::string cmd : {"nc \"%h\"", "sh -c 'nc %h %p'", "nc $(echo %h)", "nc `echo %h`", "nc \\%h",
+                                "nc $%h", "nc ${x:-%h}", "nc \"a\\\"%h\""}) {
+    EXPECT_THAT(expand(cmd),
+                StatusIs(StatusCode::kInvalidArgument,
+                         HasSubstr("/cfg:3: ProxyCommand: %h (\"$(touch X)\") holds characters")))
+        << cmd;
+  }
+  h.user = "a\x1b]0;x\x07";
+  EXPECT_THAT(expand("nc %r"), StatusIs(StatusCode::kInvalidArgument,
+                                        HasSubstr("%r (\"a\\x1b]0;x\\x07\") contains a control character")));
+}
+
+TEST(SshConfigProxy, QuotedHomeAndLocalUserReachTheCommandIntact) {
+  ::sftctl::testing::TempDir dir("sshcfg-q");
+  ResolvedHost h;
+  h.alias = h.hostname = "box";
+  h.user = "me";
+  const std::string home = "/home/it's $(touch PWNED_D) me";
+  const std::string user = "a b;touch PWNED_U";
+  auto cmd = ExpandProxyCommand("printf '%%s|%%s\\n' %d %u > out", h, home, user, "/cfg:1");
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  ASSERT_EQ(RunProxyShell(dir.path(), *cmd), 0) << *cmd;
+  EXPECT_THAT(FilesIn(dir.path()), ElementsAre("out"));
+  EXPECT_EQ(FirstLine(dir.path() + "/out"), home + "|" + user);
 }
 
 }  // namespace

@@ -6,10 +6,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <vector>
 
 #include "client/ssh/ssh_agent.h"
 #include "client/ssh/ssh_session.h"
 #include "tests/ssh/sshd_fixture.h"
+#include "tests/util/file_util.h"
 
 namespace sftctl::sshtest {
 namespace {
@@ -44,6 +47,98 @@ std::string EmptyHome(const SshdFixture& f) {
   std::string h = f.dir() + "/empty-home";
   std::filesystem::create_directories(h);
   return h;
+}
+
+// A program that took the address an agent left (on a shared host, another user's): it records
+// every call that reaches it. `answer_identify`: it answers Identify with a proof it made up;
+// otherwise it is a server that knows no Identify (UNIMPLEMENTED), as an older agent would be.
+class PortSquatter final : public v1::Agent::Service {
+ public:
+  explicit PortSquatter(bool answer_identify) : answer_identify_(answer_identify) {}
+  grpc::Status Identify(grpc::ServerContext* ctx, const v1::IdentifyRequest*,
+                        v1::IdentifyResponse* resp) override {
+    Record(*ctx, "Identify");
+    if (!answer_identify_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "");
+    resp->set_addr(addr_);
+    resp->set_proof(std::string(32, 'x'));
+    return grpc::Status::OK;
+  }
+  grpc::Status Version(grpc::ServerContext* ctx, const v1::VersionRequest*,
+                       v1::VersionResponse* resp) override {
+    Record(*ctx, "Version");
+    resp->set_protocol(1);
+    return grpc::Status::OK;
+  }
+  grpc::Status Health(grpc::ServerContext* ctx, const v1::HealthRequest*, v1::HealthResponse*) override {
+    Record(*ctx, "Health");
+    return grpc::Status::OK;
+  }
+  // Listens on 127.0.0.1:port (no SO_REUSEPORT: it gets the port only once the agent has left it).
+  bool Listen(int port) {
+    addr_ = "127.0.0.1:" + std::to_string(port);
+    grpc::ServerBuilder b;
+    int bound = 0;
+    b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    b.AddListeningPort(addr_, grpc::InsecureServerCredentials(), &bound);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+    return server_ != nullptr && bound == port;
+  }
+  ~PortSquatter() override {
+    if (server_) server_->Shutdown();
+  }
+  std::vector<std::string> calls() {
+    std::lock_guard<std::mutex> l(mu_);
+    return calls_;
+  }
+  std::string authorizations() {
+    std::lock_guard<std::mutex> l(mu_);
+    return authorizations_;
+  }
+
+ private:
+  void Record(const grpc::ServerContext& ctx, const std::string& method) {
+    std::lock_guard<std::mutex> l(mu_);
+    calls_.push_back(method);
+    for (const auto& [k, v] : ctx.client_metadata()) {
+      if (k == "authorization") authorizations_ += method + ": " + std::string(v.data(), v.size()) + "\n";
+    }
+  }
+  const bool answer_identify_;
+  std::string addr_;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mu_;
+  std::vector<std::string> calls_;  // GUARDED_BY(mu_)
+  std::string authorizations_;      // GUARDED_BY(mu_)
+};
+
+// A client remembers the agent's address for its later connections. When the agent has moved and
+// another program listens where it was, that program gets no token: it cannot prove it is the agent,
+// so the client asks the host again and connects to the agent where it now is.
+TEST(SshConnect, AProgramOnTheAgentsOldPortGetsNoToken) {
+  for (bool answer_identify : {true, false}) {
+    SCOPED_TRACE(answer_identify ? "squatter answers Identify" : "squatter knows no Identify");
+    auto f = StartSshd();
+    ASSERT_TRUE(f);
+    ConnectOptions o = f->Options();
+    auto c = ConnectOverSsh(o);  // remembers the agent's address
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    const std::string token = (*c)->token();
+    c->reset();
+    const int old_port = std::stoi(::sftctl::testing::ReadWholeFile(f->agent_data_dir() + "/sftd.port"));
+    ASSERT_EQ(RunCommand({f->sftd_path(), "stop", "--data-dir", f->agent_data_dir()}).exit_code, 0);
+    PortSquatter squatter(answer_identify);
+    ASSERT_TRUE(squatter.Listen(old_port)) << "port " << old_port;
+
+    auto again = ConnectOverSsh(o);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(Health(**again), grpc::StatusCode::OK);
+    EXPECT_NE(std::stoi(::sftctl::testing::ReadWholeFile(f->agent_data_dir() + "/sftd.port")), old_port);
+    // The remembered address was tried, and the program there got no token in any call.
+    EXPECT_EQ(squatter.calls(), std::vector<std::string>{"Identify"});
+    EXPECT_EQ(squatter.authorizations(), "");
+    EXPECT_EQ(squatter.authorizations().find(token), std::string::npos);
+  }
 }
 
 TEST(SshConnect, UnknownHostIsRefusedWithFingerprintAndFlag) {

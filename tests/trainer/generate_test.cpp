@@ -143,7 +143,13 @@ TEST_P(BatchedVsAlone, SameTokensAndLogits) {
       StepLogits alone;
       const auto one = Gen(m, {prompts[i]}, o, &alone);
       EXPECT_EQ(all[i].tokens, one[0].tokens) << "prompt " << i;
-      EXPECT_LT(MaxDiff(batched[i], alone[0], 12), 1e-5) << "prompt " << i;
+      // Relative to the logits' size, and looser than cache vs recompute: a batched row goes through
+      // matmuls of other shapes (other blockings, other summation orders) and a softmax over padded
+      // positions, so it lands some hundred fp32 ulps away (1.06e-5 absolute seen on a fresh machine).
+      double scale = 1.0;
+      for (const auto& step : alone[0]) scale = std::max(scale, step.abs().max().item<double>());
+      EXPECT_LT(MaxDiff(batched[i], alone[0], 12), 5e-5 * scale)
+          << "prompt " << i << ", largest logit " << scale;
     }
   }
 }

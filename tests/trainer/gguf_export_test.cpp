@@ -299,6 +299,16 @@ TEST(GgufExportErrors, NameTheProblem) {
           "/config.json: field 'sliding_window': 16 is shorter than max_position_embeddings 128: GGUF "
           "export writes the llama, qwen2 and qwen3 architectures");
 
+  // Qwen3 with attention biases: llama.cpp's qwen3 loader refuses it ("wrong number of tensors").
+  json q3 = Config("qwen3", false);
+  q3["attention_bias"] = true;
+  const std::string q3dir = tmp.path() + "/qwen3-bias";
+  WriteModel(q3dir, q3, 6);
+  ExpectRefused({"--model", q3dir, "--gguf", out}, out,
+                q3dir +
+                    "/config.json: field 'attention_bias': true: llama.cpp's qwen3 architecture has no "
+                    "attention biases");
+
   // A model trained with the built-in byte tokenizer (as a checkpoint records it).
   const std::string byte = tmp.path() + "/byte";
   json cfg = Config("llama", true);

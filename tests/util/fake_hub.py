@@ -7,7 +7,10 @@ CONFIG: {"token": "hf_...",                  # the one token a gated repository 
          "repos": {"ORG/NAME" | "datasets/ORG/NAME":
                      {"dir": "/path/of/its/files", "gated": false}},
          "drop_once": {"FILE": N},           # the first content GET of FILE closes after N bytes
-         "corrupt": ["FILE"]}                # FILE's content is served with its first byte changed
+         "corrupt": ["FILE"],                # FILE's content is served with its first byte changed
+         "oversize": {"FILE": N},            # the CDN serves FILE with N more bytes than it has
+         "chunked_oversize": {"FILE": N},    # ... chunked, N more bytes than its Content-Length says
+         "redirect": {"FILE": "URL"}}        # resolve/FILE answers 302 to URL (no X-Linked-Size)
 
 It listens on two ports: the Hub (API and resolve URLs) and a "CDN" (another origin, as the real Hub
 redirects LFS content to one), and prints "PORTS <hub> <cdn>" once both listen. Served like the Hub:
@@ -16,6 +19,7 @@ redirects LFS content to one), and prints "PORTS <hub> <cdn>" once both listen. 
        the CDN with X-Repo-Commit, X-Linked-Etag (sha256), X-Linked-Size; other files: 200 with
        ETag (the git blob sha1), X-Repo-Commit and the content
   GET  /cdn/SHA256 (CDN port)                        -> the content; Range: bytes=N- gives 206
+  GET  /bounce?to=URL (Hub port)                     -> 302 to URL, whatever its scheme
 REV is "main" or the repository's commit (sha1 of its name). 401 + X-Error-Code: GatedRepo for a
 gated repository without "Authorization: Bearer <token>"; 404 with RepoNotFound, RevisionNotFound or
 EntryNotFound. Every request is logged to LOG as a JSON line: port ("hub"/"cdn"), method, path, auth,
@@ -110,6 +114,9 @@ class Handler(BaseHTTPRequestHandler):
         parts = [p for p in path.split("/") if p]
         if self.server.role == "cdn":
             return self.serve_cdn(parts)
+        if parts == ["bounce"]:
+            to = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query).get("to", [""])[0]
+            return self.reply(302, {"Location": to})
         if len(parts) >= 2 and parts[0] == "api":
             return self.serve_api(parts[1:])
         key, repo, rest = self.find_repo(parts)
@@ -125,6 +132,9 @@ class Handler(BaseHTTPRequestHandler):
         if name not in repo["files"]:
             return self.error(404, "EntryNotFound")
         data = repo["files"][name]
+        if name in CONFIG.get("redirect", {}):
+            return self.reply(302, {"Location": CONFIG["redirect"][name], "X-Repo-Commit": repo["commit"],
+                                    "ETag": '"%s"' % git_sha1(data)})
         if is_lfs(name):
             sha = hashlib.sha256(data).hexdigest()
             cdn = "http://127.0.0.1:%d/cdn/%s" % (PORTS["cdn"], sha)
@@ -159,7 +169,10 @@ class Handler(BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes=") and rng.endswith("-"):
             start = int(rng[6:-1])
-        body = data[start:]
+        body = data[start:] + b"x" * CONFIG.get("oversize", {}).get(name, 0)
+        extra = CONFIG.get("chunked_oversize", {}).get(name)
+        if extra is not None:
+            return self.serve_chunked(body, extra)
         drop = CONFIG.get("drop_once", {}).get(name)
         dropping = drop is not None and name not in STATE["dropped"]
         self.record(206 if start else 200, drop if dropping else len(body))
@@ -177,9 +190,33 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(body)
 
+    def serve_chunked(self, body, extra):
+        """`body` and `extra` more bytes, chunked, under a Content-Length of len(body) (which a
+        chunked body overrides for the client, so only a client that checks it stops there)."""
+        self.record(200, len(body) + extra)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        whole = body + b"y" * extra
+        try:
+            for i in range(0, len(whole), 65536):
+                piece = whole[i:i + 65536]
+                self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
+
+
+class Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that stopped reading: fine
+            super().handle_error(request, client_address)
+
 
 def serve(role):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = Server(("127.0.0.1", 0), Handler)
     server.role = role
     server.daemon_threads = True
     PORTS[role] = server.server_address[1]
