@@ -355,7 +355,7 @@ preset_args() {
   case $1 in
     host-agent) printf '%s\n' -G Ninja -DCMAKE_BUILD_TYPE=Release -DSFTCTL_BUILD_TRAINER=OFF \
       -DSFTCTL_BUILD_CLIENT=OFF -DSFTCTL_BUILD_TESTS=OFF ;;
-    trainer-only) printf '%s\n' -G Ninja -DCMAKE_BUILD_TYPE=Release -DSFTCTL_TRAINER_ONLY=ON ;;
+    trainer-only) printf '%s\n' -G Ninja -DCMAKE_BUILD_TYPE=Release -DSFTCTL_TRAINER_ONLY=ON -DSFTCTL_BUILD_TESTS=OFF ;;
     *) return 1 ;;
   esac
 }

@@ -78,7 +78,8 @@ $SUDO chroot "$tmp" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --
 }
 # CLI11 is header-only (headers and a CMake config, no dependencies): this machine's package.
 debs=$(mktemp -d)
-(cd "$debs" && apt-get download libcli11-dev >>"$ROOT.log" 2>&1) || {
+(cd "$debs" && { apt-get download libcli11-dev || { $SUDO apt-get update -qq && apt-get download libcli11-dev; }; } \
+  >>"$ROOT.log" 2>&1) || {
   echo "bullseye_root: apt-get download libcli11-dev failed on this machine; see $ROOT.log" >&2
   exit 1
 }

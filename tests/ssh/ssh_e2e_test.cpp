@@ -141,6 +141,27 @@ TEST(SshConnect, AProgramOnTheAgentsOldPortGetsNoToken) {
   }
 }
 
+// An error that quotes what `sftd status --json --with-token` printed never quotes the token.
+TEST(SshConnect, AnErrorQuotingTheStatusLeavesTheTokenOut) {
+  auto f = StartSshd();
+  ASSERT_TRUE(f);
+  const std::string secret = "5ec7e7t0ken5ec7e7t0ken5ec7e7t0ken";
+  const std::string fake = f->dir() + "/sftd-bad-status";
+  ::sftctl::testing::WriteWholeFile(fake,
+                                    "#!/bin/sh\necho '{\"running\": true, \"addr\": \"not-an-address\", "
+                                    "\"token_file\": \"/x\", \"token\": \"" +
+                                        secret + "\"}'\n");
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  ConnectOptions o = f->Options();
+  o.sftd = fake;
+  auto c = ConnectOverSsh(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("gave no usable agent address"), std::string::npos)
+      << c.status().ToString();
+  EXPECT_NE(c.status().message().find("(redacted)"), std::string::npos) << c.status().ToString();
+  EXPECT_EQ(c.status().message().find(secret), std::string::npos) << c.status().ToString();
+}
+
 TEST(SshConnect, UnknownHostIsRefusedWithFingerprintAndFlag) {
   auto f = StartSshd({.known_hosts = KnownHosts::kNone});
   ASSERT_TRUE(f);
