@@ -54,7 +54,7 @@
 namespace sftctl::agent {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 std::string Path(const std::string& dir, const char* name) { return dir + "/" + name; }
 
@@ -127,7 +127,7 @@ struct Running {
 
 // Reads the files of a running agent; waits up to `wait` for a starting agent to write them.
 Running FindRunning(const std::string& dir, std::chrono::milliseconds wait) {
-  auto deadline = Clock::now() + wait;
+  auto deadline = SteadyClock::now() + wait;
   for (;;) {
     Running r;
     if (!LockHeld(dir)) return r;
@@ -138,7 +138,7 @@ Running FindRunning(const std::string& dir, std::chrono::milliseconds wait) {
     r.version = ReadSmallFile(Path(dir, "sftd.version"));
     r.source_id = ReadSmallFile(Path(dir, "sftd.source_id"));
     r.running = r.port > 0 && !r.version.empty() && IsOurAgent(r.pid);
-    if (r.running || Clock::now() >= deadline) return r;
+    if (r.running || SteadyClock::now() >= deadline) return r;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -653,11 +653,12 @@ int RunStop(const std::string& data_dir, int timeout_s, bool quiet) {
     return 1;
   }
   ::kill(static_cast<pid_t>(r.pid), SIGTERM);
-  auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  while (LockHeld(dir) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto deadline = SteadyClock::now() + std::chrono::seconds(timeout_s);
+  while (LockHeld(dir) && SteadyClock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   if (LockHeld(dir)) {
     ::kill(static_cast<pid_t>(r.pid), SIGKILL);
-    while (LockHeld(dir) && Clock::now() < deadline + std::chrono::seconds(5)) {
+    while (LockHeld(dir) && SteadyClock::now() < deadline + std::chrono::seconds(5)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }

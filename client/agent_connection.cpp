@@ -1,16 +1,16 @@
 #include "client/agent_connection.h"
 
 #include "client/local_agent.h"
-#include "client/ssh/ssh_agent.h"
+#include "client/ssh/remote_agent.h"
 
 namespace sftctl::client {
 
-bool IsLocalHost(const std::string& host) {
+bool IsLocalAgentHost(const std::string& host) {
   return host == "local" || host == "localhost" || host.rfind("local:", 0) == 0;
 }
 
 StatusOr<std::unique_ptr<AgentConnection>> ConnectToAgent(const ConnectOptions& opts) {
-  if (IsLocalHost(opts.host)) return ConnectLocalAgent(opts);
+  if (IsLocalAgentHost(opts.host)) return ConnectLocalAgent(opts);
   return ConnectOverSsh(opts);
 }
 

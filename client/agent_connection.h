@@ -62,7 +62,7 @@ class AgentConnection {
 
 // True for the host names that mean this machine's agent without SSH ("local", "localhost",
 // "local:<data_dir>").
-bool IsLocalHost(const std::string& host);
+bool IsLocalAgentHost(const std::string& host);
 
 // Connects to the agent named by opts.host (starting it when opts.start_agent), reads its token and
 // checks that it answers Version(). Errors name the host and the step that failed (SSH connect, host

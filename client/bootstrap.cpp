@@ -13,7 +13,7 @@
 
 #include "client/remote_options.h"
 #include "client/smoke_job.h"
-#include "client/ssh/ssh_agent.h"
+#include "client/ssh/remote_agent.h"
 #include "common/file_system.h"
 #include "common/self_exe.h"
 #include "common/sha256.h"
@@ -114,7 +114,7 @@ std::string ShellQuote(const std::string& s) {
 }
 
 // A folder on the host for its shell, the way the agent's own commands name it
-// (client/ssh/ssh_agent.cpp's RemotePath): "~/x" is "$HOME"/'x' and "~" is "$HOME"; anything else
+// (client/ssh/remote_agent.cpp's RemotePath): "~/x" is "$HOME"/'x' and "~" is "$HOME"; anything else
 // is quoted as is.
 std::string HostPath(const std::string& p) {
   if (p == "~") return "\"$HOME\"";

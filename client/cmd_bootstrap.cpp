@@ -21,7 +21,7 @@ int RunBootstrap(const BootstrapArgs& a) {
   if (a.ro.hosts.empty())
     return ReportError(InvalidArgumentError("give the host: --host [user@]host[:port]"), false);
   const std::string& host = a.ro.hosts.front();
-  if (IsLocalHost(host)) {
+  if (IsLocalAgentHost(host)) {
     return ReportError(InvalidArgumentError("bootstrap sets up a remote host over SSH; for this machine use "
                                             "deploy/setup.sh (or `sftctl run --local`)"),
                        false);

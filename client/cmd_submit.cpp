@@ -58,7 +58,7 @@ struct Node {
 // resolved to its HostName, without user@ and :port); empty when that is this machine (a loopback
 // name), where the agent's own report is kept.
 std::string ReachableAddress(const ConnectOptions& opts) {
-  if (IsLocalHost(opts.host)) return "";
+  if (IsLocalAgentHost(opts.host)) return "";
   const char* home_env = std::getenv("HOME");
   const std::string home = home_env != nullptr ? home_env : "";
   const std::string config = opts.ssh_config_file.empty() ? home + "/.ssh/config" : opts.ssh_config_file;
@@ -103,7 +103,7 @@ StatusOr<std::vector<Node>> ConnectNodes(const RemoteOptions& ro, const std::vec
   for (size_t i = 0; i < hosts.size(); ++i) {
     SFT_ASSIGN_OR_RETURN(nodes[i].opts, MakeConnectOptions(ro, hosts[i]));
     nodes[i].opts.require_same_source = true;
-    if (bootstrap && !IsLocalHost(hosts[i])) {
+    if (bootstrap && !IsLocalAgentHost(hosts[i])) {
       BootstrapOptions bo;
       bo.smoke = false;
       bo.out = &std::cerr;  // stdout carries the job id (or --json)

@@ -7,12 +7,12 @@ namespace sftctl::client {
 ConnectionRamp::ConnectionRamp(int fixed, int max_auto)
     : fixed_(fixed > 0), max_(fixed > 0 ? fixed : std::max(1, max_auto)) {}
 
-void ConnectionRamp::Started(uint64_t bytes, Clock::time_point now) {
+void ConnectionRamp::Started(uint64_t bytes, SteadyClock::time_point now) {
   since_ = now;
   bytes_at_since_ = bytes;
 }
 
-bool ConnectionRamp::ShouldAdd(uint64_t bytes, int open, Clock::time_point now) {
+bool ConnectionRamp::ShouldAdd(uint64_t bytes, int open, SteadyClock::time_point now) {
   if (fixed_ || stopped_ || open >= max_) return false;
   const double secs = std::chrono::duration<double>(now - since_).count();
   if (secs < 1.0) return false;

@@ -14,7 +14,7 @@ namespace sftctl::client {
 
 class ConnectionRamp {
  public:
-  using Clock = std::chrono::steady_clock;
+  using SteadyClock = std::chrono::steady_clock;
 
   // `fixed` > 0: exactly that many connections; else up to `max_auto` (at least 1) chosen as above.
   ConnectionRamp(int fixed, int max_auto);
@@ -24,17 +24,17 @@ class ConnectionRamp {
   // The most connections this transfer may use.
   int max() const { return max_; }
   // Starts the first measurement interval: `bytes` moved so far, at `now`.
-  void Started(uint64_t bytes, Clock::time_point now = Clock::now());
+  void Started(uint64_t bytes, SteadyClock::time_point now = SteadyClock::now());
   // Called often (every ~100 ms or faster) with the bytes moved so far and the connections open;
   // true when one more should be opened now (the caller then opens it).
-  bool ShouldAdd(uint64_t bytes, int open, Clock::time_point now = Clock::now());
+  bool ShouldAdd(uint64_t bytes, int open, SteadyClock::time_point now = SteadyClock::now());
 
  private:
   bool fixed_;
   int max_;
   bool stopped_ = false;
   double last_rate_ = 0;  // bytes per second of the interval before the last addition
-  Clock::time_point since_;
+  SteadyClock::time_point since_;
   uint64_t bytes_at_since_ = 0;
 };
 

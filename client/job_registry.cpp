@@ -157,7 +157,7 @@ Status CheckJobId(const std::string& id) {
 }
 
 Status CheckJobHost(const std::string& host) {
-  if (IsLocalHost(host)) {
+  if (IsLocalAgentHost(host)) {
     for (unsigned char c : host) {
       if (std::iscntrl(c)) {
         return InvalidArgumentError("host '" + EscapeForTerminal(host) + "' contains a control character");

@@ -8,7 +8,7 @@
 
 namespace sftctl::client {
 
-// REQUIRES: IsLocalHost(opts.host).
+// REQUIRES: IsLocalAgentHost(opts.host).
 StatusOr<std::unique_ptr<AgentConnection>> ConnectLocalAgent(const ConnectOptions& opts);
 
 }  // namespace sftctl::client

@@ -3,8 +3,10 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "trainer/device.h"
@@ -95,6 +97,21 @@ class CheckpointBackward : public torch::autograd::Node {
   RngStates rng_;
 };
 
+// A new autograd node as this LibTorch owns them: 1.13 to 2.6 (checked) by std::shared_ptr, deleted
+// through torch::autograd::deleteNode (which unlinks a long graph iteratively, not by recursion);
+// 2.14 (checked; the newest, which need C++20) by c10::intrusive_ptr, made by c10::make_intrusive,
+// with deleteNode gone. Decided by the node's type, not a version: in the shared_ptr branch
+// `deleteNode` is an unqualified call on a dependent argument, found (by argument-dependent lookup in
+// Node's namespace) only when that branch is instantiated.
+template <typename N, typename... Args>
+auto MakeNode(Args&&... args) {
+  if constexpr (std::is_base_of_v<c10::intrusive_ptr_target, N>) {
+    return c10::make_intrusive<N>(std::forward<Args>(args)...);
+  } else {
+    return std::shared_ptr<N>(new N(std::forward<Args>(args)...), [](N* node) { deleteNode(node); });
+  }
+}
+
 }  // namespace
 
 Tensor CheckpointedCall(std::function<Tensor(const Tensor&)> fn, const Tensor& x,
@@ -119,10 +136,8 @@ Tensor CheckpointedCall(std::function<Tensor(const Tensor&)> fn, const Tensor& x
   TORCH_CHECK(y.is_floating_point(), "a checkpointed function must return a floating-point tensor");
   variable_list edges_from = {x};
   edges_from.insert(edges_from.end(), trainable.begin(), trainable.end());
-  auto node = std::shared_ptr<CheckpointBackward>(
-      new CheckpointBackward(std::move(fn), x.detach().requires_grad_(x.requires_grad()), trainable, autocast,
-                             std::move(rng)),
-      torch::autograd::deleteNode);
+  auto node = MakeNode<CheckpointBackward>(std::move(fn), x.detach().requires_grad_(x.requires_grad()),
+                                           trainable, autocast, std::move(rng));
   node->set_next_edges(torch::autograd::collect_next_edges(edges_from));
   torch::autograd::set_history(y, node);
   return y;

@@ -48,9 +48,11 @@ using Backend = c10d::Backend;
 using Backend = c10d::ProcessGroup;
 #endif
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
 
 std::chrono::milliseconds Millis(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
@@ -207,7 +209,7 @@ class ProcessGroup::Pending {
   c10::intrusive_ptr<c10d::Work> work;  // null for a recording group
   std::vector<at::Tensor> tensors;      // on the group's device; must outlive the operation
   torch::Tensor original;               // the caller's tensor, when `tensors[0]` is a staged copy
-  Clock::time_point start = Clock::now();
+  SteadyClock::time_point start = SteadyClock::now();
   std::string launch_error;  // set when the launch itself threw
 };
 
@@ -277,7 +279,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, c
   g->world_size_ = env.world_size;
   g->timeout_s_ = timeout_s;
   g->device_ = device.is_cuda() ? device : torch::Device(torch::kCPU);
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   const auto timeout = Millis(timeout_s);
   std::string stage = "the rendezvous store";
   try {
@@ -294,7 +296,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, c
     if (arrived == env.world_size) g->impl_->store->set("sftctl/all-joined", std::vector<uint8_t>{1});
     const auto left =
         std::max(std::chrono::milliseconds(1),
-                 timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0));
+                 timeout - std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - t0));
     try {
       g->impl_->store->wait({"sftctl/all-joined"}, left);
     } catch (...) {
@@ -453,7 +455,7 @@ Status ProcessGroup::AllReduceSum(torch::Tensor& t, const std::string& what) {
 
 Status ProcessGroup::Broadcast(torch::Tensor& t, int root, const std::string& what) {
   if (broken_) return Failed(what, 0, "the process group failed earlier");
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   try {
     std::vector<at::Tensor> tensors = {Stage(t)};
     if (impl_->recorder) {
@@ -476,7 +478,7 @@ Status ProcessGroup::Broadcast(torch::Tensor& t, int root, const std::string& wh
 Status ProcessGroup::AllGather(const torch::Tensor& in, std::vector<torch::Tensor>* out,
                                const std::string& what) {
   if (broken_) return Failed(what, 0, "the process group failed earlier");
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   try {
     std::vector<at::Tensor> inputs = {Stage(in)};
     std::vector<std::vector<at::Tensor>> outputs(1);
@@ -523,13 +525,14 @@ GradBuckets::GradBuckets(ProcessGroup* pg, const FlatAdamW& optimizer, double bu
   for (size_t i = 0; i < slots.size(); ++i) {
     // The accumulator's post-hook runs after the gradient was added into .grad (our flat
     // buffer), so the value it sees is final for this backward.
-    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(slots[i].param);
+    // (A std::shared_ptr<Node> in LibTorch 1.13-2.6, a c10::intrusive_ptr<Node> in 2.14.)
+    auto acc = torch::autograd::impl::grad_accumulator(slots[i].param);
     acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
           OnGradReady(i);
           return outputs;
         }));
-    accumulators_.push_back(acc);
+    accumulators_.push_back(std::make_shared<decltype(acc)>(std::move(acc)));
   }
 }
 
@@ -578,7 +581,7 @@ Status GradBuckets::Finish(double* wait_s) {
     armed_ = false;
     pending.swap(pending_);
   }
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   Status status;
   for (size_t b = 0; b < pending.size() && status.ok(); ++b) {
     status =

@@ -191,7 +191,9 @@ class GradBuckets {
   std::vector<torch::Tensor> grad_buffers_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_slot_;
-  std::vector<std::shared_ptr<void>> accumulators_;  // keeps the hooked grad accumulators alive
+  // Keeps the hooked grad accumulators alive: each holds the owning pointer grad_accumulator()
+  // returned (a std::shared_ptr or, from LibTorch 2.14, a c10::intrusive_ptr).
+  std::vector<std::shared_ptr<void>> accumulators_;
 
   std::mutex mu_;
   bool armed_ = false;

@@ -27,11 +27,11 @@
 namespace sftctl::trainer {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using nlohmann::json;
 
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
+double Seconds(SteadyClock::time_point since) {
+  return std::chrono::duration<double>(SteadyClock::now() - since).count();
 }
 
 NamedTensors Parameters(CausalLM& model) {
@@ -269,7 +269,7 @@ class TrainRun {
   const JobSpec& spec_;
   const TrainOptions& options_;
   FileSystem* fs_;
-  const Clock::time_point t_start_ = Clock::now();
+  const SteadyClock::time_point t_start_ = SteadyClock::now();
   TrainResult result_;
 
   DistEnv env_;
@@ -296,7 +296,7 @@ class TrainRun {
   std::optional<DynamicLossScaler> scaler_;  // fp16 only
 
   // The loop's clock and counters (this session only; state_.elapsed_s spans sessions).
-  Clock::time_point t_loop_;
+  SteadyClock::time_point t_loop_;
   double elapsed_before_ = 0;
   int64_t session_tokens_ = 0;
   int64_t last_saved_ = -1;
@@ -514,7 +514,7 @@ Status TrainRun::AnnounceStart() {
 // 6. The loop: optimizer steps until total_steps (or the test seam's stop), with evaluations and
 // checkpoints at their intervals.
 Status TrainRun::Loop() {
-  t_loop_ = Clock::now();
+  t_loop_ = SteadyClock::now();
   elapsed_before_ = state_.elapsed_s;
   last_saved_ = resume_dir_ ? state_.step : -1;
   while (state_.step < total_steps_) {
@@ -542,7 +542,7 @@ StatusOr<TrainRun::Window> TrainRun::DrawWindow() {
     w.tokens += w.batches.back().tokens;
   }
   if (pg_) {
-    const auto t_comm = Clock::now();
+    const auto t_comm = SteadyClock::now();
     torch::Tensor counts = torch::tensor({w.targets, w.tokens}, torch::kInt64);
     SFT_RETURN_IF_ERROR(pg_->AllReduceSum(counts, "allreduce (window token counts)"));
     w.targets = counts[0].item<int64_t>();
@@ -568,7 +568,7 @@ Status TrainRun::TrainStep() {
     // Wait for the gradient buckets still in flight, then add up the loss (on the device).
     double wait_s = 0;
     SFT_RETURN_IF_ERROR(buckets_->Finish(&wait_s));
-    const auto t_comm = Clock::now();
+    const auto t_comm = SteadyClock::now();
     SFT_RETURN_IF_ERROR(pg_->AllReduceSum(loss_t, "allreduce (window loss)"));
     w.allreduce_s += wait_s + Seconds(t_comm);
   }
@@ -674,7 +674,7 @@ void TrainRun::ReportStep(double loss, double lr, double grad_norm, const Window
 
 // Each rank evaluates its share of the batches; the sums are added across ranks.
 Status TrainRun::Evaluate(int64_t step) {
-  const auto t_eval = Clock::now();
+  const auto t_eval = SteadyClock::now();
   model_->eval();
   EvalResult r =
       ::sftctl::trainer::Evaluate(model_, data_.eval, spec_.eval, plan_, pad_, eos_, {env_.rank, world_});

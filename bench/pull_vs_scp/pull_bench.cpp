@@ -23,7 +23,7 @@
 #include <thread>
 
 #include "client/agent_session.h"
-#include "client/ssh/ssh_agent.h"
+#include "client/ssh/remote_agent.h"
 #include "client/uploader.h"
 #include "common/sha256.h"
 

@@ -16,7 +16,7 @@
 namespace sftctl::client::ssh {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 constexpr size_t kDownBuf = 1 << 20;  // channel -> gRPC
 constexpr size_t kUpBuf = 256 << 10;  // gRPC -> channel
@@ -123,8 +123,8 @@ void ChannelPump::Run() {
   // SafeToSendSmall).
   enum class Pending { kNone, kWrite, kAdjust, kEof } pending = Pending::kNone;
   const int keepalive_s = session_->keepalive_s();
-  auto next_keepalive = Clock::now() + std::chrono::seconds(keepalive_s > 0 ? keepalive_s : 3600);
-  auto last_rx = Clock::now();
+  auto next_keepalive = SteadyClock::now() + std::chrono::seconds(keepalive_s > 0 ? keepalive_s : 3600);
+  auto last_rx = SteadyClock::now();
   // No sign of life from the server for this long while we listen: the connection is dead.
   const auto dead_after = std::chrono::seconds(keepalive_s > 0 ? 3 * keepalive_s + 5 : 1 << 30);
   std::string err;
@@ -146,7 +146,7 @@ void ChannelPump::Run() {
       if (n > 0) {
         down.end += static_cast<size_t>(n);
         progress = true;
-        last_rx = Clock::now();
+        last_rx = SteadyClock::now();
       } else if (n == 0 || n == LIBSSH2_ERROR_EAGAIN) {
         if (libssh2_channel_eof(channel_)) remote_eof = true;
       } else {
@@ -228,14 +228,14 @@ void ChannelPump::Run() {
         eof_sent = true;
         progress = true;
       }
-    } else if (pending == Pending::kNone && keepalive_s > 0 && Clock::now() >= next_keepalive &&
+    } else if (pending == Pending::kNone && keepalive_s > 0 && SteadyClock::now() >= next_keepalive &&
                SafeToSendSmall(sock)) {
       int next = keepalive_s;
       if (libssh2_keepalive_send(s, &next) < 0) {
         connection_lost("keepalive: " + session_->LastError());
         break;
       }
-      next_keepalive = Clock::now() + std::chrono::seconds(std::max(1, next));
+      next_keepalive = SteadyClock::now() + std::chrono::seconds(std::max(1, next));
     }
 
     if (remote_eof && down.empty()) {
@@ -246,7 +246,7 @@ void ChannelPump::Run() {
     if (progress || (read_avail > 0 && down.room() > 0)) continue;
 
     // 5. Nothing moved: wait for the SSH socket, the local socket or a stop request.
-    auto now = Clock::now();
+    auto now = SteadyClock::now();
     if (down.room() == 0) last_rx = now;  // not listening to the server: no liveness verdict
     if (now - last_rx > dead_after) {
       connection_lost(
@@ -274,7 +274,7 @@ void ChannelPump::Run() {
       err = std::string("poll: ") + std::strerror(errno);
       break;
     }
-    if (rc > 0 && (fds[0].revents & (POLLIN | POLLERR | POLLHUP))) last_rx = Clock::now();
+    if (rc > 0 && (fds[0].revents & (POLLIN | POLLERR | POLLHUP))) last_rx = SteadyClock::now();
     if (rc > 0 && (fds[1].revents & (POLLHUP | POLLERR)) && !(fds[1].revents & POLLIN)) local_eof = true;
   }
 
@@ -292,9 +292,9 @@ void ChannelPump::Teardown() {
   LIBSSH2_SESSION* s = session_->raw();
   const int sock = session_->socket_fd();
   bool lost = failure_kind() == FailureKind::kConnectionLost;
-  auto deadline = Clock::now() + std::chrono::seconds(1);
+  auto deadline = SteadyClock::now() + std::chrono::seconds(1);
   auto wait = [&] {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
     if (left <= 0) return false;
     int dirs = libssh2_session_block_directions(s);
     short ev = 0;

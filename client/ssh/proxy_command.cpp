@@ -19,7 +19,7 @@
 namespace sftctl::client::ssh {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 constexpr size_t kStderrTail = 4096;
 
 class ProxyCommandTransport : public SshTransport {
@@ -61,7 +61,7 @@ class ProxyCommandTransport : public SshTransport {
   // waitpid with a timeout (negative: block). True once the child has been reaped.
   bool Reap(std::chrono::milliseconds timeout) {
     if (reaped_) return true;
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = SteadyClock::now() + timeout;
     for (;;) {
       int st = 0;
       pid_t r = ::waitpid(pid_, &st, timeout.count() < 0 ? 0 : WNOHANG);
@@ -72,7 +72,7 @@ class ProxyCommandTransport : public SshTransport {
         return true;
       }
       if (r < 0 && errno != EINTR) return false;
-      if (timeout.count() >= 0 && Clock::now() >= deadline) return false;
+      if (timeout.count() >= 0 && SteadyClock::now() >= deadline) return false;
       if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }

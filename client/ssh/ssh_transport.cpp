@@ -16,7 +16,7 @@
 namespace sftctl::client::ssh {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 class FdTransport : public SshTransport {
  public:
@@ -34,11 +34,11 @@ class FdTransport : public SshTransport {
 
 // connect() on a non-blocking socket, waiting until `deadline`. Returns 0 or -1 with errno set
 // (ETIMEDOUT when the deadline passed).
-int ConnectBy(int fd, const addrinfo* a, Clock::time_point deadline) {
+int ConnectBy(int fd, const addrinfo* a, SteadyClock::time_point deadline) {
   int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
   if (rc == 0 || errno != EINPROGRESS) return rc;
   int ms = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count());
   pollfd p{fd, POLLOUT, 0};
   rc = ms > 0 ? ::poll(&p, 1, ms) : 0;
   if (rc == 0) {
@@ -69,7 +69,7 @@ StatusOr<std::unique_ptr<SshTransport>> ConnectTcp(const std::string& host, int 
   if (int rc = ::getaddrinfo(host.c_str(), port_s.c_str(), &hints, &res); rc != 0) {
     return UnavailableError(display + ": cannot resolve " + host + ": " + ::gai_strerror(rc));
   }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   std::string last = "no address";
   bool timed_out = false;
   int connected = -1;

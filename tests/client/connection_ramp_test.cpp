@@ -8,14 +8,14 @@
 namespace sftctl::client {
 namespace {
 
-using Clock = ConnectionRamp::Clock;
+using SteadyClock = ConnectionRamp::SteadyClock;
 constexpr uint64_t kMiB = 1 << 20;
 
 TEST(ConnectionRamp, AFixedNumberStartsAllAndAddsNone) {
   ConnectionRamp ramp(3, 8);
   EXPECT_EQ(ramp.initial(), 3);
   EXPECT_EQ(ramp.max(), 3);
-  const Clock::time_point t0{};
+  const SteadyClock::time_point t0{};
   ramp.Started(0, t0);
   EXPECT_FALSE(ramp.ShouldAdd(100 * kMiB, 3, t0 + std::chrono::seconds(2)));
 }
@@ -23,7 +23,7 @@ TEST(ConnectionRamp, AFixedNumberStartsAllAndAddsNone) {
 TEST(ConnectionRamp, AddsOneASecondWhileEachPaysOffAndStopsWhenOneDoesNot) {
   ConnectionRamp ramp(0, 8);
   EXPECT_EQ(ramp.initial(), 1);
-  Clock::time_point t{};
+  SteadyClock::time_point t{};
   ramp.Started(0, t);
   uint64_t bytes = 0;
   // One more second in which `mib` MiB moved over `open` connections: should one more open?
@@ -42,7 +42,7 @@ TEST(ConnectionRamp, AddsOneASecondWhileEachPaysOffAndStopsWhenOneDoesNot) {
 
 TEST(ConnectionRamp, NeverPastTheMaximum) {
   ConnectionRamp ramp(0, 2);
-  Clock::time_point t{};
+  SteadyClock::time_point t{};
   ramp.Started(0, t);
   uint64_t bytes = 0;
   int open = ramp.initial();

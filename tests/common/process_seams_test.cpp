@@ -29,10 +29,10 @@
 namespace sftctl {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
-long long MsSince(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+long long MsSince(SteadyClock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - t).count();
 }
 
 pid_t ForkSleeper() {
@@ -55,11 +55,11 @@ TEST_P(ChildExitWatchTest, WaitSleepsUntilTheChildExits) {
   pid_t pid = ForkSleeper();
   ASSERT_GT(pid, 0);
   (*w)->Watch(pid);
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   EXPECT_FALSE((*w)->Wait(150));  // still running: the full timeout passes
   EXPECT_GE(MsSince(t0), 140);
   ::kill(pid, SIGKILL);
-  t0 = Clock::now();
+  t0 = SteadyClock::now();
   EXPECT_TRUE((*w)->Wait(10000));
   EXPECT_LT(MsSince(t0), 5000);
   int status = 0;
@@ -77,7 +77,7 @@ TEST_P(ChildExitWatchTest, AChildThatExitedBeforeWaitIsReportedAtOnce) {
   ASSERT_GT(pid, 0);
   (*w)->Watch(pid);
   ::usleep(100 * 1000);  // it is a zombie now
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   EXPECT_TRUE((*w)->Wait(10000));
   EXPECT_LT(MsSince(t0), 1000);
   int status = 0;
@@ -177,7 +177,7 @@ class ParentDeathTest : public ::testing::TestWithParam<ParentDeathSignal::Kind>
 
   // Reaps every remaining child; false if some are still running after `ms`.
   bool ReapAll(int ms) {
-    auto t0 = Clock::now();
+    auto t0 = SteadyClock::now();
     for (;;) {
       pid_t got = ::waitpid(-1, nullptr, WNOHANG);
       if (got < 0 && errno == ECHILD) return true;
@@ -196,7 +196,7 @@ TEST_P(ParentDeathTest, TheChildGetsTheSignalWhenItsParentDies) {
   ASSERT_EQ(::waitpid(middle, &status, 0), middle);
   ASSERT_EQ(WEXITSTATUS(status), 0);
   // C was re-parented to this subreaper; it must end by SIGTERM soon (not run `sleep 30`).
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   pid_t got = 0;
   while ((got = ::waitpid(c, &status, WNOHANG)) == 0 && MsSince(t0) < 10000) ::usleep(10 * 1000);
   ASSERT_EQ(got, c) << "the child outlived its parent";
@@ -212,7 +212,7 @@ TEST_P(ParentDeathTest, NothingIsLeftWhenTheChildEndsFirst) {
   int status = 0;
   ASSERT_EQ(::waitpid(middle, &status, 0), middle);
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   EXPECT_TRUE(ReapAll(5000)) << "a watcher process outlived its child";
   EXPECT_LT(MsSince(t0), 3000);
 }

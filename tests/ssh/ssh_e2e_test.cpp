@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "client/ssh/ssh_agent.h"
+#include "client/ssh/remote_agent.h"
 #include "client/ssh/ssh_session.h"
 #include "tests/ssh/sshd_fixture.h"
 #include "tests/util/file_util.h"

@@ -8,7 +8,7 @@
 
 #include "client/agent_session.h"
 #include "client/host_summary.h"
-#include "client/ssh/ssh_agent.h"
+#include "client/ssh/remote_agent.h"
 #include "tests/ssh/sshd_fixture.h"
 
 namespace sftctl::sshtest {

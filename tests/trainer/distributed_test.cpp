@@ -33,7 +33,7 @@ namespace {
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
 using sftctl::testing::TinySpec;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // ---- Units --------------------------------------------------------------------------------
 
@@ -229,12 +229,12 @@ std::vector<Rank> Launch(const JobSpec& spec, int world, const std::string& tag)
 // Waits for `pid` up to `limit`; returns its exit code (128 + signal when killed), or -1 after
 // killing it when it overran.
 int WaitExit(pid_t pid, std::chrono::seconds limit) {
-  const auto deadline = Clock::now() + limit;
+  const auto deadline = SteadyClock::now() + limit;
   int status = 0;
   while (true) {
     pid_t got = ::waitpid(pid, &status, WNOHANG);
     if (got == pid) break;
-    if (Clock::now() > deadline) {
+    if (SteadyClock::now() > deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       return -1;
@@ -572,8 +572,8 @@ TEST(TwoRanksEqualOneRankAtEpochEnd, RankWithAnEmptyShardStillAllReduces) {
 // Starts a long 2-rank run and waits until rank 0 has logged a step.
 std::vector<Rank> StartLongRun(const JobSpec& spec, const std::string& tag) {
   auto ranks = Launch(spec, 2, tag);
-  const auto deadline = Clock::now() + std::chrono::seconds(120);
-  while (Clock::now() < deadline) {
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(120);
+  while (SteadyClock::now() < deadline) {
     if (!Events(spec.output_dir + "/metrics.jsonl", "step").empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -1,4 +1,5 @@
-// Reaching sftd on a remote host through one SSH session (libssh2).
+// Reaching sftd on a remote host through one SSH session (libssh2): "the remote agent", not the SSH
+// key agent (ssh-agent, which client/ssh/ssh_session.cpp uses for authentication).
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-#include "client/ssh/ssh_agent.h"
+#include "client/ssh/remote_agent.h"
 
 #include <arpa/inet.h>
 #include <grpcpp/create_channel_posix.h>
