@@ -736,6 +736,7 @@ int64_t Len(const Value& v) {
     case Value::Type::kUndefined:
       return 0;
     case Value::Type::kString:
+      ChargeBytes(v.str().size());  // a scan of the whole string
       return static_cast<int64_t>(CodePointCount(v.str()));
     case Value::Type::kList:
       return static_cast<int64_t>(v.list().size());

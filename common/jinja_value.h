@@ -62,9 +62,15 @@ class Value;
 // throws a render Error.
 class Budget {
  public:
+#ifndef SFTCTL_FUZZ_LIMITS
   static constexpr int64_t kMaxSteps = 1'000'000;
   static constexpr int64_t kMaxBytes = int64_t{256} << 20;
   static constexpr size_t kMaxStringBytes = size_t{64} << 20;
+#else  // the fuzz preset: the same checks, at sizes an ASan build reaches in well under a second
+  static constexpr int64_t kMaxSteps = 100'000;
+  static constexpr int64_t kMaxBytes = int64_t{16} << 20;
+  static constexpr size_t kMaxStringBytes = size_t{4} << 20;
+#endif
   static constexpr size_t kMaxItems = size_t{1} << 20;
   static constexpr int kMaxDepth = 100;
   static constexpr size_t kSlotBytes = 64;

@@ -16,6 +16,8 @@
 // power and overflow, negative and huge widths, strings doubled or repeated past the size of
 // one value, deep nesting, long-needle searches, huge format indices), which must render or end in an
 // error Status, within the interpreter's budget: never a hang, an abort or a sanitizer report.
+// The fuzz preset builds the interpreter with smaller budgets (SFTCTL_FUZZ_LIMITS, common/jinja_value.h),
+// so that an input rendered many times under ASan stays within libFuzzer's per-input timeout.
 #include <nlohmann/json.hpp>
 
 #include "common/chat_template.h"
