@@ -10,9 +10,12 @@
 #include <cstdlib>
 #include <exception>
 #include <stdexcept>
+#include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <type_traits>
+#include <utility>
 
 #include "common/net_addr.h"
 
@@ -56,6 +59,30 @@ double Since(SteadyClock::time_point t) {
 
 std::chrono::milliseconds Millis(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
+}
+
+template <typename T, typename = void>
+struct HasUseLibUv : std::false_type {};
+template <typename T>
+struct HasUseLibUv<T, std::void_t<decltype(std::declval<T&>().useLibUV)>> : std::true_type {};
+
+// The rendezvous store. Newer LibTorch (2.6 and 2.14 checked) defaults TCPStore to its libuv backend,
+// which a LibTorch built without libuv (Debian's 2.14) refuses ("use_libuv was requested but PyTorch was
+// built without libuv support"): the store is then made again with the older backend. A template, so
+// that `useLibUV` is looked up only where TCPStoreOptions has it (not in 1.13).
+template <typename Options>
+c10::intrusive_ptr<c10d::TCPStore> MakeTcpStore(const std::string& host, Options opts) {
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, opts);
+  } catch (const std::exception& e) {
+    if constexpr (HasUseLibUv<Options>::value) {
+      if (opts.useLibUV && std::string(e.what()).find("libuv") != std::string::npos) {
+        opts.useLibUV = false;
+        return c10::make_intrusive<c10d::TCPStore>(host, opts);
+      }
+    }
+    throw;
+  }
 }
 
 // Not every rank checked in before the timeout (our own error: its message is used as it is).
@@ -289,7 +316,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, c
     opts.numWorkers = static_cast<std::size_t>(env.world_size);
     opts.waitWorkers = false;  // counted below, with an error that says how many arrived
     opts.timeout = timeout;
-    g->impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    g->impl_->store = MakeTcpStore(env.master_addr, opts);
     // Every rank checks in; the last one opens the gate. Bounded by what is left of the timeout.
     stage = "the other ranks";
     const int64_t arrived = g->impl_->store->add("sftctl/joined", 1);
