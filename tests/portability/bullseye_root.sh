@@ -14,10 +14,11 @@
 #   machine's apt already uses (its address is read from apt's sources, not written here).
 #   Takes a few minutes and about 1 GB the first time; seconds afterwards.
 set -euo pipefail
+NAME=bullseye_root
+# shellcheck source=tests/portability/debian_root_lib.sh
+. "$(dirname "$0")/debian_root_lib.sh"
 
 ROOT=${1:-${SFTCTL_BULLSEYE_ROOT:-/var/cache/sftctl/bullseye-root}}
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # The host script's package list for Debian/Ubuntu (HOST_PKGS in deploy/host/sftctl-host.sh) less
 # libcli11-dev, which bullseye lacks (added below from this machine's apt), and GoogleTest 1.10 for
@@ -28,77 +29,25 @@ PKGS=(g++ make cmake ninja-build pkg-config ca-certificates ccache
   libutf8proc-dev libcurl4-openssl-dev libgtest-dev libgmock-dev)
 want="${PKGS[*]} +libcli11-dev"
 
-if [ -f "$ROOT/.sftctl-ready" ] && [ "$(cat "$ROOT/.sftctl-ready")" = "$want" ]; then
-  echo "$ROOT"
-  exit 0
-fi
-
-command -v debootstrap >/dev/null 2>&1 || {
-  echo "bullseye_root: installing debootstrap" >&2
-  $SUDO apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
-}
-
-# The Debian mirror apt uses here (deb822 .sources or a one-line sources.list).
-mirror=$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | grep -v security | head -n1)
-[ -n "$mirror" ] || mirror=$(grep -hsE '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-  awk '{print $2}' | grep -v security | head -n1)
-[ -n "$mirror" ] || { echo "bullseye_root: no Debian mirror found in /etc/apt sources" >&2; exit 1; }
-
-$SUDO mkdir -p "$(dirname "$ROOT")"
-exec 9>"$ROOT.lock"
-flock 9
-# Another run may have finished it while this one waited for the lock.
-if [ -f "$ROOT/.sftctl-ready" ] && [ "$(cat "$ROOT/.sftctl-ready")" = "$want" ]; then
-  echo "$ROOT"
-  exit 0
-fi
-
-tmp="$ROOT.tmp"
-cleanup() {
-  $SUDO umount "$tmp/proc" 2>/dev/null || true
-}
-trap cleanup EXIT
-cleanup
-$SUDO rm -rf "$tmp"
-echo "bullseye_root: debootstrap bullseye into $tmp (a few minutes)" >&2
-$SUDO debootstrap --variant=minbase bullseye "$tmp" "$mirror" >"$ROOT.log" 2>&1 || {
-  echo "bullseye_root: debootstrap failed; see $ROOT.log" >&2
-  tail -n 20 "$ROOT.log" >&2
-  exit 1
-}
+root_begin
+root_debootstrap bullseye
 # An old suite's Release file may have passed its Valid-Until on a snapshot mirror.
-echo 'Acquire::Check-Valid-Until "false";' | $SUDO tee "$tmp/etc/apt/apt.conf.d/99sftctl-no-valid-until" >/dev/null
-$SUDO mount -t proc proc "$tmp/proc"
+root_no_valid_until
 echo "bullseye_root: installing ${#PKGS[@]} packages (gRPC 1.30, protobuf 3.12, CMake 3.18, g++ 10)" >&2
-$SUDO chroot "$tmp" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-  "${PKGS[@]}" >>"$ROOT.log" 2>&1 || {
-  echo "bullseye_root: apt-get install in the root failed; see $ROOT.log" >&2
-  tail -n 20 "$ROOT.log" >&2
-  exit 1
-}
+root_install
 # CLI11 is header-only (headers and a CMake config, no dependencies): this machine's package.
 debs=$(mktemp -d)
 (cd "$debs" && { apt-get download libcli11-dev || { $SUDO apt-get update -qq && apt-get download libcli11-dev; }; } \
-  >>"$ROOT.log" 2>&1) || {
-  echo "bullseye_root: apt-get download libcli11-dev failed on this machine; see $ROOT.log" >&2
-  exit 1
-}
+  >>"$ROOT.log" 2>&1) || root_fail "apt-get download libcli11-dev failed on this machine; see $ROOT.log"
 $SUDO cp "$debs"/libcli11-dev_*.deb "$tmp/tmp/"
 rm -rf "$debs"
-$SUDO chroot "$tmp" sh -c 'dpkg -i /tmp/libcli11-dev_*.deb && rm -f /tmp/libcli11-dev_*.deb' >>"$ROOT.log" 2>&1 || {
-  echo "bullseye_root: installing libcli11-dev in the root failed; see $ROOT.log" >&2
-  exit 1
-}
-$SUDO chroot "$tmp" apt-get clean
-$SUDO umount "$tmp/proc"
+$SUDO chroot "$tmp" sh -c 'dpkg -i /tmp/libcli11-dev_*.deb && rm -f /tmp/libcli11-dev_*.deb' >>"$ROOT.log" 2>&1 ||
+  root_fail "installing libcli11-dev in the root failed; see $ROOT.log"
+root_finish
 
 # The root must keep gRPC's old layout, or the check proves nothing about pkg-config discovery.
 if ls "$tmp"/usr/lib/*/cmake/grpc/gRPCConfig.cmake >/dev/null 2>&1; then
-  echo "bullseye_root: the root's gRPC has a CMake config; it no longer stands in for gRPC 1.30" >&2
-  exit 1
+  root_fail "the root's gRPC has a CMake config; it no longer stands in for gRPC 1.30"
 fi
 
-$SUDO rm -rf "$ROOT"
-$SUDO mv "$tmp" "$ROOT"
-echo "$want" | $SUDO tee "$ROOT/.sftctl-ready" >/dev/null
-echo "$ROOT"
+root_commit
