@@ -46,19 +46,19 @@ int64_t CheckpointStep(const std::string& name) {
 }  // namespace
 
 struct AutoStop::Gate {
-  std::mutex mu;
-  uint32_t admitted = 0;  // GUARDED_BY(mu): submissions whose job is not yet counted as active
-  bool stopping = false;  // GUARDED_BY(mu): the action runs, or ran and succeeded
-  std::string why;        // GUARDED_BY(mu): the decision that began the stop
+  Mutex mu;
+  uint32_t admitted GUARDED_BY(mu) = 0;  // submissions whose job is not yet counted as active
+  bool stopping GUARDED_BY(mu) = false;  // the action runs, or ran and succeeded
+  std::string why GUARDED_BY(mu);        // the decision that began the stop
 };
 
 AutoStop::Admission::~Admission() {
-  std::lock_guard<std::mutex> lock(gate_->mu);
+  MutexLock lock(&gate_->mu);
   --gate_->admitted;
 }
 
 StatusOr<std::shared_ptr<AutoStop::Admission>> AutoStop::AdmitSubmission() const {
-  std::lock_guard<std::mutex> lock(gate_->mu);
+  MutexLock lock(&gate_->mu);
   if (gate_->stopping) {
     return FailedPreconditionError("the host is stopping (auto-stop: " + gate_->why +
                                    "); submit to another host");
@@ -68,7 +68,7 @@ StatusOr<std::shared_ptr<AutoStop::Admission>> AutoStop::AdmitSubmission() const
 }
 
 bool AutoStop::BeginStopping(const std::string& why) {
-  std::lock_guard<std::mutex> lock(gate_->mu);
+  MutexLock lock(&gate_->mu);
   // Read again under the gate: a submission admitted after the snapshot either still holds its
   // Admission or its job is counted by now.
   if (gate_->admitted > 0 || (deps_.active_jobs && deps_.active_jobs() > 0)) return false;
@@ -95,8 +95,8 @@ AutoStop::AutoStop(AutoStopDeps deps, StopPolicy policy)
     : deps_(std::move(deps)),
       policy_(std::move(policy)),
       action_(ResolveAction(policy_, deps_.env)),
-      busy_at_(deps_.clock->Now()),
-      gate_(std::make_shared<Gate>()) {
+      gate_(std::make_shared<Gate>()),
+      busy_at_(deps_.clock->Now()) {
   view_.policy = DescribeStopPolicy(policy_, action_);
   view_.action = action_;
   view_.idle_s = policy_.idle_s;
@@ -108,27 +108,27 @@ AutoStop::AutoStop(AutoStopDeps deps, StopPolicy policy)
 
 void AutoStop::Start() {
   thread_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(thread_mu_);
+    MutexLock lock(&mu_);
     while (!stop_) {
-      lock.unlock();
+      lock.Unlock();
       CheckOnce();
-      lock.lock();
-      cv_.wait_for(lock, deps_.check, [this] { return stop_; });
+      lock.Lock();
+      cv_.WaitFor(&mu_, deps_.check, [this]() REQUIRES(mu_) { return stop_; });
     }
   });
 }
 
 void AutoStop::Stop() {
   {
-    std::lock_guard<std::mutex> lock(thread_mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 StopDecision AutoStop::CheckOnce() {
-  std::lock_guard<std::mutex> check_lock(check_mu_);
+  MutexLock check_lock(&check_mu_);
   StopInputs in;
   in.now = deps_.clock->Now();
   in.active_jobs = deps_.active_jobs ? deps_.active_jobs() : 0;
@@ -201,7 +201,7 @@ std::string AutoStop::FinalCheckpointDone(const std::string& job_id, const std::
 
 void AutoStop::Fire(const StopDecision& d, const std::vector<std::string>& ended) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     view_.state = "stopping";
     view_.detail = d.why;
   }
@@ -231,7 +231,7 @@ void AutoStop::Fire(const StopDecision& d, const std::vector<std::string>& ended
     spdlog::warn("auto-stop: {}", s.ToString());
   if (!ok) {
     busy_at_ = deps_.clock->Now();  // re-armed: a full grace before the next try
-    std::lock_guard<std::mutex> lock(gate_->mu);
+    MutexLock lock(&gate_->mu);
     gate_->stopping = false;  // the host stays: submissions are welcome again
   } else {
     for (const std::string& id : ended) {
@@ -239,13 +239,13 @@ void AutoStop::Fire(const StopDecision& d, const std::vector<std::string>& ended
         spdlog::warn("auto-stop: {}", s.ToString());
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (ok) fired_++;
   view_.last_action = summary;
 }
 
 void AutoStop::Publish(const StopDecision& d) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const std::string before = view_.state;
   if (fired_ > 0) {  // the detail stays the reason it fired
     view_.state = "stopped";
@@ -266,12 +266,12 @@ void AutoStop::Publish(const StopDecision& d) {
 }
 
 AutoStopView AutoStop::View() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return view_;
 }
 
 int AutoStop::fired() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return fired_;
 }
 

@@ -19,15 +19,17 @@
 // admitted submission, or as the job it made), and one that comes after is refused.
 //
 // Thread safety: Start/Stop from one thread; CheckOnce, View, HasAction and AdmitSubmission from any.
+// Three locks, each for a reason: check_mu_ serializes evaluations and is held while the action runs
+// (minutes), so View() must not wait on it; mu_ guards what View() copies and the checking thread's
+// stop flag (short holds only); the Gate's mutex lives with the Admissions, which may outlive this.
+// Order: check_mu_ first; mu_ and the Gate's are taken under it, never one under the other.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -36,6 +38,7 @@
 #include "agent/state_store.h"
 #include "agent/stop_policy.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace sftctl::agent {
@@ -90,15 +93,15 @@ class AutoStop {
   AutoStop(const AutoStop&) = delete;
   AutoStop& operator=(const AutoStop&) = delete;
 
-  void Start();
-  void Stop();
+  void Start() EXCLUDES(mu_);
+  void Stop() EXCLUDES(mu_);
   // One evaluation; runs the action when due (blocking until it ends). Returns the decision.
-  StopDecision CheckOnce();
-  AutoStopView View() const;
+  StopDecision CheckOnce() EXCLUDES(check_mu_, mu_);
+  AutoStopView View() const EXCLUDES(mu_);
   // Whether a stop action resolves (a stop-when-done job may be submitted).
   bool HasAction() const { return !action_.empty(); }
   // Successful action runs in this process (0 or 1).
-  int fired() const;
+  int fired() const EXCLUDES(mu_);
   // A job submission may go ahead: hold the Admission until the job is counted (see above).
   // FAILED_PRECONDITION once stopping has begun: "the host is stopping (auto-stop: idle for 2h00m);
   // submit to another host".
@@ -106,31 +109,30 @@ class AutoStop {
 
  private:
   // Fills the stop-when-done part of `in`; *ended: the jobs a stop now would consume.
-  void GatherStopWhenDone(StopInputs* in, std::vector<std::string>* ended);
+  void GatherStopWhenDone(StopInputs* in, std::vector<std::string>* ended) REQUIRES(check_mu_);
   // "run/checkpoint-N/DONE" of the job's newest complete checkpoint, "" when none (cached per job).
-  std::string FinalCheckpointDone(const std::string& job_id, const std::string& job_dir);
+  std::string FinalCheckpointDone(const std::string& job_id, const std::string& job_dir) REQUIRES(check_mu_);
   // Marks the stop as begun (submissions are refused from now on) unless a submission is being
   // admitted or a job became active since the snapshot: then false, and nothing changes.
   bool BeginStopping(const std::string& why);
-  void Fire(const StopDecision& d, const std::vector<std::string>& ended);
-  void Publish(const StopDecision& d);
+  void Fire(const StopDecision& d, const std::vector<std::string>& ended) REQUIRES(check_mu_) EXCLUDES(mu_);
+  void Publish(const StopDecision& d) EXCLUDES(mu_);
 
   const AutoStopDeps deps_;
   const StopPolicy policy_;
-  const std::string action_;  // resolved at construction
-  Clock::TimePoint busy_at_;  // CheckOnce's thread only (CheckOnce runs on one thread at a time)
-  std::map<std::string, std::string> final_done_;            // job -> DONE path
-  std::map<std::string, Clock::TimePoint> pull_wait_since_;  // job -> when the wait began
-  std::mutex check_mu_;                                      // serializes CheckOnce
+  const std::string action_;          // resolved at construction
   const std::shared_ptr<Gate> gate_;  // shared with the Admissions, which may outlive this object
 
-  mutable std::mutex mu_;
-  AutoStopView view_;
-  int fired_ = 0;
+  Mutex check_mu_;  // serializes CheckOnce (held while the action runs)
+  Clock::TimePoint busy_at_ GUARDED_BY(check_mu_);
+  std::map<std::string, std::string> final_done_ GUARDED_BY(check_mu_);            // job -> DONE path
+  std::map<std::string, Clock::TimePoint> pull_wait_since_ GUARDED_BY(check_mu_);  // job -> wait began
 
-  std::mutex thread_mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  mutable Mutex mu_;
+  AutoStopView view_ GUARDED_BY(mu_);
+  int fired_ GUARDED_BY(mu_) = 0;
+  CondVar cv_;  // stop_ was set
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

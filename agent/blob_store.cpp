@@ -28,7 +28,7 @@ StatusOr<BlobStore::Stat> BlobStore::StatBlob(const std::string& sha256) {
     return Stat{true, static_cast<uint64_t>(st.st_size), 0, {}};
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     SFT_ASSIGN_OR_RETURN(std::shared_ptr<Ranged> r, FindRanged(sha256, 0, 0, /*create=*/false));
     if (r) return RangedStat(*r);
   }
@@ -53,7 +53,7 @@ StatusOr<std::unique_ptr<BlobStore::Upload>> BlobStore::BeginUpload(const std::s
     return InvalidArgumentError("offset: " + std::to_string(offset) + " > size " + std::to_string(size));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (active_.count(sha256)) return AbortedError("an upload of blob " + sha256 + " is already in progress");
     SFT_ASSIGN_OR_RETURN(std::shared_ptr<Ranged> r, FindRanged(sha256, 0, 0, /*create=*/false));
     if (r) {
@@ -85,7 +85,7 @@ StatusOr<std::unique_ptr<BlobStore::Upload>> BlobStore::BeginUpload(const std::s
 Status BlobStore::RemoveIfUnused(const std::string& sha256, bool partial, int64_t used_before_s) {
   if (!IsSha256Hex(sha256)) return InvalidArgumentError("sha256: must be 64 lowercase hex digits");
   const std::string path = partial ? PartialPath(sha256) : BlobPath(sha256);
-  std::lock_guard<std::mutex> lock(mu_);  // BeginUpload cannot start meanwhile
+  MutexLock lock(&mu_);  // BeginUpload cannot start meanwhile
   if (active_.count(sha256))
     return FailedPreconditionError("an upload of blob " + sha256 + " is in progress");
   if (partial) {
@@ -107,7 +107,7 @@ Status BlobStore::RemoveIfUnused(const std::string& sha256, bool partial, int64_
 }
 
 void BlobStore::Release(const std::string& sha256) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   active_.erase(sha256);
 }
 

@@ -27,13 +27,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "agent/state_store.h"
 #include "common/file_system.h"
+#include "common/mutex.h"
 #include "common/sha256.h"
 #include "common/status.h"
 
@@ -139,14 +139,14 @@ class BlobStore {
  private:
   std::string PartialPath(const std::string& sha256) const;
   std::string RangesPath(const std::string& sha256) const;
-  void Release(const std::string& sha256);
-  // The ranged upload of `sha256` (REQUIRES: mu_ held): the one in memory, else the one its log
-  // describes; with size > 0, one of that size and block size, discarding another that no stream is
-  // writing and creating it when `create`. Null (OK) when there is none.
+  void Release(const std::string& sha256) EXCLUDES(mu_);
+  // The ranged upload of `sha256`: the one in memory, else the one its log describes; with size > 0,
+  // one of that size and block size, discarding another that no stream is writing and creating it
+  // when `create`. Null (OK) when there is none.
   StatusOr<std::shared_ptr<Ranged>> FindRanged(const std::string& sha256, uint64_t size, uint64_t block,
-                                               bool create);
-  // Drops the ranged upload of `sha256` and deletes its files (REQUIRES: mu_ held).
-  void DiscardRanged(const std::string& sha256);
+                                               bool create) REQUIRES(mu_);
+  // Drops the ranged upload of `sha256` and deletes its files.
+  void DiscardRanged(const std::string& sha256) REQUIRES(mu_);
   Status CheckSpace(uint64_t need) const;
   static Stat RangedStat(Ranged& r);
   static bool RangedBusy(Ranged& r);
@@ -154,9 +154,10 @@ class BlobStore {
   const std::string dir_;
   StateStore* store_;
   FileSystem* const fs_;
-  std::mutex mu_;
-  std::set<std::string> active_;                           // sequential uploads in progress
-  std::map<std::string, std::shared_ptr<Ranged>> ranged_;  // ranged uploads known since the start
+  Mutex mu_;                                      // taken before a Ranged's own mutex, never after
+  std::set<std::string> active_ GUARDED_BY(mu_);  // sequential uploads in progress
+  // Ranged uploads known since the start.
+  std::map<std::string, std::shared_ptr<Ranged>> ranged_ GUARDED_BY(mu_);
 };
 
 }  // namespace sftctl::agent

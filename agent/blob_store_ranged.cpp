@@ -24,11 +24,12 @@ struct BlobStore::Ranged {
   size_t blocks = 0;
   std::unique_ptr<RangeLog> log;  // closed between appends
 
-  std::mutex mu;                 // guards what follows
-  std::vector<char> done, busy;  // per block: recorded / a stream is writing it
-  size_t hashed = 0;             // blocks [0, hashed) are in `hasher`
-  std::unique_ptr<Sha256> hasher = std::make_unique<Sha256>();
-  bool gone = false;  // completed or discarded: its files are no longer this upload's
+  Mutex mu;  // guards what follows
+  // Per block: recorded / a stream is writing it.
+  std::vector<char> done GUARDED_BY(mu), busy GUARDED_BY(mu);
+  size_t hashed GUARDED_BY(mu) = 0;  // blocks [0, hashed) are in `hasher`
+  std::unique_ptr<Sha256> hasher GUARDED_BY(mu) = std::make_unique<Sha256>();
+  bool gone GUARDED_BY(mu) = false;  // completed or discarded: its files are no longer this upload's
   uint64_t Start(size_t b) const { return static_cast<uint64_t>(b) * block; }
   uint64_t End(size_t b) const { return std::min(size, Start(b) + block); }
 };
@@ -61,7 +62,7 @@ bool ReadRangesHeader(const std::string& path, const std::string& sha256, uint64
 BlobStore::Stat BlobStore::RangedStat(Ranged& r) {
   Stat st;
   st.block = r.block;
-  std::lock_guard<std::mutex> l(r.mu);
+  MutexLock l(&r.mu);
   for (size_t b = 0; b < r.blocks; ++b) {
     if (r.done[b]) st.blocks_held.push_back(b);
   }
@@ -69,7 +70,7 @@ BlobStore::Stat BlobStore::RangedStat(Ranged& r) {
 }
 
 bool BlobStore::RangedBusy(Ranged& r) {
-  std::lock_guard<std::mutex> l(r.mu);
+  MutexLock l(&r.mu);
   for (char b : r.busy) {
     if (b) return true;
   }
@@ -79,7 +80,7 @@ bool BlobStore::RangedBusy(Ranged& r) {
 void BlobStore::DiscardRanged(const std::string& sha256) {
   auto it = ranged_.find(sha256);
   if (it != ranged_.end()) {
-    std::lock_guard<std::mutex> l(it->second->mu);
+    MutexLock l(&it->second->mu);
     it->second->gone = true;
     ranged_.erase(it);
   }
@@ -100,8 +101,11 @@ StatusOr<std::shared_ptr<BlobStore::Ranged>> BlobStore::FindRanged(const std::st
     r->blocks = static_cast<size_t>((logged_size + logged_block - 1) / logged_block);
     r->log = std::make_unique<RangeLog>(RangesPath(sha256), logged_size, sha256, logged_block);
     bool matched = false;
-    r->done = r->log->Load(r->blocks, &matched);
-    r->busy.assign(r->blocks, 0);
+    {
+      MutexLock l(&r->mu);  // not shared yet: nobody else can hold it
+      r->done = r->log->Load(r->blocks, &matched);
+      r->busy.assign(r->blocks, 0);
+    }
     struct stat st;
     if (!matched || ::lstat(PartialPath(sha256).c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
         !r->log->Reopen().ok()) {
@@ -125,8 +129,11 @@ StatusOr<std::shared_ptr<BlobStore::Ranged>> BlobStore::FindRanged(const std::st
   r->size = size;
   r->block = block;
   r->blocks = static_cast<size_t>((size + block - 1) / block);
-  r->done.assign(r->blocks, 0);
-  r->busy.assign(r->blocks, 0);
+  {
+    MutexLock l(&r->mu);  // not shared yet
+    r->done.assign(r->blocks, 0);
+    r->busy.assign(r->blocks, 0);
+  }
   const int fd =
       ::open(PartialPath(sha256).c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return ErrnoError("cannot write", PartialPath(sha256), errno);
@@ -148,7 +155,7 @@ StatusOr<std::unique_ptr<BlobStore::RangeUpload>> BlobStore::BeginRange(const st
                                 ", length " + std::to_string(length) + ", block " + std::to_string(block) +
                                 ", size " + std::to_string(size) + ")");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (active_.count(sha256)) {
     return AbortedError("a sequential upload of blob " + sha256 + " is already in progress");
   }
@@ -158,7 +165,7 @@ StatusOr<std::unique_ptr<BlobStore::RangeUpload>> BlobStore::BeginRange(const st
   }
   SFT_ASSIGN_OR_RETURN(std::shared_ptr<Ranged> r, FindRanged(sha256, size, block, /*create=*/true));
   const size_t b = static_cast<size_t>(offset / block);
-  std::lock_guard<std::mutex> l(r->mu);
+  MutexLock l(&r->mu);
   if (r->busy[b])
     return AbortedError("block " + std::to_string(b) + " of blob " + sha256 + " is being uploaded");
   const bool verify = r->done[b] != 0;  // held already: the resend is compared, not written
@@ -181,7 +188,7 @@ BlobStore::RangeUpload::RangeUpload(BlobStore* owner, std::shared_ptr<Ranged> r,
 
 BlobStore::RangeUpload::~RangeUpload() {
   ::close(fd_);
-  std::lock_guard<std::mutex> l(r_->mu);
+  MutexLock l(&r_->mu);
   if (block_ < r_->busy.size()) r_->busy[block_] = 0;
 }
 
@@ -230,7 +237,7 @@ Status BlobStore::RangeUpload::Finish(bool* complete) {
     return ErrnoError("cannot sync", owner_->PartialPath(r_->sha), errno);
   std::string digest;
   {
-    std::lock_guard<std::mutex> l(r_->mu);
+    MutexLock l(&r_->mu);
     if (r_->gone) return AbortedError("the upload of blob " + r_->sha + " was replaced meanwhile");
     if (!r_->done[block_]) SFT_RETURN_IF_ERROR(r_->log->Append(block_));
     r_->done[block_] = 1;
@@ -246,6 +253,7 @@ Status BlobStore::RangeUpload::Finish(bool* complete) {
 // chunks (REQUIRES: r_->mu held). A block whose read fails is hashed by the next stream to finish.
 Status BlobStore::RangeUpload::HashContiguous() {
   Ranged& r = *r_;
+  r.mu.AssertHeld();  // the header cannot name r_->mu (Ranged is defined here)
   if (r.hashed >= r.blocks || !r.done[r.hashed]) return OkStatus();
   std::vector<char> buf(std::min<uint64_t>(kReadChunk, r.block));
   while (r.hashed < r.blocks && r.done[r.hashed]) {
@@ -270,7 +278,7 @@ Status BlobStore::RangeUpload::HashContiguous() {
 Status BlobStore::RangeUpload::Store(const std::string& digest, bool* complete) {
   const Ranged& r = *r_;
   const std::string partial = owner_->PartialPath(r.sha);
-  std::lock_guard<std::mutex> store(owner_->mu_);
+  MutexLock store(&owner_->mu_);
   auto it = owner_->ranged_.find(r.sha);
   if (it != owner_->ranged_.end() && it->second == r_) owner_->ranged_.erase(it);
   // The digest is of bytes [0, size) as read back from the file; it must hold nothing more.

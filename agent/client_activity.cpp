@@ -83,12 +83,12 @@ void ClientActivity::CallEnded() {
 
 void ClientActivity::NotePulled(const std::string& job_id, const std::string& path) {
   if (!IsDoneMarker(path)) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pulled_.emplace(job_id, path);
 }
 
 bool ClientActivity::WasPulled(const std::string& job_id, const std::string& path) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return pulled_.count({job_id, path}) > 0;
 }
 

@@ -11,13 +11,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 
 #include "agent/auth.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 
 namespace sftctl::agent {
 
@@ -30,8 +30,8 @@ class ClientActivity {
   void CallEnded();
   // PullArtifact sent the whole of `path` ("run/checkpoint-000008/DONE") of `job_id`. Only DONE
   // markers are kept: the client pulls a checkpoint's DONE last, after its other files verified.
-  void NotePulled(const std::string& job_id, const std::string& path);
-  bool WasPulled(const std::string& job_id, const std::string& path) const;
+  void NotePulled(const std::string& job_id, const std::string& path) EXCLUDES(mu_);
+  bool WasPulled(const std::string& job_id, const std::string& path) const EXCLUDES(mu_);
 
   uint32_t open_calls() const { return open_.load(); }
   Clock::TimePoint last_contact() const;
@@ -42,8 +42,8 @@ class ClientActivity {
   const Clock* clock_;
   std::atomic<uint32_t> open_{0};
   std::atomic<int64_t> last_contact_ns_;
-  mutable std::mutex mu_;
-  std::set<std::pair<std::string, std::string>> pulled_;  // (job, DONE path)
+  mutable Mutex mu_;
+  std::set<std::pair<std::string, std::string>> pulled_ GUARDED_BY(mu_);  // (job, DONE path)
 };
 
 // The interceptor factory to register on the grpc::ServerBuilder: calls whose bearer token `auth`

@@ -189,7 +189,7 @@ Status GarbageCollector::RemoveJobFolder(const GcEntry& job) {
 }
 
 StatusOr<GcResult> GarbageCollector::Run(const GcPolicy& policy, bool dry_run) {
-  std::lock_guard<std::mutex> lock(run_mu_);
+  MutexLock lock(&run_mu_);
   const int64_t now = NowS();
   SFT_ASSIGN_OR_RETURN(GcSnapshot snap, Scan());
   GcResult result;
@@ -268,22 +268,22 @@ AutoGc::AutoGc(GarbageCollector* gc, std::string data_dir, GcPolicy policy, std:
 
 void AutoGc::Start() {
   thread_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     while (!stop_) {
-      lock.unlock();
+      lock.Unlock();
       CheckOnce();
-      lock.lock();
-      cv_.wait_for(lock, interval_, [this] { return stop_; });
+      lock.Lock();
+      cv_.WaitFor(&mu_, interval_, [this]() REQUIRES(mu_) { return stop_; });
     }
   });
 }
 
 void AutoGc::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 

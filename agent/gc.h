@@ -16,9 +16,7 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -26,6 +24,7 @@
 
 #include "agent/blob_store.h"
 #include "agent/state_store.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -86,18 +85,18 @@ class GarbageCollector {
   // Scans, plans and (unless `dry_run`) removes. A blob or partial upload that became busy or was
   // used since the scan is kept; a job folder is removed only when it is <data_dir>/jobs/<id> of a
   // final job. Per-entry failures go to GcResult::errors; the run goes on.
-  StatusOr<GcResult> Run(const GcPolicy& policy, bool dry_run);
+  StatusOr<GcResult> Run(const GcPolicy& policy, bool dry_run) EXCLUDES(run_mu_);
 
   // Bytes held by blobs and partial uploads (a directory listing; no hashing).
   StatusOr<uint64_t> StoreBytes();
 
  private:
-  Status RemoveJobFolder(const GcEntry& job);
+  Status RemoveJobFolder(const GcEntry& job) REQUIRES(run_mu_);
 
   const std::string data_dir_;
   StateStore* store_;
   BlobStore* blobs_;
-  std::mutex run_mu_;
+  Mutex run_mu_;  // one Run at a time (it guards no field: the store and the folders are shared)
 };
 
 // `defaults` with the request's non-zero fields. INVALID_ARGUMENT naming the field for a negative
@@ -120,8 +119,8 @@ class AutoGc {
   AutoGc(GarbageCollector* gc, std::string data_dir, GcPolicy policy, std::chrono::seconds interval,
          int min_free_pct);
   ~AutoGc() { Stop(); }
-  void Start();
-  void Stop();
+  void Start() EXCLUDES(mu_);
+  void Stop() EXCLUDES(mu_);
   // One check; true when it found the store over its threshold and ran the collector.
   bool CheckOnce();
 
@@ -131,9 +130,9 @@ class AutoGc {
   const GcPolicy policy_;
   const std::chrono::seconds interval_;
   const int min_free_pct_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  Mutex mu_;
+  CondVar cv_;  // stop_ was set
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

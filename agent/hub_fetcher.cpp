@@ -18,14 +18,14 @@ HubFetcher::HubFetcher(HubOptions options) : options_(std::move(options)) {
 HubFetcher::~HubFetcher() { Stop(); }
 
 void HubFetcher::Fetch(HubFetchTask task, Done done) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   cancelled_.erase(task.job_id);
   queue_.emplace_back(std::move(task), std::move(done));
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 void HubFetcher::Cancel(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto it = queue_.begin(); it != queue_.end();) {
     it = it->first.job_id == job_id ? queue_.erase(it) : std::next(it);
   }
@@ -34,10 +34,10 @@ void HubFetcher::Cancel(const std::string& job_id) {
 
 void HubFetcher::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
     queue_.clear();
-    cv_.notify_one();
+    cv_.NotifyOne();
   }
   if (thread_.joinable()) thread_.join();
 }
@@ -46,8 +46,8 @@ void HubFetcher::Loop() {
   for (;;) {
     std::pair<HubFetchTask, Done> item;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      cv_.Wait(&mu_, [this]() REQUIRES(mu_) { return stop_ || !queue_.empty(); });
       if (stop_) return;
       item = std::move(queue_.front());
       queue_.pop_front();
@@ -57,7 +57,7 @@ void HubFetcher::Loop() {
     item.first.token.clear();
     bool dropped = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       current_.clear();
       file_.clear();
       dropped = stop_ || cancelled_.erase(item.first.job_id) > 0;
@@ -83,7 +83,7 @@ std::string Amount(uint64_t bytes) {
 }  // namespace
 
 std::string HubFetcher::Progress(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (current_ != job_id || file_.empty()) return "";
   if (file_.find("(waiting") != std::string::npos) return file_;
   return file_ + ": " + Amount(done_bytes_) + (total_bytes_ > 0 ? " of " + Amount(total_bytes_) : "");
@@ -100,11 +100,11 @@ StatusOr<std::string> HubFetcher::Resolve(const HubFetchTask& task) {
   }
   const std::string id = task.job_id;
   o.cancelled = [this, id] {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return stop_ || cancelled_.count(id) > 0;
   };
   o.progress = [this](const std::string& file, uint64_t done, uint64_t total) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     file_ = file;
     done_bytes_ = done;
     total_bytes_ = total;

@@ -11,16 +11,15 @@
 // without calling their `done`, and joins the thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 
 #include "common/hf_hub.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace sftctl::agent {
@@ -43,27 +42,27 @@ class HubFetcher {
   HubFetcher(const HubFetcher&) = delete;
   HubFetcher& operator=(const HubFetcher&) = delete;
 
-  void Fetch(HubFetchTask task, Done done);
+  void Fetch(HubFetchTask task, Done done) EXCLUDES(mu_);
   // Stops `job_id`'s download (CANCELLED) or drops it from the queue (`done` is then not called).
-  void Cancel(const std::string& job_id);
-  void Stop();
+  void Cancel(const std::string& job_id) EXCLUDES(mu_);
+  void Stop() EXCLUDES(mu_);
   // How far `job_id`'s download is, e.g. "model.safetensors: 1.2 of 3.1 GiB" or "model.safetensors
   // (waiting for another download)"; "" when it is not downloading now.
-  std::string Progress(const std::string& job_id) const;
+  std::string Progress(const std::string& job_id) const EXCLUDES(mu_);
 
  private:
-  void Loop();
-  StatusOr<std::string> Resolve(const HubFetchTask& task);
+  void Loop() EXCLUDES(mu_);
+  StatusOr<std::string> Resolve(const HubFetchTask& task) EXCLUDES(mu_);
 
   HubOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<HubFetchTask, Done>> queue_;
-  std::set<std::string> cancelled_;
-  std::string current_;  // the job being downloaded
-  std::string file_;     // its file now, with the bytes below
-  uint64_t done_bytes_ = 0, total_bytes_ = 0;
-  bool stop_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;  // queued, or stopping
+  std::deque<std::pair<HubFetchTask, Done>> queue_ GUARDED_BY(mu_);
+  std::set<std::string> cancelled_ GUARDED_BY(mu_);
+  std::string current_ GUARDED_BY(mu_);  // the job being downloaded
+  std::string file_ GUARDED_BY(mu_);     // its file now, with the bytes below
+  uint64_t done_bytes_ GUARDED_BY(mu_) = 0, total_bytes_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

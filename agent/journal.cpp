@@ -47,11 +47,14 @@ bool DecodeJournalLine(const std::string& line, JournalEvent* ev) {
 StatusOr<std::shared_ptr<Journal>> Journal::Open(const std::string& path, FileSystem* fs) {
   SFT_ASSIGN_OR_RETURN(std::unique_ptr<AppendableFile> file, fs->NewAppendableFile(path));
   std::shared_ptr<Journal> j(new Journal(path, std::move(file)));
-  SFT_RETURN_IF_ERROR(j->Scan());
+  {
+    MutexLock lock(&j->mu_);  // not shared yet: nobody else can hold it
+    SFT_RETURN_IF_ERROR(j->Scan());
+  }
   return j;
 }
 
-// Called by Open before the journal is shared, so without mu_.
+// Called by Open before the journal is shared.
 Status Journal::Scan() {
   // Rebuild seq, index, ring and source offsets; find the end of the last good line.
   std::string buf;
@@ -113,7 +116,7 @@ StatusOr<uint64_t> Journal::Append(std::vector<JournalEvent> events) {
   std::vector<std::function<void()>> fire;
   uint64_t last;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // All or nothing: the lines are numbered and written first; memory (seq, index, ring, source
     // offsets) changes only once they are all on file.
     std::string data;
@@ -153,7 +156,7 @@ StatusOr<std::vector<JournalEvent>> Journal::Read(uint64_t after_seq, size_t max
   uint64_t end_off;
   uint64_t skip;  // lines between the indexed one and after_seq: counted, not decoded
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (after_seq >= last_seq_ || max_events == 0) return out;
     if (!ring_.empty() && after_seq + 1 >= ring_.front().seq) {
       size_t i = static_cast<size_t>(after_seq + 1 - ring_.front().seq);
@@ -199,14 +202,14 @@ StatusOr<std::vector<JournalEvent>> Journal::Read(uint64_t after_seq, size_t max
 }
 
 uint64_t Journal::last_seq() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return last_seq_;
 }
 
 void Journal::SetFinished(bool finished) {
   std::vector<std::function<void()>> fire;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     finished_ = finished;
     FireWaitersLocked(&fire);
   }
@@ -214,13 +217,13 @@ void Journal::SetFinished(bool finished) {
 }
 
 bool Journal::finished() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return finished_;
 }
 
 void Journal::NotifyWhenAfter(uint64_t after_seq, std::function<void()> fn) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (last_seq_ <= after_seq && !finished_) {
       waiters_.emplace_back(after_seq, std::move(fn));
       return;
@@ -230,7 +233,7 @@ void Journal::NotifyWhenAfter(uint64_t after_seq, std::function<void()> fn) {
 }
 
 size_t Journal::ring_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return ring_bytes_;
 }
 
@@ -257,7 +260,7 @@ void Journal::FireWaitersLocked(std::vector<std::function<void()>>* out) {
 }
 
 std::map<std::pair<int, int>, uint64_t> Journal::source_offsets() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return source_offsets_;
 }
 

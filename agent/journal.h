@@ -14,12 +14,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/file_system.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -57,45 +57,45 @@ class Journal {
   // (survives an agent crash); Flush() makes it durable. All or nothing: on an error (disk full,
   // file too large) nothing of the batch is in the file or in memory, and followers see nothing. Should
   // cutting a failed write off fail too, the next Append cuts it off first (or fails again).
-  StatusOr<uint64_t> Append(std::vector<JournalEvent> events);
-  Status Flush();
+  StatusOr<uint64_t> Append(std::vector<JournalEvent> events) EXCLUDES(mu_);
+  Status Flush() EXCLUDES(mu_);
 
   // Up to `max_events` events with seq > after_seq, in order.
-  StatusOr<std::vector<JournalEvent>> Read(uint64_t after_seq, size_t max_events);
+  StatusOr<std::vector<JournalEvent>> Read(uint64_t after_seq, size_t max_events) EXCLUDES(mu_);
 
-  uint64_t last_seq() const;
+  uint64_t last_seq() const EXCLUDES(mu_);
   // Text bytes held in the in-memory ring (tests).
-  size_t ring_bytes() const;
+  size_t ring_bytes() const EXCLUDES(mu_);
   // A finished journal belongs to a job in a final state: followers stop at its end.
-  void SetFinished(bool finished);
-  bool finished() const;
+  void SetFinished(bool finished) EXCLUDES(mu_);
+  bool finished() const EXCLUDES(mu_);
 
   // Runs `fn` once as soon as last_seq() > after_seq or the journal is finished.
-  void NotifyWhenAfter(uint64_t after_seq, std::function<void()> fn);
+  void NotifyWhenAfter(uint64_t after_seq, std::function<void()> fn) EXCLUDES(mu_);
 
   // End offsets of the last journaled line per (rank, src), recovered by Open.
-  std::map<std::pair<int, int>, uint64_t> source_offsets() const;
+  std::map<std::pair<int, int>, uint64_t> source_offsets() const EXCLUDES(mu_);
 
  private:
   Journal(std::string path, std::unique_ptr<AppendableFile> file)
       : path_(std::move(path)), file_(std::move(file)) {}
-  Status Scan();
-  Status WriteLocked(const std::string& data);
-  void FireWaitersLocked(std::vector<std::function<void()>>* out);
-  void PushRingLocked(JournalEvent ev);
+  Status Scan() REQUIRES(mu_);
+  Status WriteLocked(const std::string& data) REQUIRES(mu_);
+  void FireWaitersLocked(std::vector<std::function<void()>>* out) REQUIRES(mu_);
+  void PushRingLocked(JournalEvent ev) REQUIRES(mu_);
 
   const std::string path_;
   const std::unique_ptr<AppendableFile> file_;  // Append/Truncate under mu_; ReadAt from any thread
-  mutable std::mutex mu_;
-  uint64_t last_seq_ = 0;
-  uint64_t file_size_ = 0;
-  bool torn_ = false;  // bytes past file_size_ from a failed write could not be cut off yet
-  bool finished_ = false;
-  std::deque<JournalEvent> ring_;
-  size_t ring_bytes_ = 0;        // text bytes in ring_
-  std::vector<uint64_t> index_;  // index_[i] = file offset of seq i*kIndexEvery+1
-  std::vector<std::pair<uint64_t, std::function<void()>>> waiters_;
-  std::map<std::pair<int, int>, uint64_t> source_offsets_;
+  mutable Mutex mu_;
+  uint64_t last_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t file_size_ GUARDED_BY(mu_) = 0;
+  bool torn_ GUARDED_BY(mu_) = false;  // bytes past file_size_ from a failed write could not be cut off yet
+  bool finished_ GUARDED_BY(mu_) = false;
+  std::deque<JournalEvent> ring_ GUARDED_BY(mu_);
+  size_t ring_bytes_ GUARDED_BY(mu_) = 0;        // text bytes in ring_
+  std::vector<uint64_t> index_ GUARDED_BY(mu_);  // index_[i] = file offset of seq i*kIndexEvery+1
+  std::vector<std::pair<uint64_t, std::function<void()>>> waiters_ GUARDED_BY(mu_);
+  std::map<std::pair<int, int>, uint64_t> source_offsets_ GUARDED_BY(mu_);
 };
 
 // Serialises one event as a journal line (with trailing newline); exposed for tests.

@@ -7,9 +7,9 @@
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <functional>
-#include <mutex>
 
 #include "common/agent_identity.h"
+#include "common/file_system.h"
 #include "common/sha256.h"
 #include "common/source_id.h"
 
@@ -43,10 +43,10 @@ class FailedReader : public rpc::ServerReadReactor<T> {
 // !finished; FinishLocked is the single place that ends the RPC.
 template <typename Reactor>
 struct Shared {
-  std::mutex mu;
-  Reactor* reactor = nullptr;
-  bool finished = false;
-  void FinishLocked(const grpc::Status& s) {
+  Mutex mu;
+  Reactor* reactor PT_GUARDED_BY(mu) = nullptr;
+  bool finished GUARDED_BY(mu) = false;
+  void FinishLocked(const grpc::Status& s) REQUIRES(mu) {
     if (finished) return;
     finished = true;
     reactor->Finish(s);
@@ -73,19 +73,19 @@ class EventsReactor : public rpc::ServerWriteReactor<v1::StreamEventsResponse> {
     // Runs on the pool, never while a write is in flight.
     void Pump() {
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         if (finished) return;
       }
       if (!journal) {
         auto j = supervisor->JournalFor(job_id);
         if (!j.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(&mu);
           return FinishLocked(ToGrpc(j.status()));
         }
         journal = *j;
       }
       auto events = journal->Read(after, kEventsPerMessage);
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (finished) return;
       if (!events.ok()) return FinishLocked(ToGrpc(events.status()));
       if (!events->empty()) {
@@ -122,11 +122,11 @@ class EventsReactor : public rpc::ServerWriteReactor<v1::StreamEventsResponse> {
   }
   void OnWriteDone(bool ok) override {
     if (ok) return st_->Schedule();
-    std::lock_guard<std::mutex> lock(st_->mu);
+    MutexLock lock(&st_->mu);
     st_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
   }
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(st_->mu);
+    MutexLock lock(&st_->mu);
     st_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
   }
   void OnDone() override { delete this; }
@@ -164,14 +164,14 @@ class PullReactor : public rpc::ServerWriteReactor<v1::ArtifactChunk> {
     }
     void Read() {
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         if (finished) return;
       }
       if (prep) {
         Status s = prep();
         prep = nullptr;
         if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(&mu);
           return FinishLocked(ToGrpc(s));
         }
       }
@@ -184,26 +184,21 @@ class PullReactor : public rpc::ServerWriteReactor<v1::ArtifactChunk> {
       size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, end - pos));
       std::string* data = next.mutable_data();
       data->resize(want);
-      size_t got = 0;
-      while (got < want) {
-        ssize_t n = ::pread(fd, data->data() + got, want - got, static_cast<off_t>(pos + got));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        got += static_cast<size_t>(n);
-      }
-      std::lock_guard<std::mutex> lock(mu);
+      Status read = PreadFully(fd, data->data(), want, pos, path);
+      MutexLock lock(&mu);
       reading = false;
       if (finished) return;
-      if (got < want) {
+      if (read.code() == StatusCode::kDataLoss) {
         return FinishLocked(ToGrpc(DataLossError("path: '" + path + "' shrank while being pulled")));
       }
-      pos += got;
+      if (!read.ok()) return FinishLocked(ToGrpc(read));
+      pos += want;
       eof = pos >= end;
-      if (got > 0 || first) ready = true;
+      if (want > 0 || first) ready = true;
       first = false;
       ProceedLocked();
     }
-    void ProceedLocked() {
+    void ProceedLocked() REQUIRES(mu) {
       if (finished) return;
       if (!in_flight && ready) {
         cur.Swap(&next);
@@ -219,17 +214,17 @@ class PullReactor : public rpc::ServerWriteReactor<v1::ArtifactChunk> {
 
   explicit PullReactor(std::shared_ptr<State> st) : st_(std::move(st)) {
     st_->reactor = this;
-    std::lock_guard<std::mutex> lock(st_->mu);
+    MutexLock lock(&st_->mu);
     st_->StartRead();
   }
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(st_->mu);
+    MutexLock lock(&st_->mu);
     st_->in_flight = false;
     if (!ok) return st_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
     st_->ProceedLocked();
   }
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(st_->mu);
+    MutexLock lock(&st_->mu);
     st_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
   }
   void OnDone() override { delete this; }
@@ -262,7 +257,7 @@ class UploadReactor : public rpc::ServerReadReactor<v1::UploadBlobRequest> {
 
     void Handle(bool ok) {
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         if (finished) return;
       }
       Status st;
@@ -329,7 +324,7 @@ class UploadReactor : public rpc::ServerReadReactor<v1::UploadBlobRequest> {
         upload.reset();
         range.reset();
       }
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (finished) return;
       if (!st.ok()) {
         // A digest mismatch already deleted the partial bytes; other errors keep them for a resume.
@@ -352,7 +347,7 @@ class UploadReactor : public rpc::ServerReadReactor<v1::UploadBlobRequest> {
     boost::asio::post(*st->pool, [st, ok] { st->Handle(ok); });
   }
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(st_->mu);
+    MutexLock lock(&st_->mu);
     st_->FinishLocked(
         grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client; bytes kept for resume"));
   }
@@ -658,7 +653,7 @@ rpc::ServerUnaryReactor* AgentService::Version(rpc::CallbackServerContext* ctx, 
 }
 
 void AgentService::SetListenAddr(const std::string& addr) {
-  std::lock_guard<std::mutex> l(addr_mu_);
+  MutexLock l(&addr_mu_);
   listen_addr_ = addr;
 }
 
@@ -674,7 +669,7 @@ rpc::ServerUnaryReactor* AgentService::Identify(rpc::CallbackServerContext* ctx,
   }
   std::string addr;
   {
-    std::lock_guard<std::mutex> l(addr_mu_);
+    MutexLock l(&addr_mu_);
     addr = listen_addr_;
   }
   if (addr.empty()) {

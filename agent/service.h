@@ -13,7 +13,6 @@
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "agent/artifacts.h"
@@ -23,6 +22,7 @@
 #include "agent/gc.h"
 #include "agent/state_store.h"
 #include "agent/supervisor.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "proto/grpc_compat.h"
 #include "sftctl/v1/agent.grpc.pb.h"
@@ -93,7 +93,7 @@ class AgentService final : public rpc::CallbackService<::sftctl::v1::Agent> {
 
   // The address clients dial ("127.0.0.1:41234"), once the server listens; Identify answers
   // UNAVAILABLE before. Thread-safe.
-  void SetListenAddr(const std::string& addr);
+  void SetListenAddr(const std::string& addr) EXCLUDES(addr_mu_);
 
  private:
   void AddHubProgress(::sftctl::v1::Job* job) const;
@@ -102,8 +102,8 @@ class AgentService final : public rpc::CallbackService<::sftctl::v1::Agent> {
   boost::asio::thread_pool pool_;
   boost::asio::thread_pool bulk_pool_;
   std::chrono::steady_clock::time_point started_;
-  mutable std::mutex addr_mu_;
-  std::string listen_addr_;  // GUARDED_BY(addr_mu_)
+  mutable Mutex addr_mu_;
+  std::string listen_addr_ GUARDED_BY(addr_mu_);
 };
 
 }  // namespace sftctl::agent

@@ -192,6 +192,7 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path) 
   }
   std::unique_ptr<StateStore> store(new StateStore(db));
   sqlite3_busy_timeout(db, 5000);
+  MutexLock lock(&store->mu_);  // not shared yet: nobody else can hold it
   SFT_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   // FULL: a committed state change survives power loss too; state changes are rare.
   SFT_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
@@ -233,9 +234,9 @@ Status StateStore::Exec(const char* sql) {
 }
 
 StatusOr<JobRecord> StateStore::InsertJob(JobRecord rec) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   SFT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  auto fail = [&](Status s) {
+  auto fail = [&](Status s) REQUIRES(mu_) {
     (void)Exec("ROLLBACK");
     return s;
   };
@@ -269,9 +270,9 @@ StatusOr<JobRecord> StateStore::InsertJob(JobRecord rec) {
 }
 
 Status StateStore::SaveJob(const JobRecord& rec, const HistoryRecord* change) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   SFT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  auto fail = [&](Status s) {
+  auto fail = [&](Status s) REQUIRES(mu_) {
     (void)Exec("ROLLBACK");
     return s;
   };
@@ -378,7 +379,7 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
 }
 
 Status StateStore::SaveProgress(const std::string& id, int64_t last_step, double last_loss) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt up(db_, "UPDATE jobs SET last_step=?2, last_loss=?3 WHERE id=?1 AND state IN (?4, ?5)");
   up.Bind(1, id).Bind(2, last_step).Bind(3, last_loss);
   up.Bind(4, static_cast<int64_t>(JobState::RUNNING)).Bind(5, static_cast<int64_t>(JobState::CANCELLING));
@@ -387,7 +388,7 @@ Status StateStore::SaveProgress(const std::string& id, int64_t last_step, double
 }
 
 StatusOr<JobRecord> StateStore::GetJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (id.empty()) return NotFoundError("job_id: empty");
   SFT_ASSIGN_OR_RETURN(auto jobs, QueryJobs(id));
   if (jobs.empty()) return NotFoundError("job '" + id + "' not found");
@@ -395,12 +396,12 @@ StatusOr<JobRecord> StateStore::GetJob(const std::string& id) {
 }
 
 StatusOr<std::vector<JobRecord>> StateStore::ListJobs() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return QueryJobs("");
 }
 
 StatusOr<std::vector<HistoryRecord>> StateStore::History(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt q(db_, "SELECT state, reason, time_ms FROM history WHERE job_id=?1 ORDER BY rowid");
   q.Bind(1, id);
   std::vector<HistoryRecord> out;
@@ -413,7 +414,7 @@ StatusOr<std::vector<HistoryRecord>> StateStore::History(const std::string& id) 
 }
 
 StatusOr<std::optional<std::string>> StateStore::FindByRequestId(const std::string& client_request_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt q(db_, "SELECT id FROM jobs WHERE client_request_id=?1");
   q.Bind(1, client_request_id);
   int rc = q.Step();
@@ -423,7 +424,7 @@ StatusOr<std::optional<std::string>> StateStore::FindByRequestId(const std::stri
 }
 
 Status StateStore::PutBlob(const std::string& sha256, uint64_t size) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt q(db_, "INSERT OR REPLACE INTO blobs (sha256, size) VALUES (?1, ?2)");
   q.Bind(1, sha256).Bind(2, static_cast<int64_t>(size));
   if (q.Step() != SQLITE_DONE) return q.Error("put blob");
@@ -431,7 +432,7 @@ Status StateStore::PutBlob(const std::string& sha256, uint64_t size) {
 }
 
 Status StateStore::DeleteBlob(const std::string& sha256) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt q(db_, "DELETE FROM blobs WHERE sha256=?1");
   q.Bind(1, sha256);
   if (q.Step() != SQLITE_DONE) return q.Error("delete blob");
@@ -440,7 +441,7 @@ Status StateStore::DeleteBlob(const std::string& sha256) {
 
 std::optional<std::string> StateStore::CachedHash(const std::string& job_id, const std::string& path,
                                                   uint64_t size, int64_t mtime_ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt q(db_, "SELECT sha256 FROM artifact_hashes WHERE job_id=?1 AND path=?2 AND size=?3 AND mtime_ns=?4");
   q.Bind(1, job_id).Bind(2, path).Bind(3, static_cast<int64_t>(size)).Bind(4, mtime_ns);
   if (q.Step() == SQLITE_ROW) return q.Text(0);
@@ -449,7 +450,7 @@ std::optional<std::string> StateStore::CachedHash(const std::string& job_id, con
 
 Status StateStore::PutCachedHash(const std::string& job_id, const std::string& path, uint64_t size,
                                  int64_t mtime_ns, const std::string& sha256) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt q(db_,
          "INSERT OR REPLACE INTO artifact_hashes (job_id, path, size, mtime_ns, sha256) "
          "VALUES (?1, ?2, ?3, ?4, ?5)");
@@ -459,7 +460,7 @@ Status StateStore::PutCachedHash(const std::string& job_id, const std::string& p
 }
 
 StatusOr<std::vector<StopWhenDoneRecord>> StateStore::StopWhenDoneJobs() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt q(db_,
          "SELECT s.job_id, j.state, j.job_dir, s.status FROM stop_when_done s JOIN jobs j ON j.id = s.job_id "
          "WHERE s.status < ?1 ORDER BY j.num");
@@ -475,7 +476,7 @@ StatusOr<std::vector<StopWhenDoneRecord>> StateStore::StopWhenDoneJobs() {
 }
 
 Status StateStore::SetStopWhenDone(const std::string& job_id, StopWhenDone status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt q(db_, "UPDATE stop_when_done SET status=?2 WHERE job_id=?1");
   q.Bind(1, job_id).Bind(2, static_cast<int64_t>(status));
   if (q.Step() != SQLITE_DONE) return q.Error("update stop_when_done");
@@ -483,7 +484,7 @@ Status StateStore::SetStopWhenDone(const std::string& job_id, StopWhenDone statu
 }
 
 Status StateStore::PutSetting(const std::string& key, const std::string& value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt q(db_, "INSERT OR REPLACE INTO settings (key, value) VALUES (?1, ?2)");
   q.Bind(1, key).Bind(2, value);
   if (q.Step() != SQLITE_DONE) return q.Error("put setting");
@@ -491,7 +492,7 @@ Status StateStore::PutSetting(const std::string& key, const std::string& value) 
 }
 
 StatusOr<std::optional<std::string>> StateStore::GetSetting(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stmt q(db_, "SELECT value FROM settings WHERE key=?1");
   q.Bind(1, key);
   int rc = q.Step();

@@ -8,11 +8,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -121,14 +121,14 @@ class StateStore {
 
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}
-  Status Exec(const char* sql);
-  // COMMIT; on failure the transaction is rolled back (never left open). REQUIRES: mu_ held.
-  Status Commit();
-  Status Migrate();
-  StatusOr<std::vector<JobRecord>> QueryJobs(const std::string& where_id);
+  Status Exec(const char* sql) REQUIRES(mu_);
+  // COMMIT; on failure the transaction is rolled back (never left open).
+  Status Commit() REQUIRES(mu_);
+  Status Migrate() REQUIRES(mu_);
+  StatusOr<std::vector<JobRecord>> QueryJobs(const std::string& where_id) REQUIRES(mu_);
 
-  std::mutex mu_;
-  sqlite3* db_;
+  Mutex mu_;
+  sqlite3* const db_ PT_GUARDED_BY(mu_);  // one connection: every statement on it holds mu_
 };
 
 }  // namespace sftctl::agent

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <nlohmann/json.hpp>
 
+#include "agent/checkpoint_upload.h"
 #include "agent/job_spec.h"
 #include "agent/launcher.h"
 #include "common/file_system.h"
@@ -181,6 +182,7 @@ Status Supervisor::Start() {
 void Supervisor::Stop() {
   if (!thread_.joinable()) return;
   hub_.Stop();
+  AgentCheckpointUploads().Stop();  // checkpoint.upload_to (agent/checkpoint_upload.h)
   blocking_work_.reset();
   blocking_io_.stop();
   blocking_thread_.join();
@@ -204,7 +206,7 @@ const std::string& Supervisor::HostName() {
 }
 
 SupervisorStats Supervisor::Stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   return stats_;
 }
 
@@ -218,7 +220,7 @@ void Supervisor::Cancel(std::string job_id, JobCallback done) {
 }
 
 StatusOr<std::shared_ptr<Journal>> Supervisor::JournalFor(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(journals_mu_);
+  MutexLock lock(&journals_mu_);
   auto it = journals_.find(job_id);
   if (it != journals_.end()) return it->second;
   if (journals_.size() >= 64) {
@@ -267,6 +269,12 @@ Status Supervisor::Transition(JobRecord* rec, Journal* journal, JobState state, 
 void Supervisor::PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done) {
   bool created = false;
   StatusOr<JobRecord> rec = CreateJob(req, &created);
+  // S3 credentials (submit --forward-aws-credentials): memory only, like the HF token.
+  if (rec.ok() && created && !req.aws_credentials().access_key_id().empty()) {
+    const auto& c = req.aws_credentials();
+    AgentCheckpointUploads().SetCredentials(
+        rec->spec_json, {c.access_key_id(), c.secret_access_key(), c.session_token(), "the client"});
+  }
   boost::asio::post(io_, [this, rec = std::move(rec), created, done, token = req.hf_token()]() mutable {
     if (rec.ok() && created) {
       QueueJob(&*rec, token);
@@ -417,7 +425,7 @@ void Supervisor::Schedule() {
     if (allocs.empty()) break;
     for (const Allocation& a : allocs) Launch(a);
   }
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   stats_.running = static_cast<uint32_t>(runs_.size());
   stats_.queued = static_cast<uint32_t>(scheduler_.queued() + downloading_.size());
   stats_.gpus_total = scheduler_.gpus_total();
@@ -480,6 +488,8 @@ void Supervisor::Launch(const Allocation& alloc) {
   // restart: stop them, and fail the job (as far as the database can still be written).
   if (!saved) return FailLaunch(&rec, run->journal.get(), *spawned, st);
   run->last_progress = run->last_save = config_.clock->Now();
+  if (Status up = AgentCheckpointUploads().StartJob(rec.id, rec.spec_json); !up.ok())
+    spdlog::error("{}: checkpoint.upload_to: {}", rec.id, up.message());
   Run* raw = run.get();
   runs_[rec.id] = std::move(run);
   WatchExits(raw);
@@ -819,6 +829,7 @@ void Supervisor::Finalize(Run* run) {
     scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : rec.world_size);
   } else {
     st = Transition(&rec, run->journal.get(), end.state, end.reason);
+    AgentCheckpointUploads().FinishJob(rec.spec_json);  // the last checkpoint still goes up
   }
   if (!st.ok()) spdlog::error("{}: {}", rec.id, st.ToString());
   runs_.erase(rec.id);
@@ -853,6 +864,8 @@ Status Supervisor::Recover() {
                       true});
     }
     spdlog::info("{}: recovered after agent restart: {}/{} rank(s) alive", rec.id, alive, raw->ranks.size());
+    if (Status up = AgentCheckpointUploads().StartJob(rec.id, rec.spec_json); !up.ok())  // host's credentials
+      spdlog::error("{}: checkpoint.upload_to: {}", rec.id, up.message());
     WatchExits(raw);
     ArmTimer(raw);
   }

@@ -47,6 +47,7 @@
 #include "agent/scheduler.h"
 #include "agent/state_store.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/rank_group.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
@@ -91,8 +92,8 @@ class Supervisor {
   void Submit(::sftctl::v1::SubmitJobRequest req, JobCallback done);
   void Cancel(std::string job_id, JobCallback done);
   // The journal of any job (opened on first use). NOT_FOUND for an unknown job.
-  StatusOr<std::shared_ptr<Journal>> JournalFor(const std::string& job_id);
-  SupervisorStats Stats() const;
+  StatusOr<std::shared_ptr<Journal>> JournalFor(const std::string& job_id) EXCLUDES(journals_mu_);
+  SupervisorStats Stats() const EXCLUDES(stats_mu_);
   // The Hub download progress of a job waiting for its hf:// paths ("" when none); any thread.
   std::string HubProgress(const std::string& job_id) const { return hub_.Progress(job_id); }
 
@@ -200,10 +201,10 @@ class Supervisor {
   std::set<std::string> downloading_;       // event thread only: jobs whose hf:// paths are fetched
   std::vector<std::string> recovered_hub_;  // QUEUED jobs found at Recover with hf:// paths
 
-  mutable std::mutex journals_mu_;
-  std::map<std::string, std::shared_ptr<Journal>> journals_;
-  mutable std::mutex stats_mu_;
-  SupervisorStats stats_;
+  mutable Mutex journals_mu_;
+  std::map<std::string, std::shared_ptr<Journal>> journals_ GUARDED_BY(journals_mu_);
+  mutable Mutex stats_mu_;
+  SupervisorStats stats_ GUARDED_BY(stats_mu_);
 };
 
 }  // namespace sftctl::agent

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <iostream>
-#include <thread>
 
 namespace sftctl::client {
 
@@ -55,7 +54,7 @@ Reconnector::Reconnector(std::unique_ptr<AgentSession> first, SessionFactory fac
     : session_(std::move(first)),
       factory_(std::move(factory)),
       policy_(policy),
-      since_(std::chrono::steady_clock::now()) {
+      since_(policy_.clock->Now()) {
   if (session_) host_ = session_->host();
 }
 
@@ -74,17 +73,17 @@ bool Reconnector::ShouldRetry(const Status& s) {
   session_.reset();
   if (!IsTransient(s)) return false;
   ++attempts_;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = policy_.clock->Now();
   if (attempts_ >= policy_.max_attempts || now - since_ >= policy_.max_time) return false;
   auto backoff = policy_.initial_backoff * (1 << std::min(attempts_ - 1, 10));
   backoff = std::min(backoff, policy_.max_backoff);
-  std::this_thread::sleep_for(backoff);
+  policy_.clock->SleepFor(backoff);
   return true;
 }
 
 void Reconnector::MadeProgress() {
   attempts_ = 0;
-  since_ = std::chrono::steady_clock::now();
+  since_ = policy_.clock->Now();
 }
 
 Status Reconnector::GiveUp(const Status& s) const {
@@ -105,16 +104,21 @@ void ConnectionSet::Fold() {
   extra_.clear();
 }
 
-Status WithRetry(Reconnector* rc, const std::function<Status(AgentSession&)>& call) {
+Status Reconnector::Run(const std::function<Attempt(AgentSession&)>& attempt) {
   for (;;) {
-    auto session = rc->Session();
-    Status s = session.ok() ? call(**session) : session.status();
-    if (s.ok()) {
-      rc->MadeProgress();
-      return s;
-    }
-    if (!rc->ShouldRetry(s)) return rc->GiveUp(s);
+    auto session = Session();
+    Attempt a = session.ok() ? attempt(**session) : Attempt{session.status()};
+    if (a.progressed) MadeProgress();
+    if (a.status.ok() || a.final) return a.status;
+    if (!ShouldRetry(a.status)) return GiveUp(a.status);
   }
+}
+
+Status WithRetry(Reconnector* rc, const std::function<Status(AgentSession&)>& call) {
+  return rc->Run([&](AgentSession& a) {
+    Status s = call(a);
+    return Attempt{s, false, s.ok()};
+  });
 }
 
 void NoteReconnects(const Reconnector& rc) {

@@ -2,9 +2,10 @@
 // that survives a dropped connection (an SSH tunnel going away mid-stream).
 //
 // Commands connect once up front (an unreachable host is reported at once, exit 4); after that a
-// Reconnector owns the session and, when a call fails with a transient error, drops it, waits an
-// exponential backoff and connects again through its SessionFactory, within a bounded number of
-// attempts and time since the last progress.
+// Reconnector owns the session and every remote call goes through its one loop (Reconnector::Run,
+// or WithRetry for a single call): when a call fails with a transient error, it drops the session,
+// waits an exponential backoff and connects again through its SessionFactory, within a bounded number
+// of attempts and time since the last progress.
 //
 // Thread safety: an AgentSession may be used from several threads for calls (like the connection it
 // wraps); a Reconnector is used by one thread at a time.
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "client/agent_connection.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.grpc.pb.h"
 
@@ -67,6 +69,16 @@ struct RetryPolicy {
   std::chrono::milliseconds initial_backoff{200};
   std::chrono::milliseconds max_backoff{5000};
   std::chrono::seconds max_time{180};  // since the last progress
+  // What the time since the last progress is read on and the back-off slept on; not owned, lives
+  // as long as the reconnectors (tests pass an OffsetClock).
+  const Clock* clock = Clock::Real();
+};
+
+// How one attempt of Reconnector::Run ended.
+struct Attempt {
+  Status status;       // OK: the work is done
+  bool final = false;  // end the loop with `status` as is, not reconnecting (a local error, a broken rule)
+  bool progressed = false;  // bytes or events arrived during the attempt: the retry budget starts over
 };
 
 class Reconnector {
@@ -74,15 +86,19 @@ class Reconnector {
   // `first` (may be null) is the session to start with; `factory` makes later ones.
   Reconnector(std::unique_ptr<AgentSession> first, SessionFactory factory, RetryPolicy policy = {});
 
-  // The current session, connecting through the factory when there is none.
-  StatusOr<AgentSession*> Session();
-  // After a failed attempt: drops the session; returns true (after sleeping the backoff) when `s`
-  // is transient and the budget allows another attempt, false when the caller should give up.
-  bool ShouldRetry(const Status& s);
+  // The reconnect loop, the one way the client resumes work over a dropped connection: runs `attempt`
+  // on the current session (connecting through the factory first when there is none; a failure to
+  // connect counts as a failed attempt) until an attempt ends OK or final, and returns its status.
+  // After any other failure the session is dropped; when the failure is transient (IsTransient) and
+  // the budget allows (fewer than max_attempts failures, less than max_time since the last progress),
+  // it sleeps the back-off on policy.clock (initial_backoff doubling per failure, at most max_backoff)
+  // and tries again; else it gives up: a transient failure after retries becomes UNAVAILABLE "lost the
+  // connection to HOST and could not resume after N attempt(s): ...", any other is returned as is.
+  // `attempt` must resume where the last one stopped (or be idempotent).
+  Status Run(const std::function<Attempt(AgentSession&)>& attempt);
+
   // Resets the attempt budget (bytes or events arrived since the last failure).
   void MadeProgress();
-  // The error to report after ShouldRetry returned false for `s`.
-  Status GiveUp(const Status& s) const;
   int reconnects() const { return reconnects_; }
   // Reconnects made for this one's work by helper connections (parallel pulls), for NoteReconnects.
   void AddReconnects(int n) { reconnects_ += n; }
@@ -92,12 +108,20 @@ class Reconnector {
   const RetryPolicy& policy() const { return policy_; }
 
  private:
+  // The current session, connecting through the factory when there is none.
+  StatusOr<AgentSession*> Session();
+  // After a failed attempt: drops the session; returns true (after sleeping the backoff) when `s`
+  // is transient and the budget allows another attempt, false when the caller should give up.
+  bool ShouldRetry(const Status& s);
+  // The error to report after ShouldRetry returned false for `s`.
+  Status GiveUp(const Status& s) const;
+
   std::unique_ptr<AgentSession> session_;
   SessionFactory factory_;
   RetryPolicy policy_;
   int attempts_ = 0;
   int reconnects_ = 0;
-  std::chrono::steady_clock::time_point since_;
+  Clock::TimePoint since_;
   std::string host_;
 };
 
@@ -121,7 +145,8 @@ class ConnectionSet {
   std::vector<std::unique_ptr<Reconnector>> extra_;
 };
 
-// Runs `call` on the reconnector's session, retrying transient failures. `call` must be idempotent.
+// Runs `call` through rc->Run: retrying transient failures, its success counting as progress.
+// `call` must be idempotent.
 Status WithRetry(Reconnector* rc, const std::function<Status(AgentSession&)>& call);
 
 // "note: resumed after N reconnect(s) to HOST" on stderr, when the connection was resumed at all.

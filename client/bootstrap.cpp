@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "client/remote_options.h"
 #include "client/smoke_job.h"
@@ -38,7 +37,8 @@ bool IsTransportFailure(const Status& s) {
 
 class SshHostShell : public HostShell {
  public:
-  SshHostShell(ConnectOptions opts, int attempts) : opts_(std::move(opts)), attempts_(attempts) {}
+  SshHostShell(ConnectOptions opts, int attempts, const Clock* clock)
+      : opts_(std::move(opts)), attempts_(attempts), clock_(clock) {}
 
   StatusOr<ssh::ExecResult> Run(const std::string& command, const std::string& input,
                                 int timeout_s) override {
@@ -47,7 +47,7 @@ class SshHostShell : public HostShell {
       if (attempt > 0) {
         std::cerr << "bootstrap: connection lost (" << EscapeForTerminal(last.message())
                   << "); reconnecting\n";
-        std::this_thread::sleep_for(std::chrono::seconds(std::min(1 << attempt, 20)));
+        clock_->SleepFor(std::chrono::seconds(std::min(1 << attempt, 20)));
       }
       if (session_ == nullptr) {
         auto s = OpenSshSession(opts_);
@@ -70,6 +70,7 @@ class SshHostShell : public HostShell {
  private:
   ConnectOptions opts_;
   int attempts_;
+  const Clock* clock_;
   std::unique_ptr<ssh::SshSession> session_;
 };
 
@@ -128,6 +129,7 @@ std::string WorkerArgs(const BootstrapOptions& bo, const ConnectOptions& opts, c
   if (bo.jobs > 0) a += " --jobs " + std::to_string(bo.jobs);
   if (!bo.install_deps) a += " --no-install-deps";
   if (!bo.systemd) a += " --no-systemd";
+  if (bo.agent_only) a += " --agent-only";
   for (const auto& arg : bo.agent_args) a += " --agent-arg " + arg;  // checked by CheckAgentArgs
   if (!opts.agent_data_dir.empty()) a += " --data-dir " + HostPath(opts.agent_data_dir);
   return a;
@@ -214,8 +216,7 @@ PollReply ParsePoll(const std::string& out) {
 
 void Pause(const BootstrapOptions& bo) {
   const auto ms = std::chrono::milliseconds(static_cast<int64_t>(bo.poll_s * 1000));
-  if (bo.sleep) return bo.sleep(ms);
-  std::this_thread::sleep_for(ms);
+  bo.clock->SleepFor(ms);
 }
 
 // Whether a poll answer keeps the protocol, given the `offset` of log bytes read before it: the log
@@ -318,6 +319,12 @@ Status StartWorker(HostShell* shell, const ConnectOptions& opts, const Bootstrap
 
 std::string Short(const std::string& id) { return id.substr(0, 12); }
 
+// The host's installed binaries are of source `id`: both of them, or sftd alone when that is all
+// that was asked for (the host script writes "<id> agent-only" after an --agent-only install).
+bool InstalledFrom(const HostProbe& probe, const std::string& id, bool agent_only) {
+  return probe.installed == id || (agent_only && probe.installed == id + " agent-only");
+}
+
 Status CheckAgentArgs(const std::vector<std::string>& args) {
   for (const auto& a : args) {
     if (a.empty() ||
@@ -332,8 +339,8 @@ Status CheckAgentArgs(const std::vector<std::string>& args) {
 
 }  // namespace
 
-std::unique_ptr<HostShell> NewSshHostShell(const ConnectOptions& opts, int attempts) {
-  return std::make_unique<SshHostShell>(opts, attempts);
+std::unique_ptr<HostShell> NewSshHostShell(const ConnectOptions& opts, int attempts, const Clock* clock) {
+  return std::make_unique<SshHostShell>(opts, attempts, clock);
 }
 
 StatusOr<std::string> FindShareDir(const std::string& share_dir) {
@@ -371,13 +378,13 @@ StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& 
 
   BootstrapResult result;
   result.source_id = id;
-  result.up_to_date =
-      probe.installed == id && AgentRuns(probe.agent_json, id) && probe.worker.empty() && !bo.force;
+  result.up_to_date = InstalledFrom(probe, id, bo.agent_only) && AgentRuns(probe.agent_json, id) &&
+                      probe.worker.empty() && !bo.force;
   if (!result.up_to_date) {
     SFT_RETURN_IF_ERROR(StartWorker(shell, opts, bo, probe, share, sha));
     SFT_RETURN_IF_ERROR(FollowWorker(shell, bo));
     SFT_ASSIGN_OR_RETURN(probe, Probe(shell));
-    if (probe.installed != id) {
+    if (!InstalledFrom(probe, id, bo.agent_only)) {
       // A worker of another client's version was followed: start ours now.
       SFT_RETURN_IF_ERROR(StartWorker(shell, opts, bo, probe, share, sha));
       SFT_RETURN_IF_ERROR(FollowWorker(shell, bo));
@@ -386,7 +393,7 @@ StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& 
   const std::string agent = "sftd " + std::string(kVersion) + " (source " + Short(id) + ") on " +
                             EscapeForTerminal(shell->Display());
   std::string smoke_line;
-  if (smoke && bo.smoke && (!result.up_to_date || bo.smoke_always)) {
+  if (smoke && bo.smoke && !bo.agent_only && (!result.up_to_date || bo.smoke_always)) {
     std::cerr << "bootstrap: [smoke] a " << bo.smoke_steps << "-step job through the agent\n";
     SFT_ASSIGN_OR_RETURN(smoke_line, smoke(opts, bo.smoke_steps));
     result.smoke_job = smoke_line.substr(0, smoke_line.find(':'));
@@ -402,7 +409,7 @@ StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& 
 }
 
 StatusOr<BootstrapResult> Bootstrap(const ConnectOptions& opts, const BootstrapOptions& bo) {
-  auto shell = NewSshHostShell(opts);
+  auto shell = NewSshHostShell(opts, 6, bo.clock);
   return BootstrapWith(shell.get(), opts, bo, [](const ConnectOptions& o, int steps) {
     SmokeJobOptions so;
     so.steps = steps;

@@ -22,6 +22,7 @@
 #include "client/agent_connection.h"
 #include "client/host_probe.h"
 #include "client/ssh/ssh_session.h"
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace sftctl::client {
@@ -39,7 +40,8 @@ class HostShell {
 
 // A HostShell over SSH that reconnects (with opts) after a transport failure, up to `attempts` times
 // per command with a growing pause.
-std::unique_ptr<HostShell> NewSshHostShell(const ConnectOptions& opts, int attempts = 6);
+std::unique_ptr<HostShell> NewSshHostShell(const ConnectOptions& opts, int attempts = 6,
+                                           const Clock* clock = Clock::Real());
 
 // How many `poll` answers in a row may claim log bytes they do not send (or a log shorter than what
 // was read) before the bootstrap gives up; each is followed by a pause.
@@ -51,7 +53,11 @@ struct BootstrapOptions {
   bool smoke_always = false;  // --smoke: also when the host was already up to date
   bool force = false;         // run the host worker even when the host is up to date
   bool systemd = true;        // a systemd unit when PID 1 is systemd
-  int jobs = 0;               // build jobs on the host; 0: its core count
+  // Build and install sftd only (no LibTorch needed on the host): a login node, or a host whose
+  // trainer is installed another way. No smoke job runs; the host counts as up to date when its
+  // installed sftd is of this source (a full bootstrap later adds the trainer).
+  bool agent_only = false;
+  int jobs = 0;  // build jobs on the host; 0: its core count
   int smoke_steps = 20;
   // Flags for `sftd start` on the host (e.g. --stop-when-idle 2h): letters, digits and ._:=/-@+,
   // only (they cross a shell). INVALID_ARGUMENT otherwise.
@@ -59,9 +65,9 @@ struct BootstrapOptions {
   std::string share_dir;  // empty: $SFTCTL_SHARE_DIR, else <dir of sftctl>/../share/sftctl
   bool verbose = false;   // print every line of the host's log, not only the phases
   double poll_s = 2.0;    // how often the worker's log is read
-  // The pause between polls that brought no new log bytes; null: std::this_thread::sleep_for (tests
-  // count the pauses instead).
-  std::function<void(std::chrono::milliseconds)> sleep;
+  // What the pauses between polls that brought no new log bytes, and between SSH reconnects, are slept
+  // on (tests pass an OffsetClock and count the pauses in the time it moved). Not owned.
+  const Clock* clock = Clock::Real();
   std::ostream* out = &std::cout;  // the probe table and the final line (`submit --bootstrap`: stderr)
 };
 

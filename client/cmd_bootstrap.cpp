@@ -54,8 +54,13 @@ void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_flag("--no-install-deps", a->no_install_deps,
                 "Do not apt-get install missing packages (fail listing them instead)");
   auto* no_smoke = cmd->add_flag("--no-smoke", a->no_smoke, "Skip the smoke job after installing");
+  auto* agent_only = cmd->add_flag(
+      "--agent-only", a->bo.agent_only,
+      "Build and install sftd only, no trainer (no LibTorch needed): a login node, or a host whose "
+      "sftctl-trainer is installed another way; no smoke job");
   cmd->add_flag("--smoke", a->bo.smoke_always, "Run the smoke job even when the host is already up to date")
-      ->excludes(no_smoke);
+      ->excludes(no_smoke)
+      ->excludes(agent_only);
   cmd->add_option("--smoke-steps", a->bo.smoke_steps, "Steps of the smoke job (default 20)")
       ->check(CLI::Range(1, 100000));
   cmd->add_flag("--force", a->bo.force,

@@ -8,6 +8,7 @@
 #include "client/commands.h"
 #include "client/host_summary.h"
 #include "client/job_target.h"
+#include "client/job_usage.h"
 #include "client/log_follower.h"
 #include "common/terminal_text.h"
 
@@ -109,11 +110,22 @@ int StatusCmd(const JobArgs& a) {
   std::vector<v1::HealthResponse> health(jobs.size());
   std::vector<Status> health_status(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) health_status[i] = GetHealth((*rcs)[i].get(), &health[i]);
+  // GPU-hours and cost, and the newest step record's memory/GPU figures (client/job_usage.h).
+  std::vector<JobUsage> usage(jobs.size());
+  std::vector<std::optional<json>> latest(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    usage[i] = ComputeJobUsage(jobs[i], WallClockUnixMs(), health[i].auto_stop().price_per_hour(),
+                               health[i].gpus_total());
+    auto l = LatestStepRecord((*rcs)[i].get(), jobs[i].id(), jobs[i].last_seq());
+    if (l.ok()) latest[i] = *l;
+  }
   if (a.ro.json) {
     json nodes = json::array();
     for (size_t i = 0; i < jobs.size(); ++i) {
       json n = JobToJson(jobs[i]);
       n["host"] = rec->nodes[i].host;
+      n["usage"] = UsageToJson(usage[i]);
+      n["latest_metrics"] = latest[i] ? *latest[i] : json(nullptr);
       n["agent"] =
           health_status[i].ok() ? HostSummaryJson(health[i]) : json{{"error", health_status[i].message()}};
       nodes.push_back(n);
@@ -154,6 +166,10 @@ int StatusCmd(const JobArgs& a) {
       }
       std::cout << "\n";
     }
+    std::cout << "  usage " << UsageText(usage[i]) << "\n";
+    if (latest[i] && !ResourceSummary(*latest[i]).empty())
+      std::cout << "  at step " << latest[i]->value("step", int64_t{0}) << ":" << ResourceSummary(*latest[i])
+                << "\n";
     std::cout << "  job dir " << EscapeForTerminal(j.job_dir()) << "\n";
     if (j.stop_when_done()) std::cout << "  stops the host when done (submit --stop-when-done)\n";
     if (health_status[i].ok()) std::cout << HostSummaryText(rec->nodes[i].host, health[i], "  ");
@@ -238,7 +254,8 @@ int ListCmd(const RemoteOptions& ro) {
   json jobs = json::array(), errors = json::array(), host_info = json::array();
   std::string host_text;  // each host's uptime, cost and stop policy, after the table
   Status first_error;
-  std::vector<std::vector<std::string>> rows = {{"JOB", "NAME", "STATE", "STEP", "LOSS", "CREATED"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"JOB", "NAME", "STATE", "STEP", "LOSS", "CREATED", "GPU-H", "COST"}};
   for (const auto& opts : hosts) {
     v1::ListJobsResponse resp;
     auto rc = ConnectHost(opts);
@@ -257,7 +274,8 @@ int ListCmd(const RemoteOptions& ro) {
       continue;
     }
     const std::string host = (*rc)->host();
-    if (v1::HealthResponse h; GetHealth(rc->get(), &h).ok()) {
+    v1::HealthResponse h;
+    if (GetHealth(rc->get(), &h).ok()) {
       json info = HostSummaryJson(h);
       info["host"] = host;
       host_info.push_back(info);
@@ -269,13 +287,22 @@ int ListCmd(const RemoteOptions& ro) {
                   << EscapeForTerminal(j.id().substr(0, 80)) << "'; skipped\n";
         continue;
       }
+      // A restarted job's earlier launches are in its history, which only GetJob carries.
+      v1::Job full;
+      const v1::Job& timed = j.restarts() > 0 && GetJob(rc->get(), j.id(), &full).ok() ? full : j;
+      const JobUsage u =
+          ComputeJobUsage(timed, WallClockUnixMs(), h.auto_stop().price_per_hour(), h.gpus_total());
       json e = JobToJson(j);
       e["host"] = host;
       e["ref"] = host + "/" + j.id();
+      e["usage"] = UsageToJson(u);
       jobs.push_back(e);
+      char gpu_h[32], cost[32] = "-";
+      std::snprintf(gpu_h, sizeof(gpu_h), "%.2f", u.gpu_hours);
+      if (u.cost) std::snprintf(cost, sizeof(cost), "$%.2f", *u.cost);
       rows.push_back({host + "/" + j.id(), j.name(), StateName(j.state()),
                       j.last_step() < 0 ? "-" : std::to_string(j.last_step()), Loss(j),
-                      FormatTime(j.created_unix_ms())});
+                      FormatTime(j.created_unix_ms()), gpu_h, cost});
     }
   }
   if (ro.json) {

@@ -6,7 +6,9 @@
 
 #include "client/commands.h"
 #include "client/job_target.h"
+#include "client/job_usage.h"
 #include "client/log_follower.h"
+#include "client/tensorboard_export.h"
 
 namespace sftctl::client {
 namespace {
@@ -16,7 +18,8 @@ struct LogsArgs {
   std::string job;
   bool follow = false;
   uint64_t after_seq = 0;
-  uint64_t tail = 0;  // 0: from after_seq on
+  uint64_t tail = 0;        // 0: from after_seq on
+  std::string tensorboard;  // --tensorboard DIR (client/tensorboard_export.h)
 };
 
 int Logs(const LogsArgs& a) {
@@ -26,13 +29,18 @@ int Logs(const LogsArgs& a) {
   const NodeRecord& node = rec->nodes.front();
   auto rc = ConnectNode(node);
   if (!rc.ok()) return ReportError(rc.status(), a.ro.json);
-  auto result = a.tail > 0 ? PrintEventsTail(rc->get(), node.id, a.tail, a.follow, a.ro.json)
-                           : PrintEvents(rc->get(), node.id, a.after_seq, a.follow, a.ro.json);
+  auto result = !a.tensorboard.empty()
+                    ? FollowToTensorBoard(rc->get(), node.id, a.after_seq, a.follow, a.ro.json, a.tensorboard)
+                : a.tail > 0 ? PrintEventsTail(rc->get(), node.id, a.tail, a.follow, a.ro.json)
+                             : PrintEvents(rc->get(), node.id, a.after_seq, a.follow, a.ro.json);
   NoteReconnects(**rc);
   if (!result.ok()) return ReportError(result.status(), a.ro.json);
   if (!a.follow) return kExitOk;
   const v1::JobState state = result->final_state.value_or(v1::FAILED);
-  if (!a.ro.json) std::cerr << rec->Ref() << ": " << StateName(state) << "\n";
+  if (!a.ro.json) {
+    const auto usage = FetchJobUsage(rc->get(), node.id);  // client/job_usage.h
+    std::cerr << rec->Ref() << ": " << StateName(state) << (usage ? "; " + UsageText(*usage) : "") << "\n";
+  }
   return ExitCodeForState(state);
 }
 
@@ -45,10 +53,15 @@ void RegisterLogsCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_flag("-f,--follow", a->follow,
                 "Wait for new events until the job ends; exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED");
   auto* after = cmd->add_option("--after-seq", a->after_seq, "Start after this event number");
-  cmd->add_option("-n,--tail", a->tail,
-                  "Show only the last N lines (with --json: events), then follow with -f")
-      ->check(CLI::PositiveNumber)
-      ->excludes(after);
+  auto* tail = cmd->add_option("-n,--tail", a->tail,
+                               "Show only the last N lines (with --json: events), then follow with -f")
+                   ->check(CLI::PositiveNumber)
+                   ->excludes(after);
+  cmd->add_option("--tensorboard", a->tensorboard,
+                  "Also write the job's metrics (all of them, from its start) as TensorBoard event files "
+                  "into DIR")
+      ->type_name("DIR")
+      ->excludes(tail);
   AddRemoteOptions(cmd, &a->ro, "The host of JOB (default: from the job registry)");
   cmd->callback([a, &ctx] { ctx.exit_code = Logs(*a); });
 }

@@ -1,6 +1,7 @@
-// `sftctl plot JOB|RUN_DIR -o loss.png`: the loss curves of a run as a PNG (client/plot.h).
-// A RUN_DIR (a `run --local` or `pull` folder) is read from its metrics.jsonl; a JOB's
-// run/metrics.jsonl is fetched from its agent, or, when there is none yet, its METRIC events.
+// `sftctl plot TARGET... -o loss.png [--metric M] [--log-y]`: the loss curves (or metric M) of one run,
+// or of several on one chart, as a PNG (client/plot.h). A TARGET that is a RUN_DIR (a `run --local` or
+// `pull` folder) is read from its metrics.jsonl; a JOB's run/metrics.jsonl is fetched from its agent,
+// or, when there is none yet, its METRIC events.
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -16,7 +17,7 @@ namespace {
 
 struct PlotArgs {
   RemoteOptions ro;
-  std::string target;
+  std::vector<std::string> targets;
   std::string output = "loss.png";
   std::string title;
   PlotOptions plot;
@@ -82,46 +83,55 @@ StatusOr<std::vector<nlohmann::json>> FetchMetrics(Reconnector* rc, const std::s
   return records;
 }
 
-int Plot(const PlotArgs& a) {
-  const bool json = a.ro.json;
-  std::vector<nlohmann::json> records;
-  std::string title = a.title;
-  const bool is_run_dir =
-      a.ro.hosts.empty() && (IsDir(a.target) || a.target.find(".jsonl") != std::string::npos);
+// One target's records and its name (the run folder's or the job's).
+StatusOr<PlotRun> LoadTarget(const std::string& target, const RemoteOptions& ro) {
+  PlotRun run;
+  const bool is_run_dir = ro.hosts.empty() && (IsDir(target) || target.find(".jsonl") != std::string::npos);
   if (is_run_dir) {
     const std::string file =
-        IsDir(a.target) ? (std::filesystem::path(a.target) / "metrics.jsonl").string() : a.target;
-    auto recs = ReadMetricsFile(file);
-    if (!recs.ok()) return ReportError(recs.status(), json);
-    records = std::move(*recs);
-    if (title.empty()) {
-      std::filesystem::path p =
-          std::filesystem::absolute(IsDir(a.target) ? a.target : file).lexically_normal();
-      title = (IsDir(a.target) ? p : p.parent_path()).filename().string();
-    }
-  } else {
-    JobRegistry registry;
-    auto rec = ResolveJob(a.target, a.ro, registry);
-    if (!rec.ok()) {
-      Status s = rec.status();
-      if (s.code() == StatusCode::kNotFound) {
-        s = NotFoundError(s.message() + "; '" + a.target + "' is not a run folder either");
-      }
-      return ReportError(s, json);
-    }
-    const NodeRecord& node = rec->nodes.front();
-    auto rc = ConnectNode(node);
-    if (!rc.ok()) return ReportError(rc.status(), json);
-    auto recs = FetchMetrics(rc->get(), node.id);
-    if (!recs.ok()) return ReportError(recs.status(), json);
-    records = std::move(*recs);
-    if (title.empty()) title = rec->name.empty() ? rec->Ref() : rec->name + " (" + rec->Ref() + ")";
+        IsDir(target) ? (std::filesystem::path(target) / "metrics.jsonl").string() : target;
+    SFT_ASSIGN_OR_RETURN(run.records, ReadMetricsFile(file));
+    std::filesystem::path p = std::filesystem::absolute(IsDir(target) ? target : file).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();  // "runs/a/"
+    run.label = (IsDir(target) ? p : p.parent_path()).filename().string();
+    return run;
   }
-  Status s = RenderLossPlot(records, title, a.output, a.plot);
+  JobRegistry registry;
+  auto rec = ResolveJob(target, ro, registry);
+  if (!rec.ok()) {
+    if (rec.status().code() == StatusCode::kNotFound)
+      return NotFoundError(rec.status().message() + "; '" + target + "' is not a run folder either");
+    return rec.status();
+  }
+  const NodeRecord& node = rec->nodes.front();
+  SFT_ASSIGN_OR_RETURN(auto rc, ConnectNode(node));
+  SFT_ASSIGN_OR_RETURN(run.records, FetchMetrics(rc.get(), node.id));
+  run.label = rec->name.empty() ? rec->Ref() : rec->name + " (" + rec->Ref() + ")";
+  return run;
+}
+
+int Plot(const PlotArgs& a) {
+  const bool json = a.ro.json;
+  std::vector<PlotRun> runs;
+  for (const std::string& target : a.targets) {
+    auto run = LoadTarget(target, a.ro);
+    if (!run.ok()) return ReportError(run.status(), json);
+    runs.push_back(std::move(*run));
+  }
+  std::string title = a.title;  // default: the runs' names
+  for (size_t i = 0; a.title.empty() && i < runs.size(); ++i) title += (i == 0 ? "" : " vs ") + runs[i].label;
+  Status s = RenderPlot(runs, title, a.output, a.plot);
   if (!s.ok()) return ReportError(s, json);
   if (json) {
-    std::cout << nlohmann::json{{"png", a.output}, {"records", records.size()}, {"title", title}}.dump()
-              << std::endl;
+    nlohmann::json out = {
+        {"png", a.output}, {"title", title}, {"metric", a.plot.metric}, {"runs", nlohmann::json::array()}};
+    size_t total = 0;
+    for (const PlotRun& r : runs) {
+      out["runs"].push_back({{"label", r.label}, {"records", r.records.size()}});
+      total += r.records.size();
+    }
+    out["records"] = total;
+    std::cout << out.dump() << std::endl;
   } else {
     std::cerr << "wrote " << a.output << "\n";
   }
@@ -132,14 +142,18 @@ int Plot(const PlotArgs& a) {
 
 void RegisterPlotCommand(CLI::App& app, CommandContext& ctx) {
   auto a = std::make_shared<PlotArgs>();
-  auto* cmd = app.add_subcommand("plot", "Draw a run's train and eval loss as a PNG");
-  cmd->add_option("target", a->target,
-                  "A run folder (with metrics.jsonl) or a job: JOB, HOST/JOB, a job name")
+  auto* cmd = app.add_subcommand("plot", "Draw runs' train and eval loss (or another metric) as a PNG");
+  cmd->add_option("target", a->targets,
+                  "Run folders (with metrics.jsonl) or jobs: JOB, HOST/JOB, a job name; several: one chart")
       ->required();
   cmd->add_option("-o,--output", a->output, "PNG file to write (default: loss.png)");
   cmd->add_option("--title", a->title, "Title (default: the run's name)");
   cmd->add_option("--width", a->plot.width, "Width in pixels")->check(CLI::Range(200, 8192));
   cmd->add_option("--height", a->plot.height, "Height in pixels")->check(CLI::Range(150, 8192));
+  cmd->add_flag("--log-y", a->plot.log_y, "Logarithmic y axis");
+  cmd->add_option("--metric", a->plot.metric,
+                  "loss (train and eval loss, the default) or a metrics.jsonl field: exact_match, lr, "
+                  "grad_norm, tokens_per_s, gpu_mem_allocated_mb, mfu, ...");
   AddRemoteOptions(cmd, &a->ro, "The host of JOB (default: from the job registry)");
   cmd->callback([a, &ctx] { ctx.exit_code = Plot(*a); });
 }

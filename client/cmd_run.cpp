@@ -11,10 +11,12 @@
 #include <ctime>
 #include <iostream>
 
+#include "client/bucket_pull.h"
 #include "client/commands.h"
 #include "client/demo.h"
 #include "client/hub_download.h"
 #include "client/local_launcher.h"
+#include "client/tensorboard_export.h"
 #include "client/trainer_exec.h"
 #include "common/file_system.h"
 #include "common/spec_yaml.h"
@@ -32,6 +34,9 @@ struct RunArgs {
   int events_fd = -1;
   std::vector<std::string> sets;  // "train.lr=1e-3"
   std::string ranks = "1";        // a positive number or "auto"
+  std::string tensorboard;        // --tensorboard DIR (client/tensorboard_export.h)
+  std::string upload_to;          // --upload-to s3://... (checkpoint.upload_to; client/bucket_pull.h)
+  std::string resume_from;        // --resume-from s3://... or a checkpoint folder (resume)
 };
 
 // --ranks: a positive number, or "auto" (GPUs listed by nvidia-smi, else 1).
@@ -84,6 +89,8 @@ int Run(const RunArgs& a) {
   if (!a.device.empty()) spec.device = a.device;
   if (!a.precision.empty()) spec.precision = a.precision;
   if (a.seed >= 0) spec.seed = a.seed;
+  if (!a.upload_to.empty()) spec.checkpoint.upload_to = a.upload_to;
+  if (!a.resume_from.empty()) spec.resume = a.resume_from;
   // Re-validate after overrides, through the same parser the trainer uses.
   nlohmann::json j = ToJson(spec);
   if (Status s = ApplySetOverrides(a.sets, &j); !s.ok()) return fail(s);
@@ -96,6 +103,11 @@ int Run(const RunArgs& a) {
 
   FileSystem* fs = FileSystem::Default();
   if (Status s = fs->CreateDirs(spec.output_dir); !s.ok()) return fail(s);
+  // resume: s3://... -> the bucket's newest complete checkpoint, downloaded into the run folder.
+  if (Status s = FetchResumeFromBucket(&spec); !s.ok()) return fail(s);
+  // checkpoint.upload_to: checks the credentials and the bucket now, before anything is written.
+  auto uploader = StartLocalUploader(spec);  // null when unset
+  if (!uploader.ok()) return fail(uploader.status());
   const std::string spec_json = JoinPath(spec.output_dir, "spec.json");
   if (Status s = WriteFileAtomic(fs, spec_json, ToJson(spec).dump(2) + "\n"); !s.ok()) return fail(s);
 
@@ -104,6 +116,13 @@ int Run(const RunArgs& a) {
   std::vector<std::string> args = {"train", "--spec", spec_json};
   std::vector<std::string> events_args;
   if (a.events_fd >= 0) events_args = {"--events-fd", std::to_string(a.events_fd)};
+  std::unique_ptr<MetricsFileExport> tb;
+  if (!a.tensorboard.empty()) {
+    auto started = MetricsFileExport::Start(JoinPath(spec.output_dir, "metrics.jsonl"), a.tensorboard,
+                                            tensorboard::SpecText(ToJson(spec)));
+    if (!started.ok()) return fail(started.status());
+    tb = std::move(*started);
+  }
   StatusOr<int> code = 0;
   if (*nranks == 1) {
     args.insert(args.end(), events_args.begin(), events_args.end());
@@ -120,6 +139,15 @@ int Run(const RunArgs& a) {
     auto launched = LaunchLocalRanks(lo);
     if (!launched.ok()) return fail(launched.status());
     code = launched->exit_code;
+  }
+  if (tb) {
+    if (Status s = tb->Stop(); !s.ok()) std::cerr << "sftctl: TensorBoard export: " << s.message() << "\n";
+  }
+  if (*uploader) {  // the newest checkpoint, metrics.jsonl and spec.json reach the bucket before we exit
+    if (Status s = (*uploader)->Finish(std::chrono::hours(24)); !s.ok()) {
+      std::cerr << "error: checkpoint.upload_to: " << s.message() << std::endl;
+      if (code.ok() && *code == 0) code = 1;
+    }
   }
   if (!code.ok()) return fail(code.status());
   if (*code == 0 && demo) {
@@ -148,6 +176,14 @@ void RegisterRunCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--set", args->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)");
   cmd->add_option("--ranks", args->ranks,
                   "Train as N distributed ranks on this machine (auto: one per GPU from nvidia-smi)");
+  cmd->add_option("--tensorboard", args->tensorboard,
+                  "Also write the run's metrics as TensorBoard event files into DIR while it trains")
+      ->type_name("DIR");
+  cmd->add_option("--upload-to", args->upload_to,
+                  "Upload each complete checkpoint to s3://BUCKET/PREFIX while training "
+                  "(checkpoint.upload_to)");
+  cmd->add_option("--resume-from", args->resume_from,
+                  "Resume from s3://BUCKET/PREFIX (its newest complete checkpoint) or a checkpoint folder");
   cmd->add_option("--events-fd", args->events_fd,
                   "Also write metric records (JSON lines) to this descriptor");
   cmd->callback([args, &ctx] { ctx.exit_code = Run(*args); });

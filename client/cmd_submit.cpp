@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "client/bootstrap.h"
+#include "client/bucket_pull.h"
 #include "client/checkpoint_sync.h"
 #include "client/commands.h"
 #include "client/job_registry.h"
@@ -24,6 +25,7 @@
 #include "client/uploader.h"
 #include "common/hub_spec.h"
 #include "common/net_addr.h"
+#include "common/object_store/s3_location.h"
 
 namespace sftctl::client {
 namespace {
@@ -43,6 +45,8 @@ struct SubmitArgs {
   bool stop_when_done = false;
   bool bootstrap = false;         // --bootstrap: bring each host to this client's version first
   bool forward_hf_token = false;  // --forward-hf-token: send this machine's HF token for hf:// paths
+  bool forward_aws = false;       // --forward-aws-credentials: send this machine's for s3:// (bucket_pull.h)
+  std::string upload_to;          // --upload-to s3://...: checkpoint.upload_to
   std::vector<std::string> sets;
 };
 
@@ -207,6 +211,14 @@ v1::SubmitJobRequest BaseRequest(const SubmitArgs& a, const RemoteSpec& spec, co
   base.set_heartbeat_timeout_s(a.heartbeat_s);
   base.set_stop_when_done(a.stop_when_done);
   base.set_hf_token(HfTokenToForward(a, spec));
+  std::string hosts;
+  for (const auto& h : a.ro.hosts) hosts += (hosts.empty() ? "" : ", ") + h;
+  const AwsCredentials aws = AwsCredentialsToForward(a.forward_aws, spec.spec, hosts);
+  if (!aws.empty()) {
+    base.mutable_aws_credentials()->set_access_key_id(aws.access_key_id);
+    base.mutable_aws_credentials()->set_secret_access_key(aws.secret_access_key);
+    base.mutable_aws_credentials()->set_session_token(aws.session_token);
+  }
   return base;
 }
 
@@ -370,6 +382,12 @@ int Submit(const SubmitArgs& a) {
   const bool json = a.ro.json;
   auto spec = LoadRemoteSpec(a.spec_path, a.sets, a.name);
   if (!spec.ok()) return ReportError(spec.status(), json);
+  if (!a.upload_to.empty()) {  // checkpoint.upload_to (docs/object-storage.md)
+    if (auto loc = ParseS3Url(a.upload_to); !loc.ok())
+      return ReportError(loc.status().WithContext("--upload-to"), json);
+    spec->spec.checkpoint.upload_to = a.upload_to;
+    spec->json["checkpoint"]["upload_to"] = a.upload_to;
+  }
   auto hosts = NodeHosts(a, *spec);
   if (!hosts.ok()) return ReportError(hosts.status(), json);
   for (const auto& n : spec->notes) std::cerr << "note: " << n << "\n";
@@ -437,6 +455,12 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
       "--bootstrap", a->bootstrap,
       "First bring each host to this sftctl's version with `sftctl bootstrap` (builds and starts the "
       "agent where it is missing or older; seconds when it is up to date)");
+  cmd->add_option("--upload-to", a->upload_to,
+                  "Have the host upload each complete checkpoint to s3://BUCKET/PREFIX "
+                  "(checkpoint.upload_to)");
+  cmd->add_flag("--forward-aws-credentials", a->forward_aws,
+                "Send this machine's AWS credentials to the host for the job's s3:// uploads; kept in the "
+                "agent's memory only. Without it, the host uses its own");
   cmd->add_flag("--forward-hf-token", a->forward_hf_token,
                 "Send this machine's Hugging Face token (HF_TOKEN or `huggingface-cli login`'s) to the host "
                 "for the spec's gated or private hf:// paths; it is used for this job's downloads and never "

@@ -136,7 +136,12 @@ std::string FormatHostProbe(const HostProbe& p) {
                               : p.missing_packages.empty()
                                   ? "all present"
                                   : std::to_string(p.missing_packages.size()) + " missing"});
-  rows.push_back({"sftctl", p.installed.empty() ? "not installed" : "source " + p.installed.substr(0, 12)});
+  std::string installed = "not installed";
+  if (!p.installed.empty()) {
+    installed = "source " + p.installed.substr(0, 12);
+    if (p.installed.find(" agent-only") != std::string::npos) installed += " (sftd only)";
+  }
+  rows.push_back({"sftctl", installed});
   std::string out;
   for (const auto& [k, v] : rows) {
     std::string key = k;

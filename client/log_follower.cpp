@@ -41,66 +41,68 @@ int ExitCodeForState(v1::JobState s) {
   }
 }
 
+namespace {
+
+// One StreamEvents call from r->last_seq on. OK with r->final_state set when the job ended (or, not
+// following, when the stream ended); UNAVAILABLE when a followed stream ended before the job did.
+Attempt StreamEventsOnce(AgentSession& a, const std::string& job_id, bool follow,
+                         const std::function<void(const v1::Event&)>& on_event,
+                         const std::function<void()>& after_batch, FollowResult* r) {
+  Attempt attempt;
+  v1::StreamEventsRequest req;
+  req.set_job_id(job_id);
+  req.set_after_seq(r->last_seq);
+  req.set_follow(follow);
+  grpc::ClientContext ctx;
+  a.Prepare(&ctx, std::chrono::milliseconds(0));
+  auto reader = a.stub()->StreamEvents(&ctx, req);
+  v1::StreamEventsResponse msg;
+  while (reader->Read(&msg)) {
+    for (const auto& e : msg.events()) {
+      if (e.seq() <= r->last_seq) continue;  // never deliver twice
+      r->last_seq = e.seq();
+      attempt.progressed = true;
+      if (e.kind() == v1::Event::STATE) {
+        if (IsFinal(e.state())) {
+          r->final_state = e.state();
+          r->reason = e.text();
+        } else {
+          r->final_state.reset();  // a restart: FAILED -> QUEUED
+        }
+      }
+      on_event(e);
+    }
+    if (after_batch) after_batch();
+  }
+  attempt.status = FromGrpc(reader->Finish(), a.host() + ": events of " + job_id);
+  if (!attempt.status.ok() || !follow || r->final_state) return attempt;
+  // The stream ended without a final state (agent stopping): ask, then resume.
+  v1::GetJobRequest greq;
+  greq.set_job_id(job_id);
+  v1::Job job;
+  grpc::ClientContext gctx;
+  a.Prepare(&gctx);
+  attempt.status = FromGrpc(a.stub()->GetJob(&gctx, greq, &job), a.host() + ": " + job_id);
+  if (!attempt.status.ok()) return attempt;
+  if (IsFinal(job.state()) && job.last_seq() <= r->last_seq) {
+    r->final_state = job.state();
+    r->reason = job.reason();
+    return attempt;
+  }
+  attempt.status = UnavailableError(a.host() + ": the event stream of " + job_id + " ended early");
+  return attempt;
+}
+
+}  // namespace
+
 StatusOr<FollowResult> FollowEvents(Reconnector* rc, const std::string& job_id, uint64_t after_seq,
                                     bool follow, const std::function<void(const v1::Event&)>& on_event,
                                     const std::function<void()>& after_batch) {
   FollowResult r;
   r.last_seq = after_seq;
-  for (;;) {
-    auto session = rc->Session();
-    Status failure;
-    bool progressed = false;
-    if (!session.ok()) {
-      failure = session.status();
-    } else {
-      AgentSession& a = **session;
-      v1::StreamEventsRequest req;
-      req.set_job_id(job_id);
-      req.set_after_seq(r.last_seq);
-      req.set_follow(follow);
-      grpc::ClientContext ctx;
-      a.Prepare(&ctx, std::chrono::milliseconds(0));
-      auto reader = a.stub()->StreamEvents(&ctx, req);
-      v1::StreamEventsResponse msg;
-      while (reader->Read(&msg)) {
-        for (const auto& e : msg.events()) {
-          if (e.seq() <= r.last_seq) continue;  // never deliver twice
-          r.last_seq = e.seq();
-          progressed = true;
-          if (e.kind() == v1::Event::STATE) {
-            if (IsFinal(e.state())) {
-              r.final_state = e.state();
-              r.reason = e.text();
-            } else {
-              r.final_state.reset();  // a restart: FAILED -> QUEUED
-            }
-          }
-          on_event(e);
-        }
-        if (after_batch) after_batch();
-      }
-      failure = FromGrpc(reader->Finish(), a.host() + ": events of " + job_id);
-      if (failure.ok()) {
-        if (!follow || r.final_state) return r;
-        // The stream ended without a final state (agent stopping): ask, then resume.
-        v1::GetJobRequest greq;
-        greq.set_job_id(job_id);
-        v1::Job job;
-        grpc::ClientContext gctx;
-        a.Prepare(&gctx);
-        failure = FromGrpc(a.stub()->GetJob(&gctx, greq, &job), a.host() + ": " + job_id);
-        if (failure.ok() && IsFinal(job.state()) && job.last_seq() <= r.last_seq) {
-          r.final_state = job.state();
-          r.reason = job.reason();
-          return r;
-        }
-        if (failure.ok())
-          failure = UnavailableError(a.host() + ": the event stream of " + job_id + " ended early");
-      }
-    }
-    if (progressed) rc->MadeProgress();
-    if (!rc->ShouldRetry(failure)) return rc->GiveUp(failure);
-  }
+  SFT_RETURN_IF_ERROR(rc->Run(
+      [&](AgentSession& a) { return StreamEventsOnce(a, job_id, follow, on_event, after_batch, &r); }));
+  return r;
 }
 
 StatusOr<FollowResult> PrintEvents(Reconnector* rc, const std::string& job_id, uint64_t after_seq,

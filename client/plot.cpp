@@ -87,56 +87,271 @@ StatusOr<std::vector<nlohmann::json>> ReadMetricsFile(const std::string& path) {
   return out;
 }
 
-Status RenderLossPlot(const std::vector<nlohmann::json>& metric_records, const std::string& title,
-                      const std::string& png_path, const PlotOptions& options) {
+namespace {
+
+// One drawn series: a line (with markers when `markers`) or markers alone.
+struct Series {
+  std::string label;
+  PlotRgb color;
+  bool line = true, markers = false;
+  std::vector<Point> points;
+};
+
+// The series of `runs` for `o.metric` (see plot.h), each sorted by step; series without points dropped.
+std::vector<Series> BuildSeries(const std::vector<PlotRun>& runs, const PlotOptions& o) {
+  std::vector<Series> out;
+  const bool several = runs.size() > 1;
+  auto keep = [&](const nlohmann::json& rec, const char* key, Point* p) {
+    return Finite(rec, "step", &p->x) && Finite(rec, key, &p->y) && (!o.log_y || p->y > 0);
+  };
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const PlotRgb color = kRunColors[i % (sizeof(kRunColors) / sizeof(kRunColors[0]))];
+    const std::string prefix = several ? runs[i].label + " " : "";
+    Series train{prefix + (o.metric == "loss" ? "train loss" : o.metric), several ? color : kTrainColor};
+    Series eval{prefix + "eval loss", several ? color : kEvalColor, /*line=*/false, /*markers=*/true};
+    for (const nlohmann::json& rec : runs[i].records) {
+      if (!rec.is_object()) continue;
+      auto ev = rec.find("event");
+      if (ev == rec.end() || !ev->is_string()) continue;
+      Point p{};
+      if (o.metric != "loss") {
+        if (keep(rec, o.metric.c_str(), &p)) train.points.push_back(p);
+      } else if (*ev == "step" && keep(rec, "loss", &p)) {
+        train.points.push_back(p);
+      } else if (*ev == "eval" && keep(rec, "eval_loss", &p)) {
+        eval.points.push_back(p);
+      }
+    }
+    if (o.metric != "loss") train.markers = train.points.size() <= 60;
+    for (Series* s : {&train, &eval}) {
+      std::stable_sort(s->points.begin(), s->points.end(),
+                       [](const Point& a, const Point& b) { return a.x < b.x; });
+      if (!s->points.empty()) out.push_back(std::move(*s));
+    }
+  }
+  return out;
+}
+
+Status NothingToPlot(const std::vector<PlotRun>& runs, const PlotOptions& o) {
+  size_t n = 0;
+  for (const PlotRun& r : runs) n += r.records.size();
+  const std::string among =
+      " among " + std::to_string(n) + " record(s)" + (o.log_y ? " (--log-y: above 0)" : "");
+  if (o.metric == "loss")
+    return InvalidArgumentError(
+        "nothing to plot: no \"step\" record with a loss and no \"eval\" record with an "
+        "eval_loss" +
+        among);
+  return InvalidArgumentError("nothing to plot: no record with a step and a number '" + o.metric + "'" +
+                              among);
+}
+
+// The axes' ranges over all series (y as log10 with log_y), padded so that flat or single-point series
+// still get an axis and markers at the ends are not cut by the frame.
+struct Ranges {
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+};
+Ranges ComputeRanges(const std::vector<Series>& series, bool log_y) {
+  Ranges r;
+  for (const Series& s : series) {
+    for (const Point& p : s.points) {
+      const double y = log_y ? std::log10(p.y) : p.y;
+      r.x0 = std::min(r.x0, p.x);
+      r.x1 = std::max(r.x1, p.x);
+      r.y0 = std::min(r.y0, y);
+      r.y1 = std::max(r.y1, y);
+    }
+  }
+  if (r.x1 - r.x0 < 1e-12) {
+    r.x0 -= 1;
+    r.x1 += 1;
+  }
+  if (r.y1 - r.y0 < 1e-12 * std::max(1.0, std::fabs(r.y0))) {
+    const double pad = log_y ? 0.5 : std::max(0.5, std::fabs(r.y0) * 0.1);
+    r.y0 -= pad;
+    r.y1 += pad;
+  }
+  const double xpad = (r.x1 - r.x0) * 0.02, ypad = (r.y1 - r.y0) * 0.05;
+  r.x0 -= xpad;
+  r.x1 += xpad;
+  r.y0 -= ypad;
+  r.y1 += ypad;
+  return r;
+}
+
+// The y ticks: (value, position in axis units). Linear: NiceStep. Log: 1, 2, 3, 5 x each decade over a
+// span under one decade, 1, 2, 5 under two, else every decade (every few decades over a wide span).
+std::vector<std::pair<double, double>> YTicks(const Ranges& r, bool log_y) {
+  std::vector<std::pair<double, double>> ticks;
+  if (!log_y) {
+    const double ys = NiceStep(r.y0, r.y1, 6);
+    for (double v = std::ceil(r.y0 / ys) * ys; v <= r.y1 + ys * 1e-9; v += ys)
+      ticks.push_back({std::fabs(v) < ys * 1e-9 ? 0.0 : v, v});
+    return ticks;
+  }
+  const double span = r.y1 - r.y0;
+  const int every = span > 12 ? static_cast<int>(std::ceil(span / 8)) : 1;
+  for (int k = static_cast<int>(std::floor(r.y0)); k <= static_cast<int>(std::ceil(r.y1)); ++k) {
+    if (k % every != 0) continue;
+    const std::vector<double> marks = span < 1   ? std::vector<double>{1, 2, 3, 5}
+                                      : span < 2 ? std::vector<double>{1, 2, 5}
+                                                 : std::vector<double>{1};
+    for (double m : marks) {
+      const double pos = k + std::log10(m);
+      if (pos >= r.y0 && pos <= r.y1) ticks.push_back({m * std::pow(10.0, k), pos});
+    }
+  }
+  return ticks;
+}
+
+struct Frame {
+  double left, right, top, bottom;
+  Ranges r;
+  double px(double x) const { return left + (x - r.x0) / (r.x1 - r.x0) * (right - left); }
+  double py(double y) const { return bottom - (y - r.y0) / (r.y1 - r.y0) * (bottom - top); }
+};
+
+void DrawGridLine(cairo_t* cr, double x0, double y0, double x1, double y1) {
+  cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
+  cairo_move_to(cr, x0, y0);
+  cairo_line_to(cr, x1, y1);
+  cairo_stroke(cr);
+  cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
+}
+
+void DrawAxes(cairo_t* cr, const Frame& f, const PlotOptions& o, const std::string& title) {
+  cairo_set_font_size(cr, 12);
+  cairo_set_line_width(cr, 1);
+  const double xs = NiceStep(f.r.x0, f.r.x1, 8);
+  for (double v = std::ceil(f.r.x0 / xs) * xs; v <= f.r.x1 + xs * 1e-9; v += xs) {
+    const double x = std::round(f.px(v)) + 0.5;
+    DrawGridLine(cr, x, f.top, x, f.bottom);
+    cairo_move_to(cr, x, f.bottom);
+    cairo_line_to(cr, x, f.bottom + 5);
+    cairo_stroke(cr);
+    Text(cr, TickLabel(v, xs), x, f.bottom + 8, 0.5, 0);
+  }
+  for (const auto& [value, pos] : YTicks(f.r, o.log_y)) {
+    const double y = std::round(f.py(pos)) + 0.5;
+    DrawGridLine(cr, f.left, y, f.right, y);
+    cairo_move_to(cr, f.left - 5, y);
+    cairo_line_to(cr, f.left, y);
+    cairo_stroke(cr);
+    Text(cr, TickLabel(value, 0.0), f.left - 8, y, 1, 0.5);
+  }
+  cairo_rectangle(cr, f.left + 0.5, f.top + 0.5, f.right - f.left, f.bottom - f.top);
+  cairo_stroke(cr);
+  cairo_set_font_size(cr, 14);
+  Text(cr, "step", (f.left + f.right) / 2, f.bottom + 56, 0.5, 1);
+  cairo_save(cr);
+  cairo_translate(cr, 18, (f.top + f.bottom) / 2);
+  cairo_rotate(cr, -M_PI / 2);
+  Text(cr, o.metric + (o.log_y ? " (log scale)" : ""), 0, 0, 0.5, 0.5);
+  cairo_restore(cr);
+  cairo_set_font_size(cr, 16);
+  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
+  Text(cr, title, (f.left + f.right) / 2, 16, 0.5, 0);
+  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+}
+
+void DrawMarker(cairo_t* cr, const Series& s, double x, double y, double radius) {
+  SetColor(cr, s.color);
+  cairo_new_path(cr);  // no segment from the current point (a label's end) to the circle
+  cairo_arc(cr, x, y, radius, 0, 2 * M_PI);
+  cairo_fill_preserve(cr);
+  cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
+  cairo_set_line_width(cr, 1);
+  cairo_stroke(cr);
+}
+
+// The series, clipped to the plot area.
+void DrawSeries(cairo_t* cr, const Frame& f, const std::vector<Series>& series, bool log_y) {
+  auto y_of = [&](const Point& p) { return f.py(log_y ? std::log10(p.y) : p.y); };
+  cairo_save(cr);
+  cairo_rectangle(cr, f.left, f.top, f.right - f.left, f.bottom - f.top);
+  cairo_clip(cr);
+  for (const Series& s : series) {
+    if (s.line) {
+      SetColor(cr, s.color);
+      cairo_set_line_width(cr, 2.5);
+      cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
+      cairo_move_to(cr, f.px(s.points[0].x), y_of(s.points[0]));
+      for (size_t i = 1; i < s.points.size(); ++i) cairo_line_to(cr, f.px(s.points[i].x), y_of(s.points[i]));
+      cairo_stroke(cr);
+      if (s.points.size() == 1 && !s.markers) {
+        cairo_arc(cr, f.px(s.points[0].x), y_of(s.points[0]), 3, 0, 2 * M_PI);
+        cairo_fill(cr);
+      }
+    }
+    if (s.markers) {
+      for (const Point& p : s.points) DrawMarker(cr, s, f.px(p.x), y_of(p), s.line ? 3.5 : 5);
+    }
+  }
+  cairo_restore(cr);
+}
+
+// Top right, inside the plot area: one entry a series.
+void DrawLegend(cairo_t* cr, const Frame& f, const std::vector<Series>& series) {
+  cairo_set_font_size(cr, 12);
+  double text_w = 0;
+  for (const Series& s : series) {
+    cairo_text_extents_t e;
+    cairo_text_extents(cr, s.label.c_str(), &e);
+    text_w = std::max(text_w, e.x_advance);
+  }
+  const double lw = 56 + text_w, lh = 10 + 20.0 * series.size();
+  const double lx = f.right - lw - 10, ly = f.top + 10;
+  cairo_set_source_rgb(cr, 1, 1, 1);
+  cairo_rectangle(cr, lx, ly, lw, lh);
+  cairo_fill_preserve(cr);
+  cairo_set_source_rgb(cr, 0.6, 0.6, 0.6);
+  cairo_set_line_width(cr, 1);
+  cairo_stroke(cr);
+  for (size_t i = 0; i < series.size(); ++i) {
+    const Series& s = series[i];
+    const double cy = ly + 15 + 20.0 * i;
+    if (s.line) {
+      SetColor(cr, s.color);
+      cairo_set_line_width(cr, 2.5);
+      cairo_move_to(cr, lx + 10, cy);
+      cairo_line_to(cr, lx + 38, cy);
+      cairo_stroke(cr);
+    }
+    if (s.markers) DrawMarker(cr, s, lx + 24, cy, s.line ? 3.5 : 5);
+    cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
+    Text(cr, s.label, lx + 46, cy, 0, 0.5);
+  }
+}
+
+// Atomic write: a temporary file next to the target, fsynced, renamed over it.
+Status WritePngAtomically(cairo_surface_t* surface, const std::string& png_path) {
+  const std::string tmp = png_path + ".tmp-" + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot write plot", png_path, errno);
+  PngWriter w{fd, tmp, OkStatus()};
+  cairo_status_t cs = cairo_surface_write_to_png_stream(surface, WritePng, &w);
+  Status st = w.status;
+  if (st.ok() && cs != CAIRO_STATUS_SUCCESS)
+    st = InternalError(std::string("cairo: cannot encode PNG: ") + cairo_status_to_string(cs));
+  if (st.ok() && ::fsync(fd) != 0) st = ErrnoError("cannot sync", tmp, errno);
+  if (::close(fd) != 0 && st.ok()) st = ErrnoError("cannot close", tmp, errno);
+  if (st.ok() && ::rename(tmp.c_str(), png_path.c_str()) != 0)
+    st = ErrnoError("cannot write plot", png_path, errno);
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
+}
+
+}  // namespace
+
+Status RenderPlot(const std::vector<PlotRun>& runs, const std::string& title, const std::string& png_path,
+                  const PlotOptions& options) {
   const int W = options.width, H = options.height;
   if (W < 200 || W > 8192 || H < 150 || H > 8192) {
     return InvalidArgumentError("plot size " + std::to_string(W) + "x" + std::to_string(H) +
                                 " is out of range (200..8192 x 150..8192)");
   }
-  std::vector<Point> train, eval;
-  for (const nlohmann::json& rec : metric_records) {
-    if (!rec.is_object()) continue;
-    auto ev = rec.find("event");
-    if (ev == rec.end() || !ev->is_string()) continue;
-    Point p{};
-    if (*ev == "step" && Finite(rec, "step", &p.x) && Finite(rec, "loss", &p.y)) train.push_back(p);
-    if (*ev == "eval" && Finite(rec, "step", &p.x) && Finite(rec, "eval_loss", &p.y)) eval.push_back(p);
-  }
-  if (train.empty() && eval.empty()) {
-    return InvalidArgumentError(
-        "nothing to plot: no \"step\" record with a loss and no \"eval\" record with an "
-        "eval_loss among " +
-        std::to_string(metric_records.size()) + " record(s)");
-  }
-  auto by_x = [](const Point& a, const Point& b) { return a.x < b.x; };
-  std::stable_sort(train.begin(), train.end(), by_x);
-
-  // Data ranges, padded so that flat or single-point series still get an axis.
-  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-  for (const auto* s : {&train, &eval}) {
-    for (const Point& p : *s) {
-      x0 = std::min(x0, p.x);
-      x1 = std::max(x1, p.x);
-      y0 = std::min(y0, p.y);
-      y1 = std::max(y1, p.y);
-    }
-  }
-  if (x1 - x0 < 1e-12) {
-    x0 -= 1;
-    x1 += 1;
-  }
-  if (y1 - y0 < 1e-12 * std::max(1.0, std::fabs(y0))) {
-    double pad = std::max(0.5, std::fabs(y0) * 0.1);
-    y0 -= pad;
-    y1 += pad;
-  }
-  // A little room so that markers at the ends are not cut by the frame.
-  const double xpad = (x1 - x0) * 0.02, ypad = (y1 - y0) * 0.05;
-  x0 -= xpad;
-  x1 += xpad;
-  y0 -= ypad;
-  y1 += ypad;
+  const std::vector<Series> series = BuildSeries(runs, options);
+  if (series.empty()) return NothingToPlot(runs, options);
 
   std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)> surface(
       cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H), cairo_surface_destroy);
@@ -149,131 +364,19 @@ Status RenderLossPlot(const std::vector<nlohmann::json>& metric_records, const s
   SetColor(cr, kPlotBackground);
   cairo_paint(cr);
   cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-
-  // Plot area.
-  const double left = 80, right = W - 24.0, top = 56, bottom = H - 64.0;
-  auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (right - left); };
-  auto py = [&](double y) { return bottom - (y - y0) / (y1 - y0) * (bottom - top); };
-
-  // Grid, ticks and tick labels.
-  cairo_set_font_size(cr, 12);
-  cairo_set_line_width(cr, 1);
-  const double xs = NiceStep(x0, x1, 8), ys = NiceStep(y0, y1, 6);
-  for (double v = std::ceil(x0 / xs) * xs; v <= x1 + xs * 1e-9; v += xs) {
-    double x = std::round(px(v)) + 0.5;
-    cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-    cairo_move_to(cr, x, top);
-    cairo_line_to(cr, x, bottom);
-    cairo_stroke(cr);
-    cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
-    cairo_move_to(cr, x, bottom);
-    cairo_line_to(cr, x, bottom + 5);
-    cairo_stroke(cr);
-    Text(cr, TickLabel(v, xs), x, bottom + 8, 0.5, 0);
-  }
-  for (double v = std::ceil(y0 / ys) * ys; v <= y1 + ys * 1e-9; v += ys) {
-    double y = std::round(py(v)) + 0.5;
-    cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-    cairo_move_to(cr, left, y);
-    cairo_line_to(cr, right, y);
-    cairo_stroke(cr);
-    cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
-    cairo_move_to(cr, left - 5, y);
-    cairo_line_to(cr, left, y);
-    cairo_stroke(cr);
-    Text(cr, TickLabel(v, ys), left - 8, y, 1, 0.5);
-  }
-  // Axes.
-  cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
-  cairo_rectangle(cr, left + 0.5, top + 0.5, right - left, bottom - top);
-  cairo_stroke(cr);
-  // Axis titles and the plot title.
-  cairo_set_font_size(cr, 14);
-  Text(cr, "step", (left + right) / 2, H - 8.0, 0.5, 1);
-  cairo_save(cr);
-  cairo_translate(cr, 18, (top + bottom) / 2);
-  cairo_rotate(cr, -M_PI / 2);
-  Text(cr, "loss", 0, 0, 0.5, 0.5);
-  cairo_restore(cr);
-  cairo_set_font_size(cr, 16);
-  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
-  Text(cr, title, W / 2.0, 16, 0.5, 0);
-  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-
-  // Series, clipped to the plot area.
-  cairo_save(cr);
-  cairo_rectangle(cr, left, top, right - left, bottom - top);
-  cairo_clip(cr);
-  if (!train.empty()) {
-    SetColor(cr, kTrainColor);
-    cairo_set_line_width(cr, 2.5);
-    cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
-    cairo_move_to(cr, px(train[0].x), py(train[0].y));
-    for (size_t i = 1; i < train.size(); ++i) cairo_line_to(cr, px(train[i].x), py(train[i].y));
-    cairo_stroke(cr);
-    if (train.size() == 1) {
-      cairo_arc(cr, px(train[0].x), py(train[0].y), 3, 0, 2 * M_PI);
-      cairo_fill(cr);
-    }
-  }
-  for (const Point& p : eval) {
-    SetColor(cr, kEvalColor);
-    cairo_arc(cr, px(p.x), py(p.y), 5, 0, 2 * M_PI);
-    cairo_fill_preserve(cr);
-    cairo_set_source_rgb(cr, 0.35, 0.2, 0.0);
-    cairo_set_line_width(cr, 1);
-    cairo_stroke(cr);
-  }
-  cairo_restore(cr);
-
-  // Legend (top right, inside the plot area): the series present.
-  cairo_set_font_size(cr, 12);
-  std::vector<std::pair<std::string, bool>> entries;  // label, is_line
-  if (!train.empty()) entries.push_back({"train loss", true});
-  if (!eval.empty()) entries.push_back({"eval loss", false});
-  const double lw = 130, lh = 10 + 20.0 * entries.size();
-  const double lx = right - lw - 10, ly = top + 10;
-  cairo_set_source_rgb(cr, 1, 1, 1);
-  cairo_rectangle(cr, lx, ly, lw, lh);
-  cairo_fill_preserve(cr);
-  cairo_set_source_rgb(cr, 0.6, 0.6, 0.6);
-  cairo_set_line_width(cr, 1);
-  cairo_stroke(cr);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    double cy = ly + 15 + 20.0 * i;
-    if (entries[i].second) {
-      SetColor(cr, kTrainColor);
-      cairo_set_line_width(cr, 2.5);
-      cairo_move_to(cr, lx + 10, cy);
-      cairo_line_to(cr, lx + 38, cy);
-      cairo_stroke(cr);
-    } else {
-      SetColor(cr, kEvalColor);
-      cairo_arc(cr, lx + 24, cy, 5, 0, 2 * M_PI);
-      cairo_fill(cr);
-    }
-    cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-    Text(cr, entries[i].first, lx + 46, cy, 0, 0.5);
-  }
+  const Frame frame{80, W - 24.0, 56, H - 64.0, ComputeRanges(series, options.log_y)};
+  DrawAxes(cr, frame, options, title);
+  DrawSeries(cr, frame, series, options.log_y);
+  DrawLegend(cr, frame, series);
   cairo_surface_flush(surface.get());
   if (cairo_status(cr) != CAIRO_STATUS_SUCCESS)
     return InternalError(std::string("cairo: drawing failed: ") + cairo_status_to_string(cairo_status(cr)));
+  return WritePngAtomically(surface.get(), png_path);
+}
 
-  // Atomic write: a temporary file next to the target, fsynced, renamed over it.
-  const std::string tmp = png_path + ".tmp-" + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot write plot", png_path, errno);
-  PngWriter w{fd, tmp, OkStatus()};
-  cairo_status_t cs = cairo_surface_write_to_png_stream(surface.get(), WritePng, &w);
-  Status st = w.status;
-  if (st.ok() && cs != CAIRO_STATUS_SUCCESS)
-    st = InternalError(std::string("cairo: cannot encode PNG: ") + cairo_status_to_string(cs));
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoError("cannot sync", tmp, errno);
-  if (::close(fd) != 0 && st.ok()) st = ErrnoError("cannot close", tmp, errno);
-  if (st.ok() && ::rename(tmp.c_str(), png_path.c_str()) != 0)
-    st = ErrnoError("cannot write plot", png_path, errno);
-  if (!st.ok()) ::unlink(tmp.c_str());
-  return st;
+Status RenderLossPlot(const std::vector<nlohmann::json>& metric_records, const std::string& title,
+                      const std::string& png_path, const PlotOptions& options) {
+  return RenderPlot({PlotRun{title, metric_records}}, title, png_path, options);
 }
 
 }  // namespace sftctl::client

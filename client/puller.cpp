@@ -8,44 +8,12 @@
 #include <filesystem>
 
 #include "client/range_pull.h"
+#include "common/fd_util.h"
 #include "common/file_system.h"
 #include "common/sha256.h"
 
 namespace sftctl::client {
 namespace {
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { Close(); }
-  int get() const { return fd_; }
-  int Close() {
-    int r = 0;
-    if (fd_ >= 0) r = ::close(fd_);
-    fd_ = -1;
-    return r;
-  }
-
- private:
-  int fd_;
-};
-
-// Hashes the first `size` bytes of `path` into `h`.
-Status HashPrefix(const std::string& path, uint64_t size, Sha256* h) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoError("cannot read", path, errno);
-  std::string buf(1 << 20, '\0');
-  uint64_t done = 0;
-  while (done < size) {
-    ssize_t n = ::read(fd.get(), buf.data(), std::min<uint64_t>(buf.size(), size - done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError("cannot read", path, errno);
-    if (n == 0) return DataLossError("'" + path + "' became shorter while it was read");
-    h->Update(buf.data(), static_cast<size_t>(n));
-    done += static_cast<uint64_t>(n);
-  }
-  return OkStatus();
-}
 
 uint64_t FileSize(const std::string& path, bool* exists) {
   struct stat st;
@@ -90,6 +58,61 @@ Status WriteChunk(const v1::ArtifactChunk& chunk, const PullItem& item, const st
   return OkStatus();
 }
 
+// Where a one-stream pull writes, and what it has reached.
+struct StreamTarget {
+  int fd;
+  const std::string& part;
+  uint64_t* offset;
+  Sha256* hasher;
+  Stream* stream;
+  uint64_t* checked;  // the largest size whose room was checked (StreamCap)
+};
+
+// One PullArtifact stream from *t.offset on. Final when writing here failed or the agent broke the
+// stream's rules; *restart when the agent says the .part is longer than the file now.
+Attempt StreamOnce(AgentSession& a, const std::string& job_id, const PullItem& item, const StreamTarget& t,
+                   Progress* progress, PullStats* stats, bool* restart) {
+  Attempt attempt;
+  v1::PullArtifactRequest req;
+  req.set_job_id(job_id);
+  req.set_path(item.remote_path);
+  req.set_offset(*t.offset);
+  grpc::ClientContext ctx;
+  a.Prepare(&ctx, std::chrono::milliseconds(0));
+  auto reader = a.stub()->PullArtifact(&ctx, req);
+  v1::ArtifactChunk chunk;
+  bool first = true;
+  uint64_t cap = 0;
+  Status local;
+  while (reader->Read(&chunk)) {
+    if (first) {
+      first = false;
+      if (!chunk.sha256().empty()) t.stream->sha256 = chunk.sha256();
+      t.stream->total = chunk.total_size();
+      auto c = StreamCap(item, *t.stream, t.part, t.checked);
+      local = c.status();
+      if (c.ok()) cap = *c;
+    }
+    const uint64_t before = *t.offset;
+    if (local.ok()) local = WriteChunk(chunk, item, a.host(), cap, t.fd, t.part, t.offset, t.hasher);
+    if (!local.ok()) {
+      ctx.TryCancel();
+      break;
+    }
+    stats->bytes_fetched += *t.offset - before;
+    attempt.progressed |= *t.offset > before;
+    if (progress) progress->Add(*t.offset - before);
+  }
+  grpc::Status fin = reader->Finish();
+  if (!local.ok()) return Attempt{local, /*final=*/true, attempt.progressed};
+  attempt.status = FromGrpc(fin, a.host() + ": pull of '" + item.remote_path + "'");
+  if (attempt.status.code() == StatusCode::kOutOfRange) {  // the .part is longer than the file now
+    *restart = true;
+    attempt.status = OkStatus();
+  }
+  return attempt;
+}
+
 // Streams from *offset to the end into `fd`, reconnecting and resuming from the offset reached, never
 // past the size declared for the file (StreamCap). Returns true when the agent says the .part is
 // longer than the file now (start over).
@@ -97,53 +120,11 @@ StatusOr<bool> StreamToEnd(Reconnector* rc, const std::string& job_id, const Pul
                            const std::string& part, uint64_t* offset, Sha256* hasher, Stream* stream,
                            Progress* progress, PullStats* stats) {
   uint64_t checked = item.size;  // PullFile checked room for the listed size
-  for (;;) {
-    auto session = rc->Session();
-    Status failure;
-    bool progressed = false;
-    if (!session.ok()) {
-      failure = session.status();
-    } else {
-      AgentSession& a = **session;
-      v1::PullArtifactRequest req;
-      req.set_job_id(job_id);
-      req.set_path(item.remote_path);
-      req.set_offset(*offset);
-      grpc::ClientContext ctx;
-      a.Prepare(&ctx, std::chrono::milliseconds(0));
-      auto reader = a.stub()->PullArtifact(&ctx, req);
-      v1::ArtifactChunk chunk;
-      bool first = true;
-      uint64_t cap = 0;
-      Status local;
-      while (reader->Read(&chunk)) {
-        if (first) {
-          first = false;
-          if (!chunk.sha256().empty()) stream->sha256 = chunk.sha256();
-          stream->total = chunk.total_size();
-          auto c = StreamCap(item, *stream, part, &checked);
-          local = c.status();
-          if (c.ok()) cap = *c;
-        }
-        const uint64_t before = *offset;
-        if (local.ok()) local = WriteChunk(chunk, item, a.host(), cap, fd, part, offset, hasher);
-        if (!local.ok()) {
-          ctx.TryCancel();
-          break;
-        }
-        stats->bytes_fetched += *offset - before;
-        progressed |= *offset > before;
-        if (progress) progress->Add(*offset - before);
-      }
-      grpc::Status fin = reader->Finish();
-      if (!local.ok()) return local;
-      failure = FromGrpc(fin, a.host() + ": pull of '" + item.remote_path + "'");
-      if (failure.ok()) return false;
-      if (failure.code() == StatusCode::kOutOfRange) return true;  // the .part is longer than the file now
-    }
-    if (progressed) rc->MadeProgress();
-    if (!rc->ShouldRetry(failure)) return rc->GiveUp(failure);
-  }
+  const StreamTarget target{fd, part, offset, hasher, stream, &checked};
+  bool restart = false;
+  SFT_RETURN_IF_ERROR(rc->Run(
+      [&](AgentSession& a) { return StreamOnce(a, job_id, item, target, progress, stats, &restart); }));
+  return restart;
 }
 
 // The one-stream path: appends to "<dest>.part" from its size (PullArtifact offset), resuming a
@@ -161,11 +142,11 @@ Status FetchSequential(Reconnector* rc, const std::string& job_id, const PullIte
       offset = 0;
     }
     const bool resumed = offset > 0;
+    UniqueFd out(::open(part.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!out.valid()) return ErrnoError("cannot write", part, errno);
     Sha256 hasher;
-    if (offset > 0) SFT_RETURN_IF_ERROR(HashPrefix(part, offset, &hasher));
+    if (offset > 0) SFT_RETURN_IF_ERROR(Sha256UpdateFromFile(out.get(), offset, part, &hasher));
     if (progress) progress->Add(offset);
-    Fd out(::open(part.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
-    if (out.get() < 0) return ErrnoError("cannot write", part, errno);
     if (::ftruncate(out.get(), static_cast<off_t>(offset)) != 0)
       return ErrnoError("cannot truncate", part, errno);
 

@@ -8,14 +8,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "client/connection_ramp.h"
+#include "common/fd_util.h"
 #include "common/file_system.h"
+#include "common/mutex.h"
 #include "common/range_log.h"
 #include "common/sha256.h"
 
@@ -32,19 +32,19 @@ struct Shared {
   int fd = -1;        // the .part, written with pwrite
   RangeLog* log = nullptr;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<char> done, taken;  // per block, under mu
-  size_t hashed = 0;              // blocks [0, hashed) are in the digest
-  Status error;                   // the first failure; stops everyone
+  Mutex mu;
+  CondVar cv;
+  std::vector<char> done GUARDED_BY(mu), taken GUARDED_BY(mu);  // per block
+  size_t hashed GUARDED_BY(mu) = 0;                             // blocks [0, hashed) are in the digest
+  Status error GUARDED_BY(mu);                                  // the first failure; stops everyone
   std::atomic<uint64_t> received{0};
 
   uint64_t BlockStart(size_t b) const { return static_cast<uint64_t>(b) * block; }
   uint64_t BlockEnd(size_t b) const { return std::min(size, BlockStart(b) + block); }
-  void Fail(const Status& s) {
-    std::lock_guard<std::mutex> l(mu);
+  void Fail(const Status& s) EXCLUDES(mu) {
+    MutexLock l(&mu);
     if (error.ok()) error = s;
-    cv.notify_all();
+    cv.NotifyAll();
   }
 };
 
@@ -53,8 +53,8 @@ constexpr size_t kNoneNow = SIZE_MAX - 1;  // the window is full: the hash is be
 constexpr size_t kNoneEver = SIZE_MAX;     // every block is taken or done, or the pull failed
 
 // The next block nobody has, within the window, without waiting.
-size_t TryTakeBlock(Shared& sh) {
-  std::lock_guard<std::mutex> l(sh.mu);
+size_t TryTakeBlock(Shared& sh) EXCLUDES(sh.mu) {
+  MutexLock l(&sh.mu);
   if (!sh.error.ok()) return kNoneEver;
   size_t b = sh.hashed;
   while (b < sh.blocks && (sh.done[b] || sh.taken[b])) ++b;
@@ -121,7 +121,7 @@ class LaneSet {
       bool ok = false;
       auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(100);
       if (cq_.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) {
-        std::lock_guard<std::mutex> l(sh_.mu);
+        MutexLock l(&sh_.mu);
         if (!sh_.error.ok() && failure_.ok()) Stop(sh_.error);
         continue;
       }
@@ -176,8 +176,8 @@ class LaneSet {
   // No stream in flight and none may start: the window is full until the hash moves on.
   void WaitForWindow() {
     {
-      std::unique_lock<std::mutex> l(sh_.mu);
-      sh_.cv.wait_for(l, std::chrono::milliseconds(100));
+      MutexLock l(&sh_.mu);
+      sh_.cv.WaitFor(&sh_.mu, std::chrono::milliseconds(100));
       if (!sh_.error.ok()) failure_ = sh_.error;
     }
     Fill();
@@ -202,10 +202,10 @@ class LaneSet {
     l.reader.reset();
     if (l.local.ok() && l.pos >= l.end) {
       if (Status s = sh_.log->Append(l.block); !s.ok()) return Stop(s);
-      std::lock_guard<std::mutex> g(sh_.mu);
+      MutexLock g(&sh_.mu);
       sh_.done[l.block] = 1;
       l.block = kNoneEver;
-      sh_.cv.notify_all();
+      sh_.cv.NotifyAll();
     } else if (!l.local.ok()) {
       Stop(l.local);  // the file changed on the host, or writing here failed
     } else if (failure_.ok()) {
@@ -230,19 +230,15 @@ class LaneSet {
 // reconnecting after a failure and resuming each lane's block from the byte it reached.
 void RunConnection(Reconnector* rc, Shared* sh, int lanes) {
   std::vector<Lane> lane(static_cast<size_t>(lanes));
-  for (;;) {
-    auto session = rc->Session();
-    bool progressed = false;
-    Status s = session.ok() ? LaneSet(**session, *sh, lane).Run(&progressed) : session.status();
-    if (s.ok()) return;  // no block left for this connection
-    if (s.code() == StatusCode::kDataLoss) return sh->Fail(s);
-    {
-      std::lock_guard<std::mutex> l(sh->mu);
-      if (!sh->error.ok()) return;  // someone else failed: stop
-    }
-    if (progressed) rc->MadeProgress();
-    if (!rc->ShouldRetry(s)) return sh->Fail(rc->GiveUp(s));
-  }
+  Status s = rc->Run([&](AgentSession& a) {
+    Attempt attempt;
+    attempt.status = LaneSet(a, *sh, lane).Run(&attempt.progressed);  // OK: no block left for this one
+    if (attempt.status.code() == StatusCode::kDataLoss) attempt.final = true;
+    MutexLock l(&sh->mu);
+    if (!sh->error.ok()) attempt.final = true;  // someone else failed: stop
+    return attempt;
+  });
+  if (!s.ok()) sh->Fail(s);
 }
 
 // The workers, started one at a time as the ramp (client/connection_ramp.h) asks.
@@ -284,9 +280,10 @@ Status HashInOrder(Shared& sh, Workers& workers, Sha256* hasher, Progress* progr
     size_t b;
     bool ready;
     {
-      std::unique_lock<std::mutex> l(sh.mu);
-      sh.cv.wait_for(l, std::chrono::milliseconds(250),
-                     [&] { return !sh.error.ok() || sh.hashed >= sh.blocks || sh.done[sh.hashed]; });
+      MutexLock l(&sh.mu);
+      sh.cv.WaitFor(&sh.mu, std::chrono::milliseconds(250), [&]() REQUIRES(sh.mu) {
+        return !sh.error.ok() || sh.hashed >= sh.blocks || sh.done[sh.hashed];
+      });
       if (!sh.error.ok()) return sh.error;
       if (sh.hashed >= sh.blocks) return OkStatus();
       b = sh.hashed;  // only this thread advances `hashed`
@@ -303,9 +300,9 @@ Status HashInOrder(Shared& sh, Workers& workers, Sha256* hasher, Progress* progr
     buf.resize(len);
     SFT_RETURN_IF_ERROR(PreadFully(sh.fd, buf.data(), len, start, sh.part));
     hasher->Update(buf);
-    std::lock_guard<std::mutex> l(sh.mu);
+    MutexLock l(&sh.mu);
     ++sh.hashed;
-    sh.cv.notify_all();
+    sh.cv.NotifyAll();
   }
 }
 
@@ -412,15 +409,20 @@ Status PullRanges(Reconnector* rc, const std::string& job_id, const std::string&
               static_cast<size_t>(max_streams > 0 ? max_streams : kMaxAutoStreams);
   RangeLog log(part + ".ranges", size, sha256, sh.block);
   sh.log = &log;
-  SFT_ASSIGN_OR_RETURN(sh.done, ResumableBlocks(log, part, size, sh.block, sh.blocks));
-  sh.taken.assign(sh.blocks, 0);
+  SFT_ASSIGN_OR_RETURN(std::vector<char> done, ResumableBlocks(log, part, size, sh.block, sh.blocks));
   for (size_t b = 0; b < sh.blocks; ++b) {
-    if (!sh.done[b]) continue;
+    if (!done[b]) continue;
     result->resumed = true;
     if (progress) progress->Add(sh.BlockEnd(b) - sh.BlockStart(b));
   }
-  sh.fd = ::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (sh.fd < 0) return ErrnoError("cannot write", part, errno);
+  {
+    MutexLock l(&sh.mu);  // no worker runs yet
+    sh.done = std::move(done);
+    sh.taken.assign(sh.blocks, 0);
+  }
+  UniqueFd part_fd(::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!part_fd.valid()) return ErrnoError("cannot write", part, errno);
+  sh.fd = part_fd.get();
   Sha256 hasher;
   Status s;
   {
@@ -433,7 +435,6 @@ Status PullRanges(Reconnector* rc, const std::string& job_id, const std::string&
   }
   result->bytes_fetched = sh.received.load();
   if (s.ok()) s = FinishPart(sh.fd, sh, hasher.HexDigest(), result);
-  ::close(sh.fd);
   return s;
 }
 

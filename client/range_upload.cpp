@@ -7,14 +7,14 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "client/connection_ramp.h"
+#include "common/fd_util.h"
 #include "common/file_system.h"
+#include "common/mutex.h"
 
 namespace sftctl::client {
 namespace {
@@ -26,28 +26,28 @@ struct UploadShared {
   int fd = -1;
   Progress* progress = nullptr;
 
-  std::mutex mu;
-  std::condition_variable cv;  // a worker ended
-  std::vector<size_t> todo;    // blocks to send, taken from the back
-  Status error;                // the first failure; stops everyone
-  bool complete = false;       // the agent said the blob is complete
+  Mutex mu;
+  CondVar cv;                               // a worker ended
+  std::vector<size_t> todo GUARDED_BY(mu);  // blocks to send, taken from the back
+  Status error GUARDED_BY(mu);              // the first failure; stops everyone
+  bool complete GUARDED_BY(mu) = false;     // the agent said the blob is complete
   std::atomic<uint64_t> sent{0};
 
   // The next block to send; false when none is left or someone failed.
-  bool Take(size_t* b) {
-    std::lock_guard<std::mutex> l(mu);
+  bool Take(size_t* b) EXCLUDES(mu) {
+    MutexLock l(&mu);
     if (!error.ok() || todo.empty()) return false;
     *b = todo.back();
     todo.pop_back();
     return true;
   }
-  void Fail(const Status& s) {
-    std::lock_guard<std::mutex> l(mu);
+  void Fail(const Status& s) EXCLUDES(mu) {
+    MutexLock l(&mu);
     if (error.ok()) error = s;
   }
   // Blocks are left for another worker to take.
-  bool MoreToTake() {
-    std::lock_guard<std::mutex> l(mu);
+  bool MoreToTake() EXCLUDES(mu) {
+    MutexLock l(&mu);
     return error.ok() && !todo.empty();
   }
 };
@@ -90,7 +90,7 @@ Status SendBlock(AgentSession& a, UploadShared& sh, size_t b, uint64_t* sent) {
   SFT_RETURN_IF_ERROR(
       FromGrpc(fin, a.host() + ": upload of block " + std::to_string(b) + " of '" + sh.path + "'"));
   if (result.complete()) {
-    std::lock_guard<std::mutex> l(sh.mu);
+    MutexLock l(&sh.mu);
     sh.complete = true;
   }
   return OkStatus();
@@ -100,18 +100,12 @@ Status SendBlock(AgentSession& a, UploadShared& sh, size_t b, uint64_t* sent) {
 void RunWorker(Reconnector* rc, UploadShared* sh) {
   size_t b;
   while (sh->Take(&b)) {
-    for (;;) {
-      auto session = rc->Session();
+    Status s = rc->Run([&](AgentSession& a) {
       uint64_t sent = 0;
-      Status s = session.ok() ? SendBlock(**session, *sh, b, &sent) : session.status();
-      if (s.ok()) {
-        rc->MadeProgress();
-        break;
-      }
-      if (s.code() == StatusCode::kDataLoss || !IsTransient(s)) return sh->Fail(s);
-      if (sent > 0) rc->MadeProgress();
-      if (!rc->ShouldRetry(s)) return sh->Fail(rc->GiveUp(s));
-    }
+      Status sent_status = SendBlock(a, *sh, b, &sent);
+      return Attempt{sent_status, false, sent > 0 || sent_status.ok()};
+    });
+    if (!s.ok()) return sh->Fail(s);
   }
 }
 
@@ -127,18 +121,21 @@ void RunWorkers(Reconnector* rc, UploadShared* sh, int connections) {
     ++running;
     threads.emplace_back([r, sh, &running] {
       RunWorker(r, sh);
-      std::lock_guard<std::mutex> l(sh->mu);
+      MutexLock l(&sh->mu);
       --running;
-      sh->cv.notify_all();
+      sh->cv.NotifyAll();
     });
   };
-  const int blocks = static_cast<int>(sh->todo.size());
+  const int blocks = [&] {
+    MutexLock l(&sh->mu);
+    return static_cast<int>(sh->todo.size());
+  }();
   while (set.size() < std::min(ramp.initial(), std::max(1, blocks))) add();
   ramp.Started(sh->sent.load());
   for (;;) {
     {
-      std::unique_lock<std::mutex> l(sh->mu);
-      if (sh->cv.wait_for(l, std::chrono::milliseconds(100), [&] { return running.load() == 0; })) break;
+      MutexLock l(&sh->mu);
+      if (sh->cv.WaitFor(&sh->mu, std::chrono::milliseconds(100), [&] { return running.load() == 0; })) break;
     }
     if (sh->MoreToTake() && ramp.ShouldAdd(sh->sent.load(), set.size())) add();
   }
@@ -164,20 +161,31 @@ Status UploadRanges(Reconnector* rc, const std::string& local_path, uint64_t siz
       if (b < blocks) have[b] = 1;
     }
   }
+  std::vector<size_t> todo;
   for (size_t b = blocks; b-- > 0;) {  // taken from the back: block 0 first
     if (!have[b]) {
-      sh.todo.push_back(b);
+      todo.push_back(b);
     } else if (progress) {
       progress->Add(std::min(size, (b + 1) * sh.block) - b * sh.block);
     }
   }
-  sh.fd = ::open(local_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (sh.fd < 0) return ErrnoError("cannot read", local_path, errno);
+  {
+    MutexLock l(&sh.mu);  // no worker runs yet
+    sh.todo = std::move(todo);
+  }
+  UniqueFd fd(::open(local_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError("cannot read", local_path, errno);
+  sh.fd = fd.get();
   RunWorkers(rc, &sh, options.connections);
-  ::close(sh.fd);
+  fd.Close();
   stats->bytes_sent += sh.sent.load();
-  SFT_RETURN_IF_ERROR(sh.error);
-  if (!sh.complete) {
+  bool complete = false;
+  {
+    MutexLock l(&sh.mu);  // every worker has ended
+    SFT_RETURN_IF_ERROR(sh.error);
+    complete = sh.complete;
+  }
+  if (!complete) {
     // Every block went out, yet no answer said complete (the completing one was lost with its stream,
     // or the blocks were all held already): ask.
     Status asked = WithRetry(rc, [&](AgentSession& a) {
@@ -187,11 +195,11 @@ Status UploadRanges(Reconnector* rc, const std::string& local_path, uint64_t siz
       grpc::ClientContext ctx;
       a.Prepare(&ctx);
       SFT_RETURN_IF_ERROR(FromGrpc(a.stub()->StatBlob(&ctx, req, &st), a.host() + ": StatBlob"));
-      sh.complete = st.complete();
+      complete = st.complete();
       return OkStatus();
     });
     SFT_RETURN_IF_ERROR(asked);
-    if (!sh.complete) {
+    if (!complete) {
       return DataLossError(rc->host() + ": upload of '" + local_path +
                            "' ended incomplete: the agent holds " + "not all of its blocks; send it again");
     }

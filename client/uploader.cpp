@@ -6,119 +6,127 @@
 #include <cerrno>
 
 #include "client/range_upload.h"
+#include "common/fd_util.h"
+#include "common/file_system.h"
 
 namespace sftctl::client {
 namespace {
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
+// What one file's upload has done so far, over all its attempts.
+struct UploadState {
+  UploadState(const std::string& path, uint64_t bytes, const std::string& digest, Progress* p, UploadStats* s)
+      : local_path(path), size(bytes), sha256(digest), progress(p), stats(s) {}
 
- private:
-  int fd_;
+  const std::string& local_path;
+  uint64_t size;
+  const std::string& sha256;
+  Progress* progress;
+  UploadStats* stats;
+  bool counted_resume = false;  // the bytes the agent held were added to progress
+  bool sent_any = false;        // this process sent bytes of the file
+  bool ranged = false;          // a large file, none of it on the agent yet: UploadRanges sends it
+  v1::BlobStatus held;          // what the agent held then (blocks of an earlier ranged upload)
 };
+
+// Counts the file as already held by the agent (nothing of it sent).
+void CountUnchanged(UploadState& st) {
+  ++st.stats->files_unchanged;
+  st.stats->bytes_unchanged += st.size;
+}
+
+// Streams the file from `offset` to its end through one UploadBlob call. *result: the agent's answer;
+// *read_error: a local failure (the stream was cancelled); *sent: bytes that went out.
+Status StreamBlob(AgentSession& a, UploadState& st, int fd, uint64_t offset, v1::BlobStatus* result,
+                  Status* read_error, uint64_t* sent) {
+  grpc::ClientContext ctx;
+  a.Prepare(&ctx, std::chrono::milliseconds(0));
+  auto writer = a.stub()->UploadBlob(&ctx, result);
+  v1::UploadBlobRequest msg;
+  msg.set_sha256(st.sha256);
+  msg.set_size(st.size);
+  msg.set_offset(offset);
+  bool stream_ok = writer->Write(msg);
+  std::string buf(kUploadChunkBytes, '\0');
+  while (stream_ok && offset < st.size) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kUploadChunkBytes, st.size - offset));
+    *read_error = PreadFully(fd, buf.data(), n, offset, st.local_path);
+    if (!read_error->ok()) {
+      ctx.TryCancel();
+      break;
+    }
+    v1::UploadBlobRequest chunk;
+    chunk.set_data(buf.data(), n);
+    stream_ok = writer->Write(chunk);
+    if (!stream_ok) break;
+    offset += n;
+    *sent += n;
+    st.stats->bytes_sent += n;
+    st.sent_any = true;
+    if (st.progress) st.progress->Add(n);
+  }
+  if (stream_ok) writer->WritesDone();
+  grpc::Status fin = writer->Finish();
+  Status s = FromGrpc(fin, a.host() + ": upload of '" + st.local_path + "'");
+  // DATA_LOSS for a short stream keeps the bytes, and FAILED_PRECONDITION means the agent holds another
+  // offset: both resume from StatBlob like a dropped stream.
+  if ((s.code() == StatusCode::kDataLoss && offset < st.size) || s.code() == StatusCode::kFailedPrecondition)
+    return AbortedError(s.message());
+  return s;
+}
+
+// One try: asks what the agent holds, then sends the rest (or hands a large file to UploadRanges).
+Attempt UploadOnce(AgentSession& a, UploadState& st) {
+  v1::StatBlobRequest sreq;
+  sreq.set_sha256(st.sha256);
+  v1::BlobStatus held;
+  grpc::ClientContext sctx;
+  a.Prepare(&sctx);
+  Status stat = FromGrpc(a.stub()->StatBlob(&sctx, sreq, &held), a.host() + ": StatBlob");
+  if (!stat.ok()) return Attempt{stat};
+  if (held.complete()) {
+    if (!st.sent_any) CountUnchanged(st);
+    if (st.progress && !st.counted_resume) st.progress->Add(st.size);
+    return Attempt{OkStatus()};
+  }
+  // A large file goes as parallel blocks, unless a one-stream upload of it is under way there.
+  if (st.size >= kMinRangeUploadBytes && held.size() == 0 && !st.sent_any) {
+    st.ranged = true;
+    st.held = held;
+    return Attempt{OkStatus()};
+  }
+  const uint64_t offset = held.size() > st.size ? 0 : held.size();
+  if (st.progress && !st.counted_resume && !st.sent_any) st.progress->Add(offset);
+  st.counted_resume = true;
+  UniqueFd fd(::open(st.local_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Attempt{ErrnoError("cannot read", st.local_path, errno), /*final=*/true};
+  v1::BlobStatus result;
+  Status read_error;
+  uint64_t sent = 0;
+  Status s = StreamBlob(a, st, fd.get(), offset, &result, &read_error, &sent);
+  if (!read_error.ok()) return Attempt{read_error, /*final=*/true};
+  if (!s.ok()) return Attempt{s, false, sent > 0};
+  if (!result.complete()) {
+    return Attempt{
+        DataLossError(a.host() + ": upload of '" + st.local_path + "' ended incomplete (" +
+                      std::to_string(result.size()) + " of " + std::to_string(st.size) + " bytes)"),
+        /*final=*/true};
+  }
+  if (st.sent_any) {
+    ++st.stats->files_sent;
+  } else {
+    CountUnchanged(st);
+  }
+  return Attempt{OkStatus(), false, /*progressed=*/true};
+}
 
 }  // namespace
 
 Status UploadFile(Reconnector* rc, const std::string& local_path, uint64_t size, const std::string& sha256,
                   Progress* progress, UploadStats* stats) {
-  bool counted_resume = false;
-  bool sent_any = false;
-  for (;;) {
-    auto session = rc->Session();
-    Status failure;
-    if (!session.ok()) {
-      failure = session.status();
-    } else {
-      AgentSession& a = **session;
-      // What does the agent hold?
-      v1::StatBlobRequest sreq;
-      sreq.set_sha256(sha256);
-      v1::BlobStatus held;
-      grpc::ClientContext sctx;
-      a.Prepare(&sctx);
-      failure = FromGrpc(a.stub()->StatBlob(&sctx, sreq, &held), a.host() + ": StatBlob");
-      if (failure.ok()) {
-        if (held.complete()) {
-          if (!sent_any) {
-            ++stats->files_unchanged;
-            stats->bytes_unchanged += size;
-          }
-          if (progress && !counted_resume) progress->Add(size);
-          return OkStatus();
-        }
-        // A large file goes as parallel blocks, unless a one-stream upload of it is under way there.
-        if (size >= kMinRangeUploadBytes && held.size() == 0 && !sent_any) {
-          return UploadRanges(rc, local_path, size, sha256, held, RangeUploadOptions{}, progress, stats);
-        }
-        uint64_t offset = held.size() > size ? 0 : held.size();
-        if (progress && !counted_resume && !sent_any) progress->Add(offset);
-        counted_resume = true;
-        Fd fd(::open(local_path.c_str(), O_RDONLY | O_CLOEXEC));
-        if (fd.get() < 0) return ErrnoError("cannot read", local_path, errno);
-        grpc::ClientContext uctx;
-        a.Prepare(&uctx, std::chrono::milliseconds(0));
-        v1::BlobStatus result;
-        auto writer = a.stub()->UploadBlob(&uctx, &result);
-        v1::UploadBlobRequest msg;
-        msg.set_sha256(sha256);
-        msg.set_size(size);
-        msg.set_offset(offset);
-        bool stream_ok = writer->Write(msg);
-        std::string buf(kUploadChunkBytes, '\0');
-        Status read_error;
-        while (stream_ok && offset < size) {
-          ssize_t n = ::pread(fd.get(), buf.data(), std::min<uint64_t>(kUploadChunkBytes, size - offset),
-                              static_cast<off_t>(offset));
-          if (n < 0 && errno == EINTR) continue;
-          if (n <= 0) {
-            read_error = n < 0 ? ErrnoError("cannot read", local_path, errno)
-                               : DataLossError("'" + local_path + "' became shorter while it was uploaded");
-            uctx.TryCancel();
-            break;
-          }
-          v1::UploadBlobRequest chunk;
-          chunk.set_data(buf.data(), static_cast<size_t>(n));
-          stream_ok = writer->Write(chunk);
-          if (!stream_ok) break;
-          offset += static_cast<uint64_t>(n);
-          stats->bytes_sent += static_cast<uint64_t>(n);
-          sent_any = true;
-          if (progress) progress->Add(static_cast<uint64_t>(n));
-        }
-        if (stream_ok) writer->WritesDone();
-        grpc::Status fin = writer->Finish();
-        if (!read_error.ok()) return read_error;
-        failure = FromGrpc(fin, a.host() + ": upload of '" + local_path + "'");
-        if (failure.ok()) {
-          if (!result.complete()) {
-            return DataLossError(a.host() + ": upload of '" + local_path + "' ended incomplete (" +
-                                 std::to_string(result.size()) + " of " + std::to_string(size) + " bytes)");
-          }
-          if (sent_any) {
-            ++stats->files_sent;
-          } else {
-            ++stats->files_unchanged;
-            stats->bytes_unchanged += size;
-          }
-          rc->MadeProgress();
-          return OkStatus();
-        }
-        if (sent_any) rc->MadeProgress();
-        // DATA_LOSS for a short stream keeps the bytes, and FAILED_PRECONDITION means the agent holds
-        // another offset: both resume from StatBlob like a dropped stream.
-        if ((failure.code() == StatusCode::kDataLoss && offset < size) ||
-            failure.code() == StatusCode::kFailedPrecondition) {
-          failure = AbortedError(failure.message());
-        }
-      }
-    }
-    if (!rc->ShouldRetry(failure)) return rc->GiveUp(failure);
-  }
+  UploadState st(local_path, size, sha256, progress, stats);
+  SFT_RETURN_IF_ERROR(rc->Run([&](AgentSession& a) { return UploadOnce(a, st); }));
+  if (!st.ranged) return OkStatus();
+  return UploadRanges(rc, local_path, size, sha256, st.held, RangeUploadOptions{}, progress, stats);
 }
 
 }  // namespace sftctl::client

@@ -1,7 +1,6 @@
 #include "common/bpe_tokenizer.h"
 
 #include <functional>
-#include <mutex>
 #include <unordered_map>
 #include <utility>
 
@@ -10,6 +9,7 @@
 #include "common/bpe_normalizer.h"
 #include "common/bpe_pre_tokenizer.h"
 #include "common/bpe_vocab.h"
+#include "common/mutex.h"
 #include "common/unicode_normalize.h"
 
 // BpeTokenizer::FromJson, the loading of tokenizer.json, is in bpe_tokenizer_json.cpp.
@@ -26,8 +26,8 @@ struct BpeTokenizer::CacheShard {
     std::string word;
     std::vector<int32_t> ids;
   };
-  std::mutex mu;
-  std::unordered_map<uint64_t, Entry> map;
+  Mutex mu;
+  std::unordered_map<uint64_t, Entry> map GUARDED_BY(mu);
 };
 
 namespace {
@@ -111,7 +111,7 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* ids) 
   const uint64_t hash = std::hash<std::string_view>{}(word);
   CacheShard& shard = cache_[hash % kCacheShards];
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     auto it = shard.map.find(hash);
     if (it != shard.map.end() && it->second.word == word) {
       ids->insert(ids->end(), it->second.ids.begin(), it->second.ids.end());
@@ -120,7 +120,7 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* ids) 
   }
   const size_t first = ids->size();
   bpe_internal::MergeWord(word, byte_ids_, *merges_, ids);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(&shard.mu);
   if (shard.map.size() >= kMaxCacheEntriesPerShard) shard.map.clear();
   CacheShard::Entry& entry = shard.map[hash];
   entry.word.assign(word.data(), word.size());

@@ -65,6 +65,27 @@ bool HasNativeSocketBits() {
 
 }  // namespace
 
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    (void)Close();
+    fd_ = other.Release();
+  }
+  return *this;
+}
+
+int UniqueFd::Release() {
+  const int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+int UniqueFd::Close() {
+  if (fd_ < 0) return 0;
+  const int r = ::close(fd_);
+  fd_ = -1;
+  return r;
+}
+
 Status SetCloseOnExec(int fd) {
   return AddFdFlag(fd, F_GETFD, F_SETFD, FD_CLOEXEC, "cannot set FD_CLOEXEC on");
 }

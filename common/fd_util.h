@@ -7,7 +7,8 @@
 // inherit it in that window; sftctl's children are started from one thread, so this is benign).
 // FdImpl::kPortable asks for the fcntl path on any system, so Linux tests exercise the macOS code.
 //
-// Stateless and thread-safe. Every function leaves no descriptor open when it fails.
+// Stateless and thread-safe. Every function leaves no descriptor open when it fails. UniqueFd owns one
+// descriptor (used by one thread at a time).
 #pragma once
 
 #include <sys/types.h>
@@ -17,6 +18,29 @@
 #include "common/status.h"
 
 namespace sftctl {
+
+// Owns a descriptor (or none: -1) and closes it when destroyed, ignoring close's result; call Close()
+// first where that result matters (a written file). Movable, not copyable.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { (void)Close(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  // Gives the descriptor up to the caller (-1 when none is held); this one then holds none.
+  int Release();
+  // Closes the descriptor now: close(2)'s result, 0 when none was held. Holds none afterwards.
+  int Close();
+
+ private:
+  int fd_ = -1;
+};
 
 enum class FdImpl {
   kNative,    // the fastest correct calls this system has

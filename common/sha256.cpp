@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <vector>
 
+#include "common/file_system.h"
+
 namespace sftctl {
 
 struct Sha256::Impl {
@@ -69,17 +71,19 @@ StatusOr<std::string> Sha256File(const std::string& path) {
 
 StatusOr<std::string> Sha256FilePrefix(int fd, uint64_t size, const std::string& path) {
   Sha256 h;
-  std::vector<char> buf(1 << 20);
+  SFT_RETURN_IF_ERROR(Sha256UpdateFromFile(fd, size, path, &h));
+  return h.HexDigest();
+}
+
+Status Sha256UpdateFromFile(int fd, uint64_t size, const std::string& path, Sha256* h) {
+  std::vector<char> buf(static_cast<size_t>(std::min<uint64_t>(size, 1 << 20)));
   for (uint64_t pos = 0; pos < size;) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - pos));
-    const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(pos));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError("cannot read", path, errno);
-    if (n == 0) return DataLossError("'" + path + "' is shorter than " + std::to_string(size) + " bytes");
-    h.Update(buf.data(), static_cast<size_t>(n));
-    pos += static_cast<uint64_t>(n);
+    SFT_RETURN_IF_ERROR(PreadFully(fd, buf.data(), want, pos, path));
+    h->Update(buf.data(), want);
+    pos += want;
   }
-  return h.HexDigest();
+  return OkStatus();
 }
 
 bool IsSha256Hex(std::string_view s) {

@@ -38,6 +38,9 @@ StatusOr<std::string> Sha256File(const std::string& path);
 // of a growing file that a stream will send. `path` names it in errors. Errors: the read's errno
 // error, DATA_LOSS when the file is shorter than `size`.
 StatusOr<std::string> Sha256FilePrefix(int fd, uint64_t size, const std::string& path);
+// The same into `h`, which the caller may go on updating (a resumed download hashes what it already
+// has, then what arrives). Errors as Sha256FilePrefix; `h` holds part of the prefix then.
+Status Sha256UpdateFromFile(int fd, uint64_t size, const std::string& path, Sha256* h);
 // True if `s` is 64 lowercase hex digits.
 bool IsSha256Hex(std::string_view s);
 

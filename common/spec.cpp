@@ -187,8 +187,11 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
   SFT_RETURN_IF_ERROR(top.String("output_dir", &s.output_dir));
   s.output_dir = ObjectReader::Resolve(s.output_dir, base_dir);
   SFT_RETURN_IF_ERROR(top.String("resume", &s.resume));
-  if (s.resume != "auto" && s.resume != "never") s.resume = ObjectReader::Resolve(s.resume, base_dir);
+  // s3:// is fetched into the run folder by the client or the agent before the trainer starts.
+  if (s.resume != "auto" && s.resume != "never" && s.resume.rfind("s3://", 0) != 0)
+    s.resume = ObjectReader::Resolve(s.resume, base_dir);
   SFT_RETURN_IF_ERROR(top.Int("seed", &s.seed, 0));
+  SFT_RETURN_IF_ERROR(top.Bool("deterministic", &s.deterministic));
   SFT_RETURN_IF_ERROR(top.String("device", &s.device));
   if (!(s.device == "auto" || s.device == "cpu" || s.device == "mps" || s.device.rfind("cuda", 0) == 0)) {
     return top.Error("device", "must be auto, cpu, cuda, cuda:N or mps, got '" + s.device + "'");
@@ -284,6 +287,16 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
     ObjectReader r(*ckpt, "checkpoint", locate);
     SFT_RETURN_IF_ERROR(r.Int("interval", &s.checkpoint.interval, 0));
     SFT_RETURN_IF_ERROR(r.Int("keep", &s.checkpoint.keep, 1));
+    SFT_RETURN_IF_ERROR(r.Double("save_timeout_s", &s.checkpoint.save_timeout_s, 1.0, 7 * 86400.0));
+    SFT_RETURN_IF_ERROR(r.String("upload_to", &s.checkpoint.upload_to));
+    SFT_RETURN_IF_ERROR(r.String("endpoint_url", &s.checkpoint.endpoint_url));
+    SFT_RETURN_IF_ERROR(r.String("region", &s.checkpoint.region));
+    const std::string& up = s.checkpoint.upload_to;
+    if (!up.empty() && (up.rfind("s3://", 0) != 0 || up.size() == 5 || up[5] == '/'))
+      return r.Error("upload_to", "must be s3://BUCKET[/PREFIX], got '" + up + "'");
+    const std::string& ep = s.checkpoint.endpoint_url;
+    if (!ep.empty() && ep.rfind("http://", 0) != 0 && ep.rfind("https://", 0) != 0)
+      return r.Error("endpoint_url", "must be an http:// or https:// URL, got '" + ep + "'");
     SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
   }
   const json* lora = nullptr;
@@ -333,6 +346,14 @@ StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const Fi
     SFT_RETURN_IF_ERROR(r.Double("timeout_s", &s.distributed.timeout_s, 1.0, 86400.0));
     SFT_RETURN_IF_ERROR(r.Double("bucket_mb", &s.distributed.bucket_mb, 0.0, 4096.0));
     if (s.distributed.bucket_mb <= 0) return r.Error("bucket_mb", "must be > 0");
+    SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
+  }
+  const json* metrics = nullptr;
+  SFT_RETURN_IF_ERROR(top.Object("metrics", &metrics));
+  if (metrics != nullptr) {
+    ObjectReader r(*metrics, "metrics", locate);
+    SFT_RETURN_IF_ERROR(r.Bool("tensorboard", &s.metrics.tensorboard));
+    SFT_RETURN_IF_ERROR(r.Double("gpu_peak_tflops", &s.metrics.gpu_peak_tflops, 0.0, 1e6));
     SFT_RETURN_IF_ERROR(r.CheckNoUnknown());
   }
   if (const json* hosts = top.Get("hosts"); hosts != nullptr) {
@@ -414,7 +435,15 @@ json ToJson(const JobSpec& s) {
   if (s.data.max_eval_samples > 0) out["data"]["max_eval_samples"] = s.data.max_eval_samples;
   if (t.loss_chunk_tokens != 0) out["train"]["loss_chunk_tokens"] = t.loss_chunk_tokens;
   if (t.skip_memory_check) out["train"]["skip_memory_check"] = true;
+  if (s.deterministic) out["deterministic"] = true;
+  if (s.checkpoint.save_timeout_s != CheckpointSpec().save_timeout_s)
+    out["checkpoint"]["save_timeout_s"] = s.checkpoint.save_timeout_s;
+  if (!s.checkpoint.upload_to.empty()) out["checkpoint"]["upload_to"] = s.checkpoint.upload_to;
+  if (!s.checkpoint.endpoint_url.empty()) out["checkpoint"]["endpoint_url"] = s.checkpoint.endpoint_url;
+  if (!s.checkpoint.region.empty()) out["checkpoint"]["region"] = s.checkpoint.region;
   out["distributed"] = {{"timeout_s", s.distributed.timeout_s}, {"bucket_mb", s.distributed.bucket_mb}};
+  if (s.metrics.tensorboard) out["metrics"]["tensorboard"] = true;
+  if (s.metrics.gpu_peak_tflops > 0) out["metrics"]["gpu_peak_tflops"] = s.metrics.gpu_peak_tflops;
   out["hosts"] = s.hosts;
   return out;
 }

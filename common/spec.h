@@ -78,6 +78,14 @@ struct EvalSpec {
 struct CheckpointSpec {
   int64_t interval = 0;  // steps between checkpoints; 0: only at the end.
   int64_t keep = 2;      // complete checkpoints kept (the newest K).
+  // Multi-rank jobs: how long the other ranks wait for rank 0 to write a checkpoint (or to read
+  // it when resuming), apart from distributed.timeout_s.
+  double save_timeout_s = 3600;
+  // Object storage (docs/object-storage.md): "s3://BUCKET/PREFIX" the client (run --local) or the
+  // agent uploads each complete checkpoint to; "" none. The trainer ignores these three fields.
+  std::string upload_to;
+  std::string endpoint_url;  // "" : AWS (https://s3.<region>.amazonaws.com); else e.g. http://127.0.0.1:9000
+  std::string region;        // "" : AWS_REGION / AWS_DEFAULT_REGION, else us-east-1
 };
 
 // LoRA adapters (PEFT's LoraConfig): train low-rank updates on frozen base weights.
@@ -97,11 +105,21 @@ struct DistributedSpec {
   double bucket_mb = 25;   // gradient all-reduce bucket size, overlapped with backward
 };
 
+// What the trainer reports beside metrics.jsonl (docs/observability.md).
+struct MetricsSpec {
+  bool tensorboard = false;  // also write TensorBoard event files into <run>/tb/
+  // The GPU's dense bf16 peak in TFLOP/s for MFU; 0: from the trainer's table of common GPUs.
+  double gpu_peak_tflops = 0;
+};
+
 struct JobSpec {
   std::string name;             // defaults to the spec file's stem.
   std::string output_dir;       // defaults to runs/<name>.
-  std::string resume = "auto";  // auto | never | <checkpoint folder>
+  std::string resume = "auto";  // auto | never | <checkpoint folder> | s3://BUCKET/PREFIX (client/agent only)
   int64_t seed = 1234;
+  // Deterministic kernels (torch deterministic algorithms, cuBLAS workspace config): bit-exact
+  // resume on CUDA at some speed cost (docs/precision.md).
+  bool deterministic = false;
   std::string device = "auto";     // auto | cpu | cuda | cuda:N | mps
   std::string precision = "auto";  // auto | fp32 | bf16 | fp16 (CUDA, loss scaling)
   int64_t threads = 0;             // CPU threads for LibTorch; 0: all cores.
@@ -113,6 +131,7 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   std::optional<LoraSpec> lora;  // absent: full fine-tune
   DistributedSpec distributed;
+  MetricsSpec metrics;
   // SSH host names of a multi-node job (rank placement is the client's and agent's business;
   // the trainer ignores it).
   std::vector<std::string> hosts;

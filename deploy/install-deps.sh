@@ -20,8 +20,11 @@ BUILD_PKGS=(
 TEST_PKGS=(
   libgtest-dev libgmock-dev openssh-server openssh-client clang libclang-rt-dev
   python3 python3-torch python3-numpy python3-jinja2
+  python3-protobuf  # tests/client/tensorboard_test.py parses the TensorBoard event files (protoc: BUILD_PKGS)
   # The portability checks (tests/portability): a cached Debian 13 root stands in for a GPU host.
   debootstrap rsync
+  # tests/slurm: a 2-node Slurm cluster on 127.0.0.1 (tests/slurm/slurm_cluster.sh; nothing starts by itself).
+  munge slurmctld slurmd slurm-client
 )
 
 want=("${BUILD_PKGS[@]}")
@@ -47,6 +50,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "install-deps: all packages present"
+fi
+
+# The object-storage tests' S3 server: Debian 13's python3-moto (+ awscli, s3cmd to cross-check).
+if [ "${1:-}" != "--runtime-only" ]; then
+  $SUDO "$(dirname "$0")/../tests/object_store/s3_server.sh" install
 fi
 
 # LibTorch links libblas.so.3; make sure the OpenMP OpenBLAS wins over the reference BLAS

@@ -61,10 +61,15 @@ class CheckpointBackward : public torch::autograd::Node {
     Tensor x = x_.detach().requires_grad_(x_grad);
     Tensor y;
     {
-      // Recompute as the forward ran: its RNG state (restored after) and autocast settings.
+      // Recompute as the forward ran: its RNG state (restored after) and autocast settings, but
+      // without autocast's cast cache: the cache is global, so the bf16 copies of every layer's
+      // weights would stay in it until the step ends (each layer uses its weights once, so a
+      // cache would save no cast here).
       const RngStates now = RngStates::Capture(x.device());
       rng_.Restore();
-      AutocastRestore autocast(autocast_);
+      AutocastState uncached = autocast_;
+      uncached.cache = false;
+      AutocastRestore autocast(uncached);
       at::AutoGradMode enable_grad(true);
       y = fn_(x);
       now.Restore();

@@ -6,7 +6,9 @@
 // in backward, recomputes `fn` on a detached copy of `x` with grad enabled and returns the
 // gradients of `x` and of `params`. The recompute sees the forward's CPU (and CUDA) RNG state
 // and autocast settings, so dropout masks and casts are the same and the gradients equal those
-// of the plain call: bit for bit when `fn` is deterministic (the fused CPU kernels are).
+// of the plain call: bit for bit when `fn` is deterministic (the fused CPU kernels are). Neither
+// the forward nor the recompute uses autocast's (global) cast cache: no casts of the layers'
+// weights outlive the call or its backward.
 //
 // Ownership: the node keeps `fn` (and what it captures), `x` and `params` alive until backward
 // has run once or the graph is freed. `fn` must not capture anything that dies sooner.

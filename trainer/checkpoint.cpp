@@ -23,9 +23,13 @@ bool ParseStep(const std::string& name, int64_t* step) {
 }  // namespace
 
 nlohmann::json TrainerState::ToJson() const {
-  nlohmann::json j = {{"step", step},           {"epoch", epoch},
-                      {"position", position},   {"tokens_seen", tokens_seen},
-                      {"bad_steps", bad_steps}, {"elapsed_s", elapsed_s}};
+  nlohmann::json j = {{"step", step},
+                      {"epoch", epoch},
+                      {"position", position},
+                      {"tokens_seen", tokens_seen},
+                      {"bad_steps", bad_steps},
+                      {"elapsed_s", elapsed_s},
+                      {"rng_format", rng_format}};
   if (loss_scale > 0) {
     j["loss_scale"] = loss_scale;
     j["loss_scale_good_steps"] = loss_scale_good_steps;
@@ -44,8 +48,14 @@ StatusOr<TrainerState> TrainerState::FromJson(const nlohmann::json& j, const std
     s.elapsed_s = j.at("elapsed_s").get<double>();
     s.loss_scale = j.value("loss_scale", 0.0);
     s.loss_scale_good_steps = j.value("loss_scale_good_steps", int64_t{0});
+    s.rng_format = j.value("rng_format", int64_t{1});
   } catch (const nlohmann::json::exception& e) {
     return DataLossError(source + ": " + e.what());
+  }
+  if (s.rng_format < 1 || s.rng_format > kRngFormat) {
+    return DataLossError(source + ": field 'rng_format': " + std::to_string(s.rng_format) +
+                         " is not a format this trainer reads (1 to " + std::to_string(kRngFormat) +
+                         "; written by a newer sftctl?)");
   }
   return s;
 }

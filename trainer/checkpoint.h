@@ -7,7 +7,7 @@
 //     adapter_config.json
 //     tokenizer files                     copied from the tokenizer folder, or
 //     sftctl_tokenizer.json               {"type": "byte"} for the built-in tokenizer
-//     optimizer.safetensors               AdamW moments per parameter + RNG state
+//     optimizer.safetensors               AdamW moments per parameter + RNG streams (rng_state.h)
 //     trainer_state.json                  step, data position, progress counters
 //     DONE                                written last: only folders with it are complete
 //
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/file_system.h"
+#include "trainer/rng_state.h"
 #include "trainer/tensor_io.h"
 
 namespace sftctl::trainer {
@@ -38,6 +39,9 @@ struct TrainerState {
   // fp16 dynamic loss scaling (trainer/loss_scaler.h); 0: the run does not scale its loss.
   double loss_scale = 0;
   int64_t loss_scale_good_steps = 0;
+  // Which RNG streams optimizer.safetensors holds (trainer/rng_state.h): 1 CPU only, 2 also CUDA.
+  // Absent in older checkpoints (1); newer than this trainer reads is DATA_LOSS.
+  int64_t rng_format = kRngFormat;
   nlohmann::json ToJson() const;
   static StatusOr<TrainerState> FromJson(const nlohmann::json& j, const std::string& source);
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "trainer/cuda_capability.h"
 #include "trainer/projection.h"
 
 namespace sftctl::trainer {
@@ -67,10 +68,22 @@ struct ChunkedCrossEntropyFn : public torch::autograd::Function<ChunkedCrossEntr
 
 }  // namespace
 
-int64_t LossChunkTokens(int64_t requested, int64_t vocab_size) {
+LossChunkDevice LossChunkDeviceFor(const torch::Device& device) {
+  LossChunkDevice d;
+  d.type = device.type();
+  if (device.is_cuda()) d.memory_bytes = CudaTotalMemory(device.has_index() ? device.index() : 0).value_or(0);
+  return d;
+}
+
+int64_t LossChunkTokens(int64_t requested, int64_t vocab_size, const LossChunkDevice& device) {
   if (requested > 0) return requested;
   if (vocab_size < kLossChunkMinVocab) return 0;
-  return std::max<int64_t>(64, kLossChunkLogitBytes / (4 * std::max<int64_t>(vocab_size, 1)));
+  int64_t budget = kLossChunkLogitBytes;
+  if (device.type == at::kCUDA) {
+    budget = std::clamp(device.memory_bytes / kCudaLossChunkMemoryShare, kCudaLossChunkMinBytes,
+                        kCudaLossChunkMaxBytes);
+  }
+  return std::max<int64_t>(64, budget / (4 * std::max<int64_t>(vocab_size, 1)));
 }
 
 Tensor LinearCrossEntropySum(const Tensor& hidden, const Tensor& weight, const Tensor& targets,

@@ -15,6 +15,7 @@ using CuInit = int (*)(unsigned int);
 using CuDeviceGet = int (*)(int*, int);
 using CuDeviceGetAttribute = int (*)(int*, int, int);
 using CuDeviceTotalMem = int (*)(size_t*, int);
+using CuIntQuery = int (*)(int*);  // cuDeviceGetCount, cuDriverGetVersion
 constexpr int kAttrComputeCapabilityMajor = 75;
 constexpr int kAttrComputeCapabilityMinor = 76;
 
@@ -61,10 +62,22 @@ std::optional<int64_t> CudaTotalMemory(int index) {
   return static_cast<int64_t>(bytes);
 }
 
+std::optional<CudaDriverInfo> CudaDriver() {
+  void* lib = Driver();
+  if (lib == nullptr) return std::nullopt;
+  auto count = reinterpret_cast<CuIntQuery>(::dlsym(lib, "cuDeviceGetCount"));
+  auto version = reinterpret_cast<CuIntQuery>(::dlsym(lib, "cuDriverGetVersion"));
+  CudaDriverInfo info;
+  if (count == nullptr || count(&info.devices) != 0) return std::nullopt;
+  if (version == nullptr || version(&info.cuda_version) != 0) info.cuda_version = 0;
+  return info;
+}
+
 #else
 
 std::optional<ComputeCapability> CudaComputeCapability(int) { return std::nullopt; }
 std::optional<int64_t> CudaTotalMemory(int) { return std::nullopt; }
+std::optional<CudaDriverInfo> CudaDriver() { return std::nullopt; }
 
 #endif
 

@@ -22,4 +22,13 @@ std::optional<ComputeCapability> CudaComputeCapability(int index);
 // The total memory of CUDA device `index` in bytes (no context needed), or nullopt.
 std::optional<int64_t> CudaTotalMemory(int index);
 
+// What the driver itself reports, whatever LibTorch can use: its GPUs (after
+// CUDA_VISIBLE_DEVICES) and the newest CUDA version it supports (e.g. 12040 for 12.4).
+struct CudaDriverInfo {
+  int devices = 0;
+  int cuda_version = 0;
+};
+// nullopt when the driver cannot be loaded or initialised (no NVIDIA driver, or no GPU).
+std::optional<CudaDriverInfo> CudaDriver();
+
 }  // namespace sftctl::trainer

@@ -1,10 +1,13 @@
 #include "trainer/device.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -50,11 +53,81 @@ StatusOr<DevicePlan> ChooseDevice(const std::string& device, const std::string& 
   } else {
     plan.device = torch::kCPU;
   }
+  if (device == "auto" && !has_cuda && !has_mps) {
+    if (const std::optional<CudaDriverInfo> driver = CudaDriver()) {
+      plan.warning = CudaFallbackWarning(driver->devices, driver->cuda_version, LibTorchCudaVersion(),
+                                         /*torch_cuda_usable=*/false);
+    }
+  }
 
   const std::optional<ComputeCapability> cc =
       plan.device.is_cuda() ? CudaComputeCapability(plan.device.index()) : std::nullopt;
   SFT_RETURN_IF_ERROR(PickPrecision(precision, plan.device.is_cpu() && CpuHasNativeBf16(), cc, &plan));
   return plan;
+}
+
+StatusOr<std::string> RankDevice(const std::string& device, int world_size, int local_rank,
+                                 int local_world_size, int cuda_visible) {
+  if (world_size <= 1) return device;
+  if (device == "cuda" || (device == "auto" && cuda_visible > 0)) {
+    // Fewer GPUs than ranks on this host: the launcher gave each rank its own.
+    return cuda_visible >= local_world_size ? "cuda:" + std::to_string(local_rank) : std::string("cuda:0");
+  }
+  if (device.rfind("cuda:", 0) == 0 && local_world_size > 1) {
+    return InvalidArgumentError(fmt::format(
+        "field 'device': '{}' would put all {} ranks of this host on one GPU; use 'cuda' or "
+        "'auto' (each rank takes the GPU of its LOCAL_RANK, or the one GPU its launcher shows it)",
+        device, local_world_size));
+  }
+  return device;
+}
+
+std::string CudaVersionText(long version) {
+  return fmt::format("{}.{}", version / 1000, (version % 1000) / 10);
+}
+
+std::optional<long> LibTorchCudaVersion() {
+  try {
+    return at::detail::getCUDAHooks().versionCUDART();
+  } catch (const c10::Error&) {
+    return std::nullopt;  // no ATen CUDA library: a CPU-only LibTorch
+  }
+}
+
+std::string CudaFallbackWarning(int driver_gpus, int driver_cuda, std::optional<long> libtorch_cuda,
+                                bool torch_cuda_usable) {
+  if (driver_gpus <= 0 || torch_cuda_usable) return "";
+  const std::string driver_text = driver_cuda > 0
+                                      ? "its driver supports CUDA up to " + CudaVersionText(driver_cuda)
+                                      : "its driver version unknown";
+  std::string s = fmt::format(
+      "device 'auto' falls back to the CPU although the CUDA driver reports {} GPU(s) ({}): ", driver_gpus,
+      driver_text);
+  if (!libtorch_cuda) {
+    return s +
+           "this LibTorch was built without CUDA. Build sftctl-trainer against a CUDA LibTorch "
+           "(docs/portability.md, --preset trainer-only), or set device: cpu to silence this";
+  }
+  s += "this LibTorch is built for CUDA " + CudaVersionText(*libtorch_cuda);
+  if (driver_cuda > 0 && *libtorch_cuda / 1000 > driver_cuda / 1000) {
+    return s + ", newer than the driver supports. Update the NVIDIA driver, or build against a LibTorch " +
+           "for CUDA " + std::to_string(driver_cuda / 1000) + ".x";
+  }
+  return s + " and could not initialise it (check nvidia-smi, CUDA_VISIBLE_DEVICES and the " +
+         "driver's kernel module)";
+}
+
+void MakeDeviceCurrent(const DevicePlan& plan) {
+  if (!plan.device.is_cuda() || !plan.device.has_index()) return;
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(plan.device);
+}
+
+void ConfigureDeterminism(bool deterministic) {
+  if (!deterministic) return;
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  at::globalContext().setBenchmarkCuDNN(false);
+  at::globalContext().setDeterministicCuDNN(true);
 }
 
 Status PickPrecision(const std::string& precision, bool cpu_native_bf16,

@@ -26,12 +26,48 @@ struct DevicePlan {
   // CPU, where LibTorch has no fp16 autocast, to exercise the overflow handling.
   bool loss_scaling = false;
   std::string reason;  // why this device/precision was chosen, for the log
+  // Non-empty when `auto` chose the CPU although the CUDA driver reports GPUs that LibTorch
+  // cannot use (CudaFallbackWarning): callers show it prominently.
+  std::string warning;
   std::string precision() const { return bf16 ? "bf16" : fp16 ? "fp16" : "fp32"; }
 };
 
 // Resolves the spec's `device` and `precision` fields. Errors when a requested device is
 // absent (e.g. "cuda" on a machine without CUDA), bf16 is asked for on MPS, or fp16 off CUDA.
 StatusOr<DevicePlan> ChooseDevice(const std::string& device, const std::string& precision);
+
+// The device one rank of a job asks ChooseDevice for, from the spec's `device` (no probing: the
+// caller passes `cuda_visible`, the CUDA devices this process sees, 0 without CUDA).
+//  - A single process (`world_size` 1): `device` as it is.
+//  - "cuda", or "auto" with CUDA visible: "cuda:LOCAL_RANK" when this process sees at least one
+//    GPU per local rank (every rank sees all of the host's GPUs); else "cuda:0" (the launcher shows
+//    each rank its own GPU, e.g. Slurm --gpus-per-task=1 or CUDA_VISIBLE_DEVICES per rank).
+//  - "cuda:N" with several ranks on this host (`local_world_size` > 1): INVALID_ARGUMENT naming
+//    field 'device' (it would put every rank on one GPU); with one rank per host, "cuda:N".
+//  - anything else ("cpu", "mps", "auto" without CUDA): as it is.
+StatusOr<std::string> RankDevice(const std::string& device, int world_size, int local_rank,
+                                 int local_world_size, int cuda_visible);
+
+// What `device: auto` should say when it falls back to the CPU although the CUDA driver reports
+// GPUs: both CUDA versions and what to do. "" when there is nothing to say (`driver_gpus` 0, or
+// `torch_cuda_usable`). `driver_cuda`: the newest CUDA the driver supports (e.g. 12040 for 12.4;
+// 0 unknown); `libtorch_cuda`: the CUDA runtime LibTorch was built with (e.g. 13000), nullopt
+// for a LibTorch without CUDA.
+std::string CudaFallbackWarning(int driver_gpus, int driver_cuda, std::optional<long> libtorch_cuda,
+                                bool torch_cuda_usable);
+// "12.4" from 12040.
+std::string CudaVersionText(long version);
+// The CUDA runtime version this LibTorch was built with, or nullopt when it has no CUDA.
+std::optional<long> LibTorchCudaVersion();
+
+// Makes plan.device the current CUDA device of this process (nothing off CUDA), so that streams,
+// the caching allocator and library handles live on it rather than on GPU 0.
+void MakeDeviceCurrent(const DevicePlan& plan);
+
+// `deterministic: true`: LibTorch's deterministic algorithms (in warn-only mode: an op without a
+// deterministic CUDA kernel warns instead of failing the run), cuDNN autotuning off, and
+// CUBLAS_WORKSPACE_CONFIG=:4096:8 (unless set) for cuBLAS. Call before any CUDA work.
+void ConfigureDeterminism(bool deterministic);
 
 // The precision half of ChooseDevice, without probing the machine: fills plan->bf16/fp16/
 // loss_scaling/reason for plan->device. `cuda_cc`: the CUDA device's compute capability

@@ -248,18 +248,22 @@ namespace {
 // ProcessGroupNCCL constructor, so set just before it (and overriding the environment: the
 // failure contract of distributed.h depends on them).
 //  - blocking wait: Work::wait blocks the CPU until the collective is done, fails after the
-//    timeout, aborts the communicators and throws; it also switches the watchdog's async error
-//    handling off, whose default (TearDown / SkipCleanUp) would abort the whole process;
+//    timeout, aborts the communicators and throws;
+//  - async error handling off (0, NoHandling): the watchdog's default (TearDown / SkipCleanUp)
+//    would end the whole process from its own thread. Blocking wait implies this in the LibTorch
+//    versions read, but that is an internal rule; the variable says it outright;
 //  - no heartbeat monitor and no flight-recorder dump, which end the process some minutes after
 //    a timeout that this trainer already reported.
 // LibTorch < 2.2 spells the first NCCL_BLOCKING_WAIT and has neither of the others.
 void ConfigureNcclFailureHandling() {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
   ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 1);
+  ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0", 1);
   ::setenv("TORCH_NCCL_ENABLE_MONITORING", "0", 1);
   ::setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "0", 1);
 #else
   ::setenv("NCCL_BLOCKING_WAIT", "1", 1);
+  ::setenv("NCCL_ASYNC_ERROR_HANDLING", "0", 1);
 #endif
 }
 
@@ -294,6 +298,17 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const DistEnv& env, c
         "multi-rank training on " + device.str() +
         " needs a LibTorch built with Gloo, and this trainer was built without it (pip wheels ship no gloo "
         "headers): train with one rank, or on CUDA GPUs (NCCL)");
+  }
+  if (device.is_cuda()) {
+    const int visible = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+    if (device.index() >= visible) {
+      return FailedPreconditionError(fmt::format(
+          "multi-rank training on {} (NCCL) needs that GPU, and this rank sees {} CUDA device(s){}",
+          device.str(), visible,
+          visible == 0
+              ? " (no GPU, or a LibTorch that cannot use it: check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+              : ""));
+    }
   }
   if (device.is_cuda() && !NcclAvailable()) {
     return FailedPreconditionError(
@@ -435,6 +450,49 @@ Status ProcessGroup::Failed(const std::string& what, double waited_s, const std:
       fmt::format("rank {}: collective {} failed after {:.1f} s: {} (a peer rank died or hung; "
                   "distributed.timeout_s = {:g})",
                   rank_, what, waited_s, cause, timeout_s_));
+}
+
+Status ProcessGroup::AwaitRoot(const Status& root_outcome, double timeout_s, const std::string& what,
+                               const std::string& timeout_field) {
+  const std::string key = "sftctl/root-done/" + std::to_string(awaits_++);
+  if (impl_->recorder) {
+    impl_->recorder("await", what, torch::empty({0}, torch::TensorOptions().device(device_)));
+    return rank_ == 0 ? root_outcome : OkStatus();
+  }
+  if (rank_ == 0) {
+    std::string message = root_outcome.ok() ? "" : root_outcome.message();
+    if (!root_outcome.ok() && message.empty()) message = StatusCodeName(root_outcome.code());
+    const auto t0 = SteadyClock::now();
+    try {
+      impl_->store->set(key, std::vector<uint8_t>(message.begin(), message.end()));
+      // The store lives in this process, which may exit right after (the final checkpoint, or this
+      // error): stay until every rank has read the outcome.
+      impl_->store->wait({key + "/read"}, Millis(timeout_s_));
+    } catch (...) {
+      if (root_outcome.ok())
+        return Failed("store (" + what + " done)", Since(t0),
+                      DescribeCommError(ExceptionText(std::current_exception())));
+    }
+    return root_outcome;
+  }
+  const auto t0 = SteadyClock::now();
+  std::vector<uint8_t> message;
+  try {
+    impl_->store->wait({key}, Millis(timeout_s));
+    message = impl_->store->get(key);
+    if (impl_->store->add(key + "/readers", 1) == world_size_ - 1)
+      impl_->store->set(key + "/read", std::vector<uint8_t>{1});
+  } catch (...) {
+    broken_ = true;  // rank 0 goes on to collectives this rank will not join
+    return UnavailableError(
+        fmt::format("rank {}: waited {:.1f} s for rank 0 {}: {} (rank 0 died, or took longer "
+                    "than {} = {:g})",
+                    rank_, Since(t0), what, DescribeCommError(ExceptionText(std::current_exception())),
+                    timeout_field, timeout_s));
+  }
+  if (message.empty()) return OkStatus();
+  return AbortedError(
+      fmt::format("rank {}: rank 0 failed {}: {}", rank_, what, std::string(message.begin(), message.end())));
 }
 
 std::shared_ptr<ProcessGroup::Pending> ProcessGroup::AllReduceSumAsync(torch::Tensor t,

@@ -107,8 +107,9 @@ std::string DescribeCommError(const std::string& what);
 class ProcessGroup {
  public:
   // Rendezvous through rank 0's TCPStore and creates the backend. `device` picks NCCL (CUDA) or
-  // Gloo (CPU). Errors: FAILED_PRECONDITION when that backend is not compiled in (before any
-  // rendezvous); UNAVAILABLE naming the rank, master address and timeout.
+  // Gloo (CPU). Errors: FAILED_PRECONDITION when that backend is not compiled in, or `device` is a
+  // CUDA device this process cannot use (before any rendezvous); UNAVAILABLE naming the rank,
+  // master address and timeout.
   static StatusOr<std::unique_ptr<ProcessGroup>> Join(const DistEnv& env, const torch::Device& device,
                                                       double timeout_s);
   ~ProcessGroup();
@@ -141,6 +142,18 @@ class ProcessGroup {
   Status AllGather(const torch::Tensor& in, std::vector<torch::Tensor>* out,
                    const std::string& what = "allgather");
 
+  // Rank 0 alone does something long (writes or reads a checkpoint) while the others wait for
+  // its outcome, bounded by `timeout_s` instead of distributed.timeout_s (no collective is pending
+  // meanwhile, so no collective timeout runs). Every rank calls it at the same point: rank 0 with
+  // the outcome of its work (`root_outcome`, returned as it is), the others with OkStatus(); they
+  // get OK, or rank 0's error as ABORTED ("rank 0 failed <what>: ..."), or UNAVAILABLE when rank 0
+  // sent nothing within `timeout_s` or died (naming `timeout_field`, the setting to raise). Rank 0
+  // then waits (up to distributed.timeout_s) until every rank has read its outcome, since the store
+  // it serves ends with its process. Goes through the rendezvous store, so it works alike for Gloo
+  // and NCCL. A recording group records op "await" with an empty tensor on its device.
+  Status AwaitRoot(const Status& root_outcome, double timeout_s, const std::string& what,
+                   const std::string& timeout_field);
+
   // Asynchronous SUM all-reduce of `t` (in place; copied back by Wait when `t` is not on the
   // group's device). The handle is waited with Wait.
   class Pending;
@@ -161,6 +174,7 @@ class ProcessGroup {
   torch::Device device_{torch::kCPU};
   std::string backend_name_;
   bool broken_ = false;
+  int64_t awaits_ = 0;  // AwaitRoot calls so far: each uses its own store key
 };
 
 // Bucketed, backward-overlapped SUM all-reduce of FlatAdamW's gradient buffers.

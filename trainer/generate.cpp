@@ -97,22 +97,22 @@ void DecodeBatch(CausalLM& model, const std::vector<std::vector<int32_t>>& promp
   torch::Tensor logits = stepper.Prefill();
   std::vector<char> done(rows.size(), 0);
   int64_t remaining = B;
+  std::vector<int64_t> next(rows.size(), 0);
   for (int64_t k = 0; k < budget; ++k) {
     if (opts.on_logits) opts.on_logits(rows, logits);
-    const torch::Tensor host = logits.to(torch::kCPU);
-    torch::Tensor next = torch::zeros({B}, torch::kInt64);
+    const std::vector<int32_t> picked = NextTokens(logits, samplers, done);
     for (int64_t b = 0; b < B; ++b) {
       if (done[b]) continue;
       Generation& g = out[rows[b]];
-      g.tokens.push_back(samplers[b].Next(host[b]));
-      next[b] = g.tokens.back();
+      g.tokens.push_back(picked[b]);
+      next[b] = picked[b];
       if (Ended(g, opts)) {
         done[b] = 1;
         --remaining;
       }
     }
     if (remaining == 0 || k + 1 == budget) break;
-    logits = stepper.Step(next.to(plan.device));
+    logits = stepper.Step(torch::tensor(next, torch::kInt64).to(plan.device));
   }
 }
 
@@ -130,23 +130,44 @@ const char* StopReasonName(StopReason r) {
   return "?";
 }
 
-std::vector<Generation> Generate(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
-                                 const GenerateOptions& opts, const DevicePlan& plan) {
-  torch::NoGradGuard no_grad;
-  AutocastScope autocast(plan);
-  std::vector<Generation> out(prompts.size());
+std::vector<std::vector<size_t>> GenerateBatches(const std::vector<std::vector<int32_t>>& prompts,
+                                                 const GenerateOptions& opts) {
   std::vector<size_t> order(prompts.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
   const size_t bs = static_cast<size_t>(std::max<int64_t>(1, opts.batch_size));
-  int64_t batch_no = -1;
-  for (size_t start = 0; start < order.size(); start += bs) {
-    if (++batch_no % opts.shard_count != opts.shard_index) continue;
-    const std::vector<size_t> rows(order.begin() + start, order.begin() + std::min(order.size(), start + bs));
-    DecodeBatch(model, prompts, rows, opts, plan, out);
+  std::vector<std::vector<size_t>> batches;
+  for (size_t r : order) {
+    // Sorted by length, so the newest row is the batch's longest.
+    const int64_t width = static_cast<int64_t>(prompts[r].size()) + opts.max_new_tokens;
+    const bool full = !batches.empty() &&
+                      (batches.back().size() >= bs ||
+                       (opts.max_batch_tokens > 0 &&
+                        static_cast<int64_t>(batches.back().size() + 1) * width > opts.max_batch_tokens));
+    if (batches.empty() || full) batches.emplace_back();
+    batches.back().push_back(r);
+  }
+  return batches;
+}
+
+std::vector<Generation> Generate(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
+                                 const GenerateOptions& opts, const DevicePlan& plan) {
+  torch::NoGradGuard no_grad;
+  AutocastScope autocast(plan);
+  std::vector<Generation> out(prompts.size());
+  const std::vector<std::vector<size_t>> batches = GenerateBatches(prompts, opts);
+  for (size_t k = 0; k < batches.size(); ++k) {
+    if (static_cast<int>(k % opts.shard_count) != opts.shard_index) continue;
+    DecodeBatch(model, prompts, batches[k], opts, plan, out);
   }
   return out;
+}
+
+StatusOr<DevicePlan> InferencePlan(const std::string& device) {
+  SFT_ASSIGN_OR_RETURN(DevicePlan plan, ChooseDevice(device, "fp32"));
+  if (!plan.device.is_cuda()) return plan;
+  return ChooseDevice(plan.device.str(), "auto");
 }
 
 std::string CutAtStopString(const std::string& text, const std::vector<std::string>& stops) {

@@ -2,10 +2,13 @@
 // batched, ending each sequence at a stop token, a stop string or the token budget.
 //
 // Batching: prompts are sorted by length (ties in input order) and cut into batches of
-// batch_size; within a batch, rows are left-padded and the prompts run through the model once
-// (the prefill), then each step runs only the batch's newest tokens against the cache
-// (trainer/kv_cache.h). Padding changes no result: a batched prompt generates exactly what it
-// generates alone (up to float rounding of the batched matrix products).
+// batch_size, and with max_batch_tokens of at most that many positions (rows x (longest
+// prompt + max_new_tokens), the KV cache's size); within a batch, rows are left-padded and the prompts run
+// through the model once (the prefill), then each step runs only the batch's newest tokens against the cache
+// (trainer/kv_cache.h). The next tokens are picked on the model's device (NextTokens,
+// trainer/sampling.h): greedy decoding copies one id per row to the host. Padding changes no result: a
+// batched prompt generates exactly what it generates alone (up to float rounding of the batched matrix
+// products).
 //
 // `use_cache = false` re-runs the whole sequence for every new token (left padding through the
 // same mask): the reference the cache is tested and benchmarked against.
@@ -44,6 +47,8 @@ struct GenerateOptions {
   std::vector<std::string> stop_strings;
   std::function<std::string(const std::vector<int32_t>&)> detokenize;
   int64_t batch_size = 256;
+  // > 0: at most this many positions per batch (a prompt longer than that alone); 0: no cap.
+  int64_t max_batch_tokens = 0;
   bool use_cache = true;
   // Data-parallel evaluation: decode only the batches b with b % shard_count == shard_index;
   // the other prompts come back with decoded == false.
@@ -63,6 +68,16 @@ struct Generation {
 // REQUIRES: every prompt is non-empty and shorter than max_position_embeddings.
 std::vector<Generation> Generate(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& opts, const DevicePlan& plan);
+
+// The batches Generate decodes: positions into `prompts` (sorted by length, ties in input
+// order), cut as described above.
+std::vector<std::vector<size_t>> GenerateBatches(const std::vector<std::vector<int32_t>>& prompts,
+                                                 const GenerateOptions& opts);
+
+// The device and precision `generate` and `eval` run with on `device` (the spec's syntax): fp32
+// off CUDA (the CPU results stay those of the fp32 reference), and on CUDA the training policy's
+// autocast (bf16, or fp16 before Ampere), as the model was trained.
+StatusOr<DevicePlan> InferencePlan(const std::string& device);
 
 // `text` cut before the earliest occurrence of any of `stops` (unchanged when none occurs).
 std::string CutAtStopString(const std::string& text, const std::vector<std::string>& stops);

@@ -41,7 +41,7 @@ struct GenerationResult {
 
 // Loads the model and tokenizer, reads the prompts and generates for all of them.
 StatusOr<std::vector<GenerationResult>> GenerateAll(const GenerateCommandOptions& o, bool need_reference) {
-  SFT_ASSIGN_OR_RETURN(DevicePlan plan, ChooseDevice(o.device, "fp32"));
+  SFT_ASSIGN_OR_RETURN(DevicePlan plan, InferencePlan(o.device));
   JobSpec spec;
   spec.model.path = o.model_dir;
   spec.tokenizer = o.tokenizer;

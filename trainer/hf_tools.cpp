@@ -9,6 +9,7 @@
 #include "trainer/data.h"
 #include "trainer/device.h"
 #include "trainer/evaluate.h"
+#include "trainer/generate.h"
 #include "trainer/hf_checkpoint.h"
 #include "trainer/lora.h"
 #include "trainer/trainer.h"
@@ -47,7 +48,7 @@ StatusOr<CausalLM> LoadModelMaybeAdapter(const std::string& model_dir, const std
                          a.base_model + "') is not a model folder; pass --model BASE --adapter DIR");
   }
   SFT_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(base));
-  CausalLM model(c);
+  CausalLM model(c, CausalLMImpl::Init::kLoaded);  // every base weight is loaded
   SFT_RETURN_IF_ERROR(LoadHfWeights(base, BaseParams(model)));
   SFT_RETURN_IF_ERROR(ApplyLora(model, a.spec));
   SFT_RETURN_IF_ERROR(LoadAdapterInto(model, a, JoinPath(adapter, "adapter_model.safetensors")));
@@ -55,7 +56,7 @@ StatusOr<CausalLM> LoadModelMaybeAdapter(const std::string& model_dir, const std
 }
 
 StatusOr<EvalModelReport> EvalModel(const EvalModelOptions& o) {
-  SFT_ASSIGN_OR_RETURN(DevicePlan plan, ChooseDevice(o.device, "fp32"));
+  SFT_ASSIGN_OR_RETURN(DevicePlan plan, InferencePlan(o.device));  // trainer/generate.h
   SFT_ASSIGN_OR_RETURN(CausalLM model, LoadModelMaybeAdapter(o.model_dir, o.adapter_dir));
   JobSpec spec;
   spec.model.path = o.model_dir;
@@ -122,7 +123,7 @@ StatusOr<ExportWeights> LoadExportWeights(const std::string& model_dir, const st
     if (!HasWeights(w.base_dir) && !adapter->base_model.empty()) w.base_dir = adapter->base_model;
   }
   SFT_ASSIGN_OR_RETURN(w.config, LoadModelConfig(w.base_dir));
-  w.model = CausalLM(w.config);
+  w.model = CausalLM(w.config, CausalLMImpl::Init::kLoaded);  // every weight is loaded
   w.params = BaseParams(w.model);
   SFT_RETURN_IF_ERROR(LoadHfWeights(w.base_dir, w.params));
   if (adapter) SFT_RETURN_IF_ERROR(MergeAdapter(*adapter, w.params));

@@ -138,10 +138,11 @@ Status ApplyLora(CausalLM& model, const LoraSpec& spec) {
   return OkStatus();
 }
 
-torch::ScalarType LoraBaseDtype(const std::string& requested, const torch::Device& device) {
+torch::ScalarType LoraBaseDtype(const std::string& requested, const torch::Device& device, bool fp16) {
   if (requested == "bf16") return torch::kBFloat16;
   if (requested == "fp32") return torch::kFloat32;
-  return device.is_cuda() || device.is_mps() ? torch::kBFloat16 : torch::kFloat32;
+  if (device.is_cuda()) return fp16 ? torch::kHalf : torch::kBFloat16;
+  return device.is_mps() ? torch::kBFloat16 : torch::kFloat32;
 }
 
 int64_t StoreFrozenBase(CausalLM& model, torch::ScalarType dtype) {

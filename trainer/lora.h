@@ -48,16 +48,17 @@ StatusOr<LoraSpec> ParseAdapterConfig(const nlohmann::json& j, const std::string
 Status ApplyLora(CausalLM& model, const LoraSpec& spec);
 
 // The storage dtype of the frozen base for lora.base_dtype `requested` ("auto", "fp32", "bf16")
-// on `device`: auto is bf16 on CUDA and MPS (half the memory of the weights that do not train)
-// and fp32 on CPU.
-torch::ScalarType LoraBaseDtype(const std::string& requested, const torch::Device& device);
+// on `device` with fp16 autocast (`fp16`, DevicePlan::fp16) or not: auto is bf16 on CUDA and MPS
+// (half the memory of the weights that do not train), fp16 on CUDA under fp16 autocast (GPUs
+// before Ampere have no bf16 arithmetic: a bf16 base would be cast at every use), and fp32 on CPU.
+torch::ScalarType LoraBaseDtype(const std::string& requested, const torch::Device& device, bool fp16);
 
 // Stores every frozen matrix of the model (2-D parameters that need no gradient: projection,
-// embedding and lm_head weights) in `dtype`, one tensor at a time. Norm weights, biases and the
-// adapters stay fp32, as does the residual stream: matmuls with a bf16 weight run in bf16 and
-// return in their input's dtype (trainer/projection.h's MixedLinear), the adapter's output is
-// added in that dtype, and the adapter files keep their fp32 format. Returns the bytes saved.
-// REQUIRES: ApplyLora ran (the base is frozen).
+// embedding and lm_head weights) in `dtype` (bf16, fp16 or fp32), one tensor at a time. Norm weights, biases
+// and the adapters stay fp32, as does the residual stream. Matmuls with a 16-bit weight run in 16 bits
+// (trainer/projection.h's MixedLinear): under autocast their results stay in autocast's dtype, without it
+// they return in their input's dtype; the adapter's output is added in that dtype, and the adapter files keep
+// their fp32 format. Returns the bytes saved. REQUIRES: ApplyLora ran (the base is frozen).
 int64_t StoreFrozenBase(CausalLM& model, torch::ScalarType dtype);
 
 // The adapter parameters of a LoRA model, keyed as in adapter_model.safetensors.

@@ -13,10 +13,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "common/version.h"
 #include "trainer/device.h"
@@ -65,10 +68,33 @@ StatusOr<JobSpec> ReadSpecJson(const std::string& path) {
   return ParseSpec(j, "", [&path](const std::string&) { return path; });
 }
 
+// Test seam (tests/trainer/distributed_test.cpp): SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=N makes the
+// first checkpoint this process writes take N seconds longer, as a large model's would.
+class SlowFirstCheckpoint : public ForwardingFileSystem {
+ public:
+  SlowFirstCheckpoint(FileSystem* base, double delay_s) : ForwardingFileSystem(base), delay_s_(delay_s) {}
+  Status SyncDir(const std::string& path) override {
+    if (!slept_ && path.find("/.tmp-checkpoint-") != std::string::npos) {
+      slept_ = true;
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay_s_));
+    }
+    return ForwardingFileSystem::SyncDir(path);
+  }
+
+ private:
+  double delay_s_;
+  bool slept_ = false;
+};
+
 int RunTrain(const std::string& spec_path, int events_fd) {
   auto spec = ReadSpecJson(spec_path);
   if (!spec.ok()) return Fail(spec.status(), events_fd);
   TrainOptions options;
+  std::unique_ptr<SlowFirstCheckpoint> slow_fs;
+  if (const char* delay = std::getenv("SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S"); delay != nullptr && *delay) {
+    slow_fs = std::make_unique<SlowFirstCheckpoint>(FileSystem::Default(), std::atof(delay));
+    options.hooks.fs = slow_fs.get();
+  }
   options.events_fd = events_fd;
   options.progress_bar = events_fd < 0 && StderrIsTty();
   auto result = Train(*spec, options);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "trainer/chunked_loss.h"
+#include "trainer/evaluate.h"
 
 namespace sftctl::trainer {
 namespace {
@@ -45,6 +46,20 @@ int64_t ConcatenatedElements(const ModelConfig& c, const std::optional<LoraSpec>
   return n;
 }
 
+// Bytes per token one layer's LoRA adapters keep for backward: under autocast the cast of their
+// input (the base matmul saves its own), their rank-r output, and with dropout the dropped
+// (fp32) input and its mask.
+int64_t LoraSaved(const MemoryPlan& p) {
+  if (!p.lora) return 0;
+  const int64_t a = p.activation_bytes;
+  int64_t n = 0;
+  for (const Proj& proj : LayerProjections(p.config)) {
+    if (!Targets(p.lora, proj.name)) continue;
+    n += (a == 2 ? 2 * proj.in : 0) + a * p.lora->r + (p.lora->dropout > 0 ? 5 * proj.in : 0);
+  }
+  return n;
+}
+
 // Bytes one layer keeps for backward: activations of `tokens` tokens plus saved weight copies.
 int64_t LayerSaved(const MemoryPlan& p, int64_t tokens) {
   const ModelConfig& c = p.config;
@@ -60,7 +75,40 @@ int64_t LayerSaved(const MemoryPlan& p, int64_t tokens) {
   } else if (p.cpu_kernels) {
     copies = ConcatenatedElements(c, p.lora) * (a == 2 ? 2 : (p.lora ? p.base_bytes : 4));
   }
-  return tokens * per_token + copies;
+  return tokens * per_token + copies + tokens * LoraSaved(p);
+}
+
+// The bytes per token an evaluation forward holds at its peak (no autograd): the residual, its
+// normed copy and the output (fp32), and one layer's projections, gate/up and SwiGLU output.
+int64_t EvalBytesPerToken(const MemoryPlan& p, int64_t seq_len) {
+  const ModelConfig& c = p.config;
+  const int64_t a = p.activation_bytes;
+  int64_t n = 12 * c.hidden_size + a * ((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim +
+                                        3 * c.intermediate_size);
+  if (p.cpu_kernels) n += 2 * a * c.num_attention_heads * seq_len;  // scores and softmax
+  return n;
+}
+
+// The evaluation between steps: the larger of a loss batch and a decode batch.
+int64_t EvalBytes(const MemoryPlan& p) {
+  if (!p.eval) return 0;
+  const ModelConfig& c = p.config;
+  const int64_t T = p.seq_len, a = p.activation_bytes;
+  const int64_t cap = EvalBatchTokens(p.batch_size * T);
+  const int64_t rows =
+      std::max<int64_t>(1, cap > 0 ? std::min(p.eval->batch_size, cap / T) : p.eval->batch_size);
+  const int64_t tokens = rows * T;
+  // The loss head: chunks (or all rows) of fp32 logits, their matmul-dtype product and log-softmax.
+  const int64_t head_rows = p.loss_chunk_tokens > 0 ? std::min(p.loss_chunk_tokens, tokens) : tokens;
+  int64_t loss = tokens * EvalBytesPerToken(p, T) + head_rows * c.vocab_size * (8 + a);
+  if (!p.eval->exact_match) return loss;
+  // Decode: rows of (prompt + new tokens) positions, each with every layer's K and V.
+  const int64_t width = T + p.eval->max_new_tokens;
+  const int64_t gen_rows =
+      std::max<int64_t>(1, cap > 0 ? std::min(p.eval->batch_size, cap / width) : p.eval->batch_size);
+  const int64_t kv = gen_rows * width * c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim * a;
+  const int64_t prefill = gen_rows * T * EvalBytesPerToken(p, T) + gen_rows * c.vocab_size * 8;
+  return std::max(loss, kv + prefill);
 }
 
 }  // namespace
@@ -85,7 +133,8 @@ ParameterCount CountParameters(const ModelConfig& c, const std::optional<LoraSpe
 }
 
 int64_t MemoryEstimate::total() const {
-  return (weights + gradients + optimizer + activations + logits + runtime) * processes;
+  return (weights + gradients + optimizer + std::max({activations + logits, step, eval}) + runtime) *
+         processes;
 }
 
 std::string FormatGiB(int64_t bytes) {
@@ -93,10 +142,11 @@ std::string FormatGiB(int64_t bytes) {
 }
 
 std::string MemoryEstimate::Describe() const {
-  std::string s =
-      fmt::format("{} (weights {}, gradients {}, optimizer {}, activations {}, logits {}, runtime {})",
-                  FormatGiB(total()), FormatGiB(weights), FormatGiB(gradients), FormatGiB(optimizer),
-                  FormatGiB(activations), FormatGiB(logits), FormatGiB(runtime));
+  std::string s = fmt::format(
+      "{} (weights {}, gradients {}, optimizer {}, activations {}, logits {}, step {}, eval {}, "
+      "runtime {})",
+      FormatGiB(total()), FormatGiB(weights), FormatGiB(gradients), FormatGiB(optimizer),
+      FormatGiB(activations), FormatGiB(logits), FormatGiB(step), FormatGiB(eval), FormatGiB(runtime));
   if (processes > 1) s += fmt::format(" for {} processes", processes);
   return s;
 }
@@ -117,13 +167,16 @@ MemoryEstimate EstimateMemory(const MemoryPlan& p) {
       tokens * a * ((p.cpu_kernels ? c.num_attention_heads * T : 0) + 2 * c.intermediate_size);
   const int64_t layers = p.gradient_checkpointing ? c.num_hidden_layers * tokens * 4 * C + one_layer
                                                   : c.num_hidden_layers * one_layer;
-  e.activations =
-      layers + working + tokens * C * (4 + a) + rows * C * a;  // + the final norm and gathered rows
+  // + the final norm and gathered rows, and a packed batch's boolean and additive masks
+  const int64_t masks = p.packing ? p.batch_size * T * T * (1 + a) : 0;
+  e.activations = layers + working + tokens * C * (4 + a) + rows * C * a + masks;
   const bool chunked = p.loss_chunk_tokens > 0 && p.loss_chunk_tokens < rows;
   e.logits = (chunked ? p.loss_chunk_tokens : rows) * V * (8 + a) + (chunked ? 8 * rows : 0);
   const int64_t head_bytes = p.lora ? p.base_bytes : 4;
   if (head_bytes != a) e.logits += V * C * a;     // lm_head's weight cast to the matmul dtype
   if (chunked && !p.lora) e.logits += V * C * 4;  // its fp32 gradient, summed over chunks
+  e.step = p.loss_device.type == at::kCUDA ? 0 : n.trainable * 8;
+  e.eval = EvalBytes(p);
   e.runtime = kRuntimeBytes;
   e.processes = std::max<int64_t>(1, p.processes);
   return e;
@@ -139,7 +192,7 @@ Status CheckMemoryFits(const MemoryPlan& plan, int64_t available_bytes, const st
   if (!plan.gradient_checkpointing)
     changes.push_back(
         {"train.gradient_checkpointing: true", [](MemoryPlan& p) { p.gradient_checkpointing = true; }});
-  const int64_t auto_chunk = LossChunkTokens(0, plan.config.vocab_size);
+  const int64_t auto_chunk = LossChunkTokens(0, plan.config.vocab_size, plan.loss_device);
   const int64_t rows = plan.batch_size * (plan.seq_len - 1);
   if (auto_chunk > 0 && auto_chunk < rows && !(plan.loss_chunk_tokens > 0 && plan.loss_chunk_tokens < rows))
     changes.push_back(

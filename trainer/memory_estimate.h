@@ -6,6 +6,8 @@
 //                lora.base_dtype, everything else fp32)
 //   gradients    4 per trainable parameter (the flat fp32 gradient buffers, trainer/optimizer.h)
 //   optimizer    8 per trainable parameter (AdamW's two moments)
+//   step         the optimizer step's temporaries: 8 per trainable parameter off CUDA (FlatAdamW's
+//                full-size temporaries), none on CUDA (PyTorch's fused AdamW)
 //   activations  what autograd keeps between forward and backward, per decoder layer (every
 //                layer, or with train.gradient_checkpointing each layer's input plus one layer
 //                recomputed), plus the working set of the layer being computed. Per token and
@@ -16,13 +18,21 @@
 //                gate/up and SwiGLU's output), counted from what the model's ops save. On top,
 //                per layer, the weight copies those ops save: the bf16 casts autocast makes of
 //                fp32 weights, and on CPU the concatenated q/k/v and gate/up weights of
-//                projections without an adapter (one GEMM each).
+//                projections without an adapter (one GEMM each). LoRA adapters keep their
+//                input's autocast cast (2 x in per token), their rank-r output, and with
+//                lora.dropout the dropped input and its mask (5 x in). With data.packing, the
+//                block-causal mask: one boolean and one additive [B, T, T] mask for all layers.
 //   logits       the loss head: rows x V x (8 + a) bytes for rows = all labelled positions
 //                (worst case: every position), or one chunk of train.loss_chunk_tokens rows
 //                (trainer/chunked_loss.h), plus a cast copy of lm_head's weight when it is
 //                stored in another dtype than the matmul's
+//   eval         an evaluation between steps (no autograd): the hidden states and one layer's
+//                working set of one loss batch (EvalBatchTokens, trainer/evaluate.h), its loss
+//                head, and with eval.exact_match the decode batch's KV cache
 //   runtime      kRuntimeBytes for LibTorch itself (code, thread pools, allocator slack)
-// and multiplies by the processes sharing the memory (ranks of one host on CPU).
+// The step and the evaluation run after backward has freed the activations and logits, so the
+// total is weights + gradients + optimizer + max(activations + logits, step, eval) + runtime,
+// multiplied by the processes sharing the memory (ranks of one host on CPU).
 // bench/memory compares it with measured peaks (bench/README.md).
 //
 // Thread safety: pure functions.
@@ -34,6 +44,7 @@
 
 #include "common/spec.h"
 #include "common/status.h"
+#include "trainer/chunked_loss.h"
 #include "trainer/model_config.h"
 
 namespace sftctl::trainer {
@@ -45,7 +56,10 @@ struct MemoryPlan {
   int64_t batch_size = 1;
   int64_t seq_len = 512;  // the longest row of a batch (data.max_seq_len)
   bool gradient_checkpointing = false;
-  int64_t loss_chunk_tokens = 0;  // rows per loss chunk, resolved (CausalLM::loss_chunk_tokens)
+  int64_t loss_chunk_tokens = 0;  // rows per loss chunk, resolved (CausalLM::LossChunkRows)
+  LossChunkDevice loss_device;    // the training device (its type decides the step and eval terms)
+  bool packing = false;           // data.packing: a block-causal mask per micro-batch
+  std::optional<EvalSpec> eval;   // absent: no evaluation (no eval data)
   std::optional<LoraSpec> lora;   // absent: full fine-tune
   int64_t base_bytes = 4;         // bytes per element of a LoRA run's frozen matrices (2: bf16)
   int64_t activation_bytes = 4;   // 2 under bf16 or fp16 autocast
@@ -54,11 +68,13 @@ struct MemoryPlan {
 };
 
 struct MemoryEstimate {
-  int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0, logits = 0, runtime = 0;
+  int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0, logits = 0, step = 0, eval = 0,
+          runtime = 0;
   int64_t processes = 1;
   int64_t total() const;
   // "9.1 GiB (weights 3.1 GiB, gradients 0.0 GiB, optimizer 0.1 GiB, activations 4.2 GiB,
-  // logits 1.2 GiB, runtime 0.5 GiB)", with " x N processes" when more than one.
+  // logits 1.2 GiB, step 0.1 GiB, eval 0.3 GiB, runtime 0.5 GiB)", with " for N processes" when
+  // more than one.
   std::string Describe() const;
 };
 

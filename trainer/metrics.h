@@ -5,16 +5,21 @@
 // appended to <run>/metrics.jsonl, and, when a supervisor passes --events-fd, written to that
 // descriptor too. On a terminal (and without --events-fd) a one-line progress bar with ETA,
 // loss and tokens/s is drawn on stderr; otherwise a log line is printed every few steps.
+// With EnableTensorBoard the scalars of every record also go to TensorBoard event files
+// (common/tensorboard.h; spec `metrics.tensorboard`, docs/observability.md).
 //
 // Thread safety: one thread.
 #pragma once
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/status.h"
+#include "common/tensorboard.h"
+#include "trainer/gpu_metrics.h"
 
 namespace sftctl::trainer {
 
@@ -28,7 +33,14 @@ class MetricsSink {
   static std::unique_ptr<MetricsSink> Silent();
   ~MetricsSink();
 
-  // Writes one record (adds "time": unix seconds) to the file and the events descriptor.
+  // Also writes every later record's scalars into event files in `dir`, and `spec_text` once as the
+  // "spec" text. Errors: the folder or file cannot be made or read (tensorboard::EventFileWriter::Open).
+  Status EnableTensorBoard(const std::string& dir, const std::string& spec_text);
+  // Adds `resources`' fields (trainer/gpu_metrics.h: memory, GPU utilisation, MFU) to every later
+  // "step" record; they show on the progress bar and log lines too.
+  void SetResourceMetrics(std::unique_ptr<ResourceMetrics> resources);
+  // Writes one record (adds "time": unix seconds) to the file, the events descriptor and the event
+  // files. A failed event-file write is reported once and ends the event files, not the run.
   void Emit(nlohmann::json record);
   // Shows training progress for a step record (bar or periodic log line).
   void ShowStep(const nlohmann::json& step_record, int64_t total_steps);
@@ -41,6 +53,10 @@ class MetricsSink {
   MetricsSink() = default;
   std::FILE* file_ = nullptr;
   int events_fd_ = -1;
+  std::unique_ptr<tensorboard::EventFileWriter> tensorboard_;
+  std::unique_ptr<ResourceMetrics> resources_;
+  nlohmann::json last_step_ =
+      nlohmann::json::object();  // the last "step" record as emitted (with resource fields)
   bool bar_ = false;
   bool bar_drawn_ = false;
   bool silent_ = false;

@@ -40,6 +40,29 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
 
 }  // namespace
 
+torch::ScalarType AttentionMaskDtype(const torch::Tensor& x) {
+  const at::DeviceType type = x.device().type();
+  if ((type == at::kCPU || type == at::kCUDA) && AutocastEnabled(type)) return AutocastDtype(type);
+  return x.scalar_type();
+}
+
+torch::Tensor AdditiveAttentionMask(const torch::Tensor& attn_mask, int64_t window, torch::ScalarType dtype) {
+  if (attn_mask.is_floating_point()) return attn_mask;
+  TORCH_CHECK(attn_mask.scalar_type() == torch::kBool, "attention masks are boolean (true: may attend)");
+  torch::Tensor allowed = attn_mask;
+  const int64_t T = attn_mask.size(-1);
+  if (window > 0 && T > window)
+    allowed = allowed.logical_and(SlidingWindowMask(T, window, attn_mask.device()));
+  // Rows padded to a multiple of 16 elements: SDPA's memory-efficient CUDA kernel would otherwise
+  // copy a misaligned mask into an aligned one on every call.
+  std::vector<int64_t> sizes = allowed.sizes().vec();
+  sizes.back() = (T + 15) / 16 * 16;
+  torch::Tensor out = torch::zeros(sizes, attn_mask.options().dtype(dtype)).narrow(-1, 0, T);
+  return out.masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+}
+
+bool SdpaNativeGqa(const std::optional<ComputeCapability>& cc) { return cc && cc->major >= 8; }
+
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
@@ -107,8 +130,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   const int64_t B = x.size(0), T = x.size(1);
   TORCH_CHECK(T <= rope.max_positions(), "sequence length ", T, " exceeds max_position_embeddings ",
               rope.max_positions());
-  TORCH_CHECK(!attn_mask.defined() || attn_mask.scalar_type() == torch::kBool,
-              "attention masks are boolean (true: may attend)");
+  TORCH_CHECK(
+      !attn_mask.defined() || attn_mask.scalar_type() == torch::kBool || attn_mask.is_floating_point(),
+      "attention masks are boolean (true: may attend) or additive");
   const bool windowed = window_ > 0 && T > window_;
   if (!attn_mask.defined() && fused::Supported(x)) {
     // CPU: one projection GEMM, fused split + RoPE, GQA without repeating K/V (the query heads
@@ -139,10 +163,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   }
   auto [q, k, v] = ProjectQkv(x, rope, positions);
   torch::Tensor mask = attn_mask;
-  if (windowed) {
-    torch::Tensor band = SlidingWindowMask(T, window_, x.device());
-    mask = mask.defined() ? mask.logical_and(band) : band;
-  }
+  if (windowed && !mask.defined()) mask = SlidingWindowMask(T, window_, x.device());
+  // A boolean mask becomes additive here (an additive one passes through with its window).
+  if (mask.defined()) mask = AdditiveAttentionMask(mask, window_, q.scalar_type());
   return o_proj->forward(CompositeAttention(q, k, v, mask));
 }
 
@@ -193,7 +216,7 @@ torch::Tensor AttentionImpl::CompositeAttention(torch::Tensor q, torch::Tensor k
   // Causal GQA on CUDA: SDPA's flash kernel takes the KV heads as they are. (With a mask the
   // memory-efficient kernel is the one that applies, and it needs repeated heads; the CPU keeps
   // one path, so its results do not depend on the LibTorch version.)
-  if (kv_heads_ != heads_ && !attn_mask.defined() && q.is_cuda()) {
+  if (kv_heads_ != heads_ && !attn_mask.defined() && q.is_cuda() && native_gqa_) {
     out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                            /*scale=*/std::nullopt, /*enable_gqa=*/true);
     return out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
@@ -215,7 +238,7 @@ torch::Tensor AttentionImpl::CompositeAttention(torch::Tensor q, torch::Tensor k
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) * scale;
   if (attn_mask.defined()) {
-    scores = scores.masked_fill(attn_mask.logical_not(), -std::numeric_limits<float>::infinity());
+    scores = scores + attn_mask.to(torch::kFloat32);
   } else {
     torch::Tensor causal =
         torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
@@ -270,10 +293,12 @@ DecoderImpl::DecoderImpl(const ModelConfig& c) {
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
-CausalLMImpl::CausalLMImpl(const ModelConfig& c) : config_(c) {
+CausalLMImpl::CausalLMImpl(const ModelConfig& c, Init init) : config_(c) {
   model = register_module("model", Decoder(c));
   if (!c.tie_word_embeddings)
     lm_head = register_module("lm_head", MakeLinear(c.hidden_size, c.vocab_size, false));
+  rope_ = RotaryTables(c, c.max_position_embeddings, torch::kCPU);
+  if (init == Init::kLoaded) return;
   torch::NoGradGuard no_grad;
   for (auto& p : named_parameters()) {
     const std::string& name = p.key();
@@ -285,30 +310,44 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : config_(c) {
       p.value().normal_(0.0, c.initializer_range);
     }
   }
-  rope_ = RotaryTables(c, c.max_position_embeddings, torch::kCPU);
 }
 
 void CausalLMImpl::ToDevice(torch::Device device) {
   to(device);
   rope_ = RotaryTables(config_, config_.max_position_embeddings, device);
+  const bool native_gqa =
+      device.is_cuda() && SdpaNativeGqa(CudaComputeCapability(device.has_index() ? device.index() : 0));
+  for (const auto& module : *model->layers) module->as<DecoderLayer>()->self_attn->set_native_gqa(native_gqa);
+}
+
+int64_t CausalLMImpl::LossChunkRows(const torch::Device& device) {
+  if (!chunk_device_ || chunk_device_->first != device) {
+    chunk_device_.emplace(
+        device, LossChunkTokens(loss_chunk_tokens_, config_.vocab_size, LossChunkDeviceFor(device)));
+  }
+  return chunk_device_->second;
 }
 
 torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions,
                                    const torch::Tensor& attn_mask) {
   torch::Tensor h = model->embed_tokens->forward(input_ids);
   if (h.scalar_type() != torch::kFloat32) h = h.to(torch::kFloat32);  // a bf16 frozen table: fp32 residual
+  // One additive mask for all layers, in the attention's dtype (with the window, if any).
+  const int64_t T = input_ids.size(1), window = config_.sliding_window;
+  torch::Tensor mask = attn_mask;
+  if (!mask.defined() && window > 0 && T > window && !fused::Supported(h))
+    mask = SlidingWindowMask(T, window, h.device());
+  if (mask.defined()) mask = AdditiveAttentionMask(mask, window, AttentionMaskDtype(h));
   for (const auto& module : *model->layers) {
     DecoderLayerImpl* layer = module->as<DecoderLayer>();
     if (gradient_checkpointing_) {
       // Keeps only each layer's input; the model (and so the layer and rope_) outlives backward.
       const RotaryTables* rope = &rope_;
-      h = CheckpointedCall(
-          [layer, rope, positions, attn_mask](const torch::Tensor& x) {
-            return layer->forward(x, *rope, positions, attn_mask);
-          },
-          h, layer->parameters());
+      h = CheckpointedCall([layer, rope, positions, mask](
+                               const torch::Tensor& x) { return layer->forward(x, *rope, positions, mask); },
+                           h, layer->parameters());
     } else {
-      h = layer->forward(h, rope_, positions, attn_mask);
+      h = layer->forward(h, rope_, positions, mask);
     }
   }
   return model->norm->forward(h);
@@ -342,13 +381,13 @@ torch::Tensor CausalLMImpl::LossSum(const torch::Tensor& input_ids, const torch:
     // depends on how many targets there are (a boolean mask would make the host wait for it).
     torch::Tensor h = hidden.reshape({-1, hidden.size(-1)}).index_select(0, target_index);  // [N, C]
     return LinearCrossEntropySum(h, LmHeadWeight(), labels.reshape({-1}).index_select(0, target_index + 1),
-                                 loss_chunk_tokens_);
+                                 LossChunkRows(h.device()));
   }
   // Position t predicts token t+1: pair hidden[:, :-1] with labels[:, 1:].
   torch::Tensor targets = labels.slice(1, 1);
   torch::Tensor mask = targets.ne(-100);
   torch::Tensor h = hidden.slice(1, 0, hidden.size(1) - 1).index({mask});  // [N, C]
-  return LinearCrossEntropySum(h, LmHeadWeight(), targets.index({mask}), loss_chunk_tokens_);
+  return LinearCrossEntropySum(h, LmHeadWeight(), targets.index({mask}), LossChunkRows(h.device()));
 }
 
 bool DecaysWeight(const std::string& name, const torch::Tensor& p) {

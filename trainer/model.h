@@ -11,12 +11,32 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+#include <utility>
+
+#include "trainer/cuda_capability.h"
 #include "trainer/model_config.h"
 #include "trainer/projection.h"
 
 namespace sftctl::trainer {
 
 class KvCache;  // trainer/kv_cache.h
+
+// The additive attention mask of a boolean one (true: may attend) broadcastable to [B, H, T, T]:
+// 0 where allowed, -inf elsewhere, in `dtype`, with a sliding window (0 <= t - j < window, see
+// AttentionImpl::forward) ANDed in when window > 0 and T > window. A floating mask is returned
+// unchanged (it is taken to hold the window already), so layers can share one mask.
+// CausalLMImpl::Hidden builds it once per forward in the attention's compute dtype
+// (AttentionMaskDtype), rather than every layer converting the boolean mask into a new float
+// mask that its backward keeps.
+torch::Tensor AdditiveAttentionMask(const torch::Tensor& attn_mask, int64_t window, torch::ScalarType dtype);
+// The dtype attention runs in for activations `x`: autocast's when it is on for x's device, else x's.
+torch::ScalarType AttentionMaskDtype(const torch::Tensor& x);
+
+// Whether causal GQA attention may hand the K/V heads to SDPA as they are (enable_gqa) on a
+// CUDA device of capability `cc` (nullopt: unknown): only from 8.0 (Ampere) on, where the flash
+// kernel takes them; below it enable_gqa sends SDPA to its math backend, so K/V are repeated.
+bool SdpaNativeGqa(const std::optional<ComputeCapability>& cc);
 
 class RMSNormImpl : public torch::nn::Module {
  public:
@@ -51,12 +71,12 @@ class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& c);
   // x: [B, T, C]. `positions`: [B, T] or undefined for 0..T-1. `attn_mask`: bool mask (true:
-  // may attend) broadcastable to [B, H, T, T] (PackedAttentionMask), or undefined for plain
-  // causal attention. With a sliding window (ModelConfig::sliding_window) key j is visible
-  // from query t only when 0 <= t - j < window, on top of `attn_mask` (t and j index the row,
-  // so within a packed sample they are position differences). On CUDA with LibTorch >= 2.5,
-  // causal GQA attention without a mask or window reads the K/V heads in place (SDPA's
-  // enable_gqa) instead of repeating them.
+  // may attend) broadcastable to [B, H, T, T] (PackedAttentionMask), or its
+  // AdditiveAttentionMask (window included), or undefined for plain causal attention. With a sliding window
+  // (ModelConfig::sliding_window) key j is visible from query t only when 0 <= t - j < window, on top of
+  // `attn_mask` (t and j index the row, so within a packed sample they are position differences). On CUDA
+  // with LibTorch >= 2.5 and set_native_gqa(true), causal GQA attention without a mask or window reads the
+  // K/V heads in place (SDPA's enable_gqa) instead of repeating them.
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
                         const torch::Tensor& attn_mask);
   // Generation: x [B, T, C] are the next T tokens of the sequences in `cache` (after
@@ -68,6 +88,8 @@ class AttentionImpl : public torch::nn::Module {
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   // Qwen3's per-head RMSNorms over head_dim, applied to q and k before RoPE; null otherwise.
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  // See forward; CausalLMImpl::ToDevice sets it from SdpaNativeGqa.
+  void set_native_gqa(bool on) { native_gqa_ = on; }
 
  private:
   // Applies q_norm / k_norm to the q and k heads of a fused projection [B, T, (H + 2*Hkv) * D].
@@ -82,6 +104,7 @@ class AttentionImpl : public torch::nn::Module {
                                    const torch::Tensor& attn_mask);
 
   int64_t heads_, kv_heads_, head_dim_, window_;
+  bool native_gqa_ = false;
 };
 TORCH_MODULE(Attention);
 
@@ -121,12 +144,14 @@ class CausalLMImpl : public torch::nn::Module {
  public:
   // Builds the model with HF's initialisation: normal(0, initializer_range) for linear and
   // embedding weights, ones for norms, zeros for biases. Deterministic given the global
-  // torch seed.
-  explicit CausalLMImpl(const ModelConfig& c);
+  // torch seed. Init::kLoaded skips that pass (the caller overwrites every parameter, e.g.
+  // with weights from model.path) and draws nothing from the RNG for it.
+  enum class Init { kRandom, kLoaded };
+  explicit CausalLMImpl(const ModelConfig& c, Init init = Init::kRandom);
 
   // Final hidden states [B, T, C] for `input_ids` [B, T] (int64). `positions` ([B, T]) and
   // `attn_mask` (bool, [B, 1, T, T], see AttentionImpl::forward) are optional: undefined means
-  // positions 0..T-1 and causal attention.
+  // positions 0..T-1 and causal attention. A mask becomes one AdditiveAttentionMask for all layers.
   torch::Tensor Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions = {},
                        const torch::Tensor& attn_mask = {});
   // Generation with a KV cache (trainer/kv_cache.h): final hidden states [B, T, C] of the next
@@ -138,8 +163,8 @@ class CausalLMImpl : public torch::nn::Module {
   // lm_head's weight [V, C]: model.embed_tokens.weight when tied.
   const torch::Tensor& LmHeadWeight() const;
   // Sum of next-token cross-entropy over positions whose label is not -100, computed in fp32
-  // with logits formed only at those positions, in chunks of loss_chunk_tokens() rows when that
-  // is > 0 (trainer/chunked_loss.h). `labels` is aligned with `input_ids` (HF
+  // with logits formed only at those positions, in chunks of LossChunkRows(device) rows when
+  // that is > 0 (trainer/chunked_loss.h). `labels` is aligned with `input_ids` (HF
   // convention: the model shifts). `target_index` (Batch::target_index, on the model's device)
   // names those positions; without it they are found with a boolean mask, which on CUDA makes
   // the host wait for the GPU. Returns a scalar; the caller divides by the target count.
@@ -154,11 +179,18 @@ class CausalLMImpl : public torch::nn::Module {
   // forward of the layers. Off by default.
   void SetGradientCheckpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
-  // Rows per chunk of LossSum's cross-entropy (0: logits of all labelled positions at once);
-  // BuildModel sets LossChunkTokens(train.loss_chunk_tokens, vocab_size).
-  void SetLossChunkTokens(int64_t rows) { loss_chunk_tokens_ = rows; }
+  // train.loss_chunk_tokens (BuildModel sets it): rows per chunk of LossSum's cross-entropy,
+  // 0 automatic for the device LossSum runs on (LossChunkTokens). A request of at least a
+  // batch's labelled positions is the plain path (logits of all of them at once).
+  void SetLossChunkTokens(int64_t requested) {
+    loss_chunk_tokens_ = requested;
+    chunk_device_.reset();
+  }
   int64_t loss_chunk_tokens() const { return loss_chunk_tokens_; }
-  // Moves the RoPE tables along with the parameters.
+  // The request resolved for `device` (asked of the CUDA driver once per device).
+  int64_t LossChunkRows(const torch::Device& device);
+  // Moves the RoPE tables along with the parameters, and sets the attention's GQA path for the
+  // device (SdpaNativeGqa of its compute capability).
   void ToDevice(torch::Device device);
 
   Decoder model{nullptr};
@@ -169,6 +201,7 @@ class CausalLMImpl : public torch::nn::Module {
   RotaryTables rope_;
   bool gradient_checkpointing_ = false;
   int64_t loss_chunk_tokens_ = 0;
+  std::optional<std::pair<torch::Device, int64_t>> chunk_device_;  // LossChunkRows' last answer
 };
 TORCH_MODULE(CausalLM);
 

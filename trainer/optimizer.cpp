@@ -1,5 +1,7 @@
 #include "trainer/optimizer.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -19,9 +21,45 @@ double LearningRate(const TrainSpec& t, int64_t step, int64_t total_steps) {
   return min_lr + 0.5 * (t.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
+// LibTorch 2.0 added at::_fused_adamw_ with a CUDA kernel, 2.4 its CPU kernel.
+#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+#define SFTCTL_HAVE_FUSED_ADAMW 1
+#else
+#define SFTCTL_HAVE_FUSED_ADAMW 0
+#endif
+
+bool TorchFusedAdamWRuns(const torch::Device& device) {
+#if SFTCTL_HAVE_FUSED_ADAMW
+  if (device.is_cuda()) return true;
+  if (device.is_cpu()) return TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 4;
+#endif
+  (void)device;
+  return false;
+}
+
+AdamWKernel PickAdamWKernel(const torch::Device& device, bool torch_fused) {
+  if (device.is_cpu()) return AdamWKernel::kCpuFused;
+  return torch_fused ? AdamWKernel::kTorchFused : AdamWKernel::kOps;
+}
+
+const char* AdamWKernelName(AdamWKernel k) {
+  switch (k) {
+    case AdamWKernel::kAuto:
+      return "auto";
+    case AdamWKernel::kCpuFused:
+      return "cpu-fused";
+    case AdamWKernel::kTorchFused:
+      return "torch-fused";
+    case AdamWKernel::kOps:
+      return "ops";
+  }
+  return "?";
+}
+
 FlatAdamW::FlatAdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainSpec& t,
-                     const std::function<bool(const std::string&, const torch::Tensor&)>& decay)
-    : t_(t) {
+                     const std::function<bool(const std::string&, const torch::Tensor&)>& decay,
+                     AdamWKernel kernel)
+    : t_(t), kernel_(kernel) {
   std::vector<std::pair<std::string, torch::Tensor>> with, without;
   std::vector<int64_t> with_index, without_index;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -37,6 +75,13 @@ FlatAdamW::FlatAdamW(const std::vector<std::pair<std::string, torch::Tensor>>& p
     groups_.back().weight_decay = ps == &with ? t.weight_decay : 0.0;
     Build(groups_.back(), *ps, ps == &with ? with_index : without_index);
   }
+  if (groups_.empty()) return;
+  const torch::Device device = groups_.front().data.device();
+  if (kernel_ == AdamWKernel::kAuto) kernel_ = PickAdamWKernel(device, TorchFusedAdamWRuns(device));
+  TORCH_CHECK(kernel_ != AdamWKernel::kCpuFused || device.is_cpu(), "FlatAdamW: cpu-fused needs CPU buffers");
+  TORCH_CHECK(kernel_ != AdamWKernel::kTorchFused || TorchFusedAdamWRuns(device),
+              "FlatAdamW: this LibTorch has no fused AdamW for ", device.str());
+  for (auto& g : groups_) g.step = torch::zeros({}, g.data.options());
 }
 
 void FlatAdamW::Build(Group& g, const std::vector<std::pair<std::string, torch::Tensor>>& ps,
@@ -69,14 +114,15 @@ void FlatAdamW::ZeroGrad() {
 }
 
 torch::Tensor FlatAdamW::GradNorm() const {
-  if (groups_.front().grad.device().is_cpu()) {
+  if (kernel_ == AdamWKernel::kCpuFused) {
     double sq = 0;
     for (const auto& g : groups_) sq += fused::SumOfSquares(g.grad);
     return torch::tensor(static_cast<float>(std::sqrt(sq)));
   }
-  torch::Tensor sq = torch::zeros({}, groups_.front().grad.options());
-  for (const auto& g : groups_) sq = sq + g.grad.pow(2).sum();
-  return sq.sqrt();
+  // One reduction per buffer (no squared copy of it), then the norm of the norms.
+  std::vector<torch::Tensor> norms;
+  for (const auto& g : groups_) norms.push_back(g.grad.norm());
+  return torch::stack(norms).norm();
 }
 
 void FlatAdamW::ScaleGrads(double factor) {
@@ -97,17 +143,38 @@ void FlatAdamW::Step(double lr) {
   const double bc1 = 1.0 - std::pow(t_.beta1, static_cast<double>(steps_));
   const double bc2 = 1.0 - std::pow(t_.beta2, static_cast<double>(steps_));
   for (auto& g : groups_) {
-    if (g.data.device().is_cpu()) {
-      fused::AdamWStep(g.data, g.grad, g.exp_avg, g.exp_avg_sq, lr, g.weight_decay, t_.beta1, t_.beta2,
-                       t_.eps, bc1, bc2);
-      continue;
+    switch (kernel_) {
+      case AdamWKernel::kCpuFused:
+        fused::AdamWStep(g.data, g.grad, g.exp_avg, g.exp_avg_sq, lr, g.weight_decay, t_.beta1, t_.beta2,
+                         t_.eps, bc1, bc2);
+        break;
+      case AdamWKernel::kTorchFused:
+        TorchFusedStep(g, lr);
+        break;
+      default:
+        OpsStep(g, lr, bc1, bc2);
     }
-    if (g.weight_decay > 0) g.data.mul_(1.0 - lr * g.weight_decay);
-    g.exp_avg.mul_(t_.beta1).add_(g.grad, 1.0 - t_.beta1);
-    g.exp_avg_sq.mul_(t_.beta2).addcmul_(g.grad, g.grad, 1.0 - t_.beta2);
-    torch::Tensor denom = (g.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(t_.eps);
-    g.data.addcdiv_(g.exp_avg, denom, -lr / bc1);
   }
+}
+
+void FlatAdamW::TorchFusedStep(Group& g, double lr) {
+#if SFTCTL_HAVE_FUSED_ADAMW
+  g.step.fill_(static_cast<double>(steps_));  // the kernel takes bias corrections from it
+  at::_fused_adamw_({g.data}, {g.grad}, {g.exp_avg}, {g.exp_avg_sq}, /*max_exp_avg_sqs=*/{}, {g.step}, lr,
+                    t_.beta1, t_.beta2, g.weight_decay, t_.eps, /*amsgrad=*/false, /*maximize=*/false);
+#else
+  (void)g;
+  (void)lr;
+  TORCH_CHECK(false, "FlatAdamW: at::_fused_adamw_ needs LibTorch 2.0 or newer");
+#endif
+}
+
+void FlatAdamW::OpsStep(Group& g, double lr, double bc1, double bc2) {
+  if (g.weight_decay > 0) g.data.mul_(1.0 - lr * g.weight_decay);
+  g.exp_avg.mul_(t_.beta1).add_(g.grad, 1.0 - t_.beta1);
+  g.exp_avg_sq.mul_(t_.beta2).addcmul_(g.grad, g.grad, 1.0 - t_.beta2);
+  torch::Tensor denom = (g.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(t_.eps);
+  g.data.addcdiv_(g.exp_avg, denom, -lr / bc1);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> FlatAdamW::StateTensors() const {

@@ -6,15 +6,19 @@
 
 namespace sftctl::trainer {
 
-torch::ScalarType LinearComputeDtype(const torch::Tensor& x, const torch::Tensor& w) {
+bool LinearAutocast(const torch::Tensor& x) {
   const at::DeviceType type = x.device().type();
-  if ((type == at::kCPU || type == at::kCUDA) && AutocastEnabled(type)) return AutocastDtype(type);
-  return w.scalar_type();
+  return (type == at::kCPU || type == at::kCUDA) && AutocastEnabled(type);
+}
+
+torch::ScalarType LinearComputeDtype(const torch::Tensor& x, const torch::Tensor& w) {
+  return LinearAutocast(x) ? AutocastDtype(x.device().type()) : w.scalar_type();
 }
 
 torch::Tensor MixedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  const torch::ScalarType dtype = LinearComputeDtype(x, w);
-  if (dtype != w.scalar_type() || x.scalar_type() == dtype) return torch::nn::functional::linear(x, w, b);
+  // Under autocast, autocast casts x (and an fp32 W) itself and the result stays in its dtype.
+  if (LinearAutocast(x) || x.scalar_type() == w.scalar_type()) return torch::nn::functional::linear(x, w, b);
+  const torch::ScalarType dtype = w.scalar_type();
   const torch::Tensor bias = b.defined() ? b.to(dtype) : b;
   return torch::nn::functional::linear(x.to(dtype), w, bias).to(x.scalar_type());
 }

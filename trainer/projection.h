@@ -18,12 +18,17 @@
 
 namespace sftctl::trainer {
 
+// Whether autocast is on for x's device (CPU or CUDA).
+bool LinearAutocast(const torch::Tensor& x);
 // The dtype x W^T runs in: autocast's when autocast is on for x's device, else W's.
 torch::ScalarType LinearComputeDtype(const torch::Tensor& x, const torch::Tensor& w);
 
-// x W^T + b. When autocast is off and W's dtype differs from x's (a bf16 frozen weight, fp32
-// activations), x and b are cast to W's dtype, the product runs there and returns in x's dtype;
-// autograd saves the cast x and W itself, never a widened copy of W. Otherwise plain linear.
+// x W^T + b. Under autocast: plain linear, so the product and its result are in autocast's
+// dtype whatever W is stored in (a bf16 frozen base on CUDA: no fp32 result, no fp32 copies
+// saved for backward). When autocast is off and W's dtype differs from x's (a bf16 frozen
+// weight, fp32 activations), x and b are cast to W's dtype, the product runs there and returns
+// in x's dtype; autograd saves the cast x and W itself, never a widened copy of W. Otherwise
+// plain linear.
 torch::Tensor MixedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
 
 class ProjectionImpl : public torch::nn::Module {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <random>
+#include <vector>
 
 namespace sftctl::trainer {
 
@@ -28,6 +29,17 @@ struct SamplingOptions {
   int64_t top_k = 0;         // 0: off
 };
 
+class TokenSampler;
+
+// The next token of every row of `logits` ([B, V], any float dtype, any device) with
+// samplers[b], exactly as samplers[b].Next(logits[b]) would pick it; rows with skip[b] draw
+// nothing and get -1. REQUIRES: the samplers share one SamplingOptions. Greedy: one argmax on
+// the logits' device and B ids to the host. Sampled: temperature, sort and softmax on the device;
+// to the host go only the candidates a row can pick (top_k, or the top_p prefix), unless
+// neither filter is on.
+std::vector<int32_t> NextTokens(const torch::Tensor& logits, std::vector<TokenSampler>& samplers,
+                                const std::vector<char>& skip);
+
 class TokenSampler {
  public:
   TokenSampler(const SamplingOptions& options, uint64_t seed) : opt_(options), rng_(seed) {}
@@ -35,7 +47,16 @@ class TokenSampler {
   // The next token for `logits` ([V], any float dtype, any device).
   int32_t Next(const torch::Tensor& logits);
 
+  const SamplingOptions& options() const { return opt_; }
+
  private:
+  friend std::vector<int32_t> NextTokens(const torch::Tensor&, std::vector<TokenSampler>&,
+                                         const std::vector<char>&);
+  // The draw from the candidates' probabilities `p` (highest first, fp32, not renormalised):
+  // `keep` candidates after top_k, `n` <= keep of them readable; top_p is applied here. Returns
+  // the position picked, or -1 when top_p needs more than `n` (the caller passes all then).
+  int64_t Draw(const float* p, int64_t keep, int64_t n);
+
   SamplingOptions opt_;
   std::mt19937_64 rng_;
 };

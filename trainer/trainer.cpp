@@ -22,6 +22,7 @@
 #include "trainer/loss_scaler.h"
 #include "trainer/metrics.h"
 #include "trainer/optimizer.h"
+#include "trainer/rng_state.h"
 #include "trainer/tensor_io.h"
 
 namespace sftctl::trainer {
@@ -78,14 +79,6 @@ int64_t TotalSteps(const JobSpec& spec, int64_t train_samples, int world_size) {
   return (spec.train.epochs * micro_per_epoch + spec.train.grad_accum - 1) / spec.train.grad_accum;
 }
 
-// Each rank of a data-parallel job on CUDA uses the GPU of its LOCAL_RANK.
-std::string RankDevice(const std::string& device, const DistEnv& env) {
-  if (!env.distributed()) return device;
-  if (device == "cuda" || (device == "auto" && torch::cuda::is_available()))
-    return "cuda:" + std::to_string(env.local_rank);
-  return device;
-}
-
 // A private folder for the token cache of ranks other than 0 (they write nothing into the run
 // folder). It is removed once the cache is mapped.
 StatusOr<std::string> RankCacheDir(int rank) {
@@ -105,7 +98,9 @@ struct RankZeroHeader {
   bool resumed = false;
   bool base_loaded = false;  // rank 0 loaded frozen base weights from the checkpoint
   TrainerState state;
-  std::vector<char> rank_has_rng;  // per rank: the checkpoint holds its RNG stream
+  // Per rank: which of its RNG streams the checkpoint holds (kCpuRng | kCudaRng bits).
+  std::vector<char> rank_has_rng;
+  static constexpr char kCpuRng = 1, kCudaRng = 2;
 
   enum Field {
     kResumed,
@@ -152,21 +147,42 @@ struct RankZeroHeader {
     std::memcpy(&out.state.elapsed_s, &h[kElapsedBits], sizeof(double));
     std::memcpy(&out.state.loss_scale, &h[kLossScaleBits], sizeof(double));
     out.state.loss_scale_good_steps = h[kLossScaleGoodSteps];
-    for (int64_t r = kRanks; r < t.size(0); ++r) out.rank_has_rng.push_back(h[r] != 0);
+    for (int64_t r = kRanks; r < t.size(0); ++r) out.rank_has_rng.push_back(static_cast<char>(h[r]));
     return out;
   }
 };
 
+bool SameShape(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.defined() && b.defined() && a.sizes() == b.sizes();
+}
+
+// Sends rank r > 0 its saved RNG streams (the `has` bits of RankZeroHeader) from rank 0.
+Status ShareRankRng(ProcessGroup& pg, int r, char has, const RngState& own, const torch::Device& device,
+                    const std::map<std::string, torch::Tensor>& saved) {
+  RngState got;
+  const RngState from = pg.rank() == 0 ? FindRng(saved, r) : RngState();
+  if (has & RankZeroHeader::kCpuRng) {
+    got.cpu = pg.rank() == 0 ? from.cpu.clone() : torch::empty_like(own.cpu);
+    SFT_RETURN_IF_ERROR(pg.Broadcast(got.cpu, 0, "broadcast (RNG states)"));
+  }
+  if (has & RankZeroHeader::kCudaRng) {
+    got.cuda = pg.rank() == 0 ? from.cuda.clone() : torch::empty_like(own.cuda);
+    SFT_RETURN_IF_ERROR(pg.Broadcast(got.cuda, 0, "broadcast (CUDA RNG states)"));
+  }
+  if (pg.rank() == r) RestoreRng(got, device);
+  return OkStatus();
+}
+
 // Makes every rank's model, optimizer, trainer state and RNG equal to rank 0's (which alone
 // read the checkpoint, so ranks need no shared folder). Each rank r > 0 gets its own saved
-// RNG stream ("rng.cpu.rank<r>") when the checkpoint has one.
+// RNG streams (trainer/rng_state.h) when the checkpoint has them.
 Status ShareRankZeroState(ProcessGroup& pg, CausalLM& model, FlatAdamW& optimizer, TrainerState* state,
                           std::optional<std::string>* resume_dir, bool base_loaded,
-                          const std::map<std::string, torch::Tensor>& optimizer_state) {
+                          const std::map<std::string, torch::Tensor>& optimizer_state,
+                          const torch::Device& device) {
   torch::NoGradGuard no_grad;
   const int rank = pg.rank(), world = pg.world_size();
-  auto gen = at::detail::getDefaultCPUGenerator();
-  const torch::Tensor own_rng = gen.get_state();
+  const RngState own = CaptureRng(device);
   RankZeroHeader mine;
   mine.rank_has_rng.assign(world, 0);
   if (rank == 0) {
@@ -174,8 +190,10 @@ Status ShareRankZeroState(ProcessGroup& pg, CausalLM& model, FlatAdamW& optimize
     mine.base_loaded = base_loaded;
     mine.state = *state;
     for (int r = 1; r < world; ++r) {
-      auto it = optimizer_state.find("rng.cpu.rank" + std::to_string(r));
-      mine.rank_has_rng[r] = it != optimizer_state.end() && it->second.sizes() == own_rng.sizes();
+      const RngState saved = FindRng(optimizer_state, r);
+      mine.rank_has_rng[r] =
+          static_cast<char>((SameShape(saved.cpu, own.cpu) ? RankZeroHeader::kCpuRng : 0) |
+                            (SameShape(saved.cuda, own.cuda) ? RankZeroHeader::kCudaRng : 0));
     }
   }
   torch::Tensor packed = mine.Pack();
@@ -203,14 +221,8 @@ Status ShareRankZeroState(ProcessGroup& pg, CausalLM& model, FlatAdamW& optimize
   }
   optimizer.set_steps(state->step);
   for (int r = 1; r < world; ++r) {
-    if (!h.rank_has_rng[r]) continue;
-    torch::Tensor t = rank == 0 ? optimizer_state.at("rng.cpu.rank" + std::to_string(r)).clone()
-                                : torch::empty_like(own_rng);
-    SFT_RETURN_IF_ERROR(pg.Broadcast(t, 0, "broadcast (RNG states)"));
-    if (rank == r) {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(t);
-    }
+    if (h.rank_has_rng[r] == 0) continue;
+    SFT_RETURN_IF_ERROR(ShareRankRng(pg, r, h.rank_has_rng[r], own, device, optimizer_state));
   }
   return OkStatus();
 }
@@ -265,6 +277,9 @@ class TrainRun {
   void ReportStep(double loss, double lr, double grad_norm, const Window& w);
   Status Evaluate(int64_t step);
   Status Save();
+  Status WriteCheckpoint(const std::vector<RngState>& rank_rngs);
+  Status ReadCheckpoint(std::map<std::string, torch::Tensor>* saved, bool* base_loaded);
+  Status RestoreCheckpointState(const std::map<std::string, torch::Tensor>& saved);
 
   const JobSpec& spec_;
   const TrainOptions& options_;
@@ -315,8 +330,13 @@ Status TrainRun::JoinRanksAndPickDevice() {
   result_.rank = env_.rank;
   result_.world_size = world_;
   threads_ = ConfigureThreads(spec_.threads, env_.local_world_size);
-  SFT_ASSIGN_OR_RETURN(plan_, ChooseDevice(RankDevice(spec_.device, env_), spec_.precision));
+  ConfigureDeterminism(spec_.deterministic);  // before any CUDA work (cuBLAS reads its variable once)
+  const int cuda_visible = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  SFT_ASSIGN_OR_RETURN(const std::string device, RankDevice(spec_.device, env_.world_size, env_.local_rank,
+                                                            env_.local_world_size, cuda_visible));
+  SFT_ASSIGN_OR_RETURN(plan_, ChooseDevice(device, spec_.precision));
   if (options_.hooks.adjust_plan) options_.hooks.adjust_plan(plan_);
+  MakeDeviceCurrent(plan_);
   result_.precision = plan_.precision();
   result_.device = plan_.device.str();
   if (env_.distributed() && options_.hooks.process_group) {
@@ -335,7 +355,12 @@ Status TrainRun::OpenRunFolder() {
     SFT_ASSIGN_OR_RETURN(metrics_,
                          MetricsSink::Open(JoinPath(spec_.output_dir, "metrics.jsonl"), options_.events_fd,
                                            options_.progress_bar, spec_.train.log_interval));
+    if (spec_.metrics.tensorboard) {  // <run>/tb/, docs/observability.md
+      SFT_RETURN_IF_ERROR(metrics_->EnableTensorBoard(JoinPath(spec_.output_dir, "tb"),
+                                                      tensorboard::SpecText(ToJson(spec_))));
+    }
   }
+  if (!plan_.warning.empty()) metrics_->Say("WARNING: " + plan_.warning);
   metrics_->Say(fmt::format("device {} precision {} ({}), {} threads", plan_.device.str(), plan_.precision(),
                             plan_.reason, threads_));
   if (pg_) metrics_->Say(fmt::format("rank 0 of {} ranks ({})", world_, pg_->backend()));
@@ -406,9 +431,12 @@ Status TrainRun::BuildModel() {
   SFT_ASSIGN_OR_RETURN(model_, ::sftctl::trainer::BuildModel(spec_, *tok_));
   if (spec_.lora) {
     SFT_RETURN_IF_ERROR(ApplyLora(model_, *spec_.lora));
-    const torch::ScalarType base = LoraBaseDtype(spec_.lora->base_dtype, plan_.device);
+    const torch::ScalarType base = LoraBaseDtype(spec_.lora->base_dtype, plan_.device, plan_.fp16);
     const int64_t saved = StoreFrozenBase(model_, base);
-    if (saved > 0) metrics_->Say(fmt::format("frozen base stored in bf16 ({} saved)", FormatGiB(saved)));
+    if (saved > 0) {
+      metrics_->Say(fmt::format("frozen base stored in {} ({} saved)", base == torch::kHalf ? "fp16" : "bf16",
+                                FormatGiB(saved)));
+    }
   }
   // Ranks > 0 draw their own random numbers (dropout) from here on.
   if (env_.rank > 0)
@@ -417,50 +445,27 @@ Status TrainRun::BuildModel() {
 }
 
 // 5. Resume from the newest complete checkpoint (or the one named by `resume`). Only rank 0 reads
-// it; then every rank starts from rank 0's weights, moments, step, data position and RNG streams.
+// it, while the others wait up to checkpoint.save_timeout_s; then every rank starts from rank 0's
+// weights, moments, step, data position and RNG streams.
 Status TrainRun::Resume() {
   checkpoints_ = std::make_unique<CheckpointManager>(fs_, spec_.output_dir, spec_.checkpoint.keep);
-  if (lead_ && spec_.resume == "auto") {
-    std::vector<std::string> incomplete;
-    SFT_ASSIGN_OR_RETURN(resume_dir_, checkpoints_->Latest(&incomplete));
-    for (const auto& d : incomplete) metrics_->Say("ignoring incomplete checkpoint (no DONE marker): " + d);
-  } else if (lead_ && spec_.resume != "never") {
-    if (!IsComplete(fs_, spec_.resume)) {
-      return FailedPreconditionError("field 'resume': '" + spec_.resume +
-                                     "' is not a complete checkpoint (no DONE)");
-    }
-    resume_dir_ = spec_.resume;
-  }
   std::map<std::string, torch::Tensor> optimizer_state;
   bool base_loaded = false;  // frozen weights came from the checkpoint
-  if (resume_dir_) {
-    if (spec_.lora) {
-      SFT_RETURN_IF_ERROR(LoadLoraCheckpoint(model_, *resume_dir_, &base_loaded));
-    } else {
-      SFT_RETURN_IF_ERROR(LoadWeights(model_, *resume_dir_));
-    }
-    SFT_ASSIGN_OR_RETURN(state_, ReadTrainerState(*resume_dir_));
-    SFT_ASSIGN_OR_RETURN(optimizer_state, LoadTensors(JoinPath(*resume_dir_, "optimizer.safetensors")));
-    metrics_->Say(fmt::format("resuming from {} (step {})", *resume_dir_, state_.step));
-  }
-  model_->ToDevice(plan_.device);
-  model_->train();
-  optimizer_ = std::make_unique<FlatAdamW>(Parameters(model_), spec_.train, DecaysWeight);
-  if (resume_dir_) {
-    auto find = [&](const std::string& k) {
-      auto it = optimizer_state.find(k);
-      return it == optimizer_state.end() ? torch::Tensor() : it->second;
-    };
-    SFT_RETURN_IF_ERROR(optimizer_->LoadState(find, state_.step).WithContext(*resume_dir_));
-    if (auto it = optimizer_state.find("rng.cpu"); it != optimizer_state.end()) {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(it->second);
-    }
+  Status read = lead_ ? ReadCheckpoint(&optimizer_state, &base_loaded) : OkStatus();
+  if (read.ok()) {
+    model_->ToDevice(plan_.device);
+    model_->train();
+    optimizer_ = std::make_unique<FlatAdamW>(Parameters(model_), spec_.train, DecaysWeight);
+    if (resume_dir_) read = RestoreCheckpointState(optimizer_state);
   }
   if (pg_) {
-    SFT_RETURN_IF_ERROR(
-        ShareRankZeroState(*pg_, model_, *optimizer_, &state_, &resume_dir_, base_loaded, optimizer_state));
+    read = pg_->AwaitRoot(read, spec_.checkpoint.save_timeout_s, "reading the checkpoint to resume from",
+                          "checkpoint.save_timeout_s");
+  }
+  SFT_RETURN_IF_ERROR(read);
+  if (pg_) {
+    SFT_RETURN_IF_ERROR(ShareRankZeroState(*pg_, model_, *optimizer_, &state_, &resume_dir_, base_loaded,
+                                           optimizer_state, plan_.device));
     buckets_ = std::make_unique<GradBuckets>(pg_.get(), *optimizer_, spec_.distributed.bucket_mb);
   }
   if (resume_dir_) result_.resumed_from_step = state_.step;
@@ -471,6 +476,51 @@ Status TrainRun::Resume() {
   if (plan_.loss_scaling) {
     scaler_.emplace();
     if (state_.loss_scale > 0) scaler_->Restore(state_.loss_scale, state_.loss_scale_good_steps);
+  }
+  return OkStatus();
+}
+
+// Rank 0: finds the checkpoint to resume from (none: OK, nothing read) and reads its weights,
+// trainer state and optimizer tensors.
+Status TrainRun::ReadCheckpoint(std::map<std::string, torch::Tensor>* saved, bool* base_loaded) {
+  if (spec_.resume == "auto") {
+    std::vector<std::string> incomplete;
+    SFT_ASSIGN_OR_RETURN(resume_dir_, checkpoints_->Latest(&incomplete));
+    for (const auto& d : incomplete) metrics_->Say("ignoring incomplete checkpoint (no DONE marker): " + d);
+  } else if (spec_.resume != "never") {
+    if (!IsComplete(fs_, spec_.resume)) {
+      return FailedPreconditionError("field 'resume': '" + spec_.resume +
+                                     "' is not a complete checkpoint (no DONE)");
+    }
+    resume_dir_ = spec_.resume;
+  }
+  if (!resume_dir_) return OkStatus();
+  if (spec_.lora) {
+    SFT_RETURN_IF_ERROR(LoadLoraCheckpoint(model_, *resume_dir_, base_loaded));
+  } else {
+    SFT_RETURN_IF_ERROR(LoadWeights(model_, *resume_dir_));
+  }
+  SFT_ASSIGN_OR_RETURN(state_, ReadTrainerState(*resume_dir_));
+  SFT_ASSIGN_OR_RETURN(*saved, LoadTensors(JoinPath(*resume_dir_, "optimizer.safetensors")));
+  metrics_->Say(fmt::format("resuming from {} (step {})", *resume_dir_, state_.step));
+  return OkStatus();
+}
+
+// Rank 0, after ReadCheckpoint: the AdamW moments and its own RNG streams.
+Status TrainRun::RestoreCheckpointState(const std::map<std::string, torch::Tensor>& saved) {
+  auto find = [&](const std::string& k) {
+    auto it = saved.find(k);
+    return it == saved.end() ? torch::Tensor() : it->second;
+  };
+  SFT_RETURN_IF_ERROR(optimizer_->LoadState(find, state_.step).WithContext(*resume_dir_));
+  const RngState rng = FindRng(saved, 0);
+  RestoreRng(rng, plan_.device);
+  if (plan_.device.is_cuda() && !rng.cuda.defined()) {
+    metrics_->Say(
+        state_.rng_format < 2
+            ? "the checkpoint predates saved CUDA RNG states: random draws on the GPU (dropout) "
+              "start afresh"
+            : "the checkpoint comes from a run off CUDA: random draws on the GPU (dropout) start afresh");
   }
   return OkStatus();
 }
@@ -498,6 +548,11 @@ Status TrainRun::AnnounceStart() {
     start["rank"] = env_.rank;
     start["world_size"] = world_;
     start["buckets"] = buckets_->num_buckets();
+  }
+  if (lead_) {  // memory, GPU utilisation and MFU in every step record (trainer/gpu_metrics.h)
+    metrics_->SetResourceMetrics(std::make_unique<ResourceMetrics>(ResourceOptionsFor(
+        model_->config(), n_params, n_trainable, spec_.data.max_seq_len, plan_.device.is_cuda(),
+        std::max<int>(0, plan_.device.index()), spec_.metrics.gpu_peak_tflops)));
   }
   metrics_->Emit(start);
   if (!lead_ && options_.events_fd >= 0) {
@@ -677,7 +732,8 @@ Status TrainRun::Evaluate(int64_t step) {
   const auto t_eval = SteadyClock::now();
   model_->eval();
   EvalResult r =
-      ::sftctl::trainer::Evaluate(model_, data_.eval, spec_.eval, plan_, pad_, eos_, {env_.rank, world_});
+      ::sftctl::trainer::Evaluate(model_, data_.eval, spec_.eval, plan_, pad_, eos_, {env_.rank, world_},
+                                  spec_.train.batch_size * spec_.data.max_seq_len);
   model_->train();
   if (pg_) {
     torch::Tensor sums =
@@ -701,15 +757,32 @@ Status TrainRun::Evaluate(int64_t step) {
   return OkStatus();
 }
 
-// A checkpoint by rank 0. Every rank's RNG stream goes into it (gathered: folders need not be shared).
+// A checkpoint by rank 0, which the other ranks wait for (up to checkpoint.save_timeout_s, not
+// distributed.timeout_s: a large model takes minutes to write). Every rank's RNG streams go into
+// it (gathered: folders need not be shared).
 Status TrainRun::Save() {
-  const torch::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
-  std::vector<torch::Tensor> rank_rngs;
-  if (pg_) SFT_RETURN_IF_ERROR(pg_->AllGather(rng, &rank_rngs, "allgather (RNG states for the checkpoint)"));
-  if (!lead_) {
-    result_.checkpoint_dir = JoinPath(spec_.output_dir, CheckpointName(state_.step));
-    return OkStatus();
+  const RngState own = CaptureRng(plan_.device);
+  std::vector<RngState> ranks = {own};
+  if (pg_) {
+    std::vector<torch::Tensor> cpu, cuda;
+    SFT_RETURN_IF_ERROR(pg_->AllGather(own.cpu, &cpu, "allgather (RNG states for the checkpoint)"));
+    if (own.cuda.defined())
+      SFT_RETURN_IF_ERROR(pg_->AllGather(own.cuda, &cuda, "allgather (CUDA RNG states for the checkpoint)"));
+    ranks.assign(cpu.size(), RngState());
+    for (size_t r = 0; r < cpu.size(); ++r) ranks[r] = {cpu[r], r < cuda.size() ? cuda[r] : torch::Tensor()};
   }
+  const std::string name = CheckpointName(state_.step);
+  Status written = lead_ ? WriteCheckpoint(ranks) : OkStatus();
+  if (pg_)
+    written = pg_->AwaitRoot(written, spec_.checkpoint.save_timeout_s, "writing " + name,
+                             "checkpoint.save_timeout_s");
+  SFT_RETURN_IF_ERROR(written);
+  if (!lead_) result_.checkpoint_dir = JoinPath(spec_.output_dir, name);
+  return OkStatus();
+}
+
+// Rank 0: the checkpoint's files (trainer/checkpoint.h).
+Status TrainRun::WriteCheckpoint(const std::vector<RngState>& rank_rngs) {
   CheckpointContents c;
   c.config = ModelConfigToJson(model_->config());
   c.generation_config = GenerationConfigJson(model_->config());
@@ -721,10 +794,9 @@ Status TrainRun::Save() {
     c.adapter_config = AdapterConfigJson(*spec_.lora, spec_.model.path);
   }
   c.optimizer = optimizer_->StateTensors();
-  c.optimizer.emplace_back("rng.cpu", rng);
-  for (size_t r = 1; r < rank_rngs.size(); ++r)
-    c.optimizer.emplace_back("rng.cpu.rank" + std::to_string(r), rank_rngs[r]);
+  for (auto& entry : RngTensors(rank_rngs)) c.optimizer.push_back(std::move(entry));
   c.state = state_;
+  c.state.rng_format = kRngFormat;
   c.tokenizer_source = tokenizer_source_;
   SFT_ASSIGN_OR_RETURN(result_.checkpoint_dir, checkpoints_->Save(c));
   metrics_->Emit({{"event", "checkpoint"}, {"step", state_.step}, {"path", result_.checkpoint_dir}});
@@ -855,7 +927,7 @@ StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok) {
     SFT_ASSIGN_OR_RETURN(model, LoadModelDir(spec.model.path));
   }
   model->SetGradientCheckpointing(spec.train.gradient_checkpointing);
-  model->SetLossChunkTokens(LossChunkTokens(spec.train.loss_chunk_tokens, model->config().vocab_size));
+  model->SetLossChunkTokens(spec.train.loss_chunk_tokens);  // resolved per device by LossSum
   return model;
 }
 
@@ -866,9 +938,14 @@ MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const Devi
   p.batch_size = spec.train.batch_size;
   p.seq_len = std::min(spec.data.max_seq_len, config.max_position_embeddings);
   p.gradient_checkpointing = spec.train.gradient_checkpointing;
-  p.loss_chunk_tokens = LossChunkTokens(spec.train.loss_chunk_tokens, config.vocab_size);
+  p.loss_device = LossChunkDeviceFor(plan.device);
+  p.packing = spec.data.packing;
+  if (!spec.data.eval.empty() || spec.data.eval_fraction > 0) p.eval = spec.eval;
+  p.loss_chunk_tokens = LossChunkTokens(spec.train.loss_chunk_tokens, config.vocab_size, p.loss_device);
   p.lora = spec.lora;
-  if (spec.lora) p.base_bytes = LoraBaseDtype(spec.lora->base_dtype, plan.device) == torch::kBFloat16 ? 2 : 4;
+  if (spec.lora)
+    p.base_bytes =
+        static_cast<int64_t>(c10::elementSize(LoraBaseDtype(spec.lora->base_dtype, plan.device, plan.fp16)));
   p.activation_bytes = plan.bf16 || plan.fp16 ? 2 : 4;  // autocast keeps 16-bit activations
   p.cpu_kernels = plan.device.is_cpu();
   p.processes = processes;
@@ -877,7 +954,7 @@ MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const Devi
 
 StatusOr<CausalLM> LoadModelDir(const std::string& dir) {
   SFT_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(dir));
-  CausalLM model(c);
+  CausalLM model(c, CausalLMImpl::Init::kLoaded);  // every parameter is loaded: no random init
   SFT_RETURN_IF_ERROR(LoadWeights(model, dir));
   return model;
 }

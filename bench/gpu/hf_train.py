@@ -10,6 +10,9 @@ Modes:
   hf_train.py --table SFTCTL.json HF.json       the side-by-side table
   --device cpu --tiny                           a few-second check of this script on a CPU
 
+Peak memory is torch's own allocator statistics on both sides (torch.cuda.max_memory_allocated here;
+the trainer's GPU peak from its metrics), not nvidia-smi, whose per-process figures a container hides.
+
 Both sides: fp32 master weights, bf16 autocast, AdamW, gradient clipping at 1.0, summed token loss
 over all B x (T-1) targets, one host read of the loss per step. Throughput counts B x T tokens per
 step over the steps after the warm-up. MFU = model FLOPs per token x tokens/s / peak bf16 FLOP/s,
@@ -112,7 +115,24 @@ def summarise(args):
     t = steps[-1]["elapsed_s"] - steps[warm]["elapsed_s"]
     tokens = sum(r["tokens"] for r in steps[warm + 1:])
     c = config(args)
-    print(json.dumps(result("sftctl-trainer", c, args, tokens / t, t / (len(steps) - 1 - warm), args.peak_mib)))
+    peak = trainer_peak_mib(steps)
+    extra = {} if peak is not None else {"model": "the trainer's metrics carry no GPU peak"}
+    print(json.dumps(result("sftctl-trainer", c, args, tokens / t, t / (len(steps) - 1 - warm), peak, extra)))
+
+
+def trainer_peak_mib(records):
+    """The largest GPU peak-allocated figure in the step records (torch's caching-allocator statistics,
+    which the trainer reports on CUDA): a field whose name says GPU/CUDA, peak, and MiB or bytes."""
+    best = None
+    for r in records:
+        for k, v in r.items():
+            name = k.lower()
+            if not isinstance(v, (int, float)) or "peak" not in name or not ("gpu" in name or "cuda" in name):
+                continue
+            mib = v / 2**20 if name.endswith("bytes") else v if name.endswith(("mib", "_mb")) else None
+            if mib is not None and (best is None or mib > best):
+                best = mib
+    return int(best) if best is not None else None
 
 
 # ---- Hugging Face (or plain PyTorch) side -------------------------------------------------------
@@ -190,33 +210,50 @@ def plain_qwen2(c):
     return Model()
 
 
+def transformers_model(c, device):
+    import torch
+    import transformers
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    cfg = Qwen2Config(**{k: v for k, v in c.items() if k != "model_type"}, attn_implementation="sdpa")
+    model = Qwen2ForCausalLM(cfg).to(device)
+
+    def loss(ids, labels):
+        logits = model(input_ids=ids).logits.float()
+        return torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), reduction="sum")
+
+    # One step here, so that a transformers version that cannot run this model (an old or too new
+    # release, a broken install) falls back before the timing starts, not in the middle of it.
+    ids = torch.zeros(1, 8, dtype=torch.long, device=device)
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        loss(ids, ids).backward()
+    model.zero_grad(set_to_none=True)
+    return model, loss, "transformers %s Qwen2ForCausalLM (sdpa)" % transformers.__version__
+
+
 def build_model(c, device):
     import torch
     try:
-        import transformers
-        from transformers import Qwen2Config, Qwen2ForCausalLM
-        cfg = Qwen2Config(**{k: v for k, v in c.items() if k != "model_type"}, attn_implementation="sdpa")
-        model = Qwen2ForCausalLM(cfg).to(device)
-
-        def loss(ids, labels):
-            logits = model(input_ids=ids).logits.float()
-            return torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), reduction="sum")
-
-        return model, loss, "transformers %s Qwen2ForCausalLM (sdpa)" % transformers.__version__
-    except ImportError:
-        model = plain_qwen2(c)
-        with torch.no_grad():  # transformers' initialisation
-            for n, p in model.named_parameters():
-                if n.endswith("bias"):
-                    p.zero_()
-                elif "n1" in n or "n2" in n or n.startswith("norm"):
-                    p.fill_(1.0)
-                else:
-                    p.normal_(0.0, 0.02)
-        model = model.to(device)
-        attn = "SDPA" if hasattr(torch.nn.functional, "scaled_dot_product_attention") else "manual attention"
-        return model, model, "plain PyTorch Qwen2 (%s), no transformers installed" % attn
+        return transformers_model(c, device)
+    except Exception as e:  # any failure of the optimized path (not only ImportError): the plain model
+        why = "no transformers installed" if isinstance(e, ImportError) else "transformers failed: %s" % (
+            str(e).splitlines()[0][:80] if str(e) else type(e).__name__)
+    # (Outside the except block: the exception's frames, and the GPU memory they hold, are gone.)
+    print("hf_train.py: %s; using the plain-PyTorch Qwen2" % why, file=sys.stderr)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    model = plain_qwen2(c)
+    with torch.no_grad():  # transformers' initialisation
+        for n, p in model.named_parameters():
+            if n.endswith("bias"):
+                p.zero_()
+            elif "n1" in n or "n2" in n or n.startswith("norm"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+    model = model.to(device)
+    attn = "SDPA" if hasattr(torch.nn.functional, "scaled_dot_product_attention") else "manual attention"
+    return model, model, "plain PyTorch Qwen2 (%s), %s" % (attn, why)
 
 
 def torch_mod():
@@ -241,7 +278,7 @@ def train_reference(args):
     warm = min(5, args.steps // 4)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_peak_memory_stats(device)
     t0 = None
     for step in range(args.steps):
         if step == warm:
@@ -259,9 +296,8 @@ def train_reference(args):
     t = time.perf_counter() - t0
     timed = args.steps - warm
     extra = {"model": impl, "last_loss_per_token": round(last / (args.batch * (args.seq - 1)), 4)}
-    if device.type == "cuda":
-        extra["torch_max_allocated_mib"] = torch.cuda.max_memory_allocated() // 2**20
-    print(json.dumps(result("hf", c, args, timed * args.batch * args.seq / t, t / timed, None, extra)))
+    peak = torch.cuda.max_memory_allocated(device) // 2**20 if device.type == "cuda" else None
+    print(json.dumps(result("hf", c, args, timed * args.batch * args.seq / t, t / timed, peak, extra)))
 
 
 def table(args):
@@ -274,8 +310,6 @@ def table(args):
         mfu = "%.1f%%" % (100 * r["mfu"]) if r.get("mfu") is not None else "n/a"
         peak = r.get("peak_mib") or "n/a"
         notes = r.get("model", "")
-        if r.get("torch_max_allocated_mib") is not None:
-            notes += "; torch max allocated %d MiB" % r["torch_max_allocated_mib"]
         print("%-16s %7d %6d %12.0f %9.1f %6s %10s  %s" % (r["impl"], r["batch"], r["seq"], r["tokens_per_s"],
                                                              r["step_ms"], mfu, peak, notes))
     if len(rows) == 2 and rows[1]["tokens_per_s"] > 0:
@@ -290,7 +324,6 @@ def main():
     p.add_argument("--device", default="cuda")
     p.add_argument("--tiny", action="store_true", help="a tiny config (checks on a CPU)")
     p.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when not in the table")
-    p.add_argument("--peak-mib", type=int, help="with --summarise: sampled peak GPU memory")
     p.add_argument("--write-spec", metavar="DIR")
     p.add_argument("--trainer-out", metavar="RUN", default="run")
     p.add_argument("--summarise", metavar="METRICS")

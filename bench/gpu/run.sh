@@ -1,31 +1,36 @@
 #!/usr/bin/env bash
 # The GPU checklist: run on a Linux machine with an NVIDIA GPU and a pip PyTorch (CUDA build), from
-# the repository root. Prints one table at the end; raw logs go to bench/gpu/results/.
+# a fresh copy of the tree, in one go. Prints one table at the end; raw logs go to build/gpu/results/ (DIR/results).
 #
 #   bench/gpu/run.sh [--python PY] [--jobs N] [--steps N] [--batch B] [--seq T] [--skip-build]
-#                    [--skip-tests] [--peak-tflops X]
+#                    [--skip-tests] [--peak-tflops X] [--build DIR]   (DIR: build/gpu)
 #
-# Phases (each one's result is a row of the table; a failed phase does not stop the later ones):
-#   1. build   the trainer-only preset against PY's torch (torch.utils.cmake_prefix_path), with the
-#              trainer tests. Header-only and C dependencies come from the system, or from
-#              bench/gpu/deps/ (bench/gpu/prepare.sh, run on a Debian machine beforehand) when the
-#              GPU machine has no apt. GoogleTest is built from source with torch's C++ ABI.
-#   2. tests   ctest -L trainer: trainer runs with device "auto" train on the GPU.
+# Phases (each one's result is a row of the table; a failed phase does not stop the later ones; a
+# phase that needs a GPU is reported "skipped (no GPU)" when torch sees none):
+#   1. build   the trainer-only preset against PY's torch (torch.utils.cmake_prefix_path): the
+#              trainer and every trainer test binary (all the preset has). A CUDA wheel's CMake config
+#              needs nvcc and the CUDA runtime headers of the wheel's CUDA version: from CUDA_HOME,
+#              /usr/local/cuda or PATH, else NVIDIA's pip wheels (nvidia-cuda-nvcc, -runtime, -cccl)
+#              already beside torch, else installed by pip into build/gpu/cuda-pip. Header-only and C
+#              dependencies come from the system, or from bench/gpu/deps/ (bench/gpu/prepare.sh).
+#              GoogleTest is built from source with torch's C++ ABI. The HF reference runs on PY.
+#   2. tests   ctest -L trainer: trainer runs with device "auto" train on the GPU (on the CPU when
+#              there is none: the row says so).
 #   3. nccl    a one-rank NCCL group (distributed_test's NcclOneRank test: every collective with
-#              host and device tensors). The trainer creates no process group for WORLD_SIZE=1, and
-#              NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so a 2-rank NCCL job
-#              (and the dead-peer check) runs only on a machine with >= 2 GPUs.
-#   4. train   bf16 training throughput, MFU and peak memory of the Qwen2.5-0.5B architecture
-#              (random init, inline config) at seq T: sftctl-trainer vs Hugging Face transformers
-#              with PyTorch SDPA (bench/gpu/hf_train.py; a plain-PyTorch model with SDPA when
-#              transformers is not installed) on the same GPU, the same batch and steps.
+#              host and device tensors). NCCL refuses two ranks on one GPU ("Duplicate GPU
+#              detected"), so a 2-rank NCCL job (and the dead-peer check) runs only with >= 2 GPUs.
+#   4. train   bf16 training throughput, MFU and peak memory (torch's allocator statistics: the
+#              trainer's metrics, torch.cuda.max_memory_allocated for the reference) of the
+#              Qwen2.5-0.5B architecture (random init, inline config) at seq T: sftctl-trainer vs
+#              Hugging Face transformers with PyTorch SDPA (bench/gpu/hf_train.py; a plain-PyTorch
+#              model with SDPA when transformers is missing or fails) on the same GPU and batch.
 set -uo pipefail
 
 usage() {
-  sed -n '5,7p' "$0" >&2
+  sed -n '5,6p' "$0" >&2
   exit 2
 }
-py=${PYTHON:-python3} jobs=$(nproc) steps=20 batch=4 seq=2048 skip_build=0 skip_tests=0 peak_tflops=
+py=${PYTHON:-python3} jobs=$(nproc) steps=20 batch=4 seq=2048 skip_build=0 skip_tests=0 peak_tflops='' build=''
 while [[ $# -gt 0 ]]; do
   case $1 in
     --python) py=${2:?}; shift ;;
@@ -36,6 +41,7 @@ while [[ $# -gt 0 ]]; do
     --skip-build) skip_build=1 ;;
     --skip-tests) skip_tests=1 ;;
     --peak-tflops) peak_tflops=${2:?}; shift ;;
+    --build) build=${2:?}; shift ;;
     *) usage ;;
   esac
   shift
@@ -43,19 +49,23 @@ done
 
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$src/bench/gpu
-build=$src/build/gpu
-out=$here/results
-mkdir -p "$out"
+build=$(realpath -m "${build:-$src/build/gpu}")
+cd "$src" || exit 1  # (the presets are read from the current folder)
+out=$build/results
+mkdir -p "$out" "$build"
 declare -a rows=()
-row() { rows+=("$(printf '%-8s %-6s %s' "$1" "$2" "$3")"); }
-say() { echo "== $*" >&2; }
+row() { rows+=("$(printf '%-8s %-18s %s' "$1" "$2" "$3")"); }
+say() { echo "== $* ($((SECONDS)) s)" >&2; }
+NO_GPU="skipped (no GPU)"
 
 # ---- The machine -------------------------------------------------------------------------------
-read -r torch_prefix torch_version torch_cuda abi cuda_ok gpu_name gpus < <("$py" - <<'PY' 2>/dev/null
-import torch
+py=$(command -v "$py" || echo "$py")
+read -r torch_prefix torch_site torch_version torch_cuda abi cuda_ok gpu_name gpus < <("$py" - <<'PY' 2>/dev/null
+import os, torch
 name = torch.cuda.get_device_name(0).replace(" ", "_") if torch.cuda.is_available() else "none"
-print(torch.utils.cmake_prefix_path, torch.__version__, torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI),
-      int(torch.cuda.is_available()), name, torch.cuda.device_count())
+print(torch.utils.cmake_prefix_path, os.path.dirname(os.path.dirname(torch.__file__)), torch.__version__,
+      torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI), int(torch.cuda.is_available()), name,
+      torch.cuda.device_count())
 PY
 ) || true
 if [[ -z ${torch_prefix:-} ]]; then
@@ -63,7 +73,7 @@ if [[ -z ${torch_prefix:-} ]]; then
   exit 1
 fi
 say "torch $torch_version (CUDA $torch_cuda, C++11 ABI $abi), GPU: $gpu_name x $gpus"
-[[ $cuda_ok == 1 ]] || echo "run.sh: torch sees no GPU; the CUDA phases will fail" >&2
+[[ $cuda_ok == 1 ]] || echo "run.sh: torch sees no GPU: the GPU phases are skipped, the tests run on the CPU" >&2
 
 # ---- Dependencies from bench/gpu/deps (prepare.sh) ---------------------------------------------
 deps=$here/deps
@@ -83,57 +93,123 @@ if [[ -d $deps/usr ]]; then
   fi
 fi
 
-# GoogleTest with torch's C++ ABI (Debian's libgtest.a uses the new ABI; wheels <= 2.6 the old).
+# GoogleTest with torch's C++ ABI (Debian's libgtest.a uses the new ABI; wheels <= 2.6 the old):
+# the system's when torch uses the new ABI too, else built from its sources.
 gtest_src=
 for d in "$deps/usr/src/googletest" /usr/src/googletest; do [[ -f $d/CMakeLists.txt ]] && gtest_src=$d && break; done
 build_gtest() {
   local dst=$build/gtest-abi$abi
+  if [[ $abi == 1 ]] && compgen -G "/usr/lib/*/cmake/GTest/GTestConfig.cmake" >/dev/null; then return 0; fi
   [[ -f $dst/.done ]] && { prefix_path="$dst;$prefix_path"; return 0; }
   [[ -n $gtest_src ]] || { echo "no GoogleTest sources (run bench/gpu/prepare.sh)" >&2; return 1; }
   cmake -S "$gtest_src" -B "$build/gtest-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$dst" \
-    -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" -DBUILD_GMOCK=ON >&2 &&
-    cmake --build "$build/gtest-build" -j "$jobs" --target install >&2 && touch "$dst/.done" &&
+    -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" -DBUILD_GMOCK=ON > "$out/gtest.log" 2>&1 &&
+    cmake --build "$build/gtest-build" -j "$jobs" --target install >> "$out/gtest.log" 2>&1 && touch "$dst/.done" &&
     prefix_path="$dst;$prefix_path"
 }
 
+# ---- The CUDA toolkit a CUDA wheel's CMake config asks for --------------------------------------
+# Sets cuda_args (CMake arguments) and cuda_note; returns 1 with cuda_note saying why when there is
+# no toolkit. Order: CUDA_HOME, /usr/local/cuda, nvcc on PATH (a distribution's toolkit), NVIDIA's
+# pip wheels beside torch (CUDA 13: nvidia/cu13/{bin,include,lib}; CUDA 12: nvidia/cuda_nvcc, ...),
+# then the same wheels installed by pip into build/gpu/cuda-pip (needs the package index).
+cuda_args=() cuda_note=
+pip_toolkit_root() {  # pip_toolkit_root SITE -> the folder with bin/nvcc, include, lib; or nothing
+  local site=$1 major=${torch_cuda%%.*}
+  if [[ -x $site/nvidia/cu$major/bin/nvcc ]]; then echo "$site/nvidia/cu$major"; return; fi
+  [[ -x $site/nvidia/cuda_nvcc/bin/nvcc ]] || return 0
+  # CUDA 12's wheels are one folder each: one private root of links, as the toolkit lays them out.
+  local merged=$build/cuda-toolkit d f
+  rm -rf "$merged" && mkdir -p "$merged/include" "$merged/lib"
+  ln -s "$site/nvidia/cuda_nvcc/bin" "$merged/bin"
+  [[ -d $site/nvidia/cuda_nvcc/nvvm ]] && ln -s "$site/nvidia/cuda_nvcc/nvvm" "$merged/nvvm"
+  for d in cuda_nvcc cuda_runtime cuda_cccl; do
+    for f in "$site/nvidia/$d/include/"* "$site/nvidia/$d/lib/"*; do
+      [[ -e $f ]] && ln -sfn "$f" "$merged/$(basename "$(dirname "$f")")/$(basename "$f")"
+    done
+  done
+  echo "$merged"
+}
+find_cuda_toolkit() {
+  [[ -n $torch_cuda && $torch_cuda != None ]] || { cuda_note="CPU wheel: no CUDA toolkit needed"; return 0; }
+  local c nvcc='' root='' mm
+  for c in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    [[ -n $c && -x $c/bin/nvcc ]] && { root=$c; nvcc=$c/bin/nvcc; break; }
+  done
+  [[ -n $nvcc ]] || nvcc=$(command -v nvcc || true)
+  if [[ -z $nvcc ]]; then
+    root=$(pip_toolkit_root "$torch_site")
+    if [[ -z $root ]]; then
+      mm=$(echo "$torch_cuda" | cut -d. -f1,2)
+      local suffix="-cu${torch_cuda%%.*}"; [[ ${torch_cuda%%.*} -ge 13 ]] && suffix=
+      say "no nvcc: pip install nvidia-cuda-{nvcc,runtime,cccl}$suffix==$mm.* into $build/cuda-pip"
+      "$py" -m pip install -q --target "$build/cuda-pip" "nvidia-cuda-nvcc$suffix==$mm.*" \
+        "nvidia-cuda-runtime$suffix==$mm.*" "nvidia-cuda-cccl$suffix==$mm.*" > "$out/cuda-pip.log" 2>&1 &&
+        root=$(pip_toolkit_root "$build/cuda-pip")
+    fi
+    [[ -n $root ]] || { cuda_note="no nvcc for CUDA $torch_cuda (CUDA_HOME, /usr/local/cuda, PATH, pip: $out/cuda-pip.log)"; return 1; }
+    nvcc=$root/bin/nvcc
+  fi
+  cuda_args=(-DCMAKE_CUDA_COMPILER="$nvcc")
+  if [[ -n $root ]]; then
+    cuda_args+=(-DCUDAToolkit_ROOT="$root" -DCUDA_TOOLKIT_ROOT_DIR="$root")
+    # FindCUDAToolkit looks for an unversioned libcudart.so, which the pip wheels do not ship.
+    local cudart
+    cudart=$(ls "$root"/lib*/libcudart.so "$root"/lib*/libcudart.so.[0-9]* 2>/dev/null | head -n 1)
+    if [[ -n $cudart && ! -e $root/lib/libcudart.so && ! -e $root/lib64/libcudart.so ]]; then
+      mkdir -p "$build/cuda-lib" && ln -sf "$cudart" "$build/cuda-lib/libcudart.so"
+      cuda_args+=(-DCUDA_cudart_LIBRARY="$build/cuda-lib/libcudart.so" -DCMAKE_CUDA_FLAGS="-L$build/cuda-lib")
+    fi
+  fi
+  cuda_note="nvcc: $nvcc"
+}
+
 # ---- 1. build -----------------------------------------------------------------------------------
-targets=(sftctl-trainer trainer_test fused_ops_test hf_checkpoint_test data_test lora_test distributed_test)
+# Every target of the trainer-only build: sftctl-trainer and every trainer test (a trainer-only
+# build has nothing else), so no test the tests row runs lacks its binary. (GoogleTest's tests are
+# discovered from the built binaries: ctest cannot list them before the build.)
 if [[ $skip_build == 0 ]]; then
   say "build (trainer-only preset, tests on)"
-  cuda_root=()
-  for c in "${CUDA_HOME:-}" /usr/local/cuda; do
-    [[ -n $c && -x $c/bin/nvcc ]] && cuda_root=(-DCUDAToolkit_ROOT="$c" -DCUDA_TOOLKIT_ROOT_DIR="$c") && break
-  done
-  [[ ${#cuda_root[@]} -gt 0 ]] || echo "run.sh: no nvcc found (CUDA_HOME, /usr/local/cuda): LibTorch's CMake" \
-    "needs the CUDA toolkit to configure a CUDA build" >&2
   t0=$SECONDS
-  if build_gtest && cmake --preset trainer-only -B "$build" -DSFTCTL_BUILD_TESTS=ON \
-      -DCMAKE_PREFIX_PATH="$prefix_path" "${cuda_root[@]}" > "$out/configure.log" 2>&1 &&
-     cmake --build "$build" -j "$jobs" --target "${targets[@]}" > "$out/build.log" 2>&1; then
-    nccl=$(grep -c "NCCL process groups on" "$out/configure.log")
-    row build ok "$((SECONDS - t0)) s; NCCL compiled in: $([[ $nccl -gt 0 ]] && echo yes || echo NO)"
+  if ! find_cuda_toolkit; then
+    row build FAIL "$cuda_note"
+  elif ! build_gtest; then
+    row build FAIL "GoogleTest with torch's ABI: see $out/gtest.log"
+  elif ! cmake --preset trainer-only -B "$build" -DSFTCTL_BUILD_TESTS=ON -DCMAKE_PREFIX_PATH="$prefix_path" \
+      -DSFTCTL_TORCH_PYTHON="$py" "${cuda_args[@]}" > "$out/configure.log" 2>&1; then
+    row build FAIL "configure: see $out/configure.log ($cuda_note)"
+    tail -30 "$out/configure.log" >&2
   else
-    row build FAIL "see $out/configure.log, $out/build.log"
-    tail -30 "$out/build.log" "$out/configure.log" 2>/dev/null >&2
+    if cmake --build "$build" -j "$jobs" > "$out/build.log" 2>&1; then
+      nccl=$(grep -c "NCCL process groups on" "$out/configure.log")
+      row build ok "$((SECONDS - t0)) s; NCCL compiled in: $([[ $nccl -gt 0 ]] && echo yes || echo NO); $cuda_note"
+    else
+      row build FAIL "see $out/build.log"
+      grep -E 'error|FAILED' "$out/build.log" | head -20 >&2
+    fi
   fi
 fi
 trainer=$build/bin/sftctl-trainer
 
-# ---- 2. tests on CUDA ---------------------------------------------------------------------------
+# ---- 2. tests -----------------------------------------------------------------------------------
 if [[ $skip_tests == 0 && -x $trainer ]]; then
-  say "trainer tests (ctest -L trainer)"
+  where=$([[ $cuda_ok == 1 ]] && echo "GPU" || echo "CPU: no GPU")
+  say "trainer tests (ctest -L trainer, on the $where)"
   t0=$SECONDS
-  if ctest --test-dir "$build" -L trainer -j 2 --output-on-failure > "$out/ctest.log" 2>&1; then
-    row tests ok "$(grep -E 'tests passed' "$out/ctest.log" | tail -1) ($((SECONDS - t0)) s)"
+  if ctest --test-dir "$build" -L trainer -j $((jobs < 8 ? jobs : 8)) --output-on-failure > "$out/ctest.log" 2>&1; then
+    row tests ok "$(grep -E 'tests passed' "$out/ctest.log" | tail -1) ($((SECONDS - t0)) s, $where)"
   else
     row tests FAIL "$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1); see $out/ctest.log"
+    grep -E '^\s+[0-9]+ - ' "$out/ctest.log" | head -10 >&2
   fi
   skipped=$(grep -c "Skipped\|SKIPPED" "$out/ctest.log")
   [[ $skipped -gt 0 ]] && row "" "" "$skipped skip lines in ctest.log (e.g. multi-rank CPU tests without Gloo)"
 fi
 
 # ---- 3. NCCL -----------------------------------------------------------------------------------
-if [[ -x $build/bin/distributed_test ]]; then
+if [[ $cuda_ok != 1 ]]; then
+  row nccl "$NO_GPU" "one-rank NCCL group"
+elif [[ -x $build/bin/distributed_test ]]; then
   say "NCCL: one-rank group"
   if "$build/bin/distributed_test" --gtest_filter='Nccl*' > "$out/nccl.log" 2>&1; then
     if grep -q "SKIPPED" "$out/nccl.log"; then
@@ -146,7 +222,7 @@ if [[ -x $build/bin/distributed_test ]]; then
   fi
   if [[ $gpus -ge 2 && -x $trainer ]]; then
     say "NCCL: two ranks on two GPUs, then a killed peer"
-    if "$here/two_rank_nccl.sh" "$trainer" "$out" > "$out/nccl2.log" 2>&1; then
+    if PYTHON=$py "$here/two_rank_nccl.sh" "$trainer" "$out" > "$out/nccl2.log" 2>&1; then
       row nccl2 ok "$(tail -1 "$out/nccl2.log")"
     else
       row nccl2 FAIL "$(tail -1 "$out/nccl2.log"); see $out/nccl2.log"
@@ -154,54 +230,54 @@ if [[ -x $build/bin/distributed_test ]]; then
   else
     row nccl2 SKIP "2-rank NCCL needs 2 GPUs (NCCL rejects two ranks on one GPU)"
   fi
+else
+  row nccl FAIL "no distributed_test binary (the build row failed)"
 fi
 
 # ---- 4. bf16 throughput, MFU, peak memory -------------------------------------------------------
-# Samples the GPU memory used by process PID every 0.2 s; prints the maximum in MiB.
-watch_memory() {
-  local pid=$1 peak=0 m
-  while kill -0 "$pid" 2>/dev/null; do
-    m=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
-        awk -F', *' -v p="$pid" '$1 == p { print $2 }')
-    [[ -n $m && $m -gt $peak ]] && peak=$m
-    sleep 0.2
-  done
-  echo "$peak"
-}
-if [[ -x $trainer && $cuda_ok == 1 ]]; then
+rm -f "$out/sftctl.json" "$out/hf.json"
+if [[ $cuda_ok != 1 ]]; then
+  row train "$NO_GPU" "bf16 throughput, MFU, peak memory vs the HF reference"
+elif [[ -x $trainer ]]; then
   say "bf16 training, Qwen2.5-0.5B architecture, batch $batch x seq $seq, $steps steps"
   work=$out/qwen-run
   rm -rf "$work" && mkdir -p "$work"
   "$py" "$here/hf_train.py" --write-spec "$work" --batch "$batch" --seq "$seq" --steps "$steps" \
     --trainer-out "$work/run" > "$work/spec.json"
-  "$trainer" train --spec "$work/spec.json" > "$out/sftctl-train.log" 2>&1 &
-  pid=$!
-  peak=$(watch_memory $pid)
-  wait $pid
-  rc=$?
-  if [[ $rc == 0 ]]; then
+  if "$trainer" train --spec "$work/spec.json" > "$out/sftctl-train.log" 2>&1; then
     "$py" "$here/hf_train.py" --summarise "$work/run/metrics.jsonl" --batch "$batch" --seq "$seq" \
-      --peak-mib "$peak" ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$out/sftctl.json"
+      ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$out/sftctl.json" || row train FAIL "summarising metrics.jsonl"
   else
-    row train FAIL "sftctl-trainer exited $rc; see $out/sftctl-train.log"
+    row train FAIL "sftctl-trainer exited $?; see $out/sftctl-train.log"
   fi
   "$py" "$here/hf_train.py" --batch "$batch" --seq "$seq" --steps "$steps" \
-    ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$out/hf.json" 2> "$out/hf-train.log" &
-  pid=$!
-  peak=$(watch_memory $pid)
-  wait $pid || row train FAIL "hf_train.py failed; see $out/hf-train.log"
-  [[ -s $out/hf.json ]] && "$py" - "$out/hf.json" "$peak" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1])); r["peak_mib"] = int(sys.argv[2]); json.dump(r, open(sys.argv[1], "w"))
-PY
+    ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$out/hf.json" 2> "$out/hf-train.log" ||
+    row train FAIL "hf_train.py failed; see $out/hf-train.log"
+  [[ -s $out/sftctl.json && -s $out/hf.json ]] && row train ok "table below ($steps steps each)"
+else
+  row train FAIL "no sftctl-trainer (the build row failed)"
 fi
 
 # ---- The table ---------------------------------------------------------------------------------
 echo
-echo "GPU checklist: $gpu_name x $gpus, torch $torch_version (CUDA $torch_cuda)"
-printf '%-8s %-6s %s\n' phase result detail
+echo "GPU checklist: $gpu_name x $gpus, torch $torch_version (CUDA $torch_cuda), $jobs jobs, $SECONDS s"
+printf '%-8s %-18s %s\n' phase result detail
 for r in "${rows[@]}"; do echo "$r"; done
 if [[ -s $out/sftctl.json || -s $out/hf.json ]]; then
   echo
   "$py" "$here/hf_train.py" --table "$out/sftctl.json" "$out/hf.json"
 fi
+# The trainer's own resource figures (trainer/gpu_metrics.h: CUDA allocator, NVML through dlopen, MFU)
+# from its last step record: absent fields mean that source was not available on this machine.
+if [[ -s $out/qwen-run/run/metrics.jsonl ]]; then
+  "$py" - "$out/qwen-run/run/metrics.jsonl" <<'PY'
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "step"]
+keys = ("gpu_mem_allocated_mb", "gpu_mem_reserved_mb", "gpu_mem_peak_mb", "gpu_util_pct", "gpu_power_w",
+        "mfu", "rss_mb")
+if steps:
+    s = steps[-1]
+    print("trainer metrics, last step: " + (", ".join("%s %s" % (k, s[k]) for k in keys if k in s) or "none"))
+PY
+fi
+! printf '%s\n' "${rows[@]}" | grep -qE '^\S*\s+FAIL'

@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
       {"seq", seq},
       {"batch", batch},
       {"checkpointing", checkpointing != 0},
-      {"loss_chunk_tokens", LossChunkTokens(spec.train.loss_chunk_tokens, config->vocab_size)},
+      {"loss_chunk_tokens",
+       LossChunkTokens(spec.train.loss_chunk_tokens, config->vocab_size, LossChunkDeviceFor(plan->device))},
       {"base", base},
       {"estimate_gib", GiB(estimate.total())},
       {"estimate", estimate.Describe()}};
@@ -128,9 +129,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", s.message().c_str());
     return 2;
   }
-  StoreFrozenBase(model, LoraBaseDtype(base, plan->device));
+  StoreFrozenBase(model, LoraBaseDtype(base, plan->device, plan->fp16));
   model->SetGradientCheckpointing(checkpointing != 0);
-  model->SetLossChunkTokens(LossChunkTokens(spec.train.loss_chunk_tokens, config->vocab_size));
+  model->SetLossChunkTokens(spec.train.loss_chunk_tokens);
   model->train();
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (const auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());

@@ -19,11 +19,11 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "client/ssh/ssh_session.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/waker.h"
 
@@ -47,8 +47,8 @@ class ChannelPump {
 
   bool alive() const { return alive_.load(); }
   // Why the pump stopped ("" while alive or after a clean shutdown).
-  std::string failure() const;
-  std::string stderr_tail() const;
+  std::string failure() const EXCLUDES(mu_);
+  std::string stderr_tail() const EXCLUDES(mu_);
 
  private:
   // What stopped the pump, recorded with the message: Teardown is polite to a peer that is still there.
@@ -61,8 +61,8 @@ class ChannelPump {
   ChannelPump() = default;
   void Run();
   // Records the first failure only.
-  void Fail(FailureKind kind, const std::string& why);
-  FailureKind failure_kind() const;
+  void Fail(FailureKind kind, const std::string& why) EXCLUDES(mu_);
+  FailureKind failure_kind() const EXCLUDES(mu_);
   void Teardown();
 
   std::unique_ptr<SshSession> session_;
@@ -74,10 +74,10 @@ class ChannelPump {
   std::unique_ptr<Waker> waker_;  // stop request
   std::atomic<bool> stop_{false};
   std::atomic<bool> alive_{true};
-  mutable std::mutex mu_;
-  std::string failure_;
-  FailureKind failure_kind_ = FailureKind::kNone;  // set with failure_
-  std::string stderr_tail_;
+  mutable Mutex mu_;
+  std::string failure_ GUARDED_BY(mu_);
+  FailureKind failure_kind_ GUARDED_BY(mu_) = FailureKind::kNone;  // set with failure_
+  std::string stderr_tail_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -9,11 +9,10 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 #include "common/fd_util.h"
+#include "common/mutex.h"
 #include "common/process_util.h"
 
 namespace sftctl::client::ssh {
@@ -47,8 +46,9 @@ class ProxyCommandTransport : public SshTransport {
   std::string Problem() override {
     // A proxy that failed has usually exited; give it a moment, then its stderr a moment to arrive.
     const bool exited = Reap(std::chrono::milliseconds(1000));
-    std::unique_lock<std::mutex> l(mu_);
-    if (exited) eof_cv_.wait_for(l, std::chrono::milliseconds(500), [&] { return stderr_eof_; });
+    MutexLock l(&mu_);
+    if (exited)
+      eof_cv_.WaitFor(&mu_, std::chrono::milliseconds(500), [&]() REQUIRES(mu_) { return stderr_eof_; });
     std::string tail = tail_;
     while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
     std::string p =
@@ -91,13 +91,13 @@ class ProxyCommandTransport : public SshTransport {
         if (w <= 0) break;
         off += w;
       }
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       tail_.append(buf, static_cast<size_t>(n));
       if (tail_.size() > kStderrTail) tail_.erase(0, tail_.size() - kStderrTail);
     }
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stderr_eof_ = true;
-    eof_cv_.notify_all();
+    eof_cv_.NotifyAll();
   }
 
   const std::string command_;
@@ -106,10 +106,10 @@ class ProxyCommandTransport : public SshTransport {
   bool reaped_ = false;
   int exit_code_ = -1, exit_signal_ = 0;
   std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::condition_variable eof_cv_;
-  std::string tail_;         // guarded by mu_
-  bool stderr_eof_ = false;  // guarded by mu_
+  Mutex mu_;
+  CondVar eof_cv_;  // stderr_eof_ was set
+  std::string tail_ GUARDED_BY(mu_);
+  bool stderr_eof_ GUARDED_BY(mu_) = false;
   std::thread reader_;
 };
 

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -21,6 +20,7 @@
 #include "client/ssh/ssh_route.h"
 #include "client/ssh/ssh_session.h"
 #include "common/json_parse.h"
+#include "common/mutex.h"
 #include "common/rpc_limits.h"
 #include "common/source_id.h"
 #include "common/terminal_text.h"
@@ -158,24 +158,24 @@ class KnownAgents {
     return o.host + '\n' + o.identity_file + '\n' + o.sftd + '\n' + o.agent_data_dir +
            (o.require_same_source ? "\nsame-source" : "");
   }
-  std::optional<KnownAgent> Find(const ConnectOptions& o) {
-    std::lock_guard<std::mutex> l(mu_);
+  std::optional<KnownAgent> Find(const ConnectOptions& o) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
     auto it = known_.find(Key(o));
     if (it == known_.end()) return std::nullopt;
     return it->second;
   }
-  void Remember(const ConnectOptions& o, KnownAgent k) {
-    std::lock_guard<std::mutex> l(mu_);
+  void Remember(const ConnectOptions& o, KnownAgent k) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
     known_[Key(o)] = std::move(k);
   }
-  void Forget(const ConnectOptions& o) {
-    std::lock_guard<std::mutex> l(mu_);
+  void Forget(const ConnectOptions& o) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
     known_.erase(Key(o));
   }
 
  private:
-  std::mutex mu_;
-  std::map<std::string, KnownAgent> known_;
+  Mutex mu_;
+  std::map<std::string, KnownAgent> known_ GUARDED_BY(mu_);
 };
 
 KnownAgents& Known() {

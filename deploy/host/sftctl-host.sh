@@ -15,12 +15,14 @@
 #
 # Worker ARGS: --sha256 HEX (of bootstrap/sftctl-src.tar.gz) --source-id HEX [--jobs N]
 #   [--no-install-deps] [--data-dir DIR] [--no-systemd] [--agent-arg ARG]... (added to `sftd start`)
+#   [--agent-only] (build and install sftd only: a host whose trainer comes from elsewhere)
 #   DIR "~", "~/x" or relative is taken under $HOME, as the client's ssh commands take it.
 # State, under SFTCTL_HOME (default ~/.local/share/sftctl):
 #   bootstrap/status   one line: "running <phase>", "done <source id>" or "failed <phase>: <why>"
 #   bootstrap/log      the worker's output (kept; its path is printed on failure)
 #   src/ build-agent/ build-trainer/   the source (updated file by file) and the two builds
-#   installed          the source id of ~/.local/bin/{sftd,sftctl-trainer}
+#   installed          the source id of ~/.local/bin/{sftd,sftctl-trainer}; "<id> agent-only" when
+#                      only sftd was installed (--agent-only)
 set -u
 
 SFTCTL_HOME=${SFTCTL_HOME:-$HOME/.local/share/sftctl}
@@ -51,6 +53,12 @@ CLI11_DIR=$SFTCTL_HOME/deps/cli11/usr/share/cmake/CLI11
 have_pkg() {
   dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" && return 0
   [ "$1" = libcli11-dev ] && [ -f "$CLI11_DIR/CLI11Config.cmake" ]
+}
+
+# CLI11 comes privately (fetch_cli11, no root needed) where apt offers no libcli11-dev (Debian 11), so
+# it is never a package to ask an administrator for.
+private_cli11() {
+  ! have_pkg libcli11-dev && ! LC_ALL=C apt-cache policy libcli11-dev 2>/dev/null | grep -q 'Candidate: [0-9]'
 }
 
 # --- probe -----------------------------------------------------------------------------------------
@@ -136,7 +144,7 @@ probe_tools() {
   if command -v dpkg-query >/dev/null 2>&1; then
     local p missing=""
     for p in $HOST_PKGS; do
-      have_pkg "$p" || missing="$missing $p"
+      have_pkg "$p" || { [ "$p" = libcli11-dev ] && private_cli11; } || missing="$missing $p"
     done
     kv missing_packages "${missing# }"
     kv package_manager apt
@@ -273,10 +281,11 @@ install_deps() {
   phase deps "checking packages"
   command -v dpkg-query >/dev/null 2>&1 || { echo "no dpkg: not installing packages"; return 0; }
   local p missing=""
+  if private_cli11; then fetch_cli11; fi
   for p in $HOST_PKGS; do
     have_pkg "$p" || missing="$missing $p"
   done
-  if [ -z "$TORCH_CMAKE" ]; then
+  if [ -z "$TORCH_CMAKE" ] && [ "$W_AGENT_ONLY" = 0 ]; then
     # No Python torch with a CMake config: Debian's LibTorch (CPU only) when the distribution has it.
     for p in libtorch-dev libopenblas0-openmp; do
       dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -294,10 +303,10 @@ install_deps() {
   echo "installing: $missing"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq || fail "apt-get update failed"
-  # Debian 11 has no libcli11-dev: a private copy of CLI11 instead.
+  # Stale package lists hid libcli11-dev before the update; without it now, the private copy.
   case " $missing " in
     *" libcli11-dev "*)
-      if ! LC_ALL=C apt-cache policy libcli11-dev 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+      if private_cli11; then
         fetch_cli11
         local rest=""
         for p in $missing; do [ "$p" = libcli11-dev ] || rest="$rest $p"; done
@@ -399,7 +408,9 @@ install_binaries() {
   phase install "installing into $PREFIX/bin"
   mkdir -p "$PREFIX/bin" || fail "cannot create $PREFIX/bin"
   local b src
-  for b in sftd sftctl-trainer; do
+  local bins=(sftd sftctl-trainer)
+  [ "$W_AGENT_ONLY" = 1 ] && bins=(sftd)
+  for b in "${bins[@]}"; do
     src=$SFTCTL_HOME/build-agent/bin/$b
     [ "$b" = sftctl-trainer ] && src=$SFTCTL_HOME/build-trainer/bin/$b
     [ -x "$src" ] || fail "$src was not built"
@@ -541,6 +552,7 @@ EOF
 
 parse_worker_args() {
   W_SHA="" W_ID="" W_JOBS=$(nproc 2>/dev/null || echo 2) W_INSTALL=1 W_DATA_DIR="" W_SYSTEMD=1
+  W_AGENT_ONLY=0
   W_AGENT_ARGS=()
   while [ $# -gt 0 ]; do
     case $1 in
@@ -550,6 +562,7 @@ parse_worker_args() {
       --no-install-deps) W_INSTALL=0; shift ;;
       --data-dir) W_DATA_DIR=$(host_path "$2"); shift 2 ;;
       --no-systemd) W_SYSTEMD=0; shift ;;
+      --agent-only) W_AGENT_ONLY=1; shift ;;
       --agent-arg) W_AGENT_ARGS+=("$2"); shift 2 ;;
       *) PHASE=args; fail "unknown worker option $1" ;;
     esac
@@ -575,9 +588,21 @@ cmd_worker() {
   find_torch
   install_deps
   find_torch
-  [ -n "$TORCH_CMAKE" ] || fail "no LibTorch found: install PyTorch for Python (pip install torch) or Debian's libtorch-dev"
+  [ -n "$TORCH_CMAKE" ] || [ "$W_AGENT_ONLY" = 1 ] ||
+    fail "no LibTorch found: install PyTorch for Python (pip install torch) or Debian's libtorch-dev (or bootstrap with --agent-only)"
   phase build-agent "building sftd"
   build host-agent build-agent sftd
+  [ "$W_AGENT_ONLY" = 1 ] || build_trainer
+  install_binaries
+  start_agent
+  local installed=$W_ID what="sftd and sftctl-trainer"
+  [ "$W_AGENT_ONLY" = 1 ] && installed="$W_ID agent-only" what="sftd (agent only)"
+  printf '%s\n' "$installed" >"$SFTCTL_HOME/installed.tmp" && mv -f "$SFTCTL_HOME/installed.tmp" "$SFTCTL_HOME/installed"
+  set_status "done $W_ID"
+  echo "== done: $what of source $W_ID installed and running ($(date '+%H:%M:%S'))"
+}
+
+build_trainer() {
   phase build-trainer "building sftctl-trainer against $TORCH_CMAKE"
   # A CUDA LibTorch's CMake config looks for the CUDA toolkit; NVIDIA's images keep it here.
   local cuda=()
@@ -586,11 +611,6 @@ cmd_worker() {
     cuda=(-DCUDAToolkit_ROOT=/usr/local/cuda)
   fi
   build trainer-only build-trainer sftctl-trainer "-DCMAKE_PREFIX_PATH=$TORCH_CMAKE" "${cuda[@]}"
-  install_binaries
-  start_agent
-  printf '%s\n' "$W_ID" >"$SFTCTL_HOME/installed.tmp" && mv -f "$SFTCTL_HOME/installed.tmp" "$SFTCTL_HOME/installed"
-  set_status "done $W_ID"
-  echo "== done: sftd and sftctl-trainer of source $W_ID installed and running ($(date '+%H:%M:%S'))"
 }
 
 case ${1:-} in

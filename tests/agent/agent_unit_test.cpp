@@ -1,4 +1,5 @@
 // Unit tests of the agent's components (no gRPC server, no processes except where noted).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
@@ -29,6 +30,8 @@ namespace {
 namespace v1 = ::sftctl::v1;
 using ::sftctl::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 
 using ::sftctl::testing::TempDir;
 
@@ -327,8 +330,7 @@ TEST(StateStore, AFullDiskFailsTheSaveAndLosesNothingCommitted) {
   HistoryRecord done{JobState::SUCCEEDED, "done", 10};
   Status full = (*store)->SaveJob(big, &done);
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
-  EXPECT_FALSE(full.ok());
-  EXPECT_NE(full.message().find("sqlite"), std::string::npos) << full.ToString();
+  EXPECT_THAT(full, StatusIs(StatusCode::kInternal, HasSubstr("sqlite")));
 
   auto got = (*store)->GetJob(ins->id);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -704,8 +706,7 @@ TEST(DataDirTrust, OnlyAPrivateFolderOfThisUserIsUsed) {
 
   ::chmod(dir.c_str(), 0777);
   Status s = CheckDataDirTrust(dir);
-  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
-  EXPECT_NE(s.message().find("writable by every user"), std::string::npos) << s.message();
+  EXPECT_THAT(s, StatusIs(StatusCode::kPermissionDenied, HasSubstr("writable by every user")));
 
   std::ofstream(tmp.path() + "/file") << "x";
   EXPECT_EQ(CheckDataDirTrust(tmp.path() + "/file").code(), StatusCode::kFailedPrecondition);
@@ -715,8 +716,8 @@ TEST(DataDirTrust, OnlyAPrivateFolderOfThisUserIsUsed) {
     std::filesystem::create_directory(theirs);
     ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
     s = CheckDataDirTrust(theirs);
-    EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
-    EXPECT_NE(s.message().find("belongs to uid 65534, not to this user"), std::string::npos) << s.message();
+    EXPECT_THAT(s,
+                StatusIs(StatusCode::kPermissionDenied, HasSubstr("belongs to uid 65534, not to this user")));
   }
 }
 
@@ -729,7 +730,7 @@ TEST(DataDirTrust, WithoutHomeTheDefaultIsTheUsersHomeNeverTmp) {
   }
   const std::string dir = DefaultDataDir();
   for (const auto& [k, v] : saved) ::setenv(k.c_str(), v.c_str(), 1);
-  EXPECT_EQ(dir.rfind("/tmp", 0), std::string::npos) << dir;
+  EXPECT_THAT(dir, Not(StartsWith("/tmp")));
   const passwd* pw = ::getpwuid(::geteuid());
   if (pw != nullptr && pw->pw_dir != nullptr && *pw->pw_dir) {
     EXPECT_EQ(dir, std::string(pw->pw_dir) + "/.local/share/sftd");

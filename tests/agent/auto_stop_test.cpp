@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/agent/agent_test_util.h"
 #include "tests/util/offset_clock.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
@@ -17,6 +18,7 @@ namespace sftctl::agent {
 namespace {
 
 using namespace std::chrono_literals;
+using ::sftctl::agent::testing::WaitFor;
 using ::sftctl::testing::OffsetClock;
 using ::sftctl::testing::StatusIs;
 using ::sftctl::testing::TempDir;
@@ -155,7 +157,8 @@ class AutoStopTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(*s);
   }
-  std::unique_ptr<AutoStop> Make(StopPolicy policy) {
+  // The fixture's store, activity, job count, runner and clock.
+  AutoStopDeps Deps() {
     AutoStopDeps deps;
     deps.store = store_.get();
     deps.activity = &activity_;
@@ -163,8 +166,9 @@ class AutoStopTest : public ::testing::Test {
     deps.runner = &runner_;
     deps.clock = &clock_;
     deps.data_dir = dir_.path();
-    return std::make_unique<AutoStop>(deps, policy);
+    return deps;
   }
+  std::unique_ptr<AutoStop> Make(StopPolicy policy) { return std::make_unique<AutoStop>(Deps(), policy); }
   // A stop-when-done job in `state` with complete checkpoints at `steps`.
   JobRecord AddJob(JobState state, const std::vector<int>& steps) {
     JobRecord rec;
@@ -193,7 +197,9 @@ class AutoStopTest : public ::testing::Test {
   RecordingRunner runner_;
 };
 
-TEST_F(AutoStopTest, IdleFiresOnceAfterTheGrace) {
+// Each test below moves the clock past the point where a stop would be due, several periods over,
+// and counts the recorded actions: what must not happen is checked at once, with no real waiting.
+TEST_F(AutoStopTest, IdleFiresOnceAfterTheGraceAndNeverAgain) {
   auto stop = Make(Idle(600));
   EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kCountdown);
   clock_.Advance(599s);
@@ -206,6 +212,11 @@ TEST_F(AutoStopTest, IdleFiresOnceAfterTheGrace) {
   ASSERT_EQ(runner_.commands, std::vector<std::string>{"true"});
   EXPECT_EQ(stop->View().state, "stopped");
   EXPECT_THAT(stop->View().last_action, HasSubstr("command: exit code 0 (idle for 10m00s)"));
+  for (int period = 0; period < 3; ++period) {  // more than two idle periods later: still once
+    clock_.Advance(601s);
+    stop->CheckOnce();
+    EXPECT_EQ(stop->View().state, "stopped");
+  }
   clock_.Advance(2h);
   stop->CheckOnce();
   EXPECT_EQ(runner_.commands.size(), 1u);  // once
@@ -215,9 +226,15 @@ TEST_F(AutoStopTest, IdleFiresOnceAfterTheGrace) {
 TEST_F(AutoStopTest, RunningJobPostponesAndItsEndRestartsTheCountdown) {
   auto stop = Make(Idle(600));
   active_ = 1;
+  for (int period = 0; period < 3; ++period) {  // each check is past the idle grace
+    clock_.Advance(601s);
+    EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kBusy);
+    EXPECT_EQ(stop->View().state, "busy");
+    EXPECT_EQ(stop->View().detail, "1 job(s) running or queued");
+  }
   clock_.Advance(2h);
   EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kBusy);
-  EXPECT_EQ(stop->View().state, "busy");
+  EXPECT_TRUE(runner_.commands.empty());
   active_ = 0;
   StopDecision d = stop->CheckOnce();
   EXPECT_EQ(d.verdict, StopVerdict::kCountdown);
@@ -230,8 +247,14 @@ TEST_F(AutoStopTest, RunningJobPostponesAndItsEndRestartsTheCountdown) {
 TEST_F(AutoStopTest, OpenLogsFollowPostponesAndClientContactRenewsTheLease) {
   auto stop = Make(Idle(600));
   activity_.CallStarted();  // a `logs -f` stream
+  for (int period = 0; period < 3; ++period) {
+    clock_.Advance(601s);
+    EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kBusy);
+    EXPECT_EQ(stop->View().detail, "1 client call(s) open");
+  }
   clock_.Advance(2h);
   EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kBusy);
+  EXPECT_TRUE(runner_.commands.empty());
   activity_.CallEnded();
   clock_.Advance(500s);
   EXPECT_EQ(stop->CheckOnce().remaining_s, 100);
@@ -245,6 +268,24 @@ TEST_F(AutoStopTest, OpenLogsFollowPostponesAndClientContactRenewsTheLease) {
   clock_.Advance(400s);
   EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kStopNow);
   EXPECT_EQ(runner_.commands.size(), 1u);
+}
+
+// The checking thread evaluates on the injected clock every `check` of real time: moved past the
+// grace, the action runs at the next check, once.
+TEST_F(AutoStopTest, TheCheckingThreadFiresOnceOnTheInjectedClock) {
+  AutoStopDeps deps = Deps();
+  deps.check = 10ms;
+  AutoStop stop(deps, Idle(600));
+  stop.Start();
+  EXPECT_TRUE(WaitFor([&] { return stop.View().state == "countdown"; }));
+  clock_.Advance(601s);
+  EXPECT_TRUE(WaitFor([&] { return stop.fired() == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return stop.View().state == "stopped"; }));
+  clock_.Advance(2h);
+  stop.CheckOnce();  // a full evaluation after the move, whatever the thread did meanwhile
+  stop.Stop();       // joined: its writes to the runner are visible here
+  EXPECT_EQ(runner_.commands, std::vector<std::string>{"true"});
+  EXPECT_EQ(stop.fired(), 1);
 }
 
 TEST_F(AutoStopTest, FailedActionIsRetriedOnlyAfterAnotherGrace) {
@@ -286,8 +327,14 @@ TEST_F(AutoStopTest, StopWhenDoneWaitsForThePullOfTheNewestCompleteCheckpoint) {
   std::filesystem::create_directories(running.job_dir + "/run/checkpoint-000006");  // incomplete
   active_ = 0;
   EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kCountdown);
-  clock_.Advance(61s);
-  EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kAwaitPull);
+  for (int period = 0; period < 3; ++period) {  // each check is past the grace
+    clock_.Advance(61s);
+    StopDecision d = stop->CheckOnce();
+    EXPECT_EQ(d.verdict, StopVerdict::kAwaitPull);
+    EXPECT_GT(d.remaining_s, 1500);  // of the default 30 minutes' wait for the pull
+    EXPECT_EQ(stop->View().state, "await_pull");
+    EXPECT_EQ(stop->View().detail, running.id + ": final checkpoint not pulled yet (`sftctl pull`)");
+  }
   activity_.NotePulled(running.id, "run/checkpoint-000002/DONE");  // an older one does not count
   EXPECT_EQ(stop->CheckOnce().verdict, StopVerdict::kAwaitPull);
   EXPECT_TRUE(runner_.commands.empty());
@@ -374,13 +421,8 @@ TEST_F(AutoStopTest, SubmissionsAreRefusedOnceStoppingHasBegun) {
   Status during_action;
   runner.during = [&] { during_action = stop->AdmitSubmission().status(); };
   runner.exit_code = 3;
-  AutoStopDeps deps;
-  deps.store = store_.get();
-  deps.activity = &activity_;
-  deps.active_jobs = [this] { return active_.load(); };
+  AutoStopDeps deps = Deps();
   deps.runner = &runner;
-  deps.clock = &clock_;
-  deps.data_dir = dir_.path();
   stop = std::make_unique<AutoStop>(deps, Idle(600));
   ASSERT_TRUE(stop->AdmitSubmission().ok());  // released at once: the job was not created
   clock_.Advance(601s);
@@ -423,13 +465,8 @@ TEST_F(AutoStopTest, AnAdmittedSubmissionHoldsTheHostUntilItsJobIsCounted) {
 // it does not fire. (Before, the action ran and the acknowledged job was lost with the host.)
 TEST_F(AutoStopTest, AJobSubmittedBetweenTheSnapshotAndTheActionPreventsIt) {
   std::atomic<int> reads{0};
-  AutoStopDeps deps;
-  deps.store = store_.get();
-  deps.activity = &activity_;
+  AutoStopDeps deps = Deps();
   deps.active_jobs = [&reads]() -> uint32_t { return reads++ == 0 ? 0 : 1; };  // queued after the 1st read
-  deps.runner = &runner_;
-  deps.clock = &clock_;
-  deps.data_dir = dir_.path();
   AutoStop stop(deps, Idle(600));
   clock_.Advance(601s);
   StopDecision d = stop.CheckOnce();

@@ -120,8 +120,7 @@ TEST_F(BlobRanges, AWholeThatDoesNotVerifyIsDeleted) {
   bool complete = false;
   for (size_t b : {0, 1, 2, 3}) ASSERT_TRUE(Send(*blobs, b, &complete).ok()) << b;
   Status s = Send(*blobs, 4, &complete);
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
-  EXPECT_NE(s.message().find("nothing stored"), std::string::npos) << s.message();
+  EXPECT_THAT(s, StatusIs(StatusCode::kDataLoss, HasSubstr("nothing stored")));
   EXPECT_FALSE(complete);
   EXPECT_FALSE(std::filesystem::exists(blobs->BlobPath(sha)));
   EXPECT_FALSE(std::filesystem::exists(blobs->PartialDir() + "/" + sha));

@@ -24,6 +24,12 @@ TEST(CliFlags, SmokeAndNoSmokeTogetherAreRefused) {
   EXPECT_THAT(r.output, HasSubstr("excludes"));
 }
 
+TEST(CliFlags, SmokeWithAgentOnlyIsRefused) {  // an agent-only host has no trainer to run it
+  auto r = RunCommand({Bin("sftctl"), "bootstrap", "--host", "nowhere.invalid", "--smoke", "--agent-only"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("excludes"));
+}
+
 // `pull --keep` and `submit --sync-keep` take the same values: N >= 1 (leaving them out keeps all).
 TEST(CliFlags, KeepCountsAreAtLeastOneEverywhere) {
   auto sync = RunCommand({Bin("sftctl"), "submit", "job.yaml", "--host", "nowhere.invalid", "--sync-to", "d",

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl::client {
@@ -19,6 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::sftctl::testing::MakeTempDir;
+using ::sftctl::testing::StatusIs;
+using ::sftctl::testing::TempDir;
+using ::testing::HasSubstr;
 
 std::vector<nlohmann::json> Records() {
   std::vector<nlohmann::json> r = {{{"event", "start"}}};
@@ -100,16 +104,16 @@ TEST(Plot, ErrorsAreSpecific) {
   EXPECT_FALSE(fs::exists(dir + "/x.png"));
   // A folder that does not exist: the message names the target.
   Status missing = RenderLossPlot(Records(), "t", dir + "/no/such/dir/x.png");
-  EXPECT_FALSE(missing.ok());
-  EXPECT_NE(missing.message().find("cannot write plot '" + dir + "/no/such/dir/x.png'"), std::string::npos)
-      << missing.message();
-  EXPECT_NE(missing.message().find("No such file or directory"), std::string::npos) << missing.message();
+  EXPECT_THAT(missing,
+              StatusIs(StatusCode::kNotFound,
+                       ::testing::AllOf(HasSubstr("cannot write plot '" + dir + "/no/such/dir/x.png'"),
+                                        HasSubstr("No such file or directory"))));
   // An unwritable folder (unless running as root, who may write anyway).
   if (::geteuid() != 0) {
     fs::create_directories(dir + "/ro");
     ::chmod((dir + "/ro").c_str(), 0555);
     Status ro = RenderLossPlot(Records(), "t", dir + "/ro/x.png");
-    EXPECT_NE(ro.message().find("Permission denied"), std::string::npos) << ro.message();
+    EXPECT_THAT(ro, StatusIs(StatusCode::kPermissionDenied, HasSubstr("Permission denied")));
     EXPECT_TRUE(fs::is_empty(dir + "/ro")) << "no temporary file is left behind";
     ::chmod((dir + "/ro").c_str(), 0755);
   }
@@ -138,9 +142,101 @@ TEST(Plot, ReadMetricsFileNamesTheBadLine) {
   EXPECT_EQ(ReadMetricsFile(path).status().message(), path + ":2: not a JSON object");
 
   auto missing = ReadMetricsFile(dir + "/nope.jsonl");
-  EXPECT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find(dir + "/nope.jsonl"), std::string::npos);
+  EXPECT_THAT(missing, StatusIs(StatusCode::kNotFound, HasSubstr(dir + "/nope.jsonl")));
   fs::remove_all(dir);
+}
+
+// A run whose loss falls as a * exp(-s / 12) + c, with eval exact_match rising (faster with a larger a).
+std::vector<nlohmann::json> DecayRun(double a, double c) {
+  std::vector<nlohmann::json> r;
+  for (int s = 1; s <= 50; ++s)
+    r.push_back({{"event", "step"}, {"step", s}, {"loss", a * std::exp(-s / 12.0) + c}});
+  for (int s = 10; s <= 50; s += 10) {
+    r.push_back({{"event", "eval"},
+                 {"step", s},
+                 {"eval_loss", a * std::exp(-s / 12.0) + c + 0.2},
+                 {"exact_match", s / 60.0 * a / 3}});
+  }
+  return r;
+}
+
+// The mean row of the pixels of colour `c` in column x (-1 when none).
+double MeanRow(cairo_surface_t* s, PlotRgb c, int x, int y0, int y1) {
+  double sum = 0;
+  int n = 0;
+  for (int y = y0; y < y1; ++y) {
+    if (CountColor(s, c, 12, x, y, x + 1, y + 1)) sum += y, ++n;
+  }
+  return n ? sum / n : -1;
+}
+
+TEST(Plot, SeveralRunsShareOneChartEachInItsColour) {
+  TempDir dir("plot-runs");
+  const std::string png = dir.path() + "/cmp.png";
+  ASSERT_TRUE(RenderPlot({{"a", DecayRun(3, 0.5)}, {"b", DecayRun(2, 0.8)}, {"c", DecayRun(1, 1.0)}},
+                         "a vs b vs c", png)
+                  .ok());
+  cairo_surface_t* s = cairo_image_surface_create_from_png(png.c_str());
+  ASSERT_EQ(cairo_surface_status(s), CAIRO_STATUS_SUCCESS);
+  // Each run's line and markers, in the plot area left of the legend.
+  for (int i = 0; i < 3; ++i) EXPECT_GT(CountColor(s, kRunColors[i], 12, 80, 56, 700, 600 - 64), 200) << i;
+  EXPECT_EQ(CountColor(s, kRunColors[3], 12, 0, 0, 960, 600), 0);
+  cairo_surface_destroy(s);
+}
+
+TEST(Plot, LogYDrawsExponentialDecayAsAStraightLine) {
+  TempDir dir("plot-log");
+  std::vector<nlohmann::json> records;
+  for (int s = 1; s <= 50; ++s)
+    records.push_back({{"event", "step"}, {"step", s}, {"loss", 100 * std::exp(-s / 8.0)}});
+  records.push_back({{"event", "step"}, {"step", 51}, {"loss", 0.0}});  // not drawable on a log axis
+  for (bool log_y : {true, false}) {
+    const std::string png = dir.path() + (log_y ? "/log.png" : "/lin.png");
+    PlotOptions o;
+    o.log_y = log_y;
+    ASSERT_TRUE(RenderLossPlot(records, "decay", png, o).ok());
+    cairo_surface_t* s = cairo_image_surface_create_from_png(png.c_str());
+    ASSERT_EQ(cairo_surface_status(s), CAIRO_STATUS_SUCCESS);
+    // The line's columns: its first and last, and the middle (step 25.5 on a linear x axis).
+    int first = -1, last = -1;
+    for (int x = 81; x < 960 - 24; ++x) {
+      if (MeanRow(s, kTrainColor, x, 57, 600 - 64) >= 0) (first < 0 ? first : last) = x;
+    }
+    ASSERT_GT(last, first + 100);
+    const double y_first = MeanRow(s, kTrainColor, first + 3, 57, 600 - 64);
+    const double y_last = MeanRow(s, kTrainColor, last - 3, 57, 600 - 64);
+    const double y_mid = MeanRow(s, kTrainColor, (first + last) / 2, 57, 600 - 64);
+    if (log_y) {
+      EXPECT_NEAR(y_mid, (y_first + y_last) / 2, 4) << first << " " << last;
+    } else {
+      EXPECT_GT(y_mid - (y_first + y_last) / 2, 100);  // the linear axis bends it far below the chord
+    }
+    cairo_surface_destroy(s);
+  }
+  PlotOptions o;
+  o.log_y = true;
+  EXPECT_EQ(
+      RenderLossPlot({{{"event", "step"}, {"step", 1}, {"loss", -1.0}}}, "t", dir.path() + "/x.png", o)
+          .message(),
+      "nothing to plot: no \"step\" record with a loss and no \"eval\" record with an eval_loss among 1 "
+      "record(s) (--log-y: above 0)");
+}
+
+TEST(Plot, AnotherMetricIsDrawnFromTheRecordsThatHaveIt) {
+  TempDir dir("plot-metric");
+  PlotOptions o;
+  o.metric = "exact_match";
+  const std::string png = dir.path() + "/em.png";
+  ASSERT_TRUE(RenderPlot({{"a", DecayRun(3, 0.5)}, {"b", DecayRun(2, 0.8)}}, "exact match", png, o).ok());
+  cairo_surface_t* s = cairo_image_surface_create_from_png(png.c_str());
+  ASSERT_EQ(cairo_surface_status(s), CAIRO_STATUS_SUCCESS);
+  EXPECT_GT(CountColor(s, kRunColors[0], 12, 80, 56, 700, 600 - 64), 100);
+  EXPECT_GT(CountColor(s, kRunColors[1], 12, 80, 56, 700, 600 - 64), 100);
+  cairo_surface_destroy(s);
+  o.metric = "gpu_util_pct";
+  EXPECT_EQ(RenderPlot({{"a", DecayRun(3, 0.5)}}, "t", dir.path() + "/x.png", o).message(),
+            "nothing to plot: no record with a step and a number 'gpu_util_pct' among 55 record(s)");
+  EXPECT_FALSE(fs::exists(dir.path() + "/x.png"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <random>
 #include <thread>
@@ -197,17 +198,24 @@ TEST_F(HfHubTest, WaitsForAnotherDownloadersLockAndReusesItsBlob) {
   auto locked = FileLock::Acquire(cache_ + "/.locks/models--org--tiny/" + weights_sha + ".lock");
   ASSERT_TRUE(locked.ok()) << locked.status().ToString();
   std::optional<FileLock> other(std::move(*locked));
-  std::vector<std::string> progress;
+  std::vector<std::string> progress;  // read once the download's thread is joined
+  std::promise<void> waiting;         // it reported waiting for the lock
+  bool told = false;
   StatusOr<HubSnapshot> snap = InternalError("not run");
   std::thread t([&] {
     HubOptions o = Options();
     o.progress = [&](const std::string& file, uint64_t, uint64_t) {
       if (progress.empty() || progress.back() != file) progress.push_back(file);
+      if (!told && file == "model.safetensors (waiting for another download)") {
+        told = true;
+        waiting.set_value();
+      }
     };
     HubDownloader d(o);
     snap = d.Download(*ParseHubRef("hf://org/tiny"));
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  // Blocked on the lock (no timed sleep): nothing may have been written for the blob.
+  EXPECT_EQ(waiting.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
   EXPECT_FALSE(fs::exists(repo + "/blobs/" + weights_sha + ".incomplete"));  // it waits, writes nothing
   WriteWholeFile(repo + "/blobs/" + weights_sha, weights_);                  // the other client finishes
   other.reset();                                                             // and lets go

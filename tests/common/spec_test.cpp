@@ -1,19 +1,26 @@
 // JobSpec parsing: defaults, strictness, messages that name the field and the YAML line.
 #include "common/spec.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "common/spec_yaml.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl {
 namespace {
 
+using ::sftctl::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// `text` as `name` in this program's folder (removed at its exit, pass or fail; names are per test).
 std::string TempFile(const std::string& name, const std::string& text) {
-  const std::string dir = std::filesystem::temp_directory_path().string() + "/sftctl-spec-test";
-  std::filesystem::create_directories(dir);
+  static const std::string dir = ::sftctl::testing::MakeTempDir("spec-test");
   const std::string path = dir + "/" + name;
   std::ofstream(path) << text;
   return path;
@@ -75,9 +82,8 @@ TEST(Spec, DataChatTemplateAndPacking) {
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->data.chat_template, "llama3");  // a built-in name is not a path
   spec = LoadSpecFile(TempFile("badpack.yaml", std::string(kMinimal) + "  packing: 3\n"));
-  ASSERT_FALSE(spec.ok());
-  EXPECT_NE(spec.status().message().find("field 'data.packing': must be true or false"), std::string::npos)
-      << spec.status().message();
+  EXPECT_THAT(
+      spec, StatusIs(StatusCode::kInvalidArgument, HasSubstr("field 'data.packing': must be true or false")));
 }
 
 // The memory knobs: train.loss_chunk_tokens, train.skip_memory_check, lora.base_dtype.
@@ -105,8 +111,7 @@ TEST(Spec, MemoryKnobs) {
       {"lora: {base_dtype: fp16}\n", "field 'lora.base_dtype': must be one of auto, fp32, bf16, got 'fp16'"}};
   for (const auto& [yaml, error] : bad) {
     auto r = LoadSpecFile(TempFile("mem-bad.yaml", std::string(kMinimal) + yaml));
-    ASSERT_FALSE(r.ok()) << yaml;
-    EXPECT_NE(r.status().message().find(error), std::string::npos) << r.status().message();
+    EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, HasSubstr(error))) << yaml;
   }
 }
 
@@ -122,38 +127,30 @@ TEST(Spec, TrainGradientCheckpointing) {
   EXPECT_TRUE(again->train.gradient_checkpointing);
   spec =
       LoadSpecFile(TempFile("gc-bad.yaml", std::string(kMinimal) + "train: {gradient_checkpointing: 1}\n"));
-  ASSERT_FALSE(spec.ok());
-  EXPECT_NE(spec.status().message().find("field 'train.gradient_checkpointing': must be true or false"),
-            std::string::npos)
-      << spec.status().message();
+  EXPECT_THAT(spec, StatusIs(StatusCode::kInvalidArgument,
+                             HasSubstr("field 'train.gradient_checkpointing': must be true or false")));
 }
 
 TEST(Spec, UnknownFieldNamesFieldLineAndSuggestion) {
   auto spec =
       LoadSpecFile(TempFile("typo.yaml", std::string(kMinimal) + "train:\n  batch_size: 4\n  lrr: 0.1\n"));
-  ASSERT_FALSE(spec.ok());
-  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(spec.status().message().find(
-                "typo.yaml:7: field 'train.lrr': unknown field (did you mean 'train.lr'?)"),
-            std::string::npos)
-      << spec.status().message();
+  EXPECT_THAT(
+      spec, StatusIs(StatusCode::kInvalidArgument,
+                     HasSubstr("typo.yaml:7: field 'train.lrr': unknown field (did you mean 'train.lr'?)")));
 }
 
 TEST(Spec, UnknownTopLevelField) {
   auto spec = LoadSpecFile(TempFile("top.yaml", std::string(kMinimal) + "epochz: 3\n"));
-  ASSERT_FALSE(spec.ok());
-  EXPECT_NE(spec.status().message().find("top.yaml:5: field 'epochz': unknown field"), std::string::npos)
-      << spec.status().message();
+  EXPECT_THAT(spec,
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("top.yaml:5: field 'epochz': unknown field")));
 }
 
 TEST(Spec, WrongTypeNamesField) {
   auto spec =
       LoadSpecFile(TempFile("type.yaml", std::string(kMinimal) + "train:\n  batch_size: \"eight\"\n"));
-  ASSERT_FALSE(spec.ok());
-  EXPECT_NE(
-      spec.status().message().find("type.yaml:6: field 'train.batch_size': must be an integer, got a string"),
-      std::string::npos)
-      << spec.status().message();
+  EXPECT_THAT(spec,
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("type.yaml:6: field 'train.batch_size': must be an integer, got a string")));
 }
 
 TEST(Spec, QuotedNumberStaysString) {
@@ -169,14 +166,11 @@ TEST(Spec, QuotedNumberStaysString) {
 
 TEST(Spec, RangeAndChoiceErrors) {
   auto s1 = LoadSpecFile(TempFile("range.yaml", std::string(kMinimal) + "train: {batch_size: 0}\n"));
-  ASSERT_FALSE(s1.ok());
-  EXPECT_NE(s1.status().message().find("field 'train.batch_size': must be >= 1, got 0"), std::string::npos)
-      << s1.status().message();
+  EXPECT_THAT(
+      s1, StatusIs(StatusCode::kInvalidArgument, HasSubstr("field 'train.batch_size': must be >= 1, got 0")));
   auto s2 = LoadSpecFile(TempFile("choice.yaml", std::string(kMinimal) + "precision: fp8\n"));
-  ASSERT_FALSE(s2.ok());
-  EXPECT_NE(s2.status().message().find("field 'precision': must be one of auto, fp32, bf16, fp16, got 'fp8'"),
-            std::string::npos)
-      << s2.status().message();
+  EXPECT_THAT(s2, StatusIs(StatusCode::kInvalidArgument,
+                           HasSubstr("field 'precision': must be one of auto, fp32, bf16, fp16, got 'fp8'")));
 }
 
 TEST(Spec, DataMaxSamples) {
@@ -194,10 +188,8 @@ TEST(Spec, DataMaxSamples) {
   EXPECT_EQ(again->data.max_samples, 100);
   EXPECT_EQ(again->data.max_eval_samples, 20);
   spec = LoadSpecFile(TempFile("max-bad.yaml", std::string(kMinimal) + "  max_samples: -5\n"));
-  ASSERT_FALSE(spec.ok());
-  EXPECT_NE(spec.status().message().find("max-bad.yaml:5: field 'data.max_samples': must be >= 0, got -5"),
-            std::string::npos)
-      << spec.status().message();
+  EXPECT_THAT(spec, StatusIs(StatusCode::kInvalidArgument,
+                             HasSubstr("max-bad.yaml:5: field 'data.max_samples': must be >= 0, got -5")));
 }
 
 TEST(Spec, LoraFieldsDefaultsAndRoundTrip) {
@@ -232,23 +224,21 @@ TEST(Spec, LoraFieldsDefaultsAndRoundTrip) {
 
 TEST(Spec, LoraErrorsNameTheField) {
   auto err = [](const std::string& name, const std::string& lora) {
-    auto s = LoadSpecFile(TempFile(name, std::string(kMinimal) + "lora: " + lora + "\n"));
-    return s.ok() ? std::string("(ok)") : s.status().message();
+    return LoadSpecFile(TempFile(name, std::string(kMinimal) + "lora: " + lora + "\n")).status();
   };
-  EXPECT_NE(err("l1.yaml", "{r: 0}").find("field 'lora.r': must be >= 1, got 0"), std::string::npos);
-  EXPECT_NE(err("l2.yaml", "{alpha: 0}").find("field 'lora.alpha': must be > 0"), std::string::npos);
-  EXPECT_NE(err("l3.yaml", "{dropout: 1.5}").find("field 'lora.dropout': must be in [0, 0.99], got 1.5"),
-            std::string::npos);
-  const std::string e4 = err("l4.yaml", "{target_modules: [q_proj, lm_head]}");
-  EXPECT_NE(e4.find("field 'lora.target_modules': 'lm_head' is not a projection of llama/qwen2"),
-            std::string::npos)
-      << e4;
-  EXPECT_NE(
-      err("l5.yaml", "{target_modules: []}").find("field 'lora.target_modules': must be a non-empty list"),
-      std::string::npos);
-  const std::string e6 = err("l6.yaml", "{rank: 8}");
-  EXPECT_NE(e6.find("l6.yaml:5: field 'lora.rank': unknown field"), std::string::npos) << e6;
-  EXPECT_NE(err("l7.yaml", "8").find("field 'lora': must be a mapping"), std::string::npos);
+  auto invalid = [](const std::string& what) {
+    return StatusIs(StatusCode::kInvalidArgument, HasSubstr(what));
+  };
+  EXPECT_THAT(err("l1.yaml", "{r: 0}"), invalid("field 'lora.r': must be >= 1, got 0"));
+  EXPECT_THAT(err("l2.yaml", "{alpha: 0}"), invalid("field 'lora.alpha': must be > 0"));
+  EXPECT_THAT(err("l3.yaml", "{dropout: 1.5}"),
+              invalid("field 'lora.dropout': must be in [0, 0.99], got 1.5"));
+  EXPECT_THAT(err("l4.yaml", "{target_modules: [q_proj, lm_head]}"),
+              invalid("field 'lora.target_modules': 'lm_head' is not a projection of llama/qwen2"));
+  EXPECT_THAT(err("l5.yaml", "{target_modules: []}"),
+              invalid("field 'lora.target_modules': must be a non-empty list"));
+  EXPECT_THAT(err("l6.yaml", "{rank: 8}"), invalid("l6.yaml:5: field 'lora.rank': unknown field"));
+  EXPECT_THAT(err("l7.yaml", "8"), invalid("field 'lora': must be a mapping"));
 }
 
 TEST(Spec, DistributedAndHostsDefaultsAndRoundTrip) {
@@ -276,61 +266,51 @@ TEST(Spec, DistributedAndHostsDefaultsAndRoundTrip) {
 
 TEST(Spec, DistributedErrorsNameTheField) {
   auto err = [](const std::string& name, const std::string& extra) {
-    auto s = LoadSpecFile(TempFile(name, std::string(kMinimal) + extra + "\n"));
-    return s.ok() ? std::string("(ok)") : s.status().message();
+    return LoadSpecFile(TempFile(name, std::string(kMinimal) + extra + "\n")).status();
   };
-  EXPECT_NE(err("d1.yaml", "distributed: {timeout_s: 0}")
-                .find("field 'distributed.timeout_s': must be in [1, 86400], got 0"),
-            std::string::npos);
-  EXPECT_NE(err("d2.yaml", "distributed: {bucket_mb: 0}").find("field 'distributed.bucket_mb': must be > 0"),
-            std::string::npos);
-  EXPECT_NE(err("d3.yaml", "distributed: {timeout_s: soon}")
-                .find("field 'distributed.timeout_s': must be a number, got a string"),
-            std::string::npos);
-  const std::string e4 = err("d4.yaml", "distributed: {timeout: 30}");
-  EXPECT_NE(e4.find("d4.yaml:5: field 'distributed.timeout': unknown field (did you mean "
-                    "'distributed.timeout_s'?)"),
-            std::string::npos)
-      << e4;
-  EXPECT_NE(err("d5.yaml", "distributed: 30").find("field 'distributed': must be a mapping"),
-            std::string::npos);
-  EXPECT_NE(err("d6.yaml", "hosts: gpu-a").find("field 'hosts': must be a list of host names, got a string"),
-            std::string::npos);
-  EXPECT_NE(err("d7.yaml", "hosts: [gpu-a, 3]").find("field 'hosts': must list host names, found an integer"),
-            std::string::npos);
-  EXPECT_NE(err("d8.yaml", "hosts: [\"\"]").find("field 'hosts': host names must not be empty"),
-            std::string::npos);
+  auto invalid = [](const std::string& what) {
+    return StatusIs(StatusCode::kInvalidArgument, HasSubstr(what));
+  };
+  EXPECT_THAT(err("d1.yaml", "distributed: {timeout_s: 0}"),
+              invalid("field 'distributed.timeout_s': must be in [1, 86400], got 0"));
+  EXPECT_THAT(err("d2.yaml", "distributed: {bucket_mb: 0}"),
+              invalid("field 'distributed.bucket_mb': must be > 0"));
+  EXPECT_THAT(err("d3.yaml", "distributed: {timeout_s: soon}"),
+              invalid("field 'distributed.timeout_s': must be a number, got a string"));
+  EXPECT_THAT(
+      err("d4.yaml", "distributed: {timeout: 30}"),
+      invalid(
+          "d4.yaml:5: field 'distributed.timeout': unknown field (did you mean 'distributed.timeout_s'?)"));
+  EXPECT_THAT(err("d5.yaml", "distributed: 30"), invalid("field 'distributed': must be a mapping"));
+  EXPECT_THAT(err("d6.yaml", "hosts: gpu-a"),
+              invalid("field 'hosts': must be a list of host names, got a string"));
+  EXPECT_THAT(err("d7.yaml", "hosts: [gpu-a, 3]"),
+              invalid("field 'hosts': must list host names, found an integer"));
+  EXPECT_THAT(err("d8.yaml", "hosts: [\"\"]"), invalid("field 'hosts': host names must not be empty"));
 }
 
 TEST(Spec, ModelNeedsExactlyOneSource) {
   auto spec = LoadSpecFile(TempFile("nomodel.yaml", "model: {}\ndata: {train: a.jsonl}\n"));
-  ASSERT_FALSE(spec.ok());
-  EXPECT_NE(spec.status().message().find("give exactly one of model.path"), std::string::npos)
-      << spec.status().message();
+  EXPECT_THAT(spec, StatusIs(StatusCode::kInvalidArgument, HasSubstr("give exactly one of model.path")));
   auto missing = LoadSpecFile(TempFile("nodata.yaml", "model: {path: m}\n"));
-  ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("field 'data': is required"), std::string::npos)
-      << missing.status().message();
+  EXPECT_THAT(missing, StatusIs(StatusCode::kInvalidArgument, HasSubstr("field 'data': is required")));
 }
 
 TEST(Spec, DuplicateKeyAndInvalidYaml) {
   auto dup = LoadSpecFile(TempFile("dup.yaml", std::string(kMinimal) + "seed: 1\nseed: 2\n"));
-  ASSERT_FALSE(dup.ok());
-  EXPECT_NE(dup.status().message().find("dup.yaml:6: field 'seed' is given twice"), std::string::npos)
-      << dup.status().message();
+  EXPECT_THAT(dup,
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("dup.yaml:6: field 'seed' is given twice")));
   auto bad = LoadSpecFile(TempFile("bad.yaml", "model: [unclosed\n"));
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("bad.yaml:"), std::string::npos);
-  EXPECT_NE(bad.status().message().find("invalid YAML"), std::string::npos) << bad.status().message();
+  EXPECT_THAT(
+      bad, StatusIs(StatusCode::kInvalidArgument, AllOf(HasSubstr("bad.yaml:"), HasSubstr("invalid YAML"))));
 }
 
 TEST(Spec, MissingDataFileNamesFieldAndFile) {
   auto spec = LoadSpecFile(TempFile("nofile.yaml", kMinimal));
   ASSERT_TRUE(spec.ok());
   Status s = CheckSpecFiles(*spec);
-  EXPECT_EQ(s.code(), StatusCode::kNotFound);
-  EXPECT_NE(s.message().find("field 'data.train': file '"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("data/train.jsonl' does not exist"), std::string::npos) << s.message();
+  EXPECT_THAT(s, StatusIs(StatusCode::kNotFound, AllOf(HasSubstr("field 'data.train': file '"),
+                                                       HasSubstr("data/train.jsonl' does not exist"))));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (the `fuzz` preset, in build/fuzz) and runs each for a short fixed
+# Builds the libFuzzer targets and sftd + sftctl (the `fuzz` preset, in build/fuzz: clang, ASan/UBSan,
+# -Werror=thread-safety) and runs each for a short fixed
 # time on a copy of its seed corpus (tests/fuzz/corpus/<name>/). Prints one line per target
 # (executions, coverage, where a crash input was saved) and exits non-zero if any target found a
 # crash, a leak, an input slower than SFTCTL_FUZZ_TIMEOUT, or did not run. See docs/fuzzing.md.
@@ -41,7 +42,9 @@ if [ "${SFTCTL_FUZZ_NO_BUILD:-0}" != "1" ]; then
     echo "FAILED: cmake --preset fuzz" >&2
     exit 1
   }
-  build_targets=()
+  # sftd and sftctl too: the preset's -Werror=thread-safety makes this build also the check that
+  # every lock is taken as its header says (common/thread_annotations.h), over all of agent/ and client/.
+  build_targets=(sftd sftctl)
   for t in "${targets[@]}"; do build_targets+=("${t}_fuzz"); done
   if ! cmake --build "$build" -j "$jobs" --target "${build_targets[@]}"; then
     echo "FAILED: building the fuzz targets" >&2

@@ -21,12 +21,13 @@ NAME=bullseye_root
 ROOT=${1:-${SFTCTL_BULLSEYE_ROOT:-/var/cache/sftctl/bullseye-root}}
 
 # The host script's package list for Debian/Ubuntu (HOST_PKGS in deploy/host/sftctl-host.sh) less
-# libcli11-dev, which bullseye lacks (added below from this machine's apt), and GoogleTest 1.10 for
-# the agent's end-to-end test (every RPC, streaming ones included, through gRPC 1.30).
+# libcli11-dev, which bullseye lacks (added below from this machine's apt), GoogleTest 1.10 for
+# the agent's end-to-end test (every RPC, streaming ones included, through gRPC 1.30), and sshd and
+# python3 for `sftctl bootstrap` onto it (tests/remote/fresh_host.sh with SFTCTL_FRESH_HOST_ROOT=bullseye).
 PKGS=(g++ make cmake ninja-build pkg-config ca-certificates ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev libsqlite3-dev
   libboost-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev
-  libutf8proc-dev libcurl4-openssl-dev libgtest-dev libgmock-dev)
+  libutf8proc-dev libcurl4-openssl-dev libgtest-dev libgmock-dev openssh-server python3)
 want="${PKGS[*]} +libcli11-dev"
 
 root_begin

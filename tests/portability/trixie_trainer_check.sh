@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The stand-in for a Linux GPU host whose PyTorch is a pip wheel: inside the Debian 13 root of
-# tests/portability/trixie_root.sh (LibTorch 2.6, no gloo headers, no OpenSSL headers), configure
-# the trainer-only preset with -Werror and the trainer's tests, build, run them (the LibTorch 2.x
-# code paths: c10d Backend, SDPA with SFTCTL_NO_FUSED=1, the device-generic autocast API), and check
+# The stand-in for a Linux GPU host whose PyTorch is a CUDA wheel: inside the Debian 13 root of
+# tests/portability/trixie_root.sh (CUDA LibTorch 2.6, NCCL, the CUDA toolkit, no GPU, no gloo
+# headers, no OpenSSL headers), configure the trainer-only preset with -Werror and the trainer's
+# tests (configure must compile the NCCL process group in), build -- the CUDA and NCCL code paths
+# included --, run the tests on the CPU (the LibTorch 2.x code paths: c10d Backend, SDPA with
+# SFTCTL_NO_FUSED=1, the device-generic autocast API), and check
 #   - the root is wheel-like (no gloo, OpenSSL, yaml-cpp or gRPC headers);
+#   - without a GPU, `device: cuda` and an NCCL process group fail at once with a clear error;
 #   - sftctl-trainer links no compiled C++ library but LibTorch (no libfmt/libspdlog);
 #   - every trainer and common source compiles with -D_GLIBCXX_USE_CXX11_ABI=0 (pip wheels before
 #     torch 2.7), with the build's own flags (-fsyntax-only: the objects could not be linked
@@ -13,7 +16,7 @@
 # Usage: tests/portability/trixie_trainer_check.sh   (root or sudo; the root is made when missing)
 # The source is copied into ROOT/work/sftctl-src with timestamps kept and the build folder
 # (ROOT/work/sftctl-build) stays in the root, so a second run rebuilds only what changed.
-# Logs: ROOT/work/{configure,build,ctest,ctest-sdpa,abi0}.log. Exits non-zero on any failure.
+# Logs: ROOT/work/{configure,build,ctest,cuda-errors,ctest-sdpa,abi0}.log. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SUDO=""
@@ -79,12 +82,14 @@ in_root bash -c "cd $WORK && cmake --preset trainer-only -B $BUILD -DSFTCTL_BUIL
   -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" \
   >"$LOGS/configure.log" 2>&1 || { tail -n 40 "$LOGS/configure.log"; fail "configure" "configure failed"; }
 grep -E '^-- sftctl:|sftctl:' "$LOGS/configure.log" || true
-done_phase "configure (trainer-only preset)"
+grep -q 'sftctl: NCCL process groups on' "$LOGS/configure.log" ||
+  fail "configure" "configure did not say 'NCCL process groups on' (CUDA LibTorch + libnccl-dev): the NCCL code is not compiled"
+done_phase "configure (trainer-only preset, NCCL on)"
 
-phase "build (-j$jobs, -Werror, LibTorch 2.6)"
+phase "build (-j$jobs, -Werror, CUDA LibTorch 2.6)"
 in_root cmake --build "$BUILD" -j "$jobs" >"$LOGS/build.log" 2>&1 ||
   { grep -E 'error|warning' "$LOGS/build.log" | head -n 40; tail -n 20 "$LOGS/build.log"
-    fail "build" "build failed (LibTorch 2.6, -Werror)"; }
+    fail "build" "build failed (CUDA LibTorch 2.6, -Werror)"; }
 done_phase "build ($(grep -c 'Building CXX' "$LOGS/build.log" || true) objects compiled; ccache: $(in_root ccache -s 2>/dev/null | grep -iE '^ *hits' | head -n 1 | tr -s ' ' || true))"
 
 phase "no compiled C++ library but LibTorch in sftctl-trainer"
@@ -106,6 +111,25 @@ passed=$(grep -E "tests passed" "$LOGS/ctest.log" | tail -n 1 || true)
 skipped=$(grep -c '\*\*\*Skipped' "$LOGS/ctest.log" || true)
 grep -E '\*\*\*Skipped' "$LOGS/ctest.log" | sed 's/^/  /' | head -n 20
 done_phase "ctest -L trainer" "$passed; $skipped skipped"
+
+phase "CUDA without a GPU: clear errors"
+# The real trainer with `device: cuda` (a tiny spec from bench/gpu/hf_train.py, which needs no torch
+# to write one): a non-zero exit naming the field, not a crash inside LibTorch.
+in_root bash -c "rm -rf /tmp/cuda-spec && mkdir -p /tmp/cuda-spec && python3 $WORK/bench/gpu/hf_train.py --tiny --device cuda --batch 2 \
+  --seq 32 --steps 2 --write-spec /tmp/cuda-spec --trainer-out /tmp/cuda-spec/run >/tmp/cuda-spec/spec.json &&
+  ! $BUILD/bin/sftctl-trainer train --spec /tmp/cuda-spec/spec.json" >"$LOGS/cuda-errors.log" 2>&1 ||
+  { tail -n 20 "$LOGS/cuda-errors.log"; fail "device: cuda" "sftctl-trainer with device: cuda did not fail (no GPU here)"; }
+grep -q "field 'device': 'cuda' requested but CUDA is not available" "$LOGS/cuda-errors.log" ||
+  { tail -n 20 "$LOGS/cuda-errors.log"; fail "device: cuda" "device: cuda failed without the clear error"; }
+# Joining an NCCL process group (built in, see configure) without a GPU: the tests' own check, which
+# must run here (not skip).
+nccl_bin=$(in_root bash -c "cd $BUILD/bin && grep -l NcclWithoutGpu -- *_test; true" | head -n 1)
+[ -n "$nccl_bin" ] || fail "NCCL without a GPU" "no test binary has NcclWithoutGpu.* (tests/trainer)"
+in_root "$BUILD/bin/$nccl_bin" --gtest_filter='NcclWithoutGpu.*' >>"$LOGS/cuda-errors.log" 2>&1 ||
+  { tail -n 20 "$LOGS/cuda-errors.log"; fail "NCCL without a GPU" "$nccl_bin --gtest_filter=NcclWithoutGpu.* failed"; }
+! grep -q '\[  SKIPPED \]' "$LOGS/cuda-errors.log" ||
+  fail "NCCL without a GPU" "NcclWithoutGpu.* skipped in the CUDA build (the NCCL path was not checked)"
+done_phase "device: cuda / NCCL group without a GPU" "clear errors"
 
 phase "the SDPA path (SFTCTL_NO_FUSED=1): HF parity, LoRA and packed training"
 in_root bash -c "cd $BUILD && SFTCTL_NO_FUSED=1 ctest -L trainer -R 'HfParity|Lora\.|Packing\.|GradAccumulation' \
@@ -145,5 +169,5 @@ PY
   { tail -n 40 "$LOGS/abi0.log"; fail "ABI=0 compile" "a source does not compile with the old C++ ABI"; }
 done_phase "-D_GLIBCXX_USE_CXX11_ABI=0 -fsyntax-only" "$(tail -n 1 "$LOGS/abi0.log")"
 
-printf '%s\n' "trixie_trainer_check summary (LibTorch 2.6, Debian 13, $jobs cores):" "${summary[@]}"
+printf '%s\n' "trixie_trainer_check summary (CUDA LibTorch 2.6 without a GPU, Debian 13, $jobs cores):" "${summary[@]}"
 echo "trixie_trainer_check: passed in $SECONDS s"

@@ -6,10 +6,20 @@
 #      root's LibTorch 2.6, starts the agent (data on /workspace) and passes its smoke job;
 #   3. a second bootstrap is a no-op ("up to date", no new host log);
 #   4. `submit` of a job whose model is hf://org/tiny, `logs -f`, and `pull` of its checkpoint.
-# Usage: tests/remote/bootstrap_e2e.sh BUILD_DIR   (root; the fresh host is torn down at the end)
+# With KIND bullseye the host is the Debian 11 root standing in for Ubuntu 22.04 (gRPC 1.30, CMake
+# 3.18, g++ 10, no LibTorch): `bootstrap --agent-only` builds and starts sftd there (no smoke job), the
+# agent tests' stub trainer, compiled on the host, plays the trainer, and steps 3-4 are the same.
+# Usage: tests/remote/bootstrap_e2e.sh BUILD_DIR [trixie|bullseye]   (root; the host is torn down at the end)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BUILD=$(cd "${1:?usage: bootstrap_e2e.sh BUILD_DIR}" && pwd)
+BUILD=$(cd "${1:?usage: bootstrap_e2e.sh BUILD_DIR [trixie|bullseye]}" && pwd)
+KIND=${2:-trixie}
+export SFTCTL_FRESH_HOST_ROOT=$KIND
+case $KIND in
+  trixie) BOOT_ARGS=() OS_LINE="Debian GNU/Linux 13 (trixie)" INSTALLED_SUFFIX="" ;;
+  bullseye) BOOT_ARGS=(--agent-only) OS_LINE="Debian GNU/Linux 11 (bullseye)" INSTALLED_SUFFIX=" agent-only" ;;
+  *) echo "bootstrap_e2e: unknown host kind $KIND" >&2; exit 2 ;;
+esac
 SFTCTL=$BUILD/bin/sftctl
 SRC=$PWD
 T0=$SECONDS
@@ -75,19 +85,30 @@ HOST=root@127.0.0.1:$PORT
 ID=$("$SFTCTL" --version | sed -n 's/.*(source \([0-9a-f]*\)).*/\1/p')
 [ ${#ID} -eq 12 ] || fail "sftctl --version printed no source id"
 
-phase "sftctl bootstrap (packages, both builds, the agent, the smoke job)"
-"$SFTCTL" bootstrap --host "$HOST" -i "$KEY" >"$TMP/boot1.out" 2>"$TMP/boot1.err" ||
+phase "sftctl bootstrap ${BOOT_ARGS[*]} (packages, the builds, the agent, the smoke job)"
+"$SFTCTL" bootstrap --host "$HOST" -i "$KEY" "${BOOT_ARGS[@]}" >"$TMP/boot1.out" 2>"$TMP/boot1.err" ||
   { cat "$TMP/boot1.out" "$TMP/boot1.err"; fail "the first bootstrap"; }
 cat "$TMP/boot1.out"
 grep '^bootstrap: \[' "$TMP/boot1.err" || true
-expect_in "$TMP/boot1.out" "  OS        Debian GNU/Linux 13 (trixie), x86_64"
-expect_in "$TMP/boot1.out" "  PyTorch   torch 2.6"
+expect_in "$TMP/boot1.out" "  OS        $OS_LINE, x86_64"
 expect_in "$TMP/boot1.out" "  storage   /workspace"
-expect_in "$TMP/boot1.out" "bootstrap: ready: sftd 0.1.0 (source $ID) on $HOST; smoke job job-1: 20 steps, loss"
-expect_in "$TMP/boot1.err" "bootstrap: [build-trainer]"
-[ -x "$ROOTFS/root/.local/bin/sftd" ] && [ -x "$ROOTFS/root/.local/bin/sftctl-trainer" ] ||
-  fail "sftd and sftctl-trainer are not in ~/.local/bin on the host"
-[ "$(cut -c1-12 "$ROOTFS/root/.local/share/sftctl/installed")" = "$ID" ] || fail "installed is not $ID"
+[ "$(sed 's/^\(.\{12\}\)[0-9a-f]*/\1/' "$ROOTFS/root/.local/share/sftctl/installed")" = "$ID$INSTALLED_SUFFIX" ] ||
+  fail "installed is not '$ID$INSTALLED_SUFFIX': $(cat "$ROOTFS/root/.local/share/sftctl/installed")"
+[ -x "$ROOTFS/root/.local/bin/sftd" ] || fail "sftd is not in ~/.local/bin on the host"
+if [ "$KIND" = trixie ]; then
+  expect_in "$TMP/boot1.out" "  PyTorch   torch 2.6"
+  expect_in "$TMP/boot1.out" "bootstrap: ready: sftd 0.1.0 (source $ID) on $HOST; smoke job job-1: 20 steps, loss"
+  expect_in "$TMP/boot1.err" "bootstrap: [build-trainer]"
+  [ -x "$ROOTFS/root/.local/bin/sftctl-trainer" ] || fail "sftctl-trainer is not in ~/.local/bin on the host"
+else
+  grep -qxF "bootstrap: ready: sftd 0.1.0 (source $ID) on $HOST" "$TMP/boot1.out" ||
+    fail "expected the ready line without a smoke job"
+  expect_in "$TMP/boot1.err" "bootstrap: [build-agent]"
+  ! grep -qF "[build-trainer]" "$TMP/boot1.err" || fail "--agent-only built the trainer"
+  [ ! -e "$ROOTFS/root/.local/bin/sftctl-trainer" ] || fail "--agent-only installed a trainer"
+  # CMake 3.18 reads no presets: the host script configured by hand (its preset-args).
+  expect_in "$ROOTFS/root/.local/share/sftctl/bootstrap/log" "reads no presets"
+fi
 [ "$(cat "$ROOTFS/root/.config/sftd/data_dir")" = /workspace/sftd ] || fail "the data dir is not on /workspace"
 [ -d "$ROOTFS/workspace/sftd/jobs" ] || fail "no jobs folder under /workspace/sftd"
 hits=$(grep -ciE 'cache hit|hits' "$ROOTFS/root/.local/share/sftctl/bootstrap/log" || true)
@@ -96,11 +117,22 @@ chroot "$ROOTFS" env CCACHE_DIR=/var/cache/sftctl-ccache ccache -s 2>/dev/null |
 
 phase "a second bootstrap is a no-op"
 log_before=$(stat -c %Y:%s "$ROOTFS/root/.local/share/sftctl/bootstrap/log")
-"$SFTCTL" bootstrap --host "$HOST" -i "$KEY" >"$TMP/boot2.out" 2>"$TMP/boot2.err" ||
+"$SFTCTL" bootstrap --host "$HOST" -i "$KEY" "${BOOT_ARGS[@]}" >"$TMP/boot2.out" 2>"$TMP/boot2.err" ||
   { cat "$TMP/boot2.out" "$TMP/boot2.err"; fail "the second bootstrap"; }
 expect_in "$TMP/boot2.out" "bootstrap: up to date: sftd 0.1.0 (source $ID) on $HOST"
 [ "$(stat -c %Y:%s "$ROOTFS/root/.local/share/sftctl/bootstrap/log")" = "$log_before" ] ||
   fail "the second bootstrap ran the host worker again"
+
+STEP_LINE="step 20/20"
+if [ "$KIND" = bullseye ]; then
+  # The host has no LibTorch: the agent tests' stub trainer (tests/agent/stub_trainer.cpp: the trainer's
+  # contract, 5 steps, a checkpoint with DONE), compiled there with its g++ 10, plays sftctl-trainer.
+  phase "the stub trainer as the host's sftctl-trainer"
+  cp tests/agent/stub_trainer.cpp "$ROOTFS/tmp/stub_trainer.cpp"
+  chroot "$ROOTFS" g++ -std=c++17 -O1 -o /root/.local/bin/sftctl-trainer /tmp/stub_trainer.cpp ||
+    fail "compiling the stub trainer on the host"
+  STEP_LINE="stub done"
+fi
 
 phase "submit (model hf://org/tiny from the test Hub) -> logs -f -> pull"
 cat >"$TMP/job.yaml" <<EOF
@@ -116,11 +148,16 @@ EOF
   { cat "$TMP/submit.out" "$TMP/submit.err"; fail "submit"; }
 JOB=$(head -n 1 "$TMP/submit.out")
 "$SFTCTL" logs -f "$JOB" >"$TMP/logs.out" 2>&1 || { cat "$TMP/logs.out"; fail "logs -f of $JOB"; }
-expect_in "$TMP/logs.out" "step 20/20"
+expect_in "$TMP/logs.out" "$STEP_LINE"
 "$SFTCTL" pull "$JOB" -o "$TMP/pulled" >"$TMP/pull.out" 2>&1 || { cat "$TMP/pull.out"; fail "pull of $JOB"; }
 ckpt=$(ls -d "$TMP"/pulled/checkpoint-* | tail -n 1)
-[ -f "$ckpt/DONE" ] && [ -f "$ckpt/model.safetensors" ] || fail "the pulled checkpoint $ckpt is not complete"
-spec_model=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['model']['path'])" "$TMP/pulled/spec.json")
+[ -f "$ckpt/DONE" ] && { [ -f "$ckpt/model.safetensors" ] || [ "$KIND" = bullseye ]; } ||
+  fail "the pulled checkpoint $ckpt is not complete"
+# The trainer copies the job's spec into its run folder; the stub does not: read the agent's copy.
+spec_file=$TMP/pulled/spec.json
+[ "$KIND" = trixie ] || spec_file=$(find "$ROOTFS/workspace/sftd/jobs" -path "*$JOB*" -name spec.json | head -n 1)
+[ -f "$spec_file" ] || fail "no spec.json of $JOB (pulled, or in the host's job folder)"
+spec_model=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['model']['path'])" "$spec_file")
 case $spec_model in
   */models--org--tiny/snapshots/*) ;;
   *) fail "the job's model.path was not resolved from the Hub on the host: $spec_model" ;;

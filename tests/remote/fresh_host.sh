@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# A fresh GPU host stand-in for `sftctl bootstrap`: the cached Debian 13 root of
-# tests/portability/trixie_root.sh (LibTorch 2.6, python3-torch, a compiler, sshd; nothing of sftctl),
-# seen through an overlay so the cache is never changed, running its own sshd on a loopback port.
+# A fresh GPU host stand-in for `sftctl bootstrap`: a cached Debian root seen through an overlay so
+# the cache is never changed, running its own sshd on a loopback port. $SFTCTL_FRESH_HOST_ROOT picks
+# it: `trixie` (default; tests/portability/trixie_root.sh: Debian 13, LibTorch 2.6, python3-torch, a
+# compiler, sshd) or `bullseye` (tests/portability/bullseye_root.sh: Debian 11 with Ubuntu 22.04's
+# gRPC 1.30 generation, no LibTorch). Nothing of sftctl is in either.
 #
 #   fresh_host.sh up [KEY=VALUE...]   make it (tearing down a previous one first) and print one line:
 #       FRESH_HOST port=P root=MERGED key=CLIENT_KEY home=CLIENT_HOME run=RUN_DIR
@@ -49,12 +51,14 @@ free_port() {
 up() {
   [ "$(id -u)" -eq 0 ] || { echo "fresh_host: needs root (overlayfs, chroot)" >&2; exit 1; }
   local root
-  root=$(bash tests/portability/trixie_root.sh | tail -n 1)
-  [ -x "$root/usr/sbin/sshd" ] || { echo "fresh_host: $root has no sshd (trixie_root.sh installs openssh-server)" >&2; exit 1; }
+  local kind=${SFTCTL_FRESH_HOST_ROOT:-trixie}
+  case $kind in trixie | bullseye) ;; *) echo "fresh_host: SFTCTL_FRESH_HOST_ROOT=$kind: not trixie or bullseye" >&2; exit 2 ;; esac
+  root=$(bash "tests/portability/${kind}_root.sh" | tail -n 1)
+  [ -x "$root/usr/sbin/sshd" ] || { echo "fresh_host: $root has no sshd (${kind}_root.sh installs openssh-server)" >&2; exit 1; }
   down
   mkdir -p "$RUN/upper" "$RUN/work" "$MERGED" "$RUN/client/.ssh"
   mount -t overlay overlay -o "lowerdir=$root,upperdir=$RUN/upper,workdir=$RUN/work" "$MERGED"
-  rm -rf "$MERGED/work"  # the trainer check's copy of sftctl: a fresh host has none
+  rm -rf "$MERGED/work"  # the portability checks' copy of sftctl: a fresh host has none
   rm -rf "$MERGED/root/.local" "$MERGED/root/.config/sftd"
   mount -t proc proc "$MERGED/proc"
   mount --bind /dev "$MERGED/dev"

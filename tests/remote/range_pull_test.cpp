@@ -215,8 +215,7 @@ TEST_F(RangePull, AFileThatChangedOnTheHostBetweenRangesIsRefused) {
   agent_.change_at = 8 * kBlock;
   client::RangePullResult r;
   Status s = Pull(2, &r);
-  ASSERT_EQ(s.code(), StatusCode::kDataLoss) << s.message();
-  EXPECT_NE(s.message().find("changed on fake while it was pulled"), std::string::npos) << s.message();
+  ASSERT_THAT(s, StatusIs(StatusCode::kDataLoss, HasSubstr("changed on fake while it was pulled")));
   EXPECT_NE(ReadFile(part_), agent_.file);  // never presented as complete
 }
 

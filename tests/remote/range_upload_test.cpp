@@ -2,6 +2,7 @@
 // service (real gRPC, one in-process channel per connection) that can drop a block's stream half way.
 #include "client/range_upload.h"
 
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -14,11 +15,14 @@
 #include "common/sha256.h"
 #include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
+#include "tests/util/status_matchers.h"
 
 namespace sftctl::remotetest {
 namespace {
 
 namespace v1 = ::sftctl::v1;
+using ::sftctl::testing::StatusIs;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kBlock = 64 << 10;
 
@@ -174,8 +178,7 @@ TEST_F(RangeUpload, AFileThatChangedWhileItWasReadIsRefusedAndNothingIsStored) {
   const std::string claimed = Sha256Hex(data_ + "x");  // what it hashed to before it changed
   client::UploadStats stats;
   Status s = Upload(claimed, &stats);
-  ASSERT_EQ(s.code(), StatusCode::kDataLoss) << s.message();
-  EXPECT_NE(s.message().find("nothing stored"), std::string::npos) << s.message();
+  ASSERT_THAT(s, StatusIs(StatusCode::kDataLoss, HasSubstr("nothing stored")));
   EXPECT_FALSE(std::filesystem::exists(blobs_.BlobPath(claimed)));
   EXPECT_FALSE(std::filesystem::exists(blobs_.PartialDir() + "/" + claimed));
 }

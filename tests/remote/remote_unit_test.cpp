@@ -1,6 +1,7 @@
 // The client's resumable transfers against an in-process fake agent (real gRPC, no sockets) that
 // drops streams on purpose: FollowEvents resumes with no gap or duplicate, PullFile resumes from the
 // .part, UploadFile sends only what the agent does not hold. Also the registry and option helpers.
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "common/sha256.h"
 #include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
+#include "tests/util/status_matchers.h"
 
 namespace sftctl::remotetest {
 namespace {
@@ -23,6 +25,8 @@ namespace {
 namespace v1 = ::sftctl::v1;
 using client::AgentSession;
 using client::Reconnector;
+using ::sftctl::testing::StatusIs;
+using ::testing::HasSubstr;
 
 class FakeAgent final : public v1::Agent::Service {
  public:
@@ -163,11 +167,8 @@ TEST_F(RemoteUnit, FollowEventsGivesUpAfterTheRetryBudgetWithAClearError) {
   agent_.always_fail = true;
   auto rc = MakeReconnector();
   auto r = client::FollowEvents(rc.get(), "job-1", 0, true, [](const v1::Event&) {});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(r.status().message().find("lost the connection to fake and could not resume after 3 attempt(s)"),
-            std::string::npos)
-      << r.status().message();
+  ASSERT_THAT(r, StatusIs(StatusCode::kUnavailable,
+                          HasSubstr("lost the connection to fake and could not resume after 3 attempt(s)")));
   EXPECT_EQ(client::ExitCodeFor(r.status()), 4);
   EXPECT_EQ(agent_.stream_calls.load(), 3);
 }
@@ -279,7 +280,7 @@ TEST(RemoteSpec, FindsTheLocalFilesAndFoldersAndTheHosts) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->files.size(), 2u);
   ASSERT_EQ(r->notes.size(), 1u);
-  EXPECT_NE(r->notes[0].find("used as a path on the host"), std::string::npos);
+  EXPECT_THAT(r->notes[0], HasSubstr("used as a path on the host"));
 }
 
 // hf:// paths are the agent's to download: kept as written (not resolved against the spec's folder),

@@ -1,5 +1,6 @@
 // End-to-end tests of the SSH transport: ConnectOverSsh against a real sshd (sshd_fixture.h) and a real
 // sftd (SFTCTL_BIN_DIR).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -13,6 +14,7 @@
 #include "client/ssh/ssh_session.h"
 #include "tests/ssh/sshd_fixture.h"
 #include "tests/util/file_util.h"
+#include "tests/util/status_matchers.h"
 
 namespace sftctl::sshtest {
 namespace {
@@ -20,6 +22,11 @@ namespace {
 using client::ConnectOptions;
 using client::ConnectOverSsh;
 using client::Transport;
+using ::sftctl::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 using namespace std::chrono_literals;
 
 std::unique_ptr<SshdFixture> StartSshd(SshdOptions o = {}) {
@@ -137,7 +144,7 @@ TEST(SshConnect, AProgramOnTheAgentsOldPortGetsNoToken) {
     // The remembered address was tried, and the program there got no token in any call.
     EXPECT_EQ(squatter.calls(), std::vector<std::string>{"Identify"});
     EXPECT_EQ(squatter.authorizations(), "");
-    EXPECT_EQ(squatter.authorizations().find(token), std::string::npos);
+    EXPECT_THAT(squatter.authorizations(), Not(HasSubstr(token)));
   }
 }
 
@@ -155,25 +162,19 @@ TEST(SshConnect, AnErrorQuotingTheStatusLeavesTheTokenOut) {
   ConnectOptions o = f->Options();
   o.sftd = fake;
   auto c = ConnectOverSsh(o);
-  ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("gave no usable agent address"), std::string::npos)
-      << c.status().ToString();
-  EXPECT_NE(c.status().message().find("(redacted)"), std::string::npos) << c.status().ToString();
-  EXPECT_EQ(c.status().message().find(secret), std::string::npos) << c.status().ToString();
+  EXPECT_THAT(c, StatusIs(StatusCode::kInternal, AllOf(HasSubstr("gave no usable agent address"),
+                                                       HasSubstr("(redacted)"), Not(HasSubstr(secret)))));
 }
 
 TEST(SshConnect, UnknownHostIsRefusedWithFingerprintAndFlag) {
   auto f = StartSshd({.known_hosts = KnownHosts::kNone});
   ASSERT_TRUE(f);
   auto c = ConnectOverSsh(f->Options());
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), StatusCode::kUnauthenticated);
-  const std::string m = c.status().message();
-  EXPECT_NE(m.find(f->host_key_fingerprint()), std::string::npos) << m;
-  EXPECT_NE(m.find("--accept-new-host-key"), std::string::npos) << m;
-  EXPECT_NE(m.find("unknown host"), std::string::npos) << m;
+  EXPECT_THAT(c, StatusIs(StatusCode::kUnauthenticated,
+                          AllOf(HasSubstr(f->host_key_fingerprint()), HasSubstr("--accept-new-host-key"),
+                                HasSubstr("unknown host"))));
   EXPECT_EQ(f->ReadKnownHostsForTest(), "");  // nothing recorded
-  EXPECT_EQ(f->Log().find("Accepted publickey"), std::string::npos);
+  EXPECT_THAT(f->Log(), Not(HasSubstr("Accepted publickey")));
 }
 
 TEST(SshConnect, AcceptNewHostKeyRecordsItAndCreatesDotSsh) {
@@ -195,7 +196,7 @@ TEST(SshConnect, AcceptNewHostKeyRecordsItAndCreatesDotSsh) {
   ASSERT_EQ(::stat((home + "/.ssh").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   std::string kh = ReadWholeFile(home + "/.ssh/known_hosts");
-  EXPECT_NE(kh.find(f->KnownHostsLine()), std::string::npos) << kh;
+  EXPECT_THAT(kh, HasSubstr(f->KnownHostsLine()));
   // OpenSSH agrees with what was recorded.
   EXPECT_EQ(RunCommand({"ssh-keygen", "-F", "[127.0.0.1]:" + std::to_string(f->port()), "-f",
                         home + "/.ssh/known_hosts"})
@@ -210,7 +211,7 @@ TEST(SshConnect, AcceptNewHostKeyRecordsItAndCreatesDotSsh) {
 TEST(SshConnect, HashedKnownHostsEntryMatches) {
   auto f = StartSshd({.known_hosts = KnownHosts::kHashed});
   ASSERT_TRUE(f);
-  ASSERT_EQ(f->ReadKnownHostsForTest().rfind("|1|", 0), 0u);
+  ASSERT_THAT(f->ReadKnownHostsForTest(), StartsWith("|1|"));
   auto c = ConnectOverSsh(f->Options());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
@@ -224,19 +225,14 @@ TEST(SshConnect, ChangedHostKeyIsRefusedBeforeAuthentication) {
   ConnectOptions o = f->Options();
   o.accept_new_host_key = true;  // accepts new hosts, never changed keys
   auto c = ConnectOverSsh(o);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), StatusCode::kUnauthenticated);
-  const std::string m = c.status().message();
-  EXPECT_NE(m.find("HOST KEY MISMATCH"), std::string::npos) << m;
-  EXPECT_NE(m.find(f->host_key_fingerprint()), std::string::npos) << m;
-  EXPECT_NE(m.find("ssh-keygen -R"), std::string::npos) << m;
+  EXPECT_THAT(c, StatusIs(StatusCode::kUnauthenticated,
+                          AllOf(HasSubstr("HOST KEY MISMATCH"), HasSubstr(f->host_key_fingerprint()),
+                                HasSubstr("ssh-keygen -R"))));
   // sshd saw the connection but no authentication attempt at all.
   ASSERT_TRUE(
       WaitUntil([&] { return f->Log().substr(log_start).find("127.0.0.1") != std::string::npos; }, 10s));
-  std::string log = f->Log().substr(log_start);
-  EXPECT_EQ(log.find("publickey"), std::string::npos) << log;
-  EXPECT_EQ(log.find("Accepted"), std::string::npos) << log;
-  EXPECT_EQ(f->ReadKnownHostsForTest().find(f->host_key_fingerprint()), std::string::npos);
+  EXPECT_THAT(f->Log().substr(log_start), AllOf(Not(HasSubstr("publickey")), Not(HasSubstr("Accepted"))));
+  EXPECT_THAT(f->ReadKnownHostsForTest(), Not(HasSubstr(f->host_key_fingerprint())));
 }
 
 TEST(SshConnect, WrongUserKeyIsRefusedNamingUserHostAndKeys) {
@@ -249,12 +245,10 @@ TEST(SshConnect, WrongUserKeyIsRefusedNamingUserHostAndKeys) {
   ConnectOptions o = f->Options();
   o.identity_file = *wrong;
   auto c = ConnectOverSsh(o);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), StatusCode::kUnauthenticated);
-  const std::string m = c.status().message();
-  EXPECT_NE(m.find("authentication failed for " + f->user() + "@127.0.0.1"), std::string::npos) << m;
-  EXPECT_NE(m.find(*wrong + " (ssh-ed25519, refused by the server)"), std::string::npos) << m;
-  EXPECT_EQ(m.find("RSA"), std::string::npos) << m;
+  EXPECT_THAT(
+      c, StatusIs(StatusCode::kUnauthenticated,
+                  AllOf(HasSubstr("authentication failed for " + f->user() + "@127.0.0.1"),
+                        HasSubstr(*wrong + " (ssh-ed25519, refused by the server)"), Not(HasSubstr("RSA")))));
 }
 
 TEST(SshConnect, RsaUserKeyGetsTheLibssh2Explanation) {
@@ -267,14 +261,10 @@ TEST(SshConnect, RsaUserKeyGetsTheLibssh2Explanation) {
   ConnectOptions o = f->Options();
   o.identity_file = *rsa;
   auto c = ConnectOverSsh(o);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), StatusCode::kUnauthenticated);
-  const std::string m = c.status().message();
-  EXPECT_NE(m.find("RSA key " + *rsa), std::string::npos) << m;
-  EXPECT_NE(m.find("libssh2 1.10"), std::string::npos) << m;
-  EXPECT_NE(m.find("OpenSSH >= 8.8"), std::string::npos) << m;
-  EXPECT_NE(m.find("ssh-keygen -t ed25519"), std::string::npos) << m;
-  EXPECT_NE(m.find("authorized_keys"), std::string::npos) << m;
+  EXPECT_THAT(
+      c, StatusIs(StatusCode::kUnauthenticated,
+                  AllOf(HasSubstr("RSA key " + *rsa), HasSubstr("libssh2 1.10"), HasSubstr("OpenSSH >= 8.8"),
+                        HasSubstr("ssh-keygen -t ed25519"), HasSubstr("authorized_keys"))));
 }
 
 TEST(SshConnect, SshConfigAliasResolvesHostUserPortAndIdentity) {
@@ -292,9 +282,7 @@ TEST(SshConnect, SshConfigAliasResolvesHostUserPortAndIdentity) {
   auto c = ConnectOverSsh(o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ((*c)->host(), "gpu-7");
-  EXPECT_NE((*c)->description().find(f->user() + "@127.0.0.1:" + std::to_string(f->port())),
-            std::string::npos)
-      << (*c)->description();
+  EXPECT_THAT((*c)->description(), HasSubstr(f->user() + "@127.0.0.1:" + std::to_string(f->port())));
   EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
 }
 
@@ -305,17 +293,16 @@ TEST(SshConnect, ForwardingStartsTheAgentOnDemandAndReachesIt) {
   ConnectOptions o = f->Options();
   o.start_agent = false;
   auto refused = ConnectOverSsh(o);
-  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().ToString();
-  EXPECT_NE(refused.status().message().find("sftd is not running"), std::string::npos);
+  EXPECT_THAT(refused, StatusIs(StatusCode::kFailedPrecondition, HasSubstr("sftd is not running")));
 
   o.start_agent = true;
   auto c = ConnectOverSsh(o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(AgentRunning(*f));
-  EXPECT_NE((*c)->description().find("via direct-tcpip"), std::string::npos) << (*c)->description();
+  EXPECT_THAT((*c)->description(), HasSubstr("via direct-tcpip"));
   EXPECT_EQ((*c)->token().size(), 64u);
   EXPECT_FALSE(Version(**c).empty());
-  EXPECT_EQ(Version(**c).rfind("error", 0), std::string::npos);
+  EXPECT_THAT(Version(**c), Not(StartsWith("error")));
   EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
   // A second connection finds the running agent.
   auto c2 = ConnectOverSsh(o);
@@ -330,16 +317,13 @@ TEST(SshConnect, BridgeWhenTheServerRefusesForwarding) {
   ConnectOptions o = f->Options();
   o.transport = Transport::kForward;
   auto forced = ConnectOverSsh(o);
-  ASSERT_FALSE(forced.ok());
-  EXPECT_EQ(forced.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(forced.status().message().find("refused port forwarding"), std::string::npos)
-      << forced.status().message();
+  EXPECT_THAT(forced, StatusIs(StatusCode::kFailedPrecondition, HasSubstr("refused port forwarding")));
 
   o.transport = Transport::kAuto;
   auto c = ConnectOverSsh(o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_NE((*c)->description().find("via sftd bridge"), std::string::npos) << (*c)->description();
-  EXPECT_EQ(Version(**c).rfind("error", 0), std::string::npos);
+  EXPECT_THAT((*c)->description(), HasSubstr("via sftd bridge"));
+  EXPECT_THAT(Version(**c), Not(StartsWith("error")));
   for (int i = 0; i < 20; ++i) ASSERT_EQ(Health(**c), grpc::StatusCode::OK);
 }
 
@@ -350,7 +334,7 @@ TEST(SshConnect, ForcedBridgeWorksWithForwardingAllowed) {
   o.transport = Transport::kBridge;
   auto c = ConnectOverSsh(o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_NE((*c)->description().find("via sftd bridge"), std::string::npos) << (*c)->description();
+  EXPECT_THAT((*c)->description(), HasSubstr("via sftd bridge"));
   EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
 }
 
@@ -360,9 +344,8 @@ TEST(SshConnect, MissingSftdSaysHowToPassIt) {
   ConnectOptions o = f->Options();
   o.sftd = f->dir() + "/no/such/sftd";
   auto c = ConnectOverSsh(o);
-  EXPECT_EQ(c.status().code(), StatusCode::kNotFound) << c.status().ToString();
-  EXPECT_NE(c.status().message().find("sftd is not installed on the host"), std::string::npos);
-  EXPECT_NE(c.status().message().find("--sftd"), std::string::npos);
+  EXPECT_THAT(c, StatusIs(StatusCode::kNotFound,
+                          AllOf(HasSubstr("sftd is not installed on the host"), HasSubstr("--sftd"))));
   // Without --sftd: `sftd` on PATH, then ~/.local/bin/sftd (of the remote user).
   std::string remote_home = ::getpwuid(::getuid())->pw_dir;
   if (RunCommand({"sh", "-c", "command -v sftd"}).exit_code == 0 ||
@@ -371,8 +354,7 @@ TEST(SshConnect, MissingSftdSaysHowToPassIt) {
   }
   o.sftd.clear();
   c = ConnectOverSsh(o);
-  EXPECT_EQ(c.status().code(), StatusCode::kNotFound) << c.status().ToString();
-  EXPECT_NE(c.status().message().find("--sftd"), std::string::npos);
+  EXPECT_THAT(c, StatusIs(StatusCode::kNotFound, HasSubstr("--sftd")));
 }
 
 TEST(SshConnect, DroppedSessionMakesRpcsUnavailableAndDestructionPrompt) {
@@ -424,8 +406,7 @@ TEST(SshSession, ExecOutlivesTheKeepaliveIntervalAndRefusesAFlood) {
   EXPECT_EQ(quiet->out, "done\n");
   EXPECT_EQ(quiet->exit_code, 0);
   auto flood = (*s)->Exec("head -c 6000000 /dev/zero", 20);
-  EXPECT_EQ(flood.status().code(), StatusCode::kResourceExhausted) << flood.status().ToString();
-  EXPECT_NE(flood.status().message().find("printed more than 4 MiB"), std::string::npos);
+  EXPECT_THAT(flood, StatusIs(StatusCode::kResourceExhausted, HasSubstr("printed more than 4 MiB")));
 }
 
 // Exec with input (how `sftctl bootstrap` uploads its script and the source archive): every byte of
@@ -484,8 +465,7 @@ TEST(SshConnect, AHostileSftdGetsAClearErrorNotACrash) {
     o.sftd = script;
     auto conn = ConnectOverSsh(o);
     ASSERT_FALSE(conn.ok()) << c.status_json;
-    EXPECT_EQ(conn.status().code(), StatusCode::kInternal) << conn.status().ToString();
-    EXPECT_NE(conn.status().message().find(c.expect), std::string::npos) << conn.status().ToString();
+    EXPECT_THAT(conn, StatusIs(StatusCode::kInternal, HasSubstr(c.expect)));
   }
 }
 
@@ -502,7 +482,7 @@ TEST(SshConnect, SshAgentAuthentication) {
   auto c = ConnectOverSsh(o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(Health(**c), grpc::StatusCode::OK);
-  EXPECT_NE(f->Log().find("Accepted publickey"), std::string::npos);
+  EXPECT_THAT(f->Log(), HasSubstr("Accepted publickey"));
 }
 
 // The fixture itself, with OpenSSH's own client: the e2e tests of other commands rely on it.
@@ -528,12 +508,12 @@ TEST(SshdFixture, OpenSshClientConnectsDropsAndSeesChangedKey) {
                                   "hello"};
   CommandResult r = RunCommand(ssh);
   ASSERT_EQ(r.exit_code, 0) << r.output << "\n" << f.Log();
-  EXPECT_NE(r.output.find("hello"), std::string::npos);
-  EXPECT_NE(f.Log().find("Accepted publickey"), std::string::npos);
-  EXPECT_EQ(f.host_key_fingerprint().rfind("SHA256:", 0), 0u);
+  EXPECT_THAT(r.output, HasSubstr("hello"));
+  EXPECT_THAT(f.Log(), HasSubstr("Accepted publickey"));
+  EXPECT_THAT(f.host_key_fingerprint(), StartsWith("SHA256:"));
   // Hashed known_hosts still matches.
   ASSERT_TRUE(f.WriteKnownHosts(KnownHosts::kHashed).ok());
-  EXPECT_EQ(f.ReadKnownHostsForTest().rfind("|1|", 0), 0u);
+  EXPECT_THAT(f.ReadKnownHostsForTest(), StartsWith("|1|"));
   EXPECT_EQ(RunCommand(ssh).exit_code, 0);
   ASSERT_TRUE(f.DropSessions().ok());
   std::string old_fp = f.host_key_fingerprint();
@@ -541,7 +521,7 @@ TEST(SshdFixture, OpenSshClientConnectsDropsAndSeesChangedKey) {
   EXPECT_NE(f.host_key_fingerprint(), old_fp);
   r = RunCommand(ssh);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("HOST IDENTIFICATION HAS CHANGED"), std::string::npos) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("HOST IDENTIFICATION HAS CHANGED"));
   EXPECT_TRUE(f.Stop().ok());
 }
 

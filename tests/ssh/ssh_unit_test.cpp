@@ -1,5 +1,6 @@
 // Unit tests of the SSH transport's pure parts: host specs, ~/.ssh/config lookup, base64 and
 // fingerprints, key types of key files, known_hosts checks (with a bare libssh2 session).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <libssh2.h>
 
@@ -9,9 +10,14 @@
 #include "client/ssh/ssh_config.h"
 #include "client/ssh/ssh_keys.h"
 #include "tests/ssh/sshd_fixture.h"
+#include "tests/util/status_matchers.h"
 
 namespace sftctl::client::ssh {
 namespace {
+
+using ::sftctl::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(HostSpec, ParsesUserHostPort) {
   auto a = ParseHostSpec("ubuntu@gpu-box:2222");
@@ -37,7 +43,7 @@ TEST(HostSpec, RejectsBadPortsAndEmptyParts) {
     auto r = ParseHostSpec(bad);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
   }
-  EXPECT_NE(ParseHostSpec("box:70000").status().message().find("bad port"), std::string::npos);
+  EXPECT_THAT(ParseHostSpec("box:70000"), StatusIs(StatusCode::kInvalidArgument, HasSubstr("bad port")));
 }
 
 TEST(SshConfig, PatternsMatchLikeOpenSsh) {
@@ -85,8 +91,7 @@ Match host foo
 
 TEST(SshConfig, BadPortNamesFileAndLine) {
   auto e = LookupSshConfig("Host x\n  Port abc\n", "x", "/h", "/h/.ssh/config");
-  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(e.status().message().find("/h/.ssh/config:2"), std::string::npos) << e.status().message();
+  EXPECT_THAT(e, StatusIs(StatusCode::kInvalidArgument, HasSubstr("/h/.ssh/config:2")));
 }
 
 TEST(SshConfig, ResolveHostCombinesSpecAndConfig) {
@@ -175,7 +180,7 @@ TEST(KnownHosts, PlainHashedMismatchOtherTypeAndAdd) {
   EXPECT_EQ(*check(ecdsa, 2222), HostKeyState::kOtherTypeKnown);
   // Hashed entries.
   ASSERT_EQ(sshtest::RunCommand({"ssh-keygen", "-H", "-f", kh}).exit_code, 0);
-  EXPECT_EQ(sshtest::ReadWholeFile(kh).find("127.0.0.1"), std::string::npos);
+  EXPECT_THAT(sshtest::ReadWholeFile(kh), Not(HasSubstr("127.0.0.1")));
   EXPECT_EQ(*check(key, 2222), HostKeyState::kMatch);
   EXPECT_EQ(*check(other, 2222), HostKeyState::kMismatch);
   // Recording creates the folder (0700) and appends a line OpenSSH reads.
@@ -185,8 +190,8 @@ TEST(KnownHosts, PlainHashedMismatchOtherTypeAndAdd) {
   EXPECT_EQ(std::filesystem::status(dir + "/newdir").permissions() & std::filesystem::perms::all,
             std::filesystem::perms::owner_all);
   std::string text = sshtest::ReadWholeFile(kh2);
-  EXPECT_NE(text.find("[127.0.0.1]:2200 " + line), std::string::npos) << text;
-  EXPECT_NE(text.find("gpu-box " + other_line), std::string::npos) << text;
+  EXPECT_THAT(text, HasSubstr("[127.0.0.1]:2200 " + line));
+  EXPECT_THAT(text, HasSubstr("gpu-box " + other_line));
   EXPECT_EQ(*CheckKnownHost(s, kh2, "127.0.0.1", 2200, key), HostKeyState::kMatch);
   auto found = sshtest::RunCommand({"ssh-keygen", "-F", "[127.0.0.1]:2200", "-f", kh2});
   EXPECT_EQ(found.exit_code, 0) << found.output;
@@ -216,7 +221,7 @@ TEST(KnownHosts, RevokedKeysAreRefusedAndHashedFilesGetHashedEntries) {
   ASSERT_EQ(sshtest::RunCommand({"ssh-keygen", "-H", "-f", kh}).exit_code, 0);
   ASSERT_TRUE(AddKnownHost(s, kh, "10.1.2.3", 2200, key).ok());
   const std::string text = sshtest::ReadWholeFile(kh);
-  EXPECT_EQ(text.find("10.1.2.3"), std::string::npos) << text;
+  EXPECT_THAT(text, Not(HasSubstr("10.1.2.3")));
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
   EXPECT_EQ(*CheckKnownHost(s, kh, "10.1.2.3", 2200, key), HostKeyState::kMatch);
   auto found = sshtest::RunCommand({"ssh-keygen", "-F", "[10.1.2.3]:2200", "-f", kh});

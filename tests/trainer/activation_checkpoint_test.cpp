@@ -151,6 +151,49 @@ TEST(GradientCheckpointing, SameUnderBf16Autocast) {
   EXPECT_FALSE(AutocastEnabled(at::kCPU)) << "the recompute left autocast on";
 }
 
+// Autocast's cast cache is global: a recompute with it on would leave a bf16 copy of every
+// layer's fp32 weights in it until ClearAutocastCache (the end of the step). A cached cast holds
+// its weight (through the cast's autograd node), so a weight's use count shows whether one is
+// cached. The plain run is the control: its forward caches, and the count shows it. (LibTorch
+// 1.x caches only CUDA's fp16 casts: there the control sees nothing and the test is skipped.)
+TEST(GradientCheckpointing, RecomputeLeavesNoCastsInTheAutocastCache) {
+  const Inputs in = MakeInputs();
+  torch::manual_seed(1);
+  CausalLM m(Config("llama"));
+  DevicePlan plan;
+  plan.bf16 = true;
+  // o_proj runs its own matmul (no concatenated weights) on every path.
+  std::vector<torch::Tensor> weights;
+  for (const auto& layer : *m->model->layers)
+    weights.push_back(layer->as<DecoderLayer>()->self_attn->o_proj->weight);
+  auto counts = [&] {
+    std::vector<int64_t> n;
+    for (const auto& w : weights) n.push_back(static_cast<int64_t>(w.use_count()));
+    return n;
+  };
+  // Counts after a step's forward and backward, before the cache is cleared.
+  auto after_step = [&](bool checkpointing) {
+    m->SetGradientCheckpointing(checkpointing);
+    m->zero_grad();
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(plan);
+      loss = m->LossSum(in.ids, in.labels);
+    }
+    loss.backward();
+    loss = torch::Tensor();
+    const std::vector<int64_t> after = counts();
+    ClearAutocastCache();
+    return after;
+  };
+  const std::vector<int64_t> idle = counts();
+  const std::vector<int64_t> plain = after_step(false);
+  EXPECT_EQ(counts(), idle) << "ClearAutocastCache released every cast";
+  if (plain == idle) GTEST_SKIP() << "this LibTorch's CPU autocast caches no casts";
+  for (size_t i = 0; i < weights.size(); ++i) EXPECT_GT(plain[i], idle[i]) << "control, layer " << i;
+  EXPECT_EQ(after_step(true), idle) << "a recompute left casts of the layers' weights in the cache";
+}
+
 // LoRA dropout draws random numbers: the recompute must see the forward's RNG state.
 TEST(GradientCheckpointing, SameWithLoraDropout) {
   const Inputs in = MakeInputs();

@@ -103,13 +103,48 @@ TEST(ChunkedLoss, Bf16AutocastAgreesToBf16Precision) {
 }
 
 TEST(ChunkedLoss, AutomaticChunkSizeFollowsTheVocabulary) {
-  EXPECT_EQ(LossChunkTokens(0, 151936), (64 << 20) / (4 * 151936));  // Qwen: 110 rows
-  EXPECT_EQ(LossChunkTokens(0, 151936), 110);
-  EXPECT_EQ(LossChunkTokens(0, 32000), 524);
-  EXPECT_EQ(LossChunkTokens(0, 31999), 0);  // small vocabularies keep the plain path
-  EXPECT_EQ(LossChunkTokens(0, 259), 0);
-  EXPECT_EQ(LossChunkTokens(0, 2'000'000), 64);  // never fewer than 64 rows
-  EXPECT_EQ(LossChunkTokens(512, 259), 512);     // an explicit size always applies
+  const LossChunkDevice cpu;
+  EXPECT_EQ(LossChunkTokens(0, 151936, cpu), (64 << 20) / (4 * 151936));  // Qwen: 110 rows
+  EXPECT_EQ(LossChunkTokens(0, 151936, cpu), 110);
+  EXPECT_EQ(LossChunkTokens(0, 32000, cpu), 524);
+  EXPECT_EQ(LossChunkTokens(0, 31999, cpu), 0);  // small vocabularies keep the plain path
+  EXPECT_EQ(LossChunkTokens(0, 259, cpu), 0);
+  EXPECT_EQ(LossChunkTokens(0, 2'000'000, cpu), 64);  // never fewer than 64 rows
+  EXPECT_EQ(LossChunkTokens(512, 259, cpu), 512);     // an explicit size always applies
+  // MPS keeps the CPU's budget, whatever memory it is said to have.
+  EXPECT_EQ(LossChunkTokens(0, 151936, {at::kMPS, int64_t{64} << 30}), 110);
+}
+
+// On CUDA a chunk takes 1/32 of the device's memory, between 512 MiB and 4 GiB of fp32 logits:
+// a Qwen2.5-0.5B micro-batch of 4 x 2048 is two chunks on an 80 GiB GPU, not 75.
+TEST(ChunkedLoss, AutomaticChunkOnCudaFollowsTheDeviceMemory) {
+  const int64_t GiB = int64_t{1} << 30, qwen = 151936;
+  EXPECT_EQ(LossChunkTokens(0, qwen, {at::kCUDA, 80 * GiB}), (80 * GiB / 32) / (4 * qwen));
+  EXPECT_EQ(LossChunkTokens(0, qwen, {at::kCUDA, 80 * GiB}), 4416);
+  EXPECT_EQ(LossChunkTokens(0, qwen, {at::kCUDA, 24 * GiB}), (24 * GiB / 32) / (4 * qwen));
+  // The bounds: memory unknown (0) or small takes 512 MiB; a large GPU at most 4 GiB.
+  EXPECT_EQ(LossChunkTokens(0, qwen, {at::kCUDA, 0}), (512 << 20) / (4 * qwen));
+  EXPECT_EQ(LossChunkTokens(0, qwen, {at::kCUDA, 8 * GiB}), (512 << 20) / (4 * qwen));
+  EXPECT_EQ(LossChunkTokens(0, qwen, {at::kCUDA, 192 * GiB}), 4 * GiB / (4 * qwen));
+  // Always far larger than the CPU's chunk, and the same rules for small vocabularies and explicit sizes.
+  EXPECT_GT(LossChunkTokens(0, 32000, {at::kCUDA, 0}), 8 * LossChunkTokens(0, 32000, LossChunkDevice{}));
+  EXPECT_EQ(LossChunkTokens(0, 31999, {at::kCUDA, 80 * GiB}), 0);
+  EXPECT_EQ(LossChunkTokens(96, qwen, {at::kCUDA, 80 * GiB}), 96);
+  // The device of a CPU tensor: no memory asked.
+  const LossChunkDevice d = LossChunkDeviceFor(torch::kCPU);
+  EXPECT_EQ(d.type, at::kCPU);
+  EXPECT_EQ(d.memory_bytes, 0);
+}
+
+// The model resolves train.loss_chunk_tokens for the device LossSum runs on.
+TEST(ChunkedLoss, TheModelResolvesTheRequestForItsDevice) {
+  json cfg = sftctl::testing::TinyDecoderConfig("llama", 40000, 16, 32, true, 1);
+  CausalLM m(*ParseModelConfig(cfg, "test"));
+  m->SetLossChunkTokens(0);
+  EXPECT_EQ(m->LossChunkRows(torch::kCPU), LossChunkTokens(0, 40000, LossChunkDevice{}));
+  EXPECT_EQ(m->LossChunkRows(torch::kCPU), (64 << 20) / (4 * 40000));
+  m->SetLossChunkTokens(7);
+  EXPECT_EQ(m->LossChunkRows(torch::kCPU), 7);
 }
 
 ModelConfig TinyConfig(const std::string& type, bool tied) {

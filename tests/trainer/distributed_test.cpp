@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include <thread>
 
 #include "tests/trainer/test_util.h"
+#include "tests/util/status_matchers.h"
 #include "trainer/checkpoint.h"
 #include "trainer/tensor_io.h"
 #include "trainer/trainer.h"
@@ -32,7 +34,9 @@ namespace {
 
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
+using ::sftctl::testing::StatusIs;
 using sftctl::testing::TinySpec;
+using ::testing::HasSubstr;
 using SteadyClock = std::chrono::steady_clock;
 
 // ---- Units --------------------------------------------------------------------------------
@@ -146,15 +150,13 @@ TEST(DistEnv, ParsesAndNamesTheBadVariable) {
   EXPECT_EQ(two->local_rank, 1);
   EXPECT_EQ(two->master_port, 29511);
   auto bad_rank = parse({{"WORLD_SIZE", "2"}, {"RANK", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
-  ASSERT_FALSE(bad_rank.ok());
-  EXPECT_NE(bad_rank.status().message().find("RANK: 2 is not below WORLD_SIZE 2"), std::string::npos);
+  EXPECT_THAT(bad_rank,
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("RANK: 2 is not below WORLD_SIZE 2")));
   auto no_port = parse({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "h"}});
-  ASSERT_FALSE(no_port.ok());
-  EXPECT_NE(no_port.status().message().find("MASTER_PORT is required"), std::string::npos);
+  EXPECT_THAT(no_port, StatusIs(StatusCode::kInvalidArgument, HasSubstr("MASTER_PORT is required")));
   auto junk = parse({{"WORLD_SIZE", "two"}});
-  ASSERT_FALSE(junk.ok());
-  EXPECT_NE(junk.status().message().find("WORLD_SIZE: expected an integer >= 1, got 'two'"),
-            std::string::npos);
+  EXPECT_THAT(junk, StatusIs(StatusCode::kInvalidArgument,
+                             HasSubstr("WORLD_SIZE: expected an integer >= 1, got 'two'")));
 }
 
 // ---- Processes ----------------------------------------------------------------------------
@@ -186,8 +188,10 @@ struct Rank {
 };
 
 // Writes the spec to <dir>/spec-<tag>.json and starts one sftctl-trainer per rank (world 1: no
-// distributed variables at all). Each rank gets 1 thread, its own TMPDIR and an events file.
-std::vector<Rank> Launch(const JobSpec& spec, int world, const std::string& tag) {
+// distributed variables at all). Each rank gets 1 thread, its own TMPDIR and an events file, and
+// `extra_env` ("NAME=value") besides.
+std::vector<Rank> Launch(const JobSpec& spec, int world, const std::string& tag,
+                         const std::vector<std::string>& extra_env = {}) {
   const std::string dir = std::filesystem::path(spec.output_dir).parent_path().string();
   const std::string spec_path = dir + "/spec-" + tag + ".json";
   sftctl::testing::WriteText(spec_path, ToJson(spec).dump(2));
@@ -200,6 +204,7 @@ std::vector<Rank> Launch(const JobSpec& spec, int world, const std::string& tag)
     const std::string tmp = dir + "/tmp-" + tag + "-rank" + std::to_string(r);
     std::filesystem::create_directories(tmp);
     std::vector<std::string> env = {"PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "OMP_NUM_THREADS=1"};
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
     if (world > 1) {
       env.insert(env.end(), {"WORLD_SIZE=" + std::to_string(world), "RANK=" + std::to_string(r),
                              "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world),
@@ -355,7 +360,8 @@ TEST_P(CollectiveDevices, EveryTrainerCollectiveRunsOnTheGroupsDevice) {
   for (const char* expected :
        {"broadcast (resume state)", "broadcast (parameters and optimizer state)",
         "allreduce (window token counts)", "allreduce (gradient bucket", "allreduce (window loss)",
-        "allreduce (evaluation sums)", "allgather (RNG states for the checkpoint)"}) {
+        "allreduce (evaluation sums)", "allgather (RNG states for the checkpoint)",
+        "reading the checkpoint to resume from", "writing checkpoint-000002"}) {
     EXPECT_EQ(whats.count(expected), 1u) << "no collective '" << expected << "' was recorded";
   }
 }
@@ -429,9 +435,7 @@ TEST(DistributedWithoutGloo, TwoCpuRanksFailAtOnceWithAClearError) {
   env.world_size = 2;
   env.master_port = 1;  // never reached: the check comes before any rendezvous
   auto pg = ProcessGroup::Join(env, torch::Device(torch::kCPU), 1.0);
-  EXPECT_EQ(pg.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(pg.status().message().find("needs a LibTorch built with Gloo"), std::string::npos)
-      << pg.status().message();
+  EXPECT_THAT(pg, StatusIs(StatusCode::kFailedPrecondition, HasSubstr("needs a LibTorch built with Gloo")));
 }
 
 class TwoRanksEqualOneRank : public ::testing::TestWithParam<int64_t> {};
@@ -636,6 +640,48 @@ TEST(DistributedFailure, MissingRankFailsTheRendezvousWithinTheTimeout) {
   EXPECT_NE(log.find("rank 0: cannot join the other ranks at 127.0.0.1:"), std::string::npos) << log;
   EXPECT_NE(log.find("timed out: 1 of 2 ranks arrived"), std::string::npos) << log;
   EXPECT_FALSE(std::filesystem::exists(spec.output_dir)) << "nothing is written before the ranks meet";
+}
+
+// Only rank 0 writes a checkpoint; the others wait for it up to checkpoint.save_timeout_s, however
+// short distributed.timeout_s is (a 3B full fine-tune writes ~36 GB). The first checkpoint is made
+// slow by the trainer's test seam (SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S, trainer/main.cpp).
+JobSpec SlowSaveSpec(const std::string& dir) {
+  JobSpec spec = ProcSpec(dir + "/job", 3, 4, 1);
+  spec.checkpoint.interval = 1;  // steps 2 and 3 follow the slow checkpoint of step 1
+  spec.distributed.timeout_s = 5;
+  spec.eval.exact_match = false;
+  return spec;
+}
+constexpr int kSlowSaveS = 12;
+
+TEST(DistributedCheckpointWait, SaveSlowerThanTheCollectiveTimeoutDoesNotFailTheJob) {
+  SFTCTL_SKIP_WITHOUT_GLOO();
+  const std::string dir = MakeTempDir("dist-slow-save");
+  const JobSpec spec = SlowSaveSpec(dir);
+  auto ranks = Launch(spec, 2, "slow", {"SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=" + std::to_string(kSlowSaveS)});
+  for (int r = 0; r < 2; ++r) {
+    const int code = WaitExit(ranks[r].pid, std::chrono::seconds(240));
+    ASSERT_EQ(code, 0) << "rank " << r << ":\n" << ReadFile(ranks[r].log);
+  }
+  for (const char* ckpt : {"/checkpoint-000002", "/checkpoint-000003"})
+    EXPECT_TRUE(IsComplete(FileSystem::Default(), spec.output_dir + ckpt)) << ckpt;
+  EXPECT_EQ(Events(spec.output_dir + "/metrics.jsonl", "step").size(), 3u);
+}
+
+TEST(DistributedCheckpointWait, SaveLongerThanSaveTimeoutFailsTheWaitingRankNamingTheSetting) {
+  SFTCTL_SKIP_WITHOUT_GLOO();
+  const std::string dir = MakeTempDir("dist-save-timeout");
+  JobSpec spec = SlowSaveSpec(dir);
+  spec.checkpoint.save_timeout_s = 2;
+  auto ranks = Launch(spec, 2, "late", {"SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=" + std::to_string(kSlowSaveS)});
+  const int code1 = WaitExit(ranks[1].pid, std::chrono::seconds(120));
+  const int code0 = WaitExit(ranks[0].pid, std::chrono::seconds(kSlowSaveS + 60));
+  const std::string log1 = ReadFile(ranks[1].log);
+  EXPECT_EQ(code1, 1) << log1;
+  EXPECT_NE(code0, 0) << "rank 0 goes on alone into a collective that rank 1 left";
+  EXPECT_THAT(log1, ::testing::HasSubstr("rank 1: waited"));
+  EXPECT_THAT(log1, ::testing::HasSubstr("for rank 0 writing checkpoint-000001"));
+  EXPECT_THAT(log1, ::testing::HasSubstr("took longer than checkpoint.save_timeout_s = 2)"));
 }
 
 TEST(DistributedResume, InterruptedTwoRankRunResumesBitExactly) {

@@ -47,11 +47,20 @@ int64_t Bytes(CausalLM& m, bool frozen, int dim) {
 }
 
 TEST(LoraBaseDtype, AutoIsBf16OnCudaAndMpsAndFp32OnCpu) {
-  EXPECT_EQ(LoraBaseDtype("auto", torch::kCPU), torch::kFloat32);
-  EXPECT_EQ(LoraBaseDtype("auto", torch::Device(torch::kCUDA, 0)), torch::kBFloat16);
-  EXPECT_EQ(LoraBaseDtype("auto", torch::Device(torch::kMPS)), torch::kBFloat16);
-  EXPECT_EQ(LoraBaseDtype("bf16", torch::kCPU), torch::kBFloat16);
-  EXPECT_EQ(LoraBaseDtype("fp32", torch::Device(torch::kCUDA, 0)), torch::kFloat32);
+  EXPECT_EQ(LoraBaseDtype("auto", torch::kCPU, false), torch::kFloat32);
+  EXPECT_EQ(LoraBaseDtype("auto", torch::Device(torch::kCUDA, 0), false), torch::kBFloat16);
+  EXPECT_EQ(LoraBaseDtype("auto", torch::Device(torch::kMPS), false), torch::kBFloat16);
+  EXPECT_EQ(LoraBaseDtype("bf16", torch::kCPU, false), torch::kBFloat16);
+  EXPECT_EQ(LoraBaseDtype("fp32", torch::Device(torch::kCUDA, 0), false), torch::kFloat32);
+}
+
+// Pre-Ampere GPUs train under fp16 autocast: there the automatic frozen base is fp16, which the
+// fp16 matmuls read as it is; an explicit choice still applies.
+TEST(LoraBaseDtype, AutoIsFp16UnderFp16AutocastOnCuda) {
+  EXPECT_EQ(LoraBaseDtype("auto", torch::Device(torch::kCUDA, 0), true), torch::kHalf);
+  EXPECT_EQ(LoraBaseDtype("bf16", torch::Device(torch::kCUDA, 0), true), torch::kBFloat16);
+  EXPECT_EQ(LoraBaseDtype("fp32", torch::Device(torch::kCUDA, 0), true), torch::kFloat32);
+  EXPECT_EQ(LoraBaseDtype("auto", torch::kCPU, true), torch::kFloat32);
 }
 
 TEST(LoraBaseDtype, FrozenMatricesTakeHalfTheBytes) {
@@ -71,6 +80,50 @@ TEST(LoraBaseDtype, FrozenMatricesTakeHalfTheBytes) {
     }
     EXPECT_EQ(StoreFrozenBase(m, torch::kBFloat16), 0) << "a second call changes nothing";
   }
+}
+
+// Under autocast (CPU bf16 here; CUDA's on a GPU) a bf16 frozen weight with fp32 activations is a
+// plain autocast matmul: the result stays bf16, equal to the bf16 product, instead of being
+// widened back to fp32 (which made every projection and the MLP run and be saved in fp32).
+TEST(LoraBaseDtype, MixedLinearUnderAutocastStaysInTheAutocastDtype) {
+  torch::manual_seed(4);
+  const torch::Tensor x = torch::randn({3, 5, 16}).requires_grad_();
+  const torch::Tensor w = torch::randn({8, 16}).to(torch::kBFloat16);
+  const torch::Tensor b = torch::randn({8});
+  DevicePlan plan;
+  plan.bf16 = true;  // CPU bf16 autocast
+  torch::Tensor y;
+  {
+    AutocastScope autocast(plan);
+    y = MixedLinear(x, w, b);
+  }
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  const torch::Tensor ref =
+      torch::nn::functional::linear(x.detach().to(torch::kBFloat16), w, b.to(torch::kBFloat16));
+  // The bf16 product, within bf16's resolution (autocast's kernel may accumulate differently).
+  EXPECT_LE((y.detach().to(torch::kFloat32) - ref.to(torch::kFloat32)).abs().max().item<double>(),
+            1e-2 * ref.abs().max().item<double>());
+  y.sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_GT(x.grad().abs().sum().item<double>(), 0);
+  // Autocast off: the cast branch, the result in x's dtype.
+  EXPECT_EQ(MixedLinear(x.detach(), w, b).scalar_type(), torch::kFloat32);
+
+  // A LoRA projection on a bf16 base under autocast: base and adapter in bf16 together.
+  Projection proj(16, 8, true);
+  proj->EnableLora(4, 2.0, 0.0);
+  {
+    torch::NoGradGuard no_grad;
+    proj->lora_B->weight.normal_(0, 0.5);
+  }
+  proj->weight.requires_grad_(false);
+  proj->weight.set_data(proj->weight.data().to(torch::kBFloat16));
+  AutocastScope autocast(plan);
+  const torch::Tensor out = proj->forward(x.detach());
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  const torch::Tensor base = torch::nn::functional::linear(x.detach().to(torch::kBFloat16), proj->weight,
+                                                           proj->bias.to(torch::kBFloat16));
+  EXPECT_GT((out - base).abs().max().item<double>(), 1e-2) << "the adapter adds to the base";
 }
 
 // Same base weights, fp32 vs rounded to bf16: the fp32 activations see only the rounding.

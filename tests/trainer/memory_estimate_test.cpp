@@ -9,6 +9,7 @@
 
 #include "common/host_memory.h"
 #include "tests/trainer/test_util.h"
+#include "tests/util/status_matchers.h"
 #include "trainer/lora.h"
 #include "trainer/optimizer.h"
 #include "trainer/trainer.h"
@@ -18,8 +19,10 @@ namespace {
 
 using nlohmann::json;
 using sftctl::testing::MakeTempDir;
+using ::sftctl::testing::StatusIs;
 using sftctl::testing::TinySpec;
 using sftctl::testing::WriteText;
+using ::testing::HasSubstr;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
@@ -98,6 +101,109 @@ TEST(MemoryEstimate, EachKnobLowersItsPart) {
   EXPECT_EQ(EstimateMemory(two).total(), 2 * base.total());
 }
 
+// A CUDA plan of the same shapes: the device's memory decides the loss chunk (trainer/chunked_loss.h).
+MemoryPlan OnCuda(MemoryPlan p, int64_t device_memory = 80 * kGiB) {
+  p.loss_device = {at::kCUDA, device_memory};
+  p.cpu_kernels = false;
+  p.loss_chunk_tokens = LossChunkTokens(0, p.config.vocab_size, p.loss_device);
+  return p;
+}
+
+// The optimizer step's temporaries: FlatAdamW's 8 bytes per trainable parameter on the CPU, none
+// with CUDA's fused AdamW. The step runs after backward, so it adds only where it is the peak.
+TEST(MemoryEstimate, OptimizerStepTemporariesOffCudaOnly) {
+  MemoryPlan p = QwenLoraPlan();
+  p.lora.reset();
+  const int64_t trainable = CountParameters(p.config, std::nullopt).trainable;
+  const MemoryEstimate cpu = EstimateMemory(p);
+  EXPECT_EQ(cpu.step, 8 * trainable);
+  EXPECT_EQ(EstimateMemory(OnCuda(p)).step, 0);
+  // A short batch: the step (12.3 GB) is larger than activations and logits, so it is the peak.
+  p.seq_len = 16;
+  const MemoryEstimate small = EstimateMemory(p);
+  ASSERT_GT(small.step, small.activations + small.logits);
+  EXPECT_EQ(small.total(), small.weights + small.gradients + small.optimizer + small.step + small.runtime);
+  EXPECT_NE(small.Describe().find("step 11.5 GiB"), std::string::npos) << small.Describe();
+}
+
+// The evaluation between steps, capped to a training micro-batch's tokens (trainer/evaluate.h):
+// counted, and never larger than training's activations and logits.
+TEST(MemoryEstimate, EvaluationIsCountedAndCapped) {
+  MemoryPlan p = QwenLoraPlan();
+  p.batch_size = 4;
+  p.loss_chunk_tokens = 110;  // the CPU's automatic chunk
+  EXPECT_EQ(EstimateMemory(p).eval, 0) << "no eval data, no evaluation";
+  p.eval = EvalSpec();  // 256 sequences per forward, unless the cap cuts them
+  for (const MemoryPlan& q : {p, OnCuda(p)}) {
+    const MemoryEstimate e = EstimateMemory(q);
+    EXPECT_GT(e.eval, 0);
+    EXPECT_LT(e.eval, e.activations + e.logits) << "4 x 2048 tokens, without autograd";
+    EXPECT_EQ(e.total(), e.weights + e.gradients + e.optimizer + e.activations + e.logits + e.runtime);
+  }
+  // The loss batch: 8192 tokens (4 rows of 2048) of one layer's working set and the hidden states,
+  // plus one chunk of logits.
+  const int64_t C = 1536, I = 8960, per_token = 12 * C + 2 * ((12 + 4) * 128 + 3 * I) + 2 * 2 * 12 * 2048;
+  EXPECT_EQ(EstimateMemory(p).eval, int64_t{8192} * per_token + int64_t{110} * 151936 * 10);
+  // Exact match decodes with every layer's K and V: with full-width K/V heads and short rows the
+  // decode batch's cache outgrows the loss batch.
+  MemoryPlan gen = p;
+  gen.config.num_key_value_heads = 12;
+  gen.seq_len = 64;
+  const int64_t loss_only = EstimateMemory(gen).eval;
+  gen.eval->exact_match = true;
+  EXPECT_GT(EstimateMemory(gen).eval, loss_only);
+}
+
+// LoRA's own activations under autocast: the cast input of each adapted projection, its rank-r
+// output and, with dropout, the dropped input and its mask.
+TEST(MemoryEstimate, LoraActivationsAreCounted) {
+  MemoryPlan none = QwenLoraPlan();
+  none.lora->target_modules = {};
+  MemoryPlan qv = QwenLoraPlan();  // q_proj and v_proj
+  const int64_t tokens = 2048, L = 28, C = 1536, r = 8;
+  const int64_t qv_bytes = 2 * (2 * C + 2 * r);  // two projections of input C: cast input + output
+  EXPECT_EQ(EstimateMemory(qv).activations - EstimateMemory(none).activations, L * tokens * qv_bytes);
+  MemoryPlan dropout = qv;
+  dropout.lora->dropout = 0.05;
+  EXPECT_EQ(EstimateMemory(dropout).activations - EstimateMemory(qv).activations, L * tokens * 2 * 5 * C);
+  MemoryPlan fp32 = qv;  // autocast off: the adapters read the activations their base matmul saved
+  fp32.activation_bytes = 4;
+  fp32.cpu_kernels = false;  // (the CPU path's concatenated weights depend on the targets)
+  MemoryPlan fp32_none = none;
+  fp32_none.activation_bytes = 4;
+  fp32_none.cpu_kernels = false;
+  EXPECT_EQ(EstimateMemory(fp32).activations - EstimateMemory(fp32_none).activations, L * tokens * 2 * 4 * r);
+}
+
+// A packed batch's block-causal mask: one boolean and one additive [B, T, T] mask for all layers.
+TEST(MemoryEstimate, PackingCountsOneSharedMask) {
+  MemoryPlan p = OnCuda(QwenLoraPlan());
+  p.batch_size = 4;
+  MemoryPlan packed = p;
+  packed.packing = true;
+  EXPECT_EQ(EstimateMemory(packed).activations - EstimateMemory(p).activations,
+            int64_t{4} * 2048 * 2048 * (1 + 2));
+}
+
+// On CUDA the automatic loss chunk is the device's: an 80 GiB GPU holds far more rows of logits
+// per chunk than the CPU's 64 MiB, and the refusal suggests that chunk.
+TEST(MemoryEstimate, CudaLossChunkFollowsTheDevice) {
+  MemoryPlan p = QwenLoraPlan();
+  p.batch_size = 4;
+  const MemoryPlan cuda = OnCuda(p);
+  EXPECT_EQ(cuda.loss_chunk_tokens, 4416);
+  const MemoryEstimate e = EstimateMemory(cuda);
+  EXPECT_EQ(e.logits, int64_t{4416} * 151936 * 10 + 8 * 4 * 2047 + int64_t{151936} * 1536 * 2);
+  MemoryPlan unchunked = cuda;
+  unchunked.loss_chunk_tokens = 0;
+  MemoryPlan suggested = unchunked;
+  suggested.loss_chunk_tokens = 4416;
+  EXPECT_THAT(
+      CheckMemoryFits(unchunked, 1 * kGiB, "test"),
+      StatusIs(StatusCode::kFailedPrecondition, HasSubstr("train.loss_chunk_tokens: 0 (about " +
+                                                          FormatGiB(EstimateMemory(suggested).total()))));
+}
+
 TEST(MemoryEstimate, APlanThatFitsPasses) {
   const MemoryPlan p = QwenLoraPlan();
   const int64_t need = EstimateMemory(p).total();
@@ -144,16 +250,14 @@ TEST(MemoryEstimate, TrainRefusesBeforeLoadingWeights) {
   TrainOptions options;
   options.hooks.available_memory = 1 << 20;
   StatusOr<TrainResult> r = Train(spec, options);
-  ASSERT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().message();
-  EXPECT_NE(r.status().message().find("but 0.0 GiB is available (the test's available memory)"),
-            std::string::npos)
-      << r.status().message();
+  ASSERT_THAT(r, StatusIs(StatusCode::kFailedPrecondition,
+                          HasSubstr("but 0.0 GiB is available (the test's available memory)")));
   EXPECT_FALSE(std::filesystem::exists(dir + "/run/checkpoint-2"));
   // With the override the same plan reaches the weights (and fails there: there are none).
   spec.train.skip_memory_check = true;
   r = Train(spec, options);
-  EXPECT_EQ(r.status().message().find("memory:"), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find("model.safetensors"), std::string::npos) << r.status().message();
+  EXPECT_THAT(r, StatusIs(StatusCode::kNotFound, ::testing::AllOf(HasSubstr("model.safetensors"),
+                                                                  ::testing::Not(HasSubstr("memory:")))));
 }
 
 TEST(MemoryEstimate, AFittingPlanTrains) {

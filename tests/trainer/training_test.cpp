@@ -3,6 +3,7 @@
 
 #include "tests/common/fault_file_system.h"
 #include "tests/trainer/test_util.h"
+#include "tests/util/status_matchers.h"
 #include "trainer/checkpoint.h"
 #include "trainer/tensor_io.h"
 #include "trainer/trainer.h"
@@ -12,7 +13,9 @@ namespace {
 
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
+using ::sftctl::testing::StatusIs;
 using sftctl::testing::TinySpec;
+using ::testing::HasSubstr;
 
 std::vector<double> StepLosses(const std::string& run_dir) {
   std::vector<double> out;
@@ -144,9 +147,7 @@ TEST(Checkpoint, InterruptedWriteKeepsPreviousCheckpoint) {
   TrainOptions crash;
   crash.hooks.fs = &faulty;
   auto r = Train(spec, crash);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(r.status().message().find("injected fault"), std::string::npos) << r.status().ToString();
+  EXPECT_THAT(r, StatusIs(StatusCode::kUnavailable, HasSubstr("injected fault")));
 
   CheckpointManager m(FileSystem::Default(), spec.output_dir, 3);
   std::vector<std::string> incomplete;
@@ -248,11 +249,8 @@ TEST(NanGuard, StopsAfterKConsecutiveBadSteps) {
     if (step >= 4) loss = loss * std::numeric_limits<double>::infinity();
   };
   auto r = Train(spec, opts);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kAborted);
-  EXPECT_NE(r.status().message().find("stopped at step 7: 3 consecutive steps had a non-finite loss"),
-            std::string::npos)
-      << r.status().message();
+  EXPECT_THAT(r, StatusIs(StatusCode::kAborted,
+                          HasSubstr("stopped at step 7: 3 consecutive steps had a non-finite loss")));
 }
 
 }  // namespace

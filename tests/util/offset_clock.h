@@ -1,10 +1,12 @@
 // OffsetClock: real steady time plus an offset that a test moves forward, so code waiting on a
 // timeout (the step heartbeat, a kill grace) sees it pass at once, while timers that run on real
-// time keep running. Thread-safe.
+// time keep running. SleepFor moves the offset instead of sleeping: a retry back-off costs no real
+// time, and offset() tells how long the code under test slept. Thread-safe.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 
 #include "common/clock.h"
 
@@ -15,10 +17,15 @@ class OffsetClock final : public Clock {
   TimePoint Now() const override {
     return std::chrono::steady_clock::now() + std::chrono::nanoseconds(offset_ns_.load());
   }
+  void SleepFor(std::chrono::nanoseconds d) const override {
+    if (d.count() > 0) offset_ns_ += d.count();
+  }
   void Advance(std::chrono::nanoseconds by) { offset_ns_ += by.count(); }
+  // The sum of every Advance and SleepFor so far.
+  std::chrono::nanoseconds offset() const { return std::chrono::nanoseconds(offset_ns_.load()); }
 
  private:
-  std::atomic<int64_t> offset_ns_{0};
+  mutable std::atomic<int64_t> offset_ns_{0};
 };
 
 }  // namespace sftctl::testing

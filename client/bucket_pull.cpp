@@ -1,0 +1,128 @@
+#include "client/bucket_pull.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+
+#include "common/object_store/aws_credentials.h"
+#include "common/object_store/checkpoint_store.h"
+#include "common/object_store/s3_location.h"
+#include "common/terminal_text.h"
+
+namespace sftctl::client {
+
+namespace {
+
+S3Endpoint BucketEndpoint(const std::string& endpoint_url, const std::string& region) {
+  return S3Endpoint{endpoint_url.empty() ? EndpointFromEnv(ProcessEnv()) : endpoint_url,
+                    region.empty() ? RegionFromEnv(ProcessEnv()) : region};
+}
+
+StatusOr<S3Client> BucketClient(const std::string& endpoint_url, const std::string& region) {
+  SFT_ASSIGN_OR_RETURN(AwsCredentials creds, LoadAwsCredentials(ProcessEnv()));
+  return S3Client(BucketEndpoint(endpoint_url, region), std::move(creds));
+}
+
+void PrintUploadLine(const std::string& line) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> l(mu);
+  std::cerr << "sftctl: upload: " << line << std::endl;
+}
+
+}  // namespace
+
+StatusOr<S3Client> S3ClientForSpec(const CheckpointSpec& spec) {
+  return BucketClient(spec.endpoint_url, spec.region);
+}
+
+int PullFromBucket(const std::string& url, const std::string& dest, const std::string& endpoint_url,
+                   const std::string& region, int parallel) {
+  auto fail = [](const Status& s) {
+    std::cerr << "error: " << EscapeForTerminal(s.message()) << std::endl;
+    return 1;
+  };
+  auto loc = ParseS3Url(url);
+  if (!loc.ok()) return fail(loc.status());
+  auto s3 = BucketClient(endpoint_url, region);
+  if (!s3.ok()) return fail(s3.status());
+  auto newest = NewestBucketCheckpoint(*s3, *loc);
+  if (!newest.ok()) return fail(newest.status());
+  if (!newest->has_value())
+    return fail(NotFoundError(loc->Url() + " has no complete checkpoint (a checkpoint-N/MANIFEST.json)"));
+  const CheckpointManifest& m = **newest;
+  const std::string dir = dest.empty() ? "." : dest;
+  TransferOptions opt;
+  opt.parallel = parallel > 0 ? parallel : 8;
+  uint64_t total = 0;
+  for (const ManifestFile& f : m.files) total += f.size;
+  std::cerr << "pulling " << EscapeForTerminal(loc->Url() + "/" + m.name) << " (" << m.files.size()
+            << " files, " << total / 1048576.0 << " MiB) into " << dir << std::endl;
+  if (Status st = DownloadCheckpoint(*s3, *loc, m, dir, opt); !st.ok()) return fail(st);
+  for (const char* name : {"metrics.jsonl", "spec.json"}) {
+    auto head = s3->HeadObject(loc->bucket, loc->Key(name));
+    if (!head.ok()) continue;  // a run that uploaded no metrics yet
+    auto body = s3->GetObject(loc->bucket, loc->Key(name), 1ull << 30);
+    if (!body.ok()) return fail(body.status());
+    std::ofstream(dir + "/" + name, std::ios::binary) << *body;
+  }
+  std::cout << std::filesystem::path(dir) / m.name << std::endl;
+  return 0;
+}
+
+Status FetchResumeFromBucket(JobSpec* spec) {
+  if (!IsS3Url(spec->resume)) return Status();
+  SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(spec->resume));
+  SFT_ASSIGN_OR_RETURN(S3Client s3, S3ClientForSpec(spec->checkpoint));
+  SFT_ASSIGN_OR_RETURN(auto newest, NewestBucketCheckpoint(s3, loc));
+  if (!newest)
+    return FailedPreconditionError("resume: " + loc.Url() + " has no complete checkpoint to resume from");
+  std::cerr << "sftctl: resume: downloading " << loc.Url() << "/" << newest->name << " into "
+            << spec->output_dir << std::endl;
+  TransferOptions opt;
+  opt.parallel = 8;
+  SFT_RETURN_IF_ERROR(DownloadCheckpoint(s3, loc, *newest, spec->output_dir, opt).WithContext("resume"));
+  spec->resume = spec->output_dir + "/" + newest->name;
+  return Status();
+}
+
+StatusOr<std::unique_ptr<CheckpointUploader>> StartLocalUploader(const JobSpec& spec) {
+  if (spec.checkpoint.upload_to.empty()) return std::unique_ptr<CheckpointUploader>();
+  SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(spec.checkpoint.upload_to));
+  SFT_ASSIGN_OR_RETURN(S3Client s3, S3ClientForSpec(spec.checkpoint));
+  // Wrong credentials or a missing bucket fail here, before any training.
+  SFT_RETURN_IF_ERROR(s3.ListObjects(loc.bucket, loc.prefix.empty() ? "" : loc.prefix + "/")
+                          .status()
+                          .WithContext("checkpoint.upload_to"));
+  CheckpointUploaderOptions o;
+  o.dest = loc;
+  o.run_dir = spec.output_dir;
+  o.keep = spec.checkpoint.keep;
+  o.log = PrintUploadLine;
+  auto up = std::make_unique<CheckpointUploader>(std::move(s3), std::move(o));
+  up->Start();
+  return up;
+}
+
+AwsCredentials AwsCredentialsToForward(bool forward, const JobSpec& spec, const std::string& hosts) {
+  if (spec.checkpoint.upload_to.empty() && !IsS3Url(spec.resume)) {
+    if (forward)
+      std::cerr << "note: --forward-aws-credentials: the spec uses no s3:// path; nothing is sent\n";
+    return AwsCredentials();
+  }
+  if (!forward) {
+    std::cerr << "note: your AWS credentials stay here; " << hosts
+              << " uses its own for s3:// (add --forward-aws-credentials to send yours)\n";
+    return AwsCredentials();
+  }
+  auto creds = LoadAwsCredentials(ProcessEnv());
+  if (!creds.ok()) {
+    std::cerr << "warning: --forward-aws-credentials: " << creds.status().message() << "; nothing is sent\n";
+    return AwsCredentials();
+  }
+  std::cerr << "submit: sending your AWS credentials (" << creds->source << ", key " << creds->access_key_id
+            << ") to " << hosts << " for this job's s3:// transfers (kept in the agent's memory only)\n";
+  return *creds;
+}
+
+}  // namespace sftctl::client

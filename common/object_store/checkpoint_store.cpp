@@ -1,0 +1,237 @@
+#include "common/object_store/checkpoint_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/json_parse.h"
+#include "common/safe_path.h"
+#include "common/sha256.h"
+
+namespace sftctl {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kManifestFormat = 1;
+
+// The ETag S3 gives `path` uploaded by UploadFile with `part_size` (the MD5 of a single PUT; for a
+// multipart upload the MD5 of the parts' binary MD5s, "-" and the part count), and its sha256.
+Status LocalDigests(const std::string& path, uint64_t size, uint64_t part_size, std::string* etag,
+                    std::string* sha256) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path, errno);
+  Sha256 sha;
+  std::string part_md5s, whole;
+  const uint64_t part = std::max(part_size, TransferOptions::kMinPartSize);
+  std::string buf;
+  Status st;
+  for (uint64_t off = 0; off < size || (size == 0 && off == 0); off += part) {
+    buf.resize(std::min(part, size - off));
+    if (!buf.empty() &&
+        ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(off)) != static_cast<ssize_t>(buf.size())) {
+      st = DataLossError(path + ": short read (changed while uploading?)");
+      break;
+    }
+    sha.Update(buf);
+    whole = Md5Hex(buf);
+    for (size_t i = 0; i < whole.size(); i += 2)
+      part_md5s += static_cast<char>(std::stoi(whole.substr(i, 2), nullptr, 16));
+    if (size == 0) break;
+  }
+  ::close(fd);
+  SFT_RETURN_IF_ERROR(st);
+  const uint64_t parts = size == 0 ? 1 : (size + part - 1) / part;
+  *etag = size <= part ? whole : Md5Hex(part_md5s) + "-" + std::to_string(parts);
+  *sha256 = sha.HexDigest();
+  return Status();
+}
+
+// Relative paths of the regular files under `dir`, sorted ("sub/a.json").
+StatusOr<std::vector<std::string>> FilesUnder(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec)) out.push_back(fs::relative(it->path(), dir, ec).generic_string());
+  }
+  if (ec) return InternalError(dir + ": cannot list: " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+int64_t CheckpointStep(std::string_view name) {
+  constexpr std::string_view kPrefix = "checkpoint-";
+  if (name.substr(0, kPrefix.size()) != kPrefix || name.size() == kPrefix.size() ||
+      name.size() > kPrefix.size() + 18)
+    return -1;
+  int64_t step = 0;
+  for (char c : name.substr(kPrefix.size())) {
+    if (c < '0' || c > '9') return -1;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
+std::string CheckpointManifest::ToJson() const {
+  json files = json::array();
+  for (const ManifestFile& f : this->files)
+    files.push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}});
+  return json{{"format", kManifestFormat}, {"step", step}, {"name", name}, {"files", files}}.dump(1) + "\n";
+}
+
+StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const std::string& where) {
+  auto bad = [&](const std::string& why) {
+    return DataLossError(where + ": not a checkpoint manifest: " + why);
+  };
+  auto j = ParseJson(text, where);
+  if (!j.ok()) return DataLossError(j.status().message());
+  if (!j->is_object() || !(*j)["format"].is_number_integer() || (*j)["format"] != kManifestFormat)
+    return bad("unknown format (this sftctl reads format " + std::to_string(kManifestFormat) + ")");
+  CheckpointManifest m;
+  if (!(*j)["name"].is_string() || !(*j)["step"].is_number_integer()) return bad("no name or step");
+  m.name = (*j)["name"].get<std::string>();
+  m.step = (*j)["step"].get<int64_t>();
+  if (CheckpointStep(m.name) != m.step)
+    return bad("name '" + m.name + "' is not step " + std::to_string(m.step));
+  if (!(*j)["files"].is_array()) return bad("'files' is not a list");
+  std::set<std::string> seen;
+  for (const json& f : (*j)["files"]) {
+    if (!f.is_object() || !f["path"].is_string() || !f["size"].is_number_unsigned() ||
+        !f["sha256"].is_string())
+      return bad("a file entry needs path, size and sha256");
+    ManifestFile mf{f["path"].get<std::string>(), f["size"].get<uint64_t>(), f["sha256"].get<std::string>()};
+    if (Status st = CheckRelativePath(mf.path); !st.ok()) return bad(st.message());
+    if (mf.path == kManifestName || !seen.insert(mf.path).second)
+      return bad("'" + mf.path + "' listed twice");
+    if (!IsSha256Hex(mf.sha256)) return bad("'" + mf.path + "': sha256 is not 64 hex digits");
+    m.files.push_back(std::move(mf));
+  }
+  return m;
+}
+
+StatusOr<std::optional<CheckpointManifest>> NewestBucketCheckpoint(const S3Client& s3,
+                                                                   const S3Location& loc) {
+  const std::string base = loc.prefix.empty() ? "" : loc.prefix + "/";
+  SFT_ASSIGN_OR_RETURN(auto objects, s3.ListObjects(loc.bucket, base));
+  std::string best_key;
+  int64_t best = -1;
+  for (const S3ObjectInfo& o : objects) {
+    const std::string rel = o.key.substr(base.size());
+    const size_t slash = rel.find('/');
+    if (slash == std::string::npos || rel.substr(slash + 1) != kManifestName) continue;
+    const int64_t step = CheckpointStep(rel.substr(0, slash));
+    if (step > best) best = step, best_key = o.key;
+  }
+  if (best < 0) return std::optional<CheckpointManifest>();
+  SFT_ASSIGN_OR_RETURN(std::string text, s3.GetObject(loc.bucket, best_key, 16ull << 20));
+  SFT_ASSIGN_OR_RETURN(CheckpointManifest m, ParseManifest(text, S3ObjectName(loc.bucket, best_key)));
+  if (loc.Key(m.name + "/" + kManifestName) != best_key)
+    return DataLossError(S3ObjectName(loc.bucket, best_key) + ": the manifest names another folder, '" +
+                         m.name + "'");
+  return std::optional<CheckpointManifest>(std::move(m));
+}
+
+Status DownloadCheckpoint(const S3Client& s3, const S3Location& loc, const CheckpointManifest& m,
+                          const std::string& dest_dir, const TransferOptions& opt,
+                          const std::function<void(const std::string&)>& progress) {
+  SFT_ASSIGN_OR_RETURN(const std::string folder, PathBeneath(dest_dir, m.name));
+  std::vector<const ManifestFile*> order;
+  for (const ManifestFile& f : m.files) order.push_back(&f);
+  // The completion marker last: the folder is a complete checkpoint only once all else is there.
+  std::stable_partition(order.begin(), order.end(), [](const ManifestFile* f) { return f->path != "DONE"; });
+  for (const ManifestFile* f : order) {
+    SFT_ASSIGN_OR_RETURN(const std::string dest, PathBeneath(folder, f->path));
+    std::error_code ec;
+    fs::create_directories(fs::path(dest).parent_path(), ec);
+    if (ec) return InternalError(fs::path(dest).parent_path().string() + ": cannot create: " + ec.message());
+    if (fs::is_regular_file(dest, ec) && fs::file_size(dest, ec) == f->size) {
+      auto have = Sha256File(dest);
+      if (have.ok() && *have == f->sha256) continue;  // an earlier, interrupted pull's
+    }
+    SFT_RETURN_IF_ERROR(
+        DownloadFile(s3, loc.bucket, loc.Key(m.name + "/" + f->path), f->size, f->sha256, dest, opt));
+    if (progress) progress(f->path);
+  }
+  return Status();
+}
+
+Status UploadCheckpoint(const S3Client& s3, const S3Location& loc, const std::string& dir,
+                        const TransferOptions& opt, CheckpointManifest* manifest) {
+  CheckpointManifest m;
+  m.name = fs::path(dir).filename().string();
+  m.step = CheckpointStep(m.name);
+  if (m.step < 0) return InvalidArgumentError(dir + ": not a checkpoint-<step> folder");
+  SFT_ASSIGN_OR_RETURN(auto files, FilesUnder(dir));
+  std::map<std::string, S3ObjectInfo> there;  // what an earlier, interrupted upload left
+  SFT_ASSIGN_OR_RETURN(auto listed, s3.ListObjects(loc.bucket, loc.Key(m.name + "/")));
+  for (S3ObjectInfo& o : listed) there[o.key] = std::move(o);
+  for (const std::string& rel : files) {
+    if (rel == kManifestName) continue;
+    const std::string path = dir + "/" + rel, key = loc.Key(m.name + "/" + rel);
+    std::error_code ec;
+    const uint64_t size = fs::file_size(path, ec);
+    if (ec) return InternalError(path + ": " + ec.message());
+    std::string etag, sha;
+    SFT_RETURN_IF_ERROR(LocalDigests(path, size, opt.part_size, &etag, &sha));
+    auto it = there.find(key);
+    if (it == there.end() || it->second.size != size || it->second.etag != etag)
+      SFT_RETURN_IF_ERROR(UploadFile(s3, loc.bucket, key, path, opt));
+    m.files.push_back({rel, size, sha});
+  }
+  SFT_RETURN_IF_ERROR(s3.PutObject(loc.bucket, loc.Key(m.name + "/" + kManifestName), m.ToJson()));
+  if (manifest != nullptr) *manifest = std::move(m);
+  return Status();
+}
+
+StatusOr<std::vector<std::string>> PruneBucketCheckpoints(const S3Client& s3, const S3Location& loc,
+                                                          int64_t keep) {
+  struct Folder {
+    std::string name;
+    bool complete = false;
+    std::vector<std::string> keys;  // every object but the manifest
+  };
+  const std::string base = loc.prefix.empty() ? "" : loc.prefix + "/";
+  SFT_ASSIGN_OR_RETURN(auto objects, s3.ListObjects(loc.bucket, base));
+  std::map<int64_t, Folder> folders;
+  for (const S3ObjectInfo& o : objects) {
+    const std::string rel = o.key.substr(base.size());
+    const size_t slash = rel.find('/');
+    const int64_t step = slash == std::string::npos ? -1 : CheckpointStep(rel.substr(0, slash));
+    if (step < 0) continue;
+    Folder& f = folders[step];
+    f.name = rel.substr(0, slash);
+    if (rel.substr(slash + 1) == kManifestName)
+      f.complete = true;
+    else
+      f.keys.push_back(o.key);
+  }
+  std::vector<int64_t> complete;
+  for (const auto& [step, f] : folders)
+    if (f.complete) complete.push_back(step);
+  if (complete.empty()) return std::vector<std::string>();
+  const size_t kept = static_cast<size_t>(std::max<int64_t>(keep, 1));
+  const std::set<int64_t> keep_steps(complete.end() - std::min(kept, complete.size()), complete.end());
+  std::vector<std::string> removed;
+  for (const auto& [step, f] : folders) {
+    // Kept, or newer than the newest complete one (an upload that may be under way).
+    if (keep_steps.count(step) || step > complete.back()) continue;
+    if (f.complete) SFT_RETURN_IF_ERROR(s3.DeleteObject(loc.bucket, loc.Key(f.name + "/" + kManifestName)));
+    for (const std::string& key : f.keys) SFT_RETURN_IF_ERROR(s3.DeleteObject(loc.bucket, key));
+    SFT_ASSIGN_OR_RETURN(auto uploads, s3.ListMultipartUploads(loc.bucket, loc.Key(f.name + "/")));
+    for (const S3MultipartUpload& u : uploads)
+      SFT_RETURN_IF_ERROR(s3.AbortMultipartUpload(loc.bucket, u.key, u.upload_id));
+    removed.push_back(f.name);
+  }
+  return removed;
+}
+
+}  // namespace sftctl

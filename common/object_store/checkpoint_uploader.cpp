@@ -1,0 +1,199 @@
+#include "common/object_store/checkpoint_uploader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <vector>
+
+#include "common/object_store/checkpoint_store.h"
+
+namespace sftctl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The complete checkpoint-N folders (with DONE) under `dir` newer than `after`: {step, path}, oldest first.
+std::vector<std::pair<int64_t, std::string>> CompleteAfter(const std::string& dir, int64_t after) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const int64_t step = CheckpointStep(it->path().filename().string());
+    if (step > after && fs::exists(it->path() / "DONE", ec)) out.emplace_back(step, it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Hard-links every file of `src` into `dst` (DONE last). False when a file vanished on the way (the
+// trainer pruned the folder).
+bool LinkTree(const fs::path& src, const fs::path& dst) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (fs::recursive_directory_iterator it(src, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec)) files.push_back(fs::relative(it->path(), src, ec));
+  if (ec) return false;
+  std::stable_partition(files.begin(), files.end(), [](const fs::path& p) { return p != "DONE"; });
+  for (const fs::path& rel : files) {
+    fs::create_directories((dst / rel).parent_path(), ec);
+    fs::create_hard_link(src / rel, dst / rel, ec);
+    if (ec) return false;
+  }
+  return !files.empty() && files.back() == "DONE";
+}
+
+}  // namespace
+
+CheckpointUploader::CheckpointUploader(S3Client s3, CheckpointUploaderOptions opt)
+    : s3_(std::move(s3)), opt_(std::move(opt)), staging_(opt_.run_dir + "/.s3-upload") {
+  opt_.transfer.cancel = &cancel_;
+}
+
+CheckpointUploader::~CheckpointUploader() { Stop(); }
+
+void CheckpointUploader::Log(const std::string& line) const {
+  if (opt_.log) opt_.log(line);
+}
+
+void CheckpointUploader::Start() {
+  std::error_code ec;
+  fs::create_directories(staging_, ec);
+  // What a killed uploader left: the newest staged checkpoint is sent again (its multipart uploads
+  // continue), older ones are dropped.
+  const auto left = CompleteAfter(staging_, -1);
+  const std::string newest = left.empty() ? "" : left.back().second;
+  for (fs::directory_iterator it(staging_, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().string() != newest) fs::remove_all(it->path(), ec);
+  if (!newest.empty()) {
+    Log("resuming the upload of " + fs::path(newest).filename().string() + " to " + opt_.dest.Url());
+    std::lock_guard<std::mutex> l(mu_);
+    queued_.push_back(newest);
+    staged_step_ = left.back().first;
+  }
+  watcher_ = std::thread([this] { WatchLoop(); });
+  uploader_ = std::thread([this] { UploadLoop(); });
+}
+
+void CheckpointUploader::ScanOnce() {
+  std::lock_guard<std::mutex> scan(scan_mu_);
+  int64_t after;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    after = staged_step_;
+  }
+  for (const auto& [step, path] : CompleteAfter(opt_.run_dir, after)) Stage(step, path);
+}
+
+void CheckpointUploader::Stage(int64_t step, const std::string& path) {
+  const std::string name = fs::path(path).filename().string(), tmp = staging_ + "/.tmp-" + name;
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (!LinkTree(path, tmp) || (fs::rename(tmp, staging_ + "/" + name, ec), ec)) {
+    fs::remove_all(tmp, ec);
+    Log("skipping " + name + ": it was removed before it could be staged for upload");
+    std::lock_guard<std::mutex> l(mu_);
+    staged_step_ = std::max(staged_step_, step);
+    return;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (queued_.size() >= kMaxQueued) {
+    Log("skipping the upload of " + fs::path(queued_.front()).filename().string() + ": " + name +
+        " is newer and the uploads are behind");
+    fs::remove_all(queued_.front(), ec);
+    queued_.pop_front();
+  }
+  queued_.push_back(staging_ + "/" + name);
+  staged_step_ = step;
+  cv_.notify_all();
+}
+
+void CheckpointUploader::WatchLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stopping_ && !finishing_) {
+    l.unlock();
+    ScanOnce();
+    l.lock();
+    cv_.wait_for(l, opt_.poll, [&] { return stopping_ || finishing_; });
+  }
+}
+
+void CheckpointUploader::UploadLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    cv_.wait(l, [&] { return stopping_ || !queued_.empty(); });
+    if (stopping_) return;
+    const std::string staged = queued_.front();
+    queued_.pop_front();
+    busy_ = true;
+    l.unlock();
+    Status st = UploadStaged(staged);
+    std::error_code ec;
+    if (st.ok()) fs::remove_all(staged, ec);  // else kept for a later uploader of this run
+    if (!st.ok()) Log("upload of " + fs::path(staged).filename().string() + " failed: " + st.message());
+    l.lock();
+    busy_ = false;
+    last_status_ = st;
+    cv_.notify_all();
+  }
+}
+
+Status CheckpointUploader::UploadStaged(const std::string& staged) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CheckpointManifest m;
+  SFT_RETURN_IF_ERROR(UploadCheckpoint(s3_, opt_.dest, staged, opt_.transfer, &m));
+  uint64_t bytes = 0;
+  for (const ManifestFile& f : m.files) bytes += f.size;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  char rate[64];
+  std::snprintf(rate, sizeof(rate), "%.1f MiB in %.1f s", bytes / 1048576.0, secs);
+  Log("uploaded " + m.name + " to " + opt_.dest.Url() + " (" + rate + ")");
+  uploaded_step_ = m.step;
+  SFT_ASSIGN_OR_RETURN(auto removed, PruneBucketCheckpoints(s3_, opt_.dest, opt_.keep));
+  for (const std::string& name : removed)
+    Log("removed " + opt_.dest.Url() + "/" + name + " (checkpoint.keep)");
+  for (const char* name : {"metrics.jsonl", "spec.json"}) {
+    const std::string path = opt_.run_dir + "/" + name;
+    std::error_code ec;
+    if (fs::exists(path, ec))
+      SFT_RETURN_IF_ERROR(UploadFile(s3_, opt_.dest.bucket, opt_.dest.Key(name), path, opt_.transfer));
+  }
+  return Status();
+}
+
+Status CheckpointUploader::Finish(std::chrono::seconds timeout) {
+  ScanOnce();
+  std::unique_lock<std::mutex> l(mu_);
+  finishing_ = true;
+  cv_.notify_all();
+  const bool nothing = staged_step_ < 0 && queued_.empty() && !busy_;
+  const bool done = cv_.wait_for(l, timeout, [&] { return queued_.empty() && !busy_; });
+  Status st = last_status_;
+  l.unlock();
+  if (!done) {
+    Stop();
+    return DeadlineExceededError("the upload to " + opt_.dest.Url() + " did not finish within " +
+                                 std::to_string(timeout.count()) + " s");
+  }
+  if (nothing) {  // no checkpoint at all: the run's files still go up
+    for (const char* name : {"metrics.jsonl", "spec.json"}) {
+      const std::string path = opt_.run_dir + "/" + name;
+      std::error_code ec;
+      if (st.ok() && fs::exists(path, ec))
+        st = UploadFile(s3_, opt_.dest.bucket, opt_.dest.Key(name), path, opt_.transfer);
+    }
+  }
+  Stop();
+  return st;
+}
+
+void CheckpointUploader::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  cancel_ = true;
+  if (watcher_.joinable()) watcher_.join();
+  if (uploader_.joinable()) uploader_.join();
+}
+
+}  // namespace sftctl

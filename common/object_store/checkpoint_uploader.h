@@ -1,0 +1,95 @@
+// CheckpointUploader: uploads a run's complete checkpoints to a bucket while the trainer keeps
+// training (checkpoint.upload_to; the client runs one for `run --local`, the agent one per job).
+//
+// A watcher thread looks at the run folder every `poll` for complete checkpoints (checkpoint-N folders
+// with DONE) newer than the last it saw. Each is staged at once by hard links into
+// <run>/.s3-upload/checkpoint-N (so the trainer's own pruning cannot pull files from under an upload;
+// no byte is copied) and queued, oldest first; an uploader thread sends them one at a time
+// (common/object_store/checkpoint_store.h: files verified, MANIFEST.json last), prunes the bucket to
+// `keep`, then refreshes metrics.jsonl and spec.json there. The queue is bounded (kMaxQueued waiting,
+// one uploading): when it is full the oldest waiting checkpoint is dropped and "skipping the upload of
+// checkpoint-N" is logged, so a slow link never blocks training and never holds more than
+// kMaxQueued + 1 staged checkpoints; the newest checkpoint is never dropped, so the last one of a run
+// always goes up (Finish waits for it).
+//
+// Restart: staged folders left by a killed uploader are queued again by the next uploader of the same
+// run folder, and their files' unfinished multipart uploads are continued (s3_transfer.h). A reader
+// never takes a half-uploaded checkpoint (no MANIFEST.json until every file is there).
+//
+// Thread safety: Start, Finish and Stop from one thread (the owner's); the log callback is called from
+// the uploader threads. The credentials live in this object's memory only and are never logged.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/object_store/s3_client.h"
+#include "common/object_store/s3_location.h"
+#include "common/object_store/s3_transfer.h"
+#include "common/status.h"
+
+namespace sftctl {
+
+struct CheckpointUploaderOptions {
+  S3Location dest;
+  std::string run_dir;
+  int64_t keep = 2;
+  TransferOptions transfer;
+  std::chrono::milliseconds poll{1000};
+  std::function<void(const std::string&)> log;  // one line per event; may be null
+};
+
+class CheckpointUploader {
+ public:
+  static constexpr size_t kMaxQueued = 2;
+  // `s3` is copied (it holds the credentials).
+  CheckpointUploader(S3Client s3, CheckpointUploaderOptions opt);
+  ~CheckpointUploader();  // Stop()
+  CheckpointUploader(const CheckpointUploader&) = delete;
+  CheckpointUploader& operator=(const CheckpointUploader&) = delete;
+
+  // Starts both threads (queues staged folders a killed uploader left).
+  void Start();
+  // The trainer has ended: one last look at the run folder, then waits (up to `timeout`) until the
+  // newest checkpoint, metrics.jsonl and spec.json are in the bucket. Returns the first error of that
+  // last upload (earlier uploads' errors were logged), DEADLINE_EXCEEDED after `timeout`.
+  Status Finish(std::chrono::seconds timeout);
+  // Stops both threads without waiting for the queue (an upload under way is cancelled; its staged
+  // folder stays for the next uploader of this run).
+  void Stop();
+
+  int64_t uploaded_step() const { return uploaded_step_.load(); }  // newest step in the bucket, -1: none
+
+ private:
+  void WatchLoop();
+  void UploadLoop();
+  void ScanOnce();
+  void Stage(int64_t step, const std::string& path);
+  Status UploadStaged(const std::string& staged);
+  void Log(const std::string& line) const;
+
+  S3Client s3_;
+  CheckpointUploaderOptions opt_;
+  std::string staging_;  // <run>/.s3-upload
+  std::thread watcher_, uploader_;
+  std::atomic<bool> cancel_{false};
+  std::atomic<int64_t> uploaded_step_{-1};
+  std::mutex scan_mu_;  // one ScanOnce at a time (the watcher's, Finish's)
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;           // GUARDED_BY(mu_)
+  bool finishing_ = false;          // GUARDED_BY(mu_): no more checkpoints will come
+  bool busy_ = false;               // GUARDED_BY(mu_): an upload is under way
+  std::deque<std::string> queued_;  // GUARDED_BY(mu_): staged folders waiting, oldest first
+  int64_t staged_step_ = -1;        // GUARDED_BY(mu_): newest step staged so far
+  Status last_status_;              // GUARDED_BY(mu_): of the latest upload
+};
+
+}  // namespace sftctl

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh, the GPU checklist, proves itself without a GPU: inside the CUDA stand-in root of
+# tests/portability/trixie_root.sh (CUDA LibTorch 2.6, NCCL, Debian's CUDA toolkit, no GPU), from a
+# copy of the tree, in one run, it must reach its table with
+#   build  ok (NCCL compiled in)      tests  ok (on the CPU)
+#   nccl   skipped (no GPU)           train  skipped (no GPU)
+# and exit 0: nothing fails for a reason that is not the missing GPU. What this cannot show: the
+# GPU rows themselves, and the pip-wheel CUDA toolkit (the root's nvcc is on PATH).
+#
+# Usage: tests/portability/gpu_checklist_check.sh   (root or sudo; the root is made when missing)
+# The source goes to ROOT/work/src as in trixie_trainer_check.sh; run.sh builds in
+# ROOT/work/build-gpu through the root's ccache. Log: ROOT/work/gpu-checklist.log.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+ROOT=$(bash tests/portability/trixie_root.sh | tail -n 1)
+WORK=/work/src
+LOG=$ROOT/work/gpu-checklist.log
+
+cleanup() { $SUDO umount "$ROOT/proc" 2>/dev/null || true; }
+trap cleanup EXIT
+cleanup
+$SUDO mount -t proc proc "$ROOT/proc"
+
+# The tree as a fresh checkout has it (tracked and untracked, not ignored; by content).
+$SUDO mkdir -p "$ROOT$WORK"
+{ git ls-files -co --exclude-standard -z 2>/dev/null ||
+  find . -path ./build -prune -o -path ./.git -prune -o -type f -printf '%P\0'; } |
+  { grep -zv '^bench/gpu/deps/' || true; } |
+  $SUDO rsync -rl --checksum --ignore-missing-args --from0 --files-from=- ./ "$ROOT$WORK/"
+
+t0=$SECONDS
+rc=0
+$SUDO chroot "$ROOT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+  CCACHE_DIR=/var/cache/sftctl-ccache CCACHE_BASEDIR=/work CCACHE_MAXSIZE=4G \
+  CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache \
+  bash "$WORK/bench/gpu/run.sh" --python python3 --build /work/build-gpu --jobs "$(nproc)" >"$LOG" 2>&1 || rc=$?
+sed -n '/^GPU checklist:/,$p' "$LOG"
+echo "gpu_checklist_check: run.sh exited $rc after $((SECONDS - t0)) s"
+
+bad=0
+expect() {  # expect PHASE REGEX: the table's row for PHASE matches REGEX
+  if ! grep -qE "^$1 +$2" "$LOG"; then
+    echo "gpu_checklist_check: the '$1' row is not '$2'" >&2
+    bad=1
+  fi
+}
+grep -q '^GPU checklist:' "$LOG" || { tail -n 40 "$LOG" >&2; echo "gpu_checklist_check: run.sh printed no table" >&2; exit 1; }
+expect build 'ok .*NCCL compiled in: yes'
+expect tests 'ok .*tests passed.*CPU: no GPU'
+expect nccl 'skipped \(no GPU\)'
+expect train 'skipped \(no GPU\)'
+[ "$rc" -eq 0 ] || { echo "gpu_checklist_check: run.sh exited $rc" >&2; bad=1; }
+[ "$bad" -eq 0 ] || { echo "gpu_checklist_check: FAILED (log: $LOG)" >&2; exit 1; }
+echo "gpu_checklist_check: passed"

@@ -1,0 +1,98 @@
+// The real sftctl-trainer through Slurm: a 2-node x 1-rank CPU job (Gloo) on the test cluster
+// (tests/slurm/slurm_cluster.h), started by the engine's sbatch script, trains the same spec as
+// `sftctl run --local --ranks 2` and ends with the same weights.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "agent/command_runner.h"
+#include "agent/slurm/sbatch_script.h"
+#include "agent/slurm/slurm_cli.h"
+#include "common/safetensors.h"
+#include "tests/client/tiny_job.h"
+#include "tests/slurm/slurm_cluster.h"
+#include "tests/util/command.h"
+#include "tests/util/file_util.h"
+
+namespace sftctl::agent::slurm {
+namespace {
+
+using ::sftctl::testing::Bin;
+using ::sftctl::testing::ReadWholeFile;
+using ::sftctl::testing::WriteWholeFile;
+
+// The largest absolute difference between the F32 tensors of two safetensors files (infinity when
+// their tensors differ in name, type or shape).
+double MaxAbsDiff(const std::string& a_path, const std::string& b_path) {
+  auto a = safetensors::Reader::Open(a_path);
+  auto b = safetensors::Reader::Open(b_path);
+  if (!a.ok() || !b.ok() || (*a)->tensors().size() != (*b)->tensors().size()) return INFINITY;
+  double worst = 0;
+  for (const auto& ta : (*a)->tensors()) {
+    const auto* tb = (*b)->Find(ta.name);
+    if (tb == nullptr || tb->dtype != safetensors::DType::kF32 || ta.dtype != tb->dtype ||
+        ta.shape != tb->shape)
+      return INFINITY;
+    for (int64_t i = 0; i < ta.numel(); ++i) {
+      float x, y;
+      std::memcpy(&x, (*a)->data(ta) + 4 * i, 4);
+      std::memcpy(&y, (*b)->data(*tb) + 4 * i, 4);
+      worst = std::max(worst, static_cast<double>(std::fabs(x - y)));
+    }
+  }
+  return worst;
+}
+
+TEST(SlurmTrainer, TwoNodeGlooJobEndsWithTheWeightsOfATwoRankLocalRun) {
+  auto cluster = sftctl::testing::SlurmCluster::Start();
+  ASSERT_NE(cluster, nullptr);
+  const std::string dir = sftctl::testing::MakeTempDir("slurm-trainer");
+  const std::string spec = sftctl::testing::WriteTinyJobSpec(
+      dir,
+      "precision: fp32\nthreads: 1\ntrain: {max_steps: 3, batch_size: 4}\ndistributed: {timeout_s: 60}\n",
+      24);
+  const auto local =
+      sftctl::testing::RunShell(Bin("sftctl") + " run --local --ranks 2 " + spec + " -o " + dir + "/local");
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+
+  // The Slurm job trains the same canonical spec, its run folder inside the job folder.
+  const std::string job_dir = dir + "/job";
+  nlohmann::json j = nlohmann::json::parse(ReadWholeFile(dir + "/local/spec.json"));
+  j["output_dir"] = job_dir + "/run";
+  WriteWholeFile(job_dir + "/spec.json", j.dump(2) + "\n");
+  SlurmOptions options;
+  options.nodes = 2;
+  auto script = RenderSbatchScript(options, SbatchJob{"sftctl-tiny", job_dir, Bin("sftctl-trainer")});
+  ASSERT_TRUE(script.ok()) << script.status().ToString();
+  WriteWholeFile(ScriptPath(job_dir), *script);
+
+  const SlurmCli cli(CommandRunner::Default(), {cluster->env()});
+  auto id = cli.Submit(ScriptPath(job_dir));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  StatusOr<SlurmJobInfo> info = NotFoundError("not queried");
+  for (int i = 0; i < 1200 && !(info.ok() && IsTerminal(info->state)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    info = cli.Query(*id, job_dir);
+  }
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_EQ(info->Describe(), "COMPLETED") << ReadWholeFile(BatchOutputPath(job_dir)) << "\nrank 0:\n"
+                                           << ReadWholeFile(job_dir + "/logs/rank-0.stderr") << "\nrank 1:\n"
+                                           << ReadWholeFile(job_dir + "/logs/rank-1.stderr");
+
+  const std::string ckpt = "/checkpoint-000003";
+  ASSERT_TRUE(std::filesystem::exists(job_dir + "/run" + ckpt + "/DONE"));
+  EXPECT_LE(MaxAbsDiff(dir + "/local" + ckpt + "/model.safetensors",
+                       job_dir + "/run" + ckpt + "/model.safetensors"),
+            1e-6);
+  // Rank 1 ran on n2 and joined a world of two.
+  EXPECT_THAT(ReadWholeFile(job_dir + "/logs/rank-1.events"), ::testing::HasSubstr("\"world_size\":2"));
+}
+
+}  // namespace
+}  // namespace sftctl::agent::slurm
