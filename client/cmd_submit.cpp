@@ -196,15 +196,7 @@ std::string HfTokenToForward(const SubmitArgs& a, const RemoteSpec& spec) {
 }
 
 v1::SubmitJobRequest BaseRequest(const SubmitArgs& a, const RemoteSpec& spec, const Ranks& ranks) {
-  v1::SubmitJobRequest base;
-  base.set_spec_json(spec.json.dump());
-  for (const auto& f : spec.files) {
-    auto* ref = base.add_blobs();
-    ref->set_json_pointer(f.json_pointer);
-    ref->set_sha256(f.sha256);
-    ref->set_dir_entry(f.dir_entry);
-  }
-  base.set_name(spec.spec.name);
+  v1::SubmitJobRequest base = SpecSubmitRequest(spec);
   base.set_gpus(ranks.gpus);
   base.set_cpu_ranks(ranks.cpu_ranks);
   base.set_max_restarts(a.max_restarts);

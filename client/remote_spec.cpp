@@ -169,4 +169,17 @@ Status HashSpecFiles(std::vector<SpecFile>* files) {
   return OkStatus();
 }
 
+::sftctl::v1::SubmitJobRequest SpecSubmitRequest(const RemoteSpec& spec) {
+  ::sftctl::v1::SubmitJobRequest req;
+  req.set_spec_json(spec.json.dump());
+  for (const auto& f : spec.files) {
+    auto* ref = req.add_blobs();
+    ref->set_json_pointer(f.json_pointer);
+    ref->set_sha256(f.sha256);
+    ref->set_dir_entry(f.dir_entry);
+  }
+  req.set_name(spec.spec.name);
+  return req;
+}
+
 }  // namespace sftctl::client

@@ -17,6 +17,7 @@
 
 #include "common/spec.h"
 #include "common/status.h"
+#include "sftctl/v1/agent.pb.h"
 
 namespace sftctl::client {
 
@@ -45,5 +46,11 @@ StatusOr<RemoteSpec> LoadRemoteSpec(const std::string& path, const std::vector<s
 
 // Computes size and sha256 of every file (a file referenced twice is read once).
 Status HashSpecFiles(std::vector<SpecFile>* files);
+
+// The part of a SubmitJobRequest that describes the spec: its canonical JSON, a blob reference per
+// local file (at its JSON pointer) and its name. Every submission (`submit`, the bootstrap smoke job)
+// starts from this one; what a caller adds (ranks, restarts, forwarded tokens) is its own.
+// REQUIRES: HashSpecFiles(&spec.files) has run.
+::sftctl::v1::SubmitJobRequest SpecSubmitRequest(const RemoteSpec& spec);
 
 }  // namespace sftctl::client

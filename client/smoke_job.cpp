@@ -51,15 +51,8 @@ Status CheckSameSource(Reconnector* rc) {
 }
 
 StatusOr<v1::Job> Submit(Reconnector* rc, const RemoteSpec& spec, uint32_t gpus) {
-  v1::SubmitJobRequest req;
-  req.set_spec_json(spec.json.dump());
-  for (const auto& f : spec.files) {
-    auto* ref = req.add_blobs();
-    ref->set_json_pointer(f.json_pointer);
-    ref->set_sha256(f.sha256);
-    ref->set_dir_entry(f.dir_entry);
-  }
-  req.set_name(spec.spec.name);
+  // The demo's spec names no gated model and no bucket: no token or credentials go with it.
+  v1::SubmitJobRequest req = SpecSubmitRequest(spec);
   req.set_gpus(gpus);
   req.set_cpu_ranks(gpus > 0 ? 0 : 1);
   req.set_client_request_id(RandomHex(16));
