@@ -40,7 +40,7 @@ CheckpointUploads::~CheckpointUploads() { Stop(); }
 void CheckpointUploads::SetCredentials(const std::string& spec_json, AwsCredentials credentials) {
   const UploadSpec u = ReadUploadSpec(spec_json);
   if (u.run_dir.empty() || credentials.empty()) return;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   credentials_[u.run_dir] = std::move(credentials);
 }
 
@@ -50,7 +50,7 @@ Status CheckpointUploads::StartJob(const std::string& job_id, const std::string&
   SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(u.upload_to));
   AwsCredentials creds;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (running_.count(u.run_dir)) return Status();
     auto it = credentials_.find(u.run_dir);
     if (it != credentials_.end()) creds = it->second;
@@ -68,14 +68,14 @@ Status CheckpointUploads::StartJob(const std::string& job_id, const std::string&
   auto up = std::make_unique<CheckpointUploader>(S3Client(ep, std::move(creds)), std::move(o));
   up->Start();
   spdlog::info("{}: uploading its checkpoints to {}", job_id, loc.Url());
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   running_[u.run_dir] = std::move(up);
   return Status();
 }
 
 void CheckpointUploads::FinishJob(const std::string& spec_json) {
   const std::string run_dir = ReadUploadSpec(spec_json).run_dir;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   credentials_.erase(run_dir);
   auto it = running_.find(run_dir);
   if (it == running_.end()) return;
@@ -91,7 +91,7 @@ void CheckpointUploads::Stop() {
   std::map<std::string, std::unique_ptr<CheckpointUploader>> running;
   std::vector<std::thread> finishing;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     running.swap(running_);
     finishing.swap(finishing_);
     credentials_.clear();

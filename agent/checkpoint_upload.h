@@ -16,14 +16,15 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/object_store/aws_credentials.h"
 #include "common/object_store/checkpoint_uploader.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace sftctl::agent {
 
@@ -46,10 +47,10 @@ class CheckpointUploads {
 
  private:
   EnvLookup env_;
-  std::mutex mu_;
-  std::map<std::string, AwsCredentials> credentials_;                   // GUARDED_BY(mu_), by run folder
-  std::map<std::string, std::unique_ptr<CheckpointUploader>> running_;  // GUARDED_BY(mu_), by run folder
-  std::vector<std::thread> finishing_;                                  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, AwsCredentials> credentials_ GUARDED_BY(mu_);                   // by run folder
+  std::map<std::string, std::unique_ptr<CheckpointUploader>> running_ GUARDED_BY(mu_);  // by run folder
+  std::vector<std::thread> finishing_ GUARDED_BY(mu_);
 };
 
 // The agent's one instance (created on first use).

@@ -65,7 +65,7 @@ void CheckpointUploader::Start() {
     if (it->path().string() != newest) fs::remove_all(it->path(), ec);
   if (!newest.empty()) {
     Log("resuming the upload of " + fs::path(newest).filename().string() + " to " + opt_.dest.Url());
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     queued_.push_back(newest);
     staged_step_ = left.back().first;
   }
@@ -74,10 +74,10 @@ void CheckpointUploader::Start() {
 }
 
 void CheckpointUploader::ScanOnce() {
-  std::lock_guard<std::mutex> scan(scan_mu_);
+  MutexLock scan(&scan_mu_);
   int64_t after;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     after = staged_step_;
   }
   for (const auto& [step, path] : CompleteAfter(opt_.run_dir, after)) Stage(step, path);
@@ -90,11 +90,11 @@ void CheckpointUploader::Stage(int64_t step, const std::string& path) {
   if (!LinkTree(path, tmp) || (fs::rename(tmp, staging_ + "/" + name, ec), ec)) {
     fs::remove_all(tmp, ec);
     Log("skipping " + name + ": it was removed before it could be staged for upload");
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     staged_step_ = std::max(staged_step_, step);
     return;
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (queued_.size() >= kMaxQueued) {
     Log("skipping the upload of " + fs::path(queued_.front()).filename().string() + ": " + name +
         " is newer and the uploads are behind");
@@ -103,36 +103,36 @@ void CheckpointUploader::Stage(int64_t step, const std::string& path) {
   }
   queued_.push_back(staging_ + "/" + name);
   staged_step_ = step;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void CheckpointUploader::WatchLoop() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   while (!stopping_ && !finishing_) {
-    l.unlock();
+    l.Unlock();
     ScanOnce();
-    l.lock();
-    cv_.wait_for(l, opt_.poll, [&] { return stopping_ || finishing_; });
+    l.Lock();
+    cv_.WaitFor(&mu_, opt_.poll, [&]() REQUIRES(mu_) { return stopping_ || finishing_; });
   }
 }
 
 void CheckpointUploader::UploadLoop() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   for (;;) {
-    cv_.wait(l, [&] { return stopping_ || !queued_.empty(); });
+    cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return stopping_ || !queued_.empty(); });
     if (stopping_) return;
     const std::string staged = queued_.front();
     queued_.pop_front();
     busy_ = true;
-    l.unlock();
+    l.Unlock();
     Status st = UploadStaged(staged);
     std::error_code ec;
     if (st.ok()) fs::remove_all(staged, ec);  // else kept for a later uploader of this run
     if (!st.ok()) Log("upload of " + fs::path(staged).filename().string() + " failed: " + st.message());
-    l.lock();
+    l.Lock();
     busy_ = false;
     last_status_ = st;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
@@ -161,13 +161,13 @@ Status CheckpointUploader::UploadStaged(const std::string& staged) {
 
 Status CheckpointUploader::Finish(std::chrono::seconds timeout) {
   ScanOnce();
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   finishing_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
   const bool nothing = staged_step_ < 0 && queued_.empty() && !busy_;
-  const bool done = cv_.wait_for(l, timeout, [&] { return queued_.empty() && !busy_; });
+  const bool done = cv_.WaitFor(&mu_, timeout, [&]() REQUIRES(mu_) { return queued_.empty() && !busy_; });
   Status st = last_status_;
-  l.unlock();
+  l.Unlock();
   if (!done) {
     Stop();
     return DeadlineExceededError("the upload to " + opt_.dest.Url() + " did not finish within " +
@@ -187,9 +187,9 @@ Status CheckpointUploader::Finish(std::chrono::seconds timeout) {
 
 void CheckpointUploader::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stopping_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   cancel_ = true;
   if (watcher_.joinable()) watcher_.join();

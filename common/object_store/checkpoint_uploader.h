@@ -22,18 +22,18 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/object_store/s3_client.h"
 #include "common/object_store/s3_location.h"
 #include "common/object_store/s3_transfer.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace sftctl {
 
@@ -81,15 +81,15 @@ class CheckpointUploader {
   std::thread watcher_, uploader_;
   std::atomic<bool> cancel_{false};
   std::atomic<int64_t> uploaded_step_{-1};
-  std::mutex scan_mu_;  // one ScanOnce at a time (the watcher's, Finish's)
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;           // GUARDED_BY(mu_)
-  bool finishing_ = false;          // GUARDED_BY(mu_): no more checkpoints will come
-  bool busy_ = false;               // GUARDED_BY(mu_): an upload is under way
-  std::deque<std::string> queued_;  // GUARDED_BY(mu_): staged folders waiting, oldest first
-  int64_t staged_step_ = -1;        // GUARDED_BY(mu_): newest step staged so far
-  Status last_status_;              // GUARDED_BY(mu_): of the latest upload
+  Mutex scan_mu_ ACQUIRED_BEFORE(mu_);  // one ScanOnce at a time (the watcher's, Finish's)
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool finishing_ GUARDED_BY(mu_) = false;          // no more checkpoints will come
+  bool busy_ GUARDED_BY(mu_) = false;               // an upload is under way
+  std::deque<std::string> queued_ GUARDED_BY(mu_);  // staged folders waiting, oldest first
+  int64_t staged_step_ GUARDED_BY(mu_) = -1;        // newest step staged so far
+  Status last_status_ GUARDED_BY(mu_);              // of the latest upload
 };
 
 }  // namespace sftctl
