@@ -206,6 +206,75 @@ void CloseFdRange(unsigned first, unsigned last) {
   for (unsigned fd = first; fd <= last && fd < limit; ++fd) ::close(static_cast<int>(fd));
 }
 
+// The supervisor's settings from the command line (GPUs named or discovered, CPU slots, timings, the
+// trainer beside sftd, the Hub from the environment). INVALID_ARGUMENT for a bad --gpus list.
+StatusOr<SupervisorConfig> MakeSupervisorConfig(const DaemonOptions& opts, const std::string& dir) {
+  SupervisorConfig cfg;
+  cfg.data_dir = dir;
+  cfg.trainer_path = opts.trainer.empty() ? SelfDir() + "/sftctl-trainer" : opts.trainer;
+  if (opts.gpus) {
+    SFT_ASSIGN_OR_RETURN(auto g, ParseGpuList(*opts.gpus));
+    for (const GpuInfo& i : g) cfg.gpus.push_back(i.index);
+  } else {
+    for (const GpuInfo& i : DiscoverGpus()) cfg.gpus.push_back(i.index);
+  }
+  unsigned ncpu = std::thread::hardware_concurrency();
+  cfg.cpu_slots = opts.cpu_slots > 0 ? static_cast<uint32_t>(opts.cpu_slots) : std::max(1u, ncpu);
+  cfg.kill_grace = std::chrono::milliseconds(opts.kill_grace_ms);
+  cfg.poll = std::chrono::milliseconds(std::max(10, opts.poll_ms));
+  cfg.default_heartbeat_s = static_cast<uint32_t>(std::max(1, opts.heartbeat_s));
+  cfg.rendezvous_addr = RendezvousAddr(opts);
+  cfg.hub = HubOptionsFromEnvironment();  // HF_ENDPOINT, HF_HOME / HF_HUB_CACHE, the host's token
+  return cfg;
+}
+
+// Plain credentials on loopback, TLS with --tls-cert and --tls-key (their read errors returned).
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const DaemonOptions& opts) {
+  if (opts.tls_cert.empty() || opts.tls_key.empty()) return grpc::InsecureServerCredentials();
+  SFT_ASSIGN_OR_RETURN(std::string cert, FileSystem::Default()->ReadFile(opts.tls_cert));
+  SFT_ASSIGN_OR_RETURN(std::string key, FileSystem::Default()->ReadFile(opts.tls_key));
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({key, cert});
+  return grpc::SslServerCredentials(ssl);
+}
+
+// The gRPC server of `service` on `address` (its port in *port; null when it cannot listen), with the
+// client-activity interceptors, the message and stream limits both ends accept, and one memory quota
+// for all connections together (a flood of clients slows down, never grows sftd).
+std::unique_ptr<grpc::Server> BuildServer(
+    const std::string& address, const std::shared_ptr<grpc::ServerCredentials>& creds, AgentService* service,
+    std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> interceptors,
+    rpc::CallbackServerPoller* poller, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, creds, port);
+  builder.RegisterService(service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(std::move(interceptors));
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+  builder.SetMaxReceiveMessageSize(kMaxRpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxRpcMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreamsPerConnection);
+  grpc::ResourceQuota quota("sftd");
+  quota.Resize(size_t{1} << 30);
+  builder.SetResourceQuota(quota);
+  poller->AddTo(&builder);
+  return builder.BuildAndStart();
+}
+
+// What `sftd status` and clients on this host read to find the running agent.
+Status WriteAddressFiles(const std::string& dir, const std::string& dial_host, int port,
+                         const std::string& version) {
+  const std::pair<const char*, std::string> files[] = {{"sftd.host", dial_host},
+                                                       {"sftd.port", std::to_string(port)},
+                                                       {"sftd.version", version},
+                                                       {"sftd.source_id", SourceId()},
+                                                       {"sftd.pid", std::to_string(::getpid())}};
+  for (const auto& [name, value] : files) {
+    SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), Path(dir, name), value + "\n"));
+  }
+  return OkStatus();
+}
+
 // Runs the agent in this process until SIGTERM/SIGINT. Reports readiness (or "SFTD_ERROR <msg>") on
 // `ready_fd`. Returns the exit code.
 int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
@@ -250,24 +319,9 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   GarbageCollector gc(dir, store->get(), &blobs);
   AutoGc auto_gc(&gc, dir, opts.gc, std::chrono::seconds(std::max(1, opts.gc_check_s)), opts.gc_min_free_pct);
 
-  SupervisorConfig cfg;
-  cfg.data_dir = dir;
-  cfg.trainer_path = opts.trainer.empty() ? SelfDir() + "/sftctl-trainer" : opts.trainer;
-  if (opts.gpus) {
-    auto g = ParseGpuList(*opts.gpus);
-    if (!g.ok()) return fail(g.status().ToString());
-    for (const GpuInfo& i : *g) cfg.gpus.push_back(i.index);
-  } else {
-    for (const GpuInfo& i : DiscoverGpus()) cfg.gpus.push_back(i.index);
-  }
-  unsigned ncpu = std::thread::hardware_concurrency();
-  cfg.cpu_slots = opts.cpu_slots > 0 ? static_cast<uint32_t>(opts.cpu_slots) : std::max(1u, ncpu);
-  cfg.kill_grace = std::chrono::milliseconds(opts.kill_grace_ms);
-  cfg.poll = std::chrono::milliseconds(std::max(10, opts.poll_ms));
-  cfg.default_heartbeat_s = static_cast<uint32_t>(std::max(1, opts.heartbeat_s));
-  cfg.rendezvous_addr = RendezvousAddr(opts);
-  cfg.hub = HubOptionsFromEnvironment();  // HF_ENDPOINT, HF_HOME / HF_HUB_CACHE, the host's token
-  Supervisor supervisor(cfg, store->get(), &blobs);
+  auto cfg = MakeSupervisorConfig(opts, dir);
+  if (!cfg.ok()) return fail(cfg.status().ToString());
+  Supervisor supervisor(*cfg, store->get(), &blobs);
   if (Status s = supervisor.Start(); !s.ok()) return fail(s.ToString());
 
   Artifacts artifacts(store->get());
@@ -300,34 +354,13 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     deps.auto_stop = &auto_stop;
     deps.version = version;
     auto service = std::make_unique<AgentService>(deps);
-    grpc::ServerBuilder builder;
-    std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-    if (tls) {
-      auto cert = FileSystem::Default()->ReadFile(opts.tls_cert);
-      auto key = FileSystem::Default()->ReadFile(opts.tls_key);
-      if (!cert.ok()) return fail(cert.status().ToString());
-      if (!key.ok()) return fail(key.status().ToString());
-      grpc::SslServerCredentialsOptions ssl;
-      ssl.pem_key_cert_pairs.push_back({*key, *cert});
-      creds = grpc::SslServerCredentials(ssl);
-    }
-    std::string host = opts.listen.find(':') != std::string::npos && opts.listen.front() != '['
-                           ? "[" + opts.listen + "]"
-                           : opts.listen;
-    builder.AddListeningPort(host + ":" + std::to_string(opts.port), creds, &port);
-    builder.RegisterService(service.get());
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-    interceptors.push_back(MakeClientActivityInterceptors(&activity, &auth));
-    builder.experimental().SetInterceptorCreators(std::move(interceptors));
-    builder.SetMaxReceiveMessageSize(kMaxRpcMessageBytes);
-    builder.SetMaxSendMessageSize(kMaxRpcMessageBytes);
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreamsPerConnection);
-    // Bounded memory for all connections together: a flood of clients slows down, never grows sftd.
-    grpc::ResourceQuota quota("sftd");
-    quota.Resize(size_t{1} << 30);
-    builder.SetResourceQuota(quota);
-    poller.AddTo(&builder);
-    server = builder.BuildAndStart();
+    auto creds = ServerCredentials(opts);
+    if (!creds.ok()) return fail(creds.status().ToString());
+    const std::string host = opts.listen.find(':') != std::string::npos && opts.listen.front() != '['
+                                 ? "[" + opts.listen + "]"
+                                 : opts.listen;
+    server = BuildServer(host + ":" + std::to_string(opts.port), *creds, service.get(),
+                         MakeClientActivityInterceptors(&activity, &auth), &poller, &port);
     if (!server || port == 0) {
       supervisor.Stop();
       return fail("cannot listen on " + host + ":" + std::to_string(opts.port) + " (port in use?)");
@@ -335,20 +368,13 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
     poller.Start();
     const std::string dial_host = DialHost(opts.listen);
     service->SetListenAddr(dial_host + ":" + std::to_string(port));
-    Status s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.host"), dial_host + "\n");
-    if (s.ok())
-      s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.port"), std::to_string(port) + "\n");
-    if (s.ok()) s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.version"), version + "\n");
-    if (s.ok()) s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.source_id"), SourceId() + "\n");
-    if (s.ok())
-      s = WriteFileAtomic(FileSystem::Default(), Path(dir, "sftd.pid"), std::to_string(::getpid()) + "\n");
-    if (!s.ok()) {
+    if (Status s = WriteAddressFiles(dir, dial_host, port, version); !s.ok()) {
       server->Shutdown();
       supervisor.Stop();
       return fail(s.ToString());
     }
     spdlog::info("sftd {} listening on {}:{} (data dir {}, {} GPU(s), trainer {})", version, opts.listen,
-                 port, dir, cfg.gpus.size(), cfg.trainer_path);
+                 port, dir, cfg->gpus.size(), cfg->trainer_path);
     if (const AutoStopView v = auto_stop.View(); !v.policy.empty()) spdlog::info("auto-stop: {}", v.policy);
     (void)WriteFully(ready_fd,
                      ReadyLine(dial_host + ":" + std::to_string(port), dir, version, SourceId(), ::getpid()),
