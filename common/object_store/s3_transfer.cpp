@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/fd_util.h"
+#include "common/file_system.h"
 #include "common/range_log.h"
 #include "common/sha256.h"
 
@@ -52,13 +54,10 @@ Status ParallelFor(size_t n, int parallel, const std::atomic<bool>* cancel,
 
 StatusOr<std::string> ReadAt(int fd, uint64_t offset, uint64_t length, const std::string& path) {
   std::string buf(length, '\0');
-  for (uint64_t done = 0; done < length;) {
-    const ssize_t n = ::pread(fd, buf.data() + done, length - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError("read", path, errno);
-    if (n == 0) return DataLossError(path + ": shorter than expected (changed while uploading?)");
-    done += static_cast<uint64_t>(n);
-  }
+  const Status read = PreadFully(fd, buf.data(), length, offset, path);
+  if (read.code() == StatusCode::kDataLoss)
+    return DataLossError(path + ": shorter than expected (changed while uploading?)");
+  SFT_RETURN_IF_ERROR(read);
   return buf;
 }
 
@@ -75,27 +74,13 @@ StatusOr<std::pair<std::string, std::vector<S3Part>>> UnfinishedUpload(const S3C
   return std::make_pair(std::string(), std::vector<S3Part>());
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 Status UploadFile(const S3Client& s3, const std::string& bucket, const std::string& key,
                   const std::string& path, const TransferOptions& opt, TransferStats* stats) {
   TransferStats local;
   TransferStats& st = stats != nullptr ? *stats : local;
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat sb {};
   if (fd.get() < 0 || ::fstat(fd.get(), &sb) != 0) return ErrnoError("open", path, errno);
   const uint64_t size = static_cast<uint64_t>(sb.st_size);
@@ -150,7 +135,7 @@ Status DownloadFile(const S3Client& s3, const std::string& bucket, const std::st
   RangeLog log(part_path + ".ranges", size, sha256, block);
   bool matched = false;
   std::vector<char> done = log.Load(blocks, &matched);
-  Fd fd(::open(part_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (matched ? 0 : O_TRUNC), 0644));
+  UniqueFd fd(::open(part_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (matched ? 0 : O_TRUNC), 0644));
   if (fd.get() < 0) return ErrnoError("open", part_path, errno);
   SFT_RETURN_IF_ERROR(matched ? log.Reopen() : log.Start());
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return ErrnoError("truncate", part_path, errno);
@@ -165,15 +150,8 @@ Status DownloadFile(const S3Client& s3, const std::string& bucket, const std::st
     uint64_t at = off;
     Status io;
     const Status got = s3.GetRange(bucket, key, off, len, [&](std::string_view data) {
-      for (size_t w = 0; w < data.size();) {
-        const ssize_t n = ::pwrite(fd.get(), data.data() + w, data.size() - w, static_cast<off_t>(at + w));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          io = ErrnoError("write", part_path, errno);
-          return false;
-        }
-        w += static_cast<size_t>(n);
-      }
+      io = PwriteFully(fd.get(), data.data(), data.size(), at, part_path);
+      if (!io.ok()) return false;
       at += data.size();
       return true;
     });
