@@ -11,7 +11,7 @@
 #include <cstdio>
 
 #include "common/agent_identity.h"
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::agent {
 namespace {

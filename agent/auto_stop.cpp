@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::agent {
 namespace {

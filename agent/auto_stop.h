@@ -37,8 +37,8 @@
 #include "agent/command_runner.h"
 #include "agent/state_store.h"
 #include "agent/stop_policy.h"
-#include "common/clock.h"
 #include "common/mutex.h"
+#include "common/os/clock.h"
 #include "common/status.h"
 
 namespace sftctl::agent {

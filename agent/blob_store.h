@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "agent/state_store.h"
-#include "common/file_system.h"
 #include "common/mutex.h"
+#include "common/os/file_system.h"
 #include "common/sha256.h"
 #include "common/status.h"
 

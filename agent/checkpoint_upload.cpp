@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include "common/json_parse.h"
+#include "common/object_store/checkpoint_store.h"
 #include "common/object_store/s3_client.h"
 #include "common/object_store/s3_location.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::agent {
 
@@ -29,6 +31,11 @@ UploadSpec ReadUploadSpec(const std::string& spec_json) {
   u.region = str("region");
   if (c.contains("keep") && c["keep"].is_number_integer()) u.keep = c["keep"].get<int64_t>();
   return u;
+}
+
+S3Endpoint EndpointFor(const UploadSpec& u, const EnvLookup& env) {
+  return S3Endpoint{u.endpoint_url.empty() ? EndpointFromEnv(env) : u.endpoint_url,
+                    u.region.empty() ? RegionFromEnv(env) : u.region};
 }
 
 }  // namespace
@@ -58,8 +65,7 @@ Status CheckpointUploads::StartJob(const std::string& job_id, const std::string&
   if (creds.empty()) {
     SFT_ASSIGN_OR_RETURN(creds, LoadAwsCredentials(env_));
   }
-  S3Endpoint ep{u.endpoint_url.empty() ? EndpointFromEnv(env_) : u.endpoint_url,
-                u.region.empty() ? RegionFromEnv(env_) : u.region};
+  const S3Endpoint ep = EndpointFor(u, env_);
   CheckpointUploaderOptions o;
   o.dest = loc;
   o.run_dir = u.run_dir;
@@ -90,14 +96,108 @@ void CheckpointUploads::FinishJob(const std::string& spec_json) {
 void CheckpointUploads::Stop() {
   std::map<std::string, std::unique_ptr<CheckpointUploader>> running;
   std::vector<std::thread> finishing;
+  std::multimap<std::string, ResumeFetch> resuming;
   {
     MutexLock l(&mu_);
     running.swap(running_);
     finishing.swap(finishing_);
+    resuming.swap(resuming_);
     credentials_.clear();
   }
+  for (auto& [id, f] : resuming) *f.cancel = true;
   for (auto& [dir, up] : running) up->Stop();
   for (std::thread& t : finishing) t.join();
+  for (auto& [id, f] : resuming) f.thread.join();
+}
+
+std::string CheckpointUploads::ResumeBucket(const std::string& spec_json) {
+  auto j = ParseJson(spec_json, "spec");
+  if (!j.ok() || !j->is_object() || !j->contains("resume") || !(*j)["resume"].is_string()) return "";
+  const std::string resume = (*j)["resume"].get<std::string>();
+  return IsS3Url(resume) ? resume : "";
+}
+
+StatusOr<AwsCredentials> CheckpointUploads::CredentialsFor(const std::string& run_dir,
+                                                           const std::string& what) {
+  {
+    MutexLock l(&mu_);
+    auto it = credentials_.find(run_dir);
+    if (it != credentials_.end()) return it->second;
+  }
+  auto creds = LoadAwsCredentials(env_);
+  if (creds.ok()) return creds;
+  return FailedPreconditionError(
+      what + ": this host has no AWS credentials (" + creds.status().message() +
+      "); submit again with `sftctl submit --forward-aws-credentials` (yours then go to this host for "
+      "this job, kept in the agent's memory only), or give the agent its own (AWS_ACCESS_KEY_ID and "
+      "AWS_SECRET_ACCESS_KEY in ~/.config/sftd/env, or ~/.aws/credentials)");
+}
+
+StatusOr<CheckpointUploads::Resumed> CheckpointUploads::DownloadResume(const std::string& job_id,
+                                                                       const std::string& job_dir,
+                                                                       const std::string& spec_json,
+                                                                       const std::atomic<bool>* cancel) {
+  SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ParseJson(spec_json, job_id + " spec.json"));
+  const UploadSpec u = ReadUploadSpec(spec_json);
+  if (u.run_dir.empty()) return InvalidArgumentError(job_id + ": the spec has no output_dir");
+  SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(ResumeBucket(spec_json)));
+  const std::string what = "resume: " + loc.Url();
+  SFT_ASSIGN_OR_RETURN(AwsCredentials creds, CredentialsFor(u.run_dir, what));
+  S3Client s3(EndpointFor(u, env_), std::move(creds));
+  auto newest = NewestBucketCheckpoint(s3, loc);
+  if (!newest.ok()) return newest.status().WithContext(what);
+  if (!newest->has_value())
+    return FailedPreconditionError(
+        what + " has no complete checkpoint (a checkpoint-N/MANIFEST.json) to resume from");
+  const CheckpointManifest& m = **newest;
+  spdlog::info("{}: downloading {}/{} to resume from", job_id, loc.Url(), m.name);
+  TransferOptions opt;
+  opt.parallel = 8;
+  opt.cancel = cancel;
+  SFT_RETURN_IF_ERROR(DownloadCheckpoint(s3, loc, m, u.run_dir, opt).WithContext(what));
+  spec["resume"] = "auto";  // the downloaded checkpoint is the run folder's newest (restarts too)
+  Resumed out;
+  out.spec_json = spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  out.what = "downloaded " + loc.Url() + "/" + m.name + " to resume from";
+  SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), job_dir + "/spec.json", out.spec_json));
+  return out;
+}
+
+void CheckpointUploads::FetchResume(const std::string& job_id, const std::string& job_dir,
+                                    const std::string& spec_json, ResumeDone done) {
+  auto cancel = std::make_shared<std::atomic<bool>>(false),
+       ended = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([this, job_id, job_dir, spec_json, done = std::move(done), cancel, ended] {
+    StatusOr<Resumed> r = DownloadResume(job_id, job_dir, spec_json, cancel.get());
+    if (!r.ok()) {
+      spdlog::warn("{}: {}", job_id, r.status().message());
+      const std::string run_dir = ReadUploadSpec(spec_json).run_dir;
+      MutexLock l(&mu_);
+      credentials_.erase(run_dir);  // the job fails (or was cancelled): it never launches
+    }
+    if (!*cancel) done(job_id, std::move(r));
+    *ended = true;
+  });
+  std::vector<std::thread> ended_threads;
+  {
+    MutexLock l(&mu_);
+    for (auto it = resuming_.begin(); it != resuming_.end();) {
+      if (!*it->second.ended) {
+        ++it;
+        continue;
+      }
+      ended_threads.push_back(std::move(it->second.thread));
+      it = resuming_.erase(it);
+    }
+    resuming_.emplace(job_id, ResumeFetch{cancel, ended, std::move(t)});
+  }
+  for (std::thread& e : ended_threads) e.join();  // returning now, if not returned
+}
+
+void CheckpointUploads::CancelResume(const std::string& job_id) {
+  MutexLock l(&mu_);
+  auto [begin, end] = resuming_.equal_range(job_id);
+  for (auto it = begin; it != end; ++it) *it->second.cancel = true;
 }
 
 CheckpointUploads& AgentCheckpointUploads() {

@@ -11,9 +11,15 @@
 // stop with an error in the log when the host has none (the staged checkpoint stays in the run folder
 // for the next uploader; see checkpoint_uploader.h).
 //
+// It also downloads what a job resumes from (`resume: s3://BUCKET/PREFIX`, `submit --resume-from`):
+// the prefix's newest complete checkpoint (verified against its MANIFEST.json) goes into the job's run
+// folder on a thread of its own, before the job is queued for launch, with the same credentials.
+//
 // Thread safety: every method may be called from any thread. Jobs are keyed by their run folder.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,15 +48,45 @@ class CheckpointUploads {
   Status StartJob(const std::string& job_id, const std::string& spec_json);
   // The job's ranks ended: its uploader finishes in the background, then forgets the credentials.
   void FinishJob(const std::string& spec_json);
-  // Stops every uploader now (the agent is stopping).
+  // Stops every uploader and resume download now (the agent is stopping); their `done` is not called.
   void Stop();
 
+  // The s3:// URL the stored spec resumes from, else "".
+  static std::string ResumeBucket(const std::string& spec_json);
+  // What FetchResume's download gave: the spec to store (its `resume` now "auto", the downloaded
+  // checkpoint being the newest in the run folder) and a line for the job's history.
+  struct Resumed {
+    std::string spec_json;
+    std::string what;  // "downloaded s3://b/p/checkpoint-000040 to resume from"
+  };
+  using ResumeDone = std::function<void(const std::string& job_id, StatusOr<Resumed> resumed)>;
+  // REQUIRES: ResumeBucket(spec_json) is not "". Downloads the bucket's newest complete checkpoint
+  // into the spec's output_dir on a new thread, rewrites <job_dir>/spec.json (atomically), then calls
+  // `done` on that thread (it must not block). Errors (FAILED_PRECONDITION: no complete checkpoint or
+  // no credentials, with what to do; S3's and the download's) name the URL. After an error the job's
+  // forwarded credentials are forgotten.
+  void FetchResume(const std::string& job_id, const std::string& job_dir, const std::string& spec_json,
+                   ResumeDone done);
+  // Stops `job_id`'s resume download, if any; its `done` is then not called.
+  void CancelResume(const std::string& job_id);
+
  private:
+  struct ResumeFetch {
+    std::shared_ptr<std::atomic<bool>> cancel;
+    std::shared_ptr<std::atomic<bool>> ended;  // its thread is about to return (joined by the next fetch)
+    std::thread thread;
+  };
+  StatusOr<Resumed> DownloadResume(const std::string& job_id, const std::string& job_dir,
+                                   const std::string& spec_json, const std::atomic<bool>* cancel);
+  // The job's forwarded credentials, else the host's.
+  StatusOr<AwsCredentials> CredentialsFor(const std::string& run_dir, const std::string& what);
+
   EnvLookup env_;
   Mutex mu_;
   std::map<std::string, AwsCredentials> credentials_ GUARDED_BY(mu_);                   // by run folder
   std::map<std::string, std::unique_ptr<CheckpointUploader>> running_ GUARDED_BY(mu_);  // by run folder
   std::vector<std::thread> finishing_ GUARDED_BY(mu_);
+  std::multimap<std::string, ResumeFetch> resuming_ GUARDED_BY(mu_);  // by job id; joined at Stop
 };
 
 // The agent's one instance (created on first use).

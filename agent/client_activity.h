@@ -16,8 +16,8 @@
 #include <utility>
 
 #include "agent/auth.h"
-#include "common/clock.h"
 #include "common/mutex.h"
+#include "common/os/clock.h"
 
 namespace sftctl::agent {
 

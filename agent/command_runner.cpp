@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/process_util.h"
+#include "common/os/process_util.h"
 
 namespace sftctl::agent {
 namespace {
@@ -22,7 +22,7 @@ class PosixCommandRunner final : public CommandRunner {
 };
 
 // posix_spawn of `/bin/sh -c command` writing to `out_fd`, in a new process group with default signals,
-// with the environment a stop command gets (common/process_util.h: no HF_TOKEN, no other secret).
+// with the environment a stop command gets (common/os/process_util.h: no HF_TOKEN, no other secret).
 StatusOr<pid_t> Spawn(const std::string& command, int out_fd) {
   std::vector<std::string> env = ChildEnvironment(ChildKind::kStopCommand);
   std::vector<char*> envp;

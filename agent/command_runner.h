@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/clock.h"
+#include "common/os/clock.h"
 #include "common/status.h"
 
 namespace sftctl::agent {
@@ -32,7 +32,7 @@ class CommandRunner {
   virtual ~CommandRunner() = default;
   // Runs `command` with /bin/sh -c in a process group of its own, stdin from /dev/null, stdout and
   // stderr captured, the agent's environment as the stop command's allowlist passes it
-  // (ChildEnvAllowed in common/process_util.h), default signal dispositions and an empty signal mask.
+  // (ChildEnvAllowed in common/os/process_util.h), default signal dispositions and an empty signal mask.
   // After `timeout` the group gets SIGKILL and the outcome says timed_out. Errors: the command could
   // not be started (INTERNAL naming the cause).
   virtual StatusOr<CommandOutcome> Run(const std::string& command, std::chrono::seconds timeout) = 0;

@@ -38,10 +38,11 @@
 #include "agent/client_activity.h"
 #include "agent/gpu_discovery.h"
 #include "agent/service.h"
+#include "agent/slurm/slurm_runner.h"
 #include "agent/state_store.h"
 #include "agent/supervisor.h"
-#include "common/file_system.h"
-#include "common/net_addr.h"
+#include "common/os/file_system.h"
+#include "common/os/net_addr.h"
 #include "common/rpc_limits.h"
 #include "common/source_id.h"
 #include "proto/grpc_compat.h"
@@ -225,6 +226,10 @@ StatusOr<SupervisorConfig> MakeSupervisorConfig(const DaemonOptions& opts, const
   cfg.default_heartbeat_s = static_cast<uint32_t>(std::max(1, opts.heartbeat_s));
   cfg.rendezvous_addr = RendezvousAddr(opts);
   cfg.hub = HubOptionsFromEnvironment();  // HF_ENDPOINT, HF_HOME / HF_HUB_CACHE, the host's token
+  if (!opts.shared_dir.empty()) {
+    SFT_ASSIGN_OR_RETURN(cfg.shared_dir, slurm::PrepareSharedDir(opts.shared_dir));
+  }
+  cfg.slurm_poll = std::chrono::milliseconds(std::max(10, opts.slurm_poll_ms));
   return cfg;
 }
 
@@ -277,13 +282,9 @@ Status WriteAddressFiles(const std::string& dir, const std::string& dial_host, i
 
 // Runs the agent in this process until SIGTERM/SIGINT. Reports readiness (or "SFTD_ERROR <msg>") on
 // `ready_fd`. Returns the exit code.
-int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
-  auto fail = [&](const std::string& msg) {
-    (void)WriteFully(ready_fd, "SFTD_ERROR " + msg + "\n", "ready pipe");
-    spdlog::error("{}", msg);
-    return 1;
-  };
-  // Block the shutdown signals in every thread; the main thread takes them with sigwait.
+// Blocks the shutdown signals (TERM, INT, HUP) in this thread and so in every thread started after
+// it; the main thread takes them with sigwait on the returned set. SIGPIPE is ignored.
+sigset_t BlockShutdownSignals() {
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
@@ -291,6 +292,37 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  return sigs;
+}
+
+// What the auto-stop thread reads: jobs from the supervisor, client contact, the stop flags.
+AutoStopDeps MakeAutoStopDeps(const DaemonOptions& opts, const std::string& dir, StateStore* store,
+                              ClientActivity* activity, Supervisor* supervisor, const StopEnv& env) {
+  AutoStopDeps deps;
+  deps.store = store;
+  deps.activity = activity;
+  deps.active_jobs = [supervisor] {
+    SupervisorStats st = supervisor->Stats();
+    return st.running + st.queued;
+  };
+  deps.data_dir = dir;
+  deps.env = env;
+  deps.check = std::chrono::milliseconds(std::max(10, opts.stop_check_ms));
+  return deps;
+}
+
+// The files a running agent is found by; removed when it stops.
+void RemoveAddressFiles(const std::string& dir) {
+  for (const char* name : {"sftd.pid", "sftd.port", "sftd.host"}) ::unlink(Path(dir, name).c_str());
+}
+
+int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
+  auto fail = [&](const std::string& msg) {
+    (void)WriteFully(ready_fd, "SFTD_ERROR " + msg + "\n", "ready pipe");
+    spdlog::error("{}", msg);
+    return 1;
+  };
+  sigset_t sigs = BlockShutdownSignals();
   RaiseOpenFileLimit();
 
   int lock_fd = ::open(Path(dir, "sftd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -327,17 +359,8 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   Artifacts artifacts(store->get());
   Authenticator auth(*token);
   ClientActivity activity(::sftctl::Clock::Real());
-  AutoStopDeps stop_deps;
-  stop_deps.store = store->get();
-  stop_deps.activity = &activity;
-  stop_deps.active_jobs = [&supervisor] {
-    SupervisorStats st = supervisor.Stats();
-    return st.running + st.queued;
-  };
-  stop_deps.data_dir = dir;
-  stop_deps.env = stop_env;
-  stop_deps.check = std::chrono::milliseconds(std::max(10, opts.stop_check_ms));
-  AutoStop auto_stop(stop_deps, *stop_policy);
+  AutoStop auto_stop(MakeAutoStopDeps(opts, dir, store->get(), &activity, &supervisor, stop_env),
+                     *stop_policy);
   std::string version = opts.version_override.empty() ? AgentVersion() : opts.version_override;
   int port = 0;
   rpc::CallbackServerPoller poller;  // (gRPC before 1.37; outlives the server)
@@ -394,9 +417,7 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   auto_stop.Stop();
   auto_gc.Stop();
   supervisor.Stop();
-  ::unlink(Path(dir, "sftd.pid").c_str());
-  ::unlink(Path(dir, "sftd.port").c_str());
-  ::unlink(Path(dir, "sftd.host").c_str());
+  RemoveAddressFiles(dir);
   ::close(lock_fd);
   return 0;
 }

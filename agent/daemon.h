@@ -32,6 +32,10 @@ struct DaemonOptions {
   int cpu_slots = 0;  // 0: number of CPUs
   // master_addr reported for node 0 of multi-node jobs; empty: see RendezvousAddr.
   std::string rendezvous_addr;
+  // Slurm jobs (docs/slurm.md): the folder on the cluster's shared filesystem for their job folders
+  // ("" refuses them), and how often Slurm is asked for their state.
+  std::string shared_dir;
+  int slurm_poll_ms = 2000;
   std::string version_override;  // tests only: pretend to be another version
   // Garbage collection (agent/gc.h): the policy `sftd gc` and automatic collection use; automatic
   // collection checks every gc_check_s whether the store is over gc.max_store_bytes or the disk has

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "common/file_system.h"
 #include "common/json_parse.h"
+#include "common/os/file_system.h"
 #include "common/sha256.h"
 
 namespace sftctl::agent {

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "common/file_system.h"
-#include "common/hub_spec.h"
+#include "common/hub/hub_spec.h"
 #include "common/json_parse.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::agent {
 

@@ -1,4 +1,4 @@
-// HubFetcher: downloads the hf:// paths of queued jobs (common/hub_spec.h) into the host's Hugging
+// HubFetcher: downloads the hf:// paths of queued jobs (common/hub/hub_spec.h) into the host's Hugging
 // Face cache on its own thread, one job at a time, so that neither gRPC reactions nor the
 // supervisor's event and blocking threads wait for the network.
 //
@@ -18,7 +18,7 @@
 #include <string>
 #include <thread>
 
-#include "common/hf_hub.h"
+#include "common/hub/hf_hub.h"
 #include "common/mutex.h"
 #include "common/status.h"
 

@@ -6,8 +6,8 @@
 #include <map>
 #include <set>
 
-#include "common/file_system.h"
 #include "common/json_parse.h"
+#include "common/os/file_system.h"
 #include "common/safe_path.h"
 #include "common/sha256.h"
 

@@ -44,6 +44,36 @@ bool DecodeJournalLine(const std::string& line, JournalEvent* ev) {
   return true;
 }
 
+size_t SplitRankOutput(int rank, int src, uint64_t off, const std::string& buf, bool last_piece,
+                       std::vector<JournalEvent>* events) {
+  size_t start = 0;
+  for (;;) {
+    const size_t nl = buf.find('\n', start);
+    size_t end, next;
+    if (nl != std::string::npos && nl - start <= kMaxRankLine) {
+      end = nl;
+      next = nl + 1;
+    } else if (buf.size() - start >= kMaxRankLine) {
+      end = next = start + kMaxRankLine;  // an over-long line: emit in pieces
+    } else if (last_piece && start < buf.size()) {
+      end = next = buf.size();  // the unterminated last line of a dead rank
+    } else {
+      return start;
+    }
+    JournalEvent ev;
+    ev.rank = rank;
+    ev.text = buf.substr(start, end - start);
+    if (!ev.text.empty() && ev.text.back() == '\r') ev.text.pop_back();
+    ev.src = src;
+    ev.src_end = off + next;
+    ev.kind = src == 0   ? ::sftctl::v1::Event::STDOUT
+              : src == 1 ? ::sftctl::v1::Event::STDERR
+                         : ::sftctl::v1::Event::METRIC;
+    events->push_back(std::move(ev));
+    start = next;
+  }
+}
+
 StatusOr<std::shared_ptr<Journal>> Journal::Open(const std::string& path, FileSystem* fs) {
   SFT_ASSIGN_OR_RETURN(std::unique_ptr<AppendableFile> file, fs->NewAppendableFile(path));
   std::shared_ptr<Journal> j(new Journal(path, std::move(file)));

@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/file_system.h"
 #include "common/mutex.h"
+#include "common/os/file_system.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -37,6 +37,16 @@ struct JournalEvent {
   int src = -1;
   uint64_t src_end = 0;
 };
+
+// The one rule for turning what was read from a rank's output file into journal lines, used by the
+// supervisor (ranks it started) and the Slurm runner (rank files on the shared filesystem): `buf`
+// holds the bytes of source `src` (0 stdout, 1 stderr, 2 events) of `rank` that start at file offset
+// `off`. Appends one event per complete line ('\n' and a trailing '\r' dropped), over-long lines in
+// pieces of kMaxRankLine bytes, and the unterminated rest only when `last_piece` (a dead rank's last
+// words). Returns the bytes consumed; the caller reads on from off + that.
+constexpr size_t kMaxRankLine = 64 * 1024;
+size_t SplitRankOutput(int rank, int src, uint64_t off, const std::string& buf, bool last_piece,
+                       std::vector<JournalEvent>* events);
 
 class Journal {
  public:

@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "common/agent_identity.h"
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 #include "common/sha256.h"
 #include "common/source_id.h"
 
@@ -375,6 +375,9 @@ void JobToProto(const JobRecord& rec, const std::vector<HistoryRecord>* history,
   if (IsMultiNode(rec)) *out->mutable_rendezvous() = rec.rendezvous;
   out->set_first_failed_rank(rec.first_failed_rank);
   out->set_stop_when_done(rec.stop_when_done);
+  out->set_slurm(rec.slurm);
+  out->set_slurm_job_id(rec.slurm_job_id);
+  out->set_slurm_state(rec.slurm_state);
   for (int g : rec.assigned_gpus) out->add_assigned_gpus(static_cast<uint32_t>(g));
   out->set_restarts(rec.restarts);
   out->set_max_restarts(rec.max_restarts);

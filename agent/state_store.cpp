@@ -90,6 +90,20 @@ std::string RendezvousToText(const ::sftctl::v1::Rendezvous& r) {
   return r;
 }
 
+// A Slurm job's fields as a JSON object ("" for any other job).
+std::string SlurmToText(const JobRecord& rec) {
+  if (!rec.slurm) return "";
+  return nlohmann::json{{"job_id", rec.slurm_job_id}, {"state", rec.slurm_state}}.dump();
+}
+
+void SlurmFromText(const std::string& text, JobRecord* rec) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  rec->slurm = j.is_object();
+  if (!rec->slurm) return;
+  rec->slurm_job_id = j.value("job_id", "");
+  rec->slurm_state = j.value("state", "");
+}
+
 const char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS jobs (
   num INTEGER PRIMARY KEY,
@@ -113,7 +127,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   job_dir TEXT NOT NULL,
   spec_json TEXT NOT NULL,
   rendezvous TEXT NOT NULL DEFAULT '',
-  first_failed_rank INTEGER NOT NULL DEFAULT -1
+  first_failed_rank INTEGER NOT NULL DEFAULT -1,
+  slurm TEXT NOT NULL DEFAULT ''
 );
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_request_id ON jobs(client_request_id) WHERE client_request_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS ranks (
@@ -209,6 +224,7 @@ Status StateStore::Migrate() {
   } kAdded[] = {
       {"rendezvous", "ALTER TABLE jobs ADD COLUMN rendezvous TEXT NOT NULL DEFAULT ''"},
       {"first_failed_rank", "ALTER TABLE jobs ADD COLUMN first_failed_rank INTEGER NOT NULL DEFAULT -1"},
+      {"slurm", "ALTER TABLE jobs ADD COLUMN slurm TEXT NOT NULL DEFAULT ''"},
   };
   std::vector<std::string> have;
   {
@@ -249,13 +265,13 @@ StatusOr<JobRecord> StateStore::InsertJob(JobRecord rec) {
   if (!rec.job_dir.empty() && rec.job_dir.back() == '/') rec.job_dir += rec.id;
   Stmt ins(db_,
            "INSERT INTO jobs (num, id, name, client_request_id, state, reason, gpus, world_size, "
-           "max_restarts, heartbeat_s, created_ms, job_dir, spec_json, rendezvous) VALUES "
-           "(?1, ?2, ?3, NULLIF(?4, ''), ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+           "max_restarts, heartbeat_s, created_ms, job_dir, spec_json, rendezvous, slurm) VALUES "
+           "(?1, ?2, ?3, NULLIF(?4, ''), ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)");
   ins.Bind(1, rec.num).Bind(2, rec.id).Bind(3, rec.name).Bind(4, rec.client_request_id);
   ins.Bind(5, static_cast<int64_t>(rec.state)).Bind(6, rec.reason).Bind(7, static_cast<int64_t>(rec.gpus));
   ins.Bind(8, static_cast<int64_t>(rec.world_size)).Bind(9, static_cast<int64_t>(rec.max_restarts));
   ins.Bind(10, static_cast<int64_t>(rec.heartbeat_s)).Bind(11, rec.created_ms).Bind(12, rec.job_dir);
-  ins.Bind(13, rec.spec_json).Bind(14, RendezvousToText(rec.rendezvous));
+  ins.Bind(13, rec.spec_json).Bind(14, RendezvousToText(rec.rendezvous)).Bind(15, SlurmToText(rec));
   if (ins.Step() != SQLITE_DONE) return fail(ins.Error("insert job"));
   if (rec.stop_when_done) {
     Stmt sw(db_, "INSERT INTO stop_when_done (job_id, status) VALUES (?1, 0)");
@@ -279,12 +295,13 @@ Status StateStore::SaveJob(const JobRecord& rec, const HistoryRecord* change) {
   Stmt up(db_,
           "UPDATE jobs SET state=?2, reason=?3, assigned_gpus=?4, restarts=?5, started_ms=?6, "
           "finished_ms=?7, last_step=?8, last_loss=?9, pgid=?10, spec_json=?11, world_size=?12, "
-          "rendezvous=?13, first_failed_rank=?14 WHERE id=?1");
+          "rendezvous=?13, first_failed_rank=?14, slurm=?15 WHERE id=?1");
   up.Bind(1, rec.id).Bind(2, static_cast<int64_t>(rec.state)).Bind(3, rec.reason);
   up.Bind(4, JoinInts(rec.assigned_gpus)).Bind(5, static_cast<int64_t>(rec.restarts));
   up.Bind(6, rec.started_ms).Bind(7, rec.finished_ms).Bind(8, rec.last_step).Bind(9, rec.last_loss);
   up.Bind(10, rec.pgid).Bind(11, rec.spec_json).Bind(12, static_cast<int64_t>(rec.world_size));
   up.Bind(13, RendezvousToText(rec.rendezvous)).Bind(14, static_cast<int64_t>(rec.first_failed_rank));
+  up.Bind(15, SlurmToText(rec));
   if (up.Step() != SQLITE_DONE) return fail(up.Error("update job"));
   {
     Stmt del(db_, "DELETE FROM ranks WHERE job_id=?1");
@@ -324,7 +341,7 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
       "SELECT num, id, name, COALESCE(client_request_id, ''), state, reason, gpus, world_size, "
       "assigned_gpus, restarts, max_restarts, heartbeat_s, created_ms, started_ms, finished_ms, last_step, "
       "last_loss, pgid, job_dir, spec_json, rendezvous, first_failed_rank, "
-      "EXISTS(SELECT 1 FROM stop_when_done s WHERE s.job_id = jobs.id) FROM jobs";
+      "EXISTS(SELECT 1 FROM stop_when_done s WHERE s.job_id = jobs.id), slurm FROM jobs";
   sql += where_id.empty() ? " ORDER BY num" : " WHERE id=?1";
   Stmt q(db_, sql.c_str());
   if (!where_id.empty()) q.Bind(1, where_id);
@@ -354,6 +371,7 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
     r.rendezvous = RendezvousFromText(q.Text(20));
     r.first_failed_rank = static_cast<int>(q.Int(21));
     r.stop_when_done = q.Int(22) != 0;
+    SlurmFromText(q.Text(23), &r);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return q.Error("query jobs");

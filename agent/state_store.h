@@ -66,6 +66,11 @@ struct JobRecord {
   ::sftctl::v1::Rendezvous rendezvous;
   int first_failed_rank = -1;   // global rank that failed first in the latest attempt; -1: none
   bool stop_when_done = false;  // stop the host once it ended (agent/auto_stop.h); set at insert only
+  // A Slurm job (agent/slurm/slurm_runner.h): set at insert only. slurm_job_id is Slurm's id once
+  // sbatch accepted it; slurm_state the scheduler's view as last polled ("PENDING (Resources)").
+  bool slurm = false;
+  std::string slurm_job_id;
+  std::string slurm_state;
 };
 
 // A job submitted with stop_when_done, as the stop policy tracks it (table stop_when_done).

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
+#include "common/os/clock.h"
 #include "common/status.h"
 
 namespace sftctl::agent {

@@ -17,11 +17,13 @@
 #include "agent/checkpoint_upload.h"
 #include "agent/job_spec.h"
 #include "agent/launcher.h"
-#include "common/file_system.h"
-#include "common/hub_spec.h"
+#include "agent/slurm/slurm_job.h"
+#include "agent/slurm/slurm_runner.h"
+#include "common/hub/hub_spec.h"
 #include "common/json_parse.h"
-#include "common/net_addr.h"
-#include "common/process_util.h"
+#include "common/os/file_system.h"
+#include "common/os/net_addr.h"
+#include "common/os/process_util.h"
 
 namespace sftctl::agent {
 
@@ -52,7 +54,6 @@ namespace {
 
 using ::sftctl::v1::Event;
 
-constexpr size_t kMaxLine = 64 * 1024;       // longer output lines are split
 constexpr size_t kMaxReadPerTick = 4 << 20;  // per file and tick: bounds memory
 constexpr auto kProgressSaveEvery = std::chrono::seconds(1);
 
@@ -88,6 +89,14 @@ std::string ResolvableHostName() {
   if (::getaddrinfo(name, nullptr, &hints, &res) != 0) return "";
   ::freeaddrinfo(res);
   return name;
+}
+
+// The fields that name one uploaded file (not a folder's entry).
+std::vector<std::string> FileRefPointers(const std::vector<SpecBlobRef>& refs) {
+  std::vector<std::string> out;
+  for (const SpecBlobRef& r : refs)
+    if (r.dir_entry.empty()) out.push_back(r.json_pointer);
+  return out;
 }
 
 // Checks a multi-node rendezvous against this node's rank count. INVALID_ARGUMENT naming the field.
@@ -146,7 +155,17 @@ Supervisor::Supervisor(SupervisorConfig config, StateStore* store, BlobStore* bl
       store_(store),
       blobs_(blobs),
       scheduler_(config_.gpus, config_.cpu_slots),
-      hub_(config_.hub) {}
+      hub_(config_.hub) {
+  slurm::SlurmRunnerConfig sc;
+  sc.shared_dir = config_.shared_dir;
+  sc.trainer_path = config_.trainer_path;
+  sc.env = slurm::SlurmCli::EnvFromProcess();
+  sc.runner = CommandRunner::Default();
+  sc.poll = config_.slurm_poll;
+  slurm_ = std::make_unique<slurm::SlurmRunner>(std::move(sc), [this](slurm::SlurmUpdate u) {
+    boost::asio::post(io_, [this, u = std::move(u)] { ApplySlurmUpdate(u); });
+  });
+}
 
 Supervisor::~Supervisor() { Stop(); }
 
@@ -180,6 +199,7 @@ Status Supervisor::Start() {
 }
 
 void Supervisor::Stop() {
+  slurm_->Stop();  // Slurm's jobs run on; a restarted agent follows them again
   if (!thread_.joinable()) return;
   hub_.Stop();
   AgentCheckpointUploads().Stop();  // checkpoint.upload_to (agent/checkpoint_upload.h)
@@ -285,12 +305,16 @@ void Supervisor::PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const 
   });
 }
 
-// On the event thread. A spec with hf:// paths goes to the HubFetcher first (the job stays QUEUED,
-// its reason says what downloads); any other job is queued for launch.
+// On the event thread. A spec with hf:// paths goes to the HubFetcher first, one that resumes from
+// s3:// then to the bucket download (the job stays QUEUED, its reason says what downloads); any other
+// job is queued for launch.
 void Supervisor::QueueJob(JobRecord* rec, const std::string& token) {
+  if (rec->slurm) return;  // Slurm's queue holds it (SubmitSlurmJob)
   auto spec = ParseJson(rec->spec_json, rec->id + " spec");
   const std::vector<HubSpecField> fields = spec.ok() ? HubSpecFields(*spec) : std::vector<HubSpecField>();
   if (fields.empty()) {
+    const std::string bucket = CheckpointUploads::ResumeBucket(rec->spec_json);
+    if (!bucket.empty()) return FetchResume(rec, bucket);
     scheduler_.Enqueue(rec->id, rec->gpus, rec->gpus > 0 ? 0 : rec->world_size);
     Schedule();
     return;
@@ -312,8 +336,28 @@ void Supervisor::QueueJob(JobRecord* rec, const std::string& token) {
   Schedule();  // the stats count the download as queued
 }
 
+// On the event thread: `resume: s3://` downloads on a thread of AgentCheckpointUploads(), with the
+// job's forwarded credentials (or the host's).
+void Supervisor::FetchResume(JobRecord* rec, const std::string& bucket) {
+  auto journal = JournalFor(rec->id);
+  Status st = journal.ok() ? Transition(rec, journal->get(), JobState::QUEUED,
+                                        "downloading the checkpoint to resume from: " + bucket)
+                           : journal.status();
+  if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
+  downloading_.insert(rec->id);
+  AgentCheckpointUploads().FetchResume(rec->id, rec->job_dir, rec->spec_json,
+                                       [this](const std::string& id, StatusOr<CheckpointUploads::Resumed> r) {
+                                         boost::asio::post(io_, [this, id, r = std::move(r)]() mutable {
+                                           if (!r.ok()) return FinishHubFetch(id, r.status());
+                                           FinishHubFetch(id, std::move(r->spec_json), r->what);
+                                         });
+                                       });
+  Schedule();
+}
+
 // On the event thread: the download ended. A job cancelled meanwhile stays cancelled.
-void Supervisor::FinishHubFetch(const std::string& job_id, StatusOr<std::string> spec_json) {
+void Supervisor::FinishHubFetch(const std::string& job_id, StatusOr<std::string> spec_json,
+                                const std::string& what) {
   downloading_.erase(job_id);
   auto rec = store_->GetJob(job_id);
   auto journal = JournalFor(job_id);
@@ -323,8 +367,8 @@ void Supervisor::FinishHubFetch(const std::string& job_id, StatusOr<std::string>
       st = Transition(&*rec, journal->get(), JobState::FAILED, "download: " + spec_json.status().message());
     } else {
       rec->spec_json = std::move(*spec_json);
-      st = Transition(&*rec, journal->get(), JobState::QUEUED, "downloaded from the Hugging Face Hub");
-      if (st.ok()) scheduler_.Enqueue(rec->id, rec->gpus, rec->gpus > 0 ? 0 : rec->world_size);
+      st = Transition(&*rec, journal->get(), JobState::QUEUED, what);
+      if (st.ok()) QueueJob(&*rec, "");  // next: the bucket's checkpoint to resume from, or the launch
     }
   }
   if (!st.ok()) spdlog::error("{}: {}", job_id, st.ToString());
@@ -353,29 +397,33 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
   };
   std::vector<SpecFolder> folders;
   SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ValidateSpec(req.spec_json(), refs, blob_path, &folders));
-  // `world`: the ranks on this host (all of them unless the job spans several nodes).
+  SFT_ASSIGN_OR_RETURN(std::optional<slurm::SlurmOptions> sl, SlurmPreflight(spec));
+  // `world`: the ranks on this host (all of them unless the job spans several nodes; Slurm's: all).
   uint32_t world = req.gpus() > 0 ? req.gpus() : std::max<uint32_t>(1, req.cpu_ranks());
+  if (sl) world = sl->world_size();
   SFT_ASSIGN_OR_RETURN(::sftctl::v1::Rendezvous rdzv, NodeRendezvous(req, world, config_.rendezvous_addr));
   if (rdzv.num_nodes() > 1 && rdzv.node_rank() == 0) HostName();  // DNS here, not at launch
-  SFT_RETURN_IF_ERROR(scheduler_.CheckFits(req.gpus(), req.gpus() > 0 ? 0 : world));
+  if (!sl) SFT_RETURN_IF_ERROR(scheduler_.CheckFits(req.gpus(), req.gpus() > 0 ? 0 : world));
   JobRecord rec;
   rec.name = req.name();
   rec.stop_when_done = req.stop_when_done();
   rec.client_request_id = req.client_request_id();
   rec.state = JobState::QUEUED;
   rec.reason = "submitted";
-  rec.gpus = req.gpus();
+  rec.gpus = sl ? sl->nodes * sl->gpus_per_node : req.gpus();
   rec.world_size = world;
-  // A multi-node job never restarts: its other nodes would not restart with it.
-  rec.max_restarts = rdzv.num_nodes() > 1 ? 0 : req.max_restarts();
+  // A multi-node job never restarts: its other nodes would not restart with it (Slurm requeues its own).
+  rec.max_restarts = rdzv.num_nodes() > 1 || sl ? 0 : req.max_restarts();
   rec.heartbeat_s = req.heartbeat_timeout_s();
   rec.rendezvous = rdzv;
   rec.created_ms = NowMs();
-  rec.job_dir = config_.data_dir + "/jobs/";  // InsertJob appends the id
+  rec.job_dir = (sl ? config_.shared_dir : config_.data_dir) + "/jobs/";  // InsertJob appends the id
+  rec.slurm = sl.has_value();
   SFT_ASSIGN_OR_RETURN(rec, store_->InsertJob(std::move(rec)));
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/logs"));
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/run"));
   SFT_RETURN_IF_ERROR(MaterializeFolders(rec.job_dir, folders, &spec));
+  if (sl) SFT_RETURN_IF_ERROR(slurm::MoveInputsIntoJobFolder(rec.job_dir, FileRefPointers(refs), &spec));
   SetOutputDir(&spec, rec.job_dir + "/run");
   rec.spec_json = spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), rec.job_dir + "/spec.json", rec.spec_json));
@@ -393,6 +441,7 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
   } else {
     spdlog::info("{}: submitted ({} GPUs, world size {})", rec.id, rec.gpus, world);
   }
+  if (sl) SFT_RETURN_IF_ERROR(SubmitSlurmJob(&rec, *sl, journal));
   *created = true;
   return rec;
 }
@@ -408,8 +457,17 @@ void Supervisor::DoCancel(const std::string& job_id, const JobCallback& done) {
     if (IsFinal(rec.state)) {
       return FailedPreconditionError("job " + job_id + " already finished: " + JobStateName(rec.state));
     }
+    if (rec.slurm) {  // scancel; Slurm reports the end (ApplySlurmUpdate)
+      SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(job_id));
+      SFT_RETURN_IF_ERROR(
+          Transition(&rec, journal.get(), JobState::CANCELLING, "cancelled by user (scancel)"));
+      slurm_->Cancel(job_id);
+      return rec;
+    }
     scheduler_.Dequeue(job_id);
     hub_.Cancel(job_id);
+    AgentCheckpointUploads().CancelResume(job_id);
+    AgentCheckpointUploads().FinishJob(rec.spec_json);  // forgets forwarded credentials
     downloading_.erase(job_id);
     SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(job_id));
     SFT_RETURN_IF_ERROR(Transition(&rec, journal.get(), JobState::CANCELLED, "cancelled by user"));
@@ -426,8 +484,11 @@ void Supervisor::Schedule() {
     for (const Allocation& a : allocs) Launch(a);
   }
   MutexLock lock(&stats_mu_);
-  stats_.running = static_cast<uint32_t>(runs_.size());
-  stats_.queued = static_cast<uint32_t>(scheduler_.queued() + downloading_.size());
+  size_t slurm_running = 0;  // Slurm jobs count as the agent's own (an idle stop waits for them)
+  for (const auto& [id, state] : slurm_jobs_) slurm_running += state == JobState::QUEUED ? 0 : 1;
+  stats_.running = static_cast<uint32_t>(runs_.size() + slurm_running);
+  stats_.queued =
+      static_cast<uint32_t>(scheduler_.queued() + downloading_.size() + slurm_jobs_.size() - slurm_running);
   stats_.gpus_total = scheduler_.gpus_total();
   stats_.gpus_free = scheduler_.gpus_free();
 }
@@ -606,31 +667,12 @@ bool Supervisor::Drain(Run* run, bool final_drain) {
 
 size_t Supervisor::SplitLines(Run* run, RankRun* rr, int src, const std::string& buf, bool last_piece,
                               std::vector<JournalEvent>* events) {
-  size_t start = 0;
-  for (;;) {
-    size_t nl = buf.find('\n', start);
-    size_t end, next;
-    if (nl != std::string::npos && nl - start <= kMaxLine) {
-      end = nl;
-      next = nl + 1;
-    } else if (buf.size() - start >= kMaxLine) {
-      end = next = start + kMaxLine;  // an over-long line: emit in pieces
-    } else if (last_piece && start < buf.size()) {
-      end = next = buf.size();  // the unterminated last line of a dead rank
-    } else {
-      return start;
-    }
-    JournalEvent ev;
-    ev.rank = rr->rank;
-    ev.text = buf.substr(start, end - start);
-    if (!ev.text.empty() && ev.text.back() == '\r') ev.text.pop_back();
-    ev.src = src;
-    ev.src_end = rr->off[src] + next;
-    ev.kind = src == 0 ? Event::STDOUT : src == 1 ? Event::STDERR : Event::METRIC;
-    if (src == 2) NoteTrainerEvent(run, rr, ev.text);
-    events->push_back(std::move(ev));
-    start = next;
+  const size_t first = events->size();
+  const size_t used = SplitRankOutput(rr->rank, src, rr->off[src], buf, last_piece, events);
+  if (src == 2) {
+    for (size_t k = first; k < events->size(); ++k) NoteTrainerEvent(run, rr, (*events)[k].text);
   }
+  return used;
 }
 
 // Progress (step, loss) and the trainer's outcome events ("done", "error") from its event stream.
@@ -839,12 +881,18 @@ void Supervisor::Finalize(Run* run) {
 Status Supervisor::Recover() {
   SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->ListJobs());
   for (JobRecord& rec : jobs) {
+    if (rec.slurm) {
+      if (!IsFinal(rec.state)) FollowSlurmJob(&rec);
+      continue;
+    }
     if (rec.state == JobState::QUEUED) {
       SFT_RETURN_IF_ERROR(JournalFor(rec.id).status());  // opened (replayed) now, not at launch
       if (IsMultiNode(rec) && rec.rendezvous.node_rank() == 0) HostName();  // DNS too
       auto spec = ParseJson(rec.spec_json, rec.id + " spec");
-      if (spec.ok() && !HubSpecFields(*spec).empty()) {
-        recovered_hub_.push_back(rec.id);  // its download starts with the event thread
+      const bool fetch = spec.ok() && (!HubSpecFields(*spec).empty() ||
+                                       !CheckpointUploads::ResumeBucket(rec.spec_json).empty());
+      if (fetch) {
+        recovered_hub_.push_back(rec.id);  // its download (hf://, s3:// resume) starts with the event thread
       } else {
         scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : rec.world_size);
       }

@@ -18,8 +18,9 @@
 // saves run on a second, "blocking" thread, in order. A job whose spec has hf:// paths stays QUEUED
 // ("downloading from the Hugging Face Hub: ...") while a HubFetcher resolves them on a third thread
 // with the token of its SubmitJobRequest (kept in memory only); it is queued for launch once they are
-// downloaded, or FAILED with the Hub's error. A job's final state is committed to the
-// StateStore only after the state-change event is journaled and fsynced.
+// downloaded, or FAILED with the Hub's error. A job that resumes from s3:// waits the same way while
+// its checkpoint is downloaded into its run folder (agent/checkpoint_upload.h). A job's final state
+// is committed to the StateStore only after the state-change event is journaled and fsynced.
 #pragma once
 
 #include <sys/types.h>
@@ -34,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -46,13 +48,19 @@
 #include "agent/launcher.h"
 #include "agent/scheduler.h"
 #include "agent/state_store.h"
-#include "common/clock.h"
 #include "common/mutex.h"
+#include "common/os/clock.h"
 #include "common/rank_group.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
 namespace sftctl::agent {
+
+namespace slurm {
+class SlurmRunner;
+struct SlurmOptions;
+struct SlurmUpdate;
+}  // namespace slurm
 
 struct SupervisorConfig {
   std::string data_dir;
@@ -68,6 +76,10 @@ struct SupervisorConfig {
   std::string rendezvous_addr = "127.0.0.1";
   // hf:// paths: the Hub endpoint, the host's HF cache and token (HubOptionsFromEnvironment()).
   HubOptions hub;
+  // Slurm jobs (a spec with `slurm:`; agent/slurm/slurm_runner.h): their folders go under
+  // <shared_dir>/jobs/ ("" refuses them); Slurm is asked for their state every slurm_poll.
+  std::string shared_dir;
+  std::chrono::milliseconds slurm_poll{2000};
 };
 
 struct SupervisorStats {
@@ -137,10 +149,25 @@ class Supervisor {
   };
 
   void PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done);
-  // Queues a QUEUED job for launch, or first for its hf:// download (`token`: the client's, or "").
+  // Queues a QUEUED job for launch, or first for its hf:// download (`token`: the client's, or ""),
+  // then for the download of the checkpoint it resumes from (`resume: s3://`, checkpoint_upload.h).
   void QueueJob(JobRecord* rec, const std::string& token);
-  void FinishHubFetch(const std::string& job_id, StatusOr<std::string> spec_json);
+  // A download ended (`what`: the history line on success); the job is queued again or FAILED.
+  void FinishHubFetch(const std::string& job_id, StatusOr<std::string> spec_json,
+                      const std::string& what = "downloaded from the Hugging Face Hub");
+  // Starts the download of the checkpoint `rec` resumes from (`bucket`: its s3:// URL).
+  void FetchResume(JobRecord* rec, const std::string& bucket);
   StatusOr<JobRecord> CreateJob(const ::sftctl::v1::SubmitJobRequest& req, bool* created);
+  // Slurm jobs (agent/slurm/slurm_runner.h). The options of a spec with `slurm:` after the checks
+  // made before anything is recorded (nullopt for any other spec; blocking thread).
+  StatusOr<std::optional<slurm::SlurmOptions>> SlurmPreflight(const nlohmann::json& spec);
+  // sbatch, then follow it (blocking thread); the job is FAILED when Slurm refuses it.
+  Status SubmitSlurmJob(JobRecord* rec, const slurm::SlurmOptions& options,
+                        const std::shared_ptr<Journal>& journal);
+  // At recovery: follow a job a previous agent submitted again.
+  void FollowSlurmJob(JobRecord* rec);
+  // On the event thread: what the runner found.
+  void ApplySlurmUpdate(const slurm::SlurmUpdate& update);
   void DoCancel(const std::string& job_id, const JobCallback& done);
   Status Recover();
   StatusOr<std::unique_ptr<Run>> RecoverRun(const JobRecord& rec, size_t* alive, std::string* dead_rank);
@@ -199,7 +226,9 @@ class Supervisor {
   std::map<std::string, std::unique_ptr<Run>> runs_;  // event thread only
   HubFetcher hub_;
   std::set<std::string> downloading_;       // event thread only: jobs whose hf:// paths are fetched
-  std::vector<std::string> recovered_hub_;  // QUEUED jobs found at Recover with hf:// paths
+  std::vector<std::string> recovered_hub_;  // QUEUED jobs found at Recover with hf:// paths or s3:// resume
+  std::unique_ptr<slurm::SlurmRunner> slurm_;
+  std::map<std::string, JobState> slurm_jobs_;  // event thread only: Slurm jobs not ended, their state
 
   mutable Mutex journals_mu_;
   std::map<std::string, std::shared_ptr<Journal>> journals_ GUARDED_BY(journals_mu_);

@@ -47,13 +47,13 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
 using namespace sftctl;
 using namespace sftctl::trainer;
 
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
+double Seconds(SteadyClock::time_point since) {
+  return std::chrono::duration<double>(SteadyClock::now() - since).count();
 }
 
 struct Size {
@@ -163,7 +163,7 @@ double MatmulPeak(torch::ScalarType dtype, int64_t n, int64_t reps) {
   torch::Tensor c = torch::mm(a, b);  // warm-up (thread pool, packing buffers)
   double best = 0;
   for (int64_t r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     c = torch::mm(a, b);
     best = std::max(best, 2.0 * n * n * n / Seconds(t0));
   }
@@ -231,19 +231,19 @@ json RunConfig(const Size& size, const std::string& precision, const Options& o,
   std::unique_ptr<std::ofstream> profile_out;
   std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
   std::vector<double> step_s;
-  Clock::time_point t_timed;
+  SteadyClock::time_point t_timed;
   const std::string suffix =
       o.backends.size() > 1 ? std::string("-") + parallel::BackendName(parallel::CurrentBackend()) : "";
   for (int64_t step = 0; step < total_steps; ++step) {
     if (step == o.warmup) {
-      t_timed = Clock::now();
+      t_timed = SteadyClock::now();
       if (!o.profile.empty()) {
         profile_out =
             std::make_unique<std::ofstream>(o.profile + "." + size.name + "-" + precision + suffix + ".json");
         profile = std::make_unique<torch::autograd::profiler::RecordProfile>(*profile_out);
       }
     }
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     // The trainer's step (trainer.cpp, TrainImpl's loop), without logging and checkpoints.
     const Batch& b = batches[step % batches.size()];
     const double loss_sum = AccumulateWindow(model, {b}, plan);

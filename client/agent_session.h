@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "client/agent_connection.h"
-#include "common/clock.h"
+#include "common/os/clock.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.grpc.pb.h"
 

@@ -22,7 +22,7 @@
 #include "client/agent_connection.h"
 #include "client/host_probe.h"
 #include "client/ssh/ssh_session.h"
-#include "common/clock.h"
+#include "common/os/clock.h"
 #include "common/status.h"
 
 namespace sftctl::client {

@@ -104,6 +104,46 @@ StatusOr<std::unique_ptr<CheckpointUploader>> StartLocalUploader(const JobSpec& 
   return up;
 }
 
+std::string BucketStatusLines(const std::string& upload_to, const std::string& endpoint_url,
+                              const std::string& region) {
+  if (upload_to.empty())
+    return "  no bucket is recorded for it (checkpoint.upload_to): its checkpoints are on that host only\n";
+  auto loc = ParseS3Url(upload_to);
+  if (!loc.ok()) return "  " + EscapeForTerminal(loc.status().message()) + "\n";
+  const std::string url = EscapeForTerminal(loc->Url());
+  auto s3 = BucketClient(endpoint_url, region);
+  StatusOr<std::optional<CheckpointManifest>> newest =
+      s3.ok() ? NewestBucketCheckpoint(*s3, *loc) : StatusOr<std::optional<CheckpointManifest>>(s3.status());
+  if (!newest.ok()) {
+    return "  its checkpoints go to " + url + ", which cannot be read from here (" +
+           EscapeForTerminal(newest.status().message()) + ")\n  look with `aws s3 ls " + url +
+           "/` or `sftctl pull " + url + "` where your AWS credentials are\n";
+  }
+  if (!newest->has_value())
+    return "  its checkpoints go to " + url + ", which has no complete checkpoint yet\n";
+  const CheckpointManifest& m = **newest;
+  return "  newest complete checkpoint in the bucket: " + url + "/" + EscapeForTerminal(m.name) + " (step " +
+         std::to_string(m.step) +
+         ")\n  continue it on another host: sftctl submit --host OTHER --resume-from " + url +
+         " SPEC\n  fetch it: sftctl pull " + url + "\n";
+}
+
+Status CheckResumeBucket(const JobSpec& spec, bool forward) {
+  if (!IsS3Url(spec.resume) || !forward) return Status();
+  SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(spec.resume));
+  auto s3 = S3ClientForSpec(spec.checkpoint);
+  if (!s3.ok()) return Status();  // nothing to forward: the host uses its own (AwsCredentialsToForward)
+  const std::string what = "resume: " + loc.Url();
+  auto newest = NewestBucketCheckpoint(*s3, loc);
+  if (!newest.ok()) return newest.status().WithContext(what);
+  if (!newest->has_value())
+    return FailedPreconditionError(
+        what + " has no complete checkpoint (a checkpoint-N/MANIFEST.json) to resume from");
+  std::cerr << "submit: the host resumes from " << EscapeForTerminal(loc.Url() + "/" + (*newest)->name)
+            << "\n";
+  return Status();
+}
+
 AwsCredentials AwsCredentialsToForward(bool forward, const JobSpec& spec, const std::string& hosts) {
   if (spec.checkpoint.upload_to.empty() && !IsS3Url(spec.resume)) {
     if (forward)

@@ -37,6 +37,21 @@ Status FetchResumeFromBucket(JobSpec* spec);
 // credentials and the bucket before training starts. Messages go to stderr as "sftctl: upload: ...".
 StatusOr<std::unique_ptr<CheckpointUploader>> StartLocalUploader(const JobSpec& spec);
 
+// For `status` of a job whose host does not answer: lines (each "  ...\n") naming the newest
+// complete checkpoint under `upload_to` (read with this machine's credentials) and how to continue
+// from it, or, when this machine cannot read the bucket, why and how to look. A line saying the job
+// uploads nowhere when `upload_to` is "". Never prints a secret.
+std::string BucketStatusLines(const std::string& upload_to, const std::string& endpoint_url,
+                              const std::string& region);
+
+// `submit`'s early check of `resume: s3://...` when `forward` (--forward-aws-credentials): the host
+// will use this machine's credentials, so this machine can tell at once whether the prefix has a
+// complete checkpoint. OK when the spec does not resume from s3://, when not `forward` (the host
+// checks with its own) and when this machine has no credentials (AwsCredentialsToForward warns).
+// Errors: FAILED_PRECONDITION "resume: s3://b/p has no complete checkpoint ..."; S3's (e.g.
+// NoSuchBucket, a wrong secret) with the context "resume: s3://b/p".
+Status CheckResumeBucket(const JobSpec& spec, bool forward);
+
 // The credentials `submit` sends with a job whose spec uploads to or resumes from s3:// (proto
 // SubmitJobRequest.aws_credentials; the agent keeps them in memory only): this machine's, when
 // `forward` (--forward-aws-credentials); else none, with a note on stderr that the host's own are used.

@@ -11,7 +11,7 @@
 #include "client/pull_plan.h"
 #include "client/puller.h"
 #include "client/remote_options.h"
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::client {
 namespace {

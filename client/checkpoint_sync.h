@@ -18,6 +18,10 @@
 
 namespace sftctl::client {
 
+// The range of `pull --interval` and `submit --sync-interval` (milliseconds).
+inline constexpr int64_t kMinSyncIntervalMs = 50;
+inline constexpr int64_t kMaxSyncIntervalMs = 3'600'000;
+
 struct SyncOptions {
   std::string dir;         // the local folder, laid out like a `run --local` folder
   double interval_s = 10;  // sync: seconds between checks

@@ -5,6 +5,7 @@
 #include "client/bootstrap.h"
 #include "client/commands.h"
 #include "client/remote_options.h"
+#include "common/cli/duration_option.h"
 
 namespace sftctl::client {
 namespace {
@@ -14,6 +15,7 @@ struct BootstrapArgs {
   BootstrapOptions bo;
   bool no_install_deps = false, no_smoke = false, no_systemd = false;
   std::string stop_when_idle, stop_action;
+  std::string shared_dir;  // --shared-dir: a Slurm login node's folder for job folders (docs/slurm.md)
   double price_per_hour = 0;
 };
 
@@ -35,6 +37,7 @@ int RunBootstrap(const BootstrapArgs& a) {
   if (!a.stop_when_idle.empty())
     bo.agent_args.insert(bo.agent_args.end(), {"--stop-when-idle", a.stop_when_idle});
   if (!a.stop_action.empty()) bo.agent_args.insert(bo.agent_args.end(), {"--stop-action", a.stop_action});
+  if (!a.shared_dir.empty()) bo.agent_args.insert(bo.agent_args.end(), {"--shared-dir", a.shared_dir});
   if (a.price_per_hour > 0) {
     bo.agent_args.insert(bo.agent_args.end(), {"--price-per-hour", std::to_string(a.price_per_hour)});
   }
@@ -69,11 +72,15 @@ void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--jobs", a->bo.jobs, "Parallel build jobs on the host (default: its core count)")
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("-v,--verbose", a->bo.verbose, "Show every line of the host-side log");
-  cmd->add_option(
-      "--stop-when-idle", a->stop_when_idle,
-      "Start the agent with --stop-when-idle DURATION (e.g. 2h): the host stops itself when idle");
+  cmd->add_option("--stop-when-idle", a->stop_when_idle,
+                  "Start the agent with --stop-when-idle DURATION (e.g. 2h): the host stops itself when idle")
+      ->type_name("DURATION")  // sftd's syntax, checked before connecting
+      ->check(cli::DurationValidator(cli::DurationUnit::kSeconds));
   cmd->add_option("--stop-action", a->stop_action,
                   "Start the agent with --stop-action (runpod, lambda, shutdown)");
+  cmd->add_option("--shared-dir", a->shared_dir,
+                  "Start the agent with --shared-dir DIR: a Slurm login node, DIR on the filesystem the "
+                  "compute nodes share (`submit --slurm`, docs/slurm.md)");
   cmd->add_option("--price-per-hour", a->price_per_hour,
                   "Start the agent with --price-per-hour (cost estimates)")
       ->check(CLI::Range(0.0, 10000.0));

@@ -3,7 +3,7 @@
 // samples, tokens, trained tokens, truncated and dropped samples.
 //
 // Trained tokens are green on a terminal and [in brackets] otherwise. Uses the same encoder
-// as the trainer (common/sft_data.h), without LibTorch. Errors print "error: ..." and exit 1.
+// as the trainer (common/data/sft_data.h), without LibTorch. Errors print "error: ..." and exit 1.
 // The samples' text, file names and errors come from files (perhaps from the Hub): they reach the
 // terminal through EscapeForTerminal (common/terminal_text.h), so a sample holding ESC, C1 or
 // bidirectional controls shows them as "\x1b", "\u009b", "\u202e".
@@ -15,11 +15,11 @@
 
 #include "client/commands.h"
 #include "client/hub_download.h"
-#include "common/bpe_tokenizer.h"
-#include "common/sft_data.h"
+#include "common/data/sft_data.h"
 #include "common/spec_yaml.h"
 #include "common/terminal_text.h"
-#include "common/tokenizer_loader.h"
+#include "common/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/tokenizer_loader.h"
 
 namespace sftctl::client {
 namespace {

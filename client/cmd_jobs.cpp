@@ -5,6 +5,7 @@
 #include <map>
 #include <thread>
 
+#include "client/bucket_pull.h"
 #include "client/commands.h"
 #include "client/host_summary.h"
 #include "client/job_target.h"
@@ -46,6 +47,7 @@ json JobToJson(const v1::Job& j) {
               {"stop_when_done", j.stop_when_done()},
               {"job_dir", j.job_dir()},
               {"ranks", ranks}};
+  if (j.slurm()) out["slurm"] = {{"job_id", j.slurm_job_id()}, {"state", j.slurm_state()}};
   if (j.rendezvous().num_nodes() > 1) {
     const auto& rv = j.rendezvous();
     out["rendezvous"] = {{"num_nodes", rv.num_nodes()},     {"node_rank", rv.node_rank()},
@@ -100,6 +102,11 @@ int StatusCmd(const JobArgs& a) {
   auto rec = ResolveJob(a.job, a.ro, registry);
   if (!rec.ok()) return ReportError(rec.status(), a.ro.json);
   auto rcs = ConnectAll(*rec);
+  if (!rcs.ok() && rcs.status().code() == StatusCode::kUnavailable) {  // the host went away?
+    (a.ro.json ? std::cerr : std::cout) << EscapeForTerminal(rec->Ref()) << ": the host does not answer; the "
+                                        << "job's state there is unknown\n"
+                                        << BucketStatusLines(rec->upload_to, rec->endpoint_url, rec->region);
+  }
   if (!rcs.ok()) return ReportError(rcs.status(), a.ro.json);
   std::vector<v1::Job> jobs(rec->nodes.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -147,6 +154,9 @@ int StatusCmd(const JobArgs& a) {
     std::cout << EscapeForTerminal(rec->nodes[i].host) << "/" << EscapeForTerminal(j.id()) << " ("
               << EscapeForTerminal(j.name()) << "): " << StateName(j.state());
     if (!j.reason().empty()) std::cout << " - " << EscapeForTerminal(j.reason());
+    if (j.slurm())
+      std::cout << "\n  slurm job " << EscapeForTerminal(j.slurm_job_id().empty() ? "-" : j.slurm_job_id())
+                << ": " << EscapeForTerminal(j.slurm_state());
     std::cout << "\n  step " << (j.last_step() < 0 ? std::string("-") : std::to_string(j.last_step()))
               << ", loss " << Loss(j) << "; "
               << (j.gpus() > 0 ? std::to_string(j.gpus()) + " GPU(s)" : std::string("CPU")) << ", "
@@ -300,7 +310,9 @@ int ListCmd(const RemoteOptions& ro) {
       char gpu_h[32], cost[32] = "-";
       std::snprintf(gpu_h, sizeof(gpu_h), "%.2f", u.gpu_hours);
       if (u.cost) std::snprintf(cost, sizeof(cost), "$%.2f", *u.cost);
-      rows.push_back({host + "/" + j.id(), j.name(), StateName(j.state()),
+      const std::string state = StateName(j.state());  // a Slurm job: with Slurm's view
+      rows.push_back({host + "/" + j.id(), j.name(),
+                      j.slurm() && !j.slurm_state().empty() ? state + ", slurm " + j.slurm_state() : state,
                       j.last_step() < 0 ? "-" : std::to_string(j.last_step()), Loss(j),
                       FormatTime(j.created_unix_ms()), gpu_h, cost});
     }

@@ -23,8 +23,9 @@
 #include "client/log_follower.h"
 #include "client/pull_plan.h"
 #include "client/puller.h"
-#include "common/file_system.h"
+#include "common/cli/duration_option.h"
 #include "common/object_store/s3_location.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::client {
 namespace {
@@ -79,8 +80,10 @@ void RegisterPullCommand(CLI::App& app, CommandContext& ctx) {
       cmd->add_flag("-f,--follow", a->follow,
                     "Pull each new checkpoint until the job ends; exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED");
   follow->excludes(step)->excludes(latest);
-  cmd->add_option("--interval", a->interval_s, "--follow: seconds between checks (default 10)")
-      ->check(CLI::Range(0.05, 3600.0))
+  cli::AddDurationOption(
+      cmd, "--interval", cli::DurationUnit::kMilliseconds, [a](int64_t ms) { a->interval_s = ms / 1000.0; },
+      "--follow: time between checks (default 10s)",
+      cli::DurationLimits{kMinSyncIntervalMs, kMaxSyncIntervalMs})
       ->needs(follow);
   cmd->add_option("--keep", a->keep,
                   "--follow: keep only the newest N checkpoints it pulled into the folder (other folders "

@@ -15,10 +15,12 @@
 #include "client/commands.h"
 #include "client/demo.h"
 #include "client/hub_download.h"
+#include "client/hub_upload.h"
 #include "client/local_launcher.h"
 #include "client/tensorboard_export.h"
 #include "client/trainer_exec.h"
-#include "common/file_system.h"
+#include "common/hub/hub_path.h"
+#include "common/os/file_system.h"
 #include "common/spec_yaml.h"
 
 namespace sftctl::client {
@@ -105,8 +107,10 @@ int Run(const RunArgs& a) {
   if (Status s = fs->CreateDirs(spec.output_dir); !s.ok()) return fail(s);
   // resume: s3://... -> the bucket's newest complete checkpoint, downloaded into the run folder.
   if (Status s = FetchResumeFromBucket(&spec); !s.ok()) return fail(s);
-  // checkpoint.upload_to: checks the credentials and the bucket now, before anything is written.
-  auto uploader = StartLocalUploader(spec);  // null when unset
+  // checkpoint.upload_to: checks the credentials and the bucket (or Hub repository) now, before
+  // anything is written.
+  auto uploader = IsHubPath(spec.checkpoint.upload_to) ? StartHubUploader(spec)     // client/hub_upload.h
+                                                       : StartLocalUploader(spec);  // null when unset
   if (!uploader.ok()) return fail(uploader.status());
   const std::string spec_json = JoinPath(spec.output_dir, "spec.json");
   if (Status s = WriteFileAtomic(fs, spec_json, ToJson(spec).dump(2) + "\n"); !s.ok()) return fail(s);
@@ -180,8 +184,8 @@ void RegisterRunCommand(CLI::App& app, CommandContext& ctx) {
                   "Also write the run's metrics as TensorBoard event files into DIR while it trains")
       ->type_name("DIR");
   cmd->add_option("--upload-to", args->upload_to,
-                  "Upload each complete checkpoint to s3://BUCKET/PREFIX while training "
-                  "(checkpoint.upload_to)");
+                  "Upload each complete checkpoint to s3://BUCKET/PREFIX or the Hub repository "
+                  "hf://ORG/NAME while training (checkpoint.upload_to)");
   cmd->add_option("--resume-from", args->resume_from,
                   "Resume from s3://BUCKET/PREFIX (its newest complete checkpoint) or a checkpoint folder");
   cmd->add_option("--events-fd", args->events_fd,

@@ -23,9 +23,11 @@
 #include "client/remote_spec.h"
 #include "client/ssh/ssh_config.h"
 #include "client/uploader.h"
-#include "common/hub_spec.h"
-#include "common/net_addr.h"
+#include "common/cli/duration_option.h"
+#include "common/hub/hub_spec.h"
 #include "common/object_store/s3_location.h"
+#include "common/os/net_addr.h"
+#include "common/terminal_text.h"
 
 namespace sftctl::client {
 namespace {
@@ -47,7 +49,9 @@ struct SubmitArgs {
   bool forward_hf_token = false;  // --forward-hf-token: send this machine's HF token for hf:// paths
   bool forward_aws = false;       // --forward-aws-credentials: send this machine's for s3:// (bucket_pull.h)
   std::string upload_to;          // --upload-to s3://...: checkpoint.upload_to
+  std::string resume_from;        // --resume-from s3://...: resume (the agent downloads it)
   std::vector<std::string> sets;
+  SlurmFlags slurm;  // --slurm and its flags (docs/slurm.md)
 };
 
 struct Node {
@@ -127,6 +131,12 @@ struct Ranks {
 // ask for the CPU), else one CPU rank.
 StatusOr<Ranks> ChooseRanks(const SubmitArgs& a, const RemoteSpec& spec, Reconnector* node0) {
   Ranks r;
+  if (spec.spec.slurm) {  // Slurm places the ranks (the spec's slurm: section)
+    if (a.gpus >= 0 || a.cpu_ranks >= 0)
+      return InvalidArgumentError(
+          "a Slurm job takes --gpus-per-node / --cpu-ranks-per-node, not --gpus / --cpu-ranks");
+    return r;
+  }
   if (a.gpus >= 0) {
     r.gpus = static_cast<uint32_t>(a.gpus);
     return r;
@@ -279,6 +289,9 @@ JobRecord RecordJob(const RemoteSpec& spec, const std::vector<Node>& nodes) {
   rec.id = nodes[0].job.id();
   rec.name = spec.spec.name;
   rec.submitted_unix_ms = NowUnixMs();
+  rec.upload_to = spec.spec.checkpoint.upload_to;  // for `status` when the host is gone
+  rec.endpoint_url = spec.spec.checkpoint.endpoint_url;
+  rec.region = spec.spec.checkpoint.region;
   for (const auto& n : nodes) {
     ConnectOptions o = n.opts;
     o.host = n.rc->host();
@@ -322,6 +335,7 @@ void PrintSubmittedText(const JobRecord& rec, const std::vector<Node>& nodes, co
   std::cout << rec.id << "\n";
   std::cerr << "submitted " << rec.Ref() << " (" << rec.name << "): " << StateName(nodes[0].job.state());
   if (nodes.size() > 1) std::cerr << ", " << nodes.size() << " nodes";
+  if (nodes[0].job.slurm()) std::cerr << ", Slurm job " << EscapeForTerminal(nodes[0].job.slurm_job_id());
   std::cerr << "\nuploaded " << sum.files_sent << " file" << (sum.files_sent == 1 ? "" : "s") << ", "
             << FormatBytes(sum.bytes_sent);
   if (sum.bytes_sent >= 1000 * 1000 && upload_s > 0) {
@@ -372,7 +386,13 @@ StatusOr<std::vector<std::string>> NodeHosts(const SubmitArgs& a, const RemoteSp
 // the job's events with --follow.
 int Submit(const SubmitArgs& a) {
   const bool json = a.ro.json;
-  auto spec = LoadRemoteSpec(a.spec_path, a.sets, a.name);
+  std::vector<std::string> sets = a.sets;
+  if (!a.resume_from.empty()) {  // resume: s3://... (docs/object-storage.md), set before the spec's files
+    if (auto loc = ParseS3Url(a.resume_from); !loc.ok())
+      return ReportError(loc.status().WithContext("--resume-from"), json);
+    sets.push_back("resume=" + a.resume_from);
+  }
+  auto spec = LoadRemoteSpec(a.spec_path, sets, a.name);
   if (!spec.ok()) return ReportError(spec.status(), json);
   if (!a.upload_to.empty()) {  // checkpoint.upload_to (docs/object-storage.md)
     if (auto loc = ParseS3Url(a.upload_to); !loc.ok())
@@ -380,8 +400,19 @@ int Submit(const SubmitArgs& a) {
     spec->spec.checkpoint.upload_to = a.upload_to;
     spec->json["checkpoint"]["upload_to"] = a.upload_to;
   }
+  if (IsHubPath(spec->spec.checkpoint.upload_to)) {  // docs/hub.md: made by `run --local` only, so far
+    return ReportError(
+        UnimplementedError("checkpoint.upload_to: " + spec->spec.checkpoint.upload_to +
+                           ": uploads to the Hub are made by `sftctl run --local` only, so far; "
+                           "a host's agent uploads to s3:// (docs/object-storage.md)"),
+        json);
+  }
+  if (Status s = ApplySlurmFlags(a.slurm, &*spec); !s.ok()) return ReportError(s, json);
   auto hosts = NodeHosts(a, *spec);
   if (!hosts.ok()) return ReportError(hosts.status(), json);
+  if (spec->spec.slurm && hosts->size() > 1)
+    return ReportError(InvalidArgumentError("a Slurm job goes to one host, the cluster's login node"), json);
+  if (Status s = CheckResumeBucket(spec->spec, a.forward_aws); !s.ok()) return ReportError(s, json);
   for (const auto& n : spec->notes) std::cerr << "note: " << n << "\n";
   if (Status s = HashSpecFiles(&spec->files); !s.ok()) return ReportError(s, json);
   auto nodes = ConnectNodes(a.ro, *hosts, a.bootstrap);
@@ -409,6 +440,39 @@ int Submit(const SubmitArgs& a) {
   return FollowSubmitted(a, rec, (*nodes)[0].rc.get());
 }
 
+// --slurm and the flags of its `slurm:` section (docs/slurm.md); each given one overrides the spec.
+void AddSlurmFlags(CLI::App* cmd, SlurmFlags* f) {
+  auto* slurm = cmd->add_flag("--slurm", f->slurm,
+                              "Run through Slurm: the host is a cluster's login node whose agent has "
+                              "--shared-dir; sbatch places the ranks (docs/slurm.md)");
+  const char* group = "Slurm (with --slurm; override the spec's slurm: section)";
+  auto count = [&](const char* name, std::optional<int64_t>* to, const char* help) {
+    auto set = [to](int64_t v) { *to = v; };
+    cmd->add_option_function<int64_t>(name, set, help)
+        ->check(CLI::PositiveNumber)
+        ->needs(slurm)
+        ->group(group);
+  };
+  count("--nodes", &f->nodes, "Nodes (default 1)");
+  count("--gpus-per-node", &f->gpus_per_node, "GPUs per node, one rank each (default 0: a CPU job)");
+  count("--cpu-ranks-per-node", &f->cpu_ranks_per_node, "CPU ranks per node of a CPU job (default 1)");
+  auto text = [&](const char* name, std::optional<std::string>* to, const char* help) {
+    auto set = [to](const std::string& v) { *to = v; };
+    cmd->add_option_function<std::string>(name, set, help)->needs(slurm)->group(group);
+  };
+  text("--partition", &f->partition, "Partition (default: the cluster's)");
+  text("--account", &f->account, "Account to charge");
+  text("--qos", &f->qos, "Quality of service");
+  text("--time", &f->time, "Time limit in Slurm's form: 30, 4:00:00, 1-12");
+  text("--constraint", &f->constraint, "Node features: a100&ib, v100|a100");
+  cmd->add_option("--slurm-arg", f->extra_args, "One more sbatch option, --name[=value] (repeatable)")
+      ->needs(slurm)
+      ->group(group);
+  cmd->add_flag("--no-requeue", f->no_requeue, "Do not requeue after a preemption or node failure")
+      ->needs(slurm)
+      ->group(group);
+}
+
 }  // namespace
 
 void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
@@ -424,8 +488,10 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
       cmd->add_option("--sync-to", a->sync_to,
                       "Pull each new checkpoint (and metrics.jsonl) into DIR as soon as it is complete, "
                       "until the job ends (as `pull --follow`)");
-  cmd->add_option("--sync-interval", a->sync_interval_s, "--sync-to: seconds between checks (default 10)")
-      ->check(CLI::Range(0.05, 3600.0))
+  cli::AddDurationOption(
+      cmd, "--sync-interval", cli::DurationUnit::kMilliseconds,
+      [a](int64_t ms) { a->sync_interval_s = ms / 1000.0; }, "--sync-to: time between checks (default 10s)",
+      cli::DurationLimits{kMinSyncIntervalMs, kMaxSyncIntervalMs})
       ->needs(sync);
   cmd->add_option("--sync-keep", a->sync_keep, "--sync-to: keep only the newest N checkpoints (default: all)")
       ->check(CLI::PositiveNumber)  // as `pull --keep`: 0 would keep none
@@ -438,8 +504,9 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
       ->excludes(gpus);
   cmd->add_option("--max-restarts", a->max_restarts,
                   "Relaunch after a failure this many times (resumes from the newest checkpoint)");
-  cmd->add_option("--heartbeat-s", a->heartbeat_s,
-                  "Stop the job as hung after this long without a step (0: the agent's default)");
+  cli::AddDurationOption(
+      cmd, "--heartbeat", cli::DurationUnit::kSeconds, &a->heartbeat_s,
+      "Stop the job as hung after this long without a step (e.g. 30m; 0: the agent's default)");
   cmd->add_flag("--stop-when-done", a->stop_when_done,
                 "Stop the host once the job has ended and its final checkpoint was pulled (or the agent's "
                 "--stop-pull-timeout passed); needs a stop action on the agent (docs/remote.md)");
@@ -450,6 +517,9 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--upload-to", a->upload_to,
                   "Have the host upload each complete checkpoint to s3://BUCKET/PREFIX "
                   "(checkpoint.upload_to)");
+  cmd->add_option("--resume-from", a->resume_from,
+                  "Continue from the newest complete checkpoint in s3://BUCKET/PREFIX (resume), e.g. a "
+                  "run whose host went away; the host downloads it before the job starts");
   cmd->add_flag("--forward-aws-credentials", a->forward_aws,
                 "Send this machine's AWS credentials to the host for the job's s3:// uploads; kept in the "
                 "agent's memory only. Without it, the host uses its own");
@@ -459,6 +529,7 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
                 "stored there. Without it, no token leaves this machine");
   cmd->add_option("--set", a->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)")
       ->allow_extra_args(false);
+  AddSlurmFlags(cmd, &a->slurm);
   cmd->callback([a, &ctx] { ctx.exit_code = Submit(*a); });
 }
 

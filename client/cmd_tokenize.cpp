@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "client/commands.h"
-#include "common/bpe_tokenizer.h"
 #include "common/status.h"
-#include "common/tokenizer_loader.h"
+#include "common/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/tokenizer_loader.h"
 
 namespace sftctl::client {
 namespace {

@@ -16,24 +16,8 @@ struct CommandContext {
   std::string argv0;
 };
 
-// The generation flags `generate` and `eval --generate` share (cmd_generate.cpp), passed through
-// to sftctl-trainer as they are (docs/generate.md).
-struct GenerationArgs {
-  int64_t max_new_tokens = 64;
-  double temperature = 0, top_p = 1.0;
-  int64_t top_k = 0;
-  uint64_t seed = 0;
-  std::vector<std::string> stop;
-  bool chat = false;
-  std::string system, chat_template;
-  // The trainer's flags for these values.
-  std::vector<std::string> ToTrainerArgs() const;
-};
-// Adds --max-new-tokens, --temperature, --top-p, --top-k, --seed, --stop, --chat, --system and
-// --chat-template to `cmd`, stored into `*a` (kept alive by the caller's callback).
-void AddGenerationArgs(CLI::App* cmd, const std::shared_ptr<GenerationArgs>& a);
-
 void RegisterRunCommand(CLI::App& app, CommandContext& ctx);
+// generate, eval, export: sftctl-trainer's commands and flags (common/cli/trainer_flags.h).
 void RegisterGenerateCommand(CLI::App& app, CommandContext& ctx);
 void RegisterTokenizeCommand(CLI::App& app, CommandContext& ctx);
 void RegisterInspectDataCommand(CLI::App& app, CommandContext& ctx);
@@ -49,5 +33,7 @@ void RegisterPlotCommand(CLI::App& app, CommandContext& ctx);
 void RegisterDownloadCommand(CLI::App& app, CommandContext& ctx);
 // `bootstrap`: build, install and start the agent and trainer on a fresh GPU host (cmd_bootstrap.cpp).
 void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx);
+// `spec --fields`: the job spec's fields, types and defaults (cmd_spec.cpp, common/spec_fields.h).
+void RegisterSpecCommand(CLI::App& app, CommandContext& ctx);
 
 }  // namespace sftctl::client

@@ -3,7 +3,7 @@
 #include <fstream>
 #include <vector>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::client {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "client/progress.h"
 #include "client/remote_options.h"  // StderrIsTty
-#include "common/hub_spec.h"
+#include "common/hub/hub_spec.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {

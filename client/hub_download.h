@@ -1,4 +1,4 @@
-// Downloads from the Hugging Face Hub on this machine (common/hf_hub.h): the hf:// paths of a spec
+// Downloads from the Hugging Face Hub on this machine (common/hub/hf_hub.h): the hf:// paths of a spec
 // for `sftctl run --local`, and `sftctl download REPO`. Options come from the environment
 // (HF_ENDPOINT, HF_HOME / HF_HUB_CACHE, HF_TOKEN or the token file); a live progress line goes to
 // stderr when it is a terminal.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/hf_hub.h"
+#include "common/hub/hf_hub.h"
 #include "common/spec.h"
 #include "common/status.h"
 

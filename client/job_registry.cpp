@@ -13,7 +13,7 @@
 
 #include "client/remote_options.h"
 #include "client/ssh/ssh_config.h"
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -45,11 +45,10 @@ NodeRecord NodeFromJson(const json& j) {
 json RecordToJson(const JobRecord& r) {
   json nodes = json::array();
   for (const auto& n : r.nodes) nodes.push_back(NodeToJson(n));
-  return {{"host", r.host},
-          {"id", r.id},
-          {"name", r.name},
-          {"submitted_unix_ms", r.submitted_unix_ms},
-          {"nodes", nodes}};
+  return {{"host", r.host},           {"id", r.id},
+          {"name", r.name},           {"submitted_unix_ms", r.submitted_unix_ms},
+          {"upload_to", r.upload_to}, {"endpoint_url", r.endpoint_url},
+          {"region", r.region},       {"nodes", nodes}};
 }
 
 bool AllIdsValid(const JobRecord& r) {
@@ -71,6 +70,9 @@ StatusOr<std::vector<JobRecord>> Parse(const std::string& text, const std::strin
       r.id = e.at("id").get<std::string>();
       r.name = e.value("name", "");
       r.submitted_unix_ms = e.value("submitted_unix_ms", int64_t{0});
+      r.upload_to = e.value("upload_to", "");
+      r.endpoint_url = e.value("endpoint_url", "");
+      r.region = e.value("region", "");
       if (e.contains("nodes")) {
         for (const auto& n : e["nodes"]) r.nodes.push_back(NodeFromJson(n));
       }

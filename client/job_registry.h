@@ -2,7 +2,7 @@
 //
 // One JSON file, $XDG_CONFIG_HOME/sftctl/jobs.json (default ~/.config/sftctl/jobs.json):
 //   {"version": 1, "jobs": [{"host": "gpu-box", "id": "job-3", "name": "tiny",
-//     "submitted_unix_ms": 1700000000000,
+//     "submitted_unix_ms": 1700000000000, "upload_to": "s3://b/p", "endpoint_url": "", "region": "",
 //     "nodes": [{"host": "gpu-box", "id": "job-3", "identity_file": "", "sftd": "",
 //                "agent_data_dir": "", "transport": "auto"}, ...]}]}
 // A job is (host, agent job id); a multi-node job is one entry (node 0's host and id) listing every
@@ -46,6 +46,9 @@ struct JobRecord {
   std::string name;
   int64_t submitted_unix_ms = 0;
   std::vector<NodeRecord> nodes;  // node 0 first; never empty for a valid record
+  // checkpoint.upload_to / endpoint_url / region of its spec ("" when it uploads nowhere): where
+  // `status` looks for its newest checkpoint when the host no longer answers (no secret is stored).
+  std::string upload_to, endpoint_url, region;
 
   // "HOST/ID", the reference that is never ambiguous.
   std::string Ref() const { return host + "/" + id; }

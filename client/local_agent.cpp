@@ -15,8 +15,8 @@
 
 #include "client/ssh/agent_identity_check.h"
 #include "client/trainer_exec.h"
-#include "common/fd_util.h"
-#include "common/file_system.h"
+#include "common/os/fd_util.h"
+#include "common/os/file_system.h"
 #include "common/rpc_limits.h"
 
 extern char** environ;

@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/child_exit_watch.h"
-#include "common/file_system.h"
-#include "common/parent_death.h"
-#include "common/process_util.h"
+#include "common/os/child_exit_watch.h"
+#include "common/os/file_system.h"
+#include "common/os/parent_death.h"
+#include "common/os/process_util.h"
 #include "common/rank_group.h"
 
 namespace sftctl::client {

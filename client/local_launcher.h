@@ -10,7 +10,7 @@
 //     <log_dir>/rank-<r>.out and .err, and `--events-fd 3` with fd 3 appended to <log_dir>/rank-<r>.events.
 //   * The ranks form their own process group (led by rank 0), so the terminal's Ctrl-C reaches only
 //     sftctl, which forwards SIGINT/SIGTERM once to every rank. Every rank gets SIGTERM if sftctl dies
-//     (common/parent_death.h: PR_SET_PDEATHSIG on Linux; on macOS a small watcher process per rank).
+//     (common/os/parent_death.h: PR_SET_PDEATHSIG on Linux; on macOS a small watcher process per rank).
 //   * The first failure (common/rank_group.h: ranks reaped together, one killed by a signal first,
 //     then the lowest rank) fails the job: a line "error: rank 1 failed first: killed by signal 9
 //     (SIGKILL)" (or "exit code 1", plus the rank's "error" event message when it has one) goes to

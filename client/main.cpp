@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   sftctl::client::RegisterPlotCommand(app, ctx);
   sftctl::client::RegisterDownloadCommand(app, ctx);
   sftctl::client::RegisterBootstrapCommand(app, ctx);
+  sftctl::client::RegisterSpecCommand(app, ctx);
 
   try {
     app.parse(argc, argv);

@@ -12,8 +12,8 @@
 #include <memory>
 #include <string_view>
 
-#include "common/file_system.h"
 #include "common/json_parse.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::client {
 namespace {
@@ -107,8 +107,14 @@ std::vector<Series> BuildSeries(const std::vector<PlotRun>& runs, const PlotOpti
   for (size_t i = 0; i < runs.size(); ++i) {
     const PlotRgb color = kRunColors[i % (sizeof(kRunColors) / sizeof(kRunColors[0]))];
     const std::string prefix = several ? runs[i].label + " " : "";
-    Series train{prefix + (o.metric == "loss" ? "train loss" : o.metric), several ? color : kTrainColor};
-    Series eval{prefix + "eval loss", several ? color : kEvalColor, /*line=*/false, /*markers=*/true};
+    Series train;
+    train.label = prefix + (o.metric == "loss" ? "train loss" : o.metric);
+    train.color = several ? color : kTrainColor;
+    Series eval;
+    eval.label = prefix + "eval loss";
+    eval.color = several ? color : kEvalColor;
+    eval.line = false;
+    eval.markers = true;
     for (const nlohmann::json& rec : runs[i].records) {
       if (!rec.is_object()) continue;
       auto ev = rec.find("event");

@@ -5,8 +5,8 @@
 #include <map>
 #include <set>
 
-#include "common/file_system.h"
 #include "common/json_parse.h"
+#include "common/os/file_system.h"
 #include "common/safe_path.h"
 
 namespace sftctl::client {

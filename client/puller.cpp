@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "client/range_pull.h"
-#include "common/fd_util.h"
-#include "common/file_system.h"
+#include "common/os/fd_util.h"
+#include "common/os/file_system.h"
 #include "common/sha256.h"
 
 namespace sftctl::client {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "client/connection_ramp.h"
-#include "common/fd_util.h"
-#include "common/file_system.h"
 #include "common/mutex.h"
+#include "common/os/fd_util.h"
+#include "common/os/file_system.h"
 #include "common/range_log.h"
 #include "common/sha256.h"
 

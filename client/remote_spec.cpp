@@ -7,7 +7,8 @@
 #include <map>
 #include <type_traits>
 
-#include "common/hub_spec.h"
+#include "common/hub/hub_spec.h"
+#include "common/object_store/s3_location.h"
 #include "common/sha256.h"
 #include "common/spec_yaml.h"
 
@@ -142,7 +143,7 @@ StatusOr<RemoteSpec> LoadRemoteSpec(const std::string& path, const std::vector<s
                         "' is not a folder here: it is used as a path on the host");
     }
   }
-  if (s.resume != "auto" && s.resume != "never") {
+  if (s.resume != "auto" && s.resume != "never" && !IsS3Url(s.resume)) {  // s3://: the agent downloads it
     if (IsDir(s.resume)) {
       SFT_RETURN_IF_ERROR(AddFolder("/resume", "resume", s.resume, &r.files));
     } else {
@@ -166,6 +167,31 @@ Status HashSpecFiles(std::vector<SpecFile>* files) {
     f.size = it->second.first;
     f.sha256 = it->second.second;
   }
+  return OkStatus();
+}
+
+Status ApplySlurmFlags(const SlurmFlags& f, RemoteSpec* spec) {
+  const bool flagged = f.nodes || f.gpus_per_node || f.cpu_ranks_per_node || f.partition || f.account ||
+                       f.qos || f.time || f.constraint || !f.extra_args.empty() || f.no_requeue;
+  if (!f.slurm && !spec->spec.slurm) {
+    if (!flagged) return OkStatus();
+    return InvalidArgumentError("the Slurm flags (--nodes, --partition, ...) need --slurm");
+  }
+  SlurmSpec s = spec->spec.slurm.value_or(SlurmSpec());
+  if (f.nodes) s.nodes = *f.nodes;
+  if (f.gpus_per_node) s.gpus_per_node = *f.gpus_per_node;
+  if (f.cpu_ranks_per_node) s.cpu_ranks_per_node = *f.cpu_ranks_per_node;
+  for (auto [field, flag] : {std::pair{&s.partition, &f.partition},
+                             {&s.account, &f.account},
+                             {&s.qos, &f.qos},
+                             {&s.time, &f.time},
+                             {&s.constraint, &f.constraint}}) {
+    if (*flag) *field = **flag;
+  }
+  s.extra_args.insert(s.extra_args.end(), f.extra_args.begin(), f.extra_args.end());
+  if (f.no_requeue) s.requeue = false;
+  spec->spec.slurm = s;
+  spec->json["slurm"] = ToJson(spec->spec)["slurm"];
   return OkStatus();
 }
 

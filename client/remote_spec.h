@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,21 @@ struct RemoteSpec {
 // with file:line, bad --set).
 StatusOr<RemoteSpec> LoadRemoteSpec(const std::string& path, const std::vector<std::string>& sets,
                                     const std::string& name);
+
+// `submit --slurm` and its flags (docs/slurm.md); a flag left unset keeps the spec's `slurm:` value.
+struct SlurmFlags {
+  bool slurm = false;
+  std::optional<int64_t> nodes, gpus_per_node, cpu_ranks_per_node;
+  std::optional<std::string> partition, account, qos, time, constraint;
+  std::vector<std::string> extra_args;  // --slurm-arg: after the spec's extra_args
+  bool no_requeue = false;
+};
+
+// Makes `spec` a Slurm job when the flags say so: its `slurm:` section (or the defaults) with the
+// flags on top, in spec->spec and spec->json. A spec with a `slurm:` section is a Slurm job without
+// --slurm too. The values are checked by the agent (agent/slurm/slurm_options.h). Errors:
+// INVALID_ARGUMENT when a Slurm flag is given without --slurm and the spec has no `slurm:`.
+Status ApplySlurmFlags(const SlurmFlags& flags, RemoteSpec* spec);
 
 // Computes size and sha256 of every file (a file referenced twice is read once).
 Status HashSpecFiles(std::vector<SpecFile>* files);

@@ -12,7 +12,7 @@
 #include "client/remote_options.h"
 #include "client/remote_spec.h"
 #include "client/uploader.h"
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 #include "common/source_id.h"
 #include "common/terminal_text.h"
 

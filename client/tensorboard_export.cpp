@@ -7,7 +7,7 @@
 #include <chrono>
 #include <iostream>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {

@@ -1,4 +1,4 @@
-// The client's TensorBoard exports (docs/observability.md), over common/tensorboard.h's writer:
+// The client's TensorBoard exports (docs/observability.md), over common/formats/tensorboard.h's writer:
 //   `sftctl run --tensorboard DIR`: MetricsFileExport reads <run>/metrics.jsonl as the trainer appends
 //     to it, on a thread of its own, until Stop().
 //   `sftctl logs JOB -f --tensorboard DIR`: FollowToTensorBoard takes the job's METRIC events of
@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "client/log_follower.h"
+#include "common/formats/tensorboard.h"
 #include "common/status.h"
-#include "common/tensorboard.h"
 
 namespace sftctl::client {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "common/self_exe.h"
+#include "common/os/self_exe.h"
 
 namespace sftctl::client {
 namespace {

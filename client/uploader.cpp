@@ -6,8 +6,8 @@
 #include <cerrno>
 
 #include "client/range_upload.h"
-#include "common/fd_util.h"
-#include "common/file_system.h"
+#include "common/os/fd_util.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::client {
 namespace {

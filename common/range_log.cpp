@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 
 namespace sftctl {
 

@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/parent_death.h"
-#include "common/process_util.h"
+#include "common/os/parent_death.h"
+#include "common/os/process_util.h"
 
 namespace sftctl {
 namespace {

@@ -7,7 +7,7 @@
 //   * Environment (RankEnvironment): torch.distributed's variables RANK, WORLD_SIZE, LOCAL_RANK,
 //     LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and CUDA_VISIBLE_DEVICES when the launcher assigns
 //     GPUs, replace any inherited value; of the others, only those the allowlist of
-//     common/process_util.h passes (ChildEnvAllowed(name, ChildKind::kRank)) are inherited, so no
+//     common/os/process_util.h passes (ChildEnvAllowed(name, ChildKind::kRank)) are inherited, so no
 //     secret of the launcher's (HF_TOKEN, cloud API keys) reaches a rank.
 //   * Start (StartRankGroup): every rank of a job in one new process group, led by the first rank,
 //     so one killpg() reaches every rank and whatever it spawned. A rank's stdout, stderr and fd 3
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
+#include "common/os/clock.h"
 #include "common/status.h"
 
 namespace sftctl {
@@ -79,7 +79,7 @@ Status OpenRankLogs(const std::string& stdout_path, const std::string& stderr_pa
 void CloseRankLogs(RankCommand* cmd);
 
 // Starts `cmds` (at least one) in one new process group led by the first; `parent_death`
-// (optional) is armed in each rank (common/parent_death.h), which then exits 127 at once if the
+// (optional) is armed in each rank (common/os/parent_death.h), which then exits 127 at once if the
 // launcher already died. The launcher keeps its descriptors. Returns the pids in the order of `cmds`.
 // A rank whose program cannot be executed exits 127 after writing "error: cannot execute <path>" to
 // its stderr. Errors: NOT_FOUND / PERMISSION_DENIED naming the program when it is not executable,

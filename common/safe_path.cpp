@@ -4,7 +4,7 @@
 
 #include <cerrno>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 #include "common/terminal_text.h"
 
 namespace sftctl {

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <vector>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 
 namespace sftctl {
 

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/self_exe.h"
+#include "common/os/self_exe.h"
 
 namespace sftctl {
 namespace {

@@ -8,7 +8,8 @@
 #include <regex>
 #include <sstream>
 
-#include "common/unicode_normalize.h"
+#include "common/spec_fields.h"
+#include "common/tokenizer/unicode_normalize.h"
 
 namespace sftctl {
 namespace {
@@ -138,21 +139,30 @@ Status ApplySetOverrides(const std::vector<std::string>& sets, nlohmann::json* j
       return InvalidArgumentError("--set '" + s + "': expected FIELD=VALUE, e.g. --set train.lr=1e-4");
     }
     const std::string path = s.substr(0, eq);
-    auto value = YamlToJson(s.substr(eq + 1), "--set " + path);
+    const std::string text = s.substr(eq + 1);
+    auto value = YamlToJson(text, "--set " + path);
     if (!value.ok()) return value.status();
+    // A field of the spec may be absent from the JSON (ToJson leaves out knobs at their default,
+    // and an absent lora or slurm section is null): its path is created. Other paths (inside
+    // model.config) must exist.
+    const SpecField* field = FindSpecField(path);
     nlohmann::json* node = j;
     size_t start = 0;
     for (;;) {
       const size_t dot = path.find('.', start);
       const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-      if (!node->is_object() || !node->contains(key)) {
+      if (field != nullptr && node->is_null()) *node = nlohmann::json::object();
+      if (!node->is_object() || (!node->contains(key) && field == nullptr)) {
         return InvalidArgumentError("--set: unknown field '" + path + "' (see docs/spec.md)");
       }
       node = &(*node)[key];
       if (dot == std::string::npos) break;
       start = dot + 1;
     }
-    *node = value->value;
+    // A string field takes a plain scalar as written: --set checkpoint.region=1 or name=1e3.
+    const bool scalar = value->value.is_number() || value->value.is_boolean();
+    *node =
+        field != nullptr && field->kind == SpecKind::kString && scalar ? nlohmann::json(text) : value->value;
   }
   return OkStatus();
 }

@@ -27,9 +27,12 @@ StatusOr<YamlDocument> YamlToJson(const std::string& text, const std::string& fi
 // folder; the default name is the file's stem. Errors read "<file>:<line>: field '<path>': ...".
 StatusOr<JobSpec> LoadSpecFile(const std::string& path);
 
-// Applies `--set FIELD=VALUE` overrides (FIELD a dotted path that must already exist, e.g.
-// "train.lr") to the canonical JSON of a spec. VALUE is read as a YAML scalar or flow collection
-// ("3", "1e-3", "true", "[a.jsonl, b.jsonl]"). The caller re-validates the result with ParseSpec.
+// Applies `--set FIELD=VALUE` overrides to the canonical JSON of a spec. FIELD is a dotted path:
+// a field of the spec's table (common/spec_fields.h, e.g. "train.lr", "checkpoint.upload_to";
+// setting a field of an absent lora or slurm section turns the section on), or a path that exists
+// in `j` (e.g. "model.config.hidden_size"). VALUE is read as a YAML scalar or flow collection ("3",
+// "1e-3", "true", "[a.jsonl, b.jsonl]"); a string field takes a plain scalar as written ("1" stays
+// "1"). The caller re-validates the result with ParseSpec.
 Status ApplySetOverrides(const std::vector<std::string>& sets, nlohmann::json* j);
 
 }  // namespace sftctl

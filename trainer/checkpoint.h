@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 #include "trainer/rng_state.h"
 #include "trainer/tensor_io.h"
 

@@ -1,6 +1,6 @@
 // SFT data in the trainer: JSONL files -> an on-disk token cache -> batches.
 //
-// Records are encoded by common/sft_data.h (formats, chat templates, loss mask, truncation).
+// Records are encoded by common/data/sft_data.h (formats, chat templates, loss mask, truncation).
 // LoadDataset streams each file once and writes the kept samples to a compact cache in the
 // run folder (<output_dir>/data-cache/{train,eval}.tokens: one uint32 per token, the id in
 // bits 0-30 and the trained flag in bit 31), which is then memory-mapped. Only the offsets
@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "common/sft_data.h"
+#include "common/data/sft_data.h"
 #include "common/spec.h"
 #include "common/status.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace sftctl::trainer {
 

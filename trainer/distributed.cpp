@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "common/net_addr.h"
+#include "common/os/net_addr.h"
 
 // Torch's CMake targets define USE_C10D_GLOO (and USE_C10D_NCCL in CUDA builds) when LibTorch
 // was built with them. A pip wheel (and Debian 13's libtorch-dev without libgloo-dev) defines it

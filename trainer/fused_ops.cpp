@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/safetensors.h"
+#include "common/formats/safetensors.h"
 #include "trainer/parallel.h"
 
 namespace sftctl::trainer::fused {
@@ -20,7 +20,7 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Conversions the compiler can vectorize: common/safetensors.h's, the project's one bf16 rounding
+// Conversions the compiler can vectorize: common/formats/safetensors.h's, the project's one bf16 rounding
 // (nearest even; a NaN stays a quiet NaN of its sign).
 inline float F(float v) { return v; }
 inline float F(c10::BFloat16 v) { return safetensors::BF16ToFloat(v.x); }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "common/file_system.h"
 #include "common/json_parse.h"
+#include "common/os/file_system.h"
 #include "trainer/device.h"
 #include "trainer/generate.h"
 #include "trainer/hf_tools.h"
@@ -58,7 +58,7 @@ StatusOr<std::vector<GenerationResult>> GenerateAll(const GenerateCommandOptions
     SFT_ASSIGN_OR_RETURN(GenerationPrompt p, reader.FromText(o.prompt, "--prompt"));
     prompts.push_back(std::move(p));
   }
-  SFT_ASSIGN_OR_RETURN(CausalLM model, LoadModelMaybeAdapter(o.model_dir, o.adapter_dir));
+  SFT_ASSIGN_OR_RETURN(CausalLM model, LoadModelMaybeAdapter(o.model_dir, o.adapter_dir, plan.device));
   model->ToDevice(plan.device);
   model->eval();
 

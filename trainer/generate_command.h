@@ -1,5 +1,5 @@
 // `sftctl generate` and `sftctl eval --generate` (run inside sftctl-trainer): load a model
-// folder, read the prompts (common/generation_prompts.h), generate (trainer/generate.h), and
+// folder, read the prompts (common/data/generation_prompts.h), generate (trainer/generate.h), and
 // write or score the results.
 //
 // Stop tokens: the eos_token_id of the folder's generation_config.json and config.json (an
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "common/generation_prompts.h"
+#include "common/data/generation_prompts.h"
 #include "common/status.h"
 #include "trainer/sampling.h"
 

@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/gguf_tokenizer.h"
-#include "common/gguf_writer.h"
+#include "common/formats/gguf_tokenizer.h"
+#include "common/formats/gguf_writer.h"
 #include "trainer/hf_tools.h"
 
 namespace sftctl::trainer {

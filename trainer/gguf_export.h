@@ -1,6 +1,6 @@
 // `sftctl export --gguf OUT.gguf [--type f16|q8_0]` (run inside sftctl-trainer): writes a model
 // folder (a checkpoint, an HF folder, or a LoRA adapter merged into its base) as one GGUF file
-// that llama.cpp and ollama load (common/gguf_writer.h, common/gguf_tokenizer.h).
+// that llama.cpp and ollama load (common/formats/gguf_writer.h, common/formats/gguf_tokenizer.h).
 //
 // Architectures: model_type llama -> "llama", qwen2 -> "qwen2", qwen3 -> "qwen3", mistral without
 // a sliding window shorter than its context -> "llama" (as llama.cpp converts Mistral); anything
@@ -12,7 +12,7 @@
 // .attention.key_length / .value_length (when head_dim is not hidden_size / heads, and always for
 // qwen3), .rope.scaling.type "linear" + .rope.scaling.factor for linear RoPE scaling; Llama-3 RoPE
 // scaling becomes the "rope_freqs.weight" tensor (per frequency, the divisor llama.cpp applies:
-// unscaled / scaled inverse frequency), llama only. The tokenizer: common/gguf_tokenizer.h, read
+// unscaled / scaled inverse frequency), llama only. The tokenizer: common/formats/gguf_tokenizer.h, read
 // from the first of model_dir, the adapter folder and the base folder that has tokenizer.json.
 //
 // Tensors (HF -> GGUF): embed_tokens -> token_embd, layers.N.input_layernorm -> blk.N.attn_norm,

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/host_memory.h"
+#include "common/os/host_memory.h"
 
 // The caching allocator's statistics exist only in CUDA builds of LibTorch (trainer/CMakeLists.txt
 // defines SFTCTL_TORCH_CUDA there); CPU builds ship the header without the library behind it.

@@ -1,5 +1,5 @@
 // Resource figures of a training step, added to its metrics.jsonl record (docs/observability.md):
-//   rss_mb                                   this process's resident set (common/host_memory.h), always
+//   rss_mb                                   this process's resident set (common/os/host_memory.h), always
 //   gpu_mem_allocated_mb, gpu_mem_reserved_mb, gpu_mem_peak_mb
 //                                            the CUDA caching allocator of the training device (CUDA
 //                                            builds of LibTorch, on a CUDA device only)

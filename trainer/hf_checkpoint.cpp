@@ -97,6 +97,8 @@ Status LoadHfWeights(const std::string& dir, const NamedTensors& params) {
                            "', which has no such tensor");
     }
     SFT_RETURN_IF_ERROR(CopyTensorInto(reader, *info, p));
+    // copy_ has returned: the bytes are in `p` (on a GPU too: a blocking copy from pageable memory).
+    ReleaseTensorPages(reader, *info);
   }
   return OkStatus();
 }

@@ -3,9 +3,12 @@
 //
 // Loading reads config.json (trainer/model_config.h) and weights from model.safetensors or
 // from shards listed in model.safetensors.index.json ({"metadata": {"total_size": N},
-// "weight_map": {name: file}}). Files are mmap'ed (common/safetensors.h) and each tensor is
+// "weight_map": {name: file}}). Files are mmap'ed (common/formats/safetensors.h) and each tensor is
 // converted (BF16/F16/F32 -> the parameter's dtype) while it is copied into its parameter,
-// one tensor at a time: peak extra memory is one tensor, not a second copy of the model.
+// one tensor at a time: peak extra memory is one tensor, not a second copy of the model (each
+// tensor's pages of the mapping are dropped from the resident set once it is copied,
+// ReleaseTensorPages). Parameters allocated on a GPU in their training dtype
+// (CausalLMImpl::AllocateUninitialised) thus load without a host copy of the model.
 // Tensors in the files that the model does not use (e.g. lm_head.weight of a tied model,
 // rotary_emb.inv_freq) are ignored, as transformers does.
 //
@@ -27,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 #include "trainer/model_config.h"
 #include "trainer/tensor_io.h"
 

@@ -35,11 +35,12 @@ bool HasWeights(const std::string& dir) {
 
 }  // namespace
 
-StatusOr<CausalLM> LoadModelMaybeAdapter(const std::string& model_dir, const std::string& adapter_dir) {
+StatusOr<CausalLM> LoadModelMaybeAdapter(const std::string& model_dir, const std::string& adapter_dir,
+                                         torch::Device device) {
   FileSystem* fs = FileSystem::Default();
   std::string adapter = adapter_dir;
   if (adapter.empty() && fs->Exists(JoinPath(model_dir, "adapter_config.json"))) adapter = model_dir;
-  if (adapter.empty()) return LoadModelDir(model_dir);
+  if (adapter.empty()) return LoadModelDir(model_dir, {device});
   SFT_ASSIGN_OR_RETURN(Adapter a, LoadAdapter(adapter));
   std::string base = model_dir;
   if (!HasWeights(base) && fs->Exists(JoinPath(model_dir, "adapter_config.json"))) base = a.base_model;
@@ -49,6 +50,7 @@ StatusOr<CausalLM> LoadModelMaybeAdapter(const std::string& model_dir, const std
   }
   SFT_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(base));
   CausalLM model(c, CausalLMImpl::Init::kLoaded);  // every base weight is loaded
+  model->AllocateUninitialised(device);
   SFT_RETURN_IF_ERROR(LoadHfWeights(base, BaseParams(model)));
   SFT_RETURN_IF_ERROR(ApplyLora(model, a.spec));
   SFT_RETURN_IF_ERROR(LoadAdapterInto(model, a, JoinPath(adapter, "adapter_model.safetensors")));
@@ -57,7 +59,7 @@ StatusOr<CausalLM> LoadModelMaybeAdapter(const std::string& model_dir, const std
 
 StatusOr<EvalModelReport> EvalModel(const EvalModelOptions& o) {
   SFT_ASSIGN_OR_RETURN(DevicePlan plan, InferencePlan(o.device));  // trainer/generate.h
-  SFT_ASSIGN_OR_RETURN(CausalLM model, LoadModelMaybeAdapter(o.model_dir, o.adapter_dir));
+  SFT_ASSIGN_OR_RETURN(CausalLM model, LoadModelMaybeAdapter(o.model_dir, o.adapter_dir, plan.device));
   JobSpec spec;
   spec.model.path = o.model_dir;
   spec.tokenizer = o.tokenizer;

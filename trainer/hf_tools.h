@@ -15,8 +15,10 @@ namespace sftctl::trainer {
 
 // Loads an HF / checkpoint folder. With `adapter_dir` (or when `model_dir` itself holds
 // adapter_config.json), the PEFT adapter is applied unmerged; a pure adapter folder (no
-// weights) takes its base from base_model_name_or_path.
-StatusOr<CausalLM> LoadModelMaybeAdapter(const std::string& model_dir, const std::string& adapter_dir = "");
+// weights) takes its base from base_model_name_or_path. The weights are read straight into
+// fp32 parameters on `device` (no host copy of the model for a GPU, see LoadModelDir).
+StatusOr<CausalLM> LoadModelMaybeAdapter(const std::string& model_dir, const std::string& adapter_dir = "",
+                                         torch::Device device = torch::kCPU);
 
 struct EvalModelOptions {
   std::string model_dir;

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 #include "common/spec.h"
 #include "trainer/model.h"
 #include "trainer/projection.h"

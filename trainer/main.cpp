@@ -2,13 +2,8 @@
 // (exec'd by `sftctl run --local`) and on GPU hosts (spawned by sftd, one per rank).
 //
 //   sftctl-trainer train --spec RUN/spec.json [--events-fd N]
-//   sftctl-trainer generate --model CHECKPOINT (--prompt TEXT | --prompts FILE.jsonl [-o OUT.jsonl])
-//                           [--chat [--system TEXT]] [--max-new-tokens N] [--temperature T --top-p P
-//                           --top-k K --seed S] [--stop STRING]... [--batch-size B]
-//   sftctl-trainer eval --model DIR --data FILE.jsonl [--adapter DIR] [--dump-logits OUT.safetensors]
-//   sftctl-trainer eval --generate --model DIR --data FILE.jsonl [--samples-out OUT.jsonl] [generation flags]
-//   sftctl-trainer export --model DIR [--merge --adapter DIR] -o OUT [--dtype bf16] [--max-shard-size BYTES]
-//   sftctl-trainer export --model DIR [--merge --adapter DIR] --gguf OUT.gguf [--type f16|q8_0]
+//   sftctl-trainer generate|eval|export ...   (the flags of `sftctl generate|eval|export`, which
+//                                             passes them on: common/cli/trainer_flags.h)
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -18,9 +13,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
+#include "common/cli/trainer_flags.h"
 #include "common/version.h"
 #include "trainer/device.h"
 #include "trainer/generate_command.h"
@@ -147,23 +144,17 @@ int RunEvalGenerate(const GenerateCommandOptions& o, const std::string& samples_
   return 0;
 }
 
-// The generation flags `generate` and `eval --generate` share (the client's GenerationArgs).
-void AddGenerationOptions(CLI::App* cmd, GenerateCommandOptions& o) {
-  cmd->add_option("--max-new-tokens", o.max_new_tokens, "Most tokens to generate")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", o.sampling.temperature, "0 = greedy (default)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", o.sampling.top_p,
-                  "Nucleus sampling: keep the top tokens of this much probability")
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--top-k", o.sampling.top_k, "Keep the K most likely tokens (0: all)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", o.seed, "Sampling seed (prompt i samples with seed + i)");
-  cmd->add_option("--stop", o.stop, "Stop when the text contains this string (repeatable)");
-  cmd->add_flag("--chat", o.prompts.chat, "Render prompts as a user message with the model's chat template");
-  cmd->add_option("--system", o.prompts.system, "With chat: a system message");
-  cmd->add_option("--chat-template", o.prompts.chat_template,
-                  "auto (tokenizer_config.json), chatml, qwen3, llama3 or a template file");
+// Where the generation flags of `generate` and `eval --generate` go (common/cli/trainer_flags.h).
+void BindGenerationOptions(cli::FlagBindings& b, GenerateCommandOptions& o) {
+  b.Bind("--max-new-tokens", &o.max_new_tokens);
+  b.Bind("--temperature", &o.sampling.temperature);
+  b.Bind("--top-p", &o.sampling.top_p);
+  b.Bind("--top-k", &o.sampling.top_k);
+  b.Bind("--seed", &o.seed);
+  b.Bind("--stop", &o.stop);
+  b.Bind("--chat", &o.prompts.chat);
+  b.Bind("--system", &o.prompts.system);
+  b.Bind("--chat-template", &o.prompts.chat_template);
 }
 
 int RunEval(const EvalModelOptions& o) {
@@ -198,6 +189,91 @@ int RunExport(const ExportOptions& o, const GgufExportOptions& g) {
   return 0;
 }
 
+// The commands whose flags come from common/cli/trainer_flags.h. The options live in a shared_ptr
+// the callback keeps (CLI11 stores into them while parsing); `code` outlives the parse.
+void AddGenerateCommand(CLI::App& app, int& code) {
+  struct State {
+    GenerateCommandOptions o;
+    bool no_cache = false;
+  };
+  auto st = std::make_shared<State>();
+  cli::FlagBindings b;
+  b.Bind("--model", &st->o.model_dir);
+  b.Bind("--prompt", &st->o.prompt);
+  b.Bind("--prompts", &st->o.prompts_file);
+  b.Bind("--output", &st->o.output);
+  b.Bind("--batch-size", &st->o.batch_size);
+  b.Bind("--adapter", &st->o.adapter_dir);
+  b.Bind("--tokenizer", &st->o.tokenizer);
+  b.Bind("--device", &st->o.device);
+  b.Bind("--no-cache", &st->no_cache);
+  BindGenerationOptions(b, st->o);
+  cli::AddBoundCommand(app, cli::GenerateCommandDef(), b)->callback([st, &code] {
+    st->o.use_cache = !st->no_cache;
+    code = RunGenerate(st->o);
+  });
+}
+
+void AddEvalCommand(CLI::App& app, int& code) {
+  struct State {
+    EvalModelOptions o;
+    bool generate = false;
+    std::string samples_out;
+    GenerateCommandOptions gen;  // the generation flags, used with --generate
+  };
+  auto st = std::make_shared<State>();
+  cli::FlagBindings b;
+  b.Bind("--model", &st->o.model_dir);
+  b.Bind("--data", &st->o.data_file);
+  b.Bind("--adapter", &st->o.adapter_dir);
+  b.Bind("--dump-logits", &st->o.dump_logits);
+  b.Bind("--format", &st->o.format);
+  b.Bind("--tokenizer", &st->o.tokenizer);
+  b.Bind("--max-seq-len", &st->o.max_seq_len);
+  b.Bind("--batch-size", &st->o.batch_size);
+  b.Bind("--device", &st->o.device);
+  b.Bind("--generate", &st->generate);
+  b.Bind("--samples-out", &st->samples_out);
+  BindGenerationOptions(b, st->gen);
+  cli::AddBoundCommand(app, cli::EvalCommandDef(), b)->callback([st, &code] {
+    if (!st->generate) {
+      code = RunEval(st->o);
+      return;
+    }
+    GenerateCommandOptions& g = st->gen;
+    g.model_dir = st->o.model_dir;
+    g.adapter_dir = st->o.adapter_dir;
+    g.prompts_file = st->o.data_file;
+    g.tokenizer = st->o.tokenizer;
+    g.device = st->o.device;
+    g.batch_size = st->o.batch_size;
+    code = RunEvalGenerate(g, st->samples_out);
+  });
+}
+
+void AddExportCommand(CLI::App& app, int& code) {
+  struct State {
+    ExportOptions hf;
+    GgufExportOptions gguf;
+  };
+  auto st = std::make_shared<State>();
+  cli::FlagBindings b;
+  b.Bind("--model", &st->hf.model_dir);
+  b.Bind("--adapter", &st->hf.adapter_dir);
+  b.Bind("--merge", &st->hf.merge);
+  b.Bind("--output", &st->hf.out_dir);
+  b.Bind("--gguf", &st->gguf.out_path);
+  b.Bind("--dtype", &st->hf.dtype);
+  b.Bind("--max-shard-size", &st->hf.max_shard_bytes);
+  b.Bind("--type", &st->gguf.type);
+  cli::AddBoundCommand(app, cli::ExportCommandDef(), b)->callback([st, &code] {
+    st->gguf.model_dir = st->hf.model_dir;
+    st->gguf.adapter_dir = st->hf.adapter_dir;
+    st->gguf.merge = st->hf.merge;
+    code = RunExport(st->hf, st->gguf);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -214,78 +290,10 @@ int main(int argc, char** argv) {
                     "Also write metric records (JSON lines) to this file descriptor");
   train->callback([&] { code = RunTrain(spec_path, events_fd); });
 
-  auto* gen =
-      app.add_subcommand("generate", "Continue prompts with a trained checkpoint (KV cache, sampling)");
-  GenerateCommandOptions gen_opts;
-  gen->add_option("--model", gen_opts.model_dir, "A checkpoint or HF model folder")->required();
-  gen->add_option("--prompt", gen_opts.prompt, "The prompt text");
-  gen->add_option("--prompts", gen_opts.prompts_file,
-                  "JSONL: {\"prompt\"} or {\"messages\"} per line, optional \"reference\"");
-  gen->add_option("-o,--output", gen_opts.output, "Write one JSON line per prompt here (default: stdout)");
-  gen->add_option("--batch-size", gen_opts.batch_size, "Prompts decoded together")
-      ->check(CLI::PositiveNumber);
-  gen->add_option("--tokenizer", gen_opts.tokenizer, "auto, byte or a folder with tokenizer.json");
-  gen->add_option("--adapter", gen_opts.adapter_dir, "A PEFT LoRA adapter folder to apply");
-  gen->add_option("--device", gen_opts.device, "auto, cpu, cuda, cuda:N, mps");
-  gen->add_flag("!--no-cache", gen_opts.use_cache,
-                "Re-run the whole sequence per token (the slow reference)");
-  AddGenerationOptions(gen, gen_opts);
-  gen->callback([&] { code = RunGenerate(gen_opts); });
-
-  auto* ev = app.add_subcommand("eval", "Loss and perplexity of a model folder on a JSONL file");
-  EvalModelOptions eval_opts;
-  ev->add_option("--model", eval_opts.model_dir, "A checkpoint or HF model folder")->required();
-  ev->add_option("--data", eval_opts.data_file, "JSONL file (text, prompt/completion or messages)")
-      ->required();
-  ev->add_option("--adapter", eval_opts.adapter_dir, "A PEFT LoRA adapter folder to apply");
-  ev->add_option("--dump-logits", eval_opts.dump_logits, "Write the first batch's logits (safetensors)");
-  ev->add_option("--format", eval_opts.format, "auto, text, prompt_completion, messages");
-  ev->add_option("--tokenizer", eval_opts.tokenizer, "auto, byte or a folder with tokenizer.json");
-  ev->add_option("--max-seq-len", eval_opts.max_seq_len, "Truncate samples (default: max positions)");
-  ev->add_option("--batch-size", eval_opts.batch_size, "Sequences per batch")->check(CLI::PositiveNumber);
-  ev->add_option("--device", eval_opts.device, "auto, cpu, cuda, cuda:N, mps");
-  bool eval_generate = false;
-  std::string samples_out;
-  GenerateCommandOptions eval_gen;
-  ev->add_flag("--generate", eval_generate,
-               "Score generations against references (exact match, contains) instead of the loss");
-  ev->add_option("--samples-out", samples_out, "With --generate: write each sample and its scores (JSONL)");
-  AddGenerationOptions(ev, eval_gen);  // used with --generate
-  ev->callback([&] {
-    if (!eval_generate) {
-      code = RunEval(eval_opts);
-      return;
-    }
-    eval_gen.model_dir = eval_opts.model_dir;
-    eval_gen.adapter_dir = eval_opts.adapter_dir;
-    eval_gen.prompts_file = eval_opts.data_file;
-    eval_gen.tokenizer = eval_opts.tokenizer;
-    eval_gen.device = eval_opts.device;
-    eval_gen.batch_size = eval_opts.batch_size;
-    code = RunEvalGenerate(eval_gen, samples_out);
-  });
-
-  auto* ex = app.add_subcommand(
-      "export", "Write a model as a Hugging Face folder or a GGUF file (optionally merging LoRA)");
-  ExportOptions export_opts;
-  GgufExportOptions gguf_opts;
-  ex->add_option("--model", export_opts.model_dir, "The base model / checkpoint folder")->required();
-  ex->add_option("--adapter", export_opts.adapter_dir, "A PEFT LoRA adapter folder (with --merge)");
-  ex->add_flag("--merge", export_opts.merge, "Merge the adapter into the weights: W + (alpha/r) B A");
-  auto* out_opt = ex->add_option("-o,--output", export_opts.out_dir, "The HF folder to create");
-  auto* gguf_opt =
-      ex->add_option("--gguf", gguf_opts.out_path, "The GGUF file to create (llama.cpp, ollama)");
-  ex->add_option("--dtype", export_opts.dtype, "fp32, bf16 or fp16 (default: fp32)")->needs(out_opt);
-  ex->add_option("--max-shard-size", export_opts.max_shard_bytes, "Shard the weights above this many bytes")
-      ->check(CLI::PositiveNumber)
-      ->needs(out_opt);
-  ex->add_option("--type", gguf_opts.type, "GGUF weight type: f16 or q8_0 (default: f16)")->needs(gguf_opt);
-  ex->callback([&] {
-    gguf_opts.model_dir = export_opts.model_dir;
-    gguf_opts.adapter_dir = export_opts.adapter_dir;
-    gguf_opts.merge = export_opts.merge;
-    code = RunExport(export_opts, gguf_opts);
-  });
+  // generate, eval and export: the flags `sftctl` offers too, from one table (common/cli/trainer_flags.h).
+  AddGenerateCommand(app, code);
+  AddEvalCommand(app, code);
+  AddExportCommand(app, code);
 
   CLI11_PARSE(app, argc, argv);
   return code;

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::trainer {
 namespace {

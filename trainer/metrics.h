@@ -6,7 +6,7 @@
 // descriptor too. On a terminal (and without --events-fd) a one-line progress bar with ETA,
 // loss and tokens/s is drawn on stderr; otherwise a log line is printed every few steps.
 // With EnableTensorBoard the scalars of every record also go to TensorBoard event files
-// (common/tensorboard.h; spec `metrics.tensorboard`, docs/observability.md).
+// (common/formats/tensorboard.h; spec `metrics.tensorboard`, docs/observability.md).
 //
 // Thread safety: one thread.
 #pragma once
@@ -17,8 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/formats/tensorboard.h"
 #include "common/status.h"
-#include "common/tensorboard.h"
 #include "trainer/gpu_metrics.h"
 
 namespace sftctl::trainer {

@@ -14,17 +14,15 @@
 namespace sftctl::trainer {
 namespace {
 
-torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-}
-
 // The dtype a matmul consuming `x` will run in: the autocast dtype when autocast is on.
 torch::ScalarType MatmulDtype(const torch::Tensor& x) {
   if (x.device().is_cpu() && AutocastEnabled(at::kCPU)) return AutocastDtype(at::kCPU);
   return x.scalar_type();
 }
 
-Projection MakeProjection(int64_t in, int64_t out, bool bias) { return Projection(in, out, bias); }
+Projection MakeProjection(int64_t in, int64_t out, bool bias, bool initialise) {
+  return Projection(in, out, bias, initialise);
+}
 
 // [1, 1, T, T], true where query t may attend key j under a sliding window: 0 <= t - j < window.
 torch::Tensor SlidingWindowMask(int64_t T, int64_t window, torch::Device device) {
@@ -63,8 +61,8 @@ torch::Tensor AdditiveAttentionMask(const torch::Tensor& attn_mask, int64_t wind
 
 bool SdpaNativeGqa(const std::optional<ComputeCapability>& cc) { return cc && cc->major >= 8; }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, bool initialise) : eps_(eps) {
+  weight = register_parameter("weight", initialise ? torch::ones({dim}) : torch::empty({dim}));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
@@ -100,18 +98,19 @@ std::pair<torch::Tensor, torch::Tensor> RotaryTables::Get(int64_t seq_len,
   return {cos_.index({positions}).unsqueeze(1), sin_.index({positions}).unsqueeze(1)};
 }
 
-AttentionImpl::AttentionImpl(const ModelConfig& c)
+AttentionImpl::AttentionImpl(const ModelConfig& c, bool init)
     : heads_(c.num_attention_heads),
       kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim),
       window_(c.sliding_window) {
-  q_proj = register_module("q_proj", MakeProjection(c.hidden_size, heads_ * head_dim_, c.attention_bias));
-  k_proj = register_module("k_proj", MakeProjection(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
-  v_proj = register_module("v_proj", MakeProjection(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
-  o_proj = register_module("o_proj", MakeProjection(heads_ * head_dim_, c.hidden_size, c.o_proj_bias));
+  const int64_t C = c.hidden_size, q_dim = heads_ * head_dim_, kv_dim = kv_heads_ * head_dim_;
+  q_proj = register_module("q_proj", MakeProjection(C, q_dim, c.attention_bias, init));
+  k_proj = register_module("k_proj", MakeProjection(C, kv_dim, c.attention_bias, init));
+  v_proj = register_module("v_proj", MakeProjection(C, kv_dim, c.attention_bias, init));
+  o_proj = register_module("o_proj", MakeProjection(q_dim, C, c.o_proj_bias, init));
   if (c.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
-    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, init));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, init));
   }
 }
 
@@ -250,10 +249,10 @@ torch::Tensor AttentionImpl::CompositeAttention(torch::Tensor q, torch::Tensor k
   return out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
 }
 
-MLPImpl::MLPImpl(const ModelConfig& c) {
-  gate_proj = register_module("gate_proj", MakeProjection(c.hidden_size, c.intermediate_size, false));
-  up_proj = register_module("up_proj", MakeProjection(c.hidden_size, c.intermediate_size, false));
-  down_proj = register_module("down_proj", MakeProjection(c.intermediate_size, c.hidden_size, false));
+MLPImpl::MLPImpl(const ModelConfig& c, bool init) {
+  gate_proj = register_module("gate_proj", MakeProjection(c.hidden_size, c.intermediate_size, false, init));
+  up_proj = register_module("up_proj", MakeProjection(c.hidden_size, c.intermediate_size, false, init));
+  down_proj = register_module("down_proj", MakeProjection(c.intermediate_size, c.hidden_size, false, init));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
@@ -266,12 +265,12 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
-  self_attn = register_module("self_attn", Attention(c));
-  mlp = register_module("mlp", MLP(c));
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, bool init) {
+  self_attn = register_module("self_attn", Attention(c, init));
+  mlp = register_module("mlp", MLP(c, init));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, init));
   post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, init));
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
@@ -286,19 +285,23 @@ torch::Tensor DecoderLayerImpl::ForwardCached(const torch::Tensor& x, const Rota
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
-DecoderImpl::DecoderImpl(const ModelConfig& c) {
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+DecoderImpl::DecoderImpl(const ModelConfig& c, bool init) {
+  torch::nn::EmbeddingOptions options(c.vocab_size, c.hidden_size);
+  // An explicit _weight skips Embedding's normal_ init (which writes and draws).
+  if (!init) options._weight(torch::empty({c.vocab_size, c.hidden_size}));
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(options));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c));
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, init));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, init));
 }
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& c, Init init) : config_(c) {
-  model = register_module("model", Decoder(c));
+  const bool initialise = init == Init::kRandom;
+  model = register_module("model", Decoder(c, initialise));
   if (!c.tie_word_embeddings)
-    lm_head = register_module("lm_head", MakeLinear(c.hidden_size, c.vocab_size, false));
+    lm_head = register_module("lm_head", MakeProjection(c.hidden_size, c.vocab_size, false, initialise));
   rope_ = RotaryTables(c, c.max_position_embeddings, torch::kCPU);
-  if (init == Init::kLoaded) return;
+  if (!initialise) return;
   torch::NoGradGuard no_grad;
   for (auto& p : named_parameters()) {
     const std::string& name = p.key();
@@ -309,6 +312,15 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c, Init init) : config_(c) {
     } else {
       p.value().normal_(0.0, c.initializer_range);
     }
+  }
+}
+
+void CausalLMImpl::AllocateUninitialised(torch::Device device, torch::ScalarType matrix_dtype) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : parameters()) {
+    const torch::ScalarType dtype = p.dim() >= 2 ? matrix_dtype : torch::kFloat32;
+    if (p.device() == device && p.scalar_type() == dtype) continue;
+    p.set_data(torch::empty(p.sizes(), p.options().device(device).dtype(dtype)));
   }
 }
 

@@ -38,9 +38,12 @@ torch::ScalarType AttentionMaskDtype(const torch::Tensor& x);
 // kernel takes them; below it enable_gqa sends SDPA to its math backend, so K/V are repeated.
 bool SdpaNativeGqa(const std::optional<ComputeCapability>& cc);
 
+// The modules' constructors take `initialise`: true gives their parameters HF's starting values
+// (drawing from the global torch RNG where transformers does); false leaves them torch::empty,
+// never written and drawing nothing, for a caller that overwrites every parameter (a load).
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps);
+  RMSNormImpl(int64_t dim, double eps, bool initialise = true);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
@@ -69,7 +72,7 @@ class RotaryTables {
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const ModelConfig& c);
+  explicit AttentionImpl(const ModelConfig& c, bool initialise = true);
   // x: [B, T, C]. `positions`: [B, T] or undefined for 0..T-1. `attn_mask`: bool mask (true:
   // may attend) broadcastable to [B, H, T, T] (PackedAttentionMask), or its
   // AdditiveAttentionMask (window included), or undefined for plain causal attention. With a sliding window
@@ -110,7 +113,7 @@ TORCH_MODULE(Attention);
 
 class MLPImpl : public torch::nn::Module {
  public:
-  explicit MLPImpl(const ModelConfig& c);
+  explicit MLPImpl(const ModelConfig& c, bool initialise = true);
   torch::Tensor forward(const torch::Tensor& x);
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
@@ -118,7 +121,7 @@ TORCH_MODULE(MLP);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const ModelConfig& c);
+  explicit DecoderLayerImpl(const ModelConfig& c, bool initialise = true);
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
                         const torch::Tensor& attn_mask);
   // The same layer over the next tokens of cached sequences (AttentionImpl::ForwardCached).
@@ -133,7 +136,7 @@ TORCH_MODULE(DecoderLayer);
 // The "model." part of an HF checkpoint: embeddings, layers, final norm.
 class DecoderImpl : public torch::nn::Module {
  public:
-  explicit DecoderImpl(const ModelConfig& c);
+  explicit DecoderImpl(const ModelConfig& c, bool initialise = true);
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
@@ -144,10 +147,21 @@ class CausalLMImpl : public torch::nn::Module {
  public:
   // Builds the model with HF's initialisation: normal(0, initializer_range) for linear and
   // embedding weights, ones for norms, zeros for biases. Deterministic given the global
-  // torch seed. Init::kLoaded skips that pass (the caller overwrites every parameter, e.g.
-  // with weights from model.path) and draws nothing from the RNG for it.
+  // torch seed. Init::kLoaded is for a caller that overwrites every parameter (weights from
+  // model.path): the parameters are torch::empty on the CPU, never written (so the host pages
+  // behind them are never touched), and nothing is drawn from the RNG; AllocateUninitialised
+  // then puts them where they train before the load copies into them.
   enum class Init { kRandom, kLoaded };
   explicit CausalLMImpl(const ModelConfig& c, Init init = Init::kRandom);
+
+  // Loading (Init::kLoaded, before ApplyLora): gives every parameter new, uninitialised storage
+  // on `device`, the 2-D ones (projection, embedding and lm_head weights: the matrices
+  // StoreFrozenBase would convert) in `matrix_dtype`, norms and biases in fp32. A parameter
+  // already on `device` in its dtype keeps its storage. The old (never written) host storage is
+  // freed, so the load that follows is the first write to any parameter and nothing of the model
+  // exists on the host unless `device` is the CPU. REQUIRES: the caller overwrites every
+  // parameter before using the model (contents are undefined until then).
+  void AllocateUninitialised(torch::Device device, torch::ScalarType matrix_dtype = torch::kFloat32);
 
   // Final hidden states [B, T, C] for `input_ids` [B, T] (int64). `positions` ([B, T]) and
   // `attn_mask` (bool, [B, 1, T, T], see AttentionImpl::forward) are optional: undefined means
@@ -194,7 +208,9 @@ class CausalLMImpl : public torch::nn::Module {
   void ToDevice(torch::Device device);
 
   Decoder model{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+  // A bias-free projection (exactly nn::Linear: same parameter and initialisation); null when
+  // tie_word_embeddings.
+  Projection lm_head{nullptr};
 
  private:
   ModelConfig config_;

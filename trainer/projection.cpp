@@ -23,14 +23,16 @@ torch::Tensor MixedLinear(const torch::Tensor& x, const torch::Tensor& w, const 
   return torch::nn::functional::linear(x.to(dtype), w, bias).to(x.scalar_type());
 }
 
-ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, bool with_bias)
+ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, bool with_bias, bool initialise)
     : in_(in_features), out_(out_features) {
   weight = register_parameter("weight", torch::empty({out_features, in_features}));
   torch::NoGradGuard no_grad;
-  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (initialise) torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
   if (with_bias) {
     const double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0.0;
-    bias = register_parameter("bias", torch::empty({out_features}).uniform_(-bound, bound));
+    torch::Tensor b = torch::empty({out_features});
+    if (initialise) b.uniform_(-bound, bound);
+    bias = register_parameter("bias", b);
   }
 }
 
@@ -49,15 +51,16 @@ torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
 
 void ProjectionImpl::EnableLora(int64_t r, double scale, double dropout) {
   TORCH_CHECK(!has_lora(), "LoRA adapter already enabled");
-  const auto opts = torch::TensorOptions().device(weight.device());
   lora_A = register_module("lora_A", torch::nn::Linear(torch::nn::LinearOptions(in_, r).bias(false)));
   lora_B = register_module("lora_B", torch::nn::Linear(torch::nn::LinearOptions(r, out_).bias(false)));
-  lora_A->to(opts.device());
-  lora_B->to(opts.device());
-  torch::NoGradGuard no_grad;
-  // PEFT: nn.init.kaiming_uniform_(lora_A.weight, a=math.sqrt(5)); nn.init.zeros_(lora_B.weight).
-  torch::nn::init::kaiming_uniform_(lora_A->weight, std::sqrt(5.0));
-  lora_B->weight.zero_();
+  {
+    torch::NoGradGuard no_grad;
+    // PEFT: nn.init.kaiming_uniform_(lora_A.weight, a=math.sqrt(5)); nn.init.zeros_(lora_B.weight).
+    torch::nn::init::kaiming_uniform_(lora_A->weight, std::sqrt(5.0));
+    lora_B->weight.zero_();
+  }
+  lora_A->to(weight.device());
+  lora_B->to(weight.device());
   lora_scale = scale;
   lora_dropout = dropout;
 }

@@ -34,13 +34,15 @@ torch::Tensor MixedLinear(const torch::Tensor& x, const torch::Tensor& w, const 
 class ProjectionImpl : public torch::nn::Module {
  public:
   // weight [out, in] and bias [out] initialised like torch::nn::Linear (callers usually
-  // overwrite them).
-  ProjectionImpl(int64_t in_features, int64_t out_features, bool bias);
+  // overwrite them); with `initialise` false they are torch::empty, never written, and nothing
+  // is drawn from the RNG (for a load that overwrites them).
+  ProjectionImpl(int64_t in_features, int64_t out_features, bool bias, bool initialise = true);
   torch::Tensor forward(const torch::Tensor& x);
 
   // The adapter's input and output follow x's dtype (fp32 A and B, see MixedLinear).
   // Adds lora_A [r, in] (kaiming-uniform with a = sqrt(5), as PEFT) and lora_B [out, r]
-  // (zeros), on the weight's device, in fp32. REQUIRES: no adapter yet.
+  // (zeros), in fp32, drawn on the CPU (the same values whatever the device) and then moved to
+  // the weight's device. REQUIRES: no adapter yet.
   void EnableLora(int64_t r, double scale, double dropout);
   bool has_lora() const { return !lora_A.is_empty(); }
 

@@ -1,5 +1,8 @@
 #include "trainer/tensor_io.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 
 namespace sftctl::trainer {
@@ -119,6 +122,24 @@ Status CopyTensorInto(const safetensors::Reader& reader, const safetensors::Tens
   }
   dst.copy_(src);
   return OkStatus();
+}
+
+void ReleaseTensorPages(const safetensors::Reader& reader, const safetensors::TensorInfo& info) {
+#if defined(MADV_DONTNEED)
+  if (info.nbytes() == 0) return;
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (page_size <= 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(page_size);
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(reader.data(info)) / page * page;
+  // The mapping covers whole pages, so rounding the end up stays inside it.
+  const uintptr_t end =
+      (reinterpret_cast<uintptr_t>(reader.data(info)) + info.nbytes() + page - 1) / page * page;
+  // Advice only: a failure leaves the pages resident, which is what happens without it.
+  (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+#else
+  (void)reader;
+  (void)info;
+#endif
 }
 
 Status CopyIntoParameters(const std::map<std::string, torch::Tensor>& src, const NamedTensors& dst,

@@ -1,4 +1,4 @@
-// Bridges between torch::Tensor and the safetensors format (common/safetensors.h).
+// Bridges between torch::Tensor and the safetensors format (common/formats/safetensors.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/file_system.h"
-#include "common/safetensors.h"
+#include "common/formats/safetensors.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::trainer {
 
@@ -36,6 +36,14 @@ StatusOr<safetensors::DType> DTypeOf(torch::ScalarType t);
 // shape mismatch, unsupported dtype.
 Status CopyTensorInto(const safetensors::Reader& reader, const safetensors::TensorInfo& info,
                       const torch::Tensor& dst);
+
+// Drops the pages behind `info`'s bytes from this process's resident set: they stay in the page
+// cache, and a later read maps them again (the mapping is read-only, so nothing is lost). A loop
+// that copies each tensor once calls it after each copy, so the file's mapping never holds more
+// than about one tensor resident. Pages shared with a neighbouring tensor are dropped too (they
+// are read back on demand). A no-op where the system has no madvise(MADV_DONTNEED).
+// REQUIRES: `info` is one of `reader`'s tensors, and no copy from it is still in flight.
+void ReleaseTensorPages(const safetensors::Reader& reader, const safetensors::TensorInfo& info);
 
 // Copies `src` tensors into `dst` parameters by name, converting dtype. Every destination
 // must be present in `src` with the same shape. Errors name `source_name` and the tensor.

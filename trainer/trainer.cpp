@@ -9,8 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "common/host_memory.h"
-#include "common/tokenizer_loader.h"
+#include "common/os/host_memory.h"
+#include "common/tokenizer/tokenizer_loader.h"
 #include "trainer/checkpoint.h"
 #include "trainer/chunked_loss.h"
 #include "trainer/cuda_capability.h"
@@ -428,11 +428,19 @@ Status TrainRun::CheckMemory() {
 // every base weight frozen (trainer/lora.h) and stored in lora.base_dtype.
 Status TrainRun::BuildModel() {
   torch::manual_seed(static_cast<uint64_t>(spec_.seed));
-  SFT_ASSIGN_OR_RETURN(model_, ::sftctl::trainer::BuildModel(spec_, *tok_));
+  // A model.path load allocates every weight on the device in its training dtype first and reads
+  // the files straight into it: no fp32 copy of the model on the host.
+  const torch::ScalarType base =
+      spec_.lora ? LoraBaseDtype(spec_.lora->base_dtype, plan_.device, plan_.fp16) : torch::kFloat32;
+  SFT_ASSIGN_OR_RETURN(model_, ::sftctl::trainer::BuildModel(spec_, *tok_, {plan_.device, base}));
   if (spec_.lora) {
     SFT_RETURN_IF_ERROR(ApplyLora(model_, *spec_.lora));
-    const torch::ScalarType base = LoraBaseDtype(spec_.lora->base_dtype, plan_.device, plan_.fp16);
-    const int64_t saved = StoreFrozenBase(model_, base);
+    StoreFrozenBase(model_, base);  // a model.config init; a loaded base is stored so already
+    int64_t saved = 0;
+    for (const auto& p : model_->parameters()) {
+      if (!p.requires_grad() && p.dim() >= 2)
+        saved += p.numel() * (4 - static_cast<int64_t>(p.element_size()));
+    }
     if (saved > 0) {
       metrics_->Say(fmt::format("frozen base stored in {} ({} saved)", base == torch::kHalf ? "fp16" : "bf16",
                                 FormatGiB(saved)));
@@ -918,13 +926,13 @@ StatusOr<ModelConfig> ModelConfigFor(const JobSpec& spec, const Tokenizer& tok) 
   return c;
 }
 
-StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok) {
+StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok, const WeightPlacement& placement) {
   CausalLM model{nullptr};
   if (!spec.model.config.is_null()) {
     SFT_ASSIGN_OR_RETURN(ModelConfig c, ModelConfigFor(spec, tok));
     model = CausalLM(c);
   } else {
-    SFT_ASSIGN_OR_RETURN(model, LoadModelDir(spec.model.path));
+    SFT_ASSIGN_OR_RETURN(model, LoadModelDir(spec.model.path, placement));
   }
   model->SetGradientCheckpointing(spec.train.gradient_checkpointing);
   model->SetLossChunkTokens(spec.train.loss_chunk_tokens);  // resolved per device by LossSum
@@ -952,9 +960,10 @@ MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const Devi
   return p;
 }
 
-StatusOr<CausalLM> LoadModelDir(const std::string& dir) {
+StatusOr<CausalLM> LoadModelDir(const std::string& dir, const WeightPlacement& placement) {
   SFT_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(dir));
   CausalLM model(c, CausalLMImpl::Init::kLoaded);  // every parameter is loaded: no random init
+  model->AllocateUninitialised(placement.device, placement.matrix_dtype);
   SFT_RETURN_IF_ERROR(LoadWeights(model, dir));
   return model;
 }

@@ -19,7 +19,7 @@
 #include <optional>
 #include <string>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 #include "common/spec.h"
 #include "trainer/data.h"
 #include "trainer/device.h"
@@ -106,9 +106,19 @@ StatusOr<std::unique_ptr<Tokenizer>> OpenTokenizer(const JobSpec& spec, std::str
 // or model.path's config.json. Reads no weights.
 StatusOr<ModelConfig> ModelConfigFor(const JobSpec& spec, const Tokenizer& tok);
 
-// Builds the model named by the spec: from model.config (random init) or model.path, with
-// train.gradient_checkpointing and train.loss_chunk_tokens applied.
-StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok);
+// Where a loaded model's weights live (LoadModelDir): on `device`, the 2-D weights (projection,
+// embedding, lm_head) in `matrix_dtype` (a LoRA run's frozen base, lora.base_dtype), norms and
+// biases in fp32.
+struct WeightPlacement {
+  torch::Device device = torch::kCPU;
+  torch::ScalarType matrix_dtype = torch::kFloat32;
+};
+
+// Builds the model named by the spec: from model.config (random init, fp32 on the CPU; the caller
+// moves it) or model.path (LoadModelDir into `placement`), with train.gradient_checkpointing and
+// train.loss_chunk_tokens applied.
+StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok,
+                              const WeightPlacement& placement = {});
 
 // What the spec asks of memory on `plan`'s device (trainer/memory_estimate.h): the batch of
 // data.max_seq_len rows, LoRA and lora.base_dtype, checkpointing, loss chunks, precision;
@@ -116,7 +126,10 @@ StatusOr<CausalLM> BuildModel(const JobSpec& spec, const Tokenizer& tok);
 MemoryPlan PlanMemory(const JobSpec& spec, const ModelConfig& config, const DevicePlan& plan,
                       int64_t processes = 1);
 
-// Loads a model folder (config.json + model.safetensors) for inference.
-StatusOr<CausalLM> LoadModelDir(const std::string& dir);
+// Loads a model folder (config.json + model.safetensors or shards). The parameters are allocated
+// where `placement` says, uninitialised, before any weight is read (CausalLMImpl::AllocateUninitialised);
+// then each tensor of the files is converted on its way into its parameter (LoadHfWeights), so the
+// host holds about one tensor of the checkpoint at a time besides what lives on the CPU by design.
+StatusOr<CausalLM> LoadModelDir(const std::string& dir, const WeightPlacement& placement = {});
 
 }  // namespace sftctl::trainer

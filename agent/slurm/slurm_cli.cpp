@@ -177,4 +177,19 @@ Status SlurmCli::Cancel(const std::string& job_id) const {
   return InternalError("scancel " + job_id + " failed (" + DescribeOutcome(out) + "): " + Quoted(out.output));
 }
 
+Status SlurmCli::CheckVisible(const SlurmOptions& options, const std::string& path,
+                              const std::string& expected) const {
+  std::vector<std::string> args = {"srun", "--nodes=1", "--ntasks=1", "--time=1", "--immediate=3"};
+  if (!options.partition.empty()) args.push_back("--partition=" + options.partition);
+  if (!options.account.empty()) args.push_back("--account=" + options.account);
+  if (!options.qos.empty()) args.push_back("--qos=" + options.qos);
+  args.insert(args.end(), {"--job-name=sftctl-probe", "cat", path});
+  SFT_ASSIGN_OR_RETURN(CommandOutcome out, Run(args));
+  if (out.ok() && Contains(out.output, expected.c_str())) return Status();
+  if (Contains(out.output, "Unable to allocate resources") || Contains(out.output, "Immediate"))
+    return ResourceExhaustedError("no node was free for the probe within 3 s: " + Quoted(out.output));
+  return FailedPreconditionError("a compute node cannot read " + path + " (srun " + DescribeOutcome(out) +
+                                 "): " + Quoted(out.output));
+}
+
 }  // namespace sftctl::agent::slurm

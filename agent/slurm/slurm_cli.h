@@ -3,7 +3,7 @@
 // runner runs them as the agent's user on the login node.
 //
 // Every command gets explicit output fields (slurm_state.h) and runs in the environment the runner
-// gives its children (the allowlist of common/process_util.h: PATH, HOME, USER, ..., so a user's
+// gives its children (the allowlist of common/os/process_util.h: PATH, HOME, USER, ..., so a user's
 // SQUEUE_FORMAT or SBATCH_* defaults never change what is parsed) plus `env` (e.g.
 // "SLURM_CONF=/etc/slurm/slurm.conf"), put in front of the command.
 //
@@ -55,6 +55,13 @@ class SlurmCli {
 
   // `scancel ID`. OK also when the job already ended. Errors: INTERNAL quoting scancel.
   Status Cancel(const std::string& job_id) const;
+
+  // Whether a compute node sees `path` (on the shared filesystem) holding `expected`: `srun --nodes=1
+  // --ntasks=1 --time=1 --immediate=3 cat PATH` in the options' partition, account and QOS. Errors:
+  // FAILED_PRECONDITION quoting srun when the node cannot read it or reads something else;
+  // RESOURCE_EXHAUSTED when no node was free within 3 s (nothing was checked; a busy cluster).
+  Status CheckVisible(const SlurmOptions& options, const std::string& path,
+                      const std::string& expected) const;
 
  private:
   // `env ... ARGS` with every argument quoted; the outcome, or the runner's error.

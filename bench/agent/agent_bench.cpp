@@ -27,12 +27,12 @@
 #include "sftctl/v1/agent.grpc.pb.h"
 
 namespace v1 = ::sftctl::v1;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 namespace {
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
+double Seconds(SteadyClock::time_point a, SteadyClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
@@ -170,20 +170,20 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(1s);
     long rss0 = RssKb(a.pid);
     long t0 = CpuTicks(a.pid);
-    auto w0 = Clock::now();
+    auto w0 = SteadyClock::now();
     std::this_thread::sleep_for(5s);
     double idle_cpu = 100.0 * static_cast<double>(CpuTicks(a.pid) - t0) /
-                      static_cast<double>(sysconf(_SC_CLK_TCK)) / Seconds(w0, Clock::now());
+                      static_cast<double>(sysconf(_SC_CLK_TCK)) / Seconds(w0, SteadyClock::now());
 
     // --- events ---
-    auto e0 = Clock::now();
+    auto e0 = SteadyClock::now();
     std::string ev_job = Submit(a, {{"steps", 1}, {"step_ms", 1}, {"bulk_lines", events}});
     uint64_t live = CountEvents(a, ev_job, /*follow=*/true);
-    double live_s = Seconds(e0, Clock::now());
+    double live_s = Seconds(e0, SteadyClock::now());
     WaitFinal(a, ev_job);
-    auto r0 = Clock::now();
+    auto r0 = SteadyClock::now();
     uint64_t replayed = CountEvents(a, ev_job, /*follow=*/false);
-    double replay_s = Seconds(r0, Clock::now());
+    double replay_s = Seconds(r0, SteadyClock::now());
 
     // --- pull vs local read ---
     std::string pj = Submit(a, {{"steps", 1}, {"step_ms", 1}, {"model_bytes", pull_mb << 20}});
@@ -193,15 +193,15 @@ int main(int argc, char** argv) {
     v1::ListArtifactsRequest lr;
     lr.set_job_id(pj);
     v1::ListArtifactsResponse list;
-    auto h0 = Clock::now();
+    auto h0 = SteadyClock::now();
     a.stub->ListArtifacts(a.Ctx().get(), lr, &list);  // computes and caches the sha256
-    double hash_s = Seconds(h0, Clock::now());
+    double hash_s = Seconds(h0, SteadyClock::now());
     auto pull = [&](bool verify) {
       v1::PullArtifactRequest r;
       r.set_job_id(pj);
       r.set_path(rel);
       auto ctx = a.Ctx();
-      auto t = Clock::now();
+      auto t = SteadyClock::now();
       auto reader = a.stub->PullArtifact(ctx.get(), r);
       v1::ArtifactChunk c;
       uint64_t bytes = 0;
@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
         if (verify) h.Update(c.data());
       }
       grpc::Status s = reader->Finish();
-      double secs = Seconds(t, Clock::now());
+      double secs = Seconds(t, SteadyClock::now());
       if (!s.ok() || bytes != static_cast<uint64_t>(pull_mb) << 20 || (verify && h.HexDigest() != want)) {
         std::cerr << "pull failed: " << s.error_message() << "\n";
         std::exit(1);
@@ -226,13 +226,13 @@ int main(int argc, char** argv) {
       std::vector<char> buf(1 << 20);
       uint64_t bytes = 0;
       sftctl::Sha256 h;
-      auto t = Clock::now();
+      auto t = SteadyClock::now();
       ssize_t n;
       while ((n = ::read(fd, buf.data(), buf.size())) > 0) {
         bytes += static_cast<uint64_t>(n);
         if (hash) h.Update(buf.data(), static_cast<size_t>(n));
       }
-      double secs = Seconds(t, Clock::now());
+      double secs = Seconds(t, SteadyClock::now());
       ::close(fd);
       if (hash) (void)h.HexDigest();
       return static_cast<double>(bytes) / (1 << 20) / secs;

@@ -32,7 +32,7 @@ namespace {
 
 using namespace sftctl;
 using namespace sftctl::trainer;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 }  // namespace
 
@@ -134,9 +134,9 @@ int main(int argc, char** argv) {
     opt.ZeroGrad();
   };
   for (int64_t i = 0; i < warmup; ++i) step();
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   for (int64_t i = 0; i < steps; ++i) step();
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   struct rusage ru;
   ::getrusage(RUSAGE_SELF, &ru);
   nlohmann::ordered_json out = {{"mode", mode},

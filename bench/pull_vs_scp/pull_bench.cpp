@@ -29,10 +29,10 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 namespace v1 = sftctl::v1;
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
+double Seconds(SteadyClock::time_point a, SteadyClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
@@ -50,13 +50,13 @@ int Fail(const std::string& what) {
 
 // What `sftctl submit` does for one data file: hash it, then make sure the agent holds its blob.
 int Upload(const sftctl::client::ConnectOptions& o, const std::string& file) {
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   auto sha = sftctl::Sha256File(file);
   if (!sha.ok()) return Fail(sha.status().ToString());
-  auto t_hashed = Clock::now();
+  auto t_hashed = SteadyClock::now();
   auto conn = sftctl::client::ConnectOverSsh(o);
   if (!conn.ok()) return Fail(conn.status().ToString());
-  auto t_connected = Clock::now();
+  auto t_connected = SteadyClock::now();
   const std::string via = (*conn)->description();
   sftctl::client::Reconnector rc(std::make_unique<sftctl::client::AgentSession>(std::move(*conn)),
                                  sftctl::client::MakeSessionFactory(o));
@@ -65,7 +65,7 @@ int Upload(const sftctl::client::ConnectOptions& o, const std::string& file) {
   const auto size = static_cast<uint64_t>(st.st_size);
   sftctl::client::UploadStats stats;
   sftctl::Status s = sftctl::client::UploadFile(&rc, file, size, *sha, nullptr, &stats);
-  auto t_done = Clock::now();
+  auto t_done = SteadyClock::now();
   if (!s.ok()) return Fail(s.ToString());
   if (stats.bytes_sent != size)
     return Fail("sent " + std::to_string(stats.bytes_sent) + " of " + std::to_string(size));
@@ -125,10 +125,10 @@ int main(int argc, char** argv) {
   o.ssh_config_file = "/dev/null";
 
   if (mode == "upload") return Upload(o, path);
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   auto conn = sftctl::client::ConnectOverSsh(o);
   if (!conn.ok()) return Fail(conn.status().ToString());
-  auto t_connected = Clock::now();
+  auto t_connected = SteadyClock::now();
   auto stub = (*conn)->NewStub();
   auto ctx = [&] {
     auto c = std::make_unique<grpc::ClientContext>();
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
     v1::Job j;
     grpc::Status s = stub->SubmitJob(ctx().get(), r, &j);
     if (!s.ok()) return Fail("SubmitJob: " + s.error_message());
-    auto deadline = Clock::now() + std::chrono::minutes(5);
+    auto deadline = SteadyClock::now() + std::chrono::minutes(5);
     for (;;) {
       v1::GetJobRequest g;
       g.set_job_id(j.id());
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
       if (!s.ok()) return Fail("GetJob: " + s.error_message());
       if (j.state() == v1::SUCCEEDED) break;
       if (j.state() == v1::FAILED || j.state() == v1::CANCELLED) return Fail("job failed: " + j.reason());
-      if (Clock::now() > deadline) return Fail("job did not finish");
+      if (SteadyClock::now() > deadline) return Fail("job did not finish");
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     std::cout << "JOB " << j.id() << "\nFILE " << j.job_dir() << "/run/checkpoint-000001/model.bin\n";
@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
   v1::ListArtifactsResponse list;
   grpc::Status s = stub->ListArtifacts(ctx().get(), lr, &list);
   if (!s.ok()) return Fail("ListArtifacts: " + s.error_message());
-  auto t_listed = Clock::now();
+  auto t_listed = SteadyClock::now();
   int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Fail("cannot create " + out + ": " + std::strerror(errno));
   v1::PullArtifactRequest pr;
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   }
   s = reader->Finish();
   ::close(fd);
-  auto t_done = Clock::now();
+  auto t_done = SteadyClock::now();
   if (!s.ok()) return Fail("PullArtifact: " + s.error_message());
   std::string got = h.HexDigest();
   if (bytes != total || got != want) return Fail("verification failed: sha256 " + got + " != " + want);

@@ -14,21 +14,21 @@
 #include <string>
 #include <vector>
 
-#include "common/tokenizer_loader.h"
+#include "common/tokenizer/tokenizer_loader.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::cerr << "usage: tokenizer_bench TOKENIZER_DIR|byte CORPUS.jsonl MEGABYTES\n";
     return 2;
   }
-  using Clock = std::chrono::steady_clock;
-  const auto t_load = Clock::now();
+  using SteadyClock = std::chrono::steady_clock;
+  const auto t_load = SteadyClock::now();
   auto tok = sftctl::LoadTokenizer(argv[1]);
   if (!tok.ok()) {
     std::cerr << "tokenizer_bench: " << tok.status().ToString() << "\n";
     return 1;
   }
-  const double load_seconds = std::chrono::duration<double>(Clock::now() - t_load).count();
+  const double load_seconds = std::chrono::duration<double>(SteadyClock::now() - t_load).count();
 
   std::vector<std::string> corpus;
   std::ifstream in(argv[2]);
@@ -56,9 +56,9 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < texts.size() && i < 2000; ++i) (void)(*tok)->Encode(*texts[i]);  // warm-up
 
   size_t tokens = 0;
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   for (const std::string* t : texts) tokens += (*tok)->Encode(*t).size();
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   nlohmann::json out = {{"tokenizer", (*tok)->name()},
                         {"bytes", bytes},
                         {"tokens", tokens},

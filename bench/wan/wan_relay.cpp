@@ -36,7 +36,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using Ns = std::chrono::nanoseconds;
 
 struct Options {
@@ -52,14 +52,14 @@ struct Options {
 // One direction of the emulated link, shared by every connection.
 struct Link {
   double bytes_per_ns = 0;  // 0: unlimited
-  Clock::time_point free_at{};
+  SteadyClock::time_point free_at{};
   Ns one_way{0};
   Ns jitter{0};
   size_t cap = 0;  // bytes in flight per connection and direction
 };
 
 struct Packet {
-  Clock::time_point release;
+  SteadyClock::time_point release;
   std::string data;
   size_t off = 0;
 };
@@ -71,7 +71,7 @@ struct Pipe {
   std::deque<Packet> q;
   size_t queued = 0;
   bool in_eof = false, out_shut = false, broken = false;
-  Clock::time_point last_release{};
+  SteadyClock::time_point last_release{};
 };
 
 struct Conn {
@@ -84,7 +84,7 @@ struct Conn {
 
 std::mt19937_64 rng(42);
 
-void ReadInto(Pipe& p, Clock::time_point now) {
+void ReadInto(Pipe& p, SteadyClock::time_point now) {
   static std::vector<char> buf(256 << 10);
   size_t room = p.link->cap > p.queued ? p.link->cap - p.queued : 0;
   if (room == 0) return;
@@ -96,18 +96,18 @@ void ReadInto(Pipe& p, Clock::time_point now) {
     return;
   }
   Link& l = *p.link;
-  Clock::time_point start = std::max(now, l.free_at);
+  SteadyClock::time_point start = std::max(now, l.free_at);
   Ns serialize{l.bytes_per_ns > 0 ? static_cast<int64_t>(static_cast<double>(n) / l.bytes_per_ns) : 0};
   l.free_at = start + serialize;
   Ns extra{0};
   if (l.jitter.count() > 0) extra = Ns(static_cast<int64_t>(rng() % static_cast<uint64_t>(l.jitter.count())));
-  Clock::time_point release = std::max(l.free_at + l.one_way + extra, p.last_release);
+  SteadyClock::time_point release = std::max(l.free_at + l.one_way + extra, p.last_release);
   p.last_release = release;
   p.q.push_back(Packet{release, std::string(buf.data(), static_cast<size_t>(n)), 0});
   p.queued += static_cast<size_t>(n);
 }
 
-void WriteOut(Pipe& p, Clock::time_point now) {
+void WriteOut(Pipe& p, SteadyClock::time_point now) {
   while (!p.q.empty() && p.q.front().release <= now) {
     Packet& pk = p.q.front();
     ssize_t n = ::write(p.out, pk.data.data() + pk.off, pk.data.size() - pk.off);
@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<Conn>> conns;
   for (;;) {
     std::vector<pollfd> fds{{lfd, POLLIN, 0}};
-    Clock::time_point now = Clock::now();
+    SteadyClock::time_point now = SteadyClock::now();
     Ns wait = Ns(std::chrono::seconds(1));
     for (auto& c : conns) {
       for (Pipe* p : {&c->up, &c->down}) {
@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
     }
     timespec ts{static_cast<time_t>(wait.count() / 1000000000), static_cast<long>(wait.count() % 1000000000)};
     ::ppoll(fds.data(), fds.size(), &ts, nullptr);
-    now = Clock::now();
+    now = SteadyClock::now();
     if (fds[0].revents & POLLIN) {
       int cfd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
       int sfd = cfd >= 0 ? ConnectTo(o) : -1;

@@ -12,7 +12,7 @@
 #include <functional>
 #include <vector>
 
-#include "common/fd_util.h"
+#include "common/os/fd_util.h"
 
 namespace sftctl::client::ssh {
 namespace {

@@ -24,8 +24,8 @@
 
 #include "client/ssh/ssh_session.h"
 #include "common/mutex.h"
+#include "common/os/waker.h"
 #include "common/status.h"
-#include "common/waker.h"
 
 namespace sftctl::client::ssh {
 

@@ -11,9 +11,9 @@
 #include <chrono>
 #include <thread>
 
-#include "common/fd_util.h"
 #include "common/mutex.h"
-#include "common/process_util.h"
+#include "common/os/fd_util.h"
+#include "common/os/process_util.h"
 
 namespace sftctl::client::ssh {
 namespace {

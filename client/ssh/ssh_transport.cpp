@@ -11,7 +11,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "common/fd_util.h"
+#include "common/os/fd_util.h"
 
 namespace sftctl::client::ssh {
 namespace {

@@ -41,12 +41,53 @@ bool LinkTree(const fs::path& src, const fs::path& dst) {
   return !files.empty() && files.back() == "DONE";
 }
 
+// A bucket prefix: files verified, MANIFEST.json last (checkpoint_store.h), then `keep` and the run files.
+class S3Destination final : public CheckpointDestination {
+ public:
+  S3Destination(S3Client s3, S3Location dest, TransferOptions transfer)
+      : s3_(std::move(s3)), dest_(std::move(dest)), transfer_(std::move(transfer)) {}
+  std::string Url() const override { return dest_.Url(); }
+  std::string StagingName() const override { return ".s3-upload"; }
+
+  StatusOr<UploadedCheckpoint> Upload(const std::string& staged, const std::string& run_dir, int64_t keep,
+                                      std::atomic<bool>* cancel) override {
+    TransferOptions t = transfer_;
+    t.cancel = cancel;
+    CheckpointManifest m;
+    SFT_RETURN_IF_ERROR(UploadCheckpoint(s3_, dest_, staged, t, &m));
+    UploadedCheckpoint u{m.name, m.step, 0, {}};
+    for (const ManifestFile& f : m.files) u.bytes += f.size;
+    SFT_ASSIGN_OR_RETURN(u.removed, PruneBucketCheckpoints(s3_, dest_, keep));
+    SFT_RETURN_IF_ERROR(UploadRunFiles(run_dir, cancel));
+    return u;
+  }
+
+  Status UploadRunFiles(const std::string& run_dir, std::atomic<bool>* cancel) override {
+    TransferOptions t = transfer_;
+    t.cancel = cancel;
+    for (const char* name : {"metrics.jsonl", "spec.json"}) {
+      const std::string path = run_dir + "/" + name;
+      std::error_code ec;
+      if (fs::exists(path, ec)) SFT_RETURN_IF_ERROR(UploadFile(s3_, dest_.bucket, dest_.Key(name), path, t));
+    }
+    return Status();
+  }
+
+ private:
+  S3Client s3_;
+  S3Location dest_;
+  TransferOptions transfer_;
+};
+
 }  // namespace
 
+// `opt` is copied, not moved: the order in which the arguments are evaluated is unspecified.
 CheckpointUploader::CheckpointUploader(S3Client s3, CheckpointUploaderOptions opt)
-    : s3_(std::move(s3)), opt_(std::move(opt)), staging_(opt_.run_dir + "/.s3-upload") {
-  opt_.transfer.cancel = &cancel_;
-}
+    : CheckpointUploader(std::make_unique<S3Destination>(std::move(s3), opt.dest, opt.transfer), opt) {}
+
+CheckpointUploader::CheckpointUploader(std::unique_ptr<CheckpointDestination> dest,
+                                       CheckpointUploaderOptions opt)
+    : dest_(std::move(dest)), opt_(std::move(opt)), staging_(opt_.run_dir + "/" + dest_->StagingName()) {}
 
 CheckpointUploader::~CheckpointUploader() { Stop(); }
 
@@ -64,7 +105,7 @@ void CheckpointUploader::Start() {
   for (fs::directory_iterator it(staging_, ec), end; !ec && it != end; it.increment(ec))
     if (it->path().string() != newest) fs::remove_all(it->path(), ec);
   if (!newest.empty()) {
-    Log("resuming the upload of " + fs::path(newest).filename().string() + " to " + opt_.dest.Url());
+    Log("resuming the upload of " + fs::path(newest).filename().string() + " to " + dest_->Url());
     MutexLock l(&mu_);
     queued_.push_back(newest);
     staged_step_ = left.back().first;
@@ -138,24 +179,14 @@ void CheckpointUploader::UploadLoop() {
 
 Status CheckpointUploader::UploadStaged(const std::string& staged) {
   const auto t0 = std::chrono::steady_clock::now();
-  CheckpointManifest m;
-  SFT_RETURN_IF_ERROR(UploadCheckpoint(s3_, opt_.dest, staged, opt_.transfer, &m));
-  uint64_t bytes = 0;
-  for (const ManifestFile& f : m.files) bytes += f.size;
+  SFT_ASSIGN_OR_RETURN(UploadedCheckpoint u, dest_->Upload(staged, opt_.run_dir, opt_.keep, &cancel_));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char rate[64];
-  std::snprintf(rate, sizeof(rate), "%.1f MiB in %.1f s", bytes / 1048576.0, secs);
-  Log("uploaded " + m.name + " to " + opt_.dest.Url() + " (" + rate + ")");
-  uploaded_step_ = m.step;
-  SFT_ASSIGN_OR_RETURN(auto removed, PruneBucketCheckpoints(s3_, opt_.dest, opt_.keep));
-  for (const std::string& name : removed)
-    Log("removed " + opt_.dest.Url() + "/" + name + " (checkpoint.keep)");
-  for (const char* name : {"metrics.jsonl", "spec.json"}) {
-    const std::string path = opt_.run_dir + "/" + name;
-    std::error_code ec;
-    if (fs::exists(path, ec))
-      SFT_RETURN_IF_ERROR(UploadFile(s3_, opt_.dest.bucket, opt_.dest.Key(name), path, opt_.transfer));
-  }
+  std::snprintf(rate, sizeof(rate), "%.1f MiB in %.1f s", u.bytes / 1048576.0, secs);
+  Log("uploaded " + u.name + " to " + dest_->Url() + " (" + rate + ")");
+  uploaded_step_ = u.step;
+  for (const std::string& name : u.removed)
+    Log("removed " + dest_->Url() + "/" + name + " (checkpoint.keep)");
   return Status();
 }
 
@@ -170,17 +201,11 @@ Status CheckpointUploader::Finish(std::chrono::seconds timeout) {
   l.Unlock();
   if (!done) {
     Stop();
-    return DeadlineExceededError("the upload to " + opt_.dest.Url() + " did not finish within " +
+    return DeadlineExceededError("the upload to " + dest_->Url() + " did not finish within " +
                                  std::to_string(timeout.count()) + " s");
   }
-  if (nothing) {  // no checkpoint at all: the run's files still go up
-    for (const char* name : {"metrics.jsonl", "spec.json"}) {
-      const std::string path = opt_.run_dir + "/" + name;
-      std::error_code ec;
-      if (st.ok() && fs::exists(path, ec))
-        st = UploadFile(s3_, opt_.dest.bucket, opt_.dest.Key(name), path, opt_.transfer);
-    }
-  }
+  if (nothing && st.ok())
+    st = dest_->UploadRunFiles(opt_.run_dir, &cancel_);  // no checkpoint: the run's files
   Stop();
   return st;
 }

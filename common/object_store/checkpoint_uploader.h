@@ -24,9 +24,11 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/mutex.h"
 #include "common/object_store/s3_client.h"
@@ -37,8 +39,32 @@
 
 namespace sftctl {
 
+// Where the uploader sends checkpoints: a bucket prefix (S3, the first constructor's), or another
+// target given to the second constructor (a Hub repository: client/hub_upload.h). Called from the
+// uploader thread only, one call at a time.
+struct UploadedCheckpoint {
+  std::string name;  // checkpoint-N
+  int64_t step = -1;
+  uint64_t bytes = 0;                // of the checkpoint's files
+  std::vector<std::string> removed;  // older checkpoints removed there (checkpoint.keep)
+};
+
+class CheckpointDestination {
+ public:
+  virtual ~CheckpointDestination() = default;
+  virtual std::string Url() const = 0;          // for messages: "s3://b/p", "hf://org/name"
+  virtual std::string StagingName() const = 0;  // the staging folder in the run folder: ".s3-upload"
+  // Sends the complete checkpoint folder `staged` so that no reader takes it half-sent, applies `keep`
+  // there, and sends the run folder's metrics.jsonl and spec.json (those that exist). Returns
+  // CANCELLED soon after `*cancel` turns true.
+  virtual StatusOr<UploadedCheckpoint> Upload(const std::string& staged, const std::string& run_dir,
+                                              int64_t keep, std::atomic<bool>* cancel) = 0;
+  // Only the run folder's metrics.jsonl and spec.json (a run that ended without a checkpoint).
+  virtual Status UploadRunFiles(const std::string& run_dir, std::atomic<bool>* cancel) = 0;
+};
+
 struct CheckpointUploaderOptions {
-  S3Location dest;
+  S3Location dest;  // the S3 constructor's; unused with a CheckpointDestination
   std::string run_dir;
   int64_t keep = 2;
   TransferOptions transfer;
@@ -51,6 +77,8 @@ class CheckpointUploader {
   static constexpr size_t kMaxQueued = 2;
   // `s3` is copied (it holds the credentials).
   CheckpointUploader(S3Client s3, CheckpointUploaderOptions opt);
+  // Uploads to `dest` (opt.dest and opt.transfer are not used).
+  CheckpointUploader(std::unique_ptr<CheckpointDestination> dest, CheckpointUploaderOptions opt);
   ~CheckpointUploader();  // Stop()
   CheckpointUploader(const CheckpointUploader&) = delete;
   CheckpointUploader& operator=(const CheckpointUploader&) = delete;
@@ -75,9 +103,9 @@ class CheckpointUploader {
   Status UploadStaged(const std::string& staged);
   void Log(const std::string& line) const;
 
-  S3Client s3_;
+  std::unique_ptr<CheckpointDestination> dest_;
   CheckpointUploaderOptions opt_;
-  std::string staging_;  // <run>/.s3-upload
+  std::string staging_;  // <run>/.s3-upload (<run>/<dest_->StagingName()>)
   std::thread watcher_, uploader_;
   std::atomic<bool> cancel_{false};
   std::atomic<int64_t> uploaded_step_{-1};

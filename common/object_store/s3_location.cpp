@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/http_client.h"
+#include "common/hub/http_client.h"
 
 namespace sftctl {
 

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/fd_util.h"
-#include "common/file_system.h"
+#include "common/os/fd_util.h"
+#include "common/os/file_system.h"
 #include "common/range_log.h"
 #include "common/sha256.h"
 

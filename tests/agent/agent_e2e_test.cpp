@@ -28,11 +28,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 struct Pulled {
   grpc::Status status;
   std::string data;
@@ -322,12 +317,9 @@ TEST_F(AgentE2E, ARestartedAgentNeverSignalsAReusedProcessGroup) {
   KillGroup(pgid);
   ASSERT_TRUE(WaitFor([&] { return GroupMembers(pgid).empty(); }));
 
-  std::vector<std::string> args = {"setsid", "sleep", "60"};
-  std::vector<char*> argv;
-  for (auto& x : args) argv.push_back(x.data());
-  argv.push_back(nullptr);
-  pid_t stranger = -1;
-  ASSERT_EQ(posix_spawnp(&stranger, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  // An unrelated process group; a signal sent to it stays pending, so the check below needs no wait.
+  const pid_t stranger = SpawnBystander({"setsid", "sleep", "60"});
+  ASSERT_GT(stranger, 0);
   ASSERT_TRUE(WaitFor([&] { return GroupMembers(stranger).size() == 1; })) << "setsid did not take effect";
   {
     auto store = StateStore::Open(a.data_dir() + "/agent.db");
@@ -342,8 +334,8 @@ TEST_F(AgentE2E, ARestartedAgentNeverSignalsAReusedProcessGroup) {
   ASSERT_TRUE(b.Start());
   v1::Job f = b.WaitState(j.id(), v1::FAILED);
   EXPECT_THAT(f.reason(), HasSubstr("agent-restart"));
-  std::this_thread::sleep_for(200ms);
-  EXPECT_TRUE(ProcessAlive(stranger)) << "the restarted agent signalled an unrelated process group";
+  // The agent signals a job's group before it records the job's final state.
+  EXPECT_TRUE(NoSignalReached(stranger)) << "the restarted agent signalled an unrelated process group";
   ::kill(stranger, SIGKILL);
   ::waitpid(stranger, nullptr, 0);
 }
@@ -480,7 +472,7 @@ TEST_F(AgentE2E, PathTraversalAndSymlinkEscapeAreRejected) {
   // A symlink that stays inside the job folder is fine.
   Pulled ok = Pull(a, job.id(), "run/ok-link");
   ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
-  EXPECT_EQ(ok.data, ReadFile(done.job_dir() + "/spec.json"));
+  EXPECT_EQ(ok.data, ReadWholeFile(done.job_dir() + "/spec.json"));
   // Listing never includes symlinks.
   v1::ListArtifactsRequest lreq;
   lreq.set_job_id(job.id());
@@ -620,10 +612,8 @@ TEST_F(AgentE2E, ACancelDuringASlowUploadFinishLeavesTheAgentServing) {
   v1::StatBlobRequest sreq;
   sreq.set_sha256(sha);
   v1::BlobStatus st;
-  for (int i = 0; i < 100 && !st.complete(); ++i) {
-    ASSERT_TRUE(a.stub()->StatBlob(a.Ctx().get(), sreq, &st).ok());
-    if (!st.complete()) std::this_thread::sleep_for(50ms);
-  }
+  // The cancelled finish may still be hashing: wait for it a few seconds, then resume what is kept.
+  WaitFor([&] { return a.stub()->StatBlob(a.Ctx().get(), sreq, &st).ok() && st.complete(); }, 5s);
   if (!st.complete()) {
     ASSERT_GE(st.size(), held);
     auto ctx = a.Ctx();
@@ -632,7 +622,7 @@ TEST_F(AgentE2E, ACancelDuringASlowUploadFinishLeavesTheAgentServing) {
     ASSERT_TRUE(resumed.ok()) << resumed.error_message();
     EXPECT_TRUE(resp.complete());
   }
-  EXPECT_EQ(Sha256Hex(ReadFile(a.data_dir() + "/blobs/" + sha)), sha);
+  EXPECT_EQ(Sha256Hex(ReadWholeFile(a.data_dir() + "/blobs/" + sha)), sha);
 }
 
 TEST_F(AgentE2E, UploadBlobVerifiesResumesDeduplicatesAndFeedsSpec) {
@@ -669,7 +659,7 @@ TEST_F(AgentE2E, UploadBlobVerifiesResumesDeduplicatesAndFeedsSpec) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_TRUE(resp.complete());
   EXPECT_FALSE(resp.deduplicated());
-  EXPECT_EQ(ReadFile(blob_path), data);
+  EXPECT_EQ(ReadWholeFile(blob_path), data);
   // Again: deduplicated, no bytes needed.
   v1::BlobStatus again;
   s = Upload(a, sha, "", data.size(), 0, &again);
@@ -748,7 +738,7 @@ TEST_F(AgentE2E, RangedUploadBlocksCompleteTheBlobInAnyOrder) {
   s = send(0, SIZE_MAX, &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_TRUE(resp.complete());
-  EXPECT_EQ(ReadFile(a.data_dir() + "/blobs/" + sha), data);
+  EXPECT_EQ(ReadWholeFile(a.data_dir() + "/blobs/" + sha), data);
   ASSERT_TRUE(a.stub()->StatBlob(a.Ctx().get(), sreq, &st).ok());
   EXPECT_TRUE(st.complete());
   EXPECT_EQ(st.blocks_held_size(), 0);
@@ -872,15 +862,8 @@ TEST_F(AgentE2E, ABurstOfLongLinesStreamsWithinTheDefaultMessageLimit) {
 TEST_F(AgentE2E, StopNeverSignalsAStalePidThatIsNotAnAgent) {
   const std::string d = dir_.path() + "/data";
   std::filesystem::create_directories(d);
-  auto spawn = [](std::vector<std::string> args) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    EXPECT_EQ(posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-    return pid;
-  };
-  const pid_t victim = spawn({"sleep", "60"});
+  const pid_t victim = SpawnBystander({"sleep", "60"});
+  ASSERT_GT(victim, 0);
   // This test process holds the lock, as a running agent would.
   const int lock_fd = ::open((d + "/sftd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   ASSERT_GE(lock_fd, 0);
@@ -890,8 +873,8 @@ TEST_F(AgentE2E, StopNeverSignalsAStalePidThatIsNotAnAgent) {
   std::ofstream(d + "/sftd.version") << "0.1.0\n";
   auto [rc, out] = RunForStdout({SftdPath(), "stop", "--data-dir", d});
   EXPECT_EQ(rc, 1) << out;
-  std::this_thread::sleep_for(100ms);
-  EXPECT_TRUE(ProcessAlive(victim)) << "the unrelated process was signalled";
+  // `sftd stop` has ended: a signal it sent would be pending in the victim now.
+  EXPECT_TRUE(NoSignalReached(victim)) << "the unrelated process was signalled";
   ::close(lock_fd);
   ::kill(victim, SIGKILL);
   ::waitpid(victim, nullptr, 0);

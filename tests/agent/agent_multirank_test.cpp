@@ -81,7 +81,7 @@ TEST_F(AgentMultiRank, CpuRanksGetTheDistributedEnvAndTheFirstFailedRankIsNamed)
 }
 
 // A rank gets what training needs from the agent's environment, never its secrets (the Hub token,
-// the cloud API keys of ~/.config/sftd/env): one allowlist, common/process_util.h.
+// the cloud API keys of ~/.config/sftd/env): one allowlist, common/os/process_util.h.
 TEST_F(AgentMultiRank, RanksGetTheAllowedEnvironmentAndNoSecret) {
   Agent a(dir_.path());
   a.set_env({"HF_TOKEN=hf_secret", "LAMBDA_API_KEY=lambda_secret", "AWS_SECRET_ACCESS_KEY=aws_secret",

@@ -1,5 +1,6 @@
 // Helpers for the agent tests: temporary dirs, a real `sftd` child process, gRPC calls with a token,
-// and poll-with-deadline waits (no fixed sleeps as assertions).
+// poll-with-deadline waits (no fixed sleeps as assertions), and bystander processes that tell at once
+// whether anything signalled them.
 #pragma once
 
 #include <dirent.h>
@@ -22,13 +23,16 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "sftctl/v1/agent.grpc.pb.h"
 #include "tests/util/command.h"
+#include "tests/util/file_util.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/wait_for.h"
 
 namespace sftctl::agent::testing {
 
@@ -45,18 +49,11 @@ using ::sftctl::testing::TempDir;
 inline std::string SftdPath() { return Bin("sftd"); }
 inline std::string StubPath() { return Bin("sftd-stub-trainer"); }
 
-// Generous: the suite must pass on a loaded 2-core machine under sanitizers.
-constexpr auto kWait = 60s;
-
-// Polls `pred` until true or `timeout`.
-inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = kWait) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
+// Polling with a deadline: tests/util/wait_for.h; whole files: tests/util/file_util.h.
+using ::sftctl::testing::kWaitTimeout;
+using ::sftctl::testing::ReadWholeFile;
+using ::sftctl::testing::WaitFor;
+using ::sftctl::testing::WriteWholeFile;
 
 inline bool ProcessAlive(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
@@ -65,6 +62,52 @@ inline bool ProcessAlive(pid_t pid) {
   std::getline(f, line);
   size_t rp = line.rfind(')');
   return rp != std::string::npos && rp + 2 < line.size() && line[rp + 2] != 'Z';
+}
+
+// A bystander: `argv` started (PATH lookup) with every signal blocked but SIGKILL and SIGSTOP, which
+// cannot be. A signal sent to it then stays pending instead of racing its death, so NoSignalReached
+// can tell at once, with no waiting, whether anything signalled it. -1 when it could not start. The
+// caller kills (SIGKILL) and reaps it.
+inline pid_t SpawnBystander(std::vector<std::string> argv) {
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawnattr_t attr;
+  sigset_t all;
+  sigfillset(&all);
+  pid_t pid = -1;
+  if (posix_spawnattr_init(&attr) != 0) return -1;
+  const bool ok = posix_spawnattr_setsigmask(&attr, &all) == 0 &&
+                  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK) == 0 &&
+                  posix_spawnp(&pid, args[0], nullptr, &attr, args.data(), environ) == 0;
+  posix_spawnattr_destroy(&attr);
+  return ok ? pid : -1;
+}
+
+// True when the bystander `pid` runs (not stopped, a zombie or exiting) and has no signal pending:
+// a kill() of it with any signal but SIGSTOP (even SIGKILL, pending until the process dies) makes
+// this false from the moment kill() returns. (A SIGSTOP is consumed as it stops the process: it
+// shows only once the stop has happened.)
+inline bool NoSignalReached(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  const std::string stat = ReadWholeFile(proc + "/stat");
+  const size_t rp = stat.rfind(')');
+  if (rp == std::string::npos) return false;
+  std::istringstream fields(stat.substr(rp + 2));
+  char state = 0;
+  long ppid = 0, pgrp = 0, session = 0, tty = 0, tpgid = 0;
+  unsigned long flags = 0;
+  fields >> state >> ppid >> pgrp >> session >> tty >> tpgid >> flags;
+  constexpr unsigned long kExiting = 0x4;  // PF_EXITING
+  if (!fields || (state != 'S' && state != 'R' && state != 'D') || (flags & kExiting) != 0) return false;
+  std::istringstream status(ReadWholeFile(proc + "/status"));
+  int pending_lines = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("SigPnd:", 0) != 0 && line.rfind("ShdPnd:", 0) != 0) continue;
+    if (line.find_first_not_of("0\t ", 7) != std::string::npos) return false;
+    ++pending_lines;
+  }
+  return pending_lines == 2;
 }
 
 // Live processes whose process group is `pgid`.
@@ -95,8 +138,8 @@ class Agent {
 
   // Starts sftd with test-friendly settings plus `extra` flags; parses its SFTD_READY line.
   ::testing::AssertionResult Start(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {SftdPath(),        "start", "--data-dir", data_dir_, "--port",      "0",
-                                     "--kill-grace-ms", "500",   "--poll-ms",  "20",      "--cpu-slots", "8"};
+    std::vector<std::string> args = {SftdPath(),     "start", "--data-dir", data_dir_, "--port",      "0",
+                                     "--kill-grace", "500ms", "--poll",     "20ms",    "--cpu-slots", "8"};
     bool has_gpus = false, has_trainer = false;
     for (auto& e : extra) {
       has_gpus |= e == "--gpus";
@@ -137,7 +180,7 @@ class Agent {
     }
     ::close(p[1]);
     std::string line;
-    auto deadline = std::chrono::steady_clock::now() + kWait;
+    auto deadline = std::chrono::steady_clock::now() + kWaitTimeout;
     while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
       pollfd pfd{p[0], POLLIN, 0};
       if (::poll(&pfd, 1, 200) <= 0) continue;

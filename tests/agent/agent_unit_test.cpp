@@ -19,9 +19,10 @@
 #include "agent/journal.h"
 #include "agent/scheduler.h"
 #include "agent/state_store.h"
-#include "common/file_system.h"
-#include "common/process_util.h"
+#include "common/os/file_system.h"
+#include "common/os/process_util.h"
 #include "common/sha256.h"
+#include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 
@@ -635,12 +636,8 @@ TEST(JobSpec, FolderReferencesMakeOneFolderPerField) {
   EXPECT_EQ(folders[0].json_pointer, "/model/path");
   ASSERT_TRUE(MaterializeFolders(d.path() + "/job", folders, &*spec).ok());
   EXPECT_EQ((*spec)["model"]["path"], d.path() + "/job/inputs/0");
-  auto read = [](const std::string& p) {
-    std::ifstream f(p);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  EXPECT_EQ(read(d.path() + "/job/inputs/0/config.json"), "config");
-  EXPECT_EQ(read(d.path() + "/job/inputs/0/sub/tok.json"), "tokenizer");
+  EXPECT_EQ(::sftctl::testing::ReadWholeFile(d.path() + "/job/inputs/0/config.json"), "config");
+  EXPECT_EQ(::sftctl::testing::ReadWholeFile(d.path() + "/job/inputs/0/sub/tok.json"), "tokenizer");
   // A second attempt replaces the links instead of failing on them.
   EXPECT_TRUE(MaterializeFolders(d.path() + "/job", folders, &*spec).ok());
 
@@ -748,8 +745,8 @@ TEST(DataDirTrust, TheConfiguredDataDirSitsBetweenTheEnvironmentAndTheDefault) {
     if (const char* v = std::getenv(e)) saved.emplace_back(e, v);
     ::unsetenv(e);
   }
-  char tmpl[] = "/tmp/sftd-config-XXXXXX";
-  const std::string home = ::mkdtemp(tmpl);
+  const TempDir home_dir("sftd-config");
+  const std::string& home = home_dir.path();
   ::setenv("HOME", home.c_str(), 1);
   std::filesystem::create_directories(home + "/.config/sftd");
   const std::string conf = home + "/.config/sftd/data_dir";
@@ -767,7 +764,6 @@ TEST(DataDirTrust, TheConfiguredDataDirSitsBetweenTheEnvironmentAndTheDefault) {
   ::unsetenv("XDG_CONFIG_HOME");
   ::unsetenv("HOME");
   for (const auto& [k, v] : saved) ::setenv(k.c_str(), v.c_str(), 1);
-  std::filesystem::remove_all(home);
   EXPECT_EQ(configured, "/workspace/sftd");
   EXPECT_EQ(from_env, "/elsewhere");
   EXPECT_EQ(skipped, home + "/.local/share/sftd");
@@ -821,7 +817,7 @@ TEST(EnvFileTrust, ThePathFollowsXdgConfigHomeThenHome) {
   EXPECT_EQ(from_xdg, "/cfg/sftd/env");
 }
 
-// The one allowlist (common/process_util.h): what a rank and a stop command get of the agent's env.
+// The one allowlist (common/os/process_util.h): what a rank and a stop command get of the agent's env.
 TEST(ChildEnvironment, RanksAndStopCommandsGetOnlyWhatTheyUse) {
   const char* inherited[] = {"PATH=/bin",         "HOME=/root",
                              "HF_TOKEN=hf",       "LAMBDA_API_KEY=l",

@@ -29,8 +29,8 @@ int Fired(const std::string& path) {
 }
 
 std::vector<std::string> StopFlags(const std::string& record, const std::string& idle) {
-  return {"--stop-when-idle", idle, "--stop-command", "echo fired >> '" + record + "'",
-          "--stop-check-ms",  "50"};
+  return {"--stop-when-idle", idle,  "--stop-command", "echo fired >> '" + record + "'",
+          "--stop-check",     "50ms"};
 }
 
 // The agent's log (set_stderr_file) has `line`: Publish logs each state change as
@@ -65,7 +65,7 @@ TEST(AutoStopE2eTest, IdleStopFiresAndARestartKeepsThePolicy) {
   ASSERT_EQ(Fired(record), 1);  // so the second line below is the restarted agent's
   // A restart without the flags keeps the policy (agent.db) and arms it afresh.
   Agent b(dir.path() + "/data");
-  ASSERT_TRUE(b.Start({"--stop-check-ms", "50"}));
+  ASSERT_TRUE(b.Start({"--stop-check", "50ms"}));
   v1::AutoStopStatus st = Health(b);
   EXPECT_EQ(st.policy(), "stop when idle 1s, or 1m00s after a stop-when-done job; action command");
   EXPECT_THAT(st.last_action(), HasSubstr("exit code 0"));  // the previous agent's action
@@ -121,7 +121,7 @@ TEST(AutoStopE2eTest, StopWhenDoneWaitsForThePullOfTheFinalCheckpoint) {
   Agent a(dir.path() + "/data");
   a.set_stderr_file(log);
   ASSERT_TRUE(a.Start({"--stop-command", "echo fired >> '" + record + "'", "--stop-grace", "1s",
-                       "--stop-storage", "lost", "--stop-pull-timeout", "10m", "--stop-check-ms", "50"}));
+                       "--stop-storage", "lost", "--stop-pull-timeout", "10m", "--stop-check", "50ms"}));
   EXPECT_EQ(Health(a).state(), "off");
   v1::SubmitJobRequest req;
   req.set_spec_json(StubSpec({{"steps", 4}, {"checkpoint_every", 2}}).dump());
@@ -173,7 +173,7 @@ TEST(AutoStopE2eTest, SubmissionsAreRefusedOnceTheHostIsStopping) {
   TempDir dir;
   const std::string record = dir.path() + "/record", release = dir.path() + "/release";
   Agent a(dir.path() + "/data");
-  ASSERT_TRUE(a.Start({"--stop-when-idle", "1s", "--stop-check-ms", "50", "--stop-command",
+  ASSERT_TRUE(a.Start({"--stop-when-idle", "1s", "--stop-check", "50ms", "--stop-command",
                        "echo fired >> '" + record + "'; i=0; while [ ! -e '" + release +
                            "' ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"}));
   ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));

@@ -16,12 +16,14 @@
 #include "agent/blob_store.h"
 #include "agent/state_store.h"
 #include "common/sha256.h"
+#include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl::agent {
 namespace {
 
+using ::sftctl::testing::ReadWholeFile;
 using ::sftctl::testing::StatusIs;
 using ::sftctl::testing::TempDir;
 using ::testing::HasSubstr;
@@ -70,8 +72,7 @@ TEST_F(BlobRanges, BlocksInAnyOrderCompleteTheBlobOnlyWithTheLastOne) {
   ASSERT_TRUE(Send(*blobs, 2, &complete).ok());
   EXPECT_TRUE(complete);
   EXPECT_TRUE(blobs->StatBlob(sha)->complete);
-  std::ifstream in(blobs->BlobPath(sha), std::ios::binary);
-  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), data);
+  EXPECT_EQ(ReadWholeFile(blobs->BlobPath(sha)), data);
   EXPECT_FALSE(std::filesystem::exists(blobs->PartialDir() + "/" + sha + ".ranges"));
   EXPECT_EQ(blobs->BeginRange(sha, data.size(), kBlock, 0, kBlock).status().code(),
             StatusCode::kAlreadyExists);
@@ -193,8 +194,7 @@ TEST_F(BlobRanges, ACompletedBlockIsNeverWrittenAgain) {
   data = good;
   ASSERT_TRUE(Send(*blobs, 4, &complete).ok());
   EXPECT_TRUE(complete);
-  std::ifstream in(blobs->BlobPath(sha), std::ios::binary);
-  const std::string stored(std::istreambuf_iterator<char>(in), {});
+  const std::string stored = ReadWholeFile(blobs->BlobPath(sha));
   EXPECT_EQ(Sha256Hex(stored), sha);
   EXPECT_EQ(stored, data);
 }

@@ -10,19 +10,20 @@
 #include <filesystem>
 #include <future>
 #include <optional>
-#include <thread>
 
-#include "common/file_lock.h"
+#include "common/os/file_lock.h"
 #include "common/sha256.h"
 #include "tests/util/fake_hub.h"
 #include "tests/util/file_util.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/wait_for.h"
 
 namespace sftctl::agent {
 namespace {
 
 using ::sftctl::testing::FakeHub;
 using ::sftctl::testing::TempDir;
+using ::sftctl::testing::WaitFor;
 using ::sftctl::testing::WriteWholeFile;
 namespace fs = std::filesystem;
 
@@ -49,10 +50,7 @@ TEST(HubFetcherTest, ProgressShowsTheWaitAndTheBytesThenClears) {
   fetcher.Fetch({"job-1", tmp.path() + "/job-1", R"({"model": {"path": "hf://org/tiny"}})", ""},
                 [&](const std::string&, StatusOr<std::string> spec) { result.set_value(std::move(spec)); });
   std::string seen;  // config.json may show first; then the weights wait for the lock
-  for (int i = 0; i < 400 && seen.find("waiting") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    seen = fetcher.Progress("job-1");
-  }
+  WaitFor([&] { return (seen = fetcher.Progress("job-1")).find("waiting") != std::string::npos; });
   EXPECT_EQ(seen, "model.safetensors (waiting for another download)");
   EXPECT_EQ(fetcher.Progress("job-2"), "");  // another job: nothing
   other.reset();                             // the other client gives up: this one downloads

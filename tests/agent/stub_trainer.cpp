@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/util/file_util.h"
+
 namespace fs = std::filesystem;
 
 static FILE* g_events = nullptr;
@@ -134,8 +136,7 @@ int main(int argc, char** argv) {
     std::error_code ec;
     for (auto& e : fs::recursive_directory_iterator(dir, ec)) {
       if (!e.is_regular_file()) continue;
-      std::ifstream f(e.path());
-      std::string content((std::istreambuf_iterator<char>(f)), {});
+      const std::string content = ::sftctl::testing::ReadWholeFile(e.path().string());
       lines.push_back("entry " + e.path().lexically_relative(dir).string() + " " +
                       content);  // its name here, not its link target
     }

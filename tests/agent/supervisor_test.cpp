@@ -17,6 +17,7 @@ using ::sftctl::agent::testing::StubPath;
 using ::sftctl::agent::testing::StubSpec;
 using ::sftctl::agent::testing::TempDir;
 using ::sftctl::testing::OffsetClock;
+using ::sftctl::testing::WaitFor;
 using namespace std::chrono_literals;
 
 class SupervisorClock : public ::testing::Test {
@@ -55,15 +56,25 @@ class SupervisorClock : public ::testing::Test {
   }
 
   // Polls the store until `pred(job)` holds (real time: the event thread's timers run on it).
-  JobRecord WaitFor(const std::string& id, const std::function<bool(const JobRecord&)>& pred) {
-    for (auto until = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < until;) {
+  JobRecord WaitForJob(const std::string& id, const std::function<bool(const JobRecord&)>& pred) {
+    JobRecord seen;
+    const bool ok = WaitFor([&] {
       auto rec = store_->GetJob(id);
       if (rec.ok() && rec->pgid > 0 && groups_.empty()) groups_.push_back(static_cast<pid_t>(rec->pgid));
-      if (rec.ok() && pred(*rec)) return *rec;
-      std::this_thread::sleep_for(20ms);
-    }
-    ADD_FAILURE() << "timed out waiting for " << id;
-    return JobRecord();
+      if (!rec.ok() || !pred(*rec)) return false;
+      seen = *rec;
+      return true;
+    });
+    EXPECT_TRUE(ok) << "timed out waiting for " << id;
+    return seen;
+  }
+
+  // Returns once the supervisor has read the clock `n` more times: its timer has run (and judged the
+  // time it saw) at least n - 1 times since the call.
+  void WaitForClockReads(uint64_t n) {
+    const uint64_t until = clock_.reads() + n;
+    EXPECT_TRUE(WaitFor([&] { return clock_.reads() >= until; }))
+        << "the supervisor stopped reading the clock";
   }
 
   TempDir dir_;
@@ -78,11 +89,12 @@ TEST_F(SupervisorClock, AHangIsDetectedWhenTheHeartbeatPassesOnTheClock) {
   StartSupervisor(10s);
   // One step, then silence; the default heartbeat is 1800 s.
   const JobRecord job = Submit({{"mode", "hang"}, {"hang_after", 1}, {"step_ms", 1}});
-  WaitFor(job.id, [](const JobRecord& r) { return r.state == JobState::RUNNING && r.last_step >= 1; });
-  std::this_thread::sleep_for(200ms);
+  WaitForJob(job.id, [](const JobRecord& r) { return r.state == JobState::RUNNING && r.last_step >= 1; });
+  // Ten timer rounds at the unmoved clock: a hang wrongly seen in one would already have stopped it.
+  WaitForClockReads(10);
   EXPECT_EQ(store_->GetJob(job.id)->state, JobState::RUNNING) << "no hang before the clock moves";
   clock_.Advance(1801s);
-  const JobRecord failed = WaitFor(job.id, [](const JobRecord& r) { return IsFinal(r.state); });
+  const JobRecord failed = WaitForJob(job.id, [](const JobRecord& r) { return IsFinal(r.state); });
   EXPECT_EQ(failed.state, JobState::FAILED);
   EXPECT_EQ(failed.reason, "hang: no step event for 1800 s");
 }
@@ -90,14 +102,14 @@ TEST_F(SupervisorClock, AHangIsDetectedWhenTheHeartbeatPassesOnTheClock) {
 TEST_F(SupervisorClock, ARankIgnoringSigtermIsKilledWhenTheGracePassesOnTheClock) {
   StartSupervisor(std::chrono::hours(1));
   const JobRecord job = Submit({{"mode", "sleep"}, {"step_ms", 5}, {"ignore_term", true}});
-  WaitFor(job.id, [](const JobRecord& r) { return r.state == JobState::RUNNING && r.last_step >= 1; });
+  WaitForJob(job.id, [](const JobRecord& r) { return r.state == JobState::RUNNING && r.last_step >= 1; });
   std::promise<StatusOr<JobRecord>> cancelled;
   supervisor_->Cancel(job.id, [&](StatusOr<JobRecord> r) { cancelled.set_value(std::move(r)); });
   ASSERT_TRUE(cancelled.get_future().get().ok());
-  std::this_thread::sleep_for(300ms);
+  WaitForClockReads(10);  // ten timer rounds within the grace, as the clock has not moved
   EXPECT_EQ(store_->GetJob(job.id)->state, JobState::CANCELLING) << "SIGTERM is ignored; the grace is 1 h";
   clock_.Advance(std::chrono::hours(1));
-  const JobRecord done = WaitFor(job.id, [](const JobRecord& r) { return IsFinal(r.state); });
+  const JobRecord done = WaitForJob(job.id, [](const JobRecord& r) { return IsFinal(r.state); });
   EXPECT_EQ(done.state, JobState::CANCELLED);
   ASSERT_EQ(done.ranks.size(), 1u);
   EXPECT_EQ(done.ranks[0].signal, SIGKILL);

@@ -8,12 +8,12 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <thread>
 
 #include "tests/client/tiny_job.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/command.h"
+#include "tests/util/file_util.h"
+#include "tests/util/wait_for.h"
 
 namespace sftctl {
 namespace {
@@ -23,26 +23,14 @@ using namespace std::chrono_literals;
 using sftctl::testing::Bin;
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
+using sftctl::testing::ReadWholeFile;
 using sftctl::testing::RunShell;
+using sftctl::testing::WaitFor;
 using sftctl::testing::WriteText;
 
 // 24 samples: with batch 4 on 2 ranks, 3 steps are exactly one epoch.
 std::string WriteSpec(const std::string& dir, const std::string& extra) {
   return sftctl::testing::WriteTinyJobSpec(dir, extra, 24);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-bool WaitFor(const std::function<bool()>& pred, std::chrono::seconds timeout = 90s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return pred();
 }
 
 // Pids of the sftctl-trainer processes whose environment has RANK=<rank> and whose command line
@@ -52,9 +40,9 @@ std::vector<pid_t> TrainerPids(int rank, const std::string& needle) {
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = ReadAll(e.path().string() + "/cmdline");
+    std::string cmd = ReadWholeFile(e.path().string() + "/cmdline");
     if (cmd.find("sftctl-trainer") == std::string::npos || cmd.find(needle) == std::string::npos) continue;
-    std::string env = ReadAll(e.path().string() + "/environ");
+    std::string env = ReadWholeFile(e.path().string() + "/environ");
     std::string want = "RANK=" + std::to_string(rank);
     // Entries are NUL-separated; match a whole entry.
     if (env.rfind(want + '\0', 0) == 0 || env.find(std::string(1, '\0') + want + '\0') != std::string::npos)
@@ -109,13 +97,13 @@ TEST(RunRanks, KilledRankFailsTheRunNamingIt) {
   }
   // Once training is under way (rank 0 reported a step), SIGKILL rank 1.
   bool stepping = WaitFor([&] {
-    return ReadAll(dir + "/runs/job/metrics.jsonl").find("\"event\":\"step\"") != std::string::npos;
+    return ReadWholeFile(dir + "/runs/job/metrics.jsonl").find("\"event\":\"step\"") != std::string::npos;
   });
   std::vector<pid_t> rank1 = TrainerPids(1, dir);
   std::vector<pid_t> rank0 = TrainerPids(0, dir);
   if (!stepping || rank1.size() != 1) ::kill(pid, SIGKILL);
-  ASSERT_TRUE(stepping) << ReadAll(log);
-  ASSERT_EQ(rank1.size(), 1u) << ReadAll(log);
+  ASSERT_TRUE(stepping) << ReadWholeFile(log);
+  ASSERT_EQ(rank1.size(), 1u) << ReadWholeFile(log);
   ::kill(rank1[0], SIGKILL);
   int status = 0;
   bool exited = WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; });
@@ -123,14 +111,14 @@ TEST(RunRanks, KilledRankFailsTheRunNamingIt) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, &status, 0);
   }
-  ASSERT_TRUE(exited) << "sftctl did not stop the other rank\n" << ReadAll(log);
+  ASSERT_TRUE(exited) << "sftctl did not stop the other rank\n" << ReadWholeFile(log);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL);
-  const std::string out = ReadAll(log);
+  const std::string out = ReadWholeFile(log);
   EXPECT_NE(out.find("error: rank 1 failed first: killed by signal 9 (SIGKILL)"), std::string::npos) << out;
   for (pid_t p : rank0)
     EXPECT_FALSE(fs::exists("/proc/" + std::to_string(p) + "/cmdline") &&
-                 ReadAll("/proc/" + std::to_string(p) + "/cmdline").find(dir) != std::string::npos)
+                 ReadWholeFile("/proc/" + std::to_string(p) + "/cmdline").find(dir) != std::string::npos)
         << "rank 0 is still running";
 }
 

@@ -1,9 +1,9 @@
-// TensorBoard event files (common/tensorboard.h, client/tensorboard_export.h): the files are read back
-// the way TensorBoard reads them — tests/client/tensorboard/read_events.py checks every record's
-// masked CRC-32C with its own CRC code and parses every Event with python3-protobuf and protos compiled
-// here by protoc — and must hold exactly metrics.jsonl's scalars at their steps, each once. The
-// end-to-end tests run the real sftctl, sftctl-trainer and sftd.
-#include "common/tensorboard.h"
+// TensorBoard event files (common/formats/tensorboard.h, client/tensorboard_export.h): the files are read
+// back the way TensorBoard reads them — tests/client/tensorboard/read_events.py checks every record's masked
+// CRC-32C with its own CRC code and parses every Event with python3-protobuf and protos compiled here by
+// protoc — and must hold exactly metrics.jsonl's scalars at their steps, each once. The end-to-end tests run
+// the real sftctl, sftctl-trainer and sftd.
+#include "common/formats/tensorboard.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,22 +15,23 @@
 
 #include "client/tensorboard_export.h"
 #include "tests/remote/remote_test_util.h"
+#include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
 
 namespace sftctl {
 namespace {
 
 using nlohmann::json;
-using ::sftctl::remotetest::ReadFile;
 using ::sftctl::remotetest::Result;
 using ::sftctl::remotetest::Sftctl;
-using ::sftctl::remotetest::WriteFile;
 using ::sftctl::remotetest::WriteTinyJob;
 using ::sftctl::testing::Bin;
 using ::sftctl::testing::MakeTempDir;
+using ::sftctl::testing::ReadWholeFile;
 using ::sftctl::testing::RunCommand;
 using ::sftctl::testing::StatusIs;
 using ::sftctl::testing::TempDir;
+using ::sftctl::testing::WriteWholeFile;
 using tensorboard::EventFileWriter;
 using tensorboard::kEventFileName;
 using ::testing::HasSubstr;
@@ -63,7 +64,7 @@ std::vector<json> ReadEvents(const std::string& file) {
 
 std::vector<json> ReadJsonl(const std::string& path) {
   std::vector<json> out;
-  std::istringstream in(ReadFile(path));
+  std::istringstream in(ReadWholeFile(path));
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) out.push_back(json::parse(line));
   return out;
@@ -193,7 +194,7 @@ TEST(TensorBoard, TornLastRecordIsCutOffOnOpen) {
   }
   // A crash in the middle of a record.
   const std::string half = tensorboard::FrameRecord(tensorboard::ScalarEvent(11, 2, "train/loss", 9.0f));
-  WriteFile(file, ReadFile(file) + half.substr(0, half.size() / 2));
+  WriteWholeFile(file, ReadWholeFile(file) + half.substr(0, half.size() / 2));
   auto w = EventFileWriter::Open(tmp.path());
   ASSERT_TRUE(w.ok()) << w.status().message();
   ASSERT_TRUE((*w)->WriteMetrics(records[1]).ok());
@@ -208,12 +209,12 @@ TEST(TensorBoard, CorruptRecordIsRefusedAndTheFileLeftAlone) {
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE((*w)->WriteMetrics(StepRecord(1, 2.0, 10)).ok());
   }
-  std::string bytes = ReadFile(file);
+  std::string bytes = ReadWholeFile(file);
   bytes[bytes.size() - 6] ^= 0x40;  // inside the last record's data
-  WriteFile(file, bytes);
+  WriteWholeFile(file, bytes);
   EXPECT_THAT(EventFileWriter::Open(tmp.path()).status(),
               StatusIs(StatusCode::kDataLoss, HasSubstr(file + ": byte ")));
-  EXPECT_EQ(ReadFile(file), bytes);
+  EXPECT_EQ(ReadWholeFile(file), bytes);
 }
 
 TEST(TensorBoard, ExportNewMetricLinesLeavesAnUnfinishedLine) {
@@ -226,10 +227,10 @@ TEST(TensorBoard, ExportNewMetricLinesLeavesAnUnfinishedLine) {
   EXPECT_EQ(offset, 0u);
   const std::string first = StepRecord(1, 2.0, 10).dump() + "\n";
   const std::string second = StepRecord(2, 1.0, 11).dump();
-  WriteFile(jsonl, first + "not json\n" + second.substr(0, 10));
+  WriteWholeFile(jsonl, first + "not json\n" + second.substr(0, 10));
   ASSERT_TRUE(client::ExportNewMetricLines(jsonl, &offset, w->get()).ok());
   EXPECT_EQ(offset, first.size() + 9);
-  WriteFile(jsonl, first + "not json\n" + second + "\n");
+  WriteWholeFile(jsonl, first + "not json\n" + second + "\n");
   ASSERT_TRUE(client::ExportNewMetricLines(jsonl, &offset, w->get()).ok());
   ASSERT_TRUE((*w)->WriteTextOnce("spec", "    \"max_steps\"", 1).ok());
   ExpectMatches(tmp.path() + "/tb/" + kEventFileName, {StepRecord(1, 2.0, 10), StepRecord(2, 1.0, 11)});
@@ -239,12 +240,12 @@ TEST(TensorBoard, ExportNewMetricLinesLeavesAnUnfinishedLine) {
 TEST(TensorBoard, BadMetricsFieldsAreNamed) {
   TempDir tmp("tb-spec");
   const std::string spec = WriteTinyJob(tmp.path(), /*steps=*/1);
-  const std::string base = ReadFile(spec);
-  WriteFile(spec, base + "metrics:\n  tensorboard: sometimes\n");
+  const std::string base = ReadWholeFile(spec);
+  WriteWholeFile(spec, base + "metrics:\n  tensorboard: sometimes\n");
   auto r = RunCommand({Bin("sftctl"), "run", spec});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("job.yaml:21: field 'metrics.tensorboard': must be true or false"));
-  WriteFile(spec, base + "metrics: {gpu_peak_tflops: -1}\n");
+  WriteWholeFile(spec, base + "metrics: {gpu_peak_tflops: -1}\n");
   r = RunCommand({Bin("sftctl"), "run", spec});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("field 'metrics.gpu_peak_tflops'"));
@@ -257,7 +258,7 @@ TEST(TensorBoard, BadMetricsFieldsAreNamed) {
 TEST(TensorBoardE2E, RunLocalAndSpecWriteTheSameSeriesAcrossAResume) {
   TempDir tmp("tb-run");
   const std::string spec = WriteTinyJob(tmp.path(), /*steps=*/4, /*checkpoint_interval=*/2);
-  WriteFile(spec, ReadFile(spec) + "eval: {interval: 2}\nmetrics: {tensorboard: true}\n");
+  WriteWholeFile(spec, ReadWholeFile(spec) + "eval: {interval: 2}\nmetrics: {tensorboard: true}\n");
   const std::string run = tmp.path() + "/run", tb = tmp.path() + "/tb";
   auto r = RunCommand({Bin("sftctl"), "run", spec, "-o", run, "--tensorboard", tb});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -304,10 +305,10 @@ TEST(TensorBoardE2E, LogsFollowWritesTheJobsSeriesOnceAndUsageIsShown) {
   EXPECT_THAT(r.err, HasSubstr(": SUCCEEDED; 0.00 h on CPU, $0.00 at $3.60/h"));
   const std::string file = tb + "/" + kEventFileName;
   ExpectMatches(file, ReadJsonl(agent + "/jobs/" + job + "/run/metrics.jsonl"));
-  const std::string before = ReadFile(file);
+  const std::string before = ReadWholeFile(file);
   r = sftctl.Run({"logs", job, "--tensorboard", tb, "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.All();
-  EXPECT_EQ(ReadFile(file), before);
+  EXPECT_EQ(ReadWholeFile(file), before);
 
   r = sftctl.Run({"list", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.All();

@@ -6,7 +6,7 @@
 // add_generation_prompt false and true, including the conversations templates reject with
 // raise_exception. Then the turns the interpreter marks as trained, the built-in renderers
 // against the interpreter, and loss masks of real-tokenizer conversations.
-#include "common/chat_template.h"
+#include "common/jinja/chat_template.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -20,17 +20,21 @@
 #include <string>
 #include <vector>
 
-#include "common/bpe_tokenizer.h"
-#include "common/sft_data.h"
-#include "common/tokenizer_loader.h"
+#include "common/data/sft_data.h"
+#include "common/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/tokenizer_loader.h"
+#include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl {
 namespace {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
+using ::sftctl::testing::ReadWholeFile;
 using ::sftctl::testing::StatusIs;
+using ::sftctl::testing::TempDir;
 using ::testing::HasSubstr;
 
 const std::string kBuild = SFTCTL_BUILD_DIR;
@@ -53,11 +57,6 @@ std::vector<J> ReadJsonl(const std::string& path) {
   return out;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // The conversations the reference renders, in its order.
 std::vector<ordered_json> Records() {
   auto a = ReadJsonl<ordered_json>(kHere + "/conversations.jsonl");
@@ -76,7 +75,7 @@ ordered_json Tools(const ordered_json& rec) { return rec.contains("tools") ? rec
 
 // bos/eos the reference renders a template with (special_tokens.json: the longest name prefix).
 std::pair<std::string, std::string> SpecialTokens(const std::string& name) {
-  static const json table = json::parse(ReadFile(kHere + "/special_tokens.json"));
+  static const json table = json::parse(ReadWholeFile(kHere + "/special_tokens.json"));
   std::string best;
   for (auto it = table.begin(); it != table.end(); ++it) {
     if (it.key()[0] != '_' && name.rfind(it.key(), 0) == 0 && it.key().size() >= best.size()) best = it.key();
@@ -92,7 +91,7 @@ struct Source {
 // The templates of the fixture and of this folder.
 std::vector<Source> Templates() {
   std::vector<Source> out;
-  const json index = json::parse(ReadFile(kReference + "/templates/index.json"));
+  const json index = json::parse(ReadWholeFile(kReference + "/templates/index.json"));
   for (const auto& e : index)
     out.push_back({e["name"], kReference + "/templates/" + e["name"].get<std::string>() + ".jinja"});
   for (const auto& f : std::filesystem::directory_iterator(kHere)) {
@@ -111,7 +110,7 @@ bool HaveReference() { return std::filesystem::exists(kReference + "/templates/i
 
 StatusOr<ChatTemplate> LoadTemplate(const Source& s) {
   const auto [bos, eos] = SpecialTokens(s.name);
-  auto t = ChatTemplate::FromJinja(ReadFile(s.path), bos, eos, s.name + ".jinja");
+  auto t = ChatTemplate::FromJinja(ReadWholeFile(s.path), bos, eos, s.name + ".jinja");
   if (t.ok()) t->set_now(kFixedNow);
   return t;
 }
@@ -364,14 +363,12 @@ TEST(ChatTemplate, InterpretedTemplate) {
 
 // Named templates in a tokenizer_config.json: "default", and "tool_use" when there are tools.
 TEST(ChatTemplate, NamedTemplates) {
-  const std::string dir =
-      std::filesystem::temp_directory_path() / ("sftctl-named-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const TempDir tmp("named");
+  const std::string& dir = tmp.path();
   std::ofstream(dir + "/tokenizer_config.json") << R"({"eos_token": "</s>", "chat_template": [
       {"name": "default", "template": "{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}"},
       {"name": "tool_use", "template": "[{{ tools | length }} tools]{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}"}]})";
   auto t = ChatTemplate::Load("auto", dir);
-  std::filesystem::remove_all(dir);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   const std::vector<ChatMessage> msgs = {M("user", "u"), M("assistant", "a")};
   EXPECT_EQ(*t->RenderText(msgs), "<user>u</s><assistant>a</s>");

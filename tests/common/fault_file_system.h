@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 
 namespace sftctl::testing {
 

@@ -1,6 +1,6 @@
 // The descriptor seam (common/fd_util) and the Waker (common/waker), both implementations of each:
 // the portable one is what macOS runs, exercised here on Linux.
-#include "common/fd_util.h"
+#include "common/os/fd_util.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -13,7 +13,7 @@
 #include <cerrno>
 #include <thread>
 
-#include "common/waker.h"
+#include "common/os/waker.h"
 #include "tests/util/status_matchers.h"
 
 namespace sftctl {

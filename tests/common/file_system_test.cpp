@@ -1,4 +1,4 @@
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

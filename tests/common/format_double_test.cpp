@@ -1,6 +1,6 @@
 // common/format_double: the shortest round-trip scientific text, and its printf-based fallback
 // (GCC 10's library has no floating-point std::to_chars) against std::to_chars where it exists.
-#include "common/format_double.h"
+#include "common/jinja/format_double.h"
 
 #include <gtest/gtest.h>
 

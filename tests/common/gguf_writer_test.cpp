@@ -1,7 +1,6 @@
-// common/ggml_types.h encoders and common/gguf_writer.h's checks and failure handling. The file
-// layout itself is checked end to end by tests/trainer/gguf_export_test.cpp with an independent
-// reader.
-#include "common/gguf_writer.h"
+// common/formats/ggml_types.h encoders and common/formats/gguf_writer.h's checks and failure handling. The
+// file layout itself is checked end to end by tests/trainer/gguf_export_test.cpp with an independent reader.
+#include "common/formats/gguf_writer.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/safetensors.h"
+#include "common/formats/safetensors.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl::gguf {

@@ -1,7 +1,7 @@
 // common/hf_hub + common/http_client + common/hub_spec against a fake Hub on 127.0.0.1
 // (tests/util/fake_hub.py): the cache layout, resume after a dropped connection, verification,
 // gated repositories and where the token goes, 404s, and no content requests for a cached snapshot.
-#include "common/hf_hub.h"
+#include "common/hub/hf_hub.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "common/file_lock.h"
-#include "common/hub_spec.h"
+#include "common/hub/hub_spec.h"
+#include "common/os/file_lock.h"
 #include "common/sha256.h"
 #include "tests/util/fake_hub.h"
 #include "tests/util/file_util.h"

@@ -1,6 +1,6 @@
-// The host memory seam (common/host_memory.h): MemAvailable parsing, and this process's resident
+// The host memory seam (common/os/host_memory.h): MemAvailable parsing, and this process's resident
 // set and its peak, reset and regrown by a real allocation.
-#include "common/host_memory.h"
+#include "common/os/host_memory.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "common/jinja_interpreter.h"
+#include "common/jinja/jinja_interpreter.h"
 #include "tests/util/status_matchers.h"
 
 namespace sftctl::jinja {

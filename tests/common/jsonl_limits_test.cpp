@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/sft_data.h"
-#include "common/tokenizer.h"
+#include "common/data/sft_data.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 

@@ -1,5 +1,5 @@
-// common/net_addr.h: one loopback rule for the agent's listen check, node 0's master_addr and Gloo.
-#include "common/net_addr.h"
+// common/os/net_addr.h: one loopback rule for the agent's listen check, node 0's master_addr and Gloo.
+#include "common/os/net_addr.h"
 
 #include <gtest/gtest.h>
 

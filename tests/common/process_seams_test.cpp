@@ -21,14 +21,16 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/child_exit_watch.h"
-#include "common/parent_death.h"
-#include "common/process_util.h"
-#include "common/self_exe.h"
+#include "common/os/child_exit_watch.h"
+#include "common/os/parent_death.h"
+#include "common/os/process_util.h"
+#include "common/os/self_exe.h"
+#include "tests/util/wait_for.h"
 
 namespace sftctl {
 namespace {
 
+using ::sftctl::testing::WaitFor;
 using SteadyClock = std::chrono::steady_clock;
 
 long long MsSince(SteadyClock::time_point t) {
@@ -76,7 +78,12 @@ TEST_P(ChildExitWatchTest, AChildThatExitedBeforeWaitIsReportedAtOnce) {
   if (pid == 0) ::_exit(7);
   ASSERT_GT(pid, 0);
   (*w)->Watch(pid);
-  ::usleep(100 * 1000);  // it is a zombie now
+  // Until it is a zombie (waitid with WNOWAIT leaves it unreaped).
+  ASSERT_TRUE(WaitFor([&] {
+    siginfo_t info{};
+    return ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           info.si_pid == pid;
+  }));
   auto t0 = SteadyClock::now();
   EXPECT_TRUE((*w)->Wait(10000));
   EXPECT_LT(MsSince(t0), 1000);
@@ -177,14 +184,14 @@ class ParentDeathTest : public ::testing::TestWithParam<ParentDeathSignal::Kind>
 
   // Reaps every remaining child; false if some are still running after `ms`.
   bool ReapAll(int ms) {
-    auto t0 = SteadyClock::now();
-    for (;;) {
-      pid_t got = ::waitpid(-1, nullptr, WNOHANG);
-      if (got < 0 && errno == ECHILD) return true;
-      if (got > 0) continue;
-      if (MsSince(t0) > ms) return false;
-      ::usleep(10 * 1000);
-    }
+    return WaitFor(
+        [] {
+          pid_t got;
+          while ((got = ::waitpid(-1, nullptr, WNOHANG)) > 0) {
+          }
+          return got < 0 && errno == ECHILD;
+        },
+        std::chrono::milliseconds(ms));
   }
 };
 
@@ -198,7 +205,7 @@ TEST_P(ParentDeathTest, TheChildGetsTheSignalWhenItsParentDies) {
   // C was re-parented to this subreaper; it must end by SIGTERM soon (not run `sleep 30`).
   auto t0 = SteadyClock::now();
   pid_t got = 0;
-  while ((got = ::waitpid(c, &status, WNOHANG)) == 0 && MsSince(t0) < 10000) ::usleep(10 * 1000);
+  WaitFor([&] { return (got = ::waitpid(c, &status, WNOHANG)) != 0; }, std::chrono::seconds(10));
   ASSERT_EQ(got, c) << "the child outlived its parent";
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
   EXPECT_LT(MsSince(t0), 5000);

@@ -14,13 +14,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/wait_for.h"
 
 namespace sftctl {
 namespace {
 
+using ::sftctl::testing::ReadWholeFile;
 using ::sftctl::testing::StatusIs;
+using ::sftctl::testing::WaitFor;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 using namespace std::chrono_literals;
@@ -38,13 +42,6 @@ RankExit Killed(int sig) {
   return e;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // How many descriptors this process has open.
 size_t OpenDescriptors() {
   size_t n = 0;
@@ -58,7 +55,7 @@ int WaitExit(pid_t pid) {
   return status;
 }
 
-// The rest passes through the allowlist of common/process_util.h: NCCL_ tuning does, a secret does not.
+// The rest passes through the allowlist of common/os/process_util.h: NCCL_ tuning does, a secret does not.
 TEST(RankEnvironmentTest, ReplacesTheRankVariablesAndKeepsTheAllowedRest) {
   const char* inherited[] = {"PATH=/bin",       "RANK=7",          "MASTER_PORT=1",          "RANKING=drop",
                              "NCCL_DEBUG=INFO", "HF_TOKEN=secret", "CUDA_VISIBLE_DEVICES=3", nullptr};
@@ -148,12 +145,12 @@ TEST(StartRankGroupTest, RanksShareOneGroupTheirEnvironmentFolderAndLogs) {
   // Wait for every rank's output (two lines), then stop the whole group with one signal.
   auto all_written = [&] {
     for (int r = 0; r < 3; ++r) {
-      const std::string out = ReadAll(dir + "/rank-" + std::to_string(r) + ".out");
+      const std::string out = ReadWholeFile(dir + "/rank-" + std::to_string(r) + ".out");
       if (std::count(out.begin(), out.end(), '\n') < 2) return false;
     }
     return true;
   };
-  for (int i = 0; i < 500 && !all_written(); ++i) ::usleep(20000);
+  ASSERT_TRUE(WaitFor(all_written));
   ASSERT_EQ(::killpg(pids->front(), SIGTERM), 0);
   for (pid_t pid : *pids) {
     int status = WaitExit(pid);
@@ -162,9 +159,9 @@ TEST(StartRankGroupTest, RanksShareOneGroupTheirEnvironmentFolderAndLogs) {
   const std::string real_dir = std::filesystem::canonical(dir).string();
   for (int r = 0; r < 3; ++r) {
     const std::string stem = dir + "/rank-" + std::to_string(r);
-    EXPECT_EQ(ReadAll(stem + ".out"), "out " + std::to_string(r) + "/3\n" + real_dir + "\n");
-    EXPECT_EQ(ReadAll(stem + ".err"), "err\n");
-    EXPECT_EQ(ReadAll(stem + ".events"), "ev\n");
+    EXPECT_EQ(ReadWholeFile(stem + ".out"), "out " + std::to_string(r) + "/3\n" + real_dir + "\n");
+    EXPECT_EQ(ReadWholeFile(stem + ".err"), "err\n");
+    EXPECT_EQ(ReadWholeFile(stem + ".events"), "ev\n");
   }
 }
 

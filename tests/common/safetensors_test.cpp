@@ -1,4 +1,4 @@
-#include "common/safetensors.h"
+#include "common/formats/safetensors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/file_system.h"
+#include "common/os/file_system.h"
 #include "common/status.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"

@@ -15,26 +15,22 @@
 
 #include "common/source_id.h"
 #include "tests/util/command.h"
+#include "tests/util/file_util.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl {
 namespace {
 
 using ::sftctl::testing::Bin;
+using ::sftctl::testing::ReadWholeFile;
 using ::sftctl::testing::RunCommand;
 using ::sftctl::testing::RunShell;
 using ::sftctl::testing::TempDir;
+using ::sftctl::testing::WriteWholeFile;
 namespace fs = std::filesystem;
 
 const std::string kShare = std::string(SFTCTL_BUILD_DIR) + "/share/sftctl";
 const std::string kScript = std::string(SFTCTL_SOURCE_DIR) + "/cmake/source_archive.cmake";
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;
@@ -43,19 +39,14 @@ std::vector<std::string> Lines(const std::string& text) {
   return lines;
 }
 
-void Write(const std::string& path, const std::string& text) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
-
 std::string RunScript(const std::string& src, const std::string& out) {
   auto r = RunCommand({"cmake", "-DSRC=" + src, "-DOUT=" + out, "-P", kScript});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  return Read(out + "/SOURCE_ID");
+  return ReadWholeFile(out + "/SOURCE_ID");
 }
 
 TEST(SourceArchive, TheIdIsTheSameFromGitTheArchiveAndAPlainCopy) {
-  const std::string id = Read(kShare + "/SOURCE_ID");
+  const std::string id = ReadWholeFile(kShare + "/SOURCE_ID");
   ASSERT_EQ(id.size(), 65u) << id;   // 64 hex digits and a newline
   EXPECT_EQ(SourceId() + "\n", id);  // what this test binary (in bin/ beside share/) reads
 
@@ -64,8 +55,8 @@ TEST(SourceArchive, TheIdIsTheSameFromGitTheArchiveAndAPlainCopy) {
   fs::create_directories(unpacked);
   auto tar = RunCommand({"tar", "-xzf", kShare + "/sftctl-src.tar.gz", "-C", unpacked});
   ASSERT_EQ(tar.exit_code, 0) << tar.output;
-  EXPECT_EQ(Read(unpacked + "/SOURCE_ID"), id);
-  const std::string listed = Read(unpacked + "/SOURCES");
+  EXPECT_EQ(ReadWholeFile(unpacked + "/SOURCE_ID"), id);
+  const std::string listed = ReadWholeFile(unpacked + "/SOURCES");
   EXPECT_NE(listed.find("CMakeLists.txt\n"), std::string::npos);
   EXPECT_NE(listed.find("deploy/host/sftctl-host.sh\n"), std::string::npos);
   EXPECT_EQ(listed.find("build/"), std::string::npos);
@@ -112,16 +103,16 @@ TEST(SourceArchive, PacksOnlyTheTrackedFilesOfTheSourceFolders) {
                                                  "deploy/host/sftctl-host.sh",
                                                  "proto/sftctl/v1/agent.proto",
                                                  "trainer/t.cpp"};
-  for (const auto& f : tracked_sources) Write(src + "/" + f, f + "\n");
+  for (const auto& f : tracked_sources) WriteWholeFile(src + "/" + f, f + "\n");
   for (const char* f :
        {"README.md", "docs/x.md", "bench/b.cpp", ".ci/run", "cmake/.hidden", "tests/CMakeLists.txt"})
-    Write(src + "/" + f, "tracked, not built\n");
+    WriteWholeFile(src + "/" + f, "tracked, not built\n");
   auto git = RunShell("cd '" + src + "' && git init -q && git add -A");
   ASSERT_EQ(git.exit_code, 0) << git.output;
   const char* planted[] = {".env",           "common/.env",
                            "notes.txt",      "docs/draft.md",
                            "common/new.cpp", "tests/util/__pycache__/fake_hub.cpython-311.pyc"};
-  for (const char* f : planted) Write(src + "/" + f, "SECRET_TOKEN=hf_abc\n");
+  for (const char* f : planted) WriteWholeFile(src + "/" + f, "SECRET_TOKEN=hf_abc\n");
 
   // From git: the tracked source files only; the untracked new source is named, not packed.
   auto r = RunCommand({"cmake", "-DSRC=" + src, "-DOUT=" + tmp.path() + "/git", "-P", kScript});
@@ -134,7 +125,7 @@ TEST(SourceArchive, PacksOnlyTheTrackedFilesOfTheSourceFolders) {
   want.push_back("SOURCE_ID");
   std::sort(want.begin(), want.end());
   EXPECT_EQ(ArchiveEntries(tmp.path() + "/git"), want);
-  const std::string git_id = Read(tmp.path() + "/git/SOURCE_ID");
+  const std::string git_id = ReadWholeFile(tmp.path() + "/git/SOURCE_ID");
 
   // Without git: the files beneath the source folders (so common/new.cpp), still no dotfile, no
   // file outside them and no Python cache.
@@ -145,8 +136,8 @@ TEST(SourceArchive, PacksOnlyTheTrackedFilesOfTheSourceFolders) {
   EXPECT_EQ(ArchiveEntries(tmp.path() + "/copy"), want);
   // The id follows the packed files only: a change outside them leaves it as it is.
   fs::remove(src + "/common/new.cpp");
-  Write(src + "/docs/x.md", "changed\n");
-  Write(src + "/.env", "SECRET_TOKEN=other\n");
+  WriteWholeFile(src + "/docs/x.md", "changed\n");
+  WriteWholeFile(src + "/.env", "SECRET_TOKEN=other\n");
   EXPECT_EQ(RunScript(src, tmp.path() + "/copy-again"), git_id);
 }
 

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/bpe_tokenizer.h"
-#include "common/tokenizer_loader.h"
-#include "common/unicode_normalize.h"
+#include "common/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/tokenizer_loader.h"
+#include "common/tokenizer/unicode_normalize.h"
 
 namespace sftctl {
 namespace {

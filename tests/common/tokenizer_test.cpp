@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "common/bpe_tokenizer.h"
-#include "common/file_system.h"
-#include "common/tokenizer_loader.h"
-#include "common/unicode_normalize.h"
+#include "common/os/file_system.h"
+#include "common/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/tokenizer_loader.h"
+#include "common/tokenizer/unicode_normalize.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl {

@@ -29,7 +29,7 @@
 #include "agent/state_store.h"
 #include "agent/supervisor.h"
 #include "common/sha256.h"
-#include "common/unicode_normalize.h"
+#include "common/tokenizer/unicode_normalize.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace sftctl;

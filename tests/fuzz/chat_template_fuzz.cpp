@@ -1,4 +1,4 @@
-// Fuzz target: chat templates and their rendering (common/chat_template.h, and through it the Jinja
+// Fuzz target: chat templates and their rendering (common/jinja/chat_template.h, and through it the Jinja
 // interpreter, common/jinja_*.h). The template comes with a downloaded model
 // (tokenizer_config.json's chat_template) or from a file data.chat_template names; the
 // conversation comes from a data file.
@@ -16,11 +16,12 @@
 // power and overflow, negative and huge widths, strings doubled or repeated past the size of
 // one value, deep nesting, long-needle searches, huge format indices), which must render or end in an
 // error Status, within the interpreter's budget: never a hang, an abort or a sanitizer report.
-// The fuzz preset builds the interpreter with smaller budgets (SFTCTL_FUZZ_LIMITS, common/jinja_value.h),
-// so that an input rendered many times under ASan stays within libFuzzer's per-input timeout.
+// The fuzz preset builds the interpreter with smaller budgets (SFTCTL_FUZZ_LIMITS,
+// common/jinja/jinja_value.h), so that an input rendered many times under ASan stays within libFuzzer's
+// per-input timeout.
 #include <nlohmann/json.hpp>
 
-#include "common/chat_template.h"
+#include "common/jinja/chat_template.h"
 #include "common/json_parse.h"
 #include "tests/fuzz/fuzz_util.h"
 

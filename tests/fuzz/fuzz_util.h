@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "common/unicode_normalize.h"
+#include "common/tokenizer/unicode_normalize.h"
 
 #define FUZZ_CHECK(cond, what)                                                              \
   do {                                                                                      \

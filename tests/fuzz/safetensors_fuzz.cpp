@@ -6,8 +6,8 @@
 // Reader accepts, Write writes back to a file that Reader reads as the same tensors and bytes.
 #include <cstring>
 
-#include "common/file_system.h"
-#include "common/safetensors.h"
+#include "common/formats/safetensors.h"
+#include "common/os/file_system.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace sftctl;

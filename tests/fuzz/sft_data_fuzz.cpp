@@ -13,9 +13,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "common/bpe_tokenizer.h"
-#include "common/sft_data.h"
-#include "common/tokenizer.h"
+#include "common/data/sft_data.h"
+#include "common/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace sftctl;

@@ -11,7 +11,7 @@
 // concatenates to DecodeBytes of all of them; ids out of range are skipped, never read.
 #include <cstring>
 
-#include "common/bpe_tokenizer.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace sftctl;

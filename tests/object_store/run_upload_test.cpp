@@ -2,7 +2,7 @@
 // through the real binaries against moto_server (strict SigV4): every checkpoint reaches the bucket
 // with its manifest, awscli sees the same files, a run resumed from the bucket ends bit-identical to
 // the uninterrupted one, bad credentials and buckets fail before training, and the secret is written
-// nowhere.
+// nowhere; uploads the server refuses are reported and do not hold up training.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -141,6 +141,36 @@ TEST_F(RunUploadTest, BadCredentialsOrBucketFailBeforeTraining) {
   r = Sftctl({"pull", "s3://there/empty", dir.path() + "/p"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("s3://there/empty has no complete checkpoint"));
+}
+
+// A server that refuses every upload (an S3 policy's Deny on PutObject, the way a full quota or a
+// read-only key refuses): listing passes, so the run starts; each upload fails with S3's error, which
+// names the object and the request; training goes on to its last step; the run exits non-zero because
+// its final checkpoint is not in the bucket.
+TEST_F(RunUploadTest, RefusedUploadsAreClearAndDoNotBlockTraining) {
+  ASSERT_TRUE(s3_->CreateBucket("full").ok());
+  testing::TempDir dir("s3refused");
+  const std::string spec = testing::WriteTinyJobSpec(
+      dir.path(), "train: {max_steps: 6, batch_size: 4}\ncheckpoint: {interval: 2, keep: 2}\n");
+  auto env = Env();
+  env.insert(env.begin(), {"AWS_ACCESS_KEY_ID=" + server_->refused_access_key(),
+                           "AWS_SECRET_ACCESS_KEY=" + server_->refused_secret_key()});
+  const std::string w = dir.path() + "/w";
+  auto r = Sftctl({"run", "--local", spec, "-o", w, "--upload-to", "s3://full/run"}, env);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("sftctl: upload: upload of checkpoint-000006 failed: "));
+  EXPECT_THAT(r.output, HasSubstr("full/run/checkpoint-000006/"));
+  EXPECT_THAT(r.output, HasSubstr("HTTP 403 AccessDenied"));
+  EXPECT_THAT(r.output, Not(HasSubstr(server_->refused_secret_key())));
+  // Training was not held up: every step ran and the last checkpoint is complete here.
+  int steps = 0;
+  for (const auto& rec : testing::ReadMetrics(w + "/metrics.jsonl")) steps += rec["event"] == "step";
+  EXPECT_EQ(steps, 6);
+  EXPECT_TRUE(fs::exists(w + "/checkpoint-000006/DONE"));
+  // Nothing a reader would take reached the bucket.
+  auto newest = NewestBucketCheckpoint(*s3_, S3Location{"full", "run"});
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_FALSE(newest->has_value());
 }
 
 }  // namespace

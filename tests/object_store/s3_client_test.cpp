@@ -1,5 +1,6 @@
 // The S3 client (common/object_store/) against a real S3-compatible server: moto_server on
-// 127.0.0.1 in strict mode (every SigV4 signature checked), cross-checked with Debian's awscli.
+// 127.0.0.1 in strict mode (every SigV4 signature checked), cross-checked with Debian's awscli; a
+// relay in front of it drops the link mid-download (tests/object_store/drop_relay.h).
 #include "common/object_store/s3_client.h"
 
 #include <gmock/gmock.h>
@@ -12,9 +13,10 @@
 #include "common/object_store/s3_location.h"
 #include "common/object_store/s3_transfer.h"
 #include "common/object_store/s3_xml.h"
-#include "common/process_util.h"
+#include "common/os/process_util.h"
 #include "common/range_log.h"
 #include "common/sha256.h"
+#include "tests/object_store/drop_relay.h"
 #include "tests/object_store/s3_server.h"
 #include "tests/util/command.h"
 #include "tests/util/file_util.h"
@@ -306,6 +308,35 @@ TEST_F(S3ServerTest, RangedDownloadIsVerifiedAndResumed) {
               StatusIs(StatusCode::kDataLoss, HasSubstr("the manifest says 5")));
   EXPECT_FALSE(std::filesystem::exists(other));
   EXPECT_FALSE(std::filesystem::exists(other + ".part"));
+}
+
+// The link drops in the middle of a download (a relay in front of the server closes the connection
+// after 7 MiB, and every connection after it): the error names the object, the request and the
+// cause; the completed 5 MiB range is kept, and the next download fetches only the rest.
+TEST_F(S3ServerTest, DroppedConnectionMidDownloadIsClearAndTheNextDownloadResumes) {
+  ASSERT_TRUE(s3().CreateBucket("drop").ok());
+  testing::TempDir dir("s3drop");
+  const std::string data = RandomBytes((13u << 20) + 5, 12), src = dir.path() + "/src.bin";
+  testing::WriteWholeFile(src, data);
+  TransferOptions opt;
+  opt.part_size = 5u << 20;
+  opt.parallel = 1;  // ranges in order: the first is whole before the link drops
+  ASSERT_TRUE(UploadFile(s3(), "drop", "m.bin", src, opt).ok());
+  const std::string& ep = server_->endpoint();
+  testing::DropRelay relay(std::stoi(ep.substr(ep.rfind(':') + 1)), 7u << 20);
+  ASSERT_GT(relay.port(), 0);
+  S3Client cut(S3Endpoint{"http://127.0.0.1:" + std::to_string(relay.port()), "us-east-1"},
+               AwsCredentials{server_->access_key(), server_->secret_key(), "", "test"});
+  const std::string sha = Sha256Hex(data), dest = dir.path() + "/out.bin";
+  EXPECT_THAT(DownloadFile(cut, "drop", "m.bin", data.size(), sha, dest, opt),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("s3://drop/m.bin: GET http://127.0.0.1:")));
+  EXPECT_EQ(relay.down(), 7u << 20);
+  EXPECT_FALSE(std::filesystem::exists(dest));
+  TransferStats stats;
+  ASSERT_TRUE(DownloadFile(s3(), "drop", "m.bin", data.size(), sha, dest, opt, &stats).ok());
+  EXPECT_EQ(stats.bytes_resumed, 5u << 20);
+  EXPECT_EQ(stats.bytes_sent, data.size() - (5u << 20));
+  EXPECT_EQ(testing::ReadWholeFile(dest), data);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/object_store/s3_client.h"
-#include "common/process_util.h"
+#include "common/os/process_util.h"
 #include "tests/util/command.h"
 #include "tests/util/temp_dir.h"
 
@@ -48,6 +48,10 @@ class S3Server {
   const std::string& endpoint() { return env_["S3_ENDPOINT"]; }
   const std::string& access_key() { return env_["AWS_ACCESS_KEY_ID"]; }
   const std::string& secret_key() { return env_["AWS_SECRET_ACCESS_KEY"]; }
+  // A key whose every PutObject the server refuses (403 AccessDenied; reads, lists and deletes pass):
+  // uploads refused as by a full quota. Strict mode only.
+  const std::string& refused_access_key() { return env_["S3_REFUSED_ACCESS_KEY_ID"]; }
+  const std::string& refused_secret_key() { return env_["S3_REFUSED_SECRET_ACCESS_KEY"]; }
   // The server's log (moto's request lines), for failure messages.
   std::string Log() const {
     std::ifstream in(dir_.path() + "/server.log");

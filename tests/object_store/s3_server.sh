@@ -8,8 +8,11 @@
 #                                   deploy/install-deps.sh; does nothing when moto is present.
 #   s3_server.sh start DIR PORT [strict|lenient]
 #                                   starts the server, waits until it answers, and in strict mode
-#                                   creates an IAM user with an s3:* key; writes DIR/env (KEY=VALUE
-#                                   lines: S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) and
+#                                   creates an IAM user with an s3:* key, and a second one refused
+#                                   every PutObject (an S3 policy's Deny: the server refuses uploads,
+#                                   as a full quota would); writes DIR/env (KEY=VALUE lines:
+#                                   S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+#                                   S3_REFUSED_ACCESS_KEY_ID, S3_REFUSED_SECRET_ACCESS_KEY) and
 #                                   DIR/server.pid. Fails when PORT already answers.
 #   s3_server.sh stop DIR           stops the server whose pid is in DIR/server.pid (that pid only).
 # State is in memory: each start is an empty store.
@@ -72,8 +75,8 @@ start_server() {
   curl -s -o /dev/null --max-time 2 "$ENDPOINT/" && fail "port $port already answers"
   mkdir -p "$dir"
   if [[ $mode == strict ]]; then
-    # moto checks signatures after the first N requests; the 3 spent below make the IAM user.
-    INITIAL_NO_AUTH_ACTION_COUNT=3 "$MOTO" -H 127.0.0.1 -p "$port" >"$dir/server.log" 2>&1 &
+    # moto checks signatures after the first N requests; the 6 spent below make the IAM users.
+    INITIAL_NO_AUTH_ACTION_COUNT=6 "$MOTO" -H 127.0.0.1 -p "$port" >"$dir/server.log" 2>&1 &
   else
     env -u INITIAL_NO_AUTH_ACTION_COUNT "$MOTO" -H 127.0.0.1 -p "$port" >"$dir/server.log" 2>&1 &
   fi
@@ -84,18 +87,26 @@ start_server() {
     sleep 0.05
   done
   curl -s -o /dev/null --fail "$ENDPOINT/moto-api/data.json" || fail "moto_server does not answer on $ENDPOINT"
-  key=test secret=test
+  key=test secret=test refused=test:test
   if [[ $mode == strict ]]; then
-    iam_call -d 'Action=CreateUser&UserName=sftctl-test&Version=2010-05-08' >/dev/null
-    reply=$(iam_call -d 'Action=CreateAccessKey&UserName=sftctl-test&Version=2010-05-08')
-    key=$(xml_field AccessKeyId <<<"$reply")
-    secret=$(xml_field SecretAccessKey <<<"$reply")
-    iam_call -d 'Action=PutUserPolicy&UserName=sftctl-test&PolicyName=all-s3&Version=2010-05-08' \
-      --data-urlencode 'PolicyDocument={"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}' \
-      >/dev/null
-    [[ -n $key && -n $secret ]] || fail "could not create the IAM key: $reply"
+    local all='{"Effect":"Allow","Action":"s3:*","Resource":"*"}'
+    IFS=: read -r key secret < <(make_user sftctl-test "$all")
+    refused=$(make_user sftctl-refused "$all"',{"Effect":"Deny","Action":"s3:PutObject","Resource":"*"}')
   fi
   printf 'S3_ENDPOINT=%s\nAWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$ENDPOINT" "$key" "$secret" >"$dir/env"
+  printf 'S3_REFUSED_ACCESS_KEY_ID=%s\nS3_REFUSED_SECRET_ACCESS_KEY=%s\n' "${refused%%:*}" "${refused#*:}" >>"$dir/env"
+}
+
+make_user() { # NAME STATEMENTS: an IAM user with that policy; prints KEY:SECRET (3 unchecked requests)
+  local reply key secret
+  iam_call -d "Action=CreateUser&UserName=$1&Version=2010-05-08" >/dev/null
+  reply=$(iam_call -d "Action=CreateAccessKey&UserName=$1&Version=2010-05-08")
+  key=$(xml_field AccessKeyId <<<"$reply")
+  secret=$(xml_field SecretAccessKey <<<"$reply")
+  iam_call -d "Action=PutUserPolicy&UserName=$1&PolicyName=s3&Version=2010-05-08" \
+    --data-urlencode "PolicyDocument={\"Version\":\"2012-10-17\",\"Statement\":[$2]}" >/dev/null
+  [[ -n $key && -n $secret ]] || fail "could not create the IAM key of $1: $reply"
+  echo "$key:$secret"
 }
 
 stop_server() {

@@ -12,67 +12,37 @@
 # Usage: tests/portability/bullseye_agent_check.sh   (root or sudo; the root is made when missing)
 #   SFTCTL_CHECK_JOBS=N   parallel compiles (default: nproc)
 # The source is copied into ROOT/work/src (by content) and the build folder ROOT/work/build-agent
-# stays in the root, compiled through the root's ccache, so a second run rebuilds only what changed.
+# stays in the root, compiled through the shared ccache, so a second run rebuilds only what changed
+# (tests/portability/debian_root_lib.sh: check_enter, copy_source).
 # Logs: ROOT/work/{configure,build,sftd,e2e}.log. Exits non-zero naming the failed phase.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-ROOT=$(bash tests/portability/bullseye_root.sh | tail -n 1)
+NAME=bullseye_agent_check
+# shellcheck source=tests/portability/debian_root_lib.sh
+. "$(dirname "$0")/debian_root_lib.sh"
 # The layout of a bootstrapped host's ~/.local/share/sftctl/{src,build-agent}.
-WORK=/work/src
 BUILD=/work/build-agent
-CCACHE_ENV=(CCACHE_DIR=/var/cache/sftctl-ccache CCACHE_BASEDIR=/work CCACHE_IGNOREOPTIONS=-Werror
-  CCACHE_MAXSIZE=2G)
-LOGS=$ROOT/work
-jobs=${SFTCTL_CHECK_JOBS:-$(nproc 2>/dev/null || echo 2)}
-
-summary=()
-t_phase=$SECONDS
-phase() {
-  t_phase=$SECONDS
-  echo "bullseye_agent_check: $* ($(date +%H:%M:%S))"
-}
-done_phase() { summary+=("$(printf '%-44s %5d s  %s' "$1" $((SECONDS - t_phase)) "${2:-ok}")"); }
-fail() {
-  done_phase "$1" FAILED
-  printf '%s\n' "bullseye_agent_check summary:" "${summary[@]}" >&2
-  echo "bullseye_agent_check: FAILED: $2" >&2
-  exit 1
-}
 DATA=/work/sftd-data
-cleanup() {
+stop_sftd() {
   if [ -x "$ROOT$BUILD/bin/sftd" ]; then in_root "$BUILD/bin/sftd" stop --data-dir "$DATA" >/dev/null 2>&1 || true; fi
-  $SUDO umount "$ROOT/proc" 2>/dev/null || true
 }
-in_root() {
-  $SUDO chroot "$ROOT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "${CCACHE_ENV[@]}" "$@"
-}
-trap cleanup EXIT
-$SUDO umount "$ROOT/proc" 2>/dev/null || true
-$SUDO mount -t proc proc "$ROOT/proc"
+CHECK_EXIT_HOOK=stop_sftd
+check_enter tests/portability/bullseye_root.sh
 
 phase "copying the source into $ROOT$WORK"
-$SUDO mkdir -p "$ROOT$WORK"
-# As trixie_trainer_check.sh: tracked and untracked (not ignored) files, compared by content, times
-# not copied, so ninja rebuilds exactly what changed.
-{ git ls-files -co --exclude-standard -z 2>/dev/null ||
-  find . -path ./build -prune -o -path ./.git -prune -o -type f -printf '%P\0'; } |
-  { grep -zv '^bench/gpu/deps/' || true; } |
-  $SUDO rsync -rl --checksum --ignore-missing-args --from0 --files-from=- ./ "$ROOT$WORK/"
+copy_source
 done_phase "copy source"
 
 phase "the root has the old toolchain; the host script configures as CMakePresets.json says"
 cmake_version=$(in_root cmake --version | head -n 1 | awk '{print $3}')
 grpc_version=$(in_root pkg-config --modversion grpc++)
 [ "$(printf '%s\n' 3.21 "$cmake_version" | sort -V | head -n 1)" != 3.21 ] ||
-  fail "old toolchain" "the root's CMake $cmake_version reads presets: the no-preset path is not exercised"
+  check_fail "old toolchain" "the root's CMake $cmake_version reads presets: the no-preset path is not exercised"
 if ls "$ROOT"/usr/lib/*/cmake/grpc/gRPCConfig.cmake >/dev/null 2>&1; then
-  fail "old toolchain" "the root's gRPC has a CMake config: pkg-config discovery is not exercised"
+  check_fail "old toolchain" "the root's gRPC has a CMake config: pkg-config discovery is not exercised"
 fi
 # The host script's arguments for CMake without presets name what CMakePresets.json says.
 bash tests/portability/host_preset_args.sh . >"$LOGS/preset-args.log" 2>&1 ||
-  { cat "$LOGS/preset-args.log"; fail "preset-args" "sftctl-host.sh preset-args differs from CMakePresets.json"; }
+  { cat "$LOGS/preset-args.log"; check_fail "preset-args" "sftctl-host.sh preset-args differs from CMakePresets.json"; }
 # (args: host-agent's, for the configure below)
 mapfile -t args < <(bash deploy/host/sftctl-host.sh preset-args host-agent)
 echo "  CMake $cmake_version, gRPC $grpc_version (pkg-config), $(in_root g++ --version | head -n 1)"
@@ -81,23 +51,23 @@ done_phase "CMake $cmake_version, gRPC $grpc_version, no presets"
 phase "configure: host-agent's settings by hand, -Werror, the tests on"
 in_root bash -c "cd $WORK && cmake -S . -B $BUILD ${args[*]} -DSFTCTL_WERROR=ON -DSFTCTL_BUILD_TESTS=ON \
   -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" \
-  >"$LOGS/configure.log" 2>&1 || { tail -n 40 "$LOGS/configure.log"; fail "configure" "configure failed"; }
+  >"$LOGS/configure.log" 2>&1 || { tail -n 40 "$LOGS/configure.log"; check_fail "configure" "configure failed"; }
 grep -E 'sftctl:' "$LOGS/configure.log" || true
 grep -q "gRPC $grpc_version by pkg-config" "$LOGS/configure.log" ||
-  fail "configure" "configure did not find gRPC $grpc_version by pkg-config"
+  check_fail "configure" "configure did not find gRPC $grpc_version by pkg-config"
 done_phase "configure (no presets, CMake $cmake_version)"
 
 phase "build sftd and its end-to-end test (-j$jobs, -Werror, gRPC $grpc_version)"
 in_root cmake --build "$BUILD" -j "$jobs" --target sftd sftd-stub-trainer agent_e2e_test >"$LOGS/build.log" 2>&1 ||
   { grep -E 'error|warning' "$LOGS/build.log" | head -n 40; tail -n 20 "$LOGS/build.log"
-    fail "build" "building sftd failed (gRPC $grpc_version, g++ 10, -Werror)"; }
+    check_fail "build" "building sftd failed (gRPC $grpc_version, g++ 10, -Werror)"; }
 done_phase "build ($(grep -c 'Building CXX' "$LOGS/build.log" || true) objects compiled; ccache $(in_root ccache -s 2>/dev/null | grep -E '^cache hit rate' | tr -s ' ' || true))"
 
 phase "sftd links the root's gRPC and protobuf"
 needed=$(in_root readelf -d "$BUILD/bin/sftd" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 echo "  NEEDED: $(echo "$needed" | tr '\n' ' ')"
-echo "$needed" | grep -q '^libgrpc++\.so\.1$' || fail "NEEDED of sftd" "sftd does not link libgrpc++.so.1"
-echo "$needed" | grep -q '^libprotobuf\.so\.23$' || fail "NEEDED of sftd" "sftd does not link protobuf 3.12 (libprotobuf.so.23)"
+echo "$needed" | grep -q '^libgrpc++\.so\.1$' || check_fail "NEEDED of sftd" "sftd does not link libgrpc++.so.1"
+echo "$needed" | grep -q '^libprotobuf\.so\.23$' || check_fail "NEEDED of sftd" "sftd does not link protobuf 3.12 (libprotobuf.so.23)"
 done_phase "NEEDED: libgrpc++.so.1, libprotobuf.so.23"
 
 phase "sftd --version, start --detach, status (an RPC through gRPC $grpc_version), stop"
@@ -107,18 +77,17 @@ phase "sftd --version, start --detach, status (an RPC through gRPC $grpc_version
     in_root "$BUILD/bin/sftd" start --detach --data-dir "$DATA" --gpus none &&
     in_root "$BUILD/bin/sftd" status --json --data-dir "$DATA" &&
     in_root "$BUILD/bin/sftd" stop --data-dir "$DATA"
-} >"$LOGS/sftd.log" 2>&1 || { cat "$LOGS/sftd.log"; fail "run sftd" "sftd did not start, answer or stop"; }
-grep -q '"running":true' "$LOGS/sftd.log" || { cat "$LOGS/sftd.log"; fail "run sftd" "sftd status did not report a running agent"; }
+} >"$LOGS/sftd.log" 2>&1 || { cat "$LOGS/sftd.log"; check_fail "run sftd" "sftd did not start, answer or stop"; }
+grep -q '"running":true' "$LOGS/sftd.log" || { cat "$LOGS/sftd.log"; check_fail "run sftd" "sftd status did not report a running agent"; }
 grep -q '"healthy":true' "$LOGS/sftd.log" ||
-  { cat "$LOGS/sftd.log"; fail "run sftd" "the agent did not answer sftd status's Health RPC"; }
+  { cat "$LOGS/sftd.log"; check_fail "run sftd" "the agent did not answer sftd status's Health RPC"; }
 sed 's/^/  /' "$LOGS/sftd.log" | head -n 6
 done_phase "sftd runs and answers"
 
 phase "the agent's end-to-end test against sftd (gRPC $grpc_version)"
 in_root bash -c "cd $BUILD && bin/agent_e2e_test" >"$LOGS/e2e.log" 2>&1 ||
   { grep -E '^\[  FAILED|Failure' "$LOGS/e2e.log" | head -n 40; tail -n 30 "$LOGS/e2e.log"
-    fail "agent_e2e_test" "the agent's end-to-end test failed under gRPC $grpc_version"; }
+    check_fail "agent_e2e_test" "the agent's end-to-end test failed under gRPC $grpc_version"; }
 done_phase "agent_e2e_test" "$(grep -E '^\[  PASSED' "$LOGS/e2e.log" | tail -n 1)"
 
-printf '%s\n' "bullseye_agent_check summary (Debian 11, gRPC $grpc_version, $jobs jobs):" "${summary[@]}"
-echo "bullseye_agent_check: passed in $SECONDS s"
+check_summary "Debian 11, gRPC $grpc_version, $jobs jobs"

@@ -9,6 +9,7 @@
 #   away and made again. Needs root (or sudo), debootstrap, and the Debian registry this machine's
 #   apt already uses (its address is read from apt's sources, not written here). Debian testing
 #   moves: a root made later gets newer packages (the check prints the LibTorch version it found).
+#   About 1.6 GB on disk; timings in docs/portability.md.
 set -euo pipefail
 NAME=forky_root
 # shellcheck source=tests/portability/debian_root_lib.sh
@@ -17,13 +18,17 @@ NAME=forky_root
 ROOT=${1:-${SFTCTL_FORKY_ROOT:-/var/cache/sftctl/forky-root}}
 SUITE=forky
 
-# A compiler, CMake, LibTorch, the trainer's header-only and C dependencies, GoogleTest (the trainer
-# tests), Python torch (the HF parity tests' reference logits) and ccache; and, unlike the trixie
-# root (which stands in for a wheel's layout), gloo's headers, so the multi-rank CPU tests -- the
-# gradient buckets' hooks on LibTorch's grad accumulators among them -- run against the new LibTorch.
-PKGS=(ca-certificates g++ cmake ninja-build pkg-config make libtorch-dev libopenblas0-openmp
+# Only what compiling, linking and running the trainer and its tests needs: a compiler, CMake,
+# LibTorch (libtorch-dev: headers, CMake config, libtorch2.14; it pulls python3-dev in), the
+# trainer's header-only and C dependencies, GoogleTest, OpenBLAS's OpenMP flavour (the tests' speed)
+# and ccache; and, unlike the trixie root (which stands in for a wheel's layout), gloo's headers, so
+# the Gloo code path -- the gradient buckets' hooks on LibTorch's grad accumulators, one of the APIs
+# 2.14 changed -- compiles and its multi-rank tests run against the new LibTorch. No Python torch
+# (~600 MB with networkx, sympy, numpy and libtorch-test): the HF parity tests' reference needs it,
+# and only the check's --full mode runs those (it installs FULL_PKGS into the root then).
+PKGS=(ca-certificates g++ cmake ninja-build pkg-config libtorch-dev libopenblas0-openmp
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libutf8proc-dev libgloo-dev
-  libgtest-dev libgmock-dev python3 python3-torch python3-numpy ccache)
+  libgtest-dev libgmock-dev ccache)
 want="${PKGS[*]}"
 
 root_begin

@@ -9,33 +9,20 @@
 #
 # Usage: tests/portability/gpu_checklist_check.sh   (root or sudo; the root is made when missing)
 # The source goes to ROOT/work/src as in trixie_trainer_check.sh; run.sh builds in
-# ROOT/work/build-gpu through the root's ccache. Log: ROOT/work/gpu-checklist.log.
+# ROOT/work/build-gpu through the shared ccache (tests/portability/debian_root_lib.sh).
+# Log: ROOT/work/gpu-checklist.log.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-ROOT=$(bash tests/portability/trixie_root.sh | tail -n 1)
-WORK=/work/src
-LOG=$ROOT/work/gpu-checklist.log
-
-cleanup() { $SUDO umount "$ROOT/proc" 2>/dev/null || true; }
-trap cleanup EXIT
-cleanup
-$SUDO mount -t proc proc "$ROOT/proc"
-
-# The tree as a fresh checkout has it (tracked and untracked, not ignored; by content).
-$SUDO mkdir -p "$ROOT$WORK"
-{ git ls-files -co --exclude-standard -z 2>/dev/null ||
-  find . -path ./build -prune -o -path ./.git -prune -o -type f -printf '%P\0'; } |
-  { grep -zv '^bench/gpu/deps/' || true; } |
-  $SUDO rsync -rl --checksum --ignore-missing-args --from0 --files-from=- ./ "$ROOT$WORK/"
+NAME=gpu_checklist_check
+# shellcheck source=tests/portability/debian_root_lib.sh
+. "$(dirname "$0")/debian_root_lib.sh"
+check_enter tests/portability/trixie_root.sh
+LOG=$LOGS/gpu-checklist.log
+copy_source
 
 t0=$SECONDS
 rc=0
-$SUDO chroot "$ROOT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-  CCACHE_DIR=/var/cache/sftctl-ccache CCACHE_BASEDIR=/work CCACHE_MAXSIZE=4G \
-  CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache \
-  bash "$WORK/bench/gpu/run.sh" --python python3 --build /work/build-gpu --jobs "$(nproc)" >"$LOG" 2>&1 || rc=$?
+in_root CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache \
+  bash "$WORK/bench/gpu/run.sh" --python python3 --build /work/build-gpu --jobs "$jobs" >"$LOG" 2>&1 || rc=$?
 sed -n '/^GPU checklist:/,$p' "$LOG"
 echo "gpu_checklist_check: run.sh exited $rc after $((SECONDS - t0)) s"
 

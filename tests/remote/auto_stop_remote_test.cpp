@@ -41,8 +41,8 @@ TEST(AutoStopRemoteTest, StopWhenDoneStopsTheHostOnceAndStatusAndListShowIt) {
                                       "survives",
                                       "--price-per-hour",
                                       "2",
-                                      "--stop-check-ms",
-                                      "50"});
+                                      "--stop-check",
+                                      "50ms"});
   ASSERT_EQ(started.exit_code, 0) << started.output;
   struct StopAgent {
     std::string dir;

@@ -23,7 +23,7 @@ esac
 SFTCTL=$BUILD/bin/sftctl
 SRC=$PWD
 T0=$SECONDS
-TMP=$(mktemp -d /tmp/sftctl-bootstrap-e2e.XXXXXX)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/sftctl-bootstrap-e2e.XXXXXX")
 HUB_PID=""
 cleanup() {
   [ -n "$HUB_PID" ] && kill "$HUB_PID" 2>/dev/null
@@ -128,8 +128,12 @@ if [ "$KIND" = bullseye ]; then
   # The host has no LibTorch: the agent tests' stub trainer (tests/agent/stub_trainer.cpp: the trainer's
   # contract, 5 steps, a checkpoint with DONE), compiled there with its g++ 10, plays sftctl-trainer.
   phase "the stub trainer as the host's sftctl-trainer"
-  cp tests/agent/stub_trainer.cpp "$ROOTFS/tmp/stub_trainer.cpp"
-  chroot "$ROOTFS" g++ -std=c++17 -O1 -o /root/.local/bin/sftctl-trainer /tmp/stub_trainer.cpp ||
+  # With the one test header it includes (tests/util/file_util.h, standard library only).
+  mkdir -p "$ROOTFS/tmp/stub-src/tests/util"
+  cp tests/agent/stub_trainer.cpp "$ROOTFS/tmp/stub-src/stub_trainer.cpp"
+  cp tests/util/file_util.h "$ROOTFS/tmp/stub-src/tests/util/file_util.h"
+  chroot "$ROOTFS" g++ -std=c++17 -O1 -I/tmp/stub-src -o /root/.local/bin/sftctl-trainer \
+    /tmp/stub-src/stub_trainer.cpp ||
     fail "compiling the stub trainer on the host"
   STEP_LINE="stub done"
 fi

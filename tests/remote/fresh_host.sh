@@ -8,8 +8,9 @@
 #   fresh_host.sh up [KEY=VALUE...]   make it (tearing down a previous one first) and print one line:
 #       FRESH_HOST port=P root=MERGED key=CLIENT_KEY home=CLIENT_HOME run=RUN_DIR
 #     KEY=VALUE pairs become sshd `SetEnv` lines: the environment a configured host gives its
-#     sessions (e.g. HF_ENDPOINT of the test Hub). CCACHE_DIR always points at the root's cache
-#     (filled by the trainer check; copy-on-write here).
+#     sessions (e.g. HF_ENDPOINT of the test Hub). CCACHE_DIR always points at the portability
+#     checks' shared ccache (tests/portability/debian_root_lib.sh), bound at /var/cache/sftctl-ccache:
+#     the host's builds find the objects the trainer and agent checks compiled.
 #   fresh_host.sh down                stop everything running in it (sshd, sftd, jobs, the bootstrap
 #                                     worker), unmount, remove the run folder. Safe to repeat.
 #
@@ -17,6 +18,8 @@
 # The host has a /workspace folder, like RunPod's storage that survives the instance.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=tests/portability/debian_root_lib.sh
+. tests/portability/debian_root_lib.sh  # CCACHE_SHARED, ccache_shared_init
 RUN=${SFTCTL_FRESH_HOST_DIR:-/var/tmp/sftctl-fresh-host}
 MERGED=$RUN/merged
 
@@ -38,9 +41,14 @@ down() {
     kill -KILL $pids 2>/dev/null || true
     sleep 0.2
   done
-  for m in "$MERGED/dev" "$MERGED/proc" "$MERGED"; do
+  for m in "$MERGED/var/cache/sftctl-ccache" "$MERGED/dev" "$MERGED/proc" "$MERGED"; do
     if mountpoint -q "$m" 2>/dev/null; then umount -l "$m" 2>/dev/null || true; fi
   done
+  # Never remove through a mount (the shared ccache, /dev).
+  if awk '{print $2}' /proc/mounts | grep -q "^$RUN/"; then
+    echo "fresh_host: something is still mounted under $RUN; not removing it" >&2
+    return 1
+  fi
   rm -rf "$RUN"
 }
 
@@ -62,6 +70,9 @@ up() {
   rm -rf "$MERGED/root/.local" "$MERGED/root/.config/sftd"
   mount -t proc proc "$MERGED/proc"
   mount --bind /dev "$MERGED/dev"
+  ccache_shared_init
+  mkdir -p "$MERGED/var/cache/sftctl-ccache"
+  mount --bind "$CCACHE_SHARED" "$MERGED/var/cache/sftctl-ccache"
   mkdir -p "$MERGED/run/sshd" "$MERGED/workspace" "$MERGED/root/.ssh"
   chmod 0755 "$MERGED/run/sshd"
   chmod 0700 "$MERGED/root/.ssh"

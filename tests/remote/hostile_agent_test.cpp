@@ -161,7 +161,7 @@ TEST_F(PullPlanTest, AnInterruptedPullLeavesNoDoneAndTheNextPullCompletesIt) {
   EXPECT_EQ(stats.files_skipped, 1);
   ASSERT_EQ(agent_.pulled.size(), 3u);
   EXPECT_EQ(agent_.pulled.back(), "run/checkpoint-000002/DONE");
-  EXPECT_EQ(ReadFile(dir + "/checkpoint-000002/model.safetensors"), std::string(10000, 'w'));
+  EXPECT_EQ(ReadWholeFile(dir + "/checkpoint-000002/model.safetensors"), std::string(10000, 'w'));
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-000002/DONE"));
 }
 
@@ -221,13 +221,13 @@ TEST(RegistryTrust, AcceptNewHostKeyIsNeverRecorded) {
   rec.nodes.push_back(client::NodeRecord::From(o, "job-1"));
   client::JobRegistry registry(tmp.path() + "/jobs.json");
   ASSERT_TRUE(registry.Add(rec).ok());
-  EXPECT_THAT(ReadFile(registry.path()), Not(HasSubstr("accept_new")));
+  EXPECT_THAT(ReadWholeFile(registry.path()), Not(HasSubstr("accept_new")));
   auto back = registry.Resolve("gpu-box/job-1");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_FALSE(back->nodes[0].ToConnectOptions().accept_new_host_key);
 
   // A registry written by an older version that did record it is read strictly too.
-  WriteFile(registry.path(), R"({"version": 1, "jobs": [{"host": "gpu-box", "id": "job-2", "name": "",
+  WriteWholeFile(registry.path(), R"({"version": 1, "jobs": [{"host": "gpu-box", "id": "job-2", "name": "",
     "submitted_unix_ms": 0, "nodes": [{"host": "gpu-box", "id": "job-2", "accept_new_host_key": true}]}]})");
   back = registry.Resolve("gpu-box/job-2");
   ASSERT_TRUE(back.ok()) << back.status().message();
@@ -242,8 +242,8 @@ TEST(KeepNewestCheckpoints, RemovesOnlyOlderPulledFoldersAndNeverFollowsALink) {
   const std::string dir = tmp.path() + "/out", outside = tmp.path() + "/outside";
   auto make = [](const std::string& folder, bool done) {
     fs::create_directories(folder);
-    WriteFile(folder + "/model.safetensors", "w");
-    if (done) WriteFile(folder + "/DONE", "");
+    WriteWholeFile(folder + "/model.safetensors", "w");
+    if (done) WriteWholeFile(folder + "/DONE", "");
   };
   make(dir + "/checkpoint-000001", true);  // the user's, there before any pull
   make(outside, true);
@@ -260,7 +260,7 @@ TEST(KeepNewestCheckpoints, RemovesOnlyOlderPulledFoldersAndNeverFollowsALink) {
   pulled("checkpoint-000010", 10, false);  // newer than every complete one: in progress
   // What was there before a pull is never recorded: the user's folder, a link, a path outside.
   for (const char* name : {"checkpoint-000001", "checkpoint-000003", "../outside", "metrics.jsonl"}) {
-    if (std::string(name) == "metrics.jsonl") WriteFile(dir + "/metrics.jsonl", "{}\n");
+    if (std::string(name) == "metrics.jsonl") WriteWholeFile(dir + "/metrics.jsonl", "{}\n");
     auto recorded = client::RecordPulledCheckpoint(dir, name, 99);
     ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
     EXPECT_FALSE(*recorded) << name;
@@ -344,8 +344,8 @@ TEST(KeepNewestCheckpoints, FollowKeepTrustsTheListedStepAndSparesTheUsersFolder
   TempDir tmp;
   const std::string dir = tmp.path() + "/out";
   for (const char* mine : {"checkpoint-000001", "checkpoint-000002"}) {
-    WriteFile(dir + "/" + mine + "/model.safetensors", "mine");
-    WriteFile(dir + "/" + mine + "/DONE", "");
+    WriteWholeFile(dir + "/" + mine + "/model.safetensors", "mine");
+    WriteWholeFile(dir + "/" + mine + "/DONE", "");
   }
   FollowAgent agent;
   std::map<std::string, std::string> big = {{"run/checkpoint-999999999/DONE", "x"},
@@ -377,8 +377,8 @@ TEST(KeepNewestCheckpoints, FollowKeepTrustsTheListedStepAndSparesTheUsersFolder
   server->Shutdown();
   EXPECT_EQ(code, 0) << captured.str();
   for (const char* mine : {"checkpoint-000001", "checkpoint-000002"})
-    EXPECT_EQ(ReadFile(dir + "/" + mine + "/model.safetensors"), "mine") << mine;
-  EXPECT_EQ(ReadFile(dir + "/checkpoint-000004/model.safetensors"), "four");
+    EXPECT_EQ(ReadWholeFile(dir + "/" + mine + "/model.safetensors"), "mine") << mine;
+  EXPECT_EQ(ReadWholeFile(dir + "/checkpoint-000004/model.safetensors"), "four");
   EXPECT_FALSE(fs::exists(dir + "/checkpoint-999999999"));
 }
 

@@ -160,7 +160,7 @@ TEST_F(RangePull, BlocksArriveOverSeveralConnectionsAndTheWholeVerifies) {
   client::RangePullResult r;
   Status s = Pull(3, &r);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_EQ(ReadWholeFile(part_), agent_.file);
   EXPECT_FALSE(std::filesystem::exists(part_ + ".ranges"));
   EXPECT_EQ(r.streams, 3);
   EXPECT_EQ(connects_.load(), 3);
@@ -182,7 +182,7 @@ TEST_F(RangePull, OneConnectionStreamsSeveralRangesAtOnce) {
   client::RangePullResult r;
   Status s = Pull(1, &r);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_EQ(ReadWholeFile(part_), agent_.file);
   EXPECT_EQ(connects_.load(), 1);
   // (More may overlap for a moment: a finished range's handler can still be returning when the lane's
   // next range starts.)
@@ -194,7 +194,7 @@ TEST_F(RangePull, AStreamDroppedMidRangeResumesFromTheByteItReached) {
   client::RangePullResult r;
   Status s = Pull(2, &r);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_EQ(ReadWholeFile(part_), agent_.file);
   EXPECT_TRUE(agent_.dropped.load());
   // No byte fetched twice: the retry asked for the rest of the range only.
   EXPECT_EQ(r.bytes_fetched, agent_.file.size());
@@ -216,7 +216,7 @@ TEST_F(RangePull, AFileThatChangedOnTheHostBetweenRangesIsRefused) {
   client::RangePullResult r;
   Status s = Pull(2, &r);
   ASSERT_THAT(s, StatusIs(StatusCode::kDataLoss, HasSubstr("changed on fake while it was pulled")));
-  EXPECT_NE(ReadFile(part_), agent_.file);  // never presented as complete
+  EXPECT_NE(ReadWholeFile(part_), agent_.file);  // never presented as complete
 }
 
 TEST_F(RangePull, AnAgentFromBeforeRangesIsReadOnlyToTheRangeEnd) {
@@ -224,7 +224,7 @@ TEST_F(RangePull, AnAgentFromBeforeRangesIsReadOnlyToTheRangeEnd) {
   client::RangePullResult r;
   Status s = Pull(2, &r);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_EQ(ReadWholeFile(part_), agent_.file);
   EXPECT_EQ(r.bytes_fetched, agent_.file.size());
 }
 
@@ -240,7 +240,7 @@ TEST_F(RangePull, AnInterruptedRunLeavesItsBlocksForTheNextOne) {
   client::RangePullResult second;
   s = Pull(1, &second);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_EQ(ReadWholeFile(part_), agent_.file);
   EXPECT_TRUE(second.resumed);
   EXPECT_EQ(second.bytes_fetched, agent_.file.size() - 10 * kBlock);
   auto req = agent_.Requests();
@@ -252,22 +252,22 @@ TEST_F(RangePull, AnInterruptedRunLeavesItsBlocksForTheNextOne) {
 }
 
 TEST_F(RangePull, APartFromAOneStreamPullCountsAsItsCompleteBlocks) {
-  WriteFile(part_, agent_.file.substr(0, 3 * kBlock + 100));
+  WriteWholeFile(part_, agent_.file.substr(0, 3 * kBlock + 100));
   client::RangePullResult r;
   Status s = Pull(2, &r);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_EQ(ReadWholeFile(part_), agent_.file);
   EXPECT_EQ(r.bytes_fetched, agent_.file.size() - 3 * kBlock);
   for (auto [offset, length] : agent_.Requests()) EXPECT_GE(offset, 3 * kBlock);
 }
 
 TEST_F(RangePull, RangesOfAnotherFileAreDiscarded) {
-  WriteFile(part_, std::string(5 * kBlock, 'x'));
-  WriteFile(part_ + ".ranges", "sftctl-ranges 1 999 deadbeef 65536\n0\n1\n2\n");
+  WriteWholeFile(part_, std::string(5 * kBlock, 'x'));
+  WriteWholeFile(part_ + ".ranges", "sftctl-ranges 1 999 deadbeef 65536\n0\n1\n2\n");
   client::RangePullResult r;
   Status s = Pull(2, &r);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(ReadFile(part_), agent_.file);
+  EXPECT_EQ(ReadWholeFile(part_), agent_.file);
   EXPECT_FALSE(r.resumed);
   EXPECT_EQ(r.bytes_fetched, agent_.file.size());
 }
@@ -277,9 +277,9 @@ TEST_F(RangePull, ADamagedResumedBlockFailsVerificationAndRemovesThePart) {
   // whole does not verify, and nothing partial is left to be trusted later.
   std::string damaged = agent_.file;
   damaged[2 * kBlock + 7] ^= 1;
-  WriteFile(part_, damaged.substr(0, 4 * kBlock));
-  WriteFile(part_ + ".ranges",
-            "sftctl-ranges 1 " + std::to_string(agent_.file.size()) + " " + sha_ + " 65536\n0\n1\n2\n3\n");
+  WriteWholeFile(part_, damaged.substr(0, 4 * kBlock));
+  WriteWholeFile(part_ + ".ranges", "sftctl-ranges 1 " + std::to_string(agent_.file.size()) + " " + sha_ +
+                                        " 65536\n0\n1\n2\n3\n");
   client::RangePullResult r;
   Status s = Pull(2, &r);
   ASSERT_EQ(s.code(), StatusCode::kDataLoss) << s.message();

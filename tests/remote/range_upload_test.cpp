@@ -92,7 +92,7 @@ class RangeUpload : public ::testing::Test {
     for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<char>((i * 131) >> 3);
     sha_ = Sha256Hex(data_);
     file_ = tmp_.path() + "/train.jsonl";
-    WriteFile(file_, data_);
+    WriteWholeFile(file_, data_);
   }
   void TearDown() override { server_->Shutdown(); }
 
@@ -110,7 +110,7 @@ class RangeUpload : public ::testing::Test {
     o.connections = connections;
     return client::UploadRanges(rc.get(), file_, data_.size(), sha, held, o, nullptr, stats);
   }
-  std::string Stored() { return ReadFile(blobs_.BlobPath(sha_)); }
+  std::string Stored() { return ReadWholeFile(blobs_.BlobPath(sha_)); }
 
   TempDir tmp_;
   std::unique_ptr<agent::StateStore> state_ = agent::StateStore::Open(tmp_.path() + "/agent.db").value();

@@ -49,7 +49,7 @@ TEST_F(RemoteLocal, SubmitFollowPullResumeResubmitStatusListPlot) {
   EXPECT_EQ(sub["uploaded_bytes"], std::filesystem::file_size(work_ + "/data/train.jsonl") +
                                        std::filesystem::file_size(work_ + "/data/eval.jsonl"));
   // The registry remembers it.
-  nlohmann::json reg = nlohmann::json::parse(ReadFile(sftctl_.registry()));
+  nlohmann::json reg = nlohmann::json::parse(ReadWholeFile(sftctl_.registry()));
   ASSERT_EQ(reg["jobs"].size(), 1u);
   EXPECT_EQ(reg["jobs"][0]["id"], job);
   EXPECT_EQ(reg["jobs"][0]["host"], host_);
@@ -120,23 +120,23 @@ TEST_F(RemoteLocal, SubmitFollowPullResumeResubmitStatusListPlot) {
 
   // A truncated .part is resumed from its size and the result is byte-identical.
   const std::string weights = out + "/checkpoint-000004/model.safetensors";
-  const std::string full = ReadFile(weights);
+  const std::string full = ReadWholeFile(weights);
   ASSERT_GT(full.size(), 1000u);
   std::filesystem::remove(weights);
-  WriteFile(weights + ".part", full.substr(0, full.size() / 3));
+  WriteWholeFile(weights + ".part", full.substr(0, full.size() / 3));
   r = sftctl_.Run({"pull", job, "-o", out, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.All();
   EXPECT_EQ(r.Json()["files_fetched"], 1);
   EXPECT_EQ(r.Json()["bytes_fetched"], full.size() - full.size() / 3);
-  EXPECT_EQ(ReadFile(weights), full);
+  EXPECT_EQ(ReadWholeFile(weights), full);
   EXPECT_FALSE(std::filesystem::exists(weights + ".part"));
 
   // A differing file in the way is an error naming it, and stays as it was; --force replaces it.
-  WriteFile(out + "/metrics.jsonl", "mine\n");
+  WriteWholeFile(out + "/metrics.jsonl", "mine\n");
   r = sftctl_.Run({"pull", job, "-o", out});
   EXPECT_EQ(r.exit_code, 2) << r.All();
   EXPECT_NE(r.err.find("'" + out + "/metrics.jsonl' already exists and differs"), std::string::npos) << r.err;
-  EXPECT_EQ(ReadFile(out + "/metrics.jsonl"), "mine\n");
+  EXPECT_EQ(ReadWholeFile(out + "/metrics.jsonl"), "mine\n");
   r = sftctl_.Run({"pull", job, "-o", out, "--force", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.All();
   EXPECT_EQ(Sha(out + "/metrics.jsonl"), Sha(AgentRunFile(job, "metrics.jsonl")));
@@ -153,18 +153,18 @@ TEST_F(RemoteLocal, SubmitFollowPullResumeResubmitStatusListPlot) {
   // A local model folder travels as one blob per file (BlobRef.dir_entry) and becomes a folder on the
   // host: fine-tune the pulled checkpoint further.
   const std::string ckpt = out + "/checkpoint-000004";
-  std::string yaml2 = ReadFile(spec);
+  std::string yaml2 = ReadWholeFile(spec);
   yaml2 = yaml2.substr(0, yaml2.find("model:")) + "model:\n  path: " + ckpt + "\n" +
           yaml2.substr(yaml2.find("data:"));
-  WriteFile(work_ + "/from_ckpt.yaml", yaml2);
+  WriteWholeFile(work_ + "/from_ckpt.yaml", yaml2);
   r = sftctl_.Run({"submit", "--host", host_, work_ + "/from_ckpt.yaml", "--json", "--follow"});
   ASSERT_EQ(r.exit_code, 0) << r.All();
   const nlohmann::json sub3 = r.JsonLines().front();
   EXPECT_EQ(sub3["unchanged_files"], 2) << r.All();  // the data files
   EXPECT_EQ(sub3["uploaded_files"], static_cast<int>(ListFiles(ckpt).size())) << r.All();
   EXPECT_EQ(r.JsonLines().back()["state"], "SUCCEEDED") << r.All();
-  const nlohmann::json agent_spec =
-      nlohmann::json::parse(ReadFile(agent_dir_ + "/jobs/" + sub3["job"].get<std::string>() + "/spec.json"));
+  const nlohmann::json agent_spec = nlohmann::json::parse(
+      ReadWholeFile(agent_dir_ + "/jobs/" + sub3["job"].get<std::string>() + "/spec.json"));
   const std::string host_model = agent_spec["model"]["path"];
   ASSERT_EQ(ListFiles(host_model), ListFiles(ckpt));
   for (const auto& f : ListFiles(ckpt)) EXPECT_EQ(Sha(host_model + "/" + f), Sha(ckpt + "/" + f)) << f;
@@ -206,10 +206,10 @@ TEST_F(RemoteLocal, SubmitFollowPullResumeResubmitStatusListPlot) {
   // plot: a job (metrics fetched from the agent) and a run folder.
   r = sftctl_.Run({"plot", job, "-o", tmp_.path() + "/job.png", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.All();
-  EXPECT_EQ(PngSize(ReadFile(tmp_.path() + "/job.png")), std::make_pair(960u, 600u));
+  EXPECT_EQ(PngSize(ReadWholeFile(tmp_.path() + "/job.png")), std::make_pair(960u, 600u));
   r = sftctl_.Run({"plot", out, "-o", tmp_.path() + "/dir.png", "--width", "400", "--height", "300"});
   ASSERT_EQ(r.exit_code, 0) << r.All();
-  EXPECT_EQ(PngSize(ReadFile(tmp_.path() + "/dir.png")), std::make_pair(400u, 300u));
+  EXPECT_EQ(PngSize(ReadWholeFile(tmp_.path() + "/dir.png")), std::make_pair(400u, 300u));
 }
 
 // pull --follow: each newer complete checkpoint while the job runs, the growing metrics.jsonl
@@ -301,7 +301,8 @@ TEST_F(RemoteLocal, PullFollowCarriesOnAcrossAnAgentRestart) {
                     err = tmp_.path() + "/follow.err";
   const pid_t pid = sftctl_.Spawn(
       {"pull", job, "--follow", "--interval", "0.2", "--keep", "1", "-o", dir, "--json"}, out, err);
-  ASSERT_TRUE(WaitFor([&] { return ReadFile(out).find("\"step\":") != std::string::npos; })) << ReadFile(err);
+  ASSERT_TRUE(WaitFor([&] { return ReadWholeFile(out).find("\"step\":") != std::string::npos; }))
+      << ReadWholeFile(err);
   const CommandResult stop = RunCommand({Bin("sftd"), "stop", "--data-dir", agent_dir_});
   ASSERT_EQ(stop.exit_code, 0) << stop.output;
   const Result follow = Sftctl::Finish(pid, out, err);
@@ -358,7 +359,7 @@ TEST_F(RemoteLocal, MultiNodeJobOverTwoAgentsIsOneRegistryEntry) {
   EXPECT_EQ(r.JsonLines().back()["state"], "SUCCEEDED");
   const std::string job = sub["job"];
 
-  nlohmann::json reg = nlohmann::json::parse(ReadFile(sftctl_.registry()));
+  nlohmann::json reg = nlohmann::json::parse(ReadWholeFile(sftctl_.registry()));
   ASSERT_EQ(reg["jobs"].size(), 1u);
   ASSERT_EQ(reg["jobs"][0]["nodes"].size(), 2u);
   EXPECT_EQ(reg["jobs"][0]["nodes"][1]["host"], a1);
@@ -395,7 +396,7 @@ TEST_F(RemoteLocal, BadInputIsReportedSpecificallyAndChangesNothing) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("spec file '" + work_ + "/nope.yaml' does not exist"), std::string::npos) << r.err;
   // A spec error names file and line.
-  WriteFile(work_ + "/bad.yaml", ReadFile(spec) + "bogus_field: 1\n");
+  WriteWholeFile(work_ + "/bad.yaml", ReadWholeFile(spec) + "bogus_field: 1\n");
   r = sftctl_.Run({"submit", "--host", host_, work_ + "/bad.yaml"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("bad.yaml:"), std::string::npos) << r.err;

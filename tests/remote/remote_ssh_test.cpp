@@ -41,10 +41,10 @@ class RemoteSsh : public ::testing::Test {
             ? "[ -n \"$t\" ] && { echo 'The following argument was not expected: --with-token' >&2; "
               "exit 109; }\n"
             : "";
-    WriteFile(sftd_wrapper_,
-              "#!/bin/sh\nt=\ncase \" $* \" in *' --with-token '*) t=' --with-token';; esac\n"
-              "echo \"$1$t\" >> '" +
-                  sftd_calls_ + "'\n" + refuse + "exec '" + sshd_->sftd_path() + "' \"$@\"\n");
+    WriteWholeFile(sftd_wrapper_,
+                   "#!/bin/sh\nt=\ncase \" $* \" in *' --with-token '*) t=' --with-token';; esac\n"
+                   "echo \"$1$t\" >> '" +
+                       sftd_calls_ + "'\n" + refuse + "exec '" + sshd_->sftd_path() + "' \"$@\"\n");
     std::filesystem::permissions(sftd_wrapper_, std::filesystem::perms::owner_all);
   }
   std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) const {
@@ -97,7 +97,7 @@ TEST_F(RemoteSsh, SubmitLogsPullWithForwardingAndResumeAPullAfterTheTunnelDrops)
   // tunnels are dropped under them: each range resumes from the byte it reached.
   std::string big(96 << 20, '\0');
   for (size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>(i / 4096);
-  WriteFile(AgentRunFile(job, "big.bin"), big);
+  WriteWholeFile(AgentRunFile(job, "big.bin"), big);
   const std::string part = out + "/big.bin.part";
   pid_t pid = sftctl_->Spawn({"pull", job, "-o", out, "--json", "--streams", "3"}, tmp_.path() + "/p1.out",
                              tmp_.path() + "/p1.err");
@@ -108,12 +108,12 @@ TEST_F(RemoteSsh, SubmitLogsPullWithForwardingAndResumeAPullAfterTheTunnelDrops)
     std::error_code ec;
     done_at_drop = std::filesystem::exists(out + "/big.bin", ec);
     const std::string ranges =
-        std::filesystem::exists(part + ".ranges", ec) ? ReadFile(part + ".ranges") : "";
+        std::filesystem::exists(part + ".ranges", ec) ? ReadWholeFile(part + ".ranges") : "";
     return std::count(ranges.begin(), ranges.end(), '\n') >= 2 || done_at_drop;
-  })) << ReadFile(tmp_.path() + "/p1.err");
+  })) << ReadWholeFile(tmp_.path() + "/p1.err");
   ASSERT_TRUE(sshd_->DropSessions().ok());
   const int first = Sftctl::Wait(pid);
-  const std::string err1 = ReadFile(tmp_.path() + "/p1.err");
+  const std::string err1 = ReadWholeFile(tmp_.path() + "/p1.err");
   // It either resumed by itself (reconnect) or gave up with "cannot reach" (exit 4), keeping the .part.
   EXPECT_TRUE(first == 0 || first == 4) << first << "\n" << err1;
   r = sftctl_->Run({"pull", job, "-o", out, "--json"});
@@ -129,18 +129,18 @@ TEST_F(RemoteSsh, SubmitLogsPullWithForwardingAndResumeAPullAfterTheTunnelDrops)
     if (!done_at_drop) {
       EXPECT_NE(err1.find("note: resumed after "), std::string::npos) << err1;
     }
-    const nlohmann::json j1 = nlohmann::json::parse(ReadFile(tmp_.path() + "/p1.out"), nullptr, false);
+    const nlohmann::json j1 = nlohmann::json::parse(ReadWholeFile(tmp_.path() + "/p1.out"), nullptr, false);
     EXPECT_LE(j1.value("bytes_fetched", uint64_t{0}), big.size() + 4096) << "restarted from zero?\n" << err1;
   }
   // Undisturbed, into a fresh folder: three connections, one verified copy. The host runs `sftd status`
   // once: the other two connections reuse what the first learned of the agent.
-  const size_t calls_before = ReadFile(sftd_calls_).size();
+  const size_t calls_before = ReadWholeFile(sftd_calls_).size();
   r = sftctl_->Run({"pull", job, "-o", tmp_.path() + "/again", "--json", "--streams", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.All();
   EXPECT_EQ(r.Json()["streams"], 3) << r.All();
   EXPECT_EQ(Sha(tmp_.path() + "/again/big.bin"), Sha256Hex(big));
   // One remote command found the agent and its token.
-  EXPECT_EQ(ReadFile(sftd_calls_).substr(calls_before), "status --with-token\n");
+  EXPECT_EQ(ReadWholeFile(sftd_calls_).substr(calls_before), "status --with-token\n");
 }
 
 // pull --follow over SSH across an agent restart: the follower's next connection finds the agent
@@ -157,21 +157,21 @@ TEST_F(RemoteSsh, PullFollowCarriesOnAcrossAnAgentRestart) {
                     err = tmp_.path() + "/follow.err";
   const pid_t pid =
       sftctl_->Spawn({"pull", job, "--follow", "--interval", "0.2", "-o", dir, "--json"}, out, err);
-  auto pulls = [&] { return Result{0, ReadFile(out), ""}.JsonLines().size(); };
-  ASSERT_TRUE(WaitFor([&] { return pulls() >= 1; })) << ReadFile(err);
-  const size_t calls_before = ReadFile(sftd_calls_).size();
+  auto pulls = [&] { return Result{0, ReadWholeFile(out), ""}.JsonLines().size(); };
+  ASSERT_TRUE(WaitFor([&] { return pulls() >= 1; })) << ReadWholeFile(err);
+  const size_t calls_before = ReadWholeFile(sftd_calls_).size();
   const CommandResult stop = RunCommand({sshd_->sftd_path(), "stop", "--data-dir", sshd_->agent_data_dir()});
   ASSERT_EQ(stop.exit_code, 0) << stop.output;
   const size_t before_restart = pulls();
   // It pulls newer checkpoints again: through a new connection to the restarted agent.
-  EXPECT_TRUE(WaitFor([&] { return pulls() > before_restart + 1; })) << ReadFile(err);
+  EXPECT_TRUE(WaitFor([&] { return pulls() > before_restart + 1; })) << ReadWholeFile(err);
   Result r = sftctl_->Run({"cancel", job});
   EXPECT_EQ(r.exit_code, 0) << r.All();
   const Result follow = Sftctl::Finish(pid, out, err);
   EXPECT_EQ(follow.exit_code, 3) << follow.All();  // the job's state: CANCELLED
   EXPECT_NE(follow.err.find("reconnect"), std::string::npos) << follow.All();
   // The host was asked again, and the agent started again there.
-  const std::string after = ReadFile(sftd_calls_).substr(calls_before);
+  const std::string after = ReadWholeFile(sftd_calls_).substr(calls_before);
   EXPECT_NE(after.find("status --with-token\n"), std::string::npos) << after << follow.All();
   EXPECT_NE(after.find("start\n"), std::string::npos) << after << follow.All();
 }
@@ -183,7 +183,7 @@ TEST_F(RemoteSsh, PullFollowCarriesOnAcrossAnAgentRestart) {
 TEST_F(RemoteSsh, TheHfTokenGoesToAHostOnlyWithForwardHfToken) {
   StartSshd();
   const std::string token = "hf_laptop_token_93ad";
-  WriteFile(tmp_.path() + "/repo-data/train.jsonl", AdditionJsonl(48));
+  WriteWholeFile(tmp_.path() + "/repo-data/train.jsonl", AdditionJsonl(48));
   ::sftctl::testing::FakeHub hub;
   ASSERT_TRUE(hub.Start(
       tmp_.path(),
@@ -191,16 +191,16 @@ TEST_F(RemoteSsh, TheHfTokenGoesToAHostOnlyWithForwardHfToken) {
        {"repos", {{"datasets/org/data", {{"dir", tmp_.path() + "/repo-data"}, {"gated", true}}}}}}));
   // The host's agent downloads from the fake Hub.
   sftd_wrapper_ = tmp_.path() + "/sftd-hub";
-  WriteFile(sftd_wrapper_, "#!/bin/sh\nexport HF_ENDPOINT='" + hub.url() + "' HF_HOME='" + tmp_.path() +
-                               "/host-hf'\nexec '" + sshd_->sftd_path() + "' \"$@\"\n");
+  WriteWholeFile(sftd_wrapper_, "#!/bin/sh\nexport HF_ENDPOINT='" + hub.url() + "' HF_HOME='" + tmp_.path() +
+                                    "/host-hf'\nexec '" + sshd_->sftd_path() + "' \"$@\"\n");
   std::filesystem::permissions(sftd_wrapper_, std::filesystem::perms::owner_all);
   sshtest::ScopedEnv laptop_token("HF_TOKEN", token.c_str());
   std::string spec = WriteTinyJob(work_, 2);
-  std::string yaml = ReadFile(spec);
+  std::string yaml = ReadWholeFile(spec);
   const std::string local_train = "train: data/train.jsonl";
   ASSERT_NE(yaml.find(local_train), std::string::npos) << yaml;
-  WriteFile(spec, yaml.replace(yaml.find(local_train), local_train.size(),
-                               "train: hf://datasets/org/data/train.jsonl"));
+  WriteWholeFile(spec, yaml.replace(yaml.find(local_train), local_train.size(),
+                                    "train: hf://datasets/org/data/train.jsonl"));
   auto token_seen = [&] {
     for (const auto& r : hub.Log()) {
       if (r.contains("auth") && r["auth"].is_string() &&
@@ -244,7 +244,7 @@ TEST_F(RemoteSsh, AnSftdOlderThanWithTokenIsAskedAgainWithoutIt) {
   r = sftctl_->Run(With({"list", "--json"}, Host()));
   EXPECT_EQ(r.exit_code, 0) << r.All();
   EXPECT_NE(r.out.find(job), std::string::npos) << r.All();
-  const std::string calls = ReadFile(sftd_calls_);
+  const std::string calls = ReadWholeFile(sftd_calls_);
   EXPECT_EQ(calls.rfind("status --with-token\nstatus\n", 0), 0u) << calls;
 }
 
@@ -278,14 +278,14 @@ TEST_F(RemoteSsh, LogsFollowResumesAfterTheTunnelDropsWithNoGapOrDuplicate) {
   const std::string out = tmp_.path() + "/logs.out", err = tmp_.path() + "/logs.err";
   pid_t pid = sftctl_->Spawn({"logs", "-f", job, "--json"}, out, err);
   // Drop the tunnel once steps are streaming.
-  ASSERT_TRUE(WaitFor([&] { return ReadFile(out).find("\"event\":\"step\"") != std::string::npos; }))
-      << ReadFile(err);
+  ASSERT_TRUE(WaitFor([&] { return ReadWholeFile(out).find("\"event\":\"step\"") != std::string::npos; }))
+      << ReadWholeFile(err);
   ASSERT_TRUE(sshd_->DropSessions().ok());
   const int code = Sftctl::Wait(pid);
   Result r;
   r.exit_code = code;
-  r.out = ReadFile(out);
-  r.err = ReadFile(err);
+  r.out = ReadWholeFile(out);
+  r.err = ReadWholeFile(err);
   ASSERT_EQ(code, 0) << r.All();
   std::string why;
   const int64_t n = CheckSeqs(r.JsonLines(), &why);

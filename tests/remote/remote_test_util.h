@@ -23,7 +23,9 @@
 
 #include "common/sha256.h"
 #include "tests/util/command.h"
+#include "tests/util/file_util.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/wait_for.h"
 
 namespace sftctl::remotetest {
 
@@ -34,27 +36,10 @@ using ::sftctl::testing::CommandResult;
 using ::sftctl::testing::RunCommand;
 using ::sftctl::testing::TempDir;
 
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-inline void WriteFile(const std::string& path, const std::string& data) {
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << data;
-}
-
-inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 90s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
+// Files and waits: tests/util/file_util.h, tests/util/wait_for.h.
+using ::sftctl::testing::ReadWholeFile;
+using ::sftctl::testing::WaitFor;
+using ::sftctl::testing::WriteWholeFile;
 
 struct Result {
   int exit_code = -1;
@@ -126,8 +111,8 @@ class Sftctl {
   static Result Finish(pid_t pid, const std::string& out, const std::string& err) {
     Result r;
     r.exit_code = Wait(pid);
-    r.out = ReadFile(out);
-    r.err = ReadFile(err);
+    r.out = ReadWholeFile(out);
+    r.err = ReadWholeFile(err);
     return r;
   }
 
@@ -152,8 +137,8 @@ inline std::string AdditionJsonl(int n, int start = 0) {
 
 // A tiny CPU job in `dir`: job.yaml + data/{train,eval}.jsonl. Returns the spec path.
 inline std::string WriteTinyJob(const std::string& dir, int steps, int checkpoint_interval = 0) {
-  WriteFile(dir + "/data/train.jsonl", AdditionJsonl(48));
-  WriteFile(dir + "/data/eval.jsonl", AdditionJsonl(8, 1000));
+  WriteWholeFile(dir + "/data/train.jsonl", AdditionJsonl(48));
+  WriteWholeFile(dir + "/data/eval.jsonl", AdditionJsonl(8, 1000));
   std::string yaml =
       "name: tiny\n"
       "tokenizer: byte\n"
@@ -178,7 +163,7 @@ inline std::string WriteTinyJob(const std::string& dir, int steps, int checkpoin
       std::to_string(checkpoint_interval) +
       "\n"
       "  keep: 3\n";
-  WriteFile(dir + "/job.yaml", yaml);
+  WriteWholeFile(dir + "/job.yaml", yaml);
   return dir + "/job.yaml";
 }
 

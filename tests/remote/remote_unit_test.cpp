@@ -179,14 +179,14 @@ TEST_F(RemoteUnit, PullFileResumesFromThePartAndAfterADroppedStream) {
   const std::string sha = Sha256Hex(agent_.file);
   // A .part from an interrupted earlier run, and a stream that drops after ~20 KB.
   const std::string dest = tmp.path() + "/sub/model.bin";
-  WriteFile(dest + ".part", agent_.file.substr(0, 10000));
+  WriteWholeFile(dest + ".part", agent_.file.substr(0, 10000));
   agent_.pull_drop_after = 20000;
   auto rc = MakeReconnector();
   client::PullStats stats;
   client::PullItem item{"run/model.bin", dest, agent_.file.size(), sha};
   Status s = client::PullFile(rc.get(), "job-1", item, false, nullptr, &stats);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(ReadFile(dest), agent_.file);
+  EXPECT_EQ(ReadWholeFile(dest), agent_.file);
   EXPECT_FALSE(std::filesystem::exists(dest + ".part"));
   ASSERT_EQ(agent_.pull_offsets.size(), 2u);
   EXPECT_EQ(agent_.pull_offsets[0], 10000u);
@@ -201,26 +201,26 @@ TEST_F(RemoteUnit, PullFileResumesFromThePartAndAfterADroppedStream) {
   EXPECT_EQ(agent_.pull_offsets.size(), 2u);
 
   // Differing: refused, untouched; --force replaces it.
-  WriteFile(dest, "local edit");
+  WriteWholeFile(dest, "local edit");
   s = client::PullFile(rc.get(), "job-1", item, false, nullptr, &stats);
   EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(ReadFile(dest), "local edit");
+  EXPECT_EQ(ReadWholeFile(dest), "local edit");
   s = client::PullFile(rc.get(), "job-1", item, true, nullptr, &stats);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(ReadFile(dest), agent_.file);
+  EXPECT_EQ(ReadWholeFile(dest), agent_.file);
 }
 
 TEST_F(RemoteUnit, PullFileRefetchesAStaleResumedPart) {
   TempDir tmp;
   agent_.file = std::string(9000, 'x');
   const std::string dest = tmp.path() + "/f";
-  WriteFile(dest + ".part", std::string(3000, 'y'));  // not a prefix of the file
+  WriteWholeFile(dest + ".part", std::string(3000, 'y'));  // not a prefix of the file
   auto rc = MakeReconnector();
   client::PullStats stats;
   Status s = client::PullFile(rc.get(), "job-1", {"run/f", dest, 9000, Sha256Hex(agent_.file)}, false,
                               nullptr, &stats);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(ReadFile(dest), agent_.file);
+  EXPECT_EQ(ReadWholeFile(dest), agent_.file);
   EXPECT_EQ(agent_.pull_offsets, (std::vector<uint64_t>{3000, 0}));
 }
 
@@ -228,7 +228,7 @@ TEST_F(RemoteUnit, UploadSendsOnlyWhatTheAgentDoesNotHold) {
   TempDir tmp;
   std::string data(300000, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
-  WriteFile(tmp.path() + "/d.bin", data);
+  WriteWholeFile(tmp.path() + "/d.bin", data);
   const std::string sha = Sha256Hex(data);
   agent_.blob = data.substr(0, 120000);
   agent_.held = 120000;
@@ -251,14 +251,14 @@ TEST(RemoteSpec, FindsTheLocalFilesAndFoldersAndTheHosts) {
   TempDir tmp;
   const std::string spec = WriteTinyJob(tmp.path(), 2);
   // A model folder instead of model.config: its files (not dot files) travel as one folder.
-  WriteFile(tmp.path() + "/model/config.json", "{}");
-  WriteFile(tmp.path() + "/model/model.safetensors", "weights");
-  WriteFile(tmp.path() + "/model/sub/extra.txt", "x");
-  WriteFile(tmp.path() + "/model/.cache/huggingface/lock", "l");
-  std::string yaml = ReadFile(spec);
+  WriteWholeFile(tmp.path() + "/model/config.json", "{}");
+  WriteWholeFile(tmp.path() + "/model/model.safetensors", "weights");
+  WriteWholeFile(tmp.path() + "/model/sub/extra.txt", "x");
+  WriteWholeFile(tmp.path() + "/model/.cache/huggingface/lock", "l");
+  std::string yaml = ReadWholeFile(spec);
   yaml = yaml.substr(0, yaml.find("model:")) + "model:\n  path: model\nhosts: [gpu-a, gpu-b]\n" +
          yaml.substr(yaml.find("data:"));
-  WriteFile(tmp.path() + "/folder.yaml", yaml);
+  WriteWholeFile(tmp.path() + "/folder.yaml", yaml);
   auto r = client::LoadRemoteSpec(tmp.path() + "/folder.yaml", {"train.lr=0.01"}, "renamed");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->hosts, (std::vector<std::string>{"gpu-a", "gpu-b"}));
@@ -273,9 +273,9 @@ TEST(RemoteSpec, FindsTheLocalFilesAndFoldersAndTheHosts) {
   EXPECT_EQ(r->files[3].size, 7u);
 
   // A model.path that is not a folder here is a path on the host, with a note.
-  yaml = ReadFile(tmp.path() + "/folder.yaml");
+  yaml = ReadWholeFile(tmp.path() + "/folder.yaml");
   yaml.replace(yaml.find("path: model"), 11, "path: /opt/models/llama");
-  WriteFile(tmp.path() + "/hostpath.yaml", yaml);
+  WriteWholeFile(tmp.path() + "/hostpath.yaml", yaml);
   r = client::LoadRemoteSpec(tmp.path() + "/hostpath.yaml", {}, "");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->files.size(), 2u);
@@ -287,11 +287,11 @@ TEST(RemoteSpec, FindsTheLocalFilesAndFoldersAndTheHosts) {
 // not uploaded, each with a note; a malformed one is refused naming the field.
 TEST(RemoteSpec, KeepsHubPathsForTheAgent) {
   TempDir tmp;
-  std::string yaml = ReadFile(WriteTinyJob(tmp.path(), 2));
+  std::string yaml = ReadWholeFile(WriteTinyJob(tmp.path(), 2));
   yaml = yaml.substr(0, yaml.find("model:")) + "model:\n  path: hf://Qwen/Qwen2.5-0.5B@v1\n" +
          yaml.substr(yaml.find("data:"));
   yaml.replace(yaml.find("train: data/train.jsonl"), 23, "train: hf://datasets/org/sft/train.jsonl");
-  WriteFile(tmp.path() + "/hub.yaml", yaml);
+  WriteWholeFile(tmp.path() + "/hub.yaml", yaml);
   auto r = client::LoadRemoteSpec(tmp.path() + "/hub.yaml", {}, "");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->json["model"]["path"], "hf://Qwen/Qwen2.5-0.5B@v1");
@@ -306,7 +306,7 @@ TEST(RemoteSpec, KeepsHubPathsForTheAgent) {
                 "Hugging Face Hub"}));
 
   yaml.replace(yaml.find("hf://Qwen/Qwen2.5-0.5B@v1"), 25, "hf://Qwen");
-  WriteFile(tmp.path() + "/bad.yaml", yaml);
+  WriteWholeFile(tmp.path() + "/bad.yaml", yaml);
   EXPECT_EQ(client::LoadRemoteSpec(tmp.path() + "/bad.yaml", {}, "").status().message(),
             "field 'model.path': Hub reference 'hf://Qwen': names no ORG/NAME "
             "(expected hf://[datasets/]ORG/NAME[@REVISION][/PATH])");

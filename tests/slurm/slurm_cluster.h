@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "common/process_util.h"
+#include "common/os/process_util.h"
 #include "tests/util/command.h"
 #include "tests/util/temp_dir.h"
 

@@ -93,7 +93,9 @@ start() { # CTLD_PORT NODE_PORT [CPUS]
   write_config "$1" "$2" "${3:-1}"
   dd if=/dev/urandom of="$D/munge/key" bs=1024 count=1 status=none
   chmod 600 "$D/munge/key"
-  munged --socket="$SOCK" --key-file="$D/munge/key" --pid-file="$D/run/munged.pid" \
+  # --force: the test's private TMPDIR (mode 700, tests/util/tmpdir_guard.cpp) is not searchable by
+  # all, which munged otherwise refuses for its socket's folders; only this user talks to it.
+  munged --force --socket="$SOCK" --key-file="$D/munge/key" --pid-file="$D/run/munged.pid" \
     --log-file="$D/log/munged.log" --seed-file="$D/munge/seed" || fail "munged did not start"
   retry 100 munge -S "$SOCK" -n || fail "munged does not answer"
   slurmctld -f "$SLURM_CONF" || fail "slurmctld did not start: $D/log/slurmctld.log"

@@ -14,9 +14,10 @@
 #include "agent/command_runner.h"
 #include "agent/slurm/sbatch_script.h"
 #include "agent/slurm/slurm_cli.h"
-#include "common/safetensors.h"
+#include "common/formats/safetensors.h"
 #include "tests/client/tiny_job.h"
 #include "tests/slurm/slurm_cluster.h"
+#include "tests/slurm/weights_diff.h"
 #include "tests/util/command.h"
 #include "tests/util/file_util.h"
 
@@ -27,27 +28,7 @@ using ::sftctl::testing::Bin;
 using ::sftctl::testing::ReadWholeFile;
 using ::sftctl::testing::WriteWholeFile;
 
-// The largest absolute difference between the F32 tensors of two safetensors files (infinity when
-// their tensors differ in name, type or shape).
-double MaxAbsDiff(const std::string& a_path, const std::string& b_path) {
-  auto a = safetensors::Reader::Open(a_path);
-  auto b = safetensors::Reader::Open(b_path);
-  if (!a.ok() || !b.ok() || (*a)->tensors().size() != (*b)->tensors().size()) return INFINITY;
-  double worst = 0;
-  for (const auto& ta : (*a)->tensors()) {
-    const auto* tb = (*b)->Find(ta.name);
-    if (tb == nullptr || tb->dtype != safetensors::DType::kF32 || ta.dtype != tb->dtype ||
-        ta.shape != tb->shape)
-      return INFINITY;
-    for (int64_t i = 0; i < ta.numel(); ++i) {
-      float x, y;
-      std::memcpy(&x, (*a)->data(ta) + 4 * i, 4);
-      std::memcpy(&y, (*b)->data(*tb) + 4 * i, 4);
-      worst = std::max(worst, static_cast<double>(std::fabs(x - y)));
-    }
-  }
-  return worst;
-}
+using ::sftctl::testing::MaxAbsDiff;
 
 TEST(SlurmTrainer, TwoNodeGlooJobEndsWithTheWeightsOfATwoRankLocalRun) {
   auto cluster = sftctl::testing::SlurmCluster::Start();

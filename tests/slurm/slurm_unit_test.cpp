@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "agent/slurm/sbatch_script.h"
 #include "agent/slurm/slurm_cli.h"
 #include "agent/slurm/slurm_job.h"
 #include "agent/slurm/slurm_options.h"
+#include "agent/slurm/slurm_runner.h"
 #include "agent/slurm/slurm_state.h"
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
@@ -466,6 +469,86 @@ TEST(SlurmJob, RefusedTestSubmitQueuesNothing) {
   ::sftctl::testing::WriteWholeFile(dir.path() + "/slurm/job_id", "12;x\n");
   EXPECT_THAT(RecordedJobId(dir.path()),
               StatusIs(StatusCode::kDataLoss, HasSubstr("does not hold a Slurm job id")));
+}
+
+// The spec's `slurm:` section becomes the engine's options in one place, checked there.
+TEST(SlurmOptionsFromSpec, CopiesEveryFieldAndNamesTheBadOne) {
+  SlurmSpec spec;
+  spec.nodes = 2;
+  spec.gpus_per_node = 8;
+  spec.partition = "gpu";
+  spec.account = "mylab";
+  spec.qos = "high";
+  spec.time = "12:00:00";
+  spec.constraint = "a100&ib";
+  spec.extra_args = {"--exclusive"};
+  spec.requeue = false;
+  auto o = SlurmOptionsFromSpec(spec);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->nodes, 2u);
+  EXPECT_EQ(o->world_size(), 16u);
+  EXPECT_EQ(o->partition, "gpu");
+  EXPECT_EQ(o->account, "mylab");
+  EXPECT_EQ(o->qos, "high");
+  EXPECT_EQ(o->time, "12:00:00");
+  EXPECT_EQ(o->constraint, "a100&ib");
+  EXPECT_EQ(o->extra_args, std::vector<std::string>{"--exclusive"});
+  EXPECT_FALSE(o->requeue);
+
+  spec.nodes = -1;
+  EXPECT_THAT(SlurmOptionsFromSpec(spec),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("slurm: field 'nodes': must be a small positive count")));
+  spec.nodes = 2;
+  spec.time = "soon";
+  EXPECT_THAT(SlurmOptionsFromSpec(spec),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("slurm: field 'time'")));
+}
+
+TEST(SlurmOptionsFromSpec, ReadsTheSectionOfACanonicalSpec) {
+  JobSpec spec;
+  spec.model.path = "/models/tiny";
+  spec.data.train = {"/data/train.jsonl"};
+  auto none = SlurmOptionsFromSpecJson(ToJson(spec));
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+
+  spec.slurm = SlurmSpec();
+  spec.slurm->nodes = 3;
+  spec.slurm->cpu_ranks_per_node = 2;
+  auto some = SlurmOptionsFromSpecJson(ToJson(spec));
+  ASSERT_TRUE(some.ok()) << some.status().ToString();
+  ASSERT_TRUE(some->has_value());
+  EXPECT_EQ((*some)->world_size(), 6u);
+
+  nlohmann::json bad = ToJson(spec);
+  bad["slurm"]["partition"] = "a b";
+  EXPECT_THAT(SlurmOptionsFromSpecJson(bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("slurm: field 'partition'")));
+}
+
+// Uploaded files live in the agent's own data dir: a Slurm job gets them inside its job folder.
+TEST(MoveInputsIntoJobFolder, LinksFilesAndReplacesSymlinksWithCopies) {
+  sftctl::testing::TempDir tmp;
+  const std::string blob = tmp.path() + "/blobs/abc";
+  sftctl::testing::WriteWholeFile(blob, "train data\n");
+  const std::string job_dir = tmp.path() + "/shared/job-1";
+  std::filesystem::create_directories(job_dir + "/inputs/0");
+  std::filesystem::create_symlink(blob, job_dir + "/inputs/0/config.json");
+  nlohmann::json spec = {{"data", {{"train", {blob}}}}, {"model", {{"path", job_dir + "/inputs/0"}}}};
+
+  ASSERT_TRUE(MoveInputsIntoJobFolder(job_dir, {"/data/train/0"}, &spec).ok());
+  const std::string moved = spec["data"]["train"][0];
+  EXPECT_EQ(moved, job_dir + "/inputs/files/0-abc");
+  EXPECT_EQ(sftctl::testing::ReadWholeFile(moved), "train data\n");
+  EXPECT_FALSE(std::filesystem::is_symlink(job_dir + "/inputs/0/config.json"));
+  EXPECT_EQ(sftctl::testing::ReadWholeFile(job_dir + "/inputs/0/config.json"), "train data\n");
+  EXPECT_EQ(spec["model"]["path"], job_dir + "/inputs/0");
+
+  std::filesystem::remove(blob);  // a blob gone from the store
+  std::filesystem::create_symlink(blob, job_dir + "/inputs/0/gone.json");
+  EXPECT_THAT(MoveInputsIntoJobFolder(job_dir, {}, &spec),
+              StatusIs(StatusCode::kInternal, HasSubstr("cannot copy " + blob)));
 }
 
 }  // namespace

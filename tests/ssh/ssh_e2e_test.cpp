@@ -7,11 +7,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
 #include <vector>
 
 #include "client/ssh/remote_agent.h"
 #include "client/ssh/ssh_session.h"
+#include "common/mutex.h"
 #include "tests/ssh/sshd_fixture.h"
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
@@ -95,17 +95,17 @@ class PortSquatter final : public v1::Agent::Service {
     if (server_) server_->Shutdown();
   }
   std::vector<std::string> calls() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return calls_;
   }
   std::string authorizations() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return authorizations_;
   }
 
  private:
   void Record(const grpc::ServerContext& ctx, const std::string& method) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     calls_.push_back(method);
     for (const auto& [k, v] : ctx.client_metadata()) {
       if (k == "authorization") authorizations_ += method + ": " + std::string(v.data(), v.size()) + "\n";
@@ -114,9 +114,9 @@ class PortSquatter final : public v1::Agent::Service {
   const bool answer_identify_;
   std::string addr_;
   std::unique_ptr<grpc::Server> server_;
-  std::mutex mu_;
-  std::vector<std::string> calls_;  // GUARDED_BY(mu_)
-  std::string authorizations_;      // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<std::string> calls_ GUARDED_BY(mu_);
+  std::string authorizations_ GUARDED_BY(mu_);
 };
 
 // A client remembers the agent's address for its later connections. When the agent has moved and
@@ -230,7 +230,7 @@ TEST(SshConnect, ChangedHostKeyIsRefusedBeforeAuthentication) {
                                 HasSubstr("ssh-keygen -R"))));
   // sshd saw the connection but no authentication attempt at all.
   ASSERT_TRUE(
-      WaitUntil([&] { return f->Log().substr(log_start).find("127.0.0.1") != std::string::npos; }, 10s));
+      WaitFor([&] { return f->Log().substr(log_start).find("127.0.0.1") != std::string::npos; }, 10s));
   EXPECT_THAT(f->Log().substr(log_start), AllOf(Not(HasSubstr("publickey")), Not(HasSubstr("Accepted"))));
   EXPECT_THAT(f->ReadKnownHostsForTest(), Not(HasSubstr(f->host_key_fingerprint())));
 }
@@ -368,7 +368,7 @@ TEST(SshConnect, DroppedSessionMakesRpcsUnavailableAndDestructionPrompt) {
   ASSERT_TRUE(f->DropSessions().ok());
   auto t0 = std::chrono::steady_clock::now();
   grpc::StatusCode code = grpc::StatusCode::OK;
-  EXPECT_TRUE(WaitUntil(
+  EXPECT_TRUE(WaitFor(
       [&] {
         code = Health(**c, 2s);
         return code == grpc::StatusCode::UNAVAILABLE;

@@ -50,7 +50,7 @@ class ProxyRoute : public ::testing::Test {
     auto t = SshdFixture::Start();
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     target_ = std::move(*t);
-    ASSERT_TRUE(WriteWholeFile(jump_->known_hosts(), target_->KnownHostsLine(), /*append=*/true));
+    ASSERT_TRUE(AppendToFile(jump_->known_hosts(), target_->KnownHostsLine()));
     home_ = std::make_unique<ScopedEnv>("HOME", jump_->home().c_str());
     agent_ = std::make_unique<ScopedEnv>("SSH_AUTH_SOCK", nullptr);
     WriteConfig("");

@@ -56,7 +56,9 @@
 #include "client/agent_connection.h"
 #include "common/status.h"
 #include "tests/util/command.h"
+#include "tests/util/file_util.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/wait_for.h"
 
 namespace sftctl::sshtest {
 
@@ -64,29 +66,11 @@ namespace sftctl::sshtest {
 using ::sftctl::testing::CommandResult;
 using ::sftctl::testing::RunCommand;
 
-inline std::string ReadWholeFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-inline bool WriteWholeFile(const std::string& path, const std::string& data, bool append = false) {
-  std::ofstream f(path, std::ios::binary | (append ? std::ios::app : std::ios::trunc));
-  f << data;
-  return static_cast<bool>(f);
-}
-
-// Polls `pred` every 20 ms until it is true or `timeout` passes; returns its last value.
-template <typename Pred>
-bool WaitUntil(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return pred();
-}
+// Files and waits: tests/util/file_util.h, tests/util/wait_for.h.
+using ::sftctl::testing::AppendToFile;
+using ::sftctl::testing::ReadWholeFile;
+using ::sftctl::testing::WaitFor;
+using ::sftctl::testing::WriteWholeFile;
 
 // pid -> ppid of every live (non-zombie) process.
 inline std::map<pid_t, pid_t> ProcessParents() {
@@ -244,7 +228,7 @@ class SshdFixture {
   StatusOr<std::string> NewUserKey(const std::string& type, bool authorize) {
     std::string path = dir_ + "/user_" + type + "_" + std::to_string(++key_seq_);
     SFT_RETURN_IF_ERROR(Keygen(type, path));
-    if (authorize && !WriteWholeFile(dir_ + "/authorized_keys", ReadWholeFile(path + ".pub"), true)) {
+    if (authorize && !AppendToFile(dir_ + "/authorized_keys", ReadWholeFile(path + ".pub"))) {
       return InternalError("cannot append to authorized_keys");
     }
     return path;
@@ -272,7 +256,7 @@ class SshdFixture {
   Status DropSessions() {
     if (pid_ <= 0) return FailedPreconditionError("sshd is not running");
     for (pid_t p : Descendants(pid_)) ::kill(p, SIGKILL);
-    if (!WaitUntil([&] { return Descendants(pid_).empty(); }, std::chrono::seconds(10))) {
+    if (!WaitFor([&] { return Descendants(pid_).empty(); }, std::chrono::seconds(10))) {
       return DeadlineExceededError("sshd sessions still alive after SIGKILL");
     }
     return OkStatus();
@@ -282,7 +266,7 @@ class SshdFixture {
   // Idempotent.
   Status Stop() {
     if (std::filesystem::exists(agent_data_dir() + "/sftd.lock")) {
-      (void)RunCommand({sftd_path(), "stop", "--data-dir", agent_data_dir(), "--timeout-s", "10"});
+      (void)RunCommand({sftd_path(), "stop", "--data-dir", agent_data_dir(), "--timeout", "10s"});
     }
     StopSshd();
     if (!dir_.empty() && !keep_dir_) {
@@ -373,7 +357,7 @@ class SshdFixture {
         _exit(127);
       }
       pid_ = pid;
-      bool up = WaitUntil(
+      bool up = WaitFor(
           [&] {
             int st = 0;
             if (::waitpid(pid_, &st, WNOHANG) == pid_) {
@@ -399,8 +383,7 @@ class SshdFixture {
     if (pid_ <= 0) return;
     for (pid_t p : Descendants(pid_)) ::kill(p, SIGKILL);
     ::kill(pid_, SIGTERM);
-    bool gone =
-        WaitUntil([&] { return ::waitpid(pid_, nullptr, WNOHANG) == pid_; }, std::chrono::seconds(10));
+    bool gone = WaitFor([&] { return ::waitpid(pid_, nullptr, WNOHANG) == pid_; }, std::chrono::seconds(10));
     if (!gone) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
@@ -475,7 +458,7 @@ class SshAgentProcess {
       _exit(127);
     }
     pid_ = pid;
-    if (!WaitUntil([&] { return std::filesystem::exists(socket_); }, std::chrono::seconds(10))) {
+    if (!WaitFor([&] { return std::filesystem::exists(socket_); }, std::chrono::seconds(10))) {
       return InternalError("ssh-agent did not create " + socket_);
     }
     return OkStatus();

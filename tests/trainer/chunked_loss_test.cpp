@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/host_memory.h"
+#include "common/os/host_memory.h"
 #include "tests/trainer/test_util.h"
 #include "trainer/device.h"
 #include "trainer/lora.h"

@@ -7,7 +7,7 @@
 #include <limits>
 #include <numeric>
 
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/trainer/test_util.h"
 #include "trainer/data.h"
 #include "trainer/device.h"

@@ -24,7 +24,9 @@
 #include <thread>
 
 #include "tests/trainer/test_util.h"
+#include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/wait_for.h"
 #include "trainer/checkpoint.h"
 #include "trainer/tensor_io.h"
 #include "trainer/trainer.h"
@@ -34,10 +36,11 @@ namespace {
 
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
+using sftctl::testing::ReadWholeFile;
 using ::sftctl::testing::StatusIs;
 using sftctl::testing::TinySpec;
+using sftctl::testing::WaitFor;
 using ::testing::HasSubstr;
-using SteadyClock = std::chrono::steady_clock;
 
 // ---- Units --------------------------------------------------------------------------------
 
@@ -174,13 +177,6 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 struct Rank {
   pid_t pid = -1;
   std::string log;     // stderr + stdout
@@ -234,17 +230,11 @@ std::vector<Rank> Launch(const JobSpec& spec, int world, const std::string& tag,
 // Waits for `pid` up to `limit`; returns its exit code (128 + signal when killed), or -1 after
 // killing it when it overran.
 int WaitExit(pid_t pid, std::chrono::seconds limit) {
-  const auto deadline = SteadyClock::now() + limit;
   int status = 0;
-  while (true) {
-    pid_t got = ::waitpid(pid, &status, WNOHANG);
-    if (got == pid) break;
-    if (SteadyClock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (!WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, limit)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return -1;
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + WTERMSIG(status);
@@ -255,7 +245,7 @@ void RunJob(const JobSpec& spec, int world, const std::string& tag) {
   auto ranks = Launch(spec, world, tag);
   for (int r = 0; r < world; ++r) {
     const int code = WaitExit(ranks[r].pid, std::chrono::seconds(240));
-    ASSERT_EQ(code, 0) << tag << " rank " << r << ":\n" << ReadFile(ranks[r].log);
+    ASSERT_EQ(code, 0) << tag << " rank " << r << ":\n" << ReadWholeFile(ranks[r].log);
   }
 }
 
@@ -532,7 +522,7 @@ TEST_P(TwoRanksEqualOneRank, SameWeightsLossesAndEval) {
   EXPECT_EQ(ev0.front()["world_size"], 2);
   EXPECT_GT(ev0.front()["buckets"].get<int>(), 2);
   EXPECT_EQ(ev0.back()["event"], "done");
-  ASSERT_EQ(ev1.size(), 1u) << ReadFile(base + "1.events");
+  ASSERT_EQ(ev1.size(), 1u) << ReadWholeFile(base + "1.events");
   EXPECT_EQ(ev1[0]["event"], "start");
   EXPECT_EQ(ev1[0]["rank"], 1);
   EXPECT_EQ(ev1[0]["world_size"], 2);
@@ -576,11 +566,8 @@ TEST(TwoRanksEqualOneRankAtEpochEnd, RankWithAnEmptyShardStillAllReduces) {
 // Starts a long 2-rank run and waits until rank 0 has logged a step.
 std::vector<Rank> StartLongRun(const JobSpec& spec, const std::string& tag) {
   auto ranks = Launch(spec, 2, tag);
-  const auto deadline = SteadyClock::now() + std::chrono::seconds(120);
-  while (SteadyClock::now() < deadline) {
-    if (!Events(spec.output_dir + "/metrics.jsonl", "step").empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  WaitFor([&] { return !Events(spec.output_dir + "/metrics.jsonl", "step").empty(); },
+          std::chrono::seconds(120));
   return ranks;
 }
 
@@ -589,11 +576,11 @@ TEST(DistributedFailure, DeadPeerFailsTheSurvivorWithinTheTimeout) {
   const std::string dir = MakeTempDir("dist-kill");
   JobSpec spec = ProcSpec(dir + "/job", 100000, 4, 1);
   auto ranks = StartLongRun(spec, "kill");
-  ASSERT_FALSE(Events(spec.output_dir + "/metrics.jsonl", "step").empty()) << ReadFile(ranks[0].log);
+  ASSERT_FALSE(Events(spec.output_dir + "/metrics.jsonl", "step").empty()) << ReadWholeFile(ranks[0].log);
   ::kill(ranks[1].pid, SIGKILL);
   EXPECT_EQ(WaitExit(ranks[1].pid, std::chrono::seconds(30)), 128 + SIGKILL);
   const int code = WaitExit(ranks[0].pid, std::chrono::seconds(20 + 30));
-  const std::string log = ReadFile(ranks[0].log);
+  const std::string log = ReadWholeFile(ranks[0].log);
   ASSERT_NE(code, -1) << "rank 0 did not exit within the timeout:\n" << log;
   EXPECT_NE(code, 0);
   EXPECT_NE(log.find("rank 0: collective"), std::string::npos) << log;
@@ -612,12 +599,12 @@ TEST(DistributedFailure, HungPeerFailsTheSurvivorWithinTheTimeout) {
   JobSpec spec = ProcSpec(dir + "/job", 100000, 4, 1);
   spec.distributed.timeout_s = 10;
   auto ranks = StartLongRun(spec, "hang");
-  ASSERT_FALSE(Events(spec.output_dir + "/metrics.jsonl", "step").empty()) << ReadFile(ranks[0].log);
+  ASSERT_FALSE(Events(spec.output_dir + "/metrics.jsonl", "step").empty()) << ReadWholeFile(ranks[0].log);
   ::kill(ranks[1].pid, SIGSTOP);
   const int code = WaitExit(ranks[0].pid, std::chrono::seconds(10 + 30));
   ::kill(ranks[1].pid, SIGKILL);
   WaitExit(ranks[1].pid, std::chrono::seconds(30));
-  const std::string log = ReadFile(ranks[0].log);
+  const std::string log = ReadWholeFile(ranks[0].log);
   ASSERT_NE(code, -1) << "rank 0 did not exit within the timeout:\n" << log;
   EXPECT_NE(code, 0);
   EXPECT_NE(log.find("rank 0: collective"), std::string::npos) << log;
@@ -634,7 +621,7 @@ TEST(DistributedFailure, MissingRankFailsTheRendezvousWithinTheTimeout) {
   ::kill(ranks[1].pid, SIGKILL);  // rank 1 never arrives
   WaitExit(ranks[1].pid, std::chrono::seconds(30));
   const int code = WaitExit(ranks[0].pid, std::chrono::seconds(2 + 30));
-  const std::string log = ReadFile(ranks[0].log);
+  const std::string log = ReadWholeFile(ranks[0].log);
   ASSERT_NE(code, -1) << "rank 0 did not exit within the timeout:\n" << log;
   EXPECT_EQ(code, 1);
   EXPECT_NE(log.find("rank 0: cannot join the other ranks at 127.0.0.1:"), std::string::npos) << log;
@@ -661,7 +648,7 @@ TEST(DistributedCheckpointWait, SaveSlowerThanTheCollectiveTimeoutDoesNotFailThe
   auto ranks = Launch(spec, 2, "slow", {"SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=" + std::to_string(kSlowSaveS)});
   for (int r = 0; r < 2; ++r) {
     const int code = WaitExit(ranks[r].pid, std::chrono::seconds(240));
-    ASSERT_EQ(code, 0) << "rank " << r << ":\n" << ReadFile(ranks[r].log);
+    ASSERT_EQ(code, 0) << "rank " << r << ":\n" << ReadWholeFile(ranks[r].log);
   }
   for (const char* ckpt : {"/checkpoint-000002", "/checkpoint-000003"})
     EXPECT_TRUE(IsComplete(FileSystem::Default(), spec.output_dir + ckpt)) << ckpt;
@@ -676,7 +663,7 @@ TEST(DistributedCheckpointWait, SaveLongerThanSaveTimeoutFailsTheWaitingRankNami
   auto ranks = Launch(spec, 2, "late", {"SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=" + std::to_string(kSlowSaveS)});
   const int code1 = WaitExit(ranks[1].pid, std::chrono::seconds(120));
   const int code0 = WaitExit(ranks[0].pid, std::chrono::seconds(kSlowSaveS + 60));
-  const std::string log1 = ReadFile(ranks[1].log);
+  const std::string log1 = ReadWholeFile(ranks[1].log);
   EXPECT_EQ(code1, 1) << log1;
   EXPECT_NE(code0, 0) << "rank 0 goes on alone into a collective that rank 1 left";
   EXPECT_THAT(log1, ::testing::HasSubstr("rank 1: waited"));

@@ -5,9 +5,9 @@
 
 #include <fstream>
 
-#include "common/chat_template.h"
-#include "common/file_system.h"
-#include "common/tokenizer.h"
+#include "common/jinja/chat_template.h"
+#include "common/os/file_system.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/command.h"
 #include "trainer/generate.h"

@@ -7,7 +7,7 @@
 
 #include <map>
 
-#include "common/generation_prompts.h"
+#include "common/data/generation_prompts.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/status_matchers.h"
 #include "trainer/kv_cache.h"
@@ -241,7 +241,7 @@ TEST(Stops, EosAndStopStringEndWithTheirReason) {
   EXPECT_EQ(Gen(m, prompt, GenerateOptions{})[0].stop, StopReason::kLength);
 }
 
-// ---- Prompt records (common/generation_prompts.h) -------------------------------------------
+// ---- Prompt records (common/data/generation_prompts.h) -------------------------------------------
 
 TEST(Prompts, ChatRenderingIdsReferencesAndErrors) {
   testing::TempDir dir("gen-prompts");

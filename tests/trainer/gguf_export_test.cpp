@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "common/bpe_vocab.h"
+#include "common/tokenizer/bpe_vocab.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/command.h"
 #include "trainer/hf_checkpoint.h"

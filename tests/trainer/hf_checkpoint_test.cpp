@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/safetensors.h"
+#include "common/formats/safetensors.h"
 #include "tests/trainer/test_util.h"
 #include "trainer/fused_ops.h"
 #include "trainer/model.h"

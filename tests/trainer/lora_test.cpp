@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/safetensors.h"
+#include "common/formats/safetensors.h"
 #include "tests/trainer/test_util.h"
 #include "trainer/hf_checkpoint.h"
 #include "trainer/hf_tools.h"

@@ -7,7 +7,7 @@
 
 #include <filesystem>
 
-#include "common/host_memory.h"
+#include "common/os/host_memory.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/status_matchers.h"
 #include "trainer/lora.h"

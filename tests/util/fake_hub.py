@@ -3,7 +3,8 @@
 
 Usage: fake_hub.py CONFIG.json LOG.jsonl
 
-CONFIG: {"token": "hf_...",                  # the one token a gated repository accepts
+CONFIG: {"token": "hf_...",                  # the one token a gated repository accepts (read-only)
+         "write_token": "hf_...",            # the token that may create repositories and commit
          "repos": {"ORG/NAME" | "datasets/ORG/NAME":
                      {"dir": "/path/of/its/files", "gated": false}},
          "drop_once": {"FILE": N},           # the first content GET of FILE closes after N bytes
@@ -20,11 +21,27 @@ redirects LFS content to one), and prints "PORTS <hub> <cdn>" once both listen. 
        ETag (the git blob sha1), X-Repo-Commit and the content
   GET  /cdn/SHA256 (CDN port)                        -> the content; Range: bytes=N- gives 206
   GET  /bounce?to=URL (Hub port)                     -> 302 to URL, whatever its scheme
-REV is "main" or the repository's commit (sha1 of its name). 401 + X-Error-Code: GatedRepo for a
+Uploads, as the Hub's commit API (only with "Authorization: Bearer <write_token>": 403 for another
+token, 401 for none):
+  POST /api/repos/create {"name", "organization", "private"}  -> 200, or 409 when it exists; a private
+       repository answers reads only with the read or the write token
+  POST /api/models/ORG/NAME/preupload/REV {"files": [{path, size, sample}]} -> uploadMode "lfs" for
+       LFS names and files of 10 MiB or more, else "regular"
+  POST /ORG/NAME.git/info/lfs/objects/batch  -> per object: no actions when the content is known, else
+       "upload" (PUT to the CDN port, /upload/SHA256, which checks the sha256) and "verify" (Hub port)
+  POST /api/models/ORG/NAME/commit/REV (NDJSON: header, file (base64), lfsFile, deletedFolder,
+       deletedFile) -> {"commitOid", "commitUrl"}; the files are then served by the download API
+       (lfsFile entries as LFS files). An lfsFile whose content was not uploaded: 422.
+  "fail_commit_once": N   the first N commit requests answer 503 (a retried 5xx)
+  "multipart_chunk": N    LFS objects over N bytes get the "multipart" transfer: chunk_size N and one
+       URL per part (keys "00001", ...; PUT /part/SHA256/I on the CDN port answers an MD5 ETag), then
+       POST /lfs-complete/SHA256 {"oid", "parts": [{partNumber, etag}]} on the Hub port assembles it
+REV is "main" or the repository's commit (sha1 of its name, then of each commit). 401 + X-Error-Code: GatedRepo for a
 gated repository without "Authorization: Bearer <token>"; 404 with RepoNotFound, RevisionNotFound or
 EntryNotFound. Every request is logged to LOG as a JSON line: port ("hub"/"cdn"), method, path, auth,
 range, status and body bytes sent.
 """
+import base64
 import hashlib
 import json
 import os
@@ -38,7 +55,11 @@ CONFIG = json.load(open(sys.argv[1]))
 LOG_PATH = sys.argv[2]
 LOG_LOCK = threading.Lock()
 STATE = {"dropped": set()}
-REPOS = {}  # "models/ORG/NAME" -> {"commit", "gated", "files": {name: bytes}}
+REPOS = {}  # "models/ORG/NAME" -> {"commit", "gated", "files": {name: bytes}, "lfs": set of names}
+LFS_STORE = {}  # sha256 -> bytes: every LFS object the Hub holds (PUT to the CDN port or committed);
+               # like the Hub's, it outlives the files that named it
+PARTS = {}  # (sha256, part number) -> bytes of a multipart upload
+REPO_LOCK = threading.Lock()
 BY_SHA = {}  # sha256 -> (repo key, file name)
 PORTS = {}
 
@@ -56,9 +77,12 @@ def load_repos():
                 full = os.path.join(root, n)
                 files[os.path.relpath(full, spec["dir"])] = open(full, "rb").read()
         commit = hashlib.sha1(kind_key.encode()).hexdigest()
-        REPOS[kind_key] = {"commit": commit, "gated": spec.get("gated", False), "files": files}
+        REPOS[kind_key] = {"commit": commit, "gated": spec.get("gated", False), "files": files,
+                           "lfs": {n for n in files if is_lfs(n)}}
         for name, data in files.items():
             BY_SHA[hashlib.sha256(data).hexdigest()] = (kind_key, name)
+            if is_lfs(name):
+                LFS_STORE[hashlib.sha256(data).hexdigest()] = data
 
 
 def git_sha1(data):
@@ -94,7 +118,21 @@ class Handler(BaseHTTPRequestHandler):
                    json.dumps({"error": code}).encode())
 
     def authorized(self, repo):
-        return not repo["gated"] or self.headers.get("Authorization") == "Bearer " + CONFIG.get("token", "")
+        auth = self.headers.get("Authorization")
+        return not repo["gated"] or auth in ("Bearer " + CONFIG.get("token", ""),
+                                             "Bearer " + CONFIG.get("write_token", "\0"))
+
+    def may_write(self):
+        """True for the write token; else answers 401 (no token) or 403 (another token)."""
+        auth = self.headers.get("Authorization")
+        if auth is not None and auth == "Bearer " + CONFIG.get("write_token", "\0"):
+            return True
+        if auth is None:
+            self.error(401, "Unauthorized")
+        else:
+            self.reply(403, {"Content-Type": "application/json"},
+                       json.dumps({"error": "You don't have the rights to write to this repository"}).encode())
+        return False
 
     def find_repo(self, parts):
         """(repo key, repo, rest of parts) for [datasets/]ORG/NAME/...; None when unknown."""
@@ -135,7 +173,7 @@ class Handler(BaseHTTPRequestHandler):
         if name in CONFIG.get("redirect", {}):
             return self.reply(302, {"Location": CONFIG["redirect"][name], "X-Repo-Commit": repo["commit"],
                                     "ETag": '"%s"' % git_sha1(data)})
-        if is_lfs(name):
+        if name in repo["lfs"]:
             sha = hashlib.sha256(data).hexdigest()
             cdn = "http://127.0.0.1:%d/cdn/%s" % (PORTS["cdn"], sha)
             return self.reply(302, {"Location": cdn, "X-Repo-Commit": repo["commit"],
@@ -158,11 +196,152 @@ class Handler(BaseHTTPRequestHandler):
                 "siblings": [{"rfilename": n} for n in sorted(repo["files"])]}
         self.reply(200, {"Content-Type": "application/json"}, json.dumps(body).encode())
 
+    def body(self):
+        return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+
+    def reply_json(self, status, obj):
+        self.reply(status, {"Content-Type": "application/json"}, json.dumps(obj).encode())
+
+    def do_PUT(self):
+        parts = [p for p in urllib.parse.urlparse(self.path).path.split("/") if p]
+        data = self.body()
+        if self.server.role == "cdn" and len(parts) == 3 and parts[0] == "part":
+            with REPO_LOCK:
+                PARTS[(parts[1], int(parts[2]))] = data
+            return self.reply(200, {"ETag": '"%s"' % hashlib.md5(data).hexdigest()})
+        if self.server.role != "cdn" or len(parts) != 2 or parts[0] != "upload":
+            return self.reply(404)
+        if hashlib.sha256(data).hexdigest() != parts[1]:
+            return self.reply(400, {}, b"sha256 mismatch")
+        with REPO_LOCK:
+            LFS_STORE[parts[1]] = data
+        self.reply(200)
+
+    def do_POST(self):
+        parts = [p for p in urllib.parse.unquote(urllib.parse.urlparse(self.path).path).split("/") if p]
+        data = self.body()
+        if self.server.role != "hub":
+            return self.reply(404)
+        if len(parts) == 2 and parts[0] == "lfs-complete":
+            return self.complete_parts(parts[1], json.loads(data))
+        if parts == ["api", "repos", "create"]:
+            return self.create_repo(json.loads(data))
+        if len(parts) == 6 and parts[:2] == ["api", "models"] and parts[4] in ("preupload", "commit"):
+            repo = REPOS.get("models/" + parts[2] + "/" + parts[3])
+            if not self.may_write():
+                return None
+            if repo is None:
+                return self.error(404, "RepoNotFound")
+            if parts[5] not in ("main", repo["commit"]):
+                return self.error(404, "RevisionNotFound")
+            if parts[4] == "preupload":
+                return self.preupload(json.loads(data))
+            return self.commit("models/" + parts[2] + "/" + parts[3], data)
+        if len(parts) == 6 and parts[1].endswith(".git") and parts[2:5] == ["info", "lfs", "objects"]:
+            if not self.may_write():
+                return None
+            if "models/" + parts[0] + "/" + parts[1][:-4] not in REPOS:
+                return self.error(404, "RepoNotFound")
+            if parts[5] == "batch":
+                return self.lfs_batch(json.loads(data))
+            if parts[5] == "verify":
+                oid = json.loads(data).get("oid")
+                return self.reply_json(200 if oid in LFS_STORE else 404, {})
+        return self.error(404, "EntryNotFound")
+
+    def create_repo(self, req):
+        if not self.may_write():
+            return None
+        key = "models/%s/%s" % (req.get("organization"), req.get("name"))
+        with REPO_LOCK:
+            if key in REPOS:
+                return self.reply_json(409, {"error": "You already created this model repo"})
+            REPOS[key] = {"commit": hashlib.sha1(key.encode()).hexdigest(), "gated": bool(req.get("private")),
+                          "files": {}, "lfs": set()}
+        self.reply_json(200, {"url": "http://127.0.0.1:%d/%s" % (PORTS["hub"], key[len("models/"):])})
+
+    def preupload(self, req):
+        files = []
+        for f in req.get("files", []):
+            lfs = is_lfs(f["path"]) or f["size"] >= 10 * 1024 * 1024
+            base64.b64decode(f["sample"], validate=True)
+            files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False})
+        self.reply_json(200, {"files": files})
+
+    def lfs_batch(self, req):
+        objects = []
+        for o in req.get("objects", []):
+            entry = {"oid": o["oid"], "size": o["size"]}
+            chunk = CONFIG.get("multipart_chunk", 0)
+            if o["oid"] not in LFS_STORE and chunk and o["size"] > chunk:
+                header = {"chunk_size": str(chunk)}
+                for i in range(1, (o["size"] + chunk - 1) // chunk + 1):
+                    header["%05d" % i] = "http://127.0.0.1:%d/part/%s/%d" % (PORTS["cdn"], o["oid"], i)
+                entry["actions"] = {"upload": {"href": "http://127.0.0.1:%d/lfs-complete/%s" % (
+                    PORTS["hub"], o["oid"]), "header": header}}
+            elif o["oid"] not in LFS_STORE:
+                entry["actions"] = {
+                    "upload": {"href": "http://127.0.0.1:%d/upload/%s" % (PORTS["cdn"], o["oid"])},
+                    "verify": {"href": "http://127.0.0.1:%d%s" % (PORTS["hub"], self.path.replace("batch", "verify"))}}
+            objects.append(entry)
+        self.reply(200, {"Content-Type": "application/vnd.git-lfs+json"},
+                   json.dumps({"transfer": "basic", "objects": objects}).encode())
+
+    def complete_parts(self, oid, req):
+        with REPO_LOCK:
+            data = b""
+            for n, p in enumerate(req.get("parts", []), start=1):
+                chunk = PARTS.get((oid, p["partNumber"]))
+                if p["partNumber"] != n or chunk is None or p["etag"] != '"%s"' % hashlib.md5(chunk).hexdigest():
+                    return self.reply_json(400, {"error": "bad part %d" % n})
+                data += chunk
+            if hashlib.sha256(data).hexdigest() != oid or req.get("oid") != oid:
+                return self.reply_json(400, {"error": "the parts do not make the object %s" % oid})
+            LFS_STORE[oid] = data
+        self.reply_json(200, {})
+
+    def commit(self, key, data):
+        fail = CONFIG.get("fail_commit_once", 0)
+        if STATE.setdefault("commit_failures", 0) < fail:
+            STATE["commit_failures"] += 1
+            return self.reply_json(503, {"error": "try again"})
+        with REPO_LOCK:
+            repo = REPOS[key]
+            files, lfs = dict(repo["files"]), set(repo["lfs"])
+            lines = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+            if not lines or lines[0].get("key") != "header":
+                return self.reply_json(400, {"error": "the first line must be the header"})
+            for line in lines[1:]:
+                k, v = line["key"], line["value"]
+                if k == "file":
+                    files[v["path"]] = base64.b64decode(v["content"], validate=True)
+                    lfs.discard(v["path"])
+                elif k == "lfsFile":
+                    content = LFS_STORE.get(v["oid"])
+                    if content is None or len(content) != v["size"]:
+                        return self.reply_json(422, {"error": "LFS object %s was not uploaded" % v["oid"]})
+                    files[v["path"]] = content
+                    lfs.add(v["path"])
+                elif k == "deletedFolder":
+                    prefix = v["path"].rstrip("/") + "/"
+                    files = {n: c for n, c in files.items() if not n.startswith(prefix)}
+                elif k == "deletedFile":
+                    files.pop(v["path"], None)
+                else:
+                    return self.reply_json(400, {"error": "unknown key " + k})
+            repo["files"], repo["lfs"] = files, lfs & set(files)
+            repo["commit"] = hashlib.sha1((repo["commit"] + "\n").encode() + data).hexdigest()
+            for n in repo["lfs"]:
+                BY_SHA[hashlib.sha256(files[n]).hexdigest()] = (key, n)
+        self.reply_json(200, {"commitOid": repo["commit"],
+                              "commitUrl": "http://127.0.0.1:%d/%s/commit/%s" % (
+                                  PORTS["hub"], key[len("models/"):], repo["commit"])})
+
     def serve_cdn(self, parts):
         if len(parts) != 2 or parts[0] != "cdn" or parts[1] not in BY_SHA:
             return self.reply(404)
         key, name = BY_SHA[parts[1]]
-        data = REPOS[key]["files"][name]
+        data = LFS_STORE.get(parts[1], REPOS[key]["files"].get(name))
         if name in CONFIG.get("corrupt", []):
             data = bytes([data[0] ^ 0xFF]) + data[1:]
         start = 0

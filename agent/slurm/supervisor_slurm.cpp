@@ -1,0 +1,104 @@
+// The Supervisor's side of Slurm jobs (declared in agent/supervisor.h): the hooks that hand a job
+// with a `slurm:` section to the SlurmRunner (agent/slurm/slurm_runner.h) and apply what it reports.
+// Kept here so that supervisor.cpp holds only the calls.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "agent/slurm/slurm_job.h"
+#include "agent/slurm/slurm_runner.h"
+#include "agent/supervisor.h"
+#include "common/hub/hub_spec.h"
+#include "common/json_parse.h"
+
+namespace sftctl::agent {
+
+StatusOr<std::optional<slurm::SlurmOptions>> Supervisor::SlurmPreflight(const nlohmann::json& spec) {
+  SFT_ASSIGN_OR_RETURN(std::optional<slurm::SlurmOptions> options, slurm::SlurmOptionsFromSpecJson(spec));
+  if (!options) return options;
+  if (!HubSpecFields(spec).empty())
+    return InvalidArgumentError(
+        "slurm: hf:// paths are not supported in a Slurm job yet; `sftctl download` them and submit the "
+        "local folder");
+  SFT_RETURN_IF_ERROR(slurm_->Preflight(*options));
+  return options;
+}
+
+Status Supervisor::SubmitSlurmJob(JobRecord* rec, const slurm::SlurmOptions& options,
+                                  const std::shared_ptr<Journal>& journal) {
+  StatusOr<std::string> id = slurm_->Submit(options, "sftctl-" + rec->id, rec->job_dir);
+  if (!id.ok()) {
+    Status failed = Transition(rec, journal.get(), JobState::FAILED, "slurm: " + id.status().message());
+    if (!failed.ok()) spdlog::error("{}: {}", rec->id, failed.ToString());
+    return id.status();
+  }
+  rec->slurm_job_id = *id;
+  rec->slurm_state = "submitted";
+  SFT_RETURN_IF_ERROR(Transition(rec, journal.get(), JobState::QUEUED, "Slurm job " + *id + " submitted"));
+  slurm_->Follow(rec->id, *id, rec->job_dir, rec->world_size, options.requeue, journal);
+  return OkStatus();
+}
+
+void Supervisor::FollowSlurmJob(JobRecord* rec) {
+  auto journal = JournalFor(rec->id);
+  if (!journal.ok()) {
+    spdlog::error("{}: cannot follow its Slurm job: {}", rec->id, journal.status().ToString());
+    return;
+  }
+  Status why;
+  StatusOr<std::optional<slurm::SlurmOptions>> options = InternalError("the spec is not JSON");
+  if (auto spec = ParseJson(rec->spec_json, rec->id + " spec"); spec.ok())
+    options = slurm::SlurmOptionsFromSpecJson(*spec);
+  if (rec->slurm_job_id.empty()) {
+    StatusOr<std::string> recorded = slurm::RecordedJobId(rec->job_dir);
+    if (recorded.ok()) rec->slurm_job_id = *recorded;
+    if (!recorded.ok()) why = recorded.status().WithContext("the agent stopped before sbatch answered");
+  }
+  if (why.ok() && !options.ok()) why = options.status();
+  if (why.ok() && !options->has_value()) why = InternalError("the spec has no slurm section");
+  if (!why.ok()) {
+    Status st = Transition(rec, journal->get(), JobState::FAILED, "agent-restart: " + why.message());
+    if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
+    return;
+  }
+  slurm_->Follow(rec->id, rec->slurm_job_id, rec->job_dir, rec->world_size, (*options)->requeue, *journal);
+  if (rec->state == JobState::CANCELLING) slurm_->Cancel(rec->id);
+  spdlog::info("{}: following Slurm job {} again after the agent's restart", rec->id, rec->slurm_job_id);
+}
+
+void Supervisor::ApplySlurmUpdate(const slurm::SlurmUpdate& update) {
+  StatusOr<JobRecord> rec = store_->GetJob(update.job_id);
+  auto journal = JournalFor(update.job_id);
+  Status st = !rec.ok() ? rec.status() : journal.status();
+  if (!st.ok() || IsFinal(rec->state)) {
+    if (!st.ok()) spdlog::error("{}: {}", update.job_id, st.ToString());
+    slurm_jobs_.erase(update.job_id);
+    return;
+  }
+  if (update.last_step) rec->last_step = *update.last_step;
+  if (update.last_loss) rec->last_loss = *update.last_loss;
+  rec->slurm_state = update.slurm_state;
+  // A cancelled job stays CANCELLING until Slurm says how it ended.
+  const JobState target =
+      rec->state == JobState::CANCELLING && !update.final ? JobState::CANCELLING : update.state;
+  const std::string reason = "Slurm job " + rec->slurm_job_id + ": " + update.slurm_state;
+  if (target != rec->state) {
+    if (target == JobState::RUNNING)
+      rec->started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    st = Transition(&*rec, journal->get(), target, reason);
+  } else {
+    if (target != JobState::CANCELLING) rec->reason = reason;
+    st = store_->SaveJob(*rec, nullptr);
+  }
+  if (!st.ok()) spdlog::error("{}: {}", update.job_id, st.ToString());
+  if (IsFinal(rec->state)) {
+    slurm_jobs_.erase(rec->id);
+  } else {
+    slurm_jobs_[rec->id] = rec->state;
+  }
+  Schedule();  // the stats
+}
+
+}  // namespace sftctl::agent

@@ -1,0 +1,95 @@
+// HttpClient: the seam through which sftctl speaks HTTP(S) (the Hugging Face Hub, common/hub/hf_hub.h).
+//
+// One request at a time per call: GET, HEAD, or POST/PUT with a body, extra request headers, the
+// response's status, its headers (names lower-cased) and its body, either collected or streamed to a
+// sink. Redirects are followed by the client itself (at most kMaxRedirects) when the request asks
+// for it, and an `Authorization` header is sent only to the origin (scheme, host and port) of the
+// request's URL: a redirect to another origin (a CDN) drops it, as the Hub's own clients do.
+//
+// The server is not trusted: only http:// and https:// URLs are fetched (a redirect to file://,
+// ftp://, ... is refused, and libcurl itself is limited to those two), and a body never runs past
+// what its response declared (Content-Length) or the request allows (max_body_bytes): the bytes
+// past it never reach the sink.
+//
+// CurlHttpClient is the libcurl implementation (TLS verified, HTTP/1.1 or 2, proxies from the usual
+// environment variables). Tests use it against a local server, or wrap the interface to inject faults.
+//
+// Thread safety: an HttpClient may be used by several threads at once (each Send has its own handle).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sftctl {
+
+struct HttpRequest {
+  std::string method = "GET";  // GET | HEAD | POST | PUT
+  std::string url;
+  // The body of a POST or PUT: `body`, or the content of the file `body_file` (read as it is sent;
+  // sent again from its start after a redirect) when that is set.
+  std::string body;
+  std::string body_file;
+  uint64_t body_offset = 0;           // of body_file: the bytes [offset, offset + length) are sent
+  uint64_t body_length = UINT64_MAX;  // (up to the end of the file)
+  std::vector<std::pair<std::string, std::string>> headers;  // {"Range", "bytes=10-"}, ...
+  bool follow_redirects = true;
+  // No byte for this long (connect included) fails the request with UNAVAILABLE.
+  std::chrono::seconds stall_timeout{60};
+  // The most body bytes of the final response accepted (DATA_LOSS past it); 0: no limit of its own
+  // when the body goes to a sink, kMaxCollectedBodyBytes when it is collected into HttpResponse::body.
+  uint64_t max_body_bytes = 0;
+};
+
+struct HttpResponse {
+  long status = 0;                             // of the last response (after redirects)
+  std::map<std::string, std::string> headers;  // of the last response; names lower-case
+  std::string body;                            // when Send had no sink
+  std::string url;                             // the URL that answered (after redirects)
+  uint64_t body_bytes = 0;                     // bytes of the last response's body received
+};
+
+// Receives body bytes as they arrive; returning false aborts the transfer (CANCELLED).
+using HttpSink = std::function<bool(std::string_view)>;
+// Called with the final response's status and headers before its first body byte; a non-OK status
+// aborts the transfer with that status (e.g. the response is not the one the caller can use).
+using HttpHeadersCheck = std::function<Status(const HttpResponse&)>;
+
+class HttpClient {
+ public:
+  static constexpr int kMaxRedirects = 10;
+  static constexpr uint64_t kMaxCollectedBodyBytes = 256ull << 20;
+  virtual ~HttpClient() = default;
+
+  // Sends `req`. Body bytes of the final response go to `sink` when given (those of redirect
+  // responses are discarded), else into HttpResponse::body. An HTTP error status is not an error
+  // here: the caller reads HttpResponse::status. Errors: UNAVAILABLE (connection failed, dropped or
+  // stalled mid-body; the message names the URL and how many body bytes arrived), CANCELLED (the sink
+  // said stop), the check's status, INVALID_ARGUMENT (a malformed URL or redirect, or one whose scheme
+  // is not http or https), DATA_LOSS (the body ran past its Content-Length or max_body_bytes; the
+  // sink got no byte past it).
+  virtual StatusOr<HttpResponse> Send(const HttpRequest& req, const HttpSink& sink = nullptr,
+                                      const HttpHeadersCheck& check = nullptr) = 0;
+};
+
+// The process-wide libcurl client. Never null; not owned by the caller.
+HttpClient* CurlHttpClient();
+
+// True when `url` is absolute with the scheme http or https (any case).
+bool IsHttpUrl(std::string_view url);
+// "scheme://host[:port]" of an absolute URL, lower-cased; "" when `url` is not absolute.
+std::string UrlOrigin(std::string_view url);
+// `location` (absolute, or relative to `base` as in a Location header) as an absolute URL.
+std::string ResolveUrl(std::string_view base, std::string_view location);
+// Percent-encodes every byte except unreserved characters and, when `keep_slash`, '/'.
+std::string UrlEncode(std::string_view s, bool keep_slash);
+
+}  // namespace sftctl

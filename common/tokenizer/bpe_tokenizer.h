@@ -1,0 +1,134 @@
+// BpeTokenizer: Hugging Face tokenizer.json for byte-level BPE models (Qwen2/2.5/3,
+// Llama-3, GPT-2 style), producing the same ids as the `tokenizers` pipeline:
+//
+//   raw text ─ added tokens matched first (longest match) ─┬─ added token id
+//                                                          └─ normalizer (NFC, NFD, NFKC, NFKD, Sequence)
+//                                                             ─ pre-tokenizers (Split regex via PCRE2,
+//                                                               ByteLevel, Sequence)
+//                                                             ─ BPE over bytes, merges by rank ─ ids
+//
+// Regexes are compiled with PCRE2 (UTF + UCP + JIT). Known divergences between the
+// reference implementations themselves (and therefore possibly from this one): whether
+// `\s` matches U+0085 (NEL) or U+FEFF (BOM), and Unicode-version differences in \p{L}/\p{N}
+// and NFC for characters newer than utf8proc's tables.
+//
+// Text that is not valid UTF-8 is encoded as if each maximal ill-formed subsequence were
+// U+FFFD. Decode() returns valid UTF-8 (ill-formed byte runs become U+FFFD, as the
+// reference decoders do); DecodeBytes() returns the raw bytes, for streaming.
+//
+// Thread safety: immutable after construction except for the internal BPE cache, which is
+// sharded and mutex-protected; all const methods may be called concurrently.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace sftctl {
+
+// The components, each in its own file: bpe_normalizer.h, bpe_pre_tokenizer.h (regex splitting),
+// bpe_merges.h (the BPE model's merges), bpe_added_tokens.h (the added-token matcher) and
+// bpe_vocab.h (the byte-level alphabet); bpe_tokenizer_json.cpp loads tokenizer.json into them
+// and bpe_tokenizer.cpp encodes and decodes with them.
+namespace bpe_internal {
+struct NormalizerStep;
+struct PreTokenizerStep;
+class MergeTable;
+class AddedTokenMatcher;
+class TokenizerJsonLoader;
+}  // namespace bpe_internal
+
+// One entry of tokenizer.json "added_tokens" (or tokenizer_config.json "added_tokens_decoder").
+struct AddedToken {
+  std::string content;
+  int32_t id = -1;
+  bool special = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool normalized = false;
+  bool single_word = false;
+};
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  // Builds a tokenizer from the text of tokenizer.json and (optionally, may be empty)
+  // tokenizer_config.json. `json_label` / `config_label` name those files in error
+  // messages (e.g. "/models/qwen/tokenizer.json"); `name` is returned by name().
+  static StatusOr<std::unique_ptr<BpeTokenizer>> FromJson(std::string_view tokenizer_json,
+                                                          std::string_view tokenizer_config_json,
+                                                          const std::string& json_label,
+                                                          const std::string& config_label, std::string name);
+  ~BpeTokenizer() override;
+
+  // parse_special=false encodes special added tokens ("<|im_start|>") as plain text;
+  // non-special added tokens (Qwen3's "<think>") are still matched, as in Hugging Face.
+  std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const override;
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special = false) const override;
+  int32_t vocab_size() const override { return vocab_size_; }
+  std::optional<int32_t> TokenToId(std::string_view token) const override;
+  std::optional<int32_t> eos_id() const override { return eos_id_; }
+  std::optional<int32_t> pad_id() const override { return pad_id_; }
+  std::optional<int32_t> bos_id() const override { return bos_id_; }
+  std::string name() const override { return name_; }
+
+  // Like Decode but without repairing ill-formed UTF-8 (a multi-byte character split
+  // across ids stays split), so that pieces decoded one id at a time concatenate exactly.
+  std::string DecodeBytes(const std::vector<int32_t>& ids, bool skip_special = false) const;
+  // The token string as written in tokenizer.json ("Ġworld", "<|im_end|>"), if `id` exists.
+  std::optional<std::string> IdToToken(int32_t id) const;
+  // True for ids of added tokens flagged special.
+  bool IsSpecial(int32_t id) const;
+  // True when `id` names a vocabulary entry or an added token.
+  bool IsValidId(int32_t id) const;
+  const std::vector<AddedToken>& added_tokens() const { return added_tokens_; }
+
+ private:
+  friend class bpe_internal::TokenizerJsonLoader;  // FromJson (bpe_tokenizer_json.cpp) fills the tables
+  BpeTokenizer();
+
+  void EncodeSection(std::string_view text, bool parse_special, std::vector<int32_t>* ids) const;
+  void EncodeWord(std::string_view word, std::vector<int32_t>* ids) const;
+  void AppendDecoded(int32_t id, bool skip_special, std::string* out) const;
+
+  std::string name_;
+  int32_t vocab_size_ = 0;
+  std::optional<int32_t> eos_id_, pad_id_, bos_id_;
+
+  // id -> token string as written in tokenizer.json; empty for unused ids.
+  std::vector<std::string> id_to_token_;
+  // id -> bytes the token stands for (byte-level decoded; added tokens: their content).
+  std::vector<std::string> id_to_bytes_;
+  std::vector<uint8_t> id_flags_;  // bit 0: valid, bit 1: special, bit 2: added token
+  std::unordered_map<std::string_view, int32_t> token_to_id_;  // keys view id_to_token_
+  // Vocabulary keyed by raw bytes (byte-level tokens only): for ignore_merges.
+  std::unordered_map<std::string_view, int32_t> bytes_to_id_;  // keys view id_to_bytes_
+  std::array<int32_t, 256> byte_ids_{};                        // token id of each single byte
+  std::unique_ptr<bpe_internal::MergeTable> merges_;
+  bool ignore_merges_ = false;
+
+  std::vector<bpe_internal::NormalizerStep> normalizers_;
+  std::vector<bpe_internal::PreTokenizerStep> pre_tokenizers_;
+
+  std::vector<AddedToken> added_tokens_;
+  // Matchers over raw text: [0] all non-normalized added tokens, [1] the same without
+  // special ones (parse_special=false). Normalized added tokens (only when there is a
+  // normalizer) are matched after normalization by normalized_matchers_ ([0], [1] likewise).
+  std::unique_ptr<bpe_internal::AddedTokenMatcher> raw_matchers_[2];
+  std::unique_ptr<bpe_internal::AddedTokenMatcher> normalized_matchers_[2];
+
+  // Bounded cache of BPE results per word, sharded to keep lock contention low.
+  struct CacheShard;
+  static constexpr size_t kCacheShards = 16;
+  std::unique_ptr<CacheShard[]> cache_;
+};
+
+}  // namespace sftctl

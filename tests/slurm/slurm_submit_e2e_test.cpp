@@ -1,0 +1,344 @@
+// `sftctl submit --slurm` end to end: the real sftctl against a real sftd started with --shared-dir
+// on the 2-node test cluster (tests/slurm/slurm_cluster.h), the real trainer as the job's ranks.
+// The agent's Slurm poll is 200 ms here (sftd --slurm-poll), so states show up quickly.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/formats/safetensors.h"
+#include "tests/client/tiny_job.h"
+#include "tests/slurm/slurm_cluster.h"
+#include "tests/slurm/weights_diff.h"
+#include "tests/util/command.h"
+#include "tests/util/file_util.h"
+#include "tests/util/temp_dir.h"
+#include "tests/util/wait_for.h"
+
+namespace sftctl::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kSteps3[] =
+    "precision: fp32\nthreads: 1\ntrain: {max_steps: 3, batch_size: 4}\ndistributed: {timeout_s: 60}\n";
+
+using ::sftctl::testing::MaxAbsDiff;
+
+// Whether a process runs with its working directory in `dir` (a rank of the job left behind).
+bool ProcessIn(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto cwd = std::filesystem::read_symlink(e.path() / "cwd", ec);
+    if (!ec && cwd.string().rfind(dir, 0) == 0) return true;
+  }
+  return false;
+}
+
+// Deletes the agent's probe files in `dir` the moment they appear, so that no compute node can
+// read them: a shared dir the nodes do not see, on a test cluster whose nodes share one machine.
+class ProbeEater {
+ public:
+  explicit ProbeEater(std::string dir) : dir_(std::move(dir)) {
+    fd_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    ::inotify_add_watch(fd_, dir_.c_str(), IN_CREATE);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~ProbeEater() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  int eaten() const { return eaten_; }
+
+ private:
+  void Run() {
+    alignas(inotify_event) char buf[4096];
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = ::read(fd_, buf, sizeof(buf));
+      for (ssize_t off = 0; off < n;) {
+        const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
+        const std::string name = ev->len > 0 ? ev->name : "";
+        if (name.rfind(".sftctl-probe-", 0) == 0 && ::unlink((dir_ + "/" + name).c_str()) == 0) ++eaten_;
+        off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      }
+    }
+  }
+  std::string dir_;
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> eaten_{0};
+  std::thread thread_;
+};
+
+class SlurmSubmitTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = SlurmCluster::Start(2).release(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(cluster_, nullptr);
+    home_ = tmp_.path() + "/home";
+    std::filesystem::create_directories(home_);
+  }
+  void TearDown() override {
+    // Nothing of this test may still write into its folders when they are removed: no Slurm job, no agent.
+    cluster_->Shell(
+        "scancel --user=$(id -un); for i in $(seq 100); do [ -z \"$(squeue -h)\" ] && break; sleep 0.1; "
+        "done");
+    for (const std::string& d : agents_) RunCommand({Bin("sftd"), "stop", "--data-dir", d});
+  }
+
+  // Starts an agent in <tmp>/<name>, with `shared_dir` when not empty and `path` as its PATH when
+  // not empty; returns its host for sftctl ("local:DIR").
+  std::string StartAgent(const std::string& name, const std::string& shared_dir,
+                         const std::string& path = "") {
+    const std::string dir = tmp_.path() + "/" + name;
+    std::vector<std::string> argv = {Bin("sftd"), "start",        "--detach", "--data-dir",
+                                     dir,         "--slurm-poll", "200ms"};
+    if (!shared_dir.empty()) argv.insert(argv.end(), {"--shared-dir", shared_dir});
+    if (!path.empty()) argv.insert(argv.begin(), {"/usr/bin/env", "PATH=" + path});  // replaces ours
+    const CommandResult r = RunCommand(argv, {cluster_->env()});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    agents_.push_back(dir);
+    return "local:" + dir;
+  }
+
+  std::vector<std::string> Env() const {
+    return {"HOME=" + home_, "XDG_CONFIG_HOME=" + home_ + "/config", cluster_->env()};
+  }
+  CommandResult Sftctl(std::vector<std::string> args) const {
+    args.insert(args.begin(), Bin("sftctl"));
+    return RunCommand(args, Env());
+  }
+  // `sftctl logs -f JOB` until the job ends (at most 2 minutes).
+  CommandResult FollowLogs(const std::string& job) const {
+    return RunCommand({"timeout", "120", Bin("sftctl"), "logs", "-f", job}, Env());
+  }
+  // `sftctl status JOB --json`'s first node (null when it fails).
+  nlohmann::json Status(const std::string& job) const {
+    const CommandResult r = RunForStdout({Bin("sftctl"), "status", job, "--json"}, Env());
+    nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+    return j.is_object() && j.contains("nodes") ? j["nodes"][0] : nlohmann::json();
+  }
+  // Waits (polling every 100 ms) until `pred(status)`; the last status.
+  template <typename Pred>
+  nlohmann::json WaitForStatus(const std::string& job, Pred pred,
+                               std::chrono::seconds timeout = std::chrono::seconds(90)) {
+    nlohmann::json last;
+    WaitFor(
+        [&] {
+          last = Status(job);
+          if (!last.is_object()) return false;
+          if (pred(last)) return true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          return false;
+        },
+        timeout);
+    return last;
+  }
+  // Submits `spec` with --slurm and `flags`; the job id ("" after a test failure).
+  std::string Submit(const std::string& host, const std::string& spec, std::vector<std::string> flags) {
+    std::vector<std::string> argv = {Bin("sftctl"), "submit", "--host", host, "--slurm", "--json"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back(spec);
+    const CommandResult r = RunForStdout(argv, Env());
+    nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return j.is_object() ? j.value("job", "") : "";
+  }
+  std::string Squeue() const { return cluster_->Shell("squeue -h -t all -o '%j %T'").output; }
+
+  static SlurmCluster* cluster_;
+  TempDir tmp_;
+  std::string home_;
+  std::vector<std::string> agents_;
+};
+
+SlurmCluster* SlurmSubmitTest::cluster_ = nullptr;
+
+TEST_F(SlurmSubmitTest, RefusesBeforeAnythingIsQueued) {
+  const std::string spec = WriteTinyJobSpec(tmp_.path(), kSteps3);
+  // An agent without --shared-dir.
+  CommandResult r = Sftctl({"submit", "--host", StartAgent("plain", ""), "--slurm", "--nodes", "2", spec});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("start sftd with --shared-dir DIR")) << r.output;
+
+  // An unknown partition.
+  const std::string shared = tmp_.path() + "/shared";
+  const std::string host = StartAgent("agent", shared);
+  r = Sftctl({"submit", "--host", host, "--slurm", "--nodes", "2", "--partition", "a100", spec});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output,
+              HasSubstr("slurm: field 'partition': unknown partition 'a100'; this cluster has: debug"));
+
+  // A shared dir the compute nodes do not see (the probe file vanishes before a node reads it).
+  {
+    ProbeEater eater(shared);
+    r = Sftctl({"submit", "--host", host, "--slurm", "--nodes", "2", spec});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.output, HasSubstr("slurm: --shared-dir " + std::filesystem::canonical(shared).string() +
+                                    " is not visible from the compute nodes: a compute node cannot read"))
+        << r.output;
+    EXPECT_GE(eater.eaten(), 1);
+  }
+
+  // A login node without Slurm's commands: the agent's PATH has a shell and env, nothing else.
+  const std::string bare = tmp_.path() + "/bare-path";
+  std::filesystem::create_directories(bare);
+  std::filesystem::create_symlink("/bin/sh", bare + "/sh");
+  std::filesystem::create_symlink("/usr/bin/env", bare + "/env");
+  const std::string no_slurm = StartAgent("no-slurm", tmp_.path() + "/shared2", bare);
+  r = Sftctl({"submit", "--host", no_slurm, "--slurm", "--nodes", "2", spec});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("this login node has no sbatch")) << r.output;
+
+  EXPECT_THAT(Squeue(), Not(HasSubstr("sftctl-job")));
+  // Nothing was recorded either.
+  r = Sftctl({"list", "--host", host});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, Not(HasSubstr("job-")));
+}
+
+TEST_F(SlurmSubmitTest, TwoNodeJobFollowsAndPullsTheWeightsOfATwoRankLocalRun) {
+  const std::string spec = WriteTinyJobSpec(tmp_.path(), kSteps3, 24);
+  const CommandResult local = RunCommand(
+      {Bin("sftctl"), "run", "--local", "--ranks", "2", spec, "-o", tmp_.path() + "/local"}, Env());
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+
+  const std::string host = StartAgent("agent", tmp_.path() + "/shared");
+  const std::string job = Submit(host, spec, {"--nodes", "2"});
+  ASSERT_FALSE(job.empty());
+  const CommandResult logs = FollowLogs(job);
+  EXPECT_EQ(logs.exit_code, 0) << logs.output;
+  EXPECT_THAT(logs.output, HasSubstr("step 3/3: loss"));
+  EXPECT_THAT(logs.output, HasSubstr("[rank 1] start:"));  // rank 1's events, from node n2
+  EXPECT_THAT(logs.output, HasSubstr("== SUCCEEDED: Slurm job "));
+
+  const nlohmann::json st = Status(job);
+  ASSERT_TRUE(st.is_object());
+  EXPECT_EQ(st["state"], "SUCCEEDED");
+  EXPECT_EQ(st["slurm"]["state"], "COMPLETED");
+  EXPECT_EQ(st["last_step"], 3);
+  EXPECT_EQ(
+      st["job_dir"].get<std::string>().rfind(std::filesystem::canonical(tmp_.path() + "/shared").string(), 0),
+      0u);
+  const CommandResult text = Sftctl({"status", job});
+  EXPECT_THAT(text.output,
+              HasSubstr("slurm job " + st["slurm"]["job_id"].get<std::string>() + ": COMPLETED"));
+
+  const std::string out = tmp_.path() + "/pulled";
+  const CommandResult pulled = Sftctl({"pull", job, "-o", out});
+  ASSERT_EQ(pulled.exit_code, 0) << pulled.output;
+  const std::string weights = "/checkpoint-000003/model.safetensors";
+  ASSERT_TRUE(std::filesystem::exists(out + weights)) << pulled.output;
+  EXPECT_LE(MaxAbsDiff(tmp_.path() + "/local" + weights, out + weights), 1e-6);
+}
+
+TEST_F(SlurmSubmitTest, PendingWhileTheClusterIsFullSurvivesAnAgentRestartAndCancelLeavesNoRank) {
+  const std::string spec = WriteTinyJobSpec(
+      tmp_.path(), "precision: fp32\nthreads: 1\ntrain: {max_steps: 1000000, batch_size: 4}\n", 24);
+  const std::string host = StartAgent("agent", tmp_.path() + "/shared");
+  const CommandResult blocker =
+      cluster_->Shell("sbatch --parsable -J blocker -N2 --ntasks-per-node=2 --wrap 'sleep 300'");
+  ASSERT_EQ(blocker.exit_code, 0) << blocker.output;
+  const std::string blocker_id = blocker.output.substr(0, blocker.output.find_first_of(";\n"));
+
+  const std::string job = Submit(host, spec, {"--nodes", "2"});
+  ASSERT_FALSE(job.empty());
+  nlohmann::json st = WaitForStatus(
+      job, [](const nlohmann::json& s) { return s["slurm"]["state"] == "PENDING (Resources)"; });
+  EXPECT_EQ(st["slurm"]["state"], "PENDING (Resources)") << st.dump();
+  EXPECT_EQ(st["state"], "QUEUED");
+  EXPECT_THAT(Sftctl({"status", job}).output, HasSubstr(": PENDING (Resources)"));
+
+  // A restarted agent finds the Slurm job again and follows it (its output and state below).
+  ASSERT_EQ(RunCommand({Bin("sftd"), "stop", "--data-dir", agents_.back()}).exit_code, 0);
+  agents_.pop_back();
+  ASSERT_EQ(StartAgent("agent", tmp_.path() + "/shared"), host);
+
+  // The cluster frees up: the job runs and trains.
+  ASSERT_EQ(cluster_->Shell("scancel " + blocker_id).exit_code, 0);
+  st = WaitForStatus(job, [](const nlohmann::json& s) { return s["last_step"].get<int64_t>() >= 2; });
+  ASSERT_EQ(st["state"], "RUNNING") << st.dump();
+  EXPECT_THAT(st["slurm"]["state"].get<std::string>(), HasSubstr("RUNNING on n[1-2]"));
+  const std::string job_dir = st["job_dir"];
+  ASSERT_TRUE(ProcessIn(job_dir));
+
+  const CommandResult cancel = Sftctl({"cancel", job});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
+  st = WaitForStatus(job, [](const nlohmann::json& s) { return s["state"] == "CANCELLED"; });
+  EXPECT_EQ(st["state"], "CANCELLED") << st.dump();
+  EXPECT_EQ(st["slurm"]["state"], "CANCELLED");
+  EXPECT_TRUE(WaitFor([&] { return !ProcessIn(job_dir); })) << "a rank outlived scancel";
+}
+
+// A node fails mid-job: the job without requeue ends FAILED with NODE_FAIL; the one with requeue waits
+// in Slurm's queue, runs again once the node is back, resumes from its newest checkpoint and finishes.
+TEST_F(SlurmSubmitTest, NodeFailureFailsAJobAndARequeuedOneResumesFromItsCheckpoint) {
+  const std::string spec =
+      WriteTinyJobSpec(tmp_.path(),
+                       "precision: fp32\nthreads: 1\ntrain: {max_steps: 200, batch_size: 4}\n"
+                       "checkpoint: {interval: 10, keep: 100}\n",
+                       24);
+  const std::string host = StartAgent("agent", tmp_.path() + "/shared");
+  const std::string requeued = Submit(host, spec, {"--nodes", "2"});
+  const std::string once = Submit(host, spec, {"--nodes", "2", "--no-requeue"});
+  ASSERT_FALSE(requeued.empty() || once.empty());
+  nlohmann::json a = WaitForStatus(requeued, [](const nlohmann::json& s) { return s["last_step"] >= 11; });
+  nlohmann::json b = WaitForStatus(once, [](const nlohmann::json& s) { return s["last_step"] >= 1; });
+  ASSERT_EQ(a["state"], "RUNNING") << a.dump();
+  ASSERT_EQ(b["state"], "RUNNING") << b.dump();
+  ASSERT_TRUE(WaitFor([&] {
+    return std::filesystem::exists(a["job_dir"].get<std::string>() + "/run/checkpoint-000010/DONE");
+  }));
+
+  // The node fails as Slurm sees it (tests/slurm/slurm_engine_e2e_test.cpp kills its slurmd instead,
+  // which Slurm notices only after SlurmdTimeout).
+  const CommandResult down = cluster_->Shell("scontrol update nodename=n2 state=down reason=sftctl-test");
+  ASSERT_EQ(down.exit_code, 0) << down.output;
+  b = WaitForStatus(once, [](const nlohmann::json& s) { return s["state"] == "FAILED"; });
+  EXPECT_EQ(b["state"], "FAILED") << b.dump();
+  EXPECT_EQ(b["slurm"]["state"], "NODE_FAIL (NodeDown)");
+  EXPECT_THAT(
+      Sftctl({"status", once}).output,
+      HasSubstr("FAILED - Slurm job " + b["slurm"]["job_id"].get<std::string>() + ": NODE_FAIL (NodeDown)"));
+  // Slurm requeued the other: it waits for two nodes again.
+  a = WaitForStatus(requeued, [](const nlohmann::json& s) { return s["state"] == "QUEUED"; });
+  EXPECT_EQ(a["state"], "QUEUED") << a.dump();
+
+  // The node comes back: resumed once Slurm has it DOWN (its jobs' steps may still be completing),
+  // or on its own when its slurmd registers again (ReturnToService=2).
+  const CommandResult back = cluster_->Shell(
+      "for i in $(seq 300); do case $(sinfo -h -n n2 -o %T) in idle*|mix*|alloc*) exit 0;; "
+      "down*|drain*) scontrol update nodename=n2 state=resume 2>/dev/null;; esac; sleep 0.1; done; "
+      "sinfo -h -n n2; exit 1");
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  const CommandResult logs = FollowLogs(requeued);
+  EXPECT_EQ(logs.exit_code, 0) << logs.output;
+  EXPECT_THAT(logs.output, HasSubstr("step 200/200"));
+  a = Status(requeued);
+  EXPECT_EQ(a["state"], "SUCCEEDED") << a.dump();
+  // The second run started from the newest checkpoint the first one completed.
+  const std::string events = ReadWholeFile(a["job_dir"].get<std::string>() + "/logs/rank-0.events");
+  EXPECT_THAT(events, ::testing::ContainsRegex("\"resumed_from\":\"[^\"]*/run/checkpoint-[0-9]+\""));
+}
+
+}  // namespace
+}  // namespace sftctl::testing

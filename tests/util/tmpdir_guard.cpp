@@ -1,0 +1,138 @@
+// The temporary-folder guard, linked into every test program that sftctl_add_test builds.
+//
+// Before the first test runs it makes a folder of the program's own under $TMPDIR
+// (sftctl-proc-<pid>-XXXXXX) and points TMPDIR there, so that whatever the tests and the processes
+// they start put in "the temporary folder" lands in one place. After each test it looks for litter:
+// an entry there that no live TempDir or MakeTempDir (tests/util/temp_dir.h) owns. When the tests end
+// it fails the program, naming each such entry and the test after which it appeared, removes the
+// litter, and at exit removes the folder with everything left in it (SFTCTL_KEEP_TEST_DIRS=1 keeps
+// it). $TMPDIR is <build>/test-tmp under ctest (sftctl_add_test) and when it is not set, so even a
+// test program that is killed leaves nothing in /tmp; the next one removes what it left.
+//
+// Not thread-safe, nor needs to be: GoogleTest calls it between tests, on the main thread.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <system_error>
+
+#include "tests/util/temp_dir.h"
+
+namespace sftctl::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kPrefix[] = "sftctl-proc-";
+
+bool KeepDirs() {
+  const char* keep = std::getenv("SFTCTL_KEEP_TEST_DIRS");
+  return keep != nullptr && std::string(keep) == "1";
+}
+
+// The guard's state; never destroyed, so that the exit handler may still read it.
+struct GuardState {
+  std::string dir;  // "" when there is no folder to guard
+  pid_t owner = 0;  // the process that made it (a forked child's exit removes nothing)
+  std::map<std::string, std::string> litter;  // path -> the test after which it was first seen
+};
+
+GuardState& State() {
+  static GuardState* state = new GuardState();
+  return *state;
+}
+
+// Records each entry of the folder that no live TempDir or MakeTempDir owns.
+void Scan(const std::string& after) {
+  GuardState& st = State();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(st.dir, ec)) {
+    const std::string path = e.path().string();
+    if (!internal::TempDirRegistry::Get().Owns(path)) st.litter.emplace(path, after);
+  }
+}
+
+void RemoveAtExit() {
+  const GuardState& st = State();
+  if (st.dir.empty() || ::getpid() != st.owner || KeepDirs()) return;
+  std::error_code ec;
+  fs::remove_all(st.dir, ec);
+}
+
+// Removes the folders of guards whose programs died before their exit handler ran (killed at a
+// timeout): sftctl-proc-<pid>-XXXXXX whose pid no longer runs. One whose pid was reused stays.
+void RemoveOrphans(const fs::path& base) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kPrefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + sizeof(kPrefix) - 1, nullptr, 10);
+    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+  }
+}
+
+class TmpDirEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    GuardState& st = State();
+    std::error_code ec;
+    const fs::path base = fs::temp_directory_path(ec);
+    if (ec) return;  // no usable $TMPDIR: the tests run as they would without the guard
+    RemoveOrphans(base);
+    std::string tmpl = (base / (kPrefix + std::to_string(::getpid()) + "-XXXXXX")).string();
+    if (::mkdtemp(tmpl.data()) == nullptr) return;
+    st.dir = tmpl;
+    st.owner = ::getpid();
+    ::setenv("TMPDIR", st.dir.c_str(), 1);
+    std::atexit(&RemoveAtExit);
+  }
+
+  void TearDown() override {
+    GuardState& st = State();
+    if (st.dir.empty()) return;
+    Scan("the last test");
+    std::string found;
+    for (const auto& [path, after] : st.litter) {
+      std::error_code ec;
+      if (!fs::exists(fs::symlink_status(path, ec))) continue;  // removed later by its maker
+      found += "\n  " + path + " (first seen after " + after + ")";
+      if (!KeepDirs()) fs::remove_all(path, ec);
+    }
+    if (!found.empty()) {
+      ADD_FAILURE() << "the tests left litter in $TMPDIR (use TempDir or MakeTempDir, tests/util/temp_dir.h):"
+                    << found;
+    }
+  }
+};
+
+class TmpDirListener : public ::testing::EmptyTestEventListener {
+ public:
+  // Runs after the test's fixture (and the TempDirs it held) is gone.
+  void OnTestEnd(const ::testing::TestInfo& test) override {
+    if (!State().dir.empty()) Scan(std::string(test.test_suite_name()) + "." + test.name());
+  }
+};
+
+// GoogleTest takes ownership of both. Without $TMPDIR (a test program run by hand) the base is the
+// build's test-tmp as well. A $TMPDIR that does not exist yet (a fresh build folder's test-tmp) is
+// made first: std::filesystem::temp_directory_path() throws on a missing one.
+[[maybe_unused]] const bool kRegistered = [] {
+  const char* tmp = std::getenv("TMPDIR");
+  if (tmp == nullptr || *tmp == '\0') ::setenv("TMPDIR", SFTCTL_TEST_TMPDIR, 1);
+  std::error_code ec;
+  fs::create_directories(std::getenv("TMPDIR"), ec);
+  ::testing::AddGlobalTestEnvironment(new TmpDirEnvironment());
+  ::testing::UnitTest::GetInstance()->listeners().Append(new TmpDirListener());
+  return true;
+}();
+
+}  // namespace
+}  // namespace sftctl::testing
