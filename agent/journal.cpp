@@ -1,7 +1,14 @@
 #include "agent/journal.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+
+#include "common/os/fd_util.h"
 
 namespace sftctl::agent {
 namespace {
@@ -42,6 +49,22 @@ bool DecodeJournalLine(const std::string& line, JournalEvent* ev) {
     return false;
   }
   return true;
+}
+
+std::string ReadRankOutput(const std::string& path, uint64_t off, bool* at_eof, bool* more) {
+  *at_eof = true;
+  if (more != nullptr) *more = false;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st;
+  if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) <= off) return "";
+  const uint64_t avail = static_cast<uint64_t>(st.st_size) - off;
+  std::string buf(static_cast<size_t>(std::min<uint64_t>(avail, kMaxRankReadPerPass)), '\0');
+  const ssize_t n = ::pread(fd.get(), buf.data(), buf.size(), static_cast<off_t>(off));
+  buf.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  if (buf.empty()) return "";
+  *at_eof = off + buf.size() == static_cast<uint64_t>(st.st_size);
+  if (more != nullptr) *more = avail > kMaxRankReadPerPass;
+  return buf;
 }
 
 size_t SplitRankOutput(int rank, int src, uint64_t off, const std::string& buf, bool last_piece,

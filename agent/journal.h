@@ -45,6 +45,12 @@ struct JournalEvent {
 // pieces of kMaxRankLine bytes, and the unterminated rest only when `last_piece` (a dead rank's last
 // words). Returns the bytes consumed; the caller reads on from off + that.
 constexpr size_t kMaxRankLine = 64 * 1024;
+// At most kMaxRankReadPerPass bytes of a rank output file are read per file and pass (bounds memory).
+constexpr size_t kMaxRankReadPerPass = size_t{4} << 20;
+// The bytes of rank output file `path` from offset `off`, at most kMaxRankReadPerPass of them ("" when
+// the file is missing or has nothing new). *at_eof: they reach the file's end (true when ""); *more
+// (optional): the file holds more beyond them.
+std::string ReadRankOutput(const std::string& path, uint64_t off, bool* at_eof, bool* more = nullptr);
 size_t SplitRankOutput(int rank, int src, uint64_t off, const std::string& buf, bool last_piece,
                        std::vector<JournalEvent>* events);
 

@@ -54,7 +54,6 @@ namespace {
 
 using ::sftctl::v1::Event;
 
-constexpr size_t kMaxReadPerTick = 4 << 20;  // per file and tick: bounds memory
 constexpr auto kProgressSaveEvery = std::chrono::seconds(1);
 
 int64_t NowMs() {
@@ -631,22 +630,11 @@ bool Supervisor::Drain(Run* run, bool final_drain) {
   bool more = false;
   for (RankRun& rr : run->ranks) {
     for (int src = 0; src < 3; ++src) {
-      std::string path = RankFile(run->rec.job_dir, rr.rank, src);
-      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) continue;
-      struct stat st;
-      if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) <= rr.off[src]) {
-        ::close(fd);
-        continue;
-      }
-      size_t want = static_cast<size_t>(std::min<uint64_t>(st.st_size - rr.off[src], kMaxReadPerTick));
-      more |= st.st_size - rr.off[src] > kMaxReadPerTick;
-      std::string buf(want, '\0');
-      ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(rr.off[src]));
-      ::close(fd);
-      if (n <= 0) continue;
-      buf.resize(static_cast<size_t>(n));
-      const bool at_eof = rr.off[src] + static_cast<uint64_t>(n) == static_cast<uint64_t>(st.st_size);
+      bool at_eof = true, beyond = false;
+      const std::string buf =
+          ReadRankOutput(RankFile(run->rec.job_dir, rr.rank, src), rr.off[src], &at_eof, &beyond);
+      if (buf.empty()) continue;
+      more |= beyond;
       const size_t used = SplitLines(run, &rr, src, buf, final_drain && at_eof, &events);
       advanced.push_back({&rr.off[src], rr.off[src] + used});
     }

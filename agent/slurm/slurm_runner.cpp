@@ -23,8 +23,7 @@ using ::sftctl::v1::Event;
 using ::sftctl::v1::JobState;
 using Steady = std::chrono::steady_clock;
 
-constexpr size_t kMaxReadPerPass = 4 << 20;  // per file and pass: bounds memory
-constexpr int kNotFoundPolls = 30;           // Slurm forgot the job this many polls in a row: failed
+constexpr int kNotFoundPolls = 30;  // Slurm forgot the job this many polls in a row: failed
 
 StatusOr<uint32_t> Count(int64_t value, const char* field) {
   if (value < 0 || value > std::numeric_limits<int32_t>::max())
@@ -69,25 +68,6 @@ size_t SplitLines(int rank, int src, uint64_t off, const std::string& buf, bool 
     for (size_t k = first; k < events->size(); ++k) NoteProgress((*events)[k].text, update);
   }
   return used;
-}
-
-// Up to kMaxReadPerPass bytes of `path` from `off` ("" when there is nothing new); *at_eof when
-// they reach the end of the file.
-std::string ReadFrom(const std::string& path, uint64_t off, bool* at_eof) {
-  *at_eof = true;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  struct stat st;
-  std::string buf;
-  if (::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > off) {
-    const uint64_t avail = static_cast<uint64_t>(st.st_size) - off;
-    buf.resize(static_cast<size_t>(std::min<uint64_t>(avail, kMaxReadPerPass)));
-    const ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(off));
-    buf.resize(n > 0 ? static_cast<size_t>(n) : 0);
-    *at_eof = off + buf.size() == static_cast<uint64_t>(st.st_size);
-  }
-  ::close(fd);
-  return buf;
 }
 
 }  // namespace
@@ -359,7 +339,7 @@ void SlurmRunner::Tail(const std::string& job_id, Followed* f, bool final, Slurm
       for (int src = 0; src < 3; ++src) {
         const uint64_t off = f->offsets[{rank, src}];
         bool at_eof = true;
-        const std::string buf = ReadFrom(RankFile(f->job_dir, rank, src), off, &at_eof);
+        const std::string buf = ReadRankOutput(RankFile(f->job_dir, rank, src), off, &at_eof);
         if (buf.empty()) continue;
         more |= !at_eof;
         const size_t used = SplitLines(rank, src, off, buf, final && at_eof, &events, update);
