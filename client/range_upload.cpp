@@ -65,26 +65,15 @@ Status SendBlock(AgentSession& a, UploadShared& sh, size_t b, uint64_t* sent) {
   first.set_offset(start);
   first.set_length(end - start);
   first.set_block(sh.block);
-  bool stream_ok = writer->Write(first);
-  std::string buf(kUploadChunkBytes, '\0');
   Status read_error;
-  for (uint64_t pos = start; stream_ok && pos < end;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kUploadChunkBytes, end - pos));
-    read_error = PreadFully(sh.fd, buf.data(), n, pos, sh.path);
-    if (!read_error.ok()) {
-      ctx.TryCancel();
-      break;
-    }
-    v1::UploadBlobRequest chunk;
-    chunk.set_data(buf.data(), n);
-    stream_ok = writer->Write(chunk);
-    if (!stream_ok) break;
-    pos += n;
-    *sent += n;
-    sh.sent += n;
-    if (sh.progress) sh.progress->Add(n);
-  }
-  if (stream_ok) writer->WritesDone();
+  WriteBlobStream(
+      &ctx, writer.get(), first, sh.fd, sh.path, start, end,
+      [&](size_t n) {
+        *sent += n;
+        sh.sent += n;
+        if (sh.progress) sh.progress->Add(n);
+      },
+      &read_error);
   grpc::Status fin = writer->Finish();
   SFT_RETURN_IF_ERROR(read_error);
   SFT_RETURN_IF_ERROR(

@@ -45,26 +45,15 @@ Status StreamBlob(AgentSession& a, UploadState& st, int fd, uint64_t offset, v1:
   msg.set_sha256(st.sha256);
   msg.set_size(st.size);
   msg.set_offset(offset);
-  bool stream_ok = writer->Write(msg);
-  std::string buf(kUploadChunkBytes, '\0');
-  while (stream_ok && offset < st.size) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kUploadChunkBytes, st.size - offset));
-    *read_error = PreadFully(fd, buf.data(), n, offset, st.local_path);
-    if (!read_error->ok()) {
-      ctx.TryCancel();
-      break;
-    }
-    v1::UploadBlobRequest chunk;
-    chunk.set_data(buf.data(), n);
-    stream_ok = writer->Write(chunk);
-    if (!stream_ok) break;
-    offset += n;
-    *sent += n;
-    st.stats->bytes_sent += n;
-    st.sent_any = true;
-    if (st.progress) st.progress->Add(n);
-  }
-  if (stream_ok) writer->WritesDone();
+  offset = WriteBlobStream(
+      &ctx, writer.get(), msg, fd, st.local_path, offset, st.size,
+      [&](size_t n) {
+        *sent += n;
+        st.stats->bytes_sent += n;
+        st.sent_any = true;
+        if (st.progress) st.progress->Add(n);
+      },
+      read_error);
   grpc::Status fin = writer->Finish();
   Status s = FromGrpc(fin, a.host() + ": upload of '" + st.local_path + "'");
   // DATA_LOSS for a short stream keeps the bytes, and FAILED_PRECONDITION means the agent holds another
@@ -120,6 +109,31 @@ Attempt UploadOnce(AgentSession& a, UploadState& st) {
 }
 
 }  // namespace
+
+uint64_t WriteBlobStream(grpc::ClientContext* ctx, grpc::ClientWriterInterface<v1::UploadBlobRequest>* writer,
+                         const v1::UploadBlobRequest& first, int fd, const std::string& path, uint64_t from,
+                         uint64_t to, const std::function<void(size_t)>& on_sent, Status* read_error) {
+  *read_error = OkStatus();
+  bool stream_ok = writer->Write(first);
+  std::string buf(kUploadChunkBytes, '\0');
+  uint64_t pos = from;
+  while (stream_ok && pos < to) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kUploadChunkBytes, to - pos));
+    *read_error = PreadFully(fd, buf.data(), n, pos, path);
+    if (!read_error->ok()) {
+      ctx->TryCancel();
+      break;
+    }
+    v1::UploadBlobRequest chunk;
+    chunk.set_data(buf.data(), n);
+    stream_ok = writer->Write(chunk);
+    if (!stream_ok) break;
+    pos += n;
+    on_sent(n);
+  }
+  if (stream_ok) writer->WritesDone();
+  return pos;
+}
 
 Status UploadFile(Reconnector* rc, const std::string& local_path, uint64_t size, const std::string& sha256,
                   Progress* progress, UploadStats* stats) {

@@ -6,8 +6,11 @@
 // Thread safety: one thread at a time.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "client/agent_session.h"
@@ -18,6 +21,15 @@ namespace sftctl::client {
 
 // Data bytes per UploadBlob message, sequential and ranged uploads alike.
 constexpr size_t kUploadChunkBytes = 1 << 20;
+
+// The one way an UploadBlob stream carries file bytes, for whole files and ranged blocks alike: writes
+// `first` (the stream's header), then bytes [from, to) of `fd` (read from `path`, named in errors) as
+// data messages of kUploadChunkBytes, calling on_sent(n) after each went out, and WritesDone when the
+// stream held. A local read error cancels the stream through `ctx` and lands in *read_error (else OK).
+// Returns the offset reached. The caller then calls Finish.
+uint64_t WriteBlobStream(grpc::ClientContext* ctx, grpc::ClientWriterInterface<v1::UploadBlobRequest>* writer,
+                         const v1::UploadBlobRequest& first, int fd, const std::string& path, uint64_t from,
+                         uint64_t to, const std::function<void(size_t)>& on_sent, Status* read_error);
 
 struct UploadStats {
   int files_sent = 0;       // files of which this process sent bytes
