@@ -21,6 +21,7 @@
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/wait_for.h"
 
 namespace sftctl::agent::slurm {
 namespace {
@@ -33,6 +34,9 @@ using ::testing::HasSubstr;
 // Stands in for sftctl-trainer: prints its environment and arguments; the job folder's `mode` file
 // makes rank 1 fail with exit code 3 ("fail") or every rank wait ("wait", after writing its pid to
 // up-RANK; "wait-first": only in the job's first run, a requeued run finishes).
+// Slurm is asked through a command (squeue/sacct/scontrol): not more often than this.
+constexpr std::chrono::milliseconds kSlurmPoll{100};
+
 constexpr const char* kFakeTrainer = R"(#!/bin/bash
 echo "rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT node=$SLURMD_NODENAME args=$*"
 echo '{"event":"start"}' >&3
@@ -80,11 +84,11 @@ class SlurmEngineTest : public ::testing::Test {
   StatusOr<SlurmJobInfo> WaitFor(const std::string& id, const std::function<bool(const SlurmJobInfo&)>& done,
                                  int seconds = 30) {
     StatusOr<SlurmJobInfo> info = NotFoundError("not queried");
-    for (int i = 0; i < seconds * 10; ++i) {
+    const auto query = [&] {
       info = Cli().Query(id, job_dir_);
-      if (info.ok() && done(*info)) return info;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+      return info.ok() && done(*info);
+    };
+    if (::sftctl::testing::WaitFor(query, std::chrono::seconds(seconds), kSlurmPoll)) return info;
     ADD_FAILURE() << "job " << id << " still " << (info.ok() ? info->Describe() : info.status().ToString());
     return info;
   }
@@ -92,11 +96,8 @@ class SlurmEngineTest : public ::testing::Test {
     return WaitFor(id, [](const SlurmJobInfo& i) { return IsTerminal(i.state); });
   }
   bool WaitForFile(const std::string& path, int seconds = 30) {
-    for (int i = 0; i < seconds * 10; ++i) {
-      if (std::filesystem::exists(path)) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
+    return ::sftctl::testing::WaitFor([&] { return std::filesystem::exists(path); },
+                                      std::chrono::seconds(seconds));
   }
 
   static sftctl::testing::SlurmCluster* cluster_;

@@ -22,13 +22,15 @@ namespace sftctl::testing {
 inline constexpr std::chrono::milliseconds kPollInterval{10};
 inline constexpr std::chrono::seconds kWaitTimeout{90};
 
-// REQUIRES: `pred` is callable as bool() and may be called many times.
+// REQUIRES: `pred` is callable as bool() and may be called many times. `poll`: a longer interval
+// for a `pred` that is costly to ask (one that runs a command, e.g. squeue).
 template <typename Pred>
-bool WaitFor(Pred&& pred, std::chrono::milliseconds timeout = kWaitTimeout) {
+bool WaitFor(Pred&& pred, std::chrono::milliseconds timeout = kWaitTimeout,
+             std::chrono::milliseconds poll = kPollInterval) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (pred()) return true;
-    std::this_thread::sleep_for(kPollInterval);
+    std::this_thread::sleep_for(poll);
   }
   return static_cast<bool>(pred());
 }
