@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -35,7 +36,14 @@ class SlurmCluster {
     }
     return c;
   }
-  ~SlurmCluster() { Script({"stop"}); }
+  // Stops the cluster; after a failed test, first prints the daemons' last errors (why a job did
+  // not launch, a node went down, ...).
+  ~SlurmCluster() {
+    if (::testing::Test::HasFailure()) {
+      std::cerr << "the Slurm test cluster's last errors:\n" << Script({"errors"}).output;
+    }
+    Script({"stop"});
+  }
 
   const std::string& dir() const { return dir_; }
   std::string conf() const { return dir_ + "/etc/slurm.conf"; }

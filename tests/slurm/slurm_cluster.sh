@@ -8,6 +8,7 @@
 #        slurm_cluster.sh DIR stop          cancel the jobs, then stop the daemons of DIR/run/*.pid
 #        slurm_cluster.sh DIR kill-node N   SIGKILL node N's slurmd, its slurmstepd and their tasks
 #        slurm_cluster.sh DIR start-node N  start node N's slurmd again
+#        slurm_cluster.sh DIR errors        the last error lines of the daemons' logs (post-mortem)
 # Client commands need SLURM_CONF=DIR/etc/slurm.conf. Packages (deploy/install-deps.sh TEST_PKGS):
 #   munge slurmctld slurmd slurm-client.
 set -euo pipefail
@@ -16,7 +17,14 @@ D=$(realpath -m "$1")
 CMD=$2
 shift 2
 export SLURM_CONF=$D/etc/slurm.conf
-SOCK=$D/munge/sock
+
+# Unix socket paths hold at most 107 bytes, and slurmd makes one per step in its spool folder
+# (<spool>/<node>_<job>.<step>, the batch step 4294967291): a job whose socket path does not fit
+# never launches ("launch failed requeued held"). Under a long $TMPDIR the spool folders and
+# munged's socket live in a short folder of /tmp instead, named in DIR/run/sockets, removed by stop.
+SOCKETS=$D
+[[ -f $D/run/sockets ]] && SOCKETS=$(<"$D/run/sockets")
+SOCK=$SOCKETS/munge/sock
 
 fail() { echo "slurm_cluster: $*" >&2; exit 1; }
 
@@ -47,7 +55,7 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$SOCK,cred_expire=5
 StateSaveLocation=$D/state
-SlurmdSpoolDir=$D/spool/%n
+SlurmdSpoolDir=$SOCKETS/spool/%n
 SlurmctldPidFile=$D/run/slurmctld.pid
 SlurmdPidFile=$D/run/slurmd-%n.pid
 SlurmctldLogFile=$D/log/slurmctld.log
@@ -88,15 +96,23 @@ start() { # CTLD_PORT NODE_PORT [CPUS]
   for tool in munged slurmctld slurmd sbatch; do
     command -v $tool >/dev/null || fail "$tool is missing: apt-get install munge slurmctld slurmd slurm-client"
   done
-  mkdir -p "$D"/{etc,state,log,run,munge,spool/n1,spool/n2}
-  chmod 755 "$D" "$D"/{etc,state,log,run,munge}  # munged wants its socket folder searchable by all
+  mkdir -p "$D"/{etc,state,log,run}
+  local longest=$D/spool/n1/n1_4294967295.4294967295
+  if ((${#longest} > 107)); then
+    SOCKETS=$(mktemp -d /tmp/sftctl-slurm.XXXXXX)
+    echo "$SOCKETS" >"$D/run/sockets"
+    SOCK=$SOCKETS/munge/sock
+  fi
+  mkdir -p "$SOCKETS"/{munge,spool/n1,spool/n2}
+  # munged wants its socket folder searchable by all
+  chmod 755 "$D" "$D"/{etc,state,log,run} "$SOCKETS" "$SOCKETS/munge"
   write_config "$1" "$2" "${3:-1}"
-  dd if=/dev/urandom of="$D/munge/key" bs=1024 count=1 status=none
-  chmod 600 "$D/munge/key"
+  dd if=/dev/urandom of="$SOCKETS/munge/key" bs=1024 count=1 status=none
+  chmod 600 "$SOCKETS/munge/key"
   # --force: the test's private TMPDIR (mode 700, tests/util/tmpdir_guard.cpp) is not searchable by
   # all, which munged otherwise refuses for its socket's folders; only this user talks to it.
-  munged --force --socket="$SOCK" --key-file="$D/munge/key" --pid-file="$D/run/munged.pid" \
-    --log-file="$D/log/munged.log" --seed-file="$D/munge/seed" || fail "munged did not start"
+  munged --force --socket="$SOCK" --key-file="$SOCKETS/munge/key" --pid-file="$D/run/munged.pid" \
+    --log-file="$D/log/munged.log" --seed-file="$SOCKETS/munge/seed" || fail "munged did not start"
   retry 100 munge -S "$SOCK" -n || fail "munged does not answer"
   slurmctld -f "$SLURM_CONF" || fail "slurmctld did not start: $D/log/slurmctld.log"
   retry 300 scontrol ping || fail "slurmctld does not answer: $D/log/slurmctld.log"
@@ -168,6 +184,9 @@ stop() {
   left=$(stepds)
   # shellcheck disable=SC2046,SC2086 # pid lists, split on purpose
   [[ -z $left ]] || kill -KILL $(tree $left) 2>/dev/null || true
+  if [[ $SOCKETS != "$D" && $SOCKETS == /tmp/sftctl-slurm.* ]]; then
+    rm -rf "$SOCKETS" "$D/run/sockets"
+  fi
 }
 
 case $CMD in
@@ -179,6 +198,13 @@ case $CMD in
     victims="$pid $(stepds "$1")"
     # shellcheck disable=SC2046,SC2086 # pid lists, split on purpose
     kill -KILL $(tree $victims) 2>/dev/null || true
+    ;;
+  errors)
+    for f in "$D"/log/slurmctld.log "$D"/log/slurmd-n1.log "$D"/log/slurmd-n2.log; do
+      [[ -f $f ]] || continue
+      echo "== $f"
+      grep -iE 'error|fatal' "$f" | grep -vE 'pmix|state file|Trying backup' | tail -n 15 || true
+    done
     ;;
   *) fail "unknown command $CMD" ;;
 esac
