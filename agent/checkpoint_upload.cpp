@@ -2,8 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/hub/hub_path.h"
 #include "common/json_parse.h"
 #include "common/object_store/checkpoint_store.h"
+#include "common/object_store/hub_destination.h"
 #include "common/object_store/s3_client.h"
 #include "common/object_store/s3_location.h"
 #include "common/os/file_system.h"
@@ -15,6 +17,7 @@ namespace {
 struct UploadSpec {
   std::string run_dir, upload_to, endpoint_url, region;
   int64_t keep = 2;
+  bool final_only = false;  // checkpoint.upload: final
 };
 
 // The upload fields of a stored spec; run_dir "" when the spec has no output_dir.
@@ -29,6 +32,7 @@ UploadSpec ReadUploadSpec(const std::string& spec_json) {
   u.upload_to = str("upload_to");
   u.endpoint_url = str("endpoint_url");
   u.region = str("region");
+  u.final_only = str("upload") == "final";
   if (c.contains("keep") && c["keep"].is_number_integer()) u.keep = c["keep"].get<int64_t>();
   return u;
 }
@@ -51,38 +55,68 @@ void CheckpointUploads::SetCredentials(const std::string& spec_json, AwsCredenti
   credentials_[u.run_dir] = std::move(credentials);
 }
 
-Status CheckpointUploads::StartJob(const std::string& job_id, const std::string& spec_json) {
+void CheckpointUploads::SetHubToken(const std::string& spec_json, std::string token) {
+  const UploadSpec u = ReadUploadSpec(spec_json);
+  if (u.run_dir.empty() || token.empty() || !IsHubPath(u.upload_to)) return;
+  MutexLock l(&mu_);
+  hub_tokens_[u.run_dir] = std::move(token);
+}
+
+Status CheckpointUploads::StartJob(const std::string& job_id, const std::string& spec_json,
+                                   const HubOptions& hub) {
   const UploadSpec u = ReadUploadSpec(spec_json);
   if (u.upload_to.empty() || u.run_dir.empty()) return Status();
-  SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(u.upload_to));
-  AwsCredentials creds;
   {
     MutexLock l(&mu_);
     if (running_.count(u.run_dir)) return Status();
-    auto it = credentials_.find(u.run_dir);
-    if (it != credentials_.end()) creds = it->second;
   }
-  if (creds.empty()) {
-    SFT_ASSIGN_OR_RETURN(creds, LoadAwsCredentials(env_));
+  auto dest = IsHubPath(u.upload_to) ? HubDestinationFor(u.run_dir, u.upload_to, hub, u.final_only)
+                                     : S3DestinationFor(u.run_dir, u.upload_to, EndpointFor(u, env_));
+  if (!dest.ok()) {  // every error names the field once
+    const Status& st = dest.status();
+    return st.message().rfind("checkpoint.upload_to", 0) == 0 ? st : st.WithContext("checkpoint.upload_to");
   }
-  const S3Endpoint ep = EndpointFor(u, env_);
   CheckpointUploaderOptions o;
-  o.dest = loc;
   o.run_dir = u.run_dir;
   o.keep = u.keep;
+  o.final_only = u.final_only;
   o.log = [job_id](const std::string& line) { spdlog::info("{}: upload: {}", job_id, line); };
-  auto up = std::make_unique<CheckpointUploader>(S3Client(ep, std::move(creds)), std::move(o));
+  const std::string url = (*dest)->Url();
+  auto up = std::make_unique<CheckpointUploader>(std::move(*dest), std::move(o));
   up->Start();
-  spdlog::info("{}: uploading its checkpoints to {}", job_id, loc.Url());
+  spdlog::info("{}: uploading its {} to {}", job_id, u.final_only ? "final checkpoint" : "checkpoints", url);
   MutexLock l(&mu_);
   running_[u.run_dir] = std::move(up);
   return Status();
+}
+
+StatusOr<std::unique_ptr<CheckpointDestination>> CheckpointUploads::S3DestinationFor(
+    const std::string& run_dir, const std::string& url, const S3Endpoint& endpoint) {
+  SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(url));
+  SFT_ASSIGN_OR_RETURN(AwsCredentials creds, CredentialsFor(run_dir, url));
+  return MakeS3Destination(S3Client(endpoint, std::move(creds)), std::move(loc), TransferOptions());
+}
+
+StatusOr<std::unique_ptr<CheckpointDestination>> CheckpointUploads::HubDestinationFor(
+    const std::string& run_dir, const std::string& url, HubOptions hub, bool final_only) {
+  {
+    MutexLock l(&mu_);
+    auto it = hub_tokens_.find(run_dir);
+    if (it != hub_tokens_.end()) hub.token = it->second;
+  }
+  if (hub.token.empty()) {
+    hub.token_advice =
+        "submit again with `sftctl submit --forward-hf-token` (your token then goes to this host for this "
+        "job, never stored), or put HF_TOKEN in the agent's ~/.config/sftd/env";
+  }
+  return OpenHubDestination(url, std::move(hub), final_only);
 }
 
 void CheckpointUploads::FinishJob(const std::string& spec_json) {
   const std::string run_dir = ReadUploadSpec(spec_json).run_dir;
   MutexLock l(&mu_);
   credentials_.erase(run_dir);
+  hub_tokens_.erase(run_dir);
   auto it = running_.find(run_dir);
   if (it == running_.end()) return;
   std::shared_ptr<CheckpointUploader> up(std::move(it->second));
@@ -103,6 +137,7 @@ void CheckpointUploads::Stop() {
     finishing.swap(finishing_);
     resuming.swap(resuming_);
     credentials_.clear();
+    hub_tokens_.clear();
   }
   for (auto& [id, f] : resuming) *f.cancel = true;
   for (auto& [dir, up] : running) up->Stop();

@@ -4,9 +4,14 @@
 // end: the newest checkpoint, metrics.jsonl and spec.json reach the bucket even after the job ended,
 // without holding up the supervisor.
 //
-// Credentials: the client's (SubmitJobRequest.aws_credentials, `submit --forward-aws-credentials`)
+// Targets: a bucket prefix (s3://) or a Hub model repository (hf://ORG/NAME,
+// common/object_store/hub_destination.h); `checkpoint.upload: final` sends only the last checkpoint.
+//
+// Credentials: the client's (SubmitJobRequest.aws_credentials, `submit --forward-aws-credentials`;
+// for hf://, SubmitJobRequest.hf_token, `submit --forward-hf-token`)
 // when it sent them, kept in this object's memory only — never written to the spec, the database, the
-// journal or the log — else the host's own (AWS_* environment, ~/.aws/credentials). An agent restart
+// journal or the log — else the host's own (AWS_* environment, ~/.aws/credentials; the agent's Hub
+// token: HF_TOKEN or the token file). An agent restart
 // forgets the client's: uploads of a job it finds running continue with the host's credentials, or
 // stop with an error in the log when the host has none (the staged checkpoint stays in the run folder
 // for the next uploader; see checkpoint_uploader.h).
@@ -26,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/hub/hf_hub.h"
 #include "common/mutex.h"
 #include "common/object_store/aws_credentials.h"
 #include "common/object_store/checkpoint_uploader.h"
@@ -43,9 +49,12 @@ class CheckpointUploads {
 
   // The client's credentials for the job whose spec is `spec_json` (memory only).
   void SetCredentials(const std::string& spec_json, AwsCredentials credentials);
-  // Starts the job's uploader when its spec has checkpoint.upload_to (else does nothing). Errors
-  // (credentials, an unparsable target) are returned for the log; training goes on regardless.
-  Status StartJob(const std::string& job_id, const std::string& spec_json);
+  // The client's Hub token for the job whose spec is `spec_json`, when it uploads to hf:// (memory only).
+  void SetHubToken(const std::string& spec_json, std::string token);
+  // Starts the job's uploader when its spec has checkpoint.upload_to (else does nothing); `hub`: the
+  // agent's Hub options (endpoint, its own token). Errors (credentials, no Hub token, a repository that
+  // cannot be created, an unparsable target) are returned for the log; training goes on regardless.
+  Status StartJob(const std::string& job_id, const std::string& spec_json, const HubOptions& hub);
   // The job's ranks ended: its uploader finishes in the background, then forgets the credentials.
   void FinishJob(const std::string& spec_json);
   // Stops every uploader and resume download now (the agent is stopping); their `done` is not called.
@@ -78,12 +87,20 @@ class CheckpointUploads {
   };
   StatusOr<Resumed> DownloadResume(const std::string& job_id, const std::string& job_dir,
                                    const std::string& spec_json, const std::atomic<bool>* cancel);
+  StatusOr<std::unique_ptr<CheckpointDestination>> S3DestinationFor(const std::string& run_dir,
+                                                                    const std::string& url,
+                                                                    const S3Endpoint& endpoint);
+  // With the job's forwarded token, else the agent's.
+  StatusOr<std::unique_ptr<CheckpointDestination>> HubDestinationFor(const std::string& run_dir,
+                                                                     const std::string& url, HubOptions hub,
+                                                                     bool final_only);
   // The job's forwarded credentials, else the host's.
   StatusOr<AwsCredentials> CredentialsFor(const std::string& run_dir, const std::string& what);
 
   EnvLookup env_;
   Mutex mu_;
   std::map<std::string, AwsCredentials> credentials_ GUARDED_BY(mu_);                   // by run folder
+  std::map<std::string, std::string> hub_tokens_ GUARDED_BY(mu_);                       // by run folder
   std::map<std::string, std::unique_ptr<CheckpointUploader>> running_ GUARDED_BY(mu_);  // by run folder
   std::vector<std::thread> finishing_ GUARDED_BY(mu_);
   std::multimap<std::string, ResumeFetch> resuming_ GUARDED_BY(mu_);  // by job id; joined at Stop

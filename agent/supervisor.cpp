@@ -294,6 +294,11 @@ void Supervisor::PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const 
     AgentCheckpointUploads().SetCredentials(
         rec->spec_json, {c.access_key_id(), c.secret_access_key(), c.session_token(), "the client"});
   }
+  if (rec.ok() && created) AgentCheckpointUploads().SetHubToken(rec->spec_json, req.hf_token());  // hf://
+  if (rec.ok() && created && rec->slurm) {  // its uploads watch the run folder in the shared dir
+    auto journal = JournalFor(rec->id);
+    StartUploads(*rec, journal.ok() ? journal->get() : nullptr);
+  }
   boost::asio::post(io_, [this, rec = std::move(rec), created, done, token = req.hf_token()]() mutable {
     if (rec.ok() && created) {
       QueueJob(&*rec, token);
@@ -302,6 +307,20 @@ void Supervisor::PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const 
     }
     done(std::move(rec));
   });
+}
+
+// checkpoint.upload_to (agent/checkpoint_upload.h): why the uploader cannot start (no credentials or
+// Hub token, ...) goes to the agent's log and, as a line of the job's output, to `sftctl logs`.
+void Supervisor::StartUploads(const JobRecord& rec, Journal* journal) {
+  Status up = AgentCheckpointUploads().StartJob(rec.id, rec.spec_json, config_.hub);
+  if (up.ok()) return;
+  spdlog::error("{}: {}", rec.id, up.message());
+  if (journal == nullptr) return;
+  JournalEvent ev;
+  ev.kind = ::sftctl::v1::Event::STDERR;
+  ev.text = "sftd: " + up.message();
+  if (auto appended = journal->Append({ev}); !appended.ok())
+    spdlog::error("{}: {}", rec.id, appended.status().ToString());
 }
 
 // On the event thread. A spec with hf:// paths goes to the HubFetcher first, one that resumes from
@@ -548,8 +567,7 @@ void Supervisor::Launch(const Allocation& alloc) {
   // restart: stop them, and fail the job (as far as the database can still be written).
   if (!saved) return FailLaunch(&rec, run->journal.get(), *spawned, st);
   run->last_progress = run->last_save = config_.clock->Now();
-  if (Status up = AgentCheckpointUploads().StartJob(rec.id, rec.spec_json); !up.ok())
-    spdlog::error("{}: checkpoint.upload_to: {}", rec.id, up.message());
+  StartUploads(rec, run->journal.get());
   Run* raw = run.get();
   runs_[rec.id] = std::move(run);
   WatchExits(raw);
@@ -900,8 +918,7 @@ Status Supervisor::Recover() {
                       true});
     }
     spdlog::info("{}: recovered after agent restart: {}/{} rank(s) alive", rec.id, alive, raw->ranks.size());
-    if (Status up = AgentCheckpointUploads().StartJob(rec.id, rec.spec_json); !up.ok())  // host's credentials
-      spdlog::error("{}: checkpoint.upload_to: {}", rec.id, up.message());
+    StartUploads(rec, raw->journal.get());  // with the host's credentials: the client's are forgotten
     WatchExits(raw);
     ArmTimer(raw);
   }

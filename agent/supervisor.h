@@ -166,6 +166,8 @@ class Supervisor {
                         const std::shared_ptr<Journal>& journal);
   // At recovery: follow a job a previous agent submitted again.
   void FollowSlurmJob(JobRecord* rec);
+  // Starts the job's checkpoint.upload_to; an error is logged and written to `journal` (may be null).
+  void StartUploads(const JobRecord& rec, Journal* journal);
   // On the event thread: what the runner found.
   void ApplySlurmUpdate(const slurm::SlurmUpdate& update);
   void DoCancel(const std::string& job_id, const JobCallback& done);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "agent/checkpoint_upload.h"
 #include "agent/slurm/slurm_job.h"
 #include "agent/slurm/slurm_runner.h"
 #include "agent/supervisor.h"
@@ -20,6 +21,10 @@ StatusOr<std::optional<slurm::SlurmOptions>> Supervisor::SlurmPreflight(const nl
     return InvalidArgumentError(
         "slurm: hf:// paths are not supported in a Slurm job yet; `sftctl download` them and submit the "
         "local folder");
+  if (!CheckpointUploads::ResumeBucket(spec.dump()).empty())
+    return InvalidArgumentError(
+        "slurm: resume: s3:// is not supported in a Slurm job yet; `sftctl pull s3://...` the checkpoint and "
+        "resume from the local folder");
   SFT_RETURN_IF_ERROR(slurm_->Preflight(*options));
   return options;
 }
@@ -36,7 +41,7 @@ Status Supervisor::SubmitSlurmJob(JobRecord* rec, const slurm::SlurmOptions& opt
   rec->slurm_state = "submitted";
   SFT_RETURN_IF_ERROR(Transition(rec, journal.get(), JobState::QUEUED, "Slurm job " + *id + " submitted"));
   slurm_->Follow(rec->id, *id, rec->job_dir, rec->world_size, options.requeue, journal);
-  return OkStatus();
+  return OkStatus();  // PrepareSubmit starts its uploads, once the forwarded credentials are set
 }
 
 void Supervisor::FollowSlurmJob(JobRecord* rec) {
@@ -64,6 +69,7 @@ void Supervisor::FollowSlurmJob(JobRecord* rec) {
   slurm_->Follow(rec->id, rec->slurm_job_id, rec->job_dir, rec->world_size, (*options)->requeue, *journal);
   if (rec->state == JobState::CANCELLING) slurm_->Cancel(rec->id);
   spdlog::info("{}: following Slurm job {} again after the agent's restart", rec->id, rec->slurm_job_id);
+  StartUploads(*rec, journal->get());  // the login node's agent watches the run folder in the shared dir
 }
 
 void Supervisor::ApplySlurmUpdate(const slurm::SlurmUpdate& update) {
@@ -95,6 +101,7 @@ void Supervisor::ApplySlurmUpdate(const slurm::SlurmUpdate& update) {
   if (!st.ok()) spdlog::error("{}: {}", update.job_id, st.ToString());
   if (IsFinal(rec->state)) {
     slurm_jobs_.erase(rec->id);
+    AgentCheckpointUploads().FinishJob(rec->spec_json);  // the last checkpoint still goes up
   } else {
     slurm_jobs_[rec->id] = rec->state;
   }

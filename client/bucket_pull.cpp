@@ -1,10 +1,13 @@
 #include "client/bucket_pull.h"
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <mutex>
 
+#include "client/hub_upload.h"
+#include "common/hub/hub_path.h"
 #include "common/object_store/aws_credentials.h"
 #include "common/object_store/checkpoint_store.h"
 #include "common/object_store/s3_location.h"
@@ -86,6 +89,20 @@ Status FetchResumeFromBucket(JobSpec* spec) {
   return Status();
 }
 
+void AddBucketOptions(CLI::App* cmd, std::string* upload_to, std::string* resume_from, bool remote) {
+  const std::string who = remote ? "Have the host upload" : "Upload";
+  cmd->add_option("--upload-to", *upload_to,
+                  who +
+                      " each complete checkpoint to s3://BUCKET/PREFIX or the Hub repository hf://ORG/NAME "
+                      "while training (checkpoint.upload_to; checkpoint.upload=final: only the last one)");
+  cmd->add_option("--resume-from", *resume_from,
+                  remote
+                      ? "Continue from the newest complete checkpoint in s3://BUCKET/PREFIX (resume), e.g. a "
+                        "run whose host went away; the host downloads it before the job starts"
+                      : "Resume from s3://BUCKET/PREFIX (its newest complete checkpoint) or a checkpoint "
+                        "folder");
+}
+
 StatusOr<std::unique_ptr<CheckpointUploader>> StartLocalUploader(const JobSpec& spec) {
   if (spec.checkpoint.upload_to.empty()) return std::unique_ptr<CheckpointUploader>();
   SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(spec.checkpoint.upload_to));
@@ -98,6 +115,7 @@ StatusOr<std::unique_ptr<CheckpointUploader>> StartLocalUploader(const JobSpec& 
   o.dest = loc;
   o.run_dir = spec.output_dir;
   o.keep = spec.checkpoint.keep;
+  o.final_only = spec.checkpoint.upload == "final";
   o.log = PrintUploadLine;
   auto up = std::make_unique<CheckpointUploader>(std::move(s3), std::move(o));
   up->Start();
@@ -108,6 +126,7 @@ std::string BucketStatusLines(const std::string& upload_to, const std::string& e
                               const std::string& region) {
   if (upload_to.empty())
     return "  no bucket is recorded for it (checkpoint.upload_to): its checkpoints are on that host only\n";
+  if (IsHubPath(upload_to)) return HubStatusLines(upload_to);  // client/hub_upload.h
   auto loc = ParseS3Url(upload_to);
   if (!loc.ok()) return "  " + EscapeForTerminal(loc.status().message()) + "\n";
   const std::string url = EscapeForTerminal(loc->Url());

@@ -15,6 +15,10 @@
 #include "common/spec.h"
 #include "common/status.h"
 
+namespace CLI {
+class App;
+}
+
 namespace sftctl::client {
 
 // An S3 client for `spec`'s endpoint_url/region (region: the spec's, else AWS_REGION /
@@ -27,6 +31,10 @@ StatusOr<S3Client> S3ClientForSpec(const CheckpointSpec& spec);
 // 1 after printing the error).
 int PullFromBucket(const std::string& url, const std::string& dest, const std::string& endpoint_url,
                    const std::string& region, int parallel);
+
+// `--upload-to` (checkpoint.upload_to) and `--resume-from` (resume) of `run --local` and `submit`,
+// defined once; `remote`: the host's agent, not this machine, uploads and downloads.
+void AddBucketOptions(CLI::App* cmd, std::string* upload_to, std::string* resume_from, bool remote);
 
 // When spec->resume is s3://...: downloads that prefix's newest complete checkpoint into
 // spec->output_dir and points spec->resume at it. Errors: FAILED_PRECONDITION when the prefix has no

@@ -183,11 +183,7 @@ void RegisterRunCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--tensorboard", args->tensorboard,
                   "Also write the run's metrics as TensorBoard event files into DIR while it trains")
       ->type_name("DIR");
-  cmd->add_option("--upload-to", args->upload_to,
-                  "Upload each complete checkpoint to s3://BUCKET/PREFIX or the Hub repository "
-                  "hf://ORG/NAME while training (checkpoint.upload_to)");
-  cmd->add_option("--resume-from", args->resume_from,
-                  "Resume from s3://BUCKET/PREFIX (its newest complete checkpoint) or a checkpoint folder");
+  AddBucketOptions(cmd, &args->upload_to, &args->resume_from, /*remote=*/false);
   cmd->add_option("--events-fd", args->events_fd,
                   "Also write metric records (JSON lines) to this descriptor");
   cmd->callback([args, &ctx] { ctx.exit_code = Run(*args); });

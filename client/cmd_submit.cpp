@@ -24,7 +24,10 @@
 #include "client/ssh/ssh_config.h"
 #include "client/uploader.h"
 #include "common/cli/duration_option.h"
+#include "common/hub/hub_commit.h"
+#include "common/hub/hub_path.h"
 #include "common/hub/hub_spec.h"
+#include "common/object_store/hub_destination.h"
 #include "common/object_store/s3_location.h"
 #include "common/os/net_addr.h"
 #include "common/terminal_text.h"
@@ -180,11 +183,12 @@ StatusOr<double> UploadToEveryNode(const RemoteSpec& spec, std::vector<Node>* no
   return progress.Seconds();
 }
 
-// hf:// paths are downloaded by the agent. This machine's Hugging Face token (possibly write-scoped)
-// goes with the request only when the user asks (--forward-hf-token), and then in a field the agent
-// never stores (proto SubmitJobRequest.hf_token); stderr says which hosts get it.
+// hf:// paths are downloaded by the agent, and an hf:// checkpoint.upload_to is committed to by it.
+// This machine's Hugging Face token (possibly write-scoped) goes with the request only when the user
+// asks (--forward-hf-token), and then in a field the agent never stores (proto
+// SubmitJobRequest.hf_token); stderr says which hosts get it.
 std::string HfTokenToForward(const SubmitArgs& a, const RemoteSpec& spec) {
-  if (HubSpecFields(spec.json).empty()) return "";
+  if (HubSpecFields(spec.json).empty() && !IsHubPath(spec.spec.checkpoint.upload_to)) return "";
   const std::string token = HubOptionsFromEnvironment().token;
   std::string hosts;
   for (const auto& h : a.ro.hosts) hosts += (hosts.empty() ? "" : ", ") + h;
@@ -201,8 +205,20 @@ std::string HfTokenToForward(const SubmitArgs& a, const RemoteSpec& spec) {
     return "";
   }
   std::cerr << "submit: sending your Hugging Face token to " << hosts
-            << " for this job's hf:// downloads (not stored there)\n";
+            << " for this job's hf:// downloads and uploads (not stored there)\n";
   return token;
+}
+
+// An hf:// checkpoint.upload_to with --forward-hf-token is checked here with the token that will be
+// sent: the repository is created (private) when missing, and a read-only token fails before anything
+// is uploaded or queued. Without it, the host's own token is used, checked there when the job starts.
+Status CheckHubUploadTarget(const SubmitArgs& a, const JobSpec& spec) {
+  const std::string& url = spec.checkpoint.upload_to;
+  if (!IsHubPath(url) || !a.forward_hf_token) return OkStatus();
+  HubOptions hub = HubOptionsFromEnvironment();
+  if (hub.token.empty()) return OkStatus();  // HfTokenToForward warns
+  SFT_ASSIGN_OR_RETURN(HubRef ref, ParseHubUploadTarget(url));
+  return HubCommitter(hub).EnsureRepo(ref.repo_id).WithContext("checkpoint.upload_to");
 }
 
 v1::SubmitJobRequest BaseRequest(const SubmitArgs& a, const RemoteSpec& spec, const Ranks& ranks) {
@@ -394,19 +410,14 @@ int Submit(const SubmitArgs& a) {
   }
   auto spec = LoadRemoteSpec(a.spec_path, sets, a.name);
   if (!spec.ok()) return ReportError(spec.status(), json);
-  if (!a.upload_to.empty()) {  // checkpoint.upload_to (docs/object-storage.md)
-    if (auto loc = ParseS3Url(a.upload_to); !loc.ok())
-      return ReportError(loc.status().WithContext("--upload-to"), json);
+  if (!a.upload_to.empty()) {  // checkpoint.upload_to (docs/object-storage.md, docs/hub.md)
+    const Status bad = IsHubPath(a.upload_to) ? ParseHubUploadTarget(a.upload_to).status()
+                                              : ParseS3Url(a.upload_to).status();
+    if (!bad.ok()) return ReportError(bad.WithContext("--upload-to"), json);
     spec->spec.checkpoint.upload_to = a.upload_to;
     spec->json["checkpoint"]["upload_to"] = a.upload_to;
   }
-  if (IsHubPath(spec->spec.checkpoint.upload_to)) {  // docs/hub.md: made by `run --local` only, so far
-    return ReportError(
-        UnimplementedError("checkpoint.upload_to: " + spec->spec.checkpoint.upload_to +
-                           ": uploads to the Hub are made by `sftctl run --local` only, so far; "
-                           "a host's agent uploads to s3:// (docs/object-storage.md)"),
-        json);
-  }
+  if (Status s = CheckHubUploadTarget(a, spec->spec); !s.ok()) return ReportError(s, json);
   if (Status s = ApplySlurmFlags(a.slurm, &*spec); !s.ok()) return ReportError(s, json);
   auto hosts = NodeHosts(a, *spec);
   if (!hosts.ok()) return ReportError(hosts.status(), json);
@@ -514,19 +525,14 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
       "--bootstrap", a->bootstrap,
       "First bring each host to this sftctl's version with `sftctl bootstrap` (builds and starts the "
       "agent where it is missing or older; seconds when it is up to date)");
-  cmd->add_option("--upload-to", a->upload_to,
-                  "Have the host upload each complete checkpoint to s3://BUCKET/PREFIX "
-                  "(checkpoint.upload_to)");
-  cmd->add_option("--resume-from", a->resume_from,
-                  "Continue from the newest complete checkpoint in s3://BUCKET/PREFIX (resume), e.g. a "
-                  "run whose host went away; the host downloads it before the job starts");
+  AddBucketOptions(cmd, &a->upload_to, &a->resume_from, /*remote=*/true);
   cmd->add_flag("--forward-aws-credentials", a->forward_aws,
                 "Send this machine's AWS credentials to the host for the job's s3:// uploads; kept in the "
                 "agent's memory only. Without it, the host uses its own");
   cmd->add_flag("--forward-hf-token", a->forward_hf_token,
                 "Send this machine's Hugging Face token (HF_TOKEN or `huggingface-cli login`'s) to the host "
-                "for the spec's gated or private hf:// paths; it is used for this job's downloads and never "
-                "stored there. Without it, no token leaves this machine");
+                "for the spec's gated or private hf:// paths and an hf:// upload_to; it is used for this job "
+                "only and never stored there. Without it, no token leaves this machine");
   cmd->add_option("--set", a->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)")
       ->allow_extra_args(false);
   AddSlurmFlags(cmd, &a->slurm);

@@ -286,7 +286,13 @@ const std::vector<SpecField>& CheckpointFields() {
               "`s3://BUCKET/PREFIX`: each complete checkpoint (and `metrics.jsonl`, `spec.json`) is uploaded "
               "there while training continues, `MANIFEST.json` last; `keep` holds in the bucket too "
               "([object-storage.md](object-storage.md)); or `hf://ORG/NAME`: a Hub model repository, one "
-              "commit per checkpoint (`run --local`; [hub.md](hub.md))"),
+              "commit per checkpoint ([hub.md](hub.md))"),
+      String("upload", SPEC_MEMBER(checkpoint.upload))
+          .Choices({"all", "final"})
+          .WhenSet()
+          .Doc("with `upload_to`: `all` sends every complete checkpoint while training continues; `final` "
+               "only the run's last one, when it ends (on the Hub, its model files at the repository's "
+               "root, so `from_pretrained(\"ORG/NAME\")` loads it)"),
       String("endpoint_url", SPEC_MEMBER(checkpoint.endpoint_url))
           .Check(EndpointProblem)
           .WhenSet()

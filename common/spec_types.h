@@ -75,8 +75,9 @@ struct CheckpointSpec {
   // it when resuming), apart from distributed.timeout_s.
   double save_timeout_s = 3600;
   // Object storage (docs/object-storage.md): "s3://BUCKET/PREFIX" the client (run --local) or the
-  // agent uploads each complete checkpoint to; "" none. The trainer ignores these three fields.
+  // agent uploads each complete checkpoint to; "" none. The trainer ignores these four fields.
   std::string upload_to;
+  std::string upload = "all";  // "all": every complete checkpoint, while training; "final": the last one
   std::string endpoint_url;  // "" : AWS (https://s3.<region>.amazonaws.com); else e.g. http://127.0.0.1:9000
   std::string region;        // "" : AWS_REGION / AWS_DEFAULT_REGION, else us-east-1
 };

@@ -5,6 +5,8 @@
 # Needs: ROOT, BUILD (absolute), T (a fresh temporary folder). Sets: BIN, PORT, USER_NAME, SSHD_PID,
 # KNOWN_HOSTS (for OpenSSH clients), and a HOME for sftctl at $T/home (known_hosts for port $PORT).
 # bench_env_start starts both; bench_env_cleanup (call it from an EXIT trap) stops them and removes $T.
+# Also: bench_require (the binaries a bench needs), bench_setup_job (pull_bench's job with an MB MiB
+# checkpoint file) and wan_relay_start (bench/wan/wan_relay with one of the network profiles).
 BIN="$BUILD/bin"
 SSHD_PID=""
 
@@ -68,3 +70,48 @@ trust_port() {
 }
 
 now() { date +%s.%N; }
+
+# bench_require NAME...: exits 2 naming the first of $BIN/NAME that is not built.
+bench_require() {
+  local b
+  for b in "$@"; do
+    [[ -x "$BIN/$b" ]] || { echo "missing $BIN/$b (cmake --build $BUILD --target $b)" >&2; exit 2; }
+  done
+}
+
+# bench_setup_job MB: a job on the agent whose checkpoint-000001 holds an MB MiB model.bin (pull_bench
+# setup). Sets COMMON (pull_bench's connection flags), JOB, FILE (the model file on the agent's side)
+# and REL (its path in the run folder).
+bench_setup_job() {
+  COMMON=(--host "$USER_NAME@127.0.0.1:$PORT" -i "$T/user_key" --known-hosts "$KNOWN_HOSTS"
+          --sftd "$BIN/sftd" --data-dir "$T/agent")
+  local setup
+  setup="$("$BIN/pull_bench" "${COMMON[@]}" setup --mb "$1")"
+  JOB="$(awk '/^JOB /{print $2}' <<<"$setup")"
+  FILE="$(awk '/^FILE /{print $2}' <<<"$setup")"
+  REL="$(awk '/^REL /{print $2}' <<<"$setup")"
+}
+
+# The network profiles (round-trip time, rate) as wan_relay's flags: lan (0.2 ms, 10 Gbit/s), metro
+# (10 ms, 1 Gbit/s), wan (40 ms, 500 Mbit/s, 1 ms jitter), far (100 ms, 2 Gbit/s, 1 ms jitter).
+wan_profile_args() {
+  case "$1" in
+    lan) echo "--rtt-ms 0.2 --mbit 10000" ;;
+    metro) echo "--rtt-ms 10 --mbit 1000" ;;
+    wan) echo "--rtt-ms 40 --mbit 500 --jitter-ms 1" ;;
+    far) echo "--rtt-ms 100 --mbit 2000 --jitter-ms 1" ;;
+    *) echo "unknown profile $1" >&2; return 1 ;;
+  esac
+}
+
+# wan_relay_start PROFILE TARGET_PORT NAME: a relay with PROFILE in front of 127.0.0.1:TARGET_PORT,
+# its output in $T/NAME.out; sets RELAY_PORT and RELAY_PID once it listens.
+wan_relay_start() {
+  local args
+  args="$(wan_profile_args "$1")" || return 1
+  RELAY_PORT="$(free_port)"
+  # shellcheck disable=SC2086 # the flags, split on purpose
+  "$BIN/wan_relay" --listen "$RELAY_PORT" --to "127.0.0.1:$2" $args > "$T/$3.out" &
+  RELAY_PID=$!
+  wait_port "$RELAY_PORT"
+}

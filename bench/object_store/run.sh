@@ -23,15 +23,12 @@ BUILD="$(cd "${1:-$ROOT/build/release}" && pwd)"
 MB="${MB:-512}"
 ROUNDS="${ROUNDS:-1}"
 PROFILES="${PROFILES:-loopback wan far}"
-BIN="$BUILD/bin"
-for b in pull_bench wan_relay sftd sftd-stub-trainer sftctl; do
-  [[ -x "$BIN/$b" ]] || { echo "missing $BIN/$b (cmake --build $BUILD --target $b)" >&2; exit 2; }
-done
 [[ -x /usr/bin/aws && -x /usr/bin/moto_server ]] || { echo "run deploy/install-deps.sh (moto, awscli)" >&2; exit 2; }
 
 T="$(mktemp -d "${TMPDIR:-/tmp}/s3-bench-XXXXXX")"
 # shellcheck source=../lib/ssh_bench_env.sh
 source "$ROOT/bench/lib/ssh_bench_env.sh"
+bench_require pull_bench wan_relay sftd sftd-stub-trainer sftctl
 S3_SERVER="$ROOT/tests/object_store/s3_server.sh"
 RELAYS=()
 cleanup() {
@@ -43,11 +40,7 @@ cleanup() {
 trap cleanup EXIT
 bench_env_start
 
-COMMON=(--host "$USER_NAME@127.0.0.1:$PORT" -i "$T/user_key" --known-hosts "$KNOWN_HOSTS"
-        --sftd "$BIN/sftd" --data-dir "$T/agent")
-SETUP="$("$BIN/pull_bench" "${COMMON[@]}" setup --mb "$MB")"
-JOB="$(awk '/^JOB /{print $2}' <<<"$SETUP")"
-FILE="$(awk '/^FILE /{print $2}' <<<"$SETUP")"
+bench_setup_job "$MB"
 CKPT="$(dirname "$FILE")"
 SIZE="$(du -sb "$CKPT" | cut -f1)"
 
@@ -77,32 +70,18 @@ print(json.dumps({"format": 1, "step": 1, "name": "checkpoint-000001", "files": 
 PY
 aws_s3 "$S3_ENDPOINT" cp --quiet "$T/MANIFEST.json" s3://bench/run/checkpoint-000001/MANIFEST.json
 
-profile_args() {
-  case "$1" in
-    lan) echo "--rtt-ms 0.2 --mbit 10000" ;;
-    metro) echo "--rtt-ms 10 --mbit 1000" ;;
-    wan) echo "--rtt-ms 40 --mbit 500 --jitter-ms 1" ;;
-    far) echo "--rtt-ms 100 --mbit 2000 --jitter-ms 1" ;;
-    *) echo "unknown profile $1" >&2; return 1 ;;
-  esac
-}
-
 # Relays for profile $1: RP (sshd) and RS (the bucket); the servers' own ports for loopback.
 start_relays() {
   local pid
   for pid in "${RELAYS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   RELAYS=()
   if [[ "$1" == loopback ]]; then RP="$PORT" RS="$S3_PORT"; return; fi
-  RP="$(free_port)"
-  # shellcheck disable=SC2046
-  "$BIN/wan_relay" --listen "$RP" --to "127.0.0.1:$PORT" $(profile_args "$1") > "$T/relay-ssh.out" &
-  RELAYS+=($!)
-  RS="$(free_port)"
-  # shellcheck disable=SC2046
-  "$BIN/wan_relay" --listen "$RS" --to "127.0.0.1:$S3_PORT" $(profile_args "$1") > "$T/relay-s3.out" &
-  RELAYS+=($!)
-  wait_port "$RP"
-  wait_port "$RS"
+  wan_relay_start "$1" "$PORT" relay-ssh
+  RP="$RELAY_PORT"
+  RELAYS+=("$RELAY_PID")
+  wan_relay_start "$1" "$S3_PORT" relay-s3
+  RS="$RELAY_PORT"
+  RELAYS+=("$RELAY_PID")
   trust_port "$RP"
 }
 

@@ -18,23 +18,13 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="$(cd "${1:-$ROOT/build/release}" && pwd)"
 MB="${MB:-1024}"
 ROUNDS="${ROUNDS:-3}"
-BIN="$BUILD/bin"
-for b in pull_bench sftd sftd-stub-trainer sftctl; do
-  [[ -x "$BIN/$b" ]] || { echo "missing $BIN/$b (cmake --build $BUILD --target pull_bench)" >&2; exit 2; }
-done
-
 T="$(mktemp -d "${TMPDIR:-/tmp}/pull-vs-scp-XXXXXX")"
 # shellcheck source=../lib/ssh_bench_env.sh
 source "$ROOT/bench/lib/ssh_bench_env.sh"
+bench_require pull_bench sftd sftd-stub-trainer sftctl
 trap bench_env_cleanup EXIT
 bench_env_start
-
-COMMON=(--host "$USER_NAME@127.0.0.1:$PORT" -i "$T/user_key" --known-hosts "$KNOWN_HOSTS"
-        --sftd "$BIN/sftd" --data-dir "$T/agent")
-SETUP="$("$BIN/pull_bench" "${COMMON[@]}" setup --mb "$MB")"
-JOB="$(awk '/^JOB /{print $2}' <<<"$SETUP")"
-FILE="$(awk '/^FILE /{print $2}' <<<"$SETUP")"
-REL="$(awk '/^REL /{print $2}' <<<"$SETUP")"
+bench_setup_job "$MB"
 SIZE="$(stat -c %s "$FILE")"
 cat "$FILE" > /dev/null  # both sides read from the page cache
 

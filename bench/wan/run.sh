@@ -29,15 +29,12 @@ MB="${MB:-1024}"
 ROUNDS="${ROUNDS:-1}"
 PROFILES="${PROFILES:-loopback lan metro wan}"
 TOOLS="${TOOLS:-scp_down rsync_down sftctl_pull sftctl_pull_1 scp_up sftctl_upload}"
-BIN="$BUILD/bin"
-for b in pull_bench wan_relay sftd sftd-stub-trainer sftctl; do
-  [[ -x "$BIN/$b" ]] || { echo "missing $BIN/$b (cmake --build $BUILD --target pull_bench wan_relay)" >&2; exit 2; }
-done
 command -v rsync >/dev/null || { echo "rsync is not installed (apt install rsync)" >&2; exit 2; }
 
 T="$(mktemp -d "${TMPDIR:-/tmp}/wan-bench-XXXXXX")"
 # shellcheck source=../lib/ssh_bench_env.sh
 source "$ROOT/bench/lib/ssh_bench_env.sh"
+bench_require pull_bench wan_relay sftd sftd-stub-trainer sftctl
 RELAY_PID=""
 cleanup() {
   [[ -n "$RELAY_PID" ]] && kill "$RELAY_PID" 2>/dev/null || true
@@ -46,35 +43,18 @@ cleanup() {
 trap cleanup EXIT
 bench_env_start
 
-COMMON=(--host "$USER_NAME@127.0.0.1:$PORT" -i "$T/user_key" --known-hosts "$KNOWN_HOSTS"
-        --sftd "$BIN/sftd" --data-dir "$T/agent")
-SETUP="$("$BIN/pull_bench" "${COMMON[@]}" setup --mb "$MB")"
-JOB="$(awk '/^JOB /{print $2}' <<<"$SETUP")"
-FILE="$(awk '/^FILE /{print $2}' <<<"$SETUP")"
+bench_setup_job "$MB"
 SIZE="$(stat -c %s "$FILE")"
 UP="$T/upload.bin"
 head -c "$SIZE" /dev/urandom > "$UP"
-
-profile_args() {
-  case "$1" in
-    lan) echo "--rtt-ms 0.2 --mbit 10000" ;;
-    metro) echo "--rtt-ms 10 --mbit 1000" ;;
-    wan) echo "--rtt-ms 40 --mbit 500 --jitter-ms 1" ;;
-    far) echo "--rtt-ms 100 --mbit 2000 --jitter-ms 1" ;;
-    *) echo "unknown profile $1" >&2; return 1 ;;
-  esac
-}
 
 # Starts the relay for profile $1 and sets RP to the port to use (sshd's own for loopback).
 start_relay() {
   [[ -n "$RELAY_PID" ]] && { kill "$RELAY_PID" 2>/dev/null || true; wait "$RELAY_PID" 2>/dev/null || true; }
   RELAY_PID=""
   if [[ "$1" == loopback ]]; then RP="$PORT"; return; fi
-  RP="$(free_port)"
-  # shellcheck disable=SC2046
-  "$BIN/wan_relay" --listen "$RP" --to "127.0.0.1:$PORT" $(profile_args "$1") > "$T/relay.out" &
-  RELAY_PID=$!
-  wait_port "$RP"
+  wan_relay_start "$1" "$PORT" relay
+  RP="$RELAY_PORT"
   trust_port "$RP"
 }
 

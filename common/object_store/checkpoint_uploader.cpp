@@ -81,6 +81,11 @@ class S3Destination final : public CheckpointDestination {
 
 }  // namespace
 
+std::unique_ptr<CheckpointDestination> MakeS3Destination(S3Client s3, S3Location dest,
+                                                         TransferOptions transfer) {
+  return std::make_unique<S3Destination>(std::move(s3), std::move(dest), std::move(transfer));
+}
+
 // `opt` is copied, not moved: the order in which the arguments are evaluated is unspecified.
 CheckpointUploader::CheckpointUploader(S3Client s3, CheckpointUploaderOptions opt)
     : CheckpointUploader(std::make_unique<S3Destination>(std::move(s3), opt.dest, opt.transfer), opt) {}
@@ -121,7 +126,9 @@ void CheckpointUploader::ScanOnce() {
     MutexLock l(&mu_);
     after = staged_step_;
   }
-  for (const auto& [step, path] : CompleteAfter(opt_.run_dir, after)) Stage(step, path);
+  auto found = CompleteAfter(opt_.run_dir, after);
+  if (opt_.final_only && found.size() > 1) found.erase(found.begin(), found.end() - 1);
+  for (const auto& [step, path] : found) Stage(step, path);
 }
 
 void CheckpointUploader::Stage(int64_t step, const std::string& path) {
@@ -151,7 +158,7 @@ void CheckpointUploader::WatchLoop() {
   MutexLock l(&mu_);
   while (!stopping_ && !finishing_) {
     l.Unlock();
-    ScanOnce();
+    if (!opt_.final_only) ScanOnce();  // else Finish stages the last one
     l.Lock();
     cv_.WaitFor(&mu_, opt_.poll, [&]() REQUIRES(mu_) { return stopping_ || finishing_; });
   }

@@ -39,8 +39,8 @@
 
 namespace sftctl {
 
-// Where the uploader sends checkpoints: a bucket prefix (S3, the first constructor's), or another
-// target given to the second constructor (a Hub repository: client/hub_upload.h). Called from the
+// Where the uploader sends checkpoints: a bucket prefix (S3: MakeS3Destination, or the first
+// constructor), or a Hub repository (hub_destination.h). Called from the
 // uploader thread only, one call at a time.
 struct UploadedCheckpoint {
   std::string name;  // checkpoint-N
@@ -63,12 +63,20 @@ class CheckpointDestination {
   virtual Status UploadRunFiles(const std::string& run_dir, std::atomic<bool>* cancel) = 0;
 };
 
+// The bucket prefix `dest` as a destination: files verified, MANIFEST.json last
+// (checkpoint_store.h), then `keep` and the run files. `s3` holds the credentials.
+std::unique_ptr<CheckpointDestination> MakeS3Destination(S3Client s3, S3Location dest,
+                                                         TransferOptions transfer);
+
 struct CheckpointUploaderOptions {
   S3Location dest;  // the S3 constructor's; unused with a CheckpointDestination
   std::string run_dir;
   int64_t keep = 2;
   TransferOptions transfer;
   std::chrono::milliseconds poll{1000};
+  // checkpoint.upload: final: nothing is staged while the trainer runs; Finish stages the newest
+  // complete checkpoint only (a staged one left by a killed uploader still goes up at Start).
+  bool final_only = false;
   std::function<void(const std::string&)> log;  // one line per event; may be null
 };
 

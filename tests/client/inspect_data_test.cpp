@@ -10,7 +10,7 @@ namespace {
 using sftctl::testing::Bin;
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::RunShell;
-using sftctl::testing::WriteText;
+using sftctl::testing::WriteWholeFile;
 
 const char* kSpec = R"(model:
   config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 4}
@@ -23,7 +23,7 @@ data:
 
 TEST(InspectData, MarksTrainedTokensAndCounts) {
   const std::string dir = MakeTempDir("inspect");
-  WriteText(
+  WriteWholeFile(
       dir + "/train.jsonl",
       R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})"
       "\n"
@@ -31,7 +31,7 @@ TEST(InspectData, MarksTrainedTokensAndCounts) {
       "\n"
       R"({"messages": [{"role": "user", "content": "this prompt is much too long to leave room for the answer"}, {"role": "assistant", "content": "z"}]})"
       "\n");
-  WriteText(dir + "/job.yaml", kSpec);
+  WriteWholeFile(dir + "/job.yaml", kSpec);
   auto r = RunShell(Bin("sftctl") + " inspect-data " + dir + "/job.yaml -n 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Not a terminal: trained tokens in plain brackets, the end-of-turn token included.
@@ -50,7 +50,7 @@ TEST(InspectData, MarksTrainedTokensAndCounts) {
   EXPECT_NE(r.output.find("train.jsonl:2: 80 tokens"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(truncated)"), std::string::npos) << r.output;
 
-  WriteText(dir + "/train.jsonl", "{\"text\": \"a\"}\n{\"prompt\": \"p\", \"completion\": \"c\"}\n");
+  WriteWholeFile(dir + "/train.jsonl", "{\"text\": \"a\"}\n{\"prompt\": \"p\", \"completion\": \"c\"}\n");
   r = RunShell(Bin("sftctl") + " inspect-data " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(
@@ -64,14 +64,14 @@ TEST(InspectData, MarksTrainedTokensAndCounts) {
 TEST(InspectData, EscapesControlsInSamplesFileNamesAndErrors) {
   const std::string dir = MakeTempDir("inspect-controls");
   const std::string file = "ev\xe2\x80\xaeil.jsonl";  // U+202E RIGHT-TO-LEFT OVERRIDE in the name
-  WriteText(dir + "/" + file,
-            R"({"messages": [{"role": "user", "content": "a\u001b[2Jb\u009b31mc\u202ed\u061ce"}, )"
-            R"({"role": "assistant", "content": "ok\u0007\u0085"}]})"
-            "\n");
+  WriteWholeFile(dir + "/" + file,
+                 R"({"messages": [{"role": "user", "content": "a\u001b[2Jb\u009b31mc\u202ed\u061ce"}, )"
+                 R"({"role": "assistant", "content": "ok\u0007\u0085"}]})"
+                 "\n");
   std::string spec = kSpec;
   spec.replace(spec.find("train.jsonl"), 11, "\"ev\\u202eil.jsonl\"");
   spec.replace(spec.find("max_seq_len: 80"), 15, "max_seq_len: 200");  // the byte tokenizer
-  WriteText(dir + "/job.yaml", spec);
+  WriteWholeFile(dir + "/job.yaml", spec);
   for (const char* color : {"never", "always"}) {
     auto r = RunShell(Bin("sftctl") + " inspect-data " + dir + "/job.yaml --color " + color);
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -93,10 +93,10 @@ TEST(InspectData, EscapesControlsInSamplesFileNamesAndErrors) {
   }
 
   // An error quoting the data: the role a record names.
-  WriteText(dir + "/" + file,
-            R"({"messages": [{"role": "\u001b]0;pwned\u0007\u009b\u202e", "content": "x"}, )"
-            R"({"role": "assistant", "content": "y"}]})"
-            "\n");
+  WriteWholeFile(dir + "/" + file,
+                 R"({"messages": [{"role": "\u001b]0;pwned\u0007\u009b\u202e", "content": "x"}, )"
+                 R"({"role": "assistant", "content": "y"}]})"
+                 "\n");
   auto r = RunShell(Bin("sftctl") + " inspect-data " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("error: " + dir +

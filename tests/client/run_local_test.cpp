@@ -15,7 +15,7 @@ using sftctl::testing::Bin;
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
 using sftctl::testing::RunShell;
-using sftctl::testing::WriteText;
+using sftctl::testing::WriteWholeFile;
 
 std::string WriteSpec(const std::string& dir, const std::string& extra) {
   return sftctl::testing::WriteTinyJobSpec(dir, extra);
@@ -59,8 +59,8 @@ TEST(RunLocal, WrongTypeIsRejected) {
 
 TEST(RunLocal, MissingDataFileIsNamed) {
   const std::string dir = MakeTempDir("run-missing");
-  WriteText(dir + "/job.yaml",
-            std::string(sftctl::testing::kTinyJobModel) + "data: {train: nowhere.jsonl}\n");
+  WriteWholeFile(dir + "/job.yaml",
+                 std::string(sftctl::testing::kTinyJobModel) + "data: {train: nowhere.jsonl}\n");
   auto r = RunShell(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("field 'data.train': file '" + dir + "/nowhere.jsonl' does not exist"),
@@ -70,8 +70,9 @@ TEST(RunLocal, MissingDataFileIsNamed) {
 
 TEST(RunLocal, EmptyDataFileIsNamed) {
   const std::string dir = MakeTempDir("run-empty");
-  WriteText(dir + "/empty.jsonl", "");
-  WriteText(dir + "/job.yaml", std::string(sftctl::testing::kTinyJobModel) + "data: {train: empty.jsonl}\n");
+  WriteWholeFile(dir + "/empty.jsonl", "");
+  WriteWholeFile(dir + "/job.yaml",
+                 std::string(sftctl::testing::kTinyJobModel) + "data: {train: empty.jsonl}\n");
   auto r = RunShell(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("data file '" + dir + "/empty.jsonl' is empty"), std::string::npos) << r.output;
@@ -79,9 +80,10 @@ TEST(RunLocal, EmptyDataFileIsNamed) {
 
 TEST(RunLocal, MalformedJsonlLineIsNamed) {
   const std::string dir = MakeTempDir("run-badline");
-  WriteText(dir + "/bad.jsonl",
-            "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": 3, \"completion\": \"b\"}\n");
-  WriteText(dir + "/job.yaml", std::string(sftctl::testing::kTinyJobModel) + "data: {train: bad.jsonl}\n");
+  WriteWholeFile(dir + "/bad.jsonl",
+                 "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": 3, \"completion\": \"b\"}\n");
+  WriteWholeFile(dir + "/job.yaml",
+                 std::string(sftctl::testing::kTinyJobModel) + "data: {train: bad.jsonl}\n");
   auto r = RunShell(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find(dir + "/bad.jsonl:2: field 'prompt' must be a string"), std::string::npos)
@@ -90,8 +92,9 @@ TEST(RunLocal, MalformedJsonlLineIsNamed) {
 
 TEST(RunLocal, MixedFormatsInOneFileAreRejected) {
   const std::string dir = MakeTempDir("run-mixed");
-  WriteText(dir + "/mixed.jsonl", "{\"text\": \"hello\"}\n{\"prompt\": \"a\", \"completion\": \"b\"}\n");
-  WriteText(dir + "/job.yaml", std::string(sftctl::testing::kTinyJobModel) + "data: {train: mixed.jsonl}\n");
+  WriteWholeFile(dir + "/mixed.jsonl", "{\"text\": \"hello\"}\n{\"prompt\": \"a\", \"completion\": \"b\"}\n");
+  WriteWholeFile(dir + "/job.yaml",
+                 std::string(sftctl::testing::kTinyJobModel) + "data: {train: mixed.jsonl}\n");
   auto r = RunShell(Bin("sftctl") + " run --local " + dir + "/job.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("mixed.jsonl:2: record is 'prompt_completion' but the file is 'text'"),

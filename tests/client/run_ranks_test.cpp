@@ -26,7 +26,7 @@ using sftctl::testing::ReadMetrics;
 using sftctl::testing::ReadWholeFile;
 using sftctl::testing::RunShell;
 using sftctl::testing::WaitFor;
-using sftctl::testing::WriteText;
+using sftctl::testing::WriteWholeFile;
 
 // 24 samples: with batch 4 on 2 ranks, 3 steps are exactly one epoch.
 std::string WriteSpec(const std::string& dir, const std::string& extra) {

@@ -18,9 +18,9 @@ tokenizer: byte
 // Writes <dir>/train.jsonl (`samples` addition lines) and <dir>/job.yaml (the tiny model, that
 // data, then `extra` YAML such as "train: {max_steps: 3}\n"); returns the spec's path.
 inline std::string WriteTinyJobSpec(const std::string& dir, const std::string& extra, int samples = 20) {
-  WriteText(dir + "/train.jsonl", AdditionJsonl(samples));
+  WriteWholeFile(dir + "/train.jsonl", AdditionJsonl(samples));
   const std::string path = dir + "/job.yaml";
-  WriteText(path, std::string(kTinyJobModel) + "data:\n  train: train.jsonl\n" + extra);
+  WriteWholeFile(path, std::string(kTinyJobModel) + "data:\n  train: train.jsonl\n" + extra);
   return path;
 }
 

@@ -15,7 +15,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <thread>
 
 #include "common/object_store/checkpoint_store.h"
 #include "common/object_store/s3_client.h"
@@ -24,6 +23,7 @@
 #include "tests/util/command.h"
 #include "tests/util/file_util.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/wait_for.h"
 
 namespace sftctl {
 namespace {
@@ -70,12 +70,16 @@ TEST(AgentUploadTest, SubmittedJobUploadsWithForwardedCredentialsKeptInMemory) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // The agent finishes the last upload after the job ended: wait for its manifest (bounded).
   std::optional<CheckpointManifest> newest;
-  for (int i = 0; i < 600 && !(newest && newest->step == 4); ++i) {
-    auto got = NewestBucketCheckpoint(s3, S3Location{"remote", "job"});
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    newest = *got;
-    if (!(newest && newest->step == 4)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  Status listing;
+  testing::WaitFor(
+      [&] {
+        auto got = NewestBucketCheckpoint(s3, S3Location{"remote", "job"});
+        listing = got.status();
+        if (got.ok()) newest = *got;
+        return !got.ok() || (newest && newest->step == 4);
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(100));
+  ASSERT_TRUE(listing.ok()) << listing.ToString();
   ASSERT_TRUE(newest.has_value());
   EXPECT_EQ(newest->step, 4);
   const std::string run = agent + "/jobs/" + job + "/run";
@@ -122,7 +126,7 @@ class DetachedAgent {
   // The host is gone for good: its data folder becomes a file, where no agent can start.
   void MakeUnreachable() {
     std::filesystem::rename(dir_ + "/data", dir_ + "/data.lost");
-    testing::WriteText(dir_ + "/data", "gone\n");
+    testing::WriteWholeFile(dir_ + "/data", "gone\n");
   }
 
  private:
@@ -188,28 +192,35 @@ TEST_F(AgentResumeTest, AJobWhoseHostWentAwayFinishesOnAnotherAgentBitExactly) {
   const std::string lost = Submit(a, spec, {"--upload-to", "s3://lost/run", "--forward-aws-credentials"});
   ASSERT_NE(lost, "");
   pid_t pgid = 0;  // the rank's process group
-  for (int i = 0; i < 600 && pgid == 0; ++i) {
-    nlohmann::json st = JobStatus(a, lost);
-    if (st.contains("nodes") && !st["nodes"][0]["ranks"].empty()) pgid = st["nodes"][0]["ranks"][0]["pid"];
-    if (pgid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  testing::WaitFor(
+      [&] {
+        nlohmann::json st = JobStatus(a, lost);
+        if (st.contains("nodes") && !st["nodes"][0]["ranks"].empty())
+          pgid = st["nodes"][0]["ranks"][0]["pid"];
+        return pgid != 0;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(100));
   ASSERT_GT(pgid, 0) << "the job never ran";
   // Freeze the rank as soon as its first checkpoint is complete, let the agent upload it, then kill
   // the agent and the rank: the host is gone, mid-run.
   const std::string first = a.RunDir(lost) + "/checkpoint-000010/DONE";
-  for (int i = 0; i < 60000 && !std::filesystem::exists(first); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  testing::WaitFor([&] { return std::filesystem::exists(first); }, std::chrono::seconds(60),
+                   std::chrono::milliseconds(1));
   ASSERT_EQ(::kill(-pgid, SIGSTOP), 0);
   ASSERT_TRUE(std::filesystem::exists(first)) << "no first checkpoint";
   std::optional<CheckpointManifest> uploaded;
-  for (int i = 0; i < 600 && !uploaded; ++i) {
-    auto got = NewestBucketCheckpoint(*s3_, S3Location{"lost", "run"});
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    uploaded = *got;
-    if (!uploaded) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  Status listing;
+  testing::WaitFor(
+      [&] {
+        auto got = NewestBucketCheckpoint(*s3_, S3Location{"lost", "run"});
+        listing = got.status();
+        if (got.ok()) uploaded = *got;
+        return !got.ok() || uploaded.has_value();
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(100));
   a.Kill();
   ::kill(-pgid, SIGKILL);
+  ASSERT_TRUE(listing.ok()) << listing.ToString();
   ASSERT_TRUE(uploaded.has_value()) << "the first agent uploaded no checkpoint";
   ASSERT_GE(uploaded->step, 10);
   ASSERT_LT(uploaded->step, kSteps) << "the job ended before it was stopped";
@@ -270,11 +281,12 @@ TEST_F(AgentResumeTest, NothingToResumeFromFailsTheJobOrTheSubmitClearly) {
   // With the host's own credentials the host finds out: the job fails, and says why.
   auto failed = [&](const std::string& job) {
     nlohmann::json st;
-    for (int i = 0; i < 600; ++i) {
-      st = JobStatus(b, job);
-      if (st.value("state", "") == "FAILED" || st.value("state", "") == "SUCCEEDED") break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    testing::WaitFor(
+        [&] {
+          st = JobStatus(b, job);
+          return st.value("state", "") == "FAILED" || st.value("state", "") == "SUCCEEDED";
+        },
+        std::chrono::seconds(60), std::chrono::milliseconds(100));
     EXPECT_EQ(st.value("state", ""), "FAILED") << st.dump();
     return st.contains("nodes") ? st["nodes"][0].value("reason", "") : std::string();
   };

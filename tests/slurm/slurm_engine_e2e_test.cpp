@@ -11,7 +11,6 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
-#include <thread>
 
 #include "agent/command_runner.h"
 #include "agent/slurm/sbatch_script.h"
@@ -167,12 +166,8 @@ TEST_F(SlurmEngineTest, PendingShowsItsReasonAndCancelEndsJobsWithoutLeavingRank
   EXPECT_EQ(ended->Describe(), "CANCELLED");
   for (const char* up : {"/up-0", "/up-1"}) {  // the ranks' pids: gone (not even a zombie is ours)
     const pid_t pid = std::stoi(ReadWholeFile(busy_dir + up));
-    bool gone = false;
-    for (int i = 0; i < 100 && !gone; ++i) {
-      gone = ::kill(pid, 0) != 0;
-      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    EXPECT_TRUE(gone) << "rank process " << pid << " outlived scancel";
+    EXPECT_TRUE(::sftctl::testing::WaitFor([&] { return ::kill(pid, 0) != 0; }, std::chrono::seconds(10)))
+        << "rank process " << pid << " outlived scancel";
   }
   EXPECT_TRUE(Cli().Cancel(*busy).ok()) << "cancelling an ended job is not an error";
 }

@@ -7,6 +7,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -16,10 +17,13 @@
 #include <thread>
 
 #include "common/formats/safetensors.h"
+#include "common/hub/hf_hub.h"
+#include "common/hub/hub_commit.h"
 #include "tests/client/tiny_job.h"
 #include "tests/slurm/slurm_cluster.h"
 #include "tests/slurm/weights_diff.h"
 #include "tests/util/command.h"
+#include "tests/util/fake_hub.h"
 #include "tests/util/file_util.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/wait_for.h"
@@ -105,16 +109,18 @@ class SlurmSubmitTest : public ::testing::Test {
     for (const std::string& d : agents_) RunCommand({Bin("sftd"), "stop", "--data-dir", d});
   }
 
-  // Starts an agent in <tmp>/<name>, with `shared_dir` when not empty and `path` as its PATH when
-  // not empty; returns its host for sftctl ("local:DIR").
-  std::string StartAgent(const std::string& name, const std::string& shared_dir,
-                         const std::string& path = "") {
+  // Starts an agent in <tmp>/<name>, with `shared_dir` when not empty, `path` as its PATH when not
+  // empty and `env` added to its environment; returns its host for sftctl ("local:DIR").
+  std::string StartAgent(const std::string& name, const std::string& shared_dir, const std::string& path = "",
+                         const std::vector<std::string>& env = {}) {
     const std::string dir = tmp_.path() + "/" + name;
     std::vector<std::string> argv = {Bin("sftd"), "start",        "--detach", "--data-dir",
                                      dir,         "--slurm-poll", "200ms"};
     if (!shared_dir.empty()) argv.insert(argv.end(), {"--shared-dir", shared_dir});
     if (!path.empty()) argv.insert(argv.begin(), {"/usr/bin/env", "PATH=" + path});  // replaces ours
-    const CommandResult r = RunCommand(argv, {cluster_->env()});
+    std::vector<std::string> agent_env = env;
+    agent_env.push_back(cluster_->env());
+    const CommandResult r = RunCommand(argv, agent_env);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     agents_.push_back(dir);
     return "local:" + dir;
@@ -145,12 +151,9 @@ class SlurmSubmitTest : public ::testing::Test {
     WaitFor(
         [&] {
           last = Status(job);
-          if (!last.is_object()) return false;
-          if (pred(last)) return true;
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-          return false;
+          return last.is_object() && pred(last);
         },
-        timeout);
+        timeout, std::chrono::milliseconds(100));
     return last;
   }
   // Submits `spec` with --slurm and `flags`; the job id ("" after a test failure).
@@ -209,6 +212,12 @@ TEST_F(SlurmSubmitTest, RefusesBeforeAnythingIsQueued) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.output, HasSubstr("this login node has no sbatch")) << r.output;
 
+  // A resume from a bucket, which the login node's agent does not download for a Slurm job yet.
+  r = Sftctl(
+      {"submit", "--host", host, "--slurm", "--nodes", "2", "--resume-from", "s3://some-bucket/run", spec});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("slurm: resume: s3:// is not supported in a Slurm job yet")) << r.output;
+
   EXPECT_THAT(Squeue(), Not(HasSubstr("sftctl-job")));
   // Nothing was recorded either.
   r = Sftctl({"list", "--host", host});
@@ -251,12 +260,69 @@ TEST_F(SlurmSubmitTest, TwoNodeJobFollowsAndPullsTheWeightsOfATwoRankLocalRun) {
   EXPECT_LE(MaxAbsDiff(tmp_.path() + "/local" + weights, out + weights), 1e-6);
 }
 
+// checkpoint.upload_to of a Slurm job: the login node's agent watches the run folder in the shared
+// dir and, with `checkpoint.upload: final`, commits the last checkpoint's model to the Hub's root with
+// the forwarded token.
+TEST_F(SlurmSubmitTest, LoginNodeUploadsTheFinalCheckpointToTheHub) {
+  FakeHub hub;
+  constexpr char kToken[] = "hf_slurm_write_token";
+  ASSERT_TRUE(hub.Start(tmp_.path(),
+                        {{"token", kToken}, {"write_token", kToken}, {"repos", nlohmann::json::object()}}));
+  const std::string spec = WriteTinyJobSpec(tmp_.path(), kSteps3, 24);
+  const std::string host = StartAgent("agent", tmp_.path() + "/shared", "",
+                                      {"HF_ENDPOINT=" + hub.url(), "HF_HOME=" + home_ + "/agent-hf"});
+  std::vector<std::string> argv = {Bin("sftctl"),
+                                   "submit",
+                                   "--host",
+                                   host,
+                                   "--slurm",
+                                   "--json",
+                                   "--nodes",
+                                   "2",
+                                   "--upload-to",
+                                   "hf://org/slurm",
+                                   "--set",
+                                   "checkpoint.upload=final",
+                                   "--forward-hf-token",
+                                   spec};
+  std::vector<std::string> env = Env();
+  env.insert(env.end(), {"HF_TOKEN=" + std::string(kToken), "HF_ENDPOINT=" + hub.url()});
+  const CommandResult r = RunForStdout(argv, env);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string job = nlohmann::json::parse(r.output)["job"];
+  EXPECT_EQ(FollowLogs(job).exit_code, 0);
+
+  HubOptions o;
+  o.endpoint = hub.url();
+  o.token = kToken;
+  HubCommitter committer(o);
+  std::vector<std::string> listed;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto got = committer.ListFiles("org/slurm", "main");
+        if (got.ok()) listed = *got;
+        return std::find(listed.begin(), listed.end(), "model.safetensors") != listed.end();
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(100)))
+      << ReadWholeFile(tmp_.path() + "/agent/sftd.log");
+  for (const std::string& f : listed) EXPECT_THAT(f, Not(HasSubstr("checkpoint-"))) << f;
+  const nlohmann::json st = Status(job);
+  ASSERT_TRUE(st.is_object());
+  auto ref = ParseHubRef("hf://org/slurm");
+  ASSERT_TRUE(ref.ok());
+  o.cache_dir = tmp_.path() + "/hf-cache";
+  auto snap = HubDownloader(o).Download(*ref);
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+  EXPECT_EQ(ReadWholeFile(snap->folder + "/model.safetensors"),
+            ReadWholeFile(st["job_dir"].get<std::string>() + "/run/checkpoint-000003/model.safetensors"));
+}
+
 TEST_F(SlurmSubmitTest, PendingWhileTheClusterIsFullSurvivesAnAgentRestartAndCancelLeavesNoRank) {
   const std::string spec = WriteTinyJobSpec(
       tmp_.path(), "precision: fp32\nthreads: 1\ntrain: {max_steps: 1000000, batch_size: 4}\n", 24);
   const std::string host = StartAgent("agent", tmp_.path() + "/shared");
   const CommandResult blocker =
-      cluster_->Shell("sbatch --parsable -J blocker -N2 --ntasks-per-node=2 --wrap 'sleep 300'");
+      cluster_->Shell("sbatch --parsable -o /dev/null -J blocker -N2 --ntasks-per-node=2 --wrap 'sleep 300'");
   ASSERT_EQ(blocker.exit_code, 0) << blocker.output;
   const std::string blocker_id = blocker.output.substr(0, blocker.output.find_first_of(";\n"));
 

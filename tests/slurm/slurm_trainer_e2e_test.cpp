@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "agent/command_runner.h"
 #include "agent/slurm/sbatch_script.h"
@@ -20,6 +19,7 @@
 #include "tests/slurm/weights_diff.h"
 #include "tests/util/command.h"
 #include "tests/util/file_util.h"
+#include "tests/util/wait_for.h"
 
 namespace sftctl::agent::slurm {
 namespace {
@@ -57,10 +57,12 @@ TEST(SlurmTrainer, TwoNodeGlooJobEndsWithTheWeightsOfATwoRankLocalRun) {
   auto id = cli.Submit(ScriptPath(job_dir));
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   StatusOr<SlurmJobInfo> info = NotFoundError("not queried");
-  for (int i = 0; i < 1200 && !(info.ok() && IsTerminal(info->state)); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    info = cli.Query(*id, job_dir);
-  }
+  ::sftctl::testing::WaitFor(
+      [&] {
+        info = cli.Query(*id, job_dir);
+        return info.ok() && IsTerminal(info->state);
+      },
+      std::chrono::seconds(120), std::chrono::milliseconds(100));
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   ASSERT_EQ(info->Describe(), "COMPLETED") << ReadWholeFile(BatchOutputPath(job_dir)) << "\nrank 0:\n"
                                            << ReadWholeFile(job_dir + "/logs/rank-0.stderr") << "\nrank 1:\n"

@@ -20,13 +20,13 @@ namespace {
 using sftctl::testing::MakeTempDir;
 using ::sftctl::testing::StatusIs;
 using sftctl::testing::TinySpec;
-using sftctl::testing::WriteText;
+using sftctl::testing::WriteWholeFile;
 using ::testing::HasSubstr;
 
 // A spec training on `jsonl` (written to dir/data/train.jsonl) with the byte tokenizer.
 JobSpec SpecWith(const std::string& dir, const std::string& jsonl) {
   JobSpec s = TinySpec(dir, 1);
-  WriteText(dir + "/data/train.jsonl", jsonl);
+  WriteWholeFile(dir + "/data/train.jsonl", jsonl);
   s.data.eval.clear();
   return s;
 }
@@ -118,17 +118,17 @@ TEST(DataMask, TextPromptCompletionAndChatML) {
   EXPECT_EQ(Split(d->train[0]), std::make_pair(std::string("bc<END>"), std::string("a")));
   EXPECT_EQ(d->train[0].prompt_len(), 0);
 
-  WriteText(dir + "/data/train.jsonl", "{\"prompt\": \"Q?\", \"completion\": \"42\"}\n");
+  WriteWholeFile(dir + "/data/train.jsonl", "{\"prompt\": \"Q?\", \"completion\": \"42\"}\n");
   d = LoadDataset(spec, tok);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(Split(d->train[0]), std::make_pair(std::string("42<END>"), std::string("Q?")));
   EXPECT_EQ(d->train[0].prompt_len(), 2);
 
-  WriteText(dir + "/data/train.jsonl",
-            R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"},)"
-            R"( {"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"},)"
-            R"( {"role": "assistant", "content": "A2"}]})"
-            "\n");
+  WriteWholeFile(dir + "/data/train.jsonl",
+                 R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"},)"
+                 R"( {"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"},)"
+                 R"( {"role": "assistant", "content": "A2"}]})"
+                 "\n");
   spec.data.chat_template = "chatml";
   d = LoadDataset(spec, tok);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -186,7 +186,7 @@ TEST(DataStats, TruncatedAndDroppedAreCounted) {
   EXPECT_EQ(d->train_stats.trained_tokens, 6 + 2);
 
   // Nothing trainable at all is an error, not an empty run.
-  WriteText(dir + "/data/train.jsonl", "{\"prompt\": \"0123456789\", \"completion\": \"x\"}\n");
+  WriteWholeFile(dir + "/data/train.jsonl", "{\"prompt\": \"0123456789\", \"completion\": \"x\"}\n");
   d = LoadDataset(spec, tok);
   EXPECT_THAT(
       d, StatusIs(StatusCode::kInvalidArgument, HasSubstr("no sample has a trainable token (all 1 dropped")));
@@ -202,9 +202,9 @@ TEST(DataLimits, MaxSamplesKeepsTheFirstKeptSamplesAndReadsNoFurther) {
   spec.data.max_seq_len = 8;
   // The limit is reached on the second file's third record: its malformed fourth line is never
   // read, and the third file is not opened.
-  WriteText(dir + "/data/more.jsonl",
-            "{\"prompt\": \"c\", \"completion\": \"3\"}\n{\"prompt\": \"d\", \"completion\": \"4\"}\n"
-            "{\"prompt\": \"e\", \"completion\": \"5\"}\nnot json\n");
+  WriteWholeFile(dir + "/data/more.jsonl",
+                 "{\"prompt\": \"c\", \"completion\": \"3\"}\n{\"prompt\": \"d\", \"completion\": \"4\"}\n"
+                 "{\"prompt\": \"e\", \"completion\": \"5\"}\nnot json\n");
   spec.data.train.push_back(dir + "/data/more.jsonl");
   spec.data.train.push_back(dir + "/data/absent.jsonl");
   spec.data.max_samples = 5;

@@ -190,7 +190,7 @@ std::vector<Rank> Launch(const JobSpec& spec, int world, const std::string& tag,
                          const std::vector<std::string>& extra_env = {}) {
   const std::string dir = std::filesystem::path(spec.output_dir).parent_path().string();
   const std::string spec_path = dir + "/spec-" + tag + ".json";
-  sftctl::testing::WriteText(spec_path, ToJson(spec).dump(2));
+  sftctl::testing::WriteWholeFile(spec_path, ToJson(spec).dump(2));
   const int port = FreePort();
   std::vector<Rank> ranks(world);
   for (int r = 0; r < world; ++r) {
@@ -545,7 +545,7 @@ TEST(TwoRanksEqualOneRankAtEpochEnd, RankWithAnEmptyShardStillAllReduces) {
   for (JobSpec* s : {&one, &two}) {
     const std::string train =
         std::filesystem::path(s->output_dir).parent_path().string() + "/data/train20.jsonl";
-    sftctl::testing::WriteText(train, sftctl::testing::AdditionJsonl(20));
+    sftctl::testing::WriteWholeFile(train, sftctl::testing::AdditionJsonl(20));
     s->data.train = {train};
   }
   RunJob(one, 1, "one");

@@ -21,7 +21,7 @@ using nlohmann::json;
 using sftctl::testing::Bin;
 using sftctl::testing::RunCommand;
 using sftctl::testing::RunForStdout;
-using sftctl::testing::WriteText;
+using sftctl::testing::WriteWholeFile;
 
 constexpr char kTemplate[] =
     "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
@@ -54,7 +54,7 @@ std::string LetterModel(const std::string& dir) {
   NamedTensors params;
   for (const auto& p : m->named_parameters()) params.emplace_back(p.key(), p.value());
   EXPECT_TRUE(SaveHfModel(FileSystem::Default(), dir, *c, params).ok());
-  WriteText(dir + "/tokenizer_config.json", json{{"chat_template", kTemplate}}.dump());
+  WriteWholeFile(dir + "/tokenizer_config.json", json{{"chat_template", kTemplate}}.dump());
   return dir;
 }
 
@@ -90,7 +90,7 @@ class GenerateCli : public ::testing::Test {
 // `sftctl generate --chat --system` passes through to the trainer, renders each prompt with the
 // folder's template and continues exactly the ids of common's rendering.
 TEST_F(GenerateCli, ChatPromptsThroughTheClient) {
-  WriteText(Path("p.jsonl"), "{\"prompt\": \"Hi\"}\n{\"prompt\": \"Hello there\"}\n");
+  WriteWholeFile(Path("p.jsonl"), "{\"prompt\": \"Hi\"}\n{\"prompt\": \"Hello there\"}\n");
   auto r =
       RunCommand({Cli(), "generate", "--model", model_, "--prompts", Path("p.jsonl"), "--chat", "--system",
                   "Be brief", "--max-new-tokens", "6", "--batch-size", "2", "-o", Path("o.jsonl")});
@@ -134,8 +134,8 @@ TEST_F(GenerateCli, StopStringAndGenerationConfigEos) {
   EXPECT_EQ(s["stop_reason"], "stop");
   EXPECT_EQ(s["tokens"], text.find(stop) + 2);
   // generation_config.json's eos_token_id list: the letter at index 3 ends the run there.
-  WriteText(model_ + "/generation_config.json",
-            json{{"eos_token_id", {999, static_cast<int>(text[3])}}}.dump());
+  WriteWholeFile(model_ + "/generation_config.json",
+                 json{{"eos_token_id", {999, static_cast<int>(text[3])}}}.dump());
   r = RunCommand({Bin("sftctl-trainer"), "generate", "--model", model_, "--prompt", "ab", "--max-new-tokens",
                   "10", "-o", Path("e.jsonl")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -148,8 +148,8 @@ TEST_F(GenerateCli, StopStringAndGenerationConfigEos) {
 // References from the model's own greedy output: one exact (with whitespace around it), one a
 // part of the output (contains only), one wrong, one prompt/completion record exact.
 TEST_F(GenerateCli, EvalGenerateScoresAndWritesSamples) {
-  WriteText(Path("p.jsonl"),
-            "{\"prompt\": \"ab\"}\n{\"prompt\": \"cd\"}\n{\"prompt\": \"ef\"}\n{\"prompt\": \"gh\"}\n");
+  WriteWholeFile(Path("p.jsonl"),
+                 "{\"prompt\": \"ab\"}\n{\"prompt\": \"cd\"}\n{\"prompt\": \"ef\"}\n{\"prompt\": \"gh\"}\n");
   auto r = RunCommand({Bin("sftctl-trainer"), "generate", "--model", model_, "--prompts", Path("p.jsonl"),
                        "--max-new-tokens", "8", "-o", Path("g.jsonl")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -161,7 +161,7 @@ TEST_F(GenerateCli, EvalGenerateScoresAndWritesSamples) {
                      json{{"prompt", "cd"}, {"reference", g1.substr(2, 3)}}.dump() + "\n" +
                      json{{"prompt", "ef"}, {"reference", "0123"}}.dump() + "\n" +
                      json{{"prompt", "gh"}, {"completion", g3}}.dump() + "\n";
-  WriteText(Path("e.jsonl"), data);
+  WriteWholeFile(Path("e.jsonl"), data);
   auto ev = RunCommand({Cli(), "eval", "--generate", "--model", model_, "--data", Path("e.jsonl"),
                         "--max-new-tokens", "8", "--samples-out", Path("samples.jsonl")});
   ASSERT_EQ(ev.exit_code, 0) << ev.output;
@@ -182,8 +182,8 @@ TEST_F(GenerateCli, EvalGenerateScoresAndWritesSamples) {
 }
 
 TEST_F(GenerateCli, BadPromptLineNamesFileAndLineAndWritesNothing) {
-  WriteText(Path("p.jsonl"), "{\"prompt\": \"ab\"}\n{\"prompt\": 7}\n");
-  WriteText(Path("out.jsonl"), "keep\n");
+  WriteWholeFile(Path("p.jsonl"), "{\"prompt\": \"ab\"}\n{\"prompt\": 7}\n");
+  WriteWholeFile(Path("out.jsonl"), "keep\n");
   auto r = RunCommand(
       {Cli(), "generate", "--model", model_, "--prompts", Path("p.jsonl"), "-o", Path("out.jsonl")});
   EXPECT_EQ(r.exit_code, 2);

@@ -246,11 +246,11 @@ TEST(Stops, EosAndStopStringEndWithTheirReason) {
 TEST(Prompts, ChatRenderingIdsReferencesAndErrors) {
   testing::TempDir dir("gen-prompts");
   // A model folder's tokenizer_config.json with a chat template; the byte tokenizer encodes it.
-  testing::WriteText(dir.path() + "/tokenizer_config.json",
-                     json{{"chat_template",
-                           "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-                           "{% if add_generation_prompt %}<assistant>{% endif %}"}}
-                         .dump());
+  testing::WriteWholeFile(dir.path() + "/tokenizer_config.json",
+                          json{{"chat_template",
+                                "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                                "{% if add_generation_prompt %}<assistant>{% endif %}"}}
+                              .dump());
   ByteTokenizer tok;
   PromptOptions opt;
   opt.chat = true;
@@ -288,7 +288,7 @@ TEST(Prompts, ChatRenderingIdsReferencesAndErrors) {
       testing::StatusIs(StatusCode::kInvalidArgument,
                         "f.jsonl:5: no reference to score against (field 'reference', 'completion' or a "
                         "final assistant message)"));
-  testing::WriteText(dir.path() + "/p.jsonl", "{\"prompt\": \"a\"}\n\n{\"prompt\": \"b\"\n");
+  testing::WriteWholeFile(dir.path() + "/p.jsonl", "{\"prompt\": \"a\"}\n\n{\"prompt\": \"b\"\n");
   EXPECT_THAT(
       plain.ReadFile(dir.path() + "/p.jsonl").status(),
       testing::StatusIs(StatusCode::kInvalidArgument, ::testing::StartsWith(dir.path() + "/p.jsonl:3: ")));

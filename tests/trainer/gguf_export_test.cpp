@@ -24,7 +24,7 @@ using sftctl::testing::Bin;
 using sftctl::testing::CommandResult;
 using sftctl::testing::RunCommand;
 using sftctl::testing::TempDir;
-using sftctl::testing::WriteText;
+using sftctl::testing::WriteWholeFile;
 
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -101,17 +101,18 @@ void WriteModel(const std::string& dir, const json& config, uint64_t seed) {
                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
                  {"pair", json::array()},
                  {"special_tokens", json::object()}};
-    WriteText(
+    WriteWholeFile(
         dir + "/tokenizer.json",
         TokenizerJson(kLlama3Regex, {"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"}, post).dump());
-    WriteText(
+    WriteWholeFile(
         dir + "/tokenizer_config.json",
         json{{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"}, {"chat_template", kTemplate}}
             .dump());
   } else {
-    WriteText(dir + "/tokenizer.json",
-              TokenizerJson(kQwen2Regex, {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>"}, nullptr)
-                  .dump());
+    WriteWholeFile(
+        dir + "/tokenizer.json",
+        TokenizerJson(kQwen2Regex, {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>"}, nullptr)
+            .dump());
     json tc = {{"bos_token", nullptr}, {"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"}};
     if (type == "qwen3") {
       tc["add_bos_token"] = false;
@@ -121,7 +122,7 @@ void WriteModel(const std::string& dir, const json& config, uint64_t seed) {
     } else {
       tc["chat_template"] = kTemplate;
     }
-    WriteText(dir + "/tokenizer_config.json", tc.dump());
+    WriteWholeFile(dir + "/tokenizer_config.json", tc.dump());
   }
 }
 
@@ -316,7 +317,7 @@ TEST(GgufExportErrors, NameTheProblem) {
   WriteModel(byte, cfg, 5);
   fs::remove(byte + "/tokenizer.json");
   fs::remove(byte + "/tokenizer_config.json");
-  WriteText(byte + "/sftctl_tokenizer.json", "{\"type\": \"byte\"}\n");
+  WriteWholeFile(byte + "/sftctl_tokenizer.json", "{\"type\": \"byte\"}\n");
   ExpectRefused({"--model", byte, "--gguf", out}, out,
                 byte +
                     ": the model uses sftctl's built-in byte tokenizer (sftctl_tokenizer.json), which has no "
@@ -325,7 +326,7 @@ TEST(GgufExportErrors, NameTheProblem) {
   ExpectRefused({"--model", byte, "--gguf", out}, out, byte + "/tokenizer.json: not found");
 
   // An existing OUT is never overwritten.
-  WriteText(out, "keep");
+  WriteWholeFile(out, "keep");
   CommandResult r = Export({"--model", qwen, "--gguf", out});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("error: output file '" + out + "' already exists"), std::string::npos) << r.output;

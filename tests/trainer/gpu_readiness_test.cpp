@@ -180,7 +180,7 @@ TEST(RngState, CpuRunWritesFormatTwoWithoutCudaStreamsAndOldCheckpointsResume) {
 
   nlohmann::json old = state->ToJson();
   old.erase("rng_format");
-  sftctl::testing::WriteText(ckpt + "/trainer_state.json", old.dump(2));
+  sftctl::testing::WriteWholeFile(ckpt + "/trainer_state.json", old.dump(2));
   spec.deterministic = false;
   spec.train.max_steps = 3;
   auto resumed = Train(spec, TrainOptions());

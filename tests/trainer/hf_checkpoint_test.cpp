@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using sftctl::testing::MakeTempDir;
-using sftctl::testing::WriteText;
+using sftctl::testing::WriteWholeFile;
 
 const std::string kRefDir = std::string(SFTCTL_BUILD_DIR) + "/hf-reference";
 
@@ -37,7 +37,7 @@ json ReadJson(const std::string& path) {
   return json::parse(in);
 }
 
-void WriteJson(const std::string& path, const json& j) { WriteText(path, j.dump(2)); }
+void WriteJson(const std::string& path, const json& j) { WriteWholeFile(path, j.dump(2)); }
 
 void CopyDir(const std::string& from, const std::string& to) {
   fs::create_directories(to);

@@ -20,7 +20,7 @@ using nlohmann::json;
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
 using sftctl::testing::TinySpec;
-using sftctl::testing::WriteText;
+using sftctl::testing::WriteWholeFile;
 
 // A tiny model of `type`; qwen2 and qwen3 tied, qwen3 with its q/k norms, mistral with a
 // sliding window (5) shorter than Ids()' 12 positions.

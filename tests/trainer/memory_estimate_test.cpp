@@ -21,7 +21,7 @@ using nlohmann::json;
 using sftctl::testing::MakeTempDir;
 using ::sftctl::testing::StatusIs;
 using sftctl::testing::TinySpec;
-using sftctl::testing::WriteText;
+using sftctl::testing::WriteWholeFile;
 using ::testing::HasSubstr;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
@@ -244,7 +244,7 @@ TEST(MemoryEstimate, TrainRefusesBeforeLoadingWeights) {
   JobSpec spec = TinySpec(dir, 2);
   json config = spec.model.config;
   config["vocab_size"] = 300;  // the byte tokenizer's 259 and some
-  WriteText(dir + "/model/config.json", config.dump());
+  WriteWholeFile(dir + "/model/config.json", config.dump());
   spec.model.config = nullptr;
   spec.model.path = dir + "/model";
   TrainOptions options;

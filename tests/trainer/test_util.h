@@ -12,14 +12,10 @@
 #include <vector>
 
 #include "common/spec.h"
+#include "tests/util/file_util.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl::testing {
-
-inline void WriteText(const std::string& path, const std::string& text) {
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
 
 // `n` addition records ("What is a+b?\n" -> "c") as prompt/completion JSONL.
 inline std::string AdditionJsonl(int n, int offset = 0) {
@@ -45,8 +41,8 @@ inline nlohmann::json TinyDecoderConfig(const std::string& type, int64_t vocab, 
 }
 
 inline JobSpec TinySpec(const std::string& dir, int64_t steps) {
-  WriteText(dir + "/data/train.jsonl", AdditionJsonl(96));
-  WriteText(dir + "/data/eval.jsonl", AdditionJsonl(16, 1000));
+  WriteWholeFile(dir + "/data/train.jsonl", AdditionJsonl(96));
+  WriteWholeFile(dir + "/data/eval.jsonl", AdditionJsonl(16, 1000));
   JobSpec s;
   s.name = "tiny";
   s.output_dir = dir + "/run";
