@@ -19,6 +19,12 @@
 #   SFTCTL_MACOS_ONLY      a regex: check only the TUs whose path matches (default: all)
 #   SFTCTL_TORCH_INCLUDE   a LibTorch include folder to use instead of the trixie root's
 #   XDG_CACHE_HOME         zig is installed once (npm) under ${XDG_CACHE_HOME:-~/.cache}/sftctl/zig
+#   SFTCTL_MACOS_CACHE     where each TU's passing result is kept with the files it read (default
+#                          /var/cache/sftctl/macos-check as root, beside the shared ccache, else
+#                          ${XDG_CACHE_HOME:-~/.cache}/sftctl/macos-check; "off": compile every TU). A TU
+#                          is compiled again only when its target, flags, zig or one of those files
+#                          changed (the project's by content, the others by size and mtime), as
+#                          ccache's direct mode does.
 # Prints one line per failing TU with its first errors, then a summary; exits 1 on any failure.
 # zig prints "unable to build C object: FileNotFound" after a clean -fsyntax-only compile (it
 # looks for the object file): that line alone is success; any other error is a failure.
@@ -48,6 +54,11 @@ TRAINER_TARGETS=${SFTCTL_MACOS_TRAINER_TARGETS:-aarch64-macos}
 JOBS=${SFTCTL_MACOS_JOBS:-2}
 ONLY=${SFTCTL_MACOS_ONLY:-.}
 WORK=$BUILD_DIR/macos-check
+if [ "$(id -u)" -eq 0 ] && [ -d /var/cache/sftctl ]; then
+  RESULTS=${SFTCTL_MACOS_CACHE:-/var/cache/sftctl/macos-check}
+else
+  RESULTS=${SFTCTL_MACOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sftctl/macos-check}
+fi
 
 # ---- third-party headers: a folder of symlinks to the libraries' own include folders ---------
 rm -rf "$WORK"
@@ -128,10 +139,34 @@ EOF
 ntu=$(wc -l <"$WORK/tus")
 [ "$ntu" -gt 0 ] || { echo "macos_compile: no translation units match '$ONLY'" >&2; exit 1; }
 
-export SRC WORK ZIG GEN
+ZIG_VERSION=$("$ZIG" version)
+export SRC WORK ZIG GEN RESULTS ZIG_VERSION
+
+# dep_key LINE < PATHS: a key for LINE (target, flags, zig) and the files PATHS names, one per line:
+# the project's by content (a fresh checkout has new mtimes), the others by size and mtime.
+dep_key() {
+  local paths
+  paths=$(cat)
+  {
+    echo "$1"
+    grep "^$SRC/" <<<"$paths" | xargs -r -d '\n' sha256sum 2>&1
+    grep -v "^$SRC/" <<<"$paths" | xargs -r -d '\n' stat -L -c '%n %s %Y' 2>&1
+  } | sha256sum | cut -d' ' -f1
+}
+export -f dep_key
+
 compile_one() {  # compile_one TARGET REL FLAGS: writes $WORK/log/TARGET/REL.{log,fail}
   local target=$1 rel=$2 flags=$3 log=$WORK/log/$1/$2.log
   mkdir -p "$(dirname "$log")"
+  local kept=$RESULTS/$target/$rel line="$target|$flags|$ZIG_VERSION"
+  if [ "$RESULTS" != off ] && [ -f "$kept.deps" ] && [ -f "$kept.key" ] &&
+     [ "$(dep_key "$line" <"$kept.deps")" = "$(cat "$kept.key")" ]; then
+    cp "$kept.log" "$log"  # passed before, on these very files (its warnings, if any, still count)
+    echo 0 >"$log.secs"
+    echo "0 0" >"$log.cpu"
+    : >"$log.kept"
+    return 0
+  fi
   local extra=()
   case $rel in trainer/*)
     extra=(-isystem "$WORK/torch" -isystem "$WORK/torch/torch/csrc/api/include") ;;
@@ -142,13 +177,19 @@ compile_one() {  # compile_one TARGET REL FLAGS: writes $WORK/log/TARGET/REL.{lo
   local TIMEFORMAT='%U %S'  # CPU seconds (user, system) of the compile, for the summary
   { time "$ZIG" c++ -target "$target" -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter \
     -I "$SRC" -isystem "$GEN" -isystem "$WORK/inc" -isystem "$WORK/inc/cairo" "${extra[@]}" \
-    "$@" "$SRC/$rel" >"$log" 2>&1 || true; } 2>"$log.cpu"
+    "$@" "$SRC/$rel" -MD -MF "$log.d" >"$log" 2>&1 || true; } 2>"$log.cpu"
   echo "$(( $(date +%s) - t0 ))" >"$log.secs"
   # Every error line except zig's "unable to build C object: FileNotFound" is a failure; so is a
   # log with no such line at all (zig stopped before compiling).
   if grep -E 'error' "$log" | grep -vq 'unable to build C object: FileNotFound' ||
      ! grep -q 'unable to build C object: FileNotFound' "$log"; then
     : >"$log.fail"
+  elif [ "$RESULTS" != off ] && [ -s "$log.d" ]; then  # keep the pass with the files it read
+    mkdir -p "$(dirname "$kept")"
+    sed -e 's/\\$//' -e 's/^[^:]*: *//' "$log.d" | tr ' ' '\n' | grep -v '^$' >"$kept.deps.tmp"
+    cp "$log" "$kept.log"
+    dep_key "$line" <"$kept.deps.tmp" >"$kept.key"
+    mv "$kept.deps.tmp" "$kept.deps"
   fi
 }
 export -f compile_one
@@ -192,8 +233,9 @@ done
 slowest=$(cd "$WORK/log" && find . -name '*.secs' -exec sh -c 'echo "$(cat "$1") ${1%.log.secs}"' _ {} \; |
   sort -rn | head -n3 | sed 's|\./||' | tr '\n' ',' | sed 's/,$//; s/,/, /g')
 cpu=$(find "$WORK/log" -name '*.cpu' -exec cat {} + | awk '{s += $1 + $2} END {printf "%d", s}')
+kept=$(find "$WORK/log" -name '*.kept' | wc -l)
 echo "macos_compile: $((total - failed))/$total TUs compile for [$TARGETS] (trainer/: [$TRAINER_TARGETS]); $failed failed," \
   "$warned with warnings in our code; $(( $(date +%s) - start )) s with $JOBS jobs, $cpu CPU s" \
-  "(slowest wall s: $slowest)"
+  "(slowest wall s: $slowest); $kept unchanged since a kept pass ($RESULTS)"
 echo "macos_compile: logs in $WORK/log"
 [ "$failed" -eq 0 ]
