@@ -62,26 +62,4 @@ StatusOr<std::string> RecordedJobId(const std::string& job_dir) {
   return id;
 }
 
-SlurmPhase PhaseOf(SlurmState state) {
-  switch (state) {
-    case SlurmState::kRunning:
-    case SlurmState::kCompleting:
-      return SlurmPhase::kRunning;
-    case SlurmState::kCompleted:
-      return SlurmPhase::kSucceeded;
-    case SlurmState::kCancelled:
-      return SlurmPhase::kCancelled;
-    case SlurmState::kFailed:
-    case SlurmState::kTimeout:
-    case SlurmState::kNodeFail:
-    case SlurmState::kPreempted:
-    case SlurmState::kBootFail:
-    case SlurmState::kDeadline:
-    case SlurmState::kOutOfMemory:
-      return SlurmPhase::kFailed;
-    default:
-      return SlurmPhase::kWaiting;
-  }
-}
-
 }  // namespace sftctl::agent::slurm

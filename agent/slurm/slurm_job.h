@@ -28,14 +28,4 @@ StatusOr<std::string> SubmitJobFolder(const SlurmCli& cli, const SlurmOptions& o
 // DATA_LOSS when the file does not hold a job id.
 StatusOr<std::string> RecordedJobId(const std::string& job_dir);
 
-// Where a Slurm job stands for the agent.
-enum class SlurmPhase {
-  kWaiting,    // PENDING, CONFIGURING, REQUEUED, SUSPENDED, and names the engine does not know
-  kRunning,    // RUNNING, COMPLETING
-  kSucceeded,  // COMPLETED
-  kFailed,     // FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, BOOT_FAIL, DEADLINE, OUT_OF_MEMORY
-  kCancelled,  // CANCELLED
-};
-SlurmPhase PhaseOf(SlurmState state);
-
 }  // namespace sftctl::agent::slurm

@@ -83,21 +83,31 @@ SlurmState ParseSlurmState(const std::string& name) {
   return it == kNames.end() ? SlurmState::kOther : it->second;
 }
 
-bool IsTerminal(SlurmState s) {
-  switch (s) {
+SlurmPhase PhaseOf(SlurmState state) {
+  switch (state) {
+    case SlurmState::kRunning:
+    case SlurmState::kCompleting:
+      return SlurmPhase::kRunning;
     case SlurmState::kCompleted:
-    case SlurmState::kFailed:
+      return SlurmPhase::kSucceeded;
     case SlurmState::kCancelled:
+      return SlurmPhase::kCancelled;
+    case SlurmState::kFailed:
     case SlurmState::kTimeout:
     case SlurmState::kNodeFail:
     case SlurmState::kPreempted:
     case SlurmState::kBootFail:
     case SlurmState::kDeadline:
     case SlurmState::kOutOfMemory:
-      return true;
+      return SlurmPhase::kFailed;
     default:
-      return false;
+      return SlurmPhase::kWaiting;
   }
+}
+
+bool IsTerminal(SlurmState s) {
+  const SlurmPhase p = PhaseOf(s);
+  return p == SlurmPhase::kSucceeded || p == SlurmPhase::kFailed || p == SlurmPhase::kCancelled;
 }
 
 std::string SlurmJobInfo::Describe() const {

@@ -35,9 +35,17 @@ enum class SlurmState {
 
 // "CANCELLED by 1000" and "CA" both give kCancelled; unknown names kOther.
 SlurmState ParseSlurmState(const std::string& name);
-// True for the states a job never leaves (COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL,
-// PREEMPTED, BOOT_FAIL, DEADLINE, OUT_OF_MEMORY). A job with --requeue leaves NODE_FAIL and PREEMPTED
-// for PENDING, and Slurm then reports PENDING.
+// Where a Slurm job stands for the agent.
+enum class SlurmPhase {
+  kWaiting,    // PENDING, CONFIGURING, REQUEUED, SUSPENDED, and names the engine does not know
+  kRunning,    // RUNNING, COMPLETING
+  kSucceeded,  // COMPLETED
+  kFailed,     // FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, BOOT_FAIL, DEADLINE, OUT_OF_MEMORY
+  kCancelled,  // CANCELLED
+};
+SlurmPhase PhaseOf(SlurmState state);
+// True for the states a job never leaves: those of the phases kSucceeded, kFailed and kCancelled.
+// A job with --requeue leaves NODE_FAIL and PREEMPTED for PENDING, and Slurm then reports PENDING.
 bool IsTerminal(SlurmState state);
 
 struct SlurmJobInfo {
