@@ -122,8 +122,8 @@ StatusOr<std::unique_ptr<CheckpointUploader>> StartLocalUploader(const JobSpec& 
   return up;
 }
 
-std::string BucketStatusLines(const std::string& upload_to, const std::string& endpoint_url,
-                              const std::string& region) {
+std::string BucketStatusLines(const std::string& job_ref, const std::string& upload_to,
+                              const std::string& endpoint_url, const std::string& region) {
   if (upload_to.empty())
     return "  no bucket is recorded for it (checkpoint.upload_to): its checkpoints are on that host only\n";
   if (IsHubPath(upload_to)) return HubStatusLines(upload_to);  // client/hub_upload.h
@@ -142,9 +142,8 @@ std::string BucketStatusLines(const std::string& upload_to, const std::string& e
     return "  its checkpoints go to " + url + ", which has no complete checkpoint yet\n";
   const CheckpointManifest& m = **newest;
   return "  newest complete checkpoint in the bucket: " + url + "/" + EscapeForTerminal(m.name) + " (step " +
-         std::to_string(m.step) +
-         ")\n  continue it on another host: sftctl submit --host OTHER --resume-from " + url +
-         " SPEC\n  fetch it: sftctl pull " + url + "\n";
+         std::to_string(m.step) + ")\n  continue it on another host: sftctl resubmit " +
+         EscapeForTerminal(job_ref) + " --host OTHER\n  fetch it: sftctl pull " + url + "\n";
 }
 
 Status CheckResumeBucket(const JobSpec& spec, bool forward) {

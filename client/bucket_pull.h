@@ -47,10 +47,10 @@ StatusOr<std::unique_ptr<CheckpointUploader>> StartLocalUploader(const JobSpec& 
 
 // For `status` of a job whose host does not answer: lines (each "  ...\n") naming the newest
 // complete checkpoint under `upload_to` (read with this machine's credentials) and how to continue
-// from it, or, when this machine cannot read the bucket, why and how to look. A line saying the job
-// uploads nowhere when `upload_to` is "". Never prints a secret.
-std::string BucketStatusLines(const std::string& upload_to, const std::string& endpoint_url,
-                              const std::string& region);
+// from it (`sftctl resubmit JOB_REF --host OTHER`), or, when this machine cannot read the bucket, why and how
+// to look. A line saying the job uploads nowhere when `upload_to` is "". Never prints a secret.
+std::string BucketStatusLines(const std::string& job_ref, const std::string& upload_to,
+                              const std::string& endpoint_url, const std::string& region);
 
 // `submit`'s early check of `resume: s3://...` when `forward` (--forward-aws-credentials): the host
 // will use this machine's credentials, so this machine can tell at once whether the prefix has a

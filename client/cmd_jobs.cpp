@@ -103,9 +103,10 @@ int StatusCmd(const JobArgs& a) {
   if (!rec.ok()) return ReportError(rec.status(), a.ro.json);
   auto rcs = ConnectAll(*rec);
   if (!rcs.ok() && rcs.status().code() == StatusCode::kUnavailable) {  // the host went away?
-    (a.ro.json ? std::cerr : std::cout) << EscapeForTerminal(rec->Ref()) << ": the host does not answer; the "
-                                        << "job's state there is unknown\n"
-                                        << BucketStatusLines(rec->upload_to, rec->endpoint_url, rec->region);
+    (a.ro.json ? std::cerr : std::cout)
+        << EscapeForTerminal(rec->Ref()) << ": the host does not answer; the "
+        << "job's state there is unknown\n"
+        << BucketStatusLines(rec->Ref(), rec->upload_to, rec->endpoint_url, rec->region);
   }
   if (!rcs.ok()) return ReportError(rcs.status(), a.ro.json);
   std::vector<v1::Job> jobs(rec->nodes.size());

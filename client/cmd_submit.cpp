@@ -6,6 +6,7 @@
 // node 0 is submitted first and reports the rendezvous the other nodes join.
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <set>
@@ -30,6 +31,7 @@
 #include "common/object_store/hub_destination.h"
 #include "common/object_store/s3_location.h"
 #include "common/os/net_addr.h"
+#include "common/sha256.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -298,9 +300,18 @@ Status SubmitNodes(const v1::SubmitJobRequest& base, uint32_t per_node, std::vec
   return OkStatus();
 }
 
-// The job registry entry (so `logs`, `pull`, ... find the job by its id); a failure only warns.
-JobRecord RecordJob(const RemoteSpec& spec, const std::vector<Node>& nodes) {
+// The job registry entry (so `logs`, `pull`, ... find the job by its id, and `resubmit` can submit it
+// again); a failure only warns.
+JobRecord RecordJob(const SubmitArgs& a, const RemoteSpec& spec, const std::vector<Node>& nodes) {
   JobRecord rec;
+  std::error_code ec;
+  rec.resubmit.spec_path = std::filesystem::absolute(a.spec_path, ec).lexically_normal().string();
+  if (auto sha = Sha256File(a.spec_path); sha.ok()) rec.resubmit.spec_sha256 = *sha;
+  rec.resubmit.name = a.name;
+  rec.resubmit.sets = a.sets;
+  rec.resubmit.gpus = a.gpus;
+  rec.resubmit.cpu_ranks = a.cpu_ranks;
+  rec.resubmit.max_restarts = a.max_restarts;
   rec.host = nodes[0].rc->host();
   rec.id = nodes[0].job.id();
   rec.name = spec.spec.name;
@@ -434,7 +445,7 @@ int Submit(const SubmitArgs& a) {
   if (!upload_s.ok()) return ReportError(upload_s.status(), json);
   Status submitted = SubmitNodes(BaseRequest(a, *spec, *ranks), ranks->per_node(), &*nodes);
   if (!submitted.ok()) return ReportError(submitted, json);
-  const JobRecord rec = RecordJob(*spec, *nodes);
+  const JobRecord rec = RecordJob(a, *spec, *nodes);
   UploadStats sum;
   for (const auto& n : *nodes) {
     sum.files_sent += n.stats.files_sent;
@@ -486,7 +497,86 @@ void AddSlurmFlags(CLI::App* cmd, SlurmFlags* f) {
 
 }  // namespace
 
+// The flags `submit` and `resubmit` share, defined once.
+void AddSharedSubmitFlags(CLI::App* cmd, SubmitArgs* a) {
+  cmd->add_flag("-f,--follow", a->follow, "Stream the job's logs until it ends (exit code as `logs -f`)");
+  auto* gpus =
+      cmd->add_option("--gpus", a->gpus, "GPUs per node (one rank per GPU)")->check(CLI::PositiveNumber);
+  cmd->add_option("--cpu-ranks", a->cpu_ranks, "CPU ranks per node (a CPU job)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(gpus);
+  cmd->add_flag(
+      "--bootstrap", a->bootstrap,
+      "First bring each host to this sftctl's version with `sftctl bootstrap` (builds and starts the "
+      "agent where it is missing or older; seconds when it is up to date)");
+  cmd->add_flag("--forward-aws-credentials", a->forward_aws,
+                "Send this machine's AWS credentials to the host for the job's s3:// uploads; kept in the "
+                "agent's memory only. Without it, the host uses its own");
+  cmd->add_flag("--forward-hf-token", a->forward_hf_token,
+                "Send this machine's Hugging Face token (HF_TOKEN or `huggingface-cli login`'s) to the host "
+                "for the spec's gated or private hf:// paths and an hf:// upload_to; it is used for this job "
+                "only and never stored there. Without it, no token leaves this machine");
+}
+
+// `sftctl resubmit JOB --host OTHER`: the job's spec and submit options from the registry, resumed
+// from the newest complete checkpoint of its bucket prefix and uploading there again.
+int Resubmit(SubmitArgs a, const std::string& job) {
+  const bool json = a.ro.json;
+  JobRegistry registry;
+  auto rec = ResolveJob(job, RemoteOptions(), registry);
+  if (!rec.ok()) return ReportError(rec.status(), json);
+  const std::string ref = EscapeForTerminal(rec->Ref());
+  const JobRecord::Resubmit& b = rec->resubmit;
+  if (b.spec_path.empty()) {
+    return ReportError(
+        FailedPreconditionError(ref + " was recorded by an older sftctl, without its spec: `sftctl "
+                                      "submit --host OTHER --resume-from S3_PREFIX SPEC`"),
+        json);
+  }
+  if (!IsS3Url(rec->upload_to)) {
+    return ReportError(
+        FailedPreconditionError(
+            ref + ": its checkpoints did not go to a bucket (checkpoint.upload_to: s3://...), so "
+                  "no other host can continue it; `sftctl submit` starts it over"),
+        json);
+  }
+  auto sha = Sha256File(b.spec_path);
+  if (!sha.ok()) return ReportError(sha.status().WithContext("resubmit " + ref + ": its spec"), json);
+  if (*sha != b.spec_sha256)
+    std::cerr << "note: " << EscapeForTerminal(b.spec_path) << " changed since " << ref
+              << " was submitted; its current contents are used\n";
+  a.spec_path = b.spec_path;
+  a.sets = b.sets;
+  a.name = b.name;
+  if (a.gpus < 0 && a.cpu_ranks < 0) a.gpus = b.gpus, a.cpu_ranks = b.cpu_ranks;
+  a.max_restarts = b.max_restarts;
+  a.resume_from = a.upload_to = rec->upload_to;
+  std::cerr << "resubmit: " << ref << " continues from " << EscapeForTerminal(rec->upload_to) << "\n";
+  return Submit(a);
+}
+
+void RegisterResubmitCommand(CLI::App& app, CommandContext& ctx) {
+  auto a = std::make_shared<SubmitArgs>();
+  auto job = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "resubmit", "Continue a job whose host went away on another host, from its bucket's newest checkpoint");
+  cmd->add_option("job", *job, "The job (as `status` names it); its checkpoints went to an s3:// prefix")
+      ->required();
+  AddRemoteOptions(cmd, &a->ro, "Host to continue on (as for submit); repeat for a multi-node job",
+                   /*multi_host=*/true);
+  AddSharedSubmitFlags(cmd, a.get());
+  cmd->callback([a, job, &ctx] {
+    if (a->ro.hosts.empty()) {
+      ctx.exit_code =
+          ReportError(InvalidArgumentError("resubmit: name the host to continue on with --host"), a->ro.json);
+      return;
+    }
+    ctx.exit_code = Resubmit(*a, *job);
+  });
+}
+
 void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
+  RegisterResubmitCommand(app, ctx);
   auto a = std::make_shared<SubmitArgs>();
   auto* cmd = app.add_subcommand("submit", "Upload a job's files to a host and queue it on the host's agent");
   cmd->add_option("spec", a->spec_path, "Job spec (YAML or JSON; see docs/spec.md)")->required();
@@ -494,7 +584,6 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
                    "Host to run on: [user@]host[:port], an ssh config alias, local[:DATA_DIR]; repeat for a "
                    "multi-node job",
                    /*multi_host=*/true);
-  cmd->add_flag("-f,--follow", a->follow, "Stream the job's logs until it ends (exit code as `logs -f`)");
   auto* sync =
       cmd->add_option("--sync-to", a->sync_to,
                       "Pull each new checkpoint (and metrics.jsonl) into DIR as soon as it is complete, "
@@ -508,11 +597,6 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
       ->check(CLI::PositiveNumber)  // as `pull --keep`: 0 would keep none
       ->needs(sync);
   cmd->add_option("--name", a->name, "Job name (default: the spec's name)");
-  auto* gpus =
-      cmd->add_option("--gpus", a->gpus, "GPUs per node (one rank per GPU)")->check(CLI::PositiveNumber);
-  cmd->add_option("--cpu-ranks", a->cpu_ranks, "CPU ranks per node (a CPU job)")
-      ->check(CLI::PositiveNumber)
-      ->excludes(gpus);
   cmd->add_option("--max-restarts", a->max_restarts,
                   "Relaunch after a failure this many times (resumes from the newest checkpoint)");
   cli::AddDurationOption(
@@ -521,18 +605,8 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_flag("--stop-when-done", a->stop_when_done,
                 "Stop the host once the job has ended and its final checkpoint was pulled (or the agent's "
                 "--stop-pull-timeout passed); needs a stop action on the agent (docs/remote.md)");
-  cmd->add_flag(
-      "--bootstrap", a->bootstrap,
-      "First bring each host to this sftctl's version with `sftctl bootstrap` (builds and starts the "
-      "agent where it is missing or older; seconds when it is up to date)");
   AddBucketOptions(cmd, &a->upload_to, &a->resume_from, /*remote=*/true);
-  cmd->add_flag("--forward-aws-credentials", a->forward_aws,
-                "Send this machine's AWS credentials to the host for the job's s3:// uploads; kept in the "
-                "agent's memory only. Without it, the host uses its own");
-  cmd->add_flag("--forward-hf-token", a->forward_hf_token,
-                "Send this machine's Hugging Face token (HF_TOKEN or `huggingface-cli login`'s) to the host "
-                "for the spec's gated or private hf:// paths and an hf:// upload_to; it is used for this job "
-                "only and never stored there. Without it, no token leaves this machine");
+  AddSharedSubmitFlags(cmd, a.get());
   cmd->add_option("--set", a->sets, "Override any spec field: --set train.lr=1e-4 (repeatable)")
       ->allow_extra_args(false);
   AddSlurmFlags(cmd, &a->slurm);

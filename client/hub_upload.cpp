@@ -61,8 +61,8 @@ std::string HubStatusLines(const std::string& upload_to) {
            "/*'; continue from it with resume: set to the folder it prints\n";
   }
   if (root_model)
-    return "  its final model is at the root of " + url + " (checkpoint.upload: final): sftctl download " + repo +
-           "\n";
+    return "  its final model is at the root of " + url + " (checkpoint.upload: final): sftctl download " +
+           repo + "\n";
   return "  its checkpoints go to " + url + ", which has no complete checkpoint yet\n";
 }
 

@@ -45,10 +45,33 @@ NodeRecord NodeFromJson(const json& j) {
 json RecordToJson(const JobRecord& r) {
   json nodes = json::array();
   for (const auto& n : r.nodes) nodes.push_back(NodeToJson(n));
-  return {{"host", r.host},           {"id", r.id},
-          {"name", r.name},           {"submitted_unix_ms", r.submitted_unix_ms},
-          {"upload_to", r.upload_to}, {"endpoint_url", r.endpoint_url},
-          {"region", r.region},       {"nodes", nodes}};
+  json j = {{"host", r.host},           {"id", r.id},
+            {"name", r.name},           {"submitted_unix_ms", r.submitted_unix_ms},
+            {"upload_to", r.upload_to}, {"endpoint_url", r.endpoint_url},
+            {"region", r.region},       {"nodes", nodes}};
+  const JobRecord::Resubmit& b = r.resubmit;
+  if (!b.spec_path.empty()) {
+    j["resubmit"] = {{"spec_path", b.spec_path},
+                     {"spec_sha256", b.spec_sha256},
+                     {"name", b.name},
+                     {"sets", b.sets},
+                     {"gpus", b.gpus},
+                     {"cpu_ranks", b.cpu_ranks},
+                     {"max_restarts", b.max_restarts}};
+  }
+  return j;
+}
+
+JobRecord::Resubmit ResubmitFromJson(const json& j) {
+  JobRecord::Resubmit b;
+  b.spec_path = j.value("spec_path", "");
+  b.spec_sha256 = j.value("spec_sha256", "");
+  b.name = j.value("name", "");
+  b.sets = j.value("sets", std::vector<std::string>());
+  b.gpus = j.value("gpus", -1);
+  b.cpu_ranks = j.value("cpu_ranks", -1);
+  b.max_restarts = j.value("max_restarts", 0u);
+  return b;
 }
 
 bool AllIdsValid(const JobRecord& r) {
@@ -73,6 +96,7 @@ StatusOr<std::vector<JobRecord>> Parse(const std::string& text, const std::strin
       r.upload_to = e.value("upload_to", "");
       r.endpoint_url = e.value("endpoint_url", "");
       r.region = e.value("region", "");
+      if (e.contains("resubmit") && e["resubmit"].is_object()) r.resubmit = ResubmitFromJson(e["resubmit"]);
       if (e.contains("nodes")) {
         for (const auto& n : e["nodes"]) r.nodes.push_back(NodeFromJson(n));
       }

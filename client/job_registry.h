@@ -49,6 +49,15 @@ struct JobRecord {
   // checkpoint.upload_to / endpoint_url / region of its spec ("" when it uploads nowhere): where
   // `status` looks for its newest checkpoint when the host no longer answers (no secret is stored).
   std::string upload_to, endpoint_url, region;
+  // What `sftctl resubmit` needs to submit the job again on another host: the spec file (absolute),
+  // its sha256 then, and the submit's --set, --name, --gpus, --cpu-ranks, --max-restarts. Empty
+  // spec_path: recorded by an older sftctl.
+  struct Resubmit {
+    std::string spec_path, spec_sha256, name;
+    std::vector<std::string> sets;
+    int gpus = -1, cpu_ranks = -1;
+    unsigned max_restarts = 0;
+  } resubmit;
 
   // "HOST/ID", the reference that is never ambiguous.
   std::string Ref() const { return host + "/" + id; }

@@ -235,7 +235,7 @@ TEST_F(AgentResumeTest, AJobWhoseHostWentAwayFinishesOnAnotherAgentBitExactly) {
   EXPECT_EQ(r.exit_code, 4) << r.output;  // cannot reach
   EXPECT_THAT(r.output, HasSubstr("the host does not answer"));
   EXPECT_THAT(r.output, HasSubstr("newest complete checkpoint in the bucket: s3://lost/run/" + in_bucket));
-  EXPECT_THAT(r.output, HasSubstr("sftctl submit --host OTHER --resume-from s3://lost/run SPEC"));
+  EXPECT_THAT(r.output, HasSubstr("sftctl resubmit " + a.host() + "/" + lost + " --host OTHER"));
   // Without credentials here it says how to look.
   r = RunCommand({"env", "-u", "AWS_ACCESS_KEY_ID", "-u", "AWS_SECRET_ACCESS_KEY", "-u", "AWS_PROFILE",
                   "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "HOME=" + home_,
@@ -251,9 +251,12 @@ TEST_F(AgentResumeTest, AJobWhoseHostWentAwayFinishesOnAnotherAgentBitExactly) {
   ASSERT_NE(whole, "");
   r = Sftctl({"logs", "-f", b.host() + "/" + whole});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  // Then the lost job, from the bucket, still uploading there.
-  const std::string resumed =
-      Submit(b, spec, {"--resume-from", "s3://lost/run", "--upload-to", "s3://lost/run"});
+  // Then the lost job, from the bucket, still uploading there: `resubmit` takes its spec and submit
+  // options (--cpu-ranks 1, --upload-to) from the registry.
+  r = Sftctl({"resubmit", a.host() + "/" + lost, "--host", b.host(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("resubmit: " + a.host() + "/" + lost + " continues from s3://lost/run"));
+  const std::string resumed = nlohmann::json::parse(r.output.substr(r.output.find('{')))["job"];
   ASSERT_NE(resumed, "");
   r = Sftctl({"logs", "-f", b.host() + "/" + resumed});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -264,6 +267,13 @@ TEST_F(AgentResumeTest, AJobWhoseHostWentAwayFinishesOnAnotherAgentBitExactly) {
     ASSERT_FALSE(want.empty()) << f;
     EXPECT_TRUE(testing::ReadWholeFile(b.RunDir(resumed) + "/" + name + "/" + f) == want) << f << " differs";
   }
+  // A job whose checkpoints stayed on its host cannot be continued elsewhere; a host must be named.
+  r = Sftctl({"resubmit", b.host() + "/" + whole, "--host", a.host()});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("its checkpoints did not go to a bucket"));
+  r = Sftctl({"resubmit", a.host() + "/" + lost});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("name the host to continue on with --host"));
   // The resumed job trained only the steps after the bucket's checkpoint.
   int steps = 0;
   for (const auto& rec : testing::ReadMetrics(b.RunDir(resumed) + "/metrics.jsonl"))

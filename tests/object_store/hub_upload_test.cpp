@@ -222,8 +222,10 @@ TEST_F(HubUploadTest, AgentCommitsASubmittedJobsCheckpointsWithTheForwardedToken
   testing::WriteWholeFile(agent, "gone\n");
   auto st = Sftctl({"status", first}, kReadToken);
   EXPECT_EQ(st.exit_code, 4) << st.output;  // cannot reach
-  EXPECT_THAT(st.output, HasSubstr("newest complete checkpoint in hf://org/remote: checkpoint-000008 (step 8)"));
-  EXPECT_THAT(st.output, HasSubstr("sftctl download org/remote/checkpoint-000008 --include 'checkpoint-000008/*'"));
+  EXPECT_THAT(st.output,
+              HasSubstr("newest complete checkpoint in hf://org/remote: checkpoint-000008 (step 8)"));
+  EXPECT_THAT(st.output,
+              HasSubstr("sftctl download org/remote/checkpoint-000008 --include 'checkpoint-000008/*'"));
   st = Sftctl({"status", first}, "");
   EXPECT_THAT(st.output, HasSubstr("its checkpoints go to hf://org/remote, which cannot be read from here"));
 }
