@@ -64,9 +64,6 @@ class AgentConnection {
 // "local:<data_dir>").
 bool IsLocalAgentHost(const std::string& host);
 
-// Connects to the agent named by opts.host (starting it when opts.start_agent), reads its token and
-// checks that it answers Version(). Errors name the host and the step that failed (SSH connect, host
-// key, authentication, starting sftd, forwarding), e.g. UNAUTHENTICATED "ubuntu@box: host key ...".
-StatusOr<std::unique_ptr<AgentConnection>> ConnectToAgent(const ConnectOptions& opts);
+// ConnectToAgent (client/agent_session.h) picks the implementation: local_agent.h or ssh/remote_agent.h.
 
 }  // namespace sftctl::client

@@ -3,7 +3,15 @@
 #include <algorithm>
 #include <iostream>
 
+#include "client/local_agent.h"
+#include "client/ssh/remote_agent.h"
+
 namespace sftctl::client {
+
+StatusOr<std::unique_ptr<AgentConnection>> ConnectToAgent(const ConnectOptions& opts) {
+  if (IsLocalAgentHost(opts.host)) return ConnectLocalAgent(opts);
+  return ConnectOverSsh(opts);
+}
 
 AgentSession::AgentSession(std::unique_ptr<AgentConnection> conn)
     : conn_(std::move(conn)),

@@ -26,6 +26,12 @@
 
 namespace sftctl::client {
 
+// Connects to the agent named by opts.host (starting it when opts.start_agent): this machine's
+// (IsLocalAgentHost, local_agent.h) or one over SSH (ssh/remote_agent.h); reads its token and checks
+// that it answers Version(). Errors name the host and the step that failed (SSH connect, host key,
+// authentication, starting sftd, forwarding), e.g. UNAUTHENTICATED "ubuntu@box: host key ...".
+StatusOr<std::unique_ptr<AgentConnection>> ConnectToAgent(const ConnectOptions& opts);
+
 namespace v1 = ::sftctl::v1;
 
 // One connected agent: its stub, token and the connection keeping the transport up.

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "client/agent_session.h"
+#include "client/blob_stream.h"
 #include "client/progress.h"
-#include "client/uploader.h"
 #include "common/status.h"
 
 namespace sftctl::client {
