@@ -207,6 +207,38 @@ TEST_F(CheckpointStoreTest, UploaderSkipsIntermediateCheckpointsWhenBehindButNev
   EXPECT_EQ(Keys(s3(), "behind", "checkpoint-000006/").size(), 5u);  // 4 files + MANIFEST.json
 }
 
+// checkpoint.upload: final: the run's checkpoints stay put while it trains; Finish sends the newest
+// only, as a complete checkpoint with its manifest (a later resume reads it like any other).
+TEST_F(CheckpointStoreTest, FinalOnlyUploaderSendsTheLastCheckpointAtFinish) {
+  ASSERT_TRUE(s3().CreateBucket("final").ok());
+  testing::TempDir run("s3run");
+  for (int step = 1; step <= 3; ++step) MakeCheckpoint(run.path(), step, 10);
+  std::vector<std::string> lines;
+  std::mutex mu;
+  CheckpointUploaderOptions o;
+  o.dest = S3Location{"final", "r"};
+  o.run_dir = run.path();
+  o.keep = 10;
+  o.poll = std::chrono::milliseconds(20);
+  o.final_only = true;
+  o.log = [&](const std::string& l) {
+    std::lock_guard<std::mutex> g(mu);
+    lines.push_back(l);
+  };
+  CheckpointUploader up(s3(), o);
+  up.Start();
+  ASSERT_TRUE(up.Finish(std::chrono::seconds(60)).ok());
+  EXPECT_EQ(up.uploaded_step(), 3);
+  EXPECT_TRUE(Keys(s3(), "final", "r/checkpoint-000001/").empty());
+  EXPECT_TRUE(Keys(s3(), "final", "r/checkpoint-000002/").empty());
+  EXPECT_EQ(Keys(s3(), "final", "r/checkpoint-000003/").size(), 5u);  // 4 files + MANIFEST.json
+  auto newest = NewestBucketCheckpoint(s3(), S3Location{"final", "r"});
+  ASSERT_TRUE(newest.ok() && newest->has_value());
+  EXPECT_EQ((*newest)->step, 3);
+  std::lock_guard<std::mutex> g(mu);
+  EXPECT_THAT(lines, ::testing::ElementsAre(HasSubstr("uploaded checkpoint-000003 to s3://final/r")));
+}
+
 TEST_F(CheckpointStoreTest, UploaderReportsAMissingBucket) {
   testing::TempDir run("s3run");
   MakeCheckpoint(run.path(), 1, 10);
