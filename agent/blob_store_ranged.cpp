@@ -80,9 +80,11 @@ bool BlobStore::RangedBusy(Ranged& r) {
 void BlobStore::DiscardRanged(const std::string& sha256) {
   auto it = ranged_.find(sha256);
   if (it != ranged_.end()) {
-    MutexLock l(&it->second->mu);
-    it->second->gone = true;
+    // Held here until the lock on its mutex is released: erasing the map's entry may destroy it.
+    const std::shared_ptr<Ranged> r = std::move(it->second);
     ranged_.erase(it);
+    MutexLock l(&r->mu);
+    r->gone = true;
   }
   (void)::unlink(RangesPath(sha256).c_str());
   (void)::unlink(PartialPath(sha256).c_str());
