@@ -61,9 +61,30 @@ class CheckpointStoreTest : public testing::S3SuiteTest<CheckpointStoreTest> {
     opt_.parallel = 2;
   }
   S3Client& s3() { return *s3_; }
+  // Uploader options to s3://bucket/prefix for `run`, polling every 20 ms, each line logged kept in
+  // lines() (thread-safe).
+  CheckpointUploaderOptions UploaderOptions(const std::string& bucket, const std::string& prefix,
+                                            const std::string& run, int64_t keep) {
+    CheckpointUploaderOptions o;
+    o.dest = S3Location{bucket, prefix};
+    o.run_dir = run;
+    o.keep = keep;
+    o.poll = std::chrono::milliseconds(20);
+    o.log = [this](const std::string& l) {
+      std::lock_guard<std::mutex> g(lines_mu_);
+      lines_.push_back(l);
+    };
+    return o;
+  }
+  std::vector<std::string> lines() {
+    std::lock_guard<std::mutex> g(lines_mu_);
+    return lines_;
+  }
 
   std::unique_ptr<S3Client> s3_;
   TransferOptions opt_;
+  std::mutex lines_mu_;
+  std::vector<std::string> lines_;
 };
 
 TEST_F(CheckpointStoreTest, UploadThenDownloadTheNewestCompleteCheckpoint) {
@@ -147,18 +168,8 @@ TEST_F(CheckpointStoreTest, UploaderFollowsTheRunAndResumesAfterARestart) {
   // A killed uploader's staged checkpoint (hard links of checkpoint-000001, since pruned by the trainer).
   MakeCheckpoint(run.path() + "/.s3-upload", 1, 100);
   MakeCheckpoint(run.path(), 2, 100);
-  std::vector<std::string> lines;
-  std::mutex mu;
-  CheckpointUploaderOptions o;
-  o.dest = S3Location{"follow", "r"};
-  o.run_dir = run.path();
-  o.keep = 1;
+  CheckpointUploaderOptions o = UploaderOptions("follow", "r", run.path(), 1);
   o.transfer = opt_;
-  o.poll = std::chrono::milliseconds(20);
-  o.log = [&](const std::string& l) {
-    std::lock_guard<std::mutex> g(mu);
-    lines.push_back(l);
-  };
   CheckpointUploader up(s3(), o);
   up.Start();
   MakeCheckpoint(run.path(), 3, 6u << 20);
@@ -172,32 +183,20 @@ TEST_F(CheckpointStoreTest, UploaderFollowsTheRunAndResumesAfterARestart) {
   EXPECT_TRUE(Keys(s3(), "follow", "r/checkpoint-000001/").empty());  // keep: 1
   EXPECT_TRUE(Keys(s3(), "follow", "r/checkpoint-000002/").empty());
   EXPECT_TRUE(fs::is_empty(run.path() + "/.s3-upload"));
-  std::lock_guard<std::mutex> g(mu);
-  EXPECT_THAT(lines, ::testing::Contains(HasSubstr("resuming the upload of checkpoint-000001")));
-  EXPECT_THAT(lines, ::testing::Contains(HasSubstr("uploaded checkpoint-000003 to s3://follow/r")));
+  EXPECT_THAT(lines(), ::testing::Contains(HasSubstr("resuming the upload of checkpoint-000001")));
+  EXPECT_THAT(lines(), ::testing::Contains(HasSubstr("uploaded checkpoint-000003 to s3://follow/r")));
 }
 
 TEST_F(CheckpointStoreTest, UploaderSkipsIntermediateCheckpointsWhenBehindButNeverTheLast) {
   ASSERT_TRUE(s3().CreateBucket("behind").ok());
   testing::TempDir run("s3run");
   for (int step = 1; step <= 6; ++step) MakeCheckpoint(run.path(), step, 10);  // more than the queue holds
-  std::vector<std::string> lines;
-  std::mutex mu;
-  CheckpointUploaderOptions o;
-  o.dest = S3Location{"behind", ""};
-  o.run_dir = run.path();
-  o.keep = 10;
-  o.poll = std::chrono::milliseconds(20);
-  o.log = [&](const std::string& l) {
-    std::lock_guard<std::mutex> g(mu);
-    lines.push_back(l);
-  };
-  CheckpointUploader up(s3(), o);
+  CheckpointUploader up(s3(), UploaderOptions("behind", "", run.path(), 10));
   up.Start();
   ASSERT_TRUE(up.Finish(std::chrono::seconds(60)).ok());
   EXPECT_EQ(up.uploaded_step(), 6);
   int uploaded = 0, skipped = 0;
-  for (const auto& l : lines) {
+  for (const auto& l : lines()) {
     uploaded += l.find("uploaded checkpoint-") != std::string::npos;
     skipped += l.find("skipping the upload of checkpoint-") != std::string::npos;
   }
@@ -213,18 +212,8 @@ TEST_F(CheckpointStoreTest, FinalOnlyUploaderSendsTheLastCheckpointAtFinish) {
   ASSERT_TRUE(s3().CreateBucket("final").ok());
   testing::TempDir run("s3run");
   for (int step = 1; step <= 3; ++step) MakeCheckpoint(run.path(), step, 10);
-  std::vector<std::string> lines;
-  std::mutex mu;
-  CheckpointUploaderOptions o;
-  o.dest = S3Location{"final", "r"};
-  o.run_dir = run.path();
-  o.keep = 10;
-  o.poll = std::chrono::milliseconds(20);
+  CheckpointUploaderOptions o = UploaderOptions("final", "r", run.path(), 10);
   o.final_only = true;
-  o.log = [&](const std::string& l) {
-    std::lock_guard<std::mutex> g(mu);
-    lines.push_back(l);
-  };
   CheckpointUploader up(s3(), o);
   up.Start();
   ASSERT_TRUE(up.Finish(std::chrono::seconds(60)).ok());
@@ -235,8 +224,7 @@ TEST_F(CheckpointStoreTest, FinalOnlyUploaderSendsTheLastCheckpointAtFinish) {
   auto newest = NewestBucketCheckpoint(s3(), S3Location{"final", "r"});
   ASSERT_TRUE(newest.ok() && newest->has_value());
   EXPECT_EQ((*newest)->step, 3);
-  std::lock_guard<std::mutex> g(mu);
-  EXPECT_THAT(lines, ::testing::ElementsAre(HasSubstr("uploaded checkpoint-000003 to s3://final/r")));
+  EXPECT_THAT(lines(), ::testing::ElementsAre(HasSubstr("uploaded checkpoint-000003 to s3://final/r")));
 }
 
 TEST_F(CheckpointStoreTest, UploaderReportsAMissingBucket) {
