@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "agent/hub_fetcher.h"
 #include "common/hub/hub_path.h"
 #include "common/json_parse.h"
 #include "common/object_store/checkpoint_store.h"
@@ -72,10 +73,7 @@ Status CheckpointUploads::StartJob(const std::string& job_id, const std::string&
   }
   auto dest = IsHubPath(u.upload_to) ? HubDestinationFor(u.run_dir, u.upload_to, hub, u.final_only)
                                      : S3DestinationFor(u.run_dir, u.upload_to, EndpointFor(u, env_));
-  if (!dest.ok()) {  // every error names the field once
-    const Status& st = dest.status();
-    return st.message().rfind("checkpoint.upload_to", 0) == 0 ? st : st.WithContext("checkpoint.upload_to");
-  }
+  if (!dest.ok()) return dest.status();  // each names checkpoint.upload_to
   CheckpointUploaderOptions o;
   o.run_dir = u.run_dir;
   o.keep = u.keep;
@@ -92,9 +90,11 @@ Status CheckpointUploads::StartJob(const std::string& job_id, const std::string&
 
 StatusOr<std::unique_ptr<CheckpointDestination>> CheckpointUploads::S3DestinationFor(
     const std::string& run_dir, const std::string& url, const S3Endpoint& endpoint) {
-  SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(url));
-  SFT_ASSIGN_OR_RETURN(AwsCredentials creds, CredentialsFor(run_dir, url));
-  return MakeS3Destination(S3Client(endpoint, std::move(creds)), std::move(loc), TransferOptions());
+  StatusOr<S3Location> loc = ParseS3Url(url);
+  if (!loc.ok()) return loc.status().WithContext("checkpoint.upload_to");
+  StatusOr<AwsCredentials> creds = CredentialsFor(run_dir, url);
+  if (!creds.ok()) return creds.status().WithContext("checkpoint.upload_to");
+  return MakeS3Destination(S3Client(endpoint, std::move(*creds)), std::move(*loc), TransferOptions());
 }
 
 StatusOr<std::unique_ptr<CheckpointDestination>> CheckpointUploads::HubDestinationFor(
@@ -104,11 +104,7 @@ StatusOr<std::unique_ptr<CheckpointDestination>> CheckpointUploads::HubDestinati
     auto it = hub_tokens_.find(run_dir);
     if (it != hub_tokens_.end()) hub.token = it->second;
   }
-  if (hub.token.empty()) {
-    hub.token_advice =
-        "submit again with `sftctl submit --forward-hf-token` (your token then goes to this host for this "
-        "job, never stored), or put HF_TOKEN in the agent's ~/.config/sftd/env";
-  }
+  if (hub.token.empty()) hub.token_advice = ForwardHfTokenAdvice("uploads");
   return OpenHubDestination(url, std::move(hub), final_only);
 }
 

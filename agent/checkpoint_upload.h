@@ -87,6 +87,7 @@ class CheckpointUploads {
   };
   StatusOr<Resumed> DownloadResume(const std::string& job_id, const std::string& job_dir,
                                    const std::string& spec_json, const std::atomic<bool>* cancel);
+  // The destinations of StartJob; their errors begin "checkpoint.upload_to: ".
   StatusOr<std::unique_ptr<CheckpointDestination>> S3DestinationFor(const std::string& run_dir,
                                                                     const std::string& url,
                                                                     const S3Endpoint& endpoint);

@@ -89,14 +89,18 @@ std::string HubFetcher::Progress(const std::string& job_id) const {
   return file_ + ": " + Amount(done_bytes_) + (total_bytes_ > 0 ? " of " + Amount(total_bytes_) : "");
 }
 
+std::string ForwardHfTokenAdvice(const std::string& use) {
+  return "submit again with `sftctl submit --forward-hf-token` (your token then goes to this host for this "
+         "job's " +
+         use + ", never stored), or put HF_TOKEN in the agent's ~/.config/sftd/env";
+}
+
 StatusOr<std::string> HubFetcher::Resolve(const HubFetchTask& task) {
   SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ParseJson(task.spec_json, task.job_id + " spec.json"));
   HubOptions o = options_;
   if (!task.token.empty()) o.token = task.token;
   if (o.token.empty()) {
-    o.token_advice =
-        "submit again with `sftctl submit --forward-hf-token` (your token then goes to this host for this "
-        "job's downloads, never stored), or put HF_TOKEN in the agent's ~/.config/sftd/env";
+    o.token_advice = ForwardHfTokenAdvice("downloads");
   }
   const std::string id = task.job_id;
   o.cancelled = [this, id] {

@@ -24,6 +24,10 @@
 
 namespace sftctl::agent {
 
+// What a job's Hub error tells the user when the agent has no token: forward theirs for the job's
+// `use` ("downloads", "uploads"), or give the agent its own. For HubOptions::token_advice.
+std::string ForwardHfTokenAdvice(const std::string& use);
+
 struct HubFetchTask {
   std::string job_id;
   std::string job_dir;    // spec.json is rewritten here
