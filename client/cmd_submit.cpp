@@ -548,7 +548,10 @@ int Resubmit(SubmitArgs a, const std::string& job) {
   a.spec_path = b.spec_path;
   a.sets = b.sets;
   a.name = b.name;
-  if (a.gpus < 0 && a.cpu_ranks < 0) a.gpus = b.gpus, a.cpu_ranks = b.cpu_ranks;
+  if (a.gpus < 0 && a.cpu_ranks < 0) {  // no --gpus or --cpu-ranks now: the first submit's
+    a.gpus = b.gpus;
+    a.cpu_ranks = b.cpu_ranks;
+  }
   a.max_restarts = b.max_restarts;
   a.resume_from = a.upload_to = rec->upload_to;
   std::cerr << "resubmit: " << ref << " continues from " << EscapeForTerminal(rec->upload_to) << "\n";
