@@ -4,16 +4,17 @@
 
 namespace sftctl::client {
 
-ConnectionRamp::ConnectionRamp(int fixed, int max_auto)
-    : fixed_(fixed > 0), max_(fixed > 0 ? fixed : std::max(1, max_auto)) {}
+ConnectionRamp::ConnectionRamp(int fixed, int max_auto, const Clock* clock)
+    : clock_(clock), fixed_(fixed > 0), max_(fixed > 0 ? fixed : std::max(1, max_auto)) {}
 
-void ConnectionRamp::Started(uint64_t bytes, SteadyClock::time_point now) {
-  since_ = now;
+void ConnectionRamp::Started(uint64_t bytes) {
+  since_ = clock_->Now();
   bytes_at_since_ = bytes;
 }
 
-bool ConnectionRamp::ShouldAdd(uint64_t bytes, int open, SteadyClock::time_point now) {
+bool ConnectionRamp::ShouldAdd(uint64_t bytes, int open) {
   if (fixed_ || stopped_ || open >= max_) return false;
+  const Clock::TimePoint now = clock_->Now();
   const double secs = std::chrono::duration<double>(now - since_).count();
   if (secs < 1.0) return false;
   const double rate = static_cast<double>(bytes - bytes_at_since_) / secs;

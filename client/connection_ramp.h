@@ -4,37 +4,40 @@
 // 15%. More connections help while each is bound by a window per round trip or by one core's
 // crypto; once the link or the CPU is full, another one only adds work, and the ramp stops.
 //
+// The time comes from a Clock (common/os/clock.h), so tests decide when a second has passed.
+//
 // Thread safety: one thread calls it (the transfer's coordinating thread).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
+
+#include "common/os/clock.h"
 
 namespace sftctl::client {
 
 class ConnectionRamp {
  public:
-  using SteadyClock = std::chrono::steady_clock;
-
   // `fixed` > 0: exactly that many connections; else up to `max_auto` (at least 1) chosen as above.
-  ConnectionRamp(int fixed, int max_auto);
+  // REQUIRES: `clock` outlives the ramp.
+  ConnectionRamp(int fixed, int max_auto, const Clock* clock = Clock::Real());
 
   // How many connections to open at the start.
   int initial() const { return fixed_ ? max_ : 1; }
   // The most connections this transfer may use.
   int max() const { return max_; }
-  // Starts the first measurement interval: `bytes` moved so far, at `now`.
-  void Started(uint64_t bytes, SteadyClock::time_point now = SteadyClock::now());
+  // Starts the first measurement interval: `bytes` moved so far, now.
+  void Started(uint64_t bytes);
   // Called often (every ~100 ms or faster) with the bytes moved so far and the connections open;
   // true when one more should be opened now (the caller then opens it).
-  bool ShouldAdd(uint64_t bytes, int open, SteadyClock::time_point now = SteadyClock::now());
+  bool ShouldAdd(uint64_t bytes, int open);
 
  private:
+  const Clock* clock_;
   bool fixed_;
   int max_;
   bool stopped_ = false;
   double last_rate_ = 0;  // bytes per second of the interval before the last addition
-  SteadyClock::time_point since_;
+  Clock::TimePoint since_;
   uint64_t bytes_at_since_ = 0;
 };
 

@@ -244,8 +244,11 @@ void RunConnection(Reconnector* rc, Shared* sh, int lanes) {
 // The workers, started one at a time as the ramp (client/connection_ramp.h) asks.
 class Workers {
  public:
-  Workers(Reconnector* first, Shared* sh, int max_streams, int lanes)
-      : connections_(first), sh_(sh), lanes_(std::max(1, lanes)), ramp_(max_streams, kMaxAutoStreams) {}
+  Workers(Reconnector* first, Shared* sh, int max_streams, int lanes, const Clock* clock)
+      : connections_(first),
+        sh_(sh),
+        lanes_(std::max(1, lanes)),
+        ramp_(max_streams, kMaxAutoStreams, clock) {}
   ~Workers() { Join(); }
   void Start() {
     while (count() < ramp_.initial()) Add();
@@ -426,7 +429,7 @@ Status PullRanges(Reconnector* rc, const std::string& job_id, const std::string&
   Sha256 hasher;
   Status s;
   {
-    Workers workers(rc, &sh, max_streams, options.lanes);
+    Workers workers(rc, &sh, max_streams, options.lanes, options.clock);
     workers.Start();
     s = HashInOrder(sh, workers, &hasher, progress);
     if (!s.ok()) sh.Fail(s);  // stops the workers

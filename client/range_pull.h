@@ -30,6 +30,7 @@
 
 #include "client/agent_session.h"
 #include "client/progress.h"
+#include "common/os/clock.h"
 #include "common/status.h"
 
 namespace sftctl::client {
@@ -52,7 +53,8 @@ Status CheckPullRoom(const std::string& remote_path, uint64_t size, const std::s
 struct RangePullOptions {
   int max_streams = 0;  // > 0: exactly this many connections; 0: chosen from measured throughput
   uint64_t block_bytes = kRangeBlockBytes;
-  int lanes = kLanesPerConnection;  // ranges streamed at once per connection
+  int lanes = kLanesPerConnection;     // ranges streamed at once per connection
+  const Clock* clock = Clock::Real();  // the connection ramp's time (tests move it)
 };
 
 struct RangePullResult {

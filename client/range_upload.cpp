@@ -100,8 +100,8 @@ void RunWorker(Reconnector* rc, UploadShared* sh) {
 
 // Runs workers until every block is sent or one failed: as many as `connections` > 0 says, else as the
 // ramp chooses (one more while the last one added paid off, and blocks are left for it).
-void RunWorkers(Reconnector* rc, UploadShared* sh, int connections) {
-  ConnectionRamp ramp(connections, kMaxUploadConnections);
+void RunWorkers(Reconnector* rc, UploadShared* sh, int connections, const Clock* clock) {
+  ConnectionRamp ramp(connections, kMaxUploadConnections, clock);
   ConnectionSet set(rc);
   std::vector<std::thread> threads;
   std::atomic<int> running{0};
@@ -165,7 +165,7 @@ Status UploadRanges(Reconnector* rc, const std::string& local_path, uint64_t siz
   UniqueFd fd(::open(local_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoError("cannot read", local_path, errno);
   sh.fd = fd.get();
-  RunWorkers(rc, &sh, options.connections);
+  RunWorkers(rc, &sh, options.connections, options.clock);
   fd.Close();
   stats->bytes_sent += sh.sent.load();
   bool complete = false;

@@ -19,6 +19,7 @@
 #include "client/agent_session.h"
 #include "client/blob_stream.h"
 #include "client/progress.h"
+#include "common/os/clock.h"
 #include "common/status.h"
 
 namespace sftctl::client {
@@ -31,6 +32,7 @@ constexpr uint64_t kMinRangeUploadBytes = 2 * kUploadBlockBytes;
 struct RangeUploadOptions {
   int connections = 0;  // > 0: exactly this many connections; 0: chosen from measured throughput
   uint64_t block_bytes = kUploadBlockBytes;
+  const Clock* clock = Clock::Real();  // the connection ramp's time (tests move it)
 };
 
 // Sends the blocks of `local_path` (`size` bytes, `sha256`) that `held` (the agent's StatBlob answer)

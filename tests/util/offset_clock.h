@@ -34,4 +34,19 @@ class OffsetClock final : public Clock {
   mutable std::atomic<uint64_t> reads_{0};
 };
 
+// ManualClock: time that moves only when the test says (Advance, or the code under test's SleepFor),
+// never by itself: for a decision that must not depend on how fast the machine ran the code before
+// it (e.g. "a second has passed"). Thread-safe.
+class ManualClock final : public Clock {
+ public:
+  TimePoint Now() const override { return TimePoint(std::chrono::nanoseconds(now_ns_.load())); }
+  void SleepFor(std::chrono::nanoseconds d) const override {
+    if (d.count() > 0) now_ns_ += d.count();
+  }
+  void Advance(std::chrono::nanoseconds by) { now_ns_ += by.count(); }
+
+ private:
+  mutable std::atomic<int64_t> now_ns_{0};
+};
+
 }  // namespace sftctl::testing
