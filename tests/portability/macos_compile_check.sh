@@ -110,28 +110,51 @@ fi
 # ---- the translation units and their flags --------------------------------------------------
 # Each TU's -D flags come from compile_commands.json when the build has it, minus what a macOS
 # build would not define (the C++ ABI switch, CUDA and NCCL, and the OpenMP parallel backend: zig
-# has no omp.h for macOS, so trainer/parallel.cpp is checked as AppleClang without libomp builds it); a TU the build did not compile (e.g.
-# the trainer in a build without it) gets the defaults of its room.
-python3 - "$SRC" "$BUILD_DIR" "$ONLY" >"$WORK/tus" <<'EOF'
+# has no omp.h for macOS, so trainer/parallel.cpp is checked as AppleClang without libomp builds
+# it); a TU the build did not compile (e.g. the trainer in a build without it) gets the defaults of
+# its room. The sources the build compiles in unity batches (CMakeLists.txt sftctl_unity_build: the
+# trainer's and the client's) are checked in the same batches, as a Mac's build compiles them: a
+# batch parses LibTorch's or gRPC's headers once for its seven or eight sources. Its TU is named
+# ROOM/TARGET.unity_N.cxx (a copy under $WORK/unity); its errors name the sources themselves. With
+# SFTCTL_MACOS_ONLY set, only single sources are checked.
+python3 - "$SRC" "$BUILD_DIR" "$ONLY" "$WORK/unity" >"$WORK/tus" <<'EOF'
 import json, os, re, shlex, sys
-src, build, only = sys.argv[1:4]
+src, build, only, unity_dir = sys.argv[1:5]
 drop = re.compile(r"-D(_GLIBCXX_USE_CXX11_ABI|USE_C10D_NCCL|USE_CUDA|USE_NCCL|USE_ROCM|SFTCTL_PARALLEL_ATEN)\b")
-defs = {}
+defs, batches = {}, []
 try:
     for e in json.load(open(os.path.join(build, "compile_commands.json"))):
         args = e.get("arguments") or shlex.split(e["command"])
-        defs[os.path.realpath(e["file"])] = [a for a in args if a.startswith("-D") and not drop.match(a)]
+        flags = [a for a in args if a.startswith("-D") and not drop.match(a)]
+        defs[os.path.realpath(e["file"])] = flags
+        m = re.search(r"/([^/]+)\.dir/Unity/(unity_\d+)_cxx\.cxx$", e["file"])
+        if m and only == ".":
+            text = open(e["file"]).read()
+            members = [os.path.realpath(f) for f in re.findall(r'#include "([^"]+)"', text)]
+            batches.append((m.group(1) + "." + m.group(2) + ".cxx", text, members, flags))
 except (OSError, ValueError):
     pass
 room_defaults = {"trainer": ["-DUSE_DISTRIBUTED", "-DUSE_C10D_GLOO"]}
 rooms = ["common"] + sorted("common/" + d for d in os.listdir(os.path.join(src, "common"))
                             if os.path.isdir(os.path.join(src, "common", d)))
-for room in rooms + ["client", "client/ssh", "trainer"]:
+rooms += ["client", "client/ssh", "trainer"]
+batched = set()
+for name, text, members, flags in sorted(batches):
+    room = os.path.relpath(os.path.dirname(members[0]), src) if members else ""
+    if room not in rooms or any(os.path.relpath(os.path.dirname(m), src) != room for m in members):
+        continue
+    rel = room + "/" + name
+    os.makedirs(os.path.join(unity_dir, room), exist_ok=True)
+    with open(os.path.join(unity_dir, rel), "w") as f:
+        f.write(text)
+    batched.update(members)
+    print(rel + "\t" + " ".join(shlex.quote(x) for x in flags))
+for room in rooms:
     d = os.path.join(src, room)
     for f in sorted(os.listdir(d)):
         path = os.path.join(d, f)
         rel = os.path.relpath(path, src)
-        if not f.endswith(".cpp") or not re.search(only, rel):
+        if not f.endswith(".cpp") or not re.search(only, rel) or os.path.realpath(path) in batched:
             continue
         flags = defs.get(os.path.realpath(path), ["-DNDEBUG"] + room_defaults.get(room.split("/")[0], []))
         print(rel + "\t" + " ".join(shlex.quote(x) for x in flags))
@@ -143,14 +166,15 @@ ZIG_VERSION=$("$ZIG" version)
 export SRC WORK ZIG GEN RESULTS ZIG_VERSION
 
 # dep_key LINE < PATHS: a key for LINE (target, flags, zig) and the files PATHS names, one per line:
-# the project's by content (a fresh checkout has new mtimes), the others by size and mtime.
+# the project's and the unity batches' by content (a fresh checkout has new mtimes), the others by
+# size and mtime.
 dep_key() {
   local paths
   paths=$(cat)
   {
     echo "$1"
-    grep "^$SRC/" <<<"$paths" | xargs -r -d '\n' sha256sum 2>&1
-    grep -v "^$SRC/" <<<"$paths" | xargs -r -d '\n' stat -L -c '%n %s %Y' 2>&1
+    grep -E "^($SRC|$WORK)/" <<<"$paths" | xargs -r -d '\n' sha256sum 2>&1
+    grep -vE "^($SRC|$WORK)/" <<<"$paths" | xargs -r -d '\n' stat -L -c '%n %s %Y' 2>&1
   } | sha256sum | cut -d' ' -f1
 }
 export -f dep_key
@@ -167,7 +191,8 @@ compile_one() {  # compile_one TARGET REL FLAGS: writes $WORK/log/TARGET/REL.{lo
     : >"$log.kept"
     return 0
   fi
-  local extra=()
+  local extra=() path=$SRC/$rel
+  case $rel in *.cxx) path=$WORK/unity/$rel ;; esac  # a unity batch (above)
   case $rel in trainer/*)
     extra=(-isystem "$WORK/torch" -isystem "$WORK/torch/torch/csrc/api/include") ;;
   esac
@@ -177,7 +202,7 @@ compile_one() {  # compile_one TARGET REL FLAGS: writes $WORK/log/TARGET/REL.{lo
   local TIMEFORMAT='%U %S'  # CPU seconds (user, system) of the compile, for the summary
   { time "$ZIG" c++ -target "$target" -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter \
     -I "$SRC" -isystem "$GEN" -isystem "$WORK/inc" -isystem "$WORK/inc/cairo" "${extra[@]}" \
-    "$@" "$SRC/$rel" -MD -MF "$log.d" >"$log" 2>&1 || true; } 2>"$log.cpu"
+    "$@" "$path" -MD -MF "$log.d" >"$log" 2>&1 || true; } 2>"$log.cpu"
   echo "$(( $(date +%s) - t0 ))" >"$log.secs"
   # Every error line except zig's "unable to build C object: FileNotFound" is a failure; so is a
   # log with no such line at all (zig stopped before compiling).
