@@ -473,8 +473,8 @@ TEST(SshConnect, SshAgentAuthentication) {
   auto f = StartSshd();
   ASSERT_TRUE(f);
   SshAgentProcess agent;
-  ASSERT_TRUE(agent.Start(f->dir()).ok());
-  ASSERT_TRUE(agent.Add(f->user_key()).ok());
+  ASSERT_THAT(agent.Start(f->dir()), StatusIs(StatusCode::kOk, ""));
+  ASSERT_THAT(agent.Add(f->user_key()), StatusIs(StatusCode::kOk, ""));
   ScopedEnv env_home("HOME", EmptyHome(*f).c_str());
   ScopedEnv env_agent("SSH_AUTH_SOCK", agent.socket().c_str());
   ConnectOptions o = f->Options();

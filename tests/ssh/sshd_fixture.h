@@ -437,13 +437,21 @@ inline grpc::StatusCode Health(const client::AgentConnection& c,
   return stub->Health(&ctx, v1::HealthRequest(), &h).error_code();
 }
 
-// An ssh-agent on a socket under `dir`, killed on destruction.
+// An ssh-agent on a socket under `dir`, killed on destruction. A Unix socket's path holds at most 107
+// bytes: when `dir` is deeper than that allows (a checkout in a deep folder), the socket goes to a
+// short folder of /tmp instead, removed with the agent.
 class SshAgentProcess {
  public:
   ~SshAgentProcess() { Stop(); }
 
   Status Start(const std::string& dir) {
     socket_ = dir + "/ssh-agent.sock";
+    if (socket_.size() > 100) {
+      char tmpl[] = "/tmp/sftctl-agent-XXXXXX";
+      if (::mkdtemp(tmpl) == nullptr) return ErrnoError("mkdtemp", tmpl, errno);
+      short_dir_ = tmpl;
+      socket_ = short_dir_ + "/s";
+    }
     pid_t pid = ::fork();
     if (pid < 0) return ErrnoError("fork", "ssh-agent", errno);
     if (pid == 0) {
@@ -470,14 +478,21 @@ class SshAgentProcess {
   }
   const std::string& socket() const { return socket_; }
   void Stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+    if (!short_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(short_dir_, ec);
+      short_dir_.clear();
+    }
   }
 
  private:
   std::string socket_;
+  std::string short_dir_;  // the /tmp folder of a socket that did not fit under `dir`, or empty
   pid_t pid_ = -1;
 };
 
