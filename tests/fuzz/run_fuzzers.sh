@@ -7,7 +7,8 @@
 #
 # Usage: tests/fuzz/run_fuzzers.sh [TARGET...]      (default: every tests/fuzz/*_fuzz.cpp)
 # Environment:
-#   SFTCTL_FUZZ_SECONDS   run time per target (default 20)
+#   SFTCTL_FUZZ_SECONDS   run time per target (default $SFTCTL_FUZZ_DEFAULT_SECONDS, else 20; ctest's
+#                         fuzz.run_all sets that default to 5)
 #   SFTCTL_FUZZ_TIMEOUT   seconds one input may take before it counts as a hang (default 10)
 #   SFTCTL_FUZZ_JOBS      build parallelism (default: the number of cores)
 #   SFTCTL_FUZZ_NO_BUILD  set to 1 to use the binaries already in build/fuzz
@@ -18,7 +19,7 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
 build="$src/build/fuzz"
-seconds="${SFTCTL_FUZZ_SECONDS:-20}"
+seconds="${SFTCTL_FUZZ_SECONDS:-${SFTCTL_FUZZ_DEFAULT_SECONDS:-20}}"
 timeout_s="${SFTCTL_FUZZ_TIMEOUT:-10}"
 jobs="${SFTCTL_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 out="${SFTCTL_FUZZ_OUT:-$build/fuzz-runs}"
