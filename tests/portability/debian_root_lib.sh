@@ -120,9 +120,12 @@ root_commit() {
 # objects and one size limit (its ccache.conf: max_size, set once here) covers them all. Inside a
 # root it is /var/cache/sftctl-ccache, base dir /work, -Werror left out of the hash: a
 # bootstrapped host's ~/.local/share/sftctl/{src,build-*} (tests/remote/fresh_host.sh binds it too)
-# sees the same relative paths, so the fresh-host test's builds hit the checks' objects.
+# sees the same relative paths, so the fresh-host test's builds hit the checks' objects. The
+# sloppiness lets it cache the trainer tests, which include a precompiled header (tests/CMakeLists.txt
+# sftctl_test_pch; the checks name ccache as the launcher themselves, so CMakeLists.txt's does not apply).
 CCACHE_SHARED=${SFTCTL_CCACHE_DIR:-/var/cache/sftctl/ccache}
-CCACHE_ENV=(CCACHE_DIR=/var/cache/sftctl-ccache CCACHE_BASEDIR=/work CCACHE_IGNOREOPTIONS=-Werror)
+CCACHE_ENV=(CCACHE_DIR=/var/cache/sftctl-ccache CCACHE_BASEDIR=/work CCACHE_IGNOREOPTIONS=-Werror
+  CCACHE_SLOPPINESS=pch_defines,time_macros)
 # Where the checks keep the source and their build folders inside a root; how many compiles at once.
 # shellcheck disable=SC2034  # (for the checks that source this file)
 WORK=/work/src
