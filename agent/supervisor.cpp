@@ -268,6 +268,9 @@ Status Supervisor::Transition(JobRecord* rec, Journal* journal, JobState state, 
   if (journaled.ok() && final) journaled = journal->Flush();  // durable before the final state
   const int64_t now = NowMs();
   const JobRecord before = *rec;
+  // The history entry and the record's start/finish times are one reading of the clock, so that
+  // every view of the job's run time (client/job_usage.h) agrees.
+  if (state == JobState::RUNNING && rec->state != JobState::RUNNING) rec->started_ms = now;
   rec->state = state;
   rec->reason = reason;
   if (final) rec->finished_ms = now;
@@ -548,7 +551,6 @@ void Supervisor::Launch(const Allocation& alloc) {
     rec.ranks.push_back({rr.rank, rr.pid, rr.start_time, true, false, 0, 0});
   }
   rec.pgid = spawned->front().pid;
-  rec.started_ms = NowMs();
   rec.first_failed_rank = -1;
   std::string why = "launched " + std::to_string(rec.world_size) + " rank(s)" +
                     (alloc.gpus.empty() ? " on CPU" : " on GPUs " + JoinGpus(alloc.gpus)) + ", attempt " +

@@ -203,6 +203,7 @@ class Supervisor {
   // Journals a state event (fsynced when final), then saves the record with a history entry. The
   // record is saved even when the journal fails (that error is returned after the save); when the
   // save fails, *rec is left as it was and the error is returned. `saved` (optional) tells which.
+  // Entering RUNNING sets the record's started_ms, a final state its finished_ms: to the entry's time.
   Status Transition(JobRecord* rec, Journal* journal, JobState state, const std::string& reason,
                     bool* saved = nullptr);
   std::string JobDir(const std::string& id) const;

@@ -3,8 +3,6 @@
 // Kept here so that supervisor.cpp holds only the calls.
 #include <spdlog/spdlog.h>
 
-#include <chrono>
-
 #include "agent/checkpoint_upload.h"
 #include "agent/slurm/slurm_job.h"
 #include "agent/slurm/slurm_runner.h"
@@ -89,10 +87,6 @@ void Supervisor::ApplySlurmUpdate(const slurm::SlurmUpdate& update) {
       rec->state == JobState::CANCELLING && !update.final ? JobState::CANCELLING : update.state;
   const std::string reason = "Slurm job " + rec->slurm_job_id + ": " + update.slurm_state;
   if (target != rec->state) {
-    if (target == JobState::RUNNING)
-      rec->started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
     st = Transition(&*rec, journal->get(), target, reason);
   } else {
     if (target != JobState::CANCELLING) rec->reason = reason;

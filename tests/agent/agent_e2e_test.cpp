@@ -384,6 +384,14 @@ TEST_F(AgentE2E, CrashWithRestartBudgetResumesFromCheckpoint) {
                "restart 1/2 after: rank 0 failed first: exit code 7 (trainer error: stub crash at step 4)";
   }
   EXPECT_TRUE(saw);
+  // The record's times are its history's: the latest launch, and the end (every view of the run
+  // time agrees, with or without the history).
+  int64_t last_launch = 0;
+  for (const auto& h : done.history())
+    if (h.state() == v1::RUNNING) last_launch = h.time_unix_ms();
+  ASSERT_GT(done.history_size(), 0);
+  EXPECT_EQ(done.started_unix_ms(), last_launch);
+  EXPECT_EQ(done.finished_unix_ms(), done.history(done.history_size() - 1).time_unix_ms());
   EXPECT_EQ(done.first_failed_rank(), -1) << "the successful relaunch had no failed rank";
   bool resumed = false;
   for (const auto& e : a.Events(job.id(), 0, false))
