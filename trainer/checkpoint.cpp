@@ -1,6 +1,9 @@
 #include "trainer/checkpoint.h"
 
+#include <cmath>
 #include <cstdio>
+#include <type_traits>
+#include <utility>
 
 #include "trainer/hf_checkpoint.h"
 
@@ -10,14 +13,24 @@ namespace {
 constexpr const char* kTmpPrefix = ".tmp-";
 constexpr const char* kPrefix = "checkpoint-";
 
+// The step a folder named checkpoint-NNNNNN is for; false for any other name (and for more digits
+// than an int64_t holds).
 bool ParseStep(const std::string& name, int64_t* step) {
   const std::string p = kPrefix;
-  if (name.compare(0, p.size(), p) != 0 || name.size() == p.size()) return false;
+  if (name.compare(0, p.size(), p) != 0 || name.size() == p.size() || name.size() - p.size() > 18)
+    return false;
   for (size_t i = p.size(); i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return false;
   }
   *step = std::stoll(name.substr(p.size()));
   return true;
+}
+
+// The last component of `path` ("a/b/" -> "b").
+std::string LastComponent(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 }  // namespace
@@ -30,6 +43,7 @@ nlohmann::json TrainerState::ToJson() const {
                       {"bad_steps", bad_steps},
                       {"elapsed_s", elapsed_s},
                       {"rng_format", rng_format}};
+  if (train_samples > 0) j["train_samples"] = train_samples;
   if (loss_scale > 0) {
     j["loss_scale"] = loss_scale;
     j["loss_scale_good_steps"] = loss_scale_good_steps;
@@ -37,27 +51,84 @@ nlohmann::json TrainerState::ToJson() const {
   return j;
 }
 
-StatusOr<TrainerState> TrainerState::FromJson(const nlohmann::json& j, const std::string& source) {
-  TrainerState s;
-  try {
-    s.step = j.at("step").get<int64_t>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.position = j.at("position").get<int64_t>();
-    s.tokens_seen = j.at("tokens_seen").get<int64_t>();
-    s.bad_steps = j.at("bad_steps").get<int64_t>();
-    s.elapsed_s = j.at("elapsed_s").get<double>();
-    s.loss_scale = j.value("loss_scale", 0.0);
-    s.loss_scale_good_steps = j.value("loss_scale_good_steps", int64_t{0});
-    s.rng_format = j.value("rng_format", int64_t{1});
-  } catch (const nlohmann::json::exception& e) {
-    return DataLossError(source + ": " + e.what());
+namespace {
+
+// Field `key` of `j` into `*out`: an integer (or, for a double, any number); absent is an error
+// unless `optional`, which leaves *out as it is.
+template <typename T>
+Status ReadNumber(const nlohmann::json& j, const char* key, bool optional, const std::string& source,
+                  T* out) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    return optional ? OkStatus() : DataLossError(source + ": field '" + key + "' is missing");
   }
+  const bool ok = std::is_integral_v<T> ? it->is_number_integer() : it->is_number();
+  if (!ok) {
+    return DataLossError(source + ": field '" + key + "' must be " +
+                         (std::is_integral_v<T> ? "an integer" : "a number") + ", got " + it->dump());
+  }
+  *out = it->get<T>();
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<TrainerState> TrainerState::FromJson(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) return DataLossError(source + ": must be a JSON object");
+  TrainerState s;
+  s.rng_format = 1;  // absent: a checkpoint from before the CUDA streams were saved
+  SFT_RETURN_IF_ERROR(ReadNumber(j, "step", false, source, &s.step));
+  SFT_RETURN_IF_ERROR(ReadNumber(j, "epoch", false, source, &s.epoch));
+  SFT_RETURN_IF_ERROR(ReadNumber(j, "position", false, source, &s.position));
+  SFT_RETURN_IF_ERROR(ReadNumber(j, "tokens_seen", false, source, &s.tokens_seen));
+  SFT_RETURN_IF_ERROR(ReadNumber(j, "bad_steps", false, source, &s.bad_steps));
+  SFT_RETURN_IF_ERROR(ReadNumber(j, "elapsed_s", false, source, &s.elapsed_s));
+  SFT_RETURN_IF_ERROR(ReadNumber(j, "loss_scale", true, source, &s.loss_scale));
+  SFT_RETURN_IF_ERROR(ReadNumber(j, "loss_scale_good_steps", true, source, &s.loss_scale_good_steps));
+  SFT_RETURN_IF_ERROR(ReadNumber(j, "rng_format", true, source, &s.rng_format));
+  SFT_RETURN_IF_ERROR(ReadNumber(j, "train_samples", true, source, &s.train_samples));
   if (s.rng_format < 1 || s.rng_format > kRngFormat) {
     return DataLossError(source + ": field 'rng_format': " + std::to_string(s.rng_format) +
                          " is not a format this trainer reads (1 to " + std::to_string(kRngFormat) +
                          "; written by a newer sftctl?)");
   }
   return s;
+}
+
+Status ValidateResumeState(const TrainerState& s, const std::string& dir, int64_t train_samples) {
+  const std::string source = JoinPath(dir, "trainer_state.json");
+  auto bad = [&](const char* field, const std::string& why) {
+    return DataLossError(source + ": field '" + field + "': " + why);
+  };
+  const std::pair<const char*, int64_t> counters[] = {{"step", s.step},
+                                                      {"epoch", s.epoch},
+                                                      {"tokens_seen", s.tokens_seen},
+                                                      {"bad_steps", s.bad_steps},
+                                                      {"position", s.position},
+                                                      {"loss_scale_good_steps", s.loss_scale_good_steps},
+                                                      {"train_samples", s.train_samples}};
+  for (const auto& [field, v] : counters) {
+    if (v < 0) return bad(field, std::to_string(v) + " is negative");
+  }
+  if (!std::isfinite(s.elapsed_s) || s.elapsed_s < 0) return bad("elapsed_s", "must be a finite number >= 0");
+  if (!std::isfinite(s.loss_scale) || s.loss_scale < 0)
+    return bad("loss_scale", "must be a finite number >= 0");
+  int64_t named = 0;
+  if (ParseStep(LastComponent(dir), &named) && named != s.step) {
+    return bad("step", std::to_string(s.step) + " in a folder named for step " + std::to_string(named) +
+                           " (a copied or planted checkpoint?)");
+  }
+  if (s.train_samples > 0 && s.train_samples != train_samples) {
+    return FailedPreconditionError(source + ": field 'train_samples': the checkpoint was written over " +
+                                   std::to_string(s.train_samples) + " training samples, this run has " +
+                                   std::to_string(train_samples) +
+                                   " (the data changed: resume with the same data, or start afresh)");
+  }
+  if (s.position > train_samples) {
+    return bad("position", std::to_string(s.position) + " is past the end of the training set (" +
+                               std::to_string(train_samples) + " samples)");
+  }
+  return OkStatus();
 }
 
 std::string CheckpointName(int64_t step) {

@@ -42,9 +42,22 @@ struct TrainerState {
   // Which RNG streams optimizer.safetensors holds (trainer/rng_state.h): 1 CPU only, 2 also CUDA.
   // Absent in older checkpoints (1); newer than this trainer reads is DATA_LOSS.
   int64_t rng_format = kRngFormat;
+  // The training set's size when the checkpoint was written (its data fingerprint); 0: unknown
+  // (checkpoints before it was saved).
+  int64_t train_samples = 0;
   nlohmann::json ToJson() const;
+  // Every field's type; a field of the wrong type or a missing one is DATA_LOSS naming it.
   static StatusOr<TrainerState> FromJson(const nlohmann::json& j, const std::string& source);
 };
+
+// Whether `s`, read from checkpoint folder `dir`, is a state this run can resume from: counters
+// not negative, times and loss scale finite, the step the one the folder is named for
+// (checkpoint-000099 holding step 6 is a planted or copied folder), the data position inside the
+// training set of `train_samples` samples, and that set the size it had when the checkpoint was
+// written. A checkpoint comes from disk, a pulled folder or a bucket: nothing in it is trusted
+// before this passes. Errors are DATA_LOSS (or FAILED_PRECONDITION for changed data), naming
+// `dir`/trainer_state.json and the field.
+Status ValidateResumeState(const TrainerState& s, const std::string& dir, int64_t train_samples);
 
 struct CheckpointContents {
   nlohmann::json config;             // config.json

@@ -227,10 +227,16 @@ std::vector<int64_t> Sampler::Next(int64_t batch_size) {
   return out;
 }
 
-void Sampler::Seek(int64_t epoch, int64_t position) {
+Status Sampler::Seek(int64_t epoch, int64_t position) {
+  if (epoch < 0 || position < 0 || position > n_) {
+    return InvalidArgumentError("data position (epoch " + std::to_string(epoch) + ", position " +
+                                std::to_string(position) + ") is outside the training set of " +
+                                std::to_string(n_) + " samples");
+  }
   epoch_ = epoch;
   pos_ = position;
   Shuffle();
+  return OkStatus();
 }
 
 }  // namespace sftctl::trainer

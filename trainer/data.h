@@ -147,8 +147,9 @@ class Sampler {
   std::vector<int64_t> Next(int64_t batch_size);
   int64_t epoch() const { return epoch_; }
   int64_t position() const { return pos_; }
-  // Restores a saved position. REQUIRES: 0 <= position <= num_samples.
-  void Seek(int64_t epoch, int64_t position);
+  // Restores a saved position: INVALID_ARGUMENT, the sampler unchanged, unless epoch >= 0 and
+  // 0 <= position <= num_samples.
+  Status Seek(int64_t epoch, int64_t position);
   int64_t steps_per_epoch(int64_t batch_size) const { return (n_ + batch_size - 1) / batch_size; }
 
  private:

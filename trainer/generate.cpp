@@ -164,7 +164,8 @@ std::vector<Generation> Generate(CausalLM& model, const std::vector<std::vector<
   return out;
 }
 
-StatusOr<DevicePlan> InferencePlan(const std::string& device) {
+StatusOr<DevicePlan> InferencePlan(const std::string& device, const std::string& precision) {
+  if (precision != "auto") return ChooseDevice(device, precision);
   SFT_ASSIGN_OR_RETURN(DevicePlan plan, ChooseDevice(device, "fp32"));
   if (!plan.device.is_cuda()) return plan;
   return ChooseDevice(plan.device.str(), "auto");

@@ -74,10 +74,11 @@ std::vector<Generation> Generate(CausalLM& model, const std::vector<std::vector<
 std::vector<std::vector<size_t>> GenerateBatches(const std::vector<std::vector<int32_t>>& prompts,
                                                  const GenerateOptions& opts);
 
-// The device and precision `generate` and `eval` run with on `device` (the spec's syntax): fp32
-// off CUDA (the CPU results stay those of the fp32 reference), and on CUDA the training policy's
-// autocast (bf16, or fp16 before Ampere), as the model was trained.
-StatusOr<DevicePlan> InferencePlan(const std::string& device);
+// The device and precision `generate` and `eval` run with on `device` (the spec's syntax). With
+// `precision` "auto": fp32 off CUDA (the CPU results stay those of the fp32 reference), and on
+// CUDA the training policy's autocast (bf16, or fp16 before Ampere), as the model was trained.
+// Any other value ("fp32", "bf16", "fp16") is the spec's precision field, checked as for training.
+StatusOr<DevicePlan> InferencePlan(const std::string& device, const std::string& precision = "auto");
 
 // `text` cut before the earliest occurrence of any of `stops` (unchanged when none occurs).
 std::string CutAtStopString(const std::string& text, const std::vector<std::string>& stops);

@@ -54,6 +54,15 @@ double TrainFlopsPerToken(const FlopsModel& m) {
   return 4.0 * n + 2.0 * nt + attention;
 }
 
+int64_t MatmulParams(const ModelConfig& c) {
+  const int64_t head_dim =
+      c.head_dim > 0 ? c.head_dim : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
+  const int64_t kv_heads = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
+  const int64_t q = c.num_attention_heads * head_dim, kv = kv_heads * head_dim;
+  const int64_t layer = c.hidden_size * (2 * q + 2 * kv) + 3 * c.hidden_size * c.intermediate_size;
+  return c.num_hidden_layers * layer + c.vocab_size * c.hidden_size;
+}
+
 double ModelFlopsUtilisation(double tokens_per_s, double flops_per_token, double peak_tflops) {
   if (peak_tflops <= 0) return 0;
   return tokens_per_s * flops_per_token / (peak_tflops * 1e12);
@@ -143,8 +152,9 @@ ResourceMetrics::Options ResourceOptionsFor(const ModelConfig& c, int64_t params
                                             int64_t seq_len, bool cuda, int cuda_index,
                                             double peak_override) {
   FlopsModel m;
-  m.matmul_params = params - (c.tie_word_embeddings ? 0 : c.vocab_size * c.hidden_size);  // the lookup table
-  m.trainable_params = trainable;
+  const bool adapters = trainable < params;  // LoRA: the trainable adapters are extra matmuls
+  m.matmul_params = MatmulParams(c) + (adapters ? trainable : 0);
+  m.trainable_params = adapters ? trainable : m.matmul_params;
   m.layers = c.num_hidden_layers;
   const int64_t head_dim =
       c.head_dim > 0 ? c.head_dim : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
@@ -170,30 +180,53 @@ ResourceMetrics::ResourceMetrics(const Options& o) : o_(o), peak_tflops_(o.peak_
 
 ResourceMetrics::~ResourceMetrics() = default;
 
+namespace {
+
+// The CUDA caching allocator's figures for device `index`, when this process sees that device and
+// the allocator has a pool for it. LibTorch sets the pools up when it initialises CUDA in the
+// process (its first CUDA tensor); until then the allocator answers "Invalid device argument" for
+// every device (seen on an H100, in a test process that had made no CUDA tensor): omitted then,
+// like any figure that cannot be read.
+void AddAllocatorStats(int index, nlohmann::json* record) {
+#if SFTCTL_HAVE_CUDA_ALLOCATOR_STATS
+  if (index < 0 || static_cast<size_t>(index) >= torch::cuda::device_count()) return;
+  try {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+    nlohmann::json& r = *record;
+    r["gpu_mem_allocated_mb"] = static_cast<double>(stats.allocated_bytes[0].current) / kMiB;  // 0: aggregate
+    r["gpu_mem_reserved_mb"] = static_cast<double>(stats.reserved_bytes[0].current) / kMiB;
+    r["gpu_mem_peak_mb"] = static_cast<double>(stats.allocated_bytes[0].peak) / kMiB;
+  } catch (const c10::Error&) {
+    // no pool for the device yet: nothing allocated, nothing to report
+  }
+#else
+  (void)index;
+  (void)record;
+#endif
+}
+
+}  // namespace
+
 void ResourceMetrics::AddTo(nlohmann::json* record) const {
   nlohmann::json& r = *record;
   r["rss_mb"] = static_cast<double>(ResidentBytes()) / kMiB;
   if (!o_.cuda) return;
-#if SFTCTL_HAVE_CUDA_ALLOCATOR_STATS
-  // Only a device this process sees: the allocator throws for any other (a CUDA build on a machine
-  // without a GPU sees none).
-  if (o_.cuda_index >= 0 && static_cast<size_t>(o_.cuda_index) < torch::cuda::device_count()) {
-    const auto stats =
-        c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(o_.cuda_index));
-    r["gpu_mem_allocated_mb"] = static_cast<double>(stats.allocated_bytes[0].current) / kMiB;  // 0: aggregate
-    r["gpu_mem_reserved_mb"] = static_cast<double>(stats.reserved_bytes[0].current) / kMiB;
-    r["gpu_mem_peak_mb"] = static_cast<double>(stats.allocated_bytes[0].peak) / kMiB;
-  }
-#endif
+  AddAllocatorStats(o_.cuda_index, record);
   if (nvml_) {
     const Nvml::Reading n = nvml_->Read(nvml_device_);
     if (n.util_pct) r["gpu_util_pct"] = *n.util_pct;
     if (n.power_w) r["gpu_power_w"] = *n.power_w;
   }
-  const double tps =
-      r.contains("tokens_per_s") && r["tokens_per_s"].is_number() ? r["tokens_per_s"].get<double>() : 0;
+  auto num = [&](const char* k) { return r.contains(k) && r[k].is_number() ? r[k].get<double>() : 0.0; };
+  const double step_s = num("step_s");
+  const double tps = step_s > 0 ? num("tokens") / step_s : num("tokens_per_s");
   if (peak_tflops_ > 0 && o_.flops_per_token > 0 && tps > 0)
     r["mfu"] = ModelFlopsUtilisation(tps, o_.flops_per_token, peak_tflops_);
+}
+
+void ResourceMetrics::AddMfuInputsTo(nlohmann::json* record) const {
+  (*record)["flops_per_token"] = o_.flops_per_token;
+  if (peak_tflops_ > 0) (*record)["gpu_peak_tflops"] = peak_tflops_;
 }
 
 }  // namespace sftctl::trainer

@@ -5,9 +5,13 @@
 //                                            builds of LibTorch, on a CUDA device only)
 //   gpu_util_pct, gpu_power_w                NVML, loaded at run time with dlopen("libnvidia-ml.so.1");
 //                                            no library, no symbol or no device: omitted, never an error
-//   mfu                                      model FLOPs utilisation: tokens/s x FLOPs per token / the
-//                                            GPU's peak (a table of common GPUs by NVML name, or the
-//                                            spec's metrics.gpu_peak_tflops); omitted when unknown
+//   mfu                                      model FLOPs utilisation of the step: its tokens / its
+//                                            seconds (step_s) x FLOPs per token (TrainFlopsPerToken) /
+//                                            the GPU's peak (a table of common GPUs by NVML name, or
+//                                            the spec's metrics.gpu_peak_tflops); omitted when unknown
+// The one MFU: `sftctl status`, `logs`, the TensorBoard scalars and bench/gpu show or average this
+// field; bench/gpu applies the start record's flops_per_token and gpu_peak_tflops (AddMfuInputsTo)
+// to the reference it runs beside the trainer.
 // Nothing here links a library: NVML is reached through dlopen, the allocator through LibTorch.
 //
 // Thread safety: the free functions are pure; a ResourceMetrics or Nvml is used by one thread.
@@ -30,7 +34,9 @@ std::optional<double> PeakTflopsForGpu(std::string_view name);
 
 // Training FLOPs per token: 2 N forward and 2 N backward through the activations, 2 N_t for the weight
 // gradients (N: parameters that multiply activations, N_t: those that train), and 12 L d T for
-// attention scores and values (L layers, d = heads x head_dim, T the sequence length; PaLM's count).
+// attention scores and values (L layers, d = heads x head_dim, T the sequence length). That is
+// PaLM's count (appendix B), 6 N + 12 L d T for a full fine-tune: attention counted over the whole
+// T x T square, not the causal half, as PaLM, Megatron and torchtitan report it.
 struct FlopsModel {
   int64_t matmul_params = 0;     // N
   int64_t trainable_params = 0;  // N_t (at most N)
@@ -39,6 +45,11 @@ struct FlopsModel {
   int64_t seq_len = 0;
 };
 double TrainFlopsPerToken(const FlopsModel& m);
+
+// The parameters of the weight matrices that multiply activations: q, k, v, o and the three MLP
+// projections of every layer, and the LM head (the embedding matrix when tied). Not the embedding
+// lookup, norms or biases.
+int64_t MatmulParams(const ModelConfig& c);
 
 // tokens_per_s x flops_per_token / (peak_tflops x 1e12), as a fraction; 0 when peak_tflops <= 0.
 double ModelFlopsUtilisation(double tokens_per_s, double flops_per_token, double peak_tflops);
@@ -82,8 +93,11 @@ class ResourceMetrics {
   explicit ResourceMetrics(const Options& o);
   ~ResourceMetrics();
 
-  // Adds the fields above to `record` (a "step" record; its tokens_per_s gives mfu).
+  // Adds the fields above to `record` (a "step" record; its tokens and step_s give mfu; a record
+  // without step_s falls back to its tokens_per_s).
   void AddTo(nlohmann::json* record) const;
+  // Adds flops_per_token, and gpu_peak_tflops when known, to `record` (the run's "start" record).
+  void AddMfuInputsTo(nlohmann::json* record) const;
 
  private:
   Options o_;
@@ -92,9 +106,10 @@ class ResourceMetrics {
   double peak_tflops_ = 0;
 };
 
-// A run's options: FLOPs per token from the model's shape and parameter counts (`seq_len`: the spec's
-// data.max_seq_len, so the attention term is an upper bound for shorter samples), the device, and the
-// spec's metrics.gpu_peak_tflops (0: the table).
+// A run's options: FLOPs per token from the model's shape (`seq_len`: the spec's data.max_seq_len, so
+// the attention term is an upper bound for shorter samples) and its trainable count (`trainable` <
+// `params`: a LoRA run, whose trainable adapters multiply activations too and alone get weight
+// gradients), the device, and the spec's metrics.gpu_peak_tflops (0: the table).
 ResourceMetrics::Options ResourceOptionsFor(const ModelConfig& c, int64_t params, int64_t trainable,
                                             int64_t seq_len, bool cuda, int cuda_index, double peak_override);
 

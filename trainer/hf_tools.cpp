@@ -58,7 +58,7 @@ StatusOr<CausalLM> LoadModelMaybeAdapter(const std::string& model_dir, const std
 }
 
 StatusOr<EvalModelReport> EvalModel(const EvalModelOptions& o) {
-  SFT_ASSIGN_OR_RETURN(DevicePlan plan, InferencePlan(o.device));  // trainer/generate.h
+  SFT_ASSIGN_OR_RETURN(DevicePlan plan, InferencePlan(o.device, o.precision));  // trainer/generate.h
   SFT_ASSIGN_OR_RETURN(CausalLM model, LoadModelMaybeAdapter(o.model_dir, o.adapter_dir, plan.device));
   JobSpec spec;
   spec.model.path = o.model_dir;

@@ -29,6 +29,9 @@ struct EvalModelOptions {
   int64_t max_seq_len = 0;         // 0: the model's max_position_embeddings
   int64_t batch_size = 8;
   std::string device = "auto";
+  // auto: fp32 off CUDA, the training policy's autocast on CUDA (trainer/generate.h InferencePlan);
+  // fp32 compares models exactly on any device (a merged adapter with the unmerged one).
+  std::string precision = "auto";
   std::string dump_logits;  // optional: safetensors with the first batch's logits
 };
 

@@ -232,6 +232,7 @@ void AddEvalCommand(CLI::App& app, int& code) {
   b.Bind("--max-seq-len", &st->o.max_seq_len);
   b.Bind("--batch-size", &st->o.batch_size);
   b.Bind("--device", &st->o.device);
+  b.Bind("--precision", &st->o.precision);
   b.Bind("--generate", &st->generate);
   b.Bind("--samples-out", &st->samples_out);
   BindGenerationOptions(b, st->gen);

@@ -269,6 +269,7 @@ class TrainRun {
     std::vector<Batch> batches;
     int64_t targets = 0, tokens = 0;
     double allreduce_s = 0;
+    double step_s = 0;  // from drawing the window to reporting the step (the step's MFU)
   };
   StatusOr<Window> DrawWindow();
   Status TrainStep();
@@ -477,9 +478,11 @@ Status TrainRun::Resume() {
     buckets_ = std::make_unique<GradBuckets>(pg_.get(), *optimizer_, spec_.distributed.bucket_mb);
   }
   if (resume_dir_) result_.resumed_from_step = state_.step;
-  sampler_ =
-      std::make_unique<Sampler>(static_cast<int64_t>(data_.train.size()), static_cast<uint64_t>(spec_.seed));
-  sampler_->Seek(state_.epoch, state_.position);
+  const auto train_samples = static_cast<int64_t>(data_.train.size());
+  if (resume_dir_) SFT_RETURN_IF_ERROR(ValidateResumeState(state_, *resume_dir_, train_samples));
+  state_.train_samples = train_samples;  // this run's data fingerprint, in its checkpoints
+  sampler_ = std::make_unique<Sampler>(train_samples, static_cast<uint64_t>(spec_.seed));
+  SFT_RETURN_IF_ERROR(sampler_->Seek(state_.epoch, state_.position));
   total_steps_ = TotalSteps(spec_, static_cast<int64_t>(data_.train.size()), world_);
   if (plan_.loss_scaling) {
     scaler_.emplace();
@@ -558,9 +561,11 @@ Status TrainRun::AnnounceStart() {
     start["buckets"] = buckets_->num_buckets();
   }
   if (lead_) {  // memory, GPU utilisation and MFU in every step record (trainer/gpu_metrics.h)
-    metrics_->SetResourceMetrics(std::make_unique<ResourceMetrics>(ResourceOptionsFor(
+    auto resources = std::make_unique<ResourceMetrics>(ResourceOptionsFor(
         model_->config(), n_params, n_trainable, spec_.data.max_seq_len, plan_.device.is_cuda(),
-        std::max<int>(0, plan_.device.index()), spec_.metrics.gpu_peak_tflops)));
+        std::max<int>(0, plan_.device.index()), spec_.metrics.gpu_peak_tflops));
+    resources->AddMfuInputsTo(&start);
+    metrics_->SetResourceMetrics(std::move(resources));
   }
   metrics_->Emit(start);
   if (!lead_ && options_.events_fd >= 0) {
@@ -618,6 +623,7 @@ StatusOr<TrainRun::Window> TrainRun::DrawWindow() {
 // One optimizer step = grad_accum micro-batches; the loss of each is its summed token loss divided
 // by the target tokens of the whole window (over all ranks).
 Status TrainRun::TrainStep() {
+  const auto t_step = SteadyClock::now();
   SFT_ASSIGN_OR_RETURN(Window w, DrawWindow());
   WindowOptions wo;
   wo.normaliser = w.targets;
@@ -666,6 +672,7 @@ Status TrainRun::TrainStep() {
   const double lr = LearningRate(spec_.train, state_.step - 1, total_steps_);
   optimizer_->Step(lr);
   optimizer_->ZeroGrad();
+  w.step_s = Seconds(t_step);
   ReportStep(loss, lr, grad_norm, w);
   if (spec_.eval.interval > 0 && state_.step % spec_.eval.interval == 0 && state_.step < total_steps_ &&
       !data_.eval.empty()) {
@@ -728,6 +735,7 @@ void TrainRun::ReportStep(double loss, double lr, double grad_norm, const Window
                  {"grad_norm", grad_norm},
                  {"tokens", w.tokens},
                  {"tokens_per_s", session_s > 0 ? session_tokens_ / session_s : 0.0},
+                 {"step_s", w.step_s},
                  {"elapsed_s", state_.elapsed_s}};
   if (scaler_) record["loss_scale"] = scaler_->scale();
   if (pg_) record["allreduce_s"] = w.allreduce_s;  // time this rank spent waiting on all-reduces

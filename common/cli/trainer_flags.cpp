@@ -101,6 +101,10 @@ TrainerCommandDef MakeEval() {
           "0"),
       Default(Flag("--batch-size", "Sequences per batch", K::kInt, C::kPositive), "8"),
       DeviceFlag(),
+      Default(
+          Flag("--precision",
+               "fp32, bf16, fp16 or auto (auto: the training autocast on a GPU, fp32 elsewhere)", K::kString),
+          "auto"),
       Flag("--generate", "Score generations against references (exact match, contains) instead of the loss",
            K::kBool),
       Needs(Flag("--samples-out", "With --generate: write each sample and its scores (JSONL)", K::kString),

@@ -35,20 +35,66 @@ TEST(Flops, FrozenWeightsSkipTheirWeightGradients) {
   EXPECT_EQ(TrainFlopsPerToken(m), 6.0e6);
 }
 
-TEST(Flops, ResourceOptionsCountMatmulParametersOnly) {
+// The Qwen2.5-0.5B architecture at T = 2048 (bench/gpu's model), by hand:
+//   per layer q, o 896 x 896 each, k, v 896 x 128 each (2 of 14 heads' 64 dims), MLP 3 x 896 x 4864
+//     = 1,605,632 + 229,376 + 13,074,432 = 14,909,440;  x 24 layers = 357,826,560
+//   LM head (the tied embedding) 151,936 x 896 = 136,134,656;  N = 493,961,216
+//   6 N = 2,963,767,296;  attention 12 x 24 x 896 x 2048 = 528,482,304;  total 3,492,249,600
+ModelConfig Qwen25Half() {
   ModelConfig c;
-  c.vocab_size = 1000;
-  c.hidden_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.tie_word_embeddings = false;
-  // The untied input embedding (1000 x 64) multiplies nothing; head_dim defaults to 64 / 4.
-  auto o = ResourceOptionsFor(c, 500'000, 500'000, 32, true, 0, 0);
-  EXPECT_EQ(o.flops_per_token, 6.0 * (500'000 - 64'000) + 12.0 * 2 * 64 * 32);
-  c.tie_word_embeddings = true;  // the table is lm_head's weight too
-  o = ResourceOptionsFor(c, 500'000, 500'000, 32, true, 0, 123);
-  EXPECT_EQ(o.flops_per_token, 6.0 * 500'000 + 12.0 * 2 * 64 * 32);
-  EXPECT_EQ(o.peak_tflops, 123);
+  c.vocab_size = 151936;
+  c.hidden_size = 896;
+  c.intermediate_size = 4864;
+  c.num_hidden_layers = 24;
+  c.num_attention_heads = 14;
+  c.num_key_value_heads = 2;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+TEST(Flops, Qwen25HalfBillionFullFineTuneByHand) {
+  const ModelConfig c = Qwen25Half();
+  EXPECT_EQ(MatmulParams(c), 493'961'216);
+  // params: every parameter, norms and q/k/v biases included (494,032,768); all train.
+  const auto o = ResourceOptionsFor(c, 494'032'768, 494'032'768, 2048, true, 0, 0);
+  EXPECT_EQ(o.flops_per_token, 3'492'249'600.0);
+  // 53,552 tok/s on an H100 (989 TFLOP/s): 18.9%.
+  EXPECT_NEAR(ModelFlopsUtilisation(53'552, o.flops_per_token, 989), 0.1891, 1e-4);
+}
+
+TEST(Flops, LoraAddsItsAdaptersAndOnlyTheyGetWeightGradients) {
+  const ModelConfig c = Qwen25Half();
+  const int64_t adapters = 8'798'208;
+  const auto o = ResourceOptionsFor(c, 494'032'768 + adapters, adapters, 2048, true, 0, 0);
+  const double n = 493'961'216.0 + adapters;
+  EXPECT_EQ(o.flops_per_token, 4 * n + 2.0 * adapters + 528'482'304.0);
+}
+
+TEST(Flops, UntiedEmbeddingLookupIsNotAMatmul) {
+  ModelConfig c = Qwen25Half();
+  c.tie_word_embeddings = false;  // a separate lm_head: still one V x h matmul, the lookup is free
+  EXPECT_EQ(MatmulParams(c), 493'961'216);
+  c.head_dim = 128;  // Qwen3-style explicit head_dim: q/o are h x 14*128, k/v h x 2*128
+  EXPECT_EQ(MatmulParams(c), 24 * (896 * (2 * 1792 + 2 * 256) + 3 * 896 * 4864) + 136'134'656LL);
+}
+
+// The step's MFU is its own rate (tokens / step_s), not the run's average since its start (which
+// counts CUDA's start-up: the trainer said 11.0% where the checklist measured 17.5%).
+TEST(ResourceMetrics, StepMfuUsesTheStepsOwnRate) {
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  ResourceMetrics::Options o;
+  o.cuda = true;
+  o.flops_per_token = 6e9;
+  o.peak_tflops = 400;
+  o.nvml_library = "/nonexistent/libnvidia-ml.so.1";
+  ResourceMetrics m(o);
+  nlohmann::json r = {{"event", "step"}, {"tokens", 8192}, {"step_s", 0.5}, {"tokens_per_s", 1000.0}};
+  m.AddTo(&r);
+  EXPECT_DOUBLE_EQ(r["mfu"].get<double>(), 16384 * 6e9 / 400e12);
+  nlohmann::json start = {{"event", "start"}};
+  m.AddMfuInputsTo(&start);
+  EXPECT_EQ(start["flops_per_token"], 6e9);
+  EXPECT_EQ(start["gpu_peak_tflops"], 400);
 }
 
 TEST(Mfu, TokensPerSecondTimesFlopsOverPeak) {

@@ -163,6 +163,7 @@ TEST(RngState, TrainerStateCarriesTheFormatAndReadsOldCheckpoints) {
 TEST(RngState, CpuRunWritesFormatTwoWithoutCudaStreamsAndOldCheckpointsResume) {
   const std::string dir = sftctl::testing::MakeTempDir("rng-run");
   JobSpec spec = sftctl::testing::TinySpec(dir, 2);
+  spec.device = "cpu";  // a test about the CPU pins it (device auto trains on a GPU where there is one)
   spec.threads = 1;
   spec.deterministic = true;
   spec.eval.exact_match = false;

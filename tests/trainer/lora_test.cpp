@@ -300,6 +300,9 @@ TEST(Lora, LossFallsResumesExactlyAndExportsMerged) {
   eo.data_file = dir + "/full/data/eval.jsonl";
   eo.dump_logits = dir + "/logits.safetensors";
   eo.batch_size = 4;
+  // fp32 on any device: on CUDA the default (auto) runs under bf16 autocast, where W + sBA and
+  // W x + sB(A x) round differently (8e-4 apart on an H100).
+  eo.precision = "fp32";
   auto e1 = EvalModel(eo);
   ASSERT_TRUE(e1.ok()) << e1.status().ToString();
   eo.model_dir = ckpt;

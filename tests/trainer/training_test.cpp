@@ -5,6 +5,7 @@
 #include "tests/trainer/test_util.h"
 #include "tests/util/status_matchers.h"
 #include "trainer/checkpoint.h"
+#include "trainer/data.h"
 #include "trainer/tensor_io.h"
 #include "trainer/trainer.h"
 
@@ -213,6 +214,85 @@ TEST(Checkpoint, KeepsOnlyTheNewestK) {
                         "sftctl_tokenizer.json", "DONE"}) {
     EXPECT_TRUE(FileSystem::Default()->Exists(spec.output_dir + "/checkpoint-000008/" + f)) << f;
   }
+}
+
+// A checkpoint is data from outside (a pulled folder, a bucket): its state is checked before use.
+// Seen (issue 37): checkpoint-000006 copied as checkpoint-000099 with position -100000000 and
+// resumed -> SIGSEGV in the sampler. Now each such state is a DATA_LOSS naming the field.
+class PlantedCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("planted");
+    spec_ = TinySpec(dir_, 6);
+    spec_.checkpoint.interval = 2;
+    ASSERT_TRUE(Train(spec_, {}).ok());
+    spec_.train.max_steps = 200;
+  }
+  // checkpoint-000006 copied to `name` with `edit` applied to its trainer_state.json.
+  void Plant(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    const std::string from = spec_.output_dir + "/checkpoint-000006", to = spec_.output_dir + "/" + name;
+    std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
+    auto text = FileSystem::Default()->ReadFile(to + "/trainer_state.json");
+    ASSERT_TRUE(text.ok());
+    nlohmann::json j = nlohmann::json::parse(*text);
+    edit(j);
+    sftctl::testing::WriteWholeFile(to + "/trainer_state.json", j.dump());
+  }
+  std::string dir_;
+  JobSpec spec_;
+};
+
+TEST_F(PlantedCheckpoint, NegativePositionIsRefusedNotACrash) {
+  Plant("checkpoint-000099", [](nlohmann::json& j) {
+    j["step"] = 99;
+    j["position"] = -100000000;
+  });
+  EXPECT_THAT(Train(spec_, {}),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("checkpoint-000099/trainer_state.json: "
+                                                        "field 'position': -100000000 is negative")));
+}
+
+TEST_F(PlantedCheckpoint, StepThatIsNotTheFoldersIsRefused) {
+  Plant("checkpoint-000099", [](nlohmann::json&) {});  // the copy as it was: step 6
+  EXPECT_THAT(Train(spec_, {}),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("field 'step': 6 in a folder named for step 99")));
+}
+
+TEST_F(PlantedCheckpoint, PositionPastTheDataIsRefused) {
+  Plant("checkpoint-000099", [](nlohmann::json& j) {
+    j["step"] = 99;
+    j["position"] = 97;  // TinySpec trains on 96 samples
+  });
+  EXPECT_THAT(Train(spec_, {}),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("field 'position': 97 is past the end "
+                                                        "of the training set (96 samples)")));
+}
+
+TEST_F(PlantedCheckpoint, WrongTypesNameTheField) {
+  Plant("checkpoint-000099", [](nlohmann::json& j) { j["epoch"] = "zero"; });
+  EXPECT_THAT(Train(spec_, {}),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("field 'epoch' must be an integer, got \"zero\"")));
+}
+
+TEST_F(PlantedCheckpoint, ChangedDataIsAPreconditionNotASilentResume) {
+  // The state records the training set's size; resuming over other data is refused.
+  auto state = ReadTrainerState(spec_.output_dir + "/checkpoint-000006");
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->train_samples, 96);
+  sftctl::testing::WriteWholeFile(dir_ + "/data/train.jsonl", sftctl::testing::AdditionJsonl(80));
+  EXPECT_THAT(Train(spec_, {}), StatusIs(StatusCode::kFailedPrecondition,
+                                         HasSubstr("written over 96 training samples, this run has 80")));
+}
+
+TEST(Sampler, SeekOutsideTheDataIsAnErrorAndChangesNothing) {
+  Sampler s(10, 1);
+  EXPECT_TRUE(s.Seek(2, 10).ok());
+  EXPECT_THAT(s.Seek(0, -1),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("outside the training set of 10")));
+  EXPECT_THAT(s.Seek(0, 11), StatusIs(StatusCode::kInvalidArgument, HasSubstr("position 11")));
+  EXPECT_THAT(s.Seek(-1, 0), StatusIs(StatusCode::kInvalidArgument, HasSubstr("epoch -1")));
+  EXPECT_EQ(s.epoch(), 2);
+  EXPECT_EQ(s.position(), 10);
 }
 
 TEST(NanGuard, SkipsANonFiniteStepAndContinues) {
