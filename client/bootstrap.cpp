@@ -130,6 +130,7 @@ std::string WorkerArgs(const BootstrapOptions& bo, const ConnectOptions& opts, c
   if (!bo.install_deps) a += " --no-install-deps";
   if (!bo.systemd) a += " --no-systemd";
   if (bo.agent_only) a += " --agent-only";
+  if (bo.install_torch) a += " --install-torch";
   for (const auto& arg : bo.agent_args) a += " --agent-arg " + arg;  // checked by CheckAgentArgs
   if (!opts.agent_data_dir.empty()) a += " --data-dir " + HostPath(opts.agent_data_dir);
   return a;
@@ -282,9 +283,12 @@ Status FollowWorker(HostShell* shell, const BootstrapOptions& bo) {
   }
 }
 
-StatusOr<HostProbe> Probe(HostShell* shell) {
-  SFT_ASSIGN_OR_RETURN(std::string out,
-                       RunOk(shell, "probing the host", "bash " + Script() + " probe", "", 120));
+// The probe decides the trainer's LibTorch for the flags the worker will get (sftctl-host.sh probe).
+StatusOr<HostProbe> Probe(HostShell* shell, const BootstrapOptions& bo) {
+  std::string cmd = "bash " + Script() + " probe";
+  if (bo.agent_only) cmd += " --agent-only";
+  if (bo.install_torch) cmd += " --install-torch";
+  SFT_ASSIGN_OR_RETURN(std::string out, RunOk(shell, "probing the host", cmd, "", 120));
   auto p = ParseHostProbe(out);
   if (!p.ok()) return p.status().WithContext(shell->Display());
   return p;
@@ -372,7 +376,7 @@ StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& 
   SFT_ASSIGN_OR_RETURN(std::string sha, Sha256File(JoinPath(share, "sftctl-src.tar.gz")));
   const std::string id = SourceId();
   SFT_RETURN_IF_ERROR(UploadBytes(shell, "the host script", Script(), script));
-  SFT_ASSIGN_OR_RETURN(HostProbe probe, Probe(shell));
+  SFT_ASSIGN_OR_RETURN(HostProbe probe, Probe(shell, bo));
   *bo.out << "bootstrap: " << EscapeForTerminal(shell->Display()) << "\n"
           << FormatHostProbe(probe) << std::flush;
 
@@ -383,7 +387,7 @@ StatusOr<BootstrapResult> BootstrapWith(HostShell* shell, const ConnectOptions& 
   if (!result.up_to_date) {
     SFT_RETURN_IF_ERROR(StartWorker(shell, opts, bo, probe, share, sha));
     SFT_RETURN_IF_ERROR(FollowWorker(shell, bo));
-    SFT_ASSIGN_OR_RETURN(probe, Probe(shell));
+    SFT_ASSIGN_OR_RETURN(probe, Probe(shell, bo));
     if (!InstalledFrom(probe, id, bo.agent_only)) {
       // A worker of another client's version was followed: start ours now.
       SFT_RETURN_IF_ERROR(StartWorker(shell, opts, bo, probe, share, sha));

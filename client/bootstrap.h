@@ -57,6 +57,11 @@ struct BootstrapOptions {
   // trainer is installed another way. No smoke job runs; the host counts as up to date when its
   // installed sftd is of this source (a full bootstrap later adds the trainer).
   bool agent_only = false;
+  // A host with no usable LibTorch (no PyTorch new enough, with CUDA on a GPU host): install PyTorch
+  // from download.pytorch.org into a venv of sftctl's own there (a CUDA wheel matching the GPU
+  // driver). Without it, such a host stops the bootstrap before anything is uploaded, with a message
+  // saying what was found, what is needed and how to fix it.
+  bool install_torch = false;
   int jobs = 0;  // build jobs on the host; 0: its core count
   int smoke_steps = 20;
   // Flags for `sftd start` on the host (e.g. --stop-when-idle 2h): letters, digits and ._:=/-@+,

@@ -61,6 +61,10 @@ void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx) {
       "--agent-only", a->bo.agent_only,
       "Build and install sftd only, no trainer (no LibTorch needed): a login node, or a host whose "
       "sftctl-trainer is installed another way; no smoke job");
+  cmd->add_flag("--install-torch", a->bo.install_torch,
+                "Where the host has no usable PyTorch: install it into a venv of sftctl's own there "
+                "(a CUDA wheel matching the GPU driver; needs the host to reach download.pytorch.org)")
+      ->excludes(agent_only);
   cmd->add_flag("--smoke", a->bo.smoke_always, "Run the smoke job even when the host is already up to date")
       ->excludes(no_smoke)
       ->excludes(agent_only);

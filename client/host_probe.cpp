@@ -9,9 +9,10 @@
 namespace sftctl::client {
 namespace {
 
-constexpr size_t kMaxValue = 4096;     // a longer value is cut
-constexpr size_t kMaxGpus = 64;        // more lines are ignored
-constexpr int64_t kMinFreeMib = 3072;  // source, two builds and the binaries
+constexpr size_t kMaxValue = 4096;       // a longer value is cut
+constexpr size_t kMaxGpus = 64;          // more lines are ignored
+constexpr size_t kMaxProblemLines = 32;  // of torch_problem; more are ignored
+constexpr int64_t kMinFreeMib = 3072;    // source, two builds and the binaries
 
 int64_t ToInt(const std::string& v, int64_t fallback) {
   if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos) return fallback;
@@ -42,6 +43,8 @@ void Set(HostProbe* p, const std::string& key, const std::string& v) {
       {"torch_cmake", &HostProbe::torch_cmake},
       {"torch_abi", &HostProbe::torch_abi},
       {"system_torch_cmake", &HostProbe::system_torch_cmake},
+      {"torch_plan", &HostProbe::torch_plan},
+      {"torch_plan_detail", &HostProbe::torch_plan_detail},
       {"cxx", &HostProbe::cxx},
       {"cmake", &HostProbe::cmake},
       {"ninja", &HostProbe::ninja},
@@ -64,6 +67,7 @@ void Set(HostProbe* p, const std::string& key, const std::string& v) {
   }
   if (key == "gpu_count") p->gpu_count = static_cast<int>(std::min<int64_t>(ToInt(v, 0), 1024));
   if (key == "gpu" && p->gpus.size() < kMaxGpus) p->gpus.push_back(v);
+  if (key == "torch_problem" && p->torch_problem.size() < kMaxProblemLines) p->torch_problem.push_back(v);
   if (key == "nproc") p->nproc = static_cast<int>(std::clamp<int64_t>(ToInt(v, 1), 1, 4096));
   if (key == "home_free_mib") p->home_free_mib = ToInt(v, -1);
   if (key == "storage_free_mib") p->storage_free_mib = ToInt(v, -1);
@@ -120,6 +124,9 @@ std::string FormatHostProbe(const HostProbe& p) {
   }
   rows.push_back({"PyTorch", torch});
   std::string libtorch = p.TorchPrefix().empty() ? "not found" : p.TorchPrefix();
+  if (p.TorchPrefix().empty() && (p.torch_plan == "install" || p.torch_plan == "apt")) {
+    libtorch += "; to install: " + p.torch_plan_detail;
+  }
   if (!p.torch_cuda.empty()) {
     libtorch += p.nvcc.empty() ? "; no CUDA toolkit (nvcc) found: a CUDA LibTorch's CMake config may need it"
                                : "; CUDA toolkit " + p.nvcc;
@@ -156,6 +163,13 @@ std::string BootstrapBlocker(const HostProbe& p, bool install_deps) {
     if (!p.missing_packages.empty() || p.cxx.empty() || p.cmake.empty()) {
       return "the host runs " + p.os_id + ", and sftctl installs packages only with apt (Debian, Ubuntu)";
     }
+  }
+  if (p.torch_plan == "none") {
+    std::string why;
+    for (const auto& line : p.torch_problem) why += (why.empty() ? "" : "\n  ") + line;
+    return why.empty()
+               ? "no usable LibTorch for the trainer on the host (bootstrap with --agent-only for sftd alone)"
+               : why;
   }
   if (!p.missing_packages.empty()) {
     std::string list;

@@ -22,6 +22,13 @@ struct HostProbe {
   std::vector<std::string> gpus;  // "NVIDIA H100 80GB HBM3, 81559 MiB, 550.54.15"
   std::string python, python_version, torch_version, torch_cuda, torch_cmake, torch_abi;
   std::string system_torch_cmake;  // a C++ LibTorch (Debian's libtorch-dev) when there is one
+  // The host script's LibTorch decision for the worker flags the probe was given (torch_decide in
+  // deploy/host/sftctl-host.sh): "python", "system", "install" (--install-torch), "apt", "none" or
+  // "not-needed" (--agent-only); empty from an older script. torch_plan_detail says what it uses or
+  // installs. With "none", torch_problem holds the lines of the message: what was found, what is
+  // needed, the commands that fix it.
+  std::string torch_plan, torch_plan_detail;
+  std::vector<std::string> torch_problem;
   std::string cxx, cmake, ninja, ccache;
   std::string nvcc;  // the CUDA toolkit's version, empty when there is none
   int nproc = 1;
@@ -51,7 +58,8 @@ StatusOr<HostProbe> ParseHostProbe(const std::string& output);
 std::string FormatHostProbe(const HostProbe& p);
 
 // Problems that stop a bootstrap before anything is uploaded, as one message (empty when none):
-// not Linux, no way to install missing packages, too little disk.
+// not Linux, no usable LibTorch and none to install (the probe's torch_problem lines, one a line),
+// no way to install missing packages, too little disk.
 std::string BootstrapBlocker(const HostProbe& p, bool install_deps);
 
 }  // namespace sftctl::client

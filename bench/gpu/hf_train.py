@@ -8,6 +8,13 @@ Modes:
                                                 spec training the same model on it
   hf_train.py --summarise METRICS.jsonl         sftctl-trainer's metrics -> the same JSON line
   hf_train.py --table SFTCTL.json HF.json       the side-by-side table
+  hf_train.py --write-resume-specs DIR --steps 2K  a save / rotate / resume check: DIR/train.jsonl and
+                                                three specs (full.json: 2K steps uninterrupted; part.json:
+                                                the first K in DIR/part; resume.json: on to 2K there),
+                                                checkpoints every K steps, keep 1, deterministic, constant lr
+  hf_train.py --compare-resume DIR --steps 2K   the resumed run's step losses against the uninterrupted
+                                                one's (equal: deterministic), the resume and the rotation;
+                                                one line, exit 1 when they differ
   --device cpu --tiny                           a few-second check of this script on a CPU
 
 Peak memory is torch's own allocator statistics on both sides (torch.cuda.max_memory_allocated here;
@@ -87,7 +94,12 @@ def result(impl, c, args, tokens_per_s, step_s, peak_mib, extra=None):
 # ---- sftctl side --------------------------------------------------------------------------------
 
 def write_spec(args):
-    """Random printable text, each record longer than seq bytes (the byte tokenizer; truncated)."""
+    print(json.dumps(make_spec(args, args.trainer_out), indent=2))
+
+
+def make_spec(args, output_dir):
+    """Random printable text, each record longer than seq bytes (the byte tokenizer; truncated):
+    DIR/train.jsonl, and the job spec training on it."""
     os.makedirs(args.write_spec, exist_ok=True)
     rng = random.Random(0)
     data = os.path.join(args.write_spec, "train.jsonl")
@@ -97,14 +109,81 @@ def write_spec(args):
         for _ in range(n):
             f.write(json.dumps({"text": "".join(rng.choice(alphabet) for _ in range(args.seq + 16))}) + "\n")
     spec = {
-        "name": "gpu-checklist", "output_dir": args.trainer_out, "seed": 0, "device": args.device,
+        "name": "gpu-checklist", "output_dir": output_dir, "seed": 0, "device": args.device,
         "precision": "bf16", "tokenizer": "byte", "model": {"config": config(args)},
         "data": {"train": [data], "format": "text", "max_seq_len": args.seq, "packing": False},
         "train": {"batch_size": args.batch, "grad_accum": 1, "lr": 1e-4, "warmup_steps": 0,
                   "weight_decay": 0.1, "clip_grad_norm": 1.0, "max_steps": args.steps, "log_interval": 1},
         "eval": {"interval": 0}, "checkpoint": {"interval": 0, "keep": 1},
     }
-    print(json.dumps(spec, indent=2))
+    return spec
+
+
+# ---- save, rotate, resume (bench/gpu/run.sh's train row) -----------------------------------------
+
+def write_resume_specs(args):
+    """The same job three times over one data file: uninterrupted (full), stopped at K (part), and
+    continued to 2K in part's folder (resume). Constant lr, so a job stopped at K follows the same
+    schedule as one that runs on; deterministic kernels, so the resumed losses must be equal."""
+    d = args.write_resume_specs
+    if args.steps < 2 or args.steps % 2:
+        sys.exit("hf_train.py: --steps must be even and >= 2 for --write-resume-specs (got %d)" % args.steps)
+    half = args.steps // 2
+    args.write_spec = d
+    base = make_spec(args, os.path.join(d, "full"))
+    base["deterministic"] = True
+    base["train"]["schedule"] = "constant"
+    base["checkpoint"] = {"interval": half, "keep": 1}
+    for name, steps, run in (("full", args.steps, "full"), ("part", half, "part"), ("resume", args.steps, "part")):
+        spec = json.loads(json.dumps(base))
+        spec["output_dir"] = os.path.join(d, run)
+        spec["train"]["max_steps"] = steps
+        with open(os.path.join(d, name + ".json"), "w") as f:
+            json.dump(spec, f, indent=2)
+
+
+def step_losses(metrics):
+    """step -> loss of a metrics.jsonl (a resumed run appends: the last record of a step wins), and
+    the start records."""
+    losses, starts = {}, []
+    for r in map(json.loads, open(metrics)):
+        if r.get("event") == "step":
+            losses[r["step"]] = r["loss"]
+        elif r.get("event") == "start":
+            starts.append(r)
+    return losses, starts
+
+
+def checkpoints(run):
+    return sorted(n for n in os.listdir(run) if n.startswith("checkpoint-") or n.startswith(".tmp-"))
+
+
+def compare_resume(args):
+    d, n = args.compare_resume, args.steps
+    half = n // 2
+    full, _ = step_losses(os.path.join(d, "full", "metrics.jsonl"))
+    part, starts = step_losses(os.path.join(d, "part", "metrics.jsonl"))
+    problems = []
+    missing = [s for s in range(1, n + 1) if s not in full or s not in part]
+    if missing:
+        problems.append("steps without a loss: %s" % missing[:5])
+    resumed = [s.get("resumed_from", "") for s in starts]
+    if len(resumed) != 2 or not resumed[1].rstrip("/").endswith("checkpoint-%06d" % half):
+        problems.append("the second run did not resume from checkpoint-%06d (start records: %s)" % (half, resumed))
+    diffs = [abs(full[s] - part[s]) for s in range(half + 1, n + 1) if s in full and s in part]
+    worst = max(diffs) if diffs else float("nan")
+    if diffs and worst != 0.0:
+        problems.append("resumed losses differ from the uninterrupted run's by up to %.3g" % worst)
+    want = ["checkpoint-%06d" % n]
+    for run in ("full", "part"):
+        left = checkpoints(os.path.join(d, run))
+        if left != want:
+            problems.append("%s left %s, not %s (keep: 1)" % (run, left, want))
+    if problems:
+        print("resume FAIL: " + "; ".join(problems))
+        sys.exit(1)
+    print("resume ok: steps %d-%d after resuming at step %d equal the uninterrupted run's (max |diff| 0, "
+          "final loss %.4f); keep 1 left %s alone" % (half + 1, n, half, full[n], want[0]))
 
 
 def summarise(args):
@@ -328,8 +407,14 @@ def main():
     p.add_argument("--trainer-out", metavar="RUN", default="run")
     p.add_argument("--summarise", metavar="METRICS")
     p.add_argument("--table", nargs="+", metavar="JSON")
+    p.add_argument("--write-resume-specs", metavar="DIR")
+    p.add_argument("--compare-resume", metavar="DIR")
     args = p.parse_args()
-    if args.write_spec:
+    if args.write_resume_specs:
+        write_resume_specs(args)
+    elif args.compare_resume:
+        compare_resume(args)
+    elif args.write_spec:
         write_spec(args)
     elif args.summarise:
         summarise(args)

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # The GPU checklist: run on a Linux machine with an NVIDIA GPU and a pip PyTorch (CUDA build), from
-# a fresh copy of the tree, in one go. Prints one table at the end; raw logs go to build/gpu/results/ (DIR/results).
+# a fresh copy of the tree, in one go. Prints one table at the end and writes it, with the failing
+# tests' lines and the environment, to DIR/results/summary.txt (small: the file to fetch from a GPU
+# machine; under 1 MB); raw logs go to DIR/results/ too (DIR: build/gpu).
 #
-#   bench/gpu/run.sh [--python PY] [--jobs N] [--steps N] [--batch B] [--seq T] [--skip-build]
-#                    [--skip-tests] [--peak-tflops X] [--build DIR]   (DIR: build/gpu)
+#   bench/gpu/run.sh [--quick] [--python PY] [--jobs N] [--steps N] [--batch B] [--seq T] [--skip-build]
+#                    [--skip-tests] [--peak-tflops X] [--build DIR]
+#   --quick: build + tests + nccl + the train row at 10 steps (both sides): for a GPU machine rented
+#            for a few minutes (the goal: under 5 minutes on 16 cores).
+#
+# Nothing is preloaded: an LD_PRELOAD in the environment is dropped (and named in the summary), so
+# the rows show what a user's job does.
 #
 # Phases (each one's result is a row of the table; a failed phase does not stop the later ones; a
 # phase that needs a GPU is reported "skipped (no GPU)" when torch sees none):
@@ -24,15 +31,23 @@
 #              Qwen2.5-0.5B architecture (random init, inline config) at seq T: sftctl-trainer vs
 #              Hugging Face transformers with PyTorch SDPA (bench/gpu/hf_train.py; a plain-PyTorch
 #              model with SDPA when transformers is missing or fails) on the same GPU and batch.
+#              And what a user's job does with checkpoints, on the GPU: a tiny Qwen2 trained 2K steps
+#              uninterrupted, and K steps then resumed to 2K in one folder (checkpoint every K,
+#              keep: 1, so rotation removes a checkpoint; a leftover .tmp-checkpoint folder for the
+#              resumed run to clear), deterministic: the resumed losses must equal the uninterrupted
+#              run's (hf_train.py --write-resume-specs, --compare-resume). Without a GPU the resume
+#              check runs on the CPU, and the row stays "skipped (no GPU)" unless it fails.
 set -uo pipefail
 
 usage() {
-  sed -n '5,6p' "$0" >&2
+  sed -n '/^#   bench\/gpu\/run.sh/,/^#            for a few/p' "$0" >&2
   exit 2
 }
 py=${PYTHON:-python3} jobs=$(nproc) steps=20 batch=4 seq=2048 skip_build=0 skip_tests=0 peak_tflops='' build=''
+quick=0
 while [[ $# -gt 0 ]]; do
   case $1 in
+    --quick) quick=1 steps=10 ;;
     --python) py=${2:?}; shift ;;
     --jobs) jobs=${2:?}; shift ;;
     --steps) steps=${2:?}; shift ;;
@@ -47,6 +62,12 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 
+preload_note="none"
+if [[ -n ${LD_PRELOAD:-} ]]; then
+  preload_note="none (LD_PRELOAD=$LD_PRELOAD was set: dropped for this run)"
+  echo "run.sh: dropping LD_PRELOAD=$LD_PRELOAD: the checklist runs what a user runs, without a preload" >&2
+  unset LD_PRELOAD
+fi
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$src/bench/gpu
 build=$(realpath -m "${build:-$src/build/gpu}")
@@ -113,7 +134,7 @@ build_gtest() {
 # no toolkit. Order: CUDA_HOME, /usr/local/cuda, nvcc on PATH (a distribution's toolkit), NVIDIA's
 # pip wheels beside torch (CUDA 13: nvidia/cu13/{bin,include,lib}; CUDA 12: nvidia/cuda_nvcc, ...),
 # then the same wheels installed by pip into build/gpu/cuda-pip (needs the package index).
-cuda_args=() cuda_note=
+cuda_args=() cuda_note='' nvcc_used=''
 pip_toolkit_root() {  # pip_toolkit_root SITE -> the folder with bin/nvcc, include, lib; or nothing
   local site=$1 major=${torch_cuda%%.*}
   if [[ -x $site/nvidia/cu$major/bin/nvcc ]]; then echo "$site/nvidia/cu$major"; return; fi
@@ -151,6 +172,7 @@ find_cuda_toolkit() {
     nvcc=$root/bin/nvcc
   fi
   cuda_args=(-DCMAKE_CUDA_COMPILER="$nvcc")
+  nvcc_used=$nvcc
   if [[ -n $root ]]; then
     cuda_args+=(-DCUDAToolkit_ROOT="$root" -DCUDA_TOOLKIT_ROOT_DIR="$root")
     # FindCUDAToolkit looks for an unversioned libcudart.so, which the pip wheels do not ship.
@@ -192,6 +214,7 @@ fi
 trainer=$build/bin/sftctl-trainer
 
 # ---- 2. tests -----------------------------------------------------------------------------------
+rm -f "$out/ctest.log"
 if [[ $skip_tests == 0 && -x $trainer ]]; then
   where=$([[ $cuda_ok == 1 ]] && echo "GPU" || echo "CPU: no GPU")
   say "trainer tests (ctest -L trainer, on the $where)"
@@ -234,43 +257,123 @@ else
   row nccl FAIL "no distributed_test binary (the build row failed)"
 fi
 
-# ---- 4. bf16 throughput, MFU, peak memory -------------------------------------------------------
-rm -f "$out/sftctl.json" "$out/hf.json"
-if [[ $cuda_ok != 1 ]]; then
-  row train "$NO_GPU" "bf16 throughput, MFU, peak memory vs the HF reference"
-elif [[ -x $trainer ]]; then
-  say "bf16 training, Qwen2.5-0.5B architecture, batch $batch x seq $seq, $steps steps"
-  work=$out/qwen-run
+# ---- 4. bf16 throughput, MFU, peak memory; save, rotate, resume -------------------------------------
+# resume_check DEVICE: the save / rotate / resume job (see the header) in $build/resume-check; sets
+# resume_note to hf_train.py's one-line verdict (or what failed); returns 1 when it failed.
+resume_steps=$(( steps < 2 ? 2 : (steps + 1) / 2 * 2 ))
+resume_check() {
+  local w=$build/resume-check r
+  rm -rf "$w" && mkdir -p "$w"
+  : > "$out/resume.log"
+  if ! "$py" "$here/hf_train.py" --tiny --device "$1" --batch 4 --seq 128 --steps "$resume_steps" \
+      --write-resume-specs "$w" >> "$out/resume.log" 2>&1; then
+    resume_note="resume FAIL: hf_train.py --write-resume-specs failed; see $out/resume.log"
+    return 1
+  fi
+  for r in full part resume; do
+    # Left by an interrupted save: the resumed run's first checkpoint clears it (remove_all).
+    [[ $r == resume ]] && mkdir -p "$w/part/.tmp-checkpoint-999999" && echo partial > "$w/part/.tmp-checkpoint-999999/x"
+    if ! "$trainer" train --spec "$w/$r.json" >> "$out/resume.log" 2>&1; then
+      resume_note="resume FAIL: the $r run failed; see $out/resume.log"
+      tail -n 5 "$out/resume.log" >&2
+      return 1
+    fi
+  done
+  resume_note=$("$py" "$here/hf_train.py" --compare-resume "$w" --steps "$resume_steps" 2>&1 | tail -n 1)
+  [[ $resume_note == "resume ok"* ]]
+}
+
+# throughput: the Qwen2.5-0.5B job, then the reference. Its run folder (a checkpoint of ~6 GB) is kept
+# out of results/ and its checkpoint removed once read; its metrics.jsonl is copied to results/.
+throughput() {
+  local work=$build/qwen-run ok=1
   rm -rf "$work" && mkdir -p "$work"
   "$py" "$here/hf_train.py" --write-spec "$work" --batch "$batch" --seq "$seq" --steps "$steps" \
     --trainer-out "$work/run" > "$work/spec.json"
   if "$trainer" train --spec "$work/spec.json" > "$out/sftctl-train.log" 2>&1; then
-    "$py" "$here/hf_train.py" --summarise "$work/run/metrics.jsonl" --batch "$batch" --seq "$seq" \
-      ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$out/sftctl.json" || row train FAIL "summarising metrics.jsonl"
+    cp "$work/run/metrics.jsonl" "$out/sftctl-metrics.jsonl"
+    "$py" "$here/hf_train.py" --summarise "$out/sftctl-metrics.jsonl" --batch "$batch" --seq "$seq" \
+      ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$out/sftctl.json" || { train_fail+=("summarising metrics.jsonl"); ok=0; }
   else
-    row train FAIL "sftctl-trainer exited $?; see $out/sftctl-train.log"
+    train_fail+=("sftctl-trainer failed; see $out/sftctl-train.log")
+    ok=0
   fi
-  "$py" "$here/hf_train.py" --batch "$batch" --seq "$seq" --steps "$steps" \
-    ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$out/hf.json" 2> "$out/hf-train.log" ||
-    row train FAIL "hf_train.py failed; see $out/hf-train.log"
-  [[ -s $out/sftctl.json && -s $out/hf.json ]] && row train ok "table below ($steps steps each)"
-else
+  rm -rf "$work/run"/checkpoint-*
+  if ! "$py" "$here/hf_train.py" --batch "$batch" --seq "$seq" --steps "$steps" \
+      ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$out/hf.json" 2> "$out/hf-train.log"; then
+    train_fail+=("hf_train.py failed; see $out/hf-train.log")
+    ok=0
+  fi
+  [[ $ok == 1 ]]
+}
+
+rm -f "$out/sftctl.json" "$out/hf.json" "$out/sftctl-metrics.jsonl"
+train_fail=() resume_note=
+if [[ ! -x $trainer ]]; then
   row train FAIL "no sftctl-trainer (the build row failed)"
+else
+  dev=$([[ $cuda_ok == 1 ]] && echo cuda || echo cpu)
+  say "save, rotate (keep 1) and resume: $resume_steps steps, on the $dev"
+  resume_check "$dev" || train_fail+=("the resume check on the $dev")
+  if [[ $cuda_ok == 1 ]]; then
+    say "bf16 training, Qwen2.5-0.5B architecture, batch $batch x seq $seq, $steps steps"
+    throughput
+  fi
+  if [[ ${#train_fail[@]} -gt 0 ]]; then
+    fails=$(printf '%s; ' "${train_fail[@]}")
+    row train FAIL "${fails%; }"
+  elif [[ $cuda_ok == 1 ]]; then
+    row train ok "throughput table below ($steps steps each); save, rotate, resume on the GPU"
+  else
+    row train "$NO_GPU" "bf16 throughput, MFU, peak memory vs the HF reference; resume check ran on the CPU"
+  fi
+  row "" "" "$resume_note"
 fi
 
-# ---- The table ---------------------------------------------------------------------------------
-echo
-echo "GPU checklist: $gpu_name x $gpus, torch $torch_version (CUDA $torch_cuda), $jobs jobs, $SECONDS s"
-printf '%-8s %-18s %s\n' phase result detail
-for r in "${rows[@]}"; do echo "$r"; done
-if [[ -s $out/sftctl.json || -s $out/hf.json ]]; then
-  echo
-  "$py" "$here/hf_train.py" --table "$out/sftctl.json" "$out/hf.json"
-fi
-# The trainer's own resource figures (trainer/gpu_metrics.h: CUDA allocator, NVML through dlopen, MFU)
-# from its last step record: absent fields mean that source was not available on this machine.
-if [[ -s $out/qwen-run/run/metrics.jsonl ]]; then
-  "$py" - "$out/qwen-run/run/metrics.jsonl" <<'PY'
+# ---- The summary: the table, the failing tests, the environment ----------------------------------
+# The failing tests' lines of ctest.log: ctest's list, then each failure's assertion lines and crashes.
+failing_tests() {
+  if [[ $skip_tests == 1 || ! -s $out/ctest.log ]]; then echo "  (the tests row did not run)"; return; fi
+  if ! grep -q "The following tests FAILED" "$out/ctest.log"; then echo "  none"; return; fi
+  sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | grep -E '^\s+[0-9]+ - ' | head -n 100
+  echo "  -- their failures:"
+  awk '/: Failure$/ {n = 8}
+       /\[  FAILED  \]|\*\*\*(Failed|Exception|Timeout)|Segmentation fault|terminate called|Child aborted/ {print; n = 0; next}
+       n > 0 {print; n--}' "$out/ctest.log" | cut -c1-300 | head -n 400
+}
+
+environment() {
+  local smi os nvcc_v needed
+  smi=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | paste -sd ';' -)
+  # shellcheck disable=SC1091
+  os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")
+  [[ -n $nvcc_used ]] && nvcc_v=$("$nvcc_used" --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*')
+  needed=$(readelf -d "$trainer" 2>/dev/null | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | paste -sd ' ' -)
+  echo "  GPU           ${smi:-none (nvidia-smi: none, or no driver)}"
+  echo "  torch         $torch_version (CUDA $torch_cuda, C++11 ABI $abi) in $torch_site"
+  echo "  python        $py $("$py" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null)"
+  echo "  transformers  $("$py" -c 'import transformers; print(transformers.__version__)' 2>/dev/null || echo none)"
+  echo "  g++           $(g++ --version 2>/dev/null | head -n 1)"
+  echo "  C++ compiler  $(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)"
+  echo "  nvcc          ${nvcc_used:-none used}${nvcc_v:+ ($nvcc_v)}"
+  echo "  cmake         $(cmake --version 2>/dev/null | head -n 1); ninja $(ninja --version 2>/dev/null)"
+  echo "  OS            ${os:-?}, kernel $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+  echo "  preload       $preload_note"
+  echo "  trainer links ${needed:-?}"
+}
+
+summary() {
+  echo "GPU checklist: $gpu_name x $gpus, torch $torch_version (CUDA $torch_cuda), $jobs jobs, $SECONDS s$([[ $quick == 1 ]] && echo ", --quick")"
+  printf '%-8s %-18s %s\n' phase result detail
+  for r in "${rows[@]}"; do echo "$r"; done
+  if [[ -s $out/sftctl.json || -s $out/hf.json ]]; then
+    echo
+    "$py" "$here/hf_train.py" --table "$out/sftctl.json" "$out/hf.json"
+  fi
+  # The trainer's own resource figures (trainer/gpu_metrics.h: CUDA allocator, NVML through dlopen,
+  # MFU) from its last step record: absent fields mean that source was not available on this machine.
+  if [[ -s $out/sftctl-metrics.jsonl ]]; then
+    "$py" - "$out/sftctl-metrics.jsonl" <<'PY'
 import json, sys
 steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "step"]
 keys = ("gpu_mem_allocated_mb", "gpu_mem_reserved_mb", "gpu_mem_peak_mb", "gpu_util_pct", "gpu_power_w",
@@ -279,5 +382,17 @@ if steps:
     s = steps[-1]
     print("trainer metrics, last step: " + (", ".join("%s %s" % (k, s[k]) for k in keys if k in s) or "none"))
 PY
-fi
+  fi
+  echo
+  echo "failing tests (from $out/ctest.log):"
+  failing_tests
+  echo
+  echo "environment:"
+  environment
+}
+
+echo
+summary | head -c 1000000 > "$out/summary.txt"
+cat "$out/summary.txt"
+echo "(this summary: $out/summary.txt, $(wc -c < "$out/summary.txt") bytes)"
 ! printf '%s\n' "${rows[@]}" | grep -qE '^\S*\s+FAIL'

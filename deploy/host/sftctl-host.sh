@@ -5,22 +5,31 @@
 # its subcommands over SSH. Everything it prints is read by a client that does not trust the host:
 # key=value lines and a log it shows escaped.
 #
-#   probe                      what the host has, as key=value lines (one SSH round trip)
+#   probe [--install-torch] [--agent-only]
+#                              what the host has, as key=value lines (one SSH round trip), with the
+#                              trainer's LibTorch decision for those worker flags (torch_plan=...;
+#                              torch_problem=... lines: the message when there is no usable one)
+#   torch-plan [--install-torch] [--agent-only]
+#                              (tests, a dry run) that decision alone; installs nothing
 #   start-worker ARGS...       start the worker detached (a dropped SSH connection does not stop it);
 #                              prints "WORKER started <pid>" or "WORKER running <pid>"
 #   poll OFFSET                "STATUS <status>", "SIZE <log bytes>", then the log from OFFSET (<= 64 KiB)
-#   worker ARGS...             (internal) unpack -> deps -> build agent -> build trainer -> install -> start
+#   worker ARGS...             (internal) unpack -> torch (decide) -> deps -> [torch-install] -> build
+#                              agent -> build trainer -> install -> start
 #   exec-start ARGS...         (internal, tests) the systemd unit's ExecStart= value for worker ARGS
 #   preset-args PRESET         (internal, tests) how PRESET is configured where CMake reads no presets
 #
 # Worker ARGS: --sha256 HEX (of bootstrap/sftctl-src.tar.gz) --source-id HEX [--jobs N]
 #   [--no-install-deps] [--data-dir DIR] [--no-systemd] [--agent-arg ARG]... (added to `sftd start`)
 #   [--agent-only] (build and install sftd only: a host whose trainer comes from elsewhere)
+#   [--install-torch] (no usable LibTorch: install PyTorch into sftctl's own venv, torch_decide)
 #   DIR "~", "~/x" or relative is taken under $HOME, as the client's ssh commands take it.
 # State, under SFTCTL_HOME (default ~/.local/share/sftctl):
 #   bootstrap/status   one line: "running <phase>", "done <source id>" or "failed <phase>: <why>"
 #   bootstrap/log      the worker's output (kept; its path is printed on failure)
 #   src/ build-agent/ build-trainer/   the source (updated file by file) and the two builds
+#   torch-venv/        PyTorch installed by --install-torch (found again by later bootstraps)
+# Environment: SFTCTL_PYTHON, a Python whose torch to try first; SFTCTL_HOST_ROOT (tests), see ROOT.
 #   installed          the source id of ~/.local/bin/{sftd,sftctl-trainer}; "<id> agent-only" when
 #                      only sftd was installed (--agent-only)
 set -u
@@ -32,7 +41,7 @@ STATUS=$BOOT/status
 LOG=$BOOT/log
 
 # What the agent and the trainer need to build on Debian and Ubuntu (the trainer's LibTorch comes
-# from the host's Python torch, or Debian's libtorch-dev when there is none).
+# from the host's Python torch, a C++ LibTorch, or what torch_decide installs).
 HOST_PKGS="g++ make cmake ninja-build pkg-config ca-certificates ccache
 libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev libsqlite3-dev
 libboost-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libpcre2-dev
@@ -97,12 +106,76 @@ probe_gpus() {
   fi
 }
 
-# The first Python that imports torch: version, CUDA, the CMake prefix, the C++ ABI.
-probe_torch() {
-  local py out
-  for py in python python3 python3.13 python3.12 python3.11 python3.10 python3.9 /usr/bin/python3; do
-    command -v "$py" >/dev/null 2>&1 || continue
-    out=$("$py" - 2>/dev/null <<'EOF'
+# --- the trainer's LibTorch: decided before anything is installed or built ---------------------------
+# Supported: LibTorch TORCH_MIN or newer (Debian 12's 1.13, the oldest the trainer builds and is tested
+# against; CPU); on a GPU host (nvidia-smi reports a driver) a CUDA build of PyTorch TORCH_MIN_CUDA or
+# newer: a distribution's LibTorch is CPU-only, useless there. The order (torch_decide):
+#   1. a Python's torch with a CMake config (SFTCTL_PYTHON, sftctl's own venv TORCH_VENV, $VIRTUAL_ENV,
+#      $CONDA_PREFIX, python/python3/python3.X on PATH, ~/.venv, ~/venv, ~/miniconda3, ~/anaconda3,
+#      ~/miniforge3, ~/mambaforge, /opt/conda, /opt/venv, /workspace/venv, /workspace/.venv,
+#      /usr/bin/python3);
+#   2. a C++ LibTorch (Debian's libtorch-dev, /usr/local/libtorch);
+#   3. with --install-torch: PyTorch from download.pytorch.org into TORCH_VENV (a CUDA wheel matching
+#      the driver on a GPU host, the CPU wheel elsewhere);
+#   4. a CPU host with apt: the distribution's libtorch-dev, when its candidate is new enough;
+#   5. else nothing is installed or built: one message says what was found, what is needed and how
+#      to fix it. A LibTorch older than the minimum is never used.
+TORCH_MIN=1.13
+TORCH_MIN_CUDA=2.4
+TORCH_VENV=$SFTCTL_HOME/torch-venv
+TORCH_WHEELS=https://download.pytorch.org/whl
+# (tests) A folder that stands for / where the script looks at fixed places (LibTorch, Pythons).
+ROOT=${SFTCTL_HOST_ROOT:-}
+
+# version_at_least VERSION MIN: VERSION's major.minor ("2.11.0+cu130": 2.11) is MIN or newer.
+version_at_least() {
+  local v
+  v=$(printf '%s' "${1%%+*}" | cut -d. -f1,2)
+  case $v in '' | *[!0-9.]*) return 1 ;; esac
+  [ "$(printf '%s\n' "$2" "$v" | sort -V | head -n 1)" = "$2" ]
+}
+
+# The GPU driver's version when nvidia-smi reports one (a GPU host), else nothing.
+gpu_driver() {
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 | grep -E '^[0-9]+(\.[0-9]+)*$'
+}
+
+# The wheel index (cuXYZ) of the newest CUDA the driver runs (NVIDIA's minimum driver per CUDA
+# release, by the driver's major version); nothing below 520 (CUDA 11.8, the oldest wheel of torch 2.4).
+cuda_wheel_for_driver() {
+  local major=${1%%.*}
+  case $major in '' | *[!0-9]*) return 0 ;; esac
+  if [ "$major" -ge 580 ]; then echo cu130
+  elif [ "$major" -ge 570 ]; then echo cu128
+  elif [ "$major" -ge 560 ]; then echo cu126
+  elif [ "$major" -ge 550 ]; then echo cu124
+  elif [ "$major" -ge 530 ]; then echo cu121
+  elif [ "$major" -ge 520 ]; then echo cu118
+  fi
+}
+
+# Every Python worth asking for torch, one a line (not all exist).
+torch_python_candidates() {
+  local c
+  [ -n "${SFTCTL_PYTHON:-}" ] && echo "$SFTCTL_PYTHON"
+  echo "$TORCH_VENV/bin/python"
+  [ -n "${VIRTUAL_ENV:-}" ] && echo "$VIRTUAL_ENV/bin/python"
+  [ -n "${CONDA_PREFIX:-}" ] && echo "$CONDA_PREFIX/bin/python"
+  for c in python python3 python3.14 python3.13 python3.12 python3.11 python3.10 python3.9; do
+    command -v "$c" 2>/dev/null
+  done
+  for c in "$HOME/.venv" "$HOME/venv" "$HOME/miniconda3" "$HOME/anaconda3" "$HOME/miniforge3" \
+    "$HOME/mambaforge" "$ROOT/opt/conda" "$ROOT/opt/venv" "$ROOT/workspace/venv" "$ROOT/workspace/.venv"; do
+    echo "$c/bin/python"
+  done
+  echo "$ROOT/usr/bin/python3"
+}
+
+# What PY's torch is: key=value lines (python_version, torch_version, torch_cuda, torch_cmake,
+# torch_abi, torch_dir); fails when PY cannot import torch.
+python_torch() {
+  "$1" - 2>/dev/null <<'PY'
 import sys, os
 import torch, torch.utils
 print("python_version=%d.%d.%d" % sys.version_info[:3])
@@ -111,25 +184,182 @@ print("torch_cuda=" + (torch.version.cuda or ""))
 p = torch.utils.cmake_prefix_path
 print("torch_cmake=" + (p if os.path.exists(os.path.join(p, "Torch", "TorchConfig.cmake")) else ""))
 print("torch_abi=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI))
-EOF
-) || continue
-    kv python "$(command -v "$py")"
-    printf '%s\n' "$out" | grep -E '^(python_version|torch_version|torch_cuda|torch_cmake|torch_abi)='
-    return
-  done
-  kv python "$(command -v python3 2>/dev/null || true)"
+print("torch_dir=" + os.path.dirname(os.path.realpath(torch.__file__)))
+PY
 }
 
-# A LibTorch installed for C++ (Debian's libtorch-dev), used when no Python torch has a CMake config.
-probe_system_torch() {
-  local c
-  for c in /usr/lib/*/cmake/Torch/TorchConfig.cmake /usr/share/cmake/Torch/TorchConfig.cmake \
-    /usr/local/libtorch/share/cmake/Torch/TorchConfig.cmake; do
-    if [ -f "$c" ]; then
-      kv system_torch_cmake "$(dirname "$(dirname "$c")")"
-      return
-    fi
+# Each C++ LibTorch at the usual places, a line each: PREFIX VERSION CUDA (1: a CUDA build).
+system_torches() {
+  local c prefix ver cuda d
+  for c in "$ROOT"/usr/lib/*/cmake/Torch/TorchConfig.cmake "$ROOT/usr/share/cmake/Torch/TorchConfig.cmake" \
+    "$ROOT/usr/local/libtorch/share/cmake/Torch/TorchConfig.cmake"; do
+    [ -f "$c" ] || continue
+    prefix=$(dirname "$(dirname "$c")")
+    ver=$(sed -n 's/^ *set *( *PACKAGE_VERSION *"\([^"]*\)".*/\1/p' "$(dirname "$c")/TorchConfigVersion.cmake" \
+      2>/dev/null | head -n 1)
+    [ -n "$ver" ] || ver=$(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null | sed 's/^[0-9]*://; s/[+~-].*//')
+    cuda=0
+    for d in "$(dirname "$prefix")" "$(dirname "$(dirname "$prefix")")/lib"; do
+      ls "$d"/libtorch_cuda.so* >/dev/null 2>&1 && cuda=1
+    done
+    echo "$prefix ${ver:-unknown} $cuda"
   done
+}
+
+# The distribution's libtorch-dev candidate version (apt), or nothing.
+apt_torch_candidate() {
+  command -v apt-cache >/dev/null 2>&1 || return 0
+  LC_ALL=C apt-cache policy libtorch-dev 2>/dev/null | sed -n 's/^ *Candidate: \([0-9].*\)/\1/p' | head -n 1 |
+    sed 's/^[0-9]*://; s/[+~-].*//'
+}
+
+# Judges one Python's torch (python_torch's lines in $2) for this host; sets T_* of the first usable
+# one and appends what was seen to T_FOUND. Returns 0 when it is usable.
+judge_python_torch() {
+  local py=$1 out=$2 ver cuda cmake what
+  ver=$(printf '%s\n' "$out" | sed -n 's/^torch_version=//p')
+  cuda=$(printf '%s\n' "$out" | sed -n 's/^torch_cuda=//p')
+  cmake=$(printf '%s\n' "$out" | sed -n 's/^torch_cmake=//p')
+  what="$py: torch $ver ($([ -n "$cuda" ] && echo "CUDA $cuda" || echo CPU))"
+  [ -n "$T_PY_INFO" ] || T_PY_INFO="python=$py"$'\n'"$out"
+  if [ -n "$T_DRIVER" ] && [ -z "$cuda" ]; then
+    T_FOUND+=("$what: a CPU build, and this is a GPU host")
+  elif [ -n "$T_DRIVER" ] && ! version_at_least "$ver" "$TORCH_MIN_CUDA"; then
+    T_FOUND+=("$what: older than $TORCH_MIN_CUDA")
+  elif ! version_at_least "$ver" "$TORCH_MIN"; then
+    T_FOUND+=("$what: older than $TORCH_MIN")
+  elif [ -z "$cmake" ]; then
+    T_FOUND+=("$what: no LibTorch CMake config (torch.utils.cmake_prefix_path has no Torch/TorchConfig.cmake)")
+  else
+    T_PY_INFO="python=$py"$'\n'"$out"
+    TORCH_PLAN=python TORCH_CMAKE=$cmake TORCH_DESC="$what"
+    return 0
+  fi
+  return 1
+}
+
+# Step 1 of torch_decide: the Pythons, each torch once. Returns 0 when one is usable.
+decide_python() {
+  local py out dir seen=" " candidates
+  candidates=$(torch_python_candidates)  # (a here-string below: no /dev/fd needed, as in a bare chroot)
+  while IFS= read -r py; do
+    if [ -z "$py" ] || [ ! -x "$py" ] || [ -d "$py" ]; then continue; fi
+    out=$(python_torch "$py") || continue
+    dir=$(printf '%s\n' "$out" | sed -n 's/^torch_dir=//p')
+    case $seen in *" $dir "*) continue ;; esac
+    seen="$seen$dir "
+    judge_python_torch "$py" "$out" && return 0
+  done <<<"$candidates"
+  return 1
+}
+
+# Step 2: a C++ LibTorch. Returns 0 when one is usable.
+decide_system() {
+  local prefix ver cuda what found
+  found=$(system_torches)
+  while read -r prefix ver cuda; do
+    [ -n "$prefix" ] || continue
+    what="LibTorch $ver ($([ "$cuda" = 1 ] && echo CUDA || echo CPU)) at $prefix"
+    if [ -n "$T_DRIVER" ] && [ "$cuda" != 1 ]; then
+      T_FOUND+=("$what: a CPU build, and this is a GPU host")
+    elif [ -n "$T_DRIVER" ] && ! version_at_least "$ver" "$TORCH_MIN_CUDA"; then
+      T_FOUND+=("$what: older than $TORCH_MIN_CUDA")
+    elif ! version_at_least "$ver" "$TORCH_MIN"; then
+      T_FOUND+=("$what: older than $TORCH_MIN")
+    else
+      TORCH_PLAN=system TORCH_CMAKE=$prefix TORCH_DESC=$what
+      return 0
+    fi
+  done <<<"$found"
+  return 1
+}
+
+# torch_decide INSTALL_TORCH AGENT_ONLY: decides, installing nothing. Sets TORCH_PLAN (python,
+# system, install, apt, none or not-needed), TORCH_CMAKE (python, system), TORCH_WHEEL (install:
+# cu130, ..., cpu), TORCH_DESC, and TORCH_PROBLEM (the lines of the message, plan none).
+torch_decide() {
+  TORCH_PLAN=none TORCH_CMAKE="" TORCH_WHEEL="" TORCH_DESC="" T_PY_INFO=""
+  T_FOUND=() TORCH_PROBLEM=()
+  T_DRIVER=$(gpu_driver)
+  if [ "$2" = 1 ]; then TORCH_PLAN=not-needed; return 0; fi
+  decide_python && return 0
+  decide_system && return 0
+  local apt_ver
+  if [ -n "$T_DRIVER" ]; then
+    TORCH_WHEEL=$(cuda_wheel_for_driver "$T_DRIVER")
+  else
+    TORCH_WHEEL=cpu
+  fi
+  if [ "$1" = 1 ] && [ -n "$TORCH_WHEEL" ]; then
+    TORCH_PLAN=install TORCH_DESC="PyTorch from $TORCH_WHEELS/$TORCH_WHEEL into $TORCH_VENV"
+    return 0
+  fi
+  if [ -z "$T_DRIVER" ]; then
+    apt_ver=$(apt_torch_candidate)
+    if [ -n "$apt_ver" ] && version_at_least "$apt_ver" "$TORCH_MIN"; then
+      TORCH_PLAN=apt TORCH_DESC="the distribution's libtorch-dev $apt_ver (apt, CPU)"
+      return 0
+    fi
+    [ -n "$apt_ver" ] && T_FOUND+=("the distribution's libtorch-dev $apt_ver (apt): older than $TORCH_MIN")
+  fi
+  torch_problem
+}
+
+# The message of plan none (TORCH_PROBLEM, a line each): found, needed, the fix.
+torch_problem() {
+  local f venv_py="$TORCH_VENV/bin/python" idx
+  TORCH_PROBLEM=("no usable LibTorch for the trainer on this host; nothing was installed or built.")
+  [ ${#T_FOUND[@]} -gt 0 ] || T_FOUND=("no Python with torch (python, python3, venvs, conda) and no C++ LibTorch")
+  for f in "${T_FOUND[@]}"; do TORCH_PROBLEM+=("found: $f"); done
+  if [ -n "$T_DRIVER" ]; then
+    TORCH_PROBLEM+=("found: an NVIDIA GPU, driver $T_DRIVER")
+    TORCH_PROBLEM+=("needed: a CUDA build of PyTorch $TORCH_MIN_CUDA or newer (pip wheel: any Python, a venv, conda)")
+  else
+    TORCH_PROBLEM+=("needed: PyTorch or LibTorch $TORCH_MIN or newer (no GPU here: a CPU build will do)")
+  fi
+  if [ -z "$TORCH_WHEEL" ]; then
+    TORCH_PROBLEM+=("fix: driver $T_DRIVER is older than 520, the oldest that runs a PyTorch $TORCH_MIN_CUDA CUDA wheel (CUDA 11.8): update the NVIDIA driver, then run sftctl bootstrap again")
+  else
+    idx=$TORCH_WHEELS/$TORCH_WHEEL
+    TORCH_PROBLEM+=("fix: run sftctl bootstrap again with --install-torch (installs torch from $idx into $TORCH_VENV)")
+    TORCH_PROBLEM+=("  or on the host: python3 -m venv $TORCH_VENV && $venv_py -m pip install torch --index-url $idx; then sftctl bootstrap again")
+  fi
+  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    TORCH_PROBLEM+=("  (this host's python3 cannot make a venv: sudo apt-get install -y python3-venv first)")
+  fi
+  TORCH_PROBLEM+=("  or sftctl bootstrap --agent-only: sftd alone, no trainer on this host")
+}
+
+# The decision as key=value lines (probe, torch-plan): the Python torch shown in the probe table
+# (the one used, else the first seen), the plan, and the message's lines.
+torch_plan_kv() {
+  local l
+  if [ -n "$T_PY_INFO" ]; then
+    printf '%s\n' "$T_PY_INFO" | grep -E '^(python|python_version|torch_version|torch_cuda|torch_abi)='
+  else
+    kv python "$(command -v python3 2>/dev/null || true)"
+  fi
+  [ "$TORCH_PLAN" = python ] && kv torch_cmake "$TORCH_CMAKE"
+  [ "$TORCH_PLAN" = system ] && kv system_torch_cmake "$TORCH_CMAKE"
+  kv torch_plan "$TORCH_PLAN"
+  kv torch_plan_detail "$TORCH_DESC"
+  [ -n "$TORCH_WHEEL" ] && [ "$TORCH_PLAN" = install ] && kv torch_wheel "$TORCH_WHEEL"
+  for l in "${TORCH_PROBLEM[@]}"; do printf 'torch_problem=%s\n' "$(printf '%s' "$l" | tr '\n\r' '  ')"; done
+}
+
+# torch-plan [--install-torch] [--agent-only]: the decision alone (tests, a dry run): key=value lines.
+cmd_torch_plan() {
+  local install=0 agent_only=0
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --install-torch) install=1 ;;
+      --agent-only) agent_only=1 ;;
+      *) echo "sftctl-host.sh torch-plan: unknown option $1" >&2; return 2 ;;
+    esac
+    shift
+  done
+  torch_decide "$install" "$agent_only"
+  torch_plan_kv
 }
 
 probe_tools() {
@@ -176,12 +406,22 @@ probe_sftctl() {
   fi
 }
 
+# probe [--install-torch] [--agent-only]: the flags the worker will get that change the LibTorch
+# decision, so that the client stops before uploading anything when there is no usable one.
 cmd_probe() {
+  local install=0 agent_only=0
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --install-torch) install=1 ;;
+      --agent-only) agent_only=1 ;;
+    esac
+    shift
+  done
   kv probe 1
   probe_os
   probe_gpus
-  probe_torch
-  probe_system_torch
+  torch_decide "$install" "$agent_only"
+  torch_plan_kv
   probe_tools
   probe_storage
   probe_sftctl
@@ -285,11 +525,14 @@ install_deps() {
   for p in $HOST_PKGS; do
     have_pkg "$p" || missing="$missing $p"
   done
-  if [ -z "$TORCH_CMAKE" ] && [ "$W_AGENT_ONLY" = 0 ]; then
-    # No Python torch with a CMake config: Debian's LibTorch (CPU only) when the distribution has it.
+  if [ "$TORCH_PLAN" = apt ]; then
+    # choose_torch took the distribution's LibTorch (CPU only, new enough).
     for p in libtorch-dev libopenblas0-openmp; do
       dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
     done
+  fi
+  if [ "$TORCH_PLAN" = install ] && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    missing="$missing python3-venv"  # (pulls python3 in)
   fi
   missing=${missing# }
   [ -n "$missing" ] || { echo "all packages present"; return 0; }
@@ -349,12 +592,31 @@ fetch_cli11() {
   rm -f "$deps/$CLI11_DEB.part"
 }
 
-# The LibTorch to build the trainer against: the Python torch's CMake prefix, else a system LibTorch.
-find_torch() {
-  TORCH_CMAKE=""
-  local line
-  line=$({ probe_torch; probe_system_torch; } 2>/dev/null | grep -E '^(torch_cmake|system_torch_cmake)=.' | head -n 1)
-  TORCH_CMAKE=${line#*=}
+# The worker's LibTorch decision (torch_decide with its flags), before anything is installed: stops
+# with the decision's message when there is no usable LibTorch and no way to one.
+choose_torch() {
+  phase torch "choosing the trainer's LibTorch"
+  torch_decide "$W_INSTALL_TORCH" "$W_AGENT_ONLY"
+  if [ "$TORCH_PLAN" = none ]; then
+    local IFS='|'
+    fail "$(printf '%s' "${TORCH_PROBLEM[*]}" | sed 's/|/ | /g')"
+  fi
+  echo "LibTorch: $TORCH_PLAN${TORCH_DESC:+: $TORCH_DESC}"
+}
+
+# Installs PyTorch (TORCH_WHEEL's index) into sftctl's own venv TORCH_VENV, then decides again: the
+# venv's torch must be the one chosen.
+install_torch() {
+  phase torch-install "installing PyTorch from $TORCH_WHEELS/$TORCH_WHEEL into $TORCH_VENV"
+  command -v python3 >/dev/null 2>&1 || fail "no python3 to make $TORCH_VENV with (apt-get install python3-venv)"
+  if [ ! -x "$TORCH_VENV/bin/python" ]; then
+    python3 -m venv "$TORCH_VENV" || fail "python3 -m venv $TORCH_VENV failed (Debian, Ubuntu: sudo apt-get install -y python3-venv)"
+  fi
+  "$TORCH_VENV/bin/python" -m pip install --index-url "$TORCH_WHEELS/$TORCH_WHEEL" torch ||
+    fail "pip install torch from $TORCH_WHEELS/$TORCH_WHEEL into $TORCH_VENV failed (see the log above)"
+  torch_decide 0 0
+  [ "$TORCH_PLAN" = python ] || fail "the torch installed into $TORCH_VENV is not usable: ${TORCH_PROBLEM[*]}"
+  echo "LibTorch: $TORCH_DESC"
 }
 
 # How CMake older than 3.21, which reads no presets (Debian 11 has 3.18, Ubuntu 22.04 3.22), configures
@@ -552,7 +814,7 @@ EOF
 
 parse_worker_args() {
   W_SHA="" W_ID="" W_JOBS=$(nproc 2>/dev/null || echo 2) W_INSTALL=1 W_DATA_DIR="" W_SYSTEMD=1
-  W_AGENT_ONLY=0
+  W_AGENT_ONLY=0 W_INSTALL_TORCH=0
   W_AGENT_ARGS=()
   while [ $# -gt 0 ]; do
     case $1 in
@@ -563,6 +825,7 @@ parse_worker_args() {
       --data-dir) W_DATA_DIR=$(host_path "$2"); shift 2 ;;
       --no-systemd) W_SYSTEMD=0; shift ;;
       --agent-only) W_AGENT_ONLY=1; shift ;;
+      --install-torch) W_INSTALL_TORCH=1; shift ;;
       --agent-arg) W_AGENT_ARGS+=("$2"); shift 2 ;;
       *) PHASE=args; fail "unknown worker option $1" ;;
     esac
@@ -585,11 +848,15 @@ cmd_worker() {
   echo "$$" >"$BOOT/worker.pid"
   echo "sftctl-host worker $$ on $(hostname 2>/dev/null), source $W_ID"
   unpack
-  find_torch
+  choose_torch
   install_deps
-  find_torch
-  [ -n "$TORCH_CMAKE" ] || [ "$W_AGENT_ONLY" = 1 ] ||
-    fail "no LibTorch found: install PyTorch for Python (pip install torch) or Debian's libtorch-dev (or bootstrap with --agent-only)"
+  case $TORCH_PLAN in
+    install) install_torch ;;
+    apt)
+      torch_decide 0 0
+      [ "$TORCH_PLAN" = system ] || fail "libtorch-dev was installed, but no usable LibTorch is found: ${TORCH_PROBLEM[*]}"
+      ;;
+  esac
   phase build-agent "building sftd"
   build host-agent build-agent sftd
   [ "$W_AGENT_ONLY" = 1 ] || build_trainer
@@ -614,7 +881,8 @@ build_trainer() {
 }
 
 case ${1:-} in
-  probe) cmd_probe ;;
+  probe) shift; cmd_probe "$@" ;;
+  torch-plan) shift; cmd_torch_plan "$@" ;;
   start-worker) shift; cmd_start_worker "$@" ;;
   poll) shift; cmd_poll "$@" ;;
   worker) shift; cmd_worker "$@" ;;

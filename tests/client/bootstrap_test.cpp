@@ -302,6 +302,55 @@ TEST_F(BootstrapFlow, AgentOnlyInstallsNoTrainerAndRunsNoSmokeJob) {
   EXPECT_THAT(full.Find(" start-worker "), Not(HasSubstr("--agent-only")));
 }
 
+// The host script decided there is no usable LibTorch (deploy/host/sftctl-host.sh's torch_decide;
+// its cases: tests/client/host_torch_test.cpp): the bootstrap stops after the probe with its message,
+// a line each, having uploaded no source and started no worker.
+TEST_F(BootstrapFlow, AHostWithoutAUsableTorchStopsAfterTheProbe) {
+  ScriptedHost host;
+  host.probe = [] {
+    return "probe=1\nos_id=debian\npackage_manager=apt\nsudo=root\ntorch_plan=none\n"
+           "torch_problem=no usable LibTorch for the trainer on this host; nothing was installed or built.\n"
+           "torch_problem=found: the distribution's libtorch-dev 1.7.1 (apt): older than 1.13\n"
+           "torch_problem=  or sftctl bootstrap --agent-only: sftd alone, no trainer on this host\n";
+  };
+  auto r = Run(&host);
+  EXPECT_THAT(r,
+              StatusIs(StatusCode::kFailedPrecondition,
+                       "root@gpu-box: no usable LibTorch for the trainer on this host; nothing was installed "
+                       "or built.\n  found: the distribution's libtorch-dev 1.7.1 (apt): older than 1.13\n"
+                       "    or sftctl bootstrap --agent-only: sftd alone, no trainer on this host"));
+  EXPECT_FALSE(host.Ran("sftctl-src.tar.gz"));
+  EXPECT_FALSE(host.Ran("start-worker"));
+  EXPECT_EQ(smoke_runs_, 0);
+}
+
+// --install-torch reaches the probe (whose decision then plans the install) and the worker.
+TEST_F(BootstrapFlow, InstallTorchReachesTheProbeAndTheWorker) {
+  ScriptedHost host;
+  const std::string id = SourceId();
+  int probes = 0;
+  host.probe = [&] {
+    return "probe=1\ntorch_plan=install\ninstalled=" + std::string(++probes > 1 ? id : "") +
+           "\narchive_sha256=" + sha_ + "\n";
+  };
+  host.polls = {"STATUS done " + id + "\nALIVE 0\nSIZE 0\n"};
+  bo_.smoke = false;
+  bo_.install_torch = true;
+  auto r = Run(&host);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_THAT(host.Find(" probe"), HasSubstr(" probe --install-torch"));
+  EXPECT_THAT(host.Find(" start-worker "), HasSubstr(" --install-torch"));
+
+  ScriptedHost plain;  // without the flag, neither gets it
+  plain.probe = host.probe;
+  plain.polls = host.polls;
+  probes = 0;
+  bo_.install_torch = false;
+  ASSERT_TRUE(Run(&plain).ok());
+  EXPECT_THAT(plain.Find(" probe"), Not(HasSubstr("--install-torch")));
+  EXPECT_THAT(plain.Find(" start-worker "), Not(HasSubstr("--install-torch")));
+}
+
 TEST_F(BootstrapFlow, TheArchiveIsUploadedWhenTheHostLacksIt) {
   ScriptedHost host;
   const std::string id = SourceId();

@@ -47,6 +47,14 @@ TEST(CliFlags, SmokeWithAgentOnlyIsRefused) {  // an agent-only host has no trai
   EXPECT_THAT(r.output, HasSubstr("excludes"));
 }
 
+// --install-torch installs PyTorch for the trainer, which an agent-only host does not build.
+TEST(CliFlags, InstallTorchWithAgentOnlyIsRefused) {
+  auto r = RunCommand(
+      {Bin("sftctl"), "bootstrap", "--host", "nowhere.invalid", "--install-torch", "--agent-only"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--agent-only excludes --install-torch"));
+}
+
 // `pull --keep` and `submit --sync-keep` take the same values: N >= 1 (leaving them out keeps all).
 TEST(CliFlags, KeepCountsAreAtLeastOneEverywhere) {
   auto sync = RunCommand({Bin("sftctl"), "submit", "job.yaml", "--host", "nowhere.invalid", "--sync-to", "d",

@@ -8,7 +8,8 @@
 #   4. `submit` of a job whose model is hf://org/tiny, `logs -f`, and `pull` of its checkpoint.
 # With KIND bullseye the host is the Debian 11 root standing in for Ubuntu 22.04 (gRPC 1.30, CMake
 # 3.18, g++ 10, no LibTorch): `bootstrap --agent-only` builds and starts sftd there (no smoke job), the
-# agent tests' stub trainer, compiled on the host, plays the trainer, and steps 3-4 are the same.
+# agent tests' stub trainer, compiled on the host, plays the trainer, and steps 3-4 are the same;
+# before it, a full bootstrap must stop within a minute with the no-PyTorch message, installing nothing.
 # Usage: tests/remote/bootstrap_e2e.sh BUILD_DIR [trixie|bullseye]   (root; the host is torn down at the end)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -84,6 +85,24 @@ HOST=root@127.0.0.1:$PORT
 [ ! -e "$ROOTFS/root/.local/bin/sftd" ] || fail "the fresh host already has sftd"
 ID=$("$SFTCTL" --version | sed -n 's/.*(source \([0-9a-f]*\)).*/\1/p')
 [ ${#ID} -eq 12 ] || fail "sftctl --version printed no source id"
+
+if [ "$KIND" = bullseye ]; then
+  # Issue 36: a full bootstrap of a host with no usable PyTorch (Debian 11: none, libtorch-dev 1.7.1
+  # at most) stops after the probe, within a minute, with one message (found, needed, the fix),
+  # having uploaded, installed and built nothing.
+  phase "sftctl bootstrap without --agent-only: no usable PyTorch, it must stop at once"
+  t=$SECONDS
+  if "$SFTCTL" bootstrap --host "$HOST" -i "$KEY" >"$TMP/boot0.out" 2>&1; then
+    cat "$TMP/boot0.out"; fail "a full bootstrap without PyTorch succeeded"
+  fi
+  [ $((SECONDS - t)) -le 60 ] || fail "the bootstrap without PyTorch took $((SECONDS - t)) s (more than 60)"
+  expect_in "$TMP/boot0.out" "no usable LibTorch for the trainer on this host; nothing was installed or built."
+  expect_in "$TMP/boot0.out" "needed: PyTorch or LibTorch 1.13 or newer"
+  expect_in "$TMP/boot0.out" "fix: run sftctl bootstrap again with --install-torch"
+  [ ! -e "$ROOTFS/root/.local/share/sftctl/bootstrap/sftctl-src.tar.gz" ] || fail "the source was uploaded"
+  [ ! -e "$ROOTFS/root/.local/share/sftctl/bootstrap/log" ] || fail "a bootstrap worker ran"
+  sed -n 's/^/  | /p' "$TMP/boot0.out" | tail -n 12
+fi
 
 phase "sftctl bootstrap ${BOOT_ARGS[*]} (packages, the builds, the agent, the smoke job)"
 "$SFTCTL" bootstrap --host "$HOST" -i "$KEY" "${BOOT_ARGS[@]}" >"$TMP/boot1.out" 2>"$TMP/boot1.err" ||
