@@ -22,9 +22,10 @@ the trainer's GPU peak from its metrics), not nvidia-smi, whose per-process figu
 
 Both sides: fp32 master weights, bf16 autocast, AdamW, gradient clipping at 1.0, summed token loss
 over all B x (T-1) targets, one host read of the loss per step. Throughput counts B x T tokens per
-step over the steps after the warm-up. MFU = model FLOPs per token x tokens/s / peak bf16 FLOP/s,
-with 6 x (matmul parameters incl. the tied lm_head) + 6 x layers x T x hidden (causal attention,
-forward and backward) FLOPs per token.
+step over the steps after the warm-up. MFU is the trainer's, one formula for both rows
+(trainer/gpu_metrics.h, docs/observability.md): the trainer's start record gives its FLOPs per token
+(PaLM's 6N + 12 L d T) and the GPU's peak (its table, or --peak-tflops, which reaches the spec as
+metrics.gpu_peak_tflops); each row's MFU = those FLOPs per token x the row's tokens/s / that peak.
 """
 
 import argparse
@@ -51,42 +52,22 @@ QWEN25_05B = {
 TINY = dict(QWEN25_05B, vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
 
-# Dense bf16 tensor-core peaks (TFLOP/s), by a substring of torch.cuda.get_device_name().
-PEAKS = [("H200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4), ("A100", 312.0), ("L40S", 362.0),
-         ("L4", 121.0), ("A10", 125.0), ("RTX 4090", 165.2), ("RTX 3090", 71.0)]
-
-
 def config(args):
     c = dict(TINY if args.tiny else QWEN25_05B)
     c["max_position_embeddings"] = max(c["max_position_embeddings"], args.seq)
     return c
 
 
-def flops_per_token(c, seq):
-    h, L = c["hidden_size"], c["num_hidden_layers"]
-    kv = c["num_key_value_heads"] * (h // c["num_attention_heads"])
-    matmul = L * (2 * h * h + 2 * h * kv + 3 * h * c["intermediate_size"]) + c["vocab_size"] * h
-    return 6 * matmul + 6 * L * seq * h
-
-
-def peak_flops(args):
-    if args.peak_tflops:
-        return args.peak_tflops * 1e12
-    import torch
-    if not torch.cuda.is_available():
+def mfu(flops_per_token, tokens_per_s, peak_tflops):
+    """The trainer's ModelFlopsUtilisation (trainer/gpu_metrics.h) on the trainer's own inputs."""
+    if not flops_per_token or not peak_tflops:
         return None
-    name = torch.cuda.get_device_name(0)
-    for key, tflops in PEAKS:
-        if key in name:
-            return tflops * 1e12
-    return None
+    return round(flops_per_token * tokens_per_s / (peak_tflops * 1e12), 4)
 
 
-def result(impl, c, args, tokens_per_s, step_s, peak_mib, extra=None):
-    peak = peak_flops(args)
+def result(impl, args, tokens_per_s, step_s, peak_mib, extra=None):
     r = {"impl": impl, "batch": args.batch, "seq": args.seq, "tokens_per_s": round(tokens_per_s, 1),
-         "step_ms": round(step_s * 1000, 1), "peak_mib": peak_mib,
-         "mfu": round(flops_per_token(c, args.seq) * tokens_per_s / peak, 4) if peak else None}
+         "step_ms": round(step_s * 1000, 1), "peak_mib": peak_mib}
     r.update(extra or {})
     return r
 
@@ -116,6 +97,8 @@ def make_spec(args, output_dir):
                   "weight_decay": 0.1, "clip_grad_norm": 1.0, "max_steps": args.steps, "log_interval": 1},
         "eval": {"interval": 0}, "checkpoint": {"interval": 0, "keep": 1},
     }
+    if getattr(args, "peak_tflops", None):
+        spec["metrics"] = {"gpu_peak_tflops": args.peak_tflops}
     return spec
 
 
@@ -187,16 +170,21 @@ def compare_resume(args):
 
 
 def summarise(args):
-    steps = [r for r in map(json.loads, open(args.summarise)) if r.get("event") == "step"]
+    records = list(map(json.loads, open(args.summarise)))
+    start = next((r for r in records if r.get("event") == "start"), {})
+    steps = [r for r in records if r.get("event") == "step"]
     warm = min(5, len(steps) // 4)
     if len(steps) - warm < 2:
         sys.exit("hf_train.py: too few step records in %s" % args.summarise)
     t = steps[-1]["elapsed_s"] - steps[warm]["elapsed_s"]
     tokens = sum(r["tokens"] for r in steps[warm + 1:])
-    c = config(args)
     peak = trainer_peak_mib(steps)
     extra = {} if peak is not None else {"model": "the trainer's metrics carry no GPU peak"}
-    print(json.dumps(result("sftctl-trainer", c, args, tokens / t, t / (len(steps) - 1 - warm), peak, extra)))
+    # The MFU inputs the trainer used: the table below applies them to the reference row too.
+    extra["flops_per_token"] = start.get("flops_per_token")
+    extra["gpu_peak_tflops"] = start.get("gpu_peak_tflops")
+    extra["mfu"] = mfu(extra["flops_per_token"], tokens / t, extra["gpu_peak_tflops"])
+    print(json.dumps(result("sftctl-trainer", args, tokens / t, t / (len(steps) - 1 - warm), peak, extra)))
 
 
 def trainer_peak_mib(records):
@@ -376,7 +364,7 @@ def train_reference(args):
     timed = args.steps - warm
     extra = {"model": impl, "last_loss_per_token": round(last / (args.batch * (args.seq - 1)), 4)}
     peak = torch.cuda.max_memory_allocated(device) // 2**20 if device.type == "cuda" else None
-    print(json.dumps(result("hf", c, args, timed * args.batch * args.seq / t, t / timed, peak, extra)))
+    print(json.dumps(result("hf", args, timed * args.batch * args.seq / t, t / timed, peak, extra)))
 
 
 def table(args):
@@ -385,12 +373,16 @@ def table(args):
         return
     print("%-16s %7s %6s %12s %9s %6s %10s  %s" % ("impl", "batch", "seq", "tokens/s", "step ms", "MFU",
                                                     "peak MiB", "notes"))
+    # One MFU: the trainer's FLOPs per token and peak (its start record) for every row.
+    inputs = next((r for r in rows if r.get("flops_per_token")), {})
     for r in rows:
-        mfu = "%.1f%%" % (100 * r["mfu"]) if r.get("mfu") is not None else "n/a"
+        if r.get("mfu") is None:
+            r["mfu"] = mfu(inputs.get("flops_per_token"), r["tokens_per_s"], inputs.get("gpu_peak_tflops"))
+        share = "%.1f%%" % (100 * r["mfu"]) if r.get("mfu") is not None else "n/a"
         peak = r.get("peak_mib") or "n/a"
         notes = r.get("model", "")
         print("%-16s %7d %6d %12.0f %9.1f %6s %10s  %s" % (r["impl"], r["batch"], r["seq"], r["tokens_per_s"],
-                                                             r["step_ms"], mfu, peak, notes))
+                                                             r["step_ms"], share, peak, notes))
     if len(rows) == 2 and rows[1]["tokens_per_s"] > 0:
         print("sftctl / reference throughput: %.2fx" % (rows[0]["tokens_per_s"] / rows[1]["tokens_per_s"]))
 

@@ -288,7 +288,7 @@ resume_check() {
 throughput() {
   local work=$build/qwen-run ok=1
   rm -rf "$work" && mkdir -p "$work"
-  "$py" "$here/hf_train.py" --write-spec "$work" --batch "$batch" --seq "$seq" --steps "$steps" \
+  "$py" "$here/hf_train.py" --write-spec "$work" --batch "$batch" --seq "$seq" --steps "$steps" ${peak_tflops:+--peak-tflops "$peak_tflops"} \
     --trainer-out "$work/run" > "$work/spec.json"
   if "$trainer" train --spec "$work/spec.json" > "$out/sftctl-train.log" 2>&1; then
     cp "$work/run/metrics.jsonl" "$out/sftctl-metrics.jsonl"
