@@ -112,8 +112,12 @@ int Run(const RunArgs& a) {
   auto uploader = IsHubPath(spec.checkpoint.upload_to) ? StartHubUploader(spec)     // client/hub_upload.h
                                                        : StartLocalUploader(spec);  // null when unset
   if (!uploader.ok()) return fail(uploader.status());
+  // Its paths absolute (common/spec.h RunSpecJson), so that the file works again from anywhere:
+  // `sftctl inspect-data RUN/spec.json`, `sftctl run RUN/spec.json`.
   const std::string spec_json = JoinPath(spec.output_dir, "spec.json");
-  if (Status s = WriteFileAtomic(fs, spec_json, ToJson(spec).dump(2) + "\n"); !s.ok()) return fail(s);
+  auto spec_text = RunSpecJson(spec);
+  if (!spec_text.ok()) return fail(spec_text.status());
+  if (Status s = WriteFileAtomic(fs, spec_json, *spec_text); !s.ok()) return fail(s);
 
   auto trainer = FindSiblingBinary("sftctl-trainer");
   if (!trainer.ok()) return fail(trainer.status());
@@ -157,8 +161,8 @@ int Run(const RunArgs& a) {
   if (*code == 0 && demo) {
     char name[32];
     std::snprintf(name, sizeof(name), "checkpoint-%06lld", static_cast<long long>(spec.train.max_steps));
-    std::cerr << "\nTry the model:  sftctl generate --model " << JoinPath(spec.output_dir, name)
-              << " --prompt $'What is 47+38?\\n'\n";
+    std::cerr << "\nTry the model:  " << SelfCommandName() << " generate --model "
+              << JoinPath(spec.output_dir, name) << " --prompt $'What is 47+38?\\n'\n";
   }
   return *code;
 }

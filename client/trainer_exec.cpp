@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -22,6 +23,17 @@ void Forward(int sig) {
 
 bool IsExecutable(const std::string& p) { return ::access(p.c_str(), X_OK) == 0; }
 
+// The first executable `name` in a folder of PATH, as a shell would find it; "" when none.
+std::string FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return "";
+  std::stringstream ss(path);
+  for (std::string d; std::getline(ss, d, ':');) {
+    if (!d.empty() && IsExecutable(d + "/" + name)) return d + "/" + name;
+  }
+  return "";
+}
+
 }  // namespace
 
 StatusOr<std::string> FindSiblingBinary(const std::string& name) {
@@ -29,14 +41,18 @@ StatusOr<std::string> FindSiblingBinary(const std::string& name) {
     const std::string dir = DirWithSlash(*self);
     if (IsExecutable(dir + name)) return dir + name;
   }
-  if (const char* path = std::getenv("PATH")) {
-    std::stringstream ss(path);
-    std::string d;
-    while (std::getline(ss, d, ':')) {
-      if (!d.empty() && IsExecutable(d + "/" + name)) return d + "/" + name;
-    }
-  }
+  if (std::string found = FindOnPath(name); !found.empty()) return found;
   return NotFoundError("cannot find '" + name + "' next to sftctl or on PATH (was it built? see README)");
+}
+
+std::string SelfCommandName() {
+  StatusOr<std::string> self = SelfExePath();
+  if (!self.ok()) return "sftctl";
+  const std::string on_path = FindOnPath("sftctl");
+  char resolved[PATH_MAX];
+  if (!on_path.empty() && ::realpath(on_path.c_str(), resolved) != nullptr && *self == resolved)
+    return "sftctl";
+  return *self;
 }
 
 StatusOr<int> RunChild(const std::string& path, const std::vector<std::string>& args) {

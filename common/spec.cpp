@@ -318,6 +318,15 @@ json ToJson(const JobSpec& s) {
   return WriteFields(SpecFields(), const_cast<JobSpec&>(s));  // read only (WriteFields)
 }
 
+StatusOr<std::string> RunSpecJson(const JobSpec& spec) {
+  std::error_code ec;
+  const std::filesystem::path cwd = std::filesystem::current_path(ec);
+  if (ec) return InternalError("cannot read the working directory (for spec.json's paths): " + ec.message());
+  // ParseSpec resolves exactly the path fields (common/spec_fields.cpp) and keeps the rest as they are.
+  SFT_ASSIGN_OR_RETURN(JobSpec absolute, ParseSpec(ToJson(spec), cwd.string()));
+  return ToJson(absolute).dump(2) + "\n";
+}
+
 Status CheckSpecFiles(const JobSpec& spec) {
   auto check = [](const std::string& field, const std::string& path) -> Status {
     if (IsHubPath(path)) return OkStatus();  // downloaded before the trainer starts (common/hub/hub_spec.h)

@@ -39,4 +39,13 @@ nlohmann::json ToJson(const JobSpec& spec);
 // Checks what can be checked without reading data: files exist and are regular files.
 Status CheckSpecFiles(const JobSpec& spec);
 
+// The text of a run folder's spec.json: the canonical JSON with every relative local path (data
+// files, model, tokenizer, chat template, output_dir, resume) made absolute against the working
+// directory, which is what a relative path in `spec` means to the process holding it. The file
+// then reads back to the same spec from any folder (ParseSpec with its folder, LoadSpecFile and
+// `sftctl inspect-data RUN/spec.json` resolve a relative path against the file's own folder).
+// `sftctl run` and the trainer both write spec.json through this. Errors: the working directory
+// cannot be read, or `spec` does not validate.
+StatusOr<std::string> RunSpecJson(const JobSpec& spec);
+
 }  // namespace sftctl

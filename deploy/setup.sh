@@ -16,11 +16,23 @@ case "${1:-}" in
   *) echo "usage: deploy/setup.sh [--install [PREFIX]]" >&2; exit 2 ;;
 esac
 
+# One line about a build's bin folder DIR: the three binaries you type or a host runs by name, and a
+# count of the rest (tests, benchmarks, tools) rather than ~90 names. tests/client/setup_scripts_test.cpp
+# runs it.
+built_summary() {
+  local dir=$1 built="" b others
+  for b in sftctl sftd sftctl-trainer; do
+    if [ -x "$dir/$b" ]; then built="$built${built:+, }$b"; fi
+  done
+  others=$(find "$dir" -maxdepth 1 -type f -perm -u+x ! -name sftctl ! -name sftd ! -name sftctl-trainer | wc -l)
+  echo "setup: built ${built:-none of sftctl, sftd and sftctl-trainer} in $dir (and $others test and tool programs)"
+}
+
 deploy/install-deps.sh
 cmake --preset release >/dev/null
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake --build --preset release -j "$jobs"
-echo "setup: built $(ls build/release/bin | tr '\n' ' ')in build/release/bin"
+built_summary build/release/bin
 
 if [ -n "$install_prefix" ]; then
   cmake --install build/release --prefix "$install_prefix" >/dev/null

@@ -99,8 +99,14 @@ int RunTrain(const std::string& spec_path, int events_fd) {
   const TrainResult& r = *result;
   if (r.rank != 0) return 0;  // rank 0 reports for a data-parallel job
   std::ostringstream summary;
-  summary << "done: " << r.steps << " steps in " << static_cast<int>(r.elapsed_s) << " s (" << r.device
-          << ", " << r.precision << "), final train loss " << r.last_loss;
+  if (r.AlreadyComplete()) {
+    summary << "done: the run was already complete at step " << r.steps
+            << " (resumed from its final checkpoint, nothing left to train; raise --max-steps or "
+               "train.max_steps to train on)";
+  } else {
+    summary << "done: " << r.steps << " steps in " << static_cast<int>(r.elapsed_s) << " s (" << r.device
+            << ", " << r.precision << "), final train loss " << r.last_loss;
+  }
   if (r.eval_loss) summary << ", eval loss " << *r.eval_loss;
   if (r.exact_match) summary << ", held-out exact match " << 100.0 * *r.exact_match << "%";
   spdlog::info("{}", summary.str());

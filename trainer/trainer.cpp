@@ -66,9 +66,10 @@ Status LoadLoraCheckpoint(CausalLM& model, const std::string& dir, bool* base_lo
   return LoadAdapterInto(model, adapter, JoinPath(dir, "adapter_model.safetensors"));
 }
 
-// The run's spec, as the trainer understood it, next to its outputs.
+// The run's spec, as the trainer understood it, next to its outputs (its paths absolute: RunSpecJson).
 Status WriteRunSpec(FileSystem* fs, const JobSpec& spec) {
-  return WriteFileAtomic(fs, JoinPath(spec.output_dir, "spec.json"), ToJson(spec).dump(2) + "\n");
+  SFT_ASSIGN_OR_RETURN(std::string text, RunSpecJson(spec));
+  return WriteFileAtomic(fs, JoinPath(spec.output_dir, "spec.json"), text);
 }
 
 // Optimizer steps of the run; an epoch is ceil(samples / global batch) micro-steps.
@@ -831,11 +832,12 @@ Status TrainRun::Finish() {
   result_.elapsed_s = Seconds(t_start_);
   json done = {{"event", interrupted ? "stopped" : "done"},
                {"step", state_.step},
-               {"loss", result_.last_loss},
                {"elapsed_s", result_.elapsed_s},
                {"checkpoint", result_.checkpoint_dir},
                {"dropped_samples", data_.train_stats.dropped + data_.eval_stats.dropped},
                {"truncated_samples", data_.train_stats.truncated + data_.eval_stats.truncated}};
+  // A run resumed at its last step trained nothing here: it has no loss of its own to report.
+  if (!result_.AlreadyComplete()) done["loss"] = result_.last_loss;
   if (result_.eval_loss) done["eval_loss"] = *result_.eval_loss;
   if (result_.exact_match) done["exact_match"] = *result_.exact_match;
   metrics_->Emit(done);

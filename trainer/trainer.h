@@ -67,6 +67,8 @@ struct TrainResult {
   std::string precision, device;
   int64_t resumed_from_step = -1;  // -1: fresh start
   int rank = 0, world_size = 1;
+  // Resumed from the checkpoint of its last step: nothing was trained, and last_loss means nothing.
+  bool AlreadyComplete() const { return resumed_from_step >= 0 && resumed_from_step == steps; }
 };
 
 StatusOr<TrainResult> Train(const JobSpec& spec, const TrainOptions& options);

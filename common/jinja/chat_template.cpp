@@ -1,5 +1,6 @@
 #include "common/jinja/chat_template.h"
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -205,6 +206,20 @@ std::vector<std::vector<ChatMessage>> BuiltInProbes() {
   };
 }
 
+// "auto" with a folder that has no readable tokenizer_config.json: the model has no chat template
+// (a from-scratch model on the byte tokenizer, sftctl_tokenizer.json, never has one).
+Status NoTemplateError(const std::string& tokenizer_dir, const std::string& config_path) {
+  std::error_code ec;
+  if (std::filesystem::exists(config_path, ec))
+    return NotFoundError("cannot read '" + config_path + "' (for its chat_template)");
+  const bool byte = std::filesystem::exists(tokenizer_dir + "/sftctl_tokenizer.json", ec);
+  return FailedPreconditionError(
+      "this model has no chat template: '" + tokenizer_dir + "' has no tokenizer_config.json" +
+      (byte ? " (it uses sftctl's built-in byte tokenizer)" : "") +
+      "; leave out --chat, or name a template: chatml, qwen3, llama3 or a template file (--chat-template, "
+      "or data.chat_template in a job spec)");
+}
+
 }  // namespace
 
 StatusOr<ChatMessage> ChatMessageFromJson(const ordered_json& m, const std::string& where) {
@@ -321,7 +336,7 @@ StatusOr<ChatTemplate> ChatTemplate::LoadUnchecked(const std::string& setting,
           "to "
           "chatml, qwen3, llama3 or a template file");
     }
-    if (cfg.is_null()) return NotFoundError("cannot read '" + config_path + "' (for its chat_template)");
+    if (cfg.is_null()) return NoTemplateError(tokenizer_dir, config_path);
     label = config_path;
     SFT_RETURN_IF_ERROR(FromConfig(cfg, label, &tmpl, &tool_use, &bos, &eos));
   } else {

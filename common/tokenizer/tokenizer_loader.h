@@ -5,7 +5,9 @@
 //              (eos/pad/bos tokens, added_tokens_decoder, additional_special_tokens)
 //
 // Errors name the file and the JSON field, e.g.
-//   "/m/tokenizer.json: model.type 'Unigram' is not supported (byte-level BPE only)".
+//   "/m/tokenizer.json: model.type 'Unigram' is not supported (byte-level BPE only)";
+// a folder without tokenizer.json that holds sftctl_tokenizer.json (a checkpoint of a model trained
+// with the byte tokenizer) is NOT_FOUND saying to use "byte".
 #pragma once
 
 #include <memory>

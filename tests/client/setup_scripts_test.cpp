@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tests/util/command.h"
+#include "tests/util/temp_dir.h"
 
 namespace sftctl::client {
 namespace {
@@ -49,6 +50,22 @@ TEST(SetupScripts, InstallDepsCoversEveryHostPackage) {
   // HostScript.ProbeDescribesThisMachine wants none of them missing on a machine set up by setup.sh.
   for (const std::string& p : host)
     EXPECT_EQ(installed.count(p), 1u) << p << " (HOST_PKGS) is not in install-deps.sh";
+}
+
+// setup.sh ends its build with one short line (it printed the names of all ~90 programs of bin/):
+// the three binaries a user types or a host runs, and a count of the rest.
+TEST(SetupScripts, BuildSummaryNamesTheThreeBinariesAndCountsTheRest) {
+  const std::string dir = sftctl::testing::MakeTempDir("setup-summary");
+  const std::string fn = "eval \"$(sed -n '/^built_summary() {/,/^}/p' '" + kSource + "/deploy/setup.sh')\"";
+  auto r = RunShell("cd " + dir +
+                    " && touch sftctl sftd sftctl-trainer spec_test demo_test agent_bench notes.txt" +
+                    " && chmod +x sftctl sftd sftctl-trainer spec_test demo_test agent_bench && " + fn +
+                    " && built_summary " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output,
+            "setup: built sftctl, sftd, sftctl-trainer in " + dir + " (and 3 test and tool programs)\n");
+  r = RunShell("cd " + dir + " && rm sftd sftctl-trainer && " + fn + " && built_summary " + dir);
+  EXPECT_EQ(r.output, "setup: built sftctl in " + dir + " (and 3 test and tool programs)\n");
 }
 
 }  // namespace

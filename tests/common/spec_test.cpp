@@ -63,6 +63,57 @@ TEST(Spec, CanonicalJsonRoundTrips) {
   EXPECT_EQ(again->train.grad_accum, 4);
 }
 
+// A run folder's spec.json (RunSpecJson, written by `sftctl run` and the trainer) holds the paths of
+// a spec given relative to the working directory (the demo's, `--set data.train=x.jsonl`, `-o runs/a`)
+// as absolute ones, so that it reads back to the same files from its own folder: it used to join the
+// run folder to them a second time (`inspect-data sftctl-runs/demo-X/spec.json` looked in
+// sftctl-runs/demo-X/sftctl-runs/demo-X/data/train.jsonl).
+TEST(Spec, RunSpecJsonReadsBackFromTheRunFolder) {
+  auto spec = ParseSpec(nlohmann::json::parse(R"({
+    "model": {"config": {"hidden_size": 32}}, "tokenizer": "byte", "output_dir": "runs/try1",
+    "data": {"train": ["runs/try1/data/train.jsonl", "hf://datasets/o/n/t.jsonl", "/abs/e.jsonl"],
+             "chat_template": "chatml"}})"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->data.train[0], "runs/try1/data/train.jsonl") << "ParseSpec without a folder keeps it";
+  auto text = RunSpecJson(*spec);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  const std::string cwd = std::filesystem::current_path().string();
+  const auto j = nlohmann::json::parse(*text);
+  EXPECT_EQ(j["output_dir"], cwd + "/runs/try1");
+  EXPECT_EQ(j["data"]["train"], nlohmann::json({cwd + "/runs/try1/data/train.jsonl",
+                                                "hf://datasets/o/n/t.jsonl", "/abs/e.jsonl"}));
+  EXPECT_EQ(j["tokenizer"], "byte");
+  EXPECT_EQ(j["data"]["chat_template"], "chatml");
+  EXPECT_EQ(j["resume"], "auto");
+
+  // Read back as a file in another folder, as `inspect-data RUN/spec.json` and `run RUN/spec.json` do.
+  const std::string path = TempFile("run-spec.json", *text);
+  auto again = LoadSpecFile(path);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->data.train, j["data"]["train"].get<std::vector<std::string>>());
+  EXPECT_EQ(again->output_dir, cwd + "/runs/try1");
+  EXPECT_EQ(ToJson(*again).dump(2) + "\n", *text) << "reading spec.json back changes nothing";
+}
+
+// examples/job.yaml, which the README's Usage section runs: it parses, its data files exist and are
+// the ones shipped next to it, and it trains from scratch with the byte tokenizer (runs on a CPU).
+TEST(Spec, ExampleJobSpecParsesWithItsShippedData) {
+  const std::string dir = std::string(SFTCTL_SOURCE_DIR) + "/examples";
+  auto spec = LoadSpecFile(dir + "/job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(CheckSpecFiles(*spec).ok()) << CheckSpecFiles(*spec).ToString();
+  const std::string abs = std::filesystem::absolute(dir).lexically_normal().string();
+  EXPECT_EQ(spec->name, "job");
+  EXPECT_EQ(spec->data.train, std::vector<std::string>({abs + "/data/train.jsonl"}));
+  EXPECT_EQ(spec->data.eval, std::vector<std::string>({abs + "/data/eval.jsonl"}));
+  EXPECT_EQ(spec->output_dir, abs + "/runs/job");
+  EXPECT_EQ(spec->tokenizer, "byte");
+  EXPECT_TRUE(spec->model.path.empty());
+  EXPECT_EQ(spec->model.config["hidden_size"], 128);
+  EXPECT_EQ(spec->train.max_steps, 400);
+  EXPECT_TRUE(spec->eval.exact_match);
+}
+
 TEST(Spec, DataChatTemplateAndPacking) {
   auto spec = LoadSpecFile(TempFile("defaults-chat.yaml", kMinimal));
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
