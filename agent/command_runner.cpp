@@ -18,13 +18,17 @@ namespace {
 
 class PosixCommandRunner final : public CommandRunner {
  public:
+  explicit PosixCommandRunner(ChildKind env) : env_(env) {}
   StatusOr<CommandOutcome> Run(const std::string& command, std::chrono::seconds timeout) override;
+
+ private:
+  const ChildKind env_;
 };
 
 // posix_spawn of `/bin/sh -c command` writing to `out_fd`, in a new process group with default signals,
-// with the environment a stop command gets (common/os/process_util.h: no HF_TOKEN, no other secret).
-StatusOr<pid_t> Spawn(const std::string& command, int out_fd) {
-  std::vector<std::string> env = ChildEnvironment(ChildKind::kStopCommand);
+// with the environment a child of `kind` gets (common/os/process_util.h: no HF_TOKEN, no other secret).
+StatusOr<pid_t> Spawn(const std::string& command, int out_fd, ChildKind kind) {
+  std::vector<std::string> env = ChildEnvironment(kind);
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -57,7 +61,7 @@ StatusOr<pid_t> Spawn(const std::string& command, int out_fd) {
 StatusOr<CommandOutcome> PosixCommandRunner::Run(const std::string& command, std::chrono::seconds timeout) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return InternalError(std::string("pipe: ") + std::strerror(errno));
-  auto pid = Spawn(command, p[1]);
+  auto pid = Spawn(command, p[1], env_);
   ::close(p[1]);
   if (!pid.ok()) {
     ::close(p[0]);
@@ -101,9 +105,19 @@ std::string CommandOutcome::Describe() const {
   return DescribeExit(exit_code, signal);
 }
 
-CommandRunner* CommandRunner::Default() {
-  static PosixCommandRunner* runner = new PosixCommandRunner();
-  return runner;
+CommandRunner* CommandRunner::Default(ChildKind env) {
+  static PosixCommandRunner* stop_command = new PosixCommandRunner(ChildKind::kStopCommand);
+  static PosixCommandRunner* slurm_command = new PosixCommandRunner(ChildKind::kSlurmCommand);
+  static PosixCommandRunner* rank = new PosixCommandRunner(ChildKind::kRank);
+  switch (env) {
+    case ChildKind::kSlurmCommand:
+      return slurm_command;
+    case ChildKind::kRank:
+      return rank;
+    case ChildKind::kStopCommand:
+      break;
+  }
+  return stop_command;
 }
 
 }  // namespace sftctl::agent

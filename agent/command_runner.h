@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/os/clock.h"
+#include "common/os/process_util.h"
 #include "common/status.h"
 
 namespace sftctl::agent {
@@ -31,14 +32,16 @@ class CommandRunner {
  public:
   virtual ~CommandRunner() = default;
   // Runs `command` with /bin/sh -c in a process group of its own, stdin from /dev/null, stdout and
-  // stderr captured, the agent's environment as the stop command's allowlist passes it
-  // (ChildEnvAllowed in common/os/process_util.h), default signal dispositions and an empty signal mask.
+  // stderr captured, the agent's environment as this runner's allowlist passes it (Default below;
+  // ChildEnvAllowed in common/os/process_util.h), default signal dispositions and an empty signal mask.
   // After `timeout` the group gets SIGKILL and the outcome says timed_out. Errors: the command could
   // not be started (INTERNAL naming the cause).
   virtual StatusOr<CommandOutcome> Run(const std::string& command, std::chrono::seconds timeout) = 0;
 
-  // The real runner (lives forever), timing out on `Clock::Real()`.
-  static CommandRunner* Default();
+  // The real runner (lives forever), timing out on `Clock::Real()`, whose commands get the agent's
+  // environment as ChildEnvAllowed(name, env) passes it: the stop command's by default (its cloud
+  // APIs), ChildKind::kSlurmCommand for Slurm's commands (the basics only).
+  static CommandRunner* Default(ChildKind env = ChildKind::kStopCommand);
 };
 
 }  // namespace sftctl::agent

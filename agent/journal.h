@@ -14,7 +14,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,6 +55,19 @@ constexpr size_t kMaxRankReadPerPass = size_t{4} << 20;
 std::string ReadRankOutput(const std::string& path, uint64_t off, bool* at_eof, bool* more = nullptr);
 size_t SplitRankOutput(int rank, int src, uint64_t off, const std::string& buf, bool last_piece,
                        std::vector<JournalEvent>* events);
+
+// One line of a trainer's event stream (source 2), {"event":"<kind>",...}, as the agent reads it: the one
+// reader for the supervisor (its ranks, and the journal of a job recovered after a restart) and the
+// Slurm runner. The line is the trainer's, so untrusted: INVALID_ARGUMENT (ParseJson's, or a field of
+// the wrong type, common/json_parse.h: "rank 0 event: field 'event': expected a string, got number 7")
+// is returned, never thrown; callers skip such a line (the journal keeps it as it was).
+struct TrainerEvent {
+  std::string kind;             // "step", "eval", "done", "error", ...
+  std::optional<int64_t> step;  // of a "step" event
+  std::optional<double> loss;   // of a "step" event (absent when null: a NaN)
+  std::string message;          // of an "error" event
+};
+StatusOr<TrainerEvent> ParseTrainerEvent(std::string_view line, int rank);
 
 class Journal {
  public:

@@ -1,8 +1,12 @@
 #include "agent/state_store.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "common/json_parse.h"
 
 namespace sftctl::agent {
 namespace {
@@ -55,12 +59,17 @@ std::string JoinInts(const std::vector<int>& v) {
   return out;
 }
 
-std::vector<int> SplitInts(const std::string& s) {
+StatusOr<std::vector<int>> SplitInts(const std::string& s) {
   std::vector<int> out;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(std::stoi(item));
+    if (item.empty()) continue;
+    int v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || end != item.data() + item.size())
+      return InvalidArgumentError("assigned_gpus: '" + item + "' is not a GPU index");
+    out.push_back(v);
   }
   return out;
 }
@@ -75,18 +84,32 @@ std::string RendezvousToText(const ::sftctl::v1::Rendezvous& r) {
   return j.dump();
 }
 
-::sftctl::v1::Rendezvous RendezvousFromText(const std::string& text) {
+StatusOr<uint32_t> U32Field(const nlohmann::json& j, const char* key, const std::string& where) {
+  SFT_ASSIGN_OR_RETURN(const uint64_t v, JsonFieldOr<uint64_t>(j, key, 0, where));
+  if (v > UINT32_MAX) return FieldError(where, key, "expected a 32-bit count, got " + std::to_string(v));
+  return static_cast<uint32_t>(v);
+}
+
+StatusOr<::sftctl::v1::Rendezvous> RendezvousFromText(const std::string& text) {
   ::sftctl::v1::Rendezvous r;
   if (text.empty()) return r;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_object()) return r;
-  r.set_num_nodes(j.value("num_nodes", 0u));
-  r.set_node_rank(j.value("node_rank", 0u));
-  r.set_world_size(j.value("world_size", 0u));
-  r.set_rank_offset(j.value("rank_offset", 0u));
-  r.set_master_addr(j.value("master_addr", ""));
-  r.set_master_port(j.value("master_port", 0u));
-  r.set_group_id(j.value("group_id", ""));
+  const std::string where = "rendezvous";
+  SFT_ASSIGN_OR_RETURN(const nlohmann::json j, ParseJson(text, where));
+  SFT_RETURN_IF_ERROR(CheckJsonObject(j, where));
+  SFT_ASSIGN_OR_RETURN(const uint32_t num_nodes, U32Field(j, "num_nodes", where));
+  SFT_ASSIGN_OR_RETURN(const uint32_t node_rank, U32Field(j, "node_rank", where));
+  SFT_ASSIGN_OR_RETURN(const uint32_t world_size, U32Field(j, "world_size", where));
+  SFT_ASSIGN_OR_RETURN(const uint32_t rank_offset, U32Field(j, "rank_offset", where));
+  SFT_ASSIGN_OR_RETURN(const uint32_t master_port, U32Field(j, "master_port", where));
+  SFT_ASSIGN_OR_RETURN(std::string master_addr, JsonFieldOr<std::string>(j, "master_addr", "", where));
+  SFT_ASSIGN_OR_RETURN(std::string group_id, JsonFieldOr<std::string>(j, "group_id", "", where));
+  r.set_num_nodes(num_nodes);
+  r.set_node_rank(node_rank);
+  r.set_world_size(world_size);
+  r.set_rank_offset(rank_offset);
+  r.set_master_addr(std::move(master_addr));
+  r.set_master_port(master_port);
+  r.set_group_id(std::move(group_id));
   return r;
 }
 
@@ -96,12 +119,31 @@ std::string SlurmToText(const JobRecord& rec) {
   return nlohmann::json{{"job_id", rec.slurm_job_id}, {"state", rec.slurm_state}}.dump();
 }
 
-void SlurmFromText(const std::string& text, JobRecord* rec) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+Status SlurmFromText(const std::string& text, JobRecord* rec) {
+  if (text.empty()) return OkStatus();  // not a Slurm job
+  SFT_ASSIGN_OR_RETURN(const nlohmann::json j, ParseJson(text, "slurm"));
   rec->slurm = j.is_object();
-  if (!rec->slurm) return;
-  rec->slurm_job_id = j.value("job_id", "");
-  rec->slurm_state = j.value("state", "");
+  if (!rec->slurm) return OkStatus();
+  SFT_ASSIGN_OR_RETURN(rec->slurm_job_id, JsonFieldOr<std::string>(j, "job_id", "", "slurm"));
+  SFT_ASSIGN_OR_RETURN(rec->slurm_state, JsonFieldOr<std::string>(j, "state", "", "slurm"));
+  return OkStatus();
+}
+
+// The columns that are text with a structure, read back into `r`. A column that does not parse (a
+// database edited or damaged on disk) is noted in r->corrupt, never thrown: the agent still starts
+// and fails that one job (agent/supervisor.cpp, Recover).
+void ReadStructuredColumns(const std::string& assigned_gpus, const std::string& rendezvous,
+                           const std::string& slurm, JobRecord* r) {
+  auto note = [r](const Status& st) {
+    if (!st.ok() && r->corrupt.empty()) r->corrupt = st.message();
+  };
+  auto gpus = SplitInts(assigned_gpus);
+  note(gpus.status());
+  if (gpus.ok()) r->assigned_gpus = std::move(*gpus);
+  auto rdv = RendezvousFromText(rendezvous);
+  note(rdv.status());
+  if (rdv.ok()) r->rendezvous = std::move(*rdv);
+  note(SlurmFromText(slurm, r));
 }
 
 const char kSchema[] = R"sql(
@@ -295,13 +337,13 @@ Status StateStore::SaveJob(const JobRecord& rec, const HistoryRecord* change) {
   Stmt up(db_,
           "UPDATE jobs SET state=?2, reason=?3, assigned_gpus=?4, restarts=?5, started_ms=?6, "
           "finished_ms=?7, last_step=?8, last_loss=?9, pgid=?10, spec_json=?11, world_size=?12, "
-          "rendezvous=?13, first_failed_rank=?14, slurm=?15 WHERE id=?1");
+          "rendezvous=?13, first_failed_rank=?14, slurm=?15, job_dir=?16 WHERE id=?1");
   up.Bind(1, rec.id).Bind(2, static_cast<int64_t>(rec.state)).Bind(3, rec.reason);
   up.Bind(4, JoinInts(rec.assigned_gpus)).Bind(5, static_cast<int64_t>(rec.restarts));
   up.Bind(6, rec.started_ms).Bind(7, rec.finished_ms).Bind(8, rec.last_step).Bind(9, rec.last_loss);
   up.Bind(10, rec.pgid).Bind(11, rec.spec_json).Bind(12, static_cast<int64_t>(rec.world_size));
   up.Bind(13, RendezvousToText(rec.rendezvous)).Bind(14, static_cast<int64_t>(rec.first_failed_rank));
-  up.Bind(15, SlurmToText(rec));
+  up.Bind(15, SlurmToText(rec)).Bind(16, rec.job_dir);
   if (up.Step() != SQLITE_DONE) return fail(up.Error("update job"));
   {
     Stmt del(db_, "DELETE FROM ranks WHERE job_id=?1");
@@ -356,7 +398,6 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
     r.reason = q.Text(5);
     r.gpus = static_cast<uint32_t>(q.Int(6));
     r.world_size = static_cast<uint32_t>(q.Int(7));
-    r.assigned_gpus = SplitInts(q.Text(8));
     r.restarts = static_cast<uint32_t>(q.Int(9));
     r.max_restarts = static_cast<uint32_t>(q.Int(10));
     r.heartbeat_s = static_cast<uint32_t>(q.Int(11));
@@ -368,10 +409,9 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
     r.pgid = q.Int(17);
     r.job_dir = q.Text(18);
     r.spec_json = q.Text(19);
-    r.rendezvous = RendezvousFromText(q.Text(20));
     r.first_failed_rank = static_cast<int>(q.Int(21));
     r.stop_when_done = q.Int(22) != 0;
-    SlurmFromText(q.Text(23), &r);
+    ReadStructuredColumns(q.Text(8), q.Text(20), q.Text(23), &r);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return q.Error("query jobs");

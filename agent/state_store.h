@@ -71,6 +71,9 @@ struct JobRecord {
   bool slurm = false;
   std::string slurm_job_id;
   std::string slurm_state;
+  // Read back only (never saved): why part of the record could not be read from the database (a
+  // column damaged on disk), "" when it was read whole. The agent fails such a job with this reason.
+  std::string corrupt;
 };
 
 // A job submitted with stop_when_done, as the stop policy tracks it (table stop_when_done).
@@ -95,8 +98,8 @@ class StateStore {
   // Assigns num and id ("job-<num>") and inserts the job with a first history entry (and, with
   // rec.stop_when_done, its kArmed stop_when_done row).
   StatusOr<JobRecord> InsertJob(JobRecord rec);
-  // Writes every mutable column and the ranks; with `change`, appends it to the history in the same
-  // transaction.
+  // Writes every mutable column (job_dir too) and the ranks; with `change`, appends it to the history
+  // in the same transaction.
   Status SaveJob(const JobRecord& rec, const HistoryRecord* change);
   // Only last_step and last_loss, and only while the job is RUNNING or CANCELLING: a progress save
   // that lands after the job's final state was saved changes nothing.

@@ -159,7 +159,7 @@ Supervisor::Supervisor(SupervisorConfig config, StateStore* store, BlobStore* bl
   sc.shared_dir = config_.shared_dir;
   sc.trainer_path = config_.trainer_path;
   sc.env = slurm::SlurmCli::EnvFromProcess();
-  sc.runner = CommandRunner::Default();
+  sc.runner = CommandRunner::Default(ChildKind::kSlurmCommand);  // no cloud keys for sbatch/srun
   sc.poll = config_.slurm_poll;
   slurm_ = std::make_unique<slurm::SlurmRunner>(std::move(sc), [this](slurm::SlurmUpdate u) {
     boost::asio::post(io_, [this, u = std::move(u)] { ApplySlurmUpdate(u); });
@@ -172,6 +172,7 @@ std::string Supervisor::JobDir(const std::string& id) const { return config_.dat
 
 Status Supervisor::Start() {
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(config_.data_dir + "/jobs"));
+  if (!config_.shared_dir.empty()) SFT_RETURN_IF_ERROR(PrepareSlurmJobsDir());
   SFT_RETURN_IF_ERROR(Recover());
   using Guard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
   work_ = std::make_unique<Guard>(io_.get_executor());
@@ -396,6 +397,29 @@ void Supervisor::FinishHubFetch(const std::string& job_id, StatusOr<std::string>
   Schedule();
 }
 
+Status Supervisor::CreateJobFolder(JobRecord* rec) {
+  const Status made = MakePrivateDir(rec->job_dir, rec->slurm);
+  if (made.ok()) return made;
+  // Never write into a folder this agent did not make: the failed job's record and journal move to a
+  // folder of its own in the data dir; where none can be made either, the record alone says why.
+  const std::string why = "cannot create the job folder: " + made.message();
+  rec->job_dir = JobDir(rec->id);
+  Status st = MakePrivateDir(rec->job_dir, false);
+  if (st.ok()) st = store_->SaveJob(*rec, nullptr);
+  StatusOr<std::shared_ptr<Journal>> journal = st.ok() ? JournalFor(rec->id) : st;
+  if (journal.ok()) {
+    st = Transition(rec, journal->get(), JobState::FAILED, why);
+  } else {
+    rec->state = JobState::FAILED;
+    rec->reason = why;
+    rec->finished_ms = NowMs();
+    const HistoryRecord h{rec->state, rec->reason, rec->finished_ms};
+    st = store_->SaveJob(*rec, &h).WithContext(journal.status().message());
+  }
+  if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
+  return FailedPreconditionError(rec->id + ": " + why);
+}
+
 // The job's record, folders, spec.json and journal (blocking thread; runs one at a time, so two
 // submits with the same client request id cannot both create a job).
 StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& req, bool* created) {
@@ -438,16 +462,17 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
   rec.heartbeat_s = req.heartbeat_timeout_s();
   rec.rendezvous = rdzv;
   rec.created_ms = NowMs();
-  rec.job_dir = (sl ? config_.shared_dir : config_.data_dir) + "/jobs/";  // InsertJob appends the id
+  rec.job_dir = (sl ? slurm_jobs_dir_ : config_.data_dir + "/jobs") + "/";  // InsertJob appends the id
   rec.slurm = sl.has_value();
   SFT_ASSIGN_OR_RETURN(rec, store_->InsertJob(std::move(rec)));
+  SFT_RETURN_IF_ERROR(CreateJobFolder(&rec));
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/logs"));
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/run"));
   SFT_RETURN_IF_ERROR(MaterializeFolders(rec.job_dir, folders, &spec));
   if (sl) SFT_RETURN_IF_ERROR(slurm::MoveInputsIntoJobFolder(rec.job_dir, FileRefPointers(refs), &spec));
   SetOutputDir(&spec, rec.job_dir + "/run");
   rec.spec_json = spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-  SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), rec.job_dir + "/spec.json", rec.spec_json));
+  SFT_RETURN_IF_ERROR(WritePrivateFile(rec.job_dir + "/spec.json", rec.spec_json));
   SFT_RETURN_IF_ERROR(store_->SaveJob(rec, nullptr));
   SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(rec.id));
   JournalEvent ev;
@@ -886,45 +911,92 @@ void Supervisor::Finalize(Run* run) {
   Schedule();
 }
 
+// Recovery reads what a previous agent left on disk (the database, journals, rank files): one job
+// whose record cannot be recovered is failed with the reason, and the agent still starts and serves
+// the others (a damaged record must not stop it on every start).
 Status Supervisor::Recover() {
   SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->ListJobs());
   for (JobRecord& rec : jobs) {
-    if (rec.slurm) {
-      if (!IsFinal(rec.state)) FollowSlurmJob(&rec);
-      continue;
-    }
-    if (rec.state == JobState::QUEUED) {
-      SFT_RETURN_IF_ERROR(JournalFor(rec.id).status());  // opened (replayed) now, not at launch
-      if (IsMultiNode(rec) && rec.rendezvous.node_rank() == 0) HostName();  // DNS too
-      auto spec = ParseJson(rec.spec_json, rec.id + " spec");
-      const bool fetch = spec.ok() && (!HubSpecFields(*spec).empty() ||
-                                       !CheckpointUploads::ResumeBucket(rec.spec_json).empty());
-      if (fetch) {
-        recovered_hub_.push_back(rec.id);  // its download (hf://, s3:// resume) starts with the event thread
-      } else {
-        scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : rec.world_size);
+    if (IsFinal(rec.state)) continue;
+    Status st = rec.corrupt.empty() ? OkStatus() : DataLossError("its record is damaged: " + rec.corrupt);
+    if (st.ok()) {
+      try {
+        st = RecoverJob(&rec);
+      } catch (const std::exception& e) {  // the edge: nothing read from disk may stop the agent
+        st = InternalError(e.what());
       }
-      continue;
     }
-    if (rec.state != JobState::RUNNING && rec.state != JobState::CANCELLING) continue;
-    size_t alive = 0;
-    std::string dead_rank;
-    SFT_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, RecoverRun(rec, &alive, &dead_rank));
-    scheduler_.Adopt(rec.id, rec.assigned_gpus, rec.gpus > 0 ? 0 : rec.world_size);
-    Run* raw = run.get();
-    runs_[rec.id] = std::move(run);
-    if (rec.state == JobState::CANCELLING) {
-      BeginStop(raw, {JobState::CANCELLED, rec.reason, false});
-    } else if (alive > 0 && alive < raw->ranks.size()) {
-      BeginStop(raw, {JobState::FAILED, "agent-restart: rank " + dead_rank + " died while the agent was down",
-                      true});
-    }
-    spdlog::info("{}: recovered after agent restart: {}/{} rank(s) alive", rec.id, alive, raw->ranks.size());
-    StartUploads(rec, raw->journal.get());  // with the host's credentials: the client's are forgotten
-    WatchExits(raw);
-    ArmTimer(raw);
+    if (!st.ok()) FailUnrecoverable(&rec, st);
   }
   return OkStatus();
+}
+
+Status Supervisor::RecoverJob(JobRecord* rec_ptr) {
+  JobRecord& rec = *rec_ptr;
+  if (rec.slurm) {
+    FollowSlurmJob(&rec);
+    return OkStatus();
+  }
+  if (rec.state == JobState::QUEUED) {
+    SFT_RETURN_IF_ERROR(JournalFor(rec.id).status());  // opened (replayed) now, not at launch
+    if (IsMultiNode(rec) && rec.rendezvous.node_rank() == 0) HostName();  // DNS too
+    auto spec = ParseJson(rec.spec_json, rec.id + " spec");
+    const bool fetch = spec.ok() && (!HubSpecFields(*spec).empty() ||
+                                     !CheckpointUploads::ResumeBucket(rec.spec_json).empty());
+    if (fetch) {
+      recovered_hub_.push_back(rec.id);  // its download (hf://, s3:// resume) starts with the event thread
+    } else {
+      scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : rec.world_size);
+    }
+    return OkStatus();
+  }
+  if (rec.state != JobState::RUNNING && rec.state != JobState::CANCELLING) return OkStatus();
+  size_t alive = 0;
+  std::string dead_rank;
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, RecoverRun(rec, &alive, &dead_rank));
+  scheduler_.Adopt(rec.id, rec.assigned_gpus, rec.gpus > 0 ? 0 : rec.world_size);
+  Run* raw = run.get();
+  runs_[rec.id] = std::move(run);
+  if (rec.state == JobState::CANCELLING) {
+    BeginStop(raw, {JobState::CANCELLED, rec.reason, false});
+  } else if (alive > 0 && alive < raw->ranks.size()) {
+    BeginStop(
+        raw, {JobState::FAILED, "agent-restart: rank " + dead_rank + " died while the agent was down", true});
+  }
+  spdlog::info("{}: recovered after agent restart: {}/{} rank(s) alive", rec.id, alive, raw->ranks.size());
+  StartUploads(rec, raw->journal.get());  // with the host's credentials: the client's are forgotten
+  WatchExits(raw);
+  ArmTimer(raw);
+  return OkStatus();
+}
+
+// A job Recover could not take back: its ranks that are still ours (same pid and start time) are
+// killed, and it is FAILED with `why`; journaled when its journal opens, saved in the database anyway.
+void Supervisor::FailUnrecoverable(JobRecord* rec, const Status& why) {
+  for (const RankRecord& k : rec->ranks) {
+    if (!k.running || !SameProcessAlive(static_cast<pid_t>(k.pid), k.start_time)) continue;
+    ::kill(static_cast<pid_t>(k.pid == rec->pgid ? -k.pid : k.pid), SIGKILL);
+  }
+  for (RankRecord& k : rec->ranks) k.running = false;
+  runs_.erase(rec->id);  // whatever a recovery that threw half-way left
+  scheduler_.Release(rec->id);
+  (void)scheduler_.Dequeue(rec->id);
+  rec->assigned_gpus.clear();
+  const std::string reason = "agent-restart: cannot recover the job: " + why.message();
+  spdlog::error("{}: {}", rec->id, reason);
+  auto journal = JournalFor(rec->id);
+  Status st;
+  if (journal.ok()) {
+    st = Transition(rec, journal->get(), JobState::FAILED, reason);
+  } else {
+    const int64_t now = NowMs();
+    rec->state = JobState::FAILED;
+    rec->reason = reason;
+    rec->finished_ms = now;
+    HistoryRecord h{JobState::FAILED, reason, now};
+    st = store_->SaveJob(*rec, &h);
+  }
+  if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
 }
 
 // A run re-attached to the ranks a previous agent started (not our children), with the trainer's
@@ -956,11 +1028,10 @@ StatusOr<std::unique_ptr<Supervisor::Run>> Supervisor::RecoverRun(const JobRecor
   for (const JournalEvent& ev : tail.ok() ? *tail : std::vector<JournalEvent>()) {
     if (ev.kind == Event::STATE && ev.state == JobState::RUNNING) run->trainer = TrainerReport();
     if (ev.kind != Event::METRIC) continue;
-    nlohmann::json j = nlohmann::json::parse(ev.text, nullptr, false);
-    if (!j.is_object()) continue;
-    const std::string kind = j.value("event", "");
-    run->trainer.done |= kind == "done";
-    run->trainer.error |= kind == "error";
+    auto event = ParseTrainerEvent(ev.text, ev.rank);  // a line that is not a trainer event: skipped
+    if (!event.ok()) continue;
+    run->trainer.done |= event->kind == "done";
+    run->trainer.error |= event->kind == "error";
   }
   run->last_progress = run->last_save = config_.clock->Now();
   return run;

@@ -77,7 +77,8 @@ struct SupervisorConfig {
   // hf:// paths: the Hub endpoint, the host's HF cache and token (HubOptionsFromEnvironment()).
   HubOptions hub;
   // Slurm jobs (a spec with `slurm:`; agent/slurm/slurm_runner.h): their folders go under
-  // <shared_dir>/jobs/ ("" refuses them); Slurm is asked for their state every slurm_poll.
+  // <shared_dir>/jobs/<agent id>/ (slurm::AgentJobsDir; "" refuses them); Slurm is asked for their
+  // state every slurm_poll.
   std::string shared_dir;
   std::chrono::milliseconds slurm_poll{2000};
 };
@@ -158,6 +159,10 @@ class Supervisor {
   // Starts the download of the checkpoint `rec` resumes from (`bucket`: its s3:// URL).
   void FetchResume(JobRecord* rec, const std::string& bucket);
   StatusOr<JobRecord> CreateJob(const ::sftctl::v1::SubmitJobRequest& req, bool* created);
+  // The folder of a job InsertJob recorded, 0700 (MakePrivateDir); a Slurm job's must be new (one
+  // that exists was not made by this agent). Else FAILED_PRECONDITION naming the job and the folder,
+  // the job FAILED with that reason, its record and journal in <data_dir>/jobs/<id> instead.
+  Status CreateJobFolder(JobRecord* rec);
   // Slurm jobs (agent/slurm/slurm_runner.h). The options of a spec with `slurm:` after the checks
   // made before anything is recorded (nullopt for any other spec; blocking thread).
   StatusOr<std::optional<slurm::SlurmOptions>> SlurmPreflight(const nlohmann::json& spec);
@@ -166,12 +171,20 @@ class Supervisor {
                         const std::shared_ptr<Journal>& journal);
   // At recovery: follow a job a previous agent submitted again.
   void FollowSlurmJob(JobRecord* rec);
+  // At Start with a shared dir: slurm_jobs_dir_ from the agent id kept in the database (setting
+  // "slurm_agent_id", made once; slurm::AgentJobsDir).
+  Status PrepareSlurmJobsDir();
   // Starts the job's checkpoint.upload_to; an error is logged and written to `journal` (may be null).
   void StartUploads(const JobRecord& rec, Journal* journal);
   // On the event thread: what the runner found.
   void ApplySlurmUpdate(const slurm::SlurmUpdate& update);
   void DoCancel(const std::string& job_id, const JobCallback& done);
+  // Takes back every unfinished job of the StateStore; one that cannot be taken back (a damaged
+  // record, an unreadable journal, anything thrown) is FailUnrecoverable'd and the rest go on. Errors:
+  // only the store's listing.
   Status Recover();
+  Status RecoverJob(JobRecord* rec);
+  void FailUnrecoverable(JobRecord* rec, const Status& why);
   StatusOr<std::unique_ptr<Run>> RecoverRun(const JobRecord& rec, size_t* alive, std::string* dead_rank);
   void Schedule();
   void Launch(const Allocation& alloc);
@@ -232,6 +245,7 @@ class Supervisor {
   std::vector<std::string> recovered_hub_;  // QUEUED jobs found at Recover with hf:// paths or s3:// resume
   std::unique_ptr<slurm::SlurmRunner> slurm_;
   std::map<std::string, JobState> slurm_jobs_;  // event thread only: Slurm jobs not ended, their state
+  std::string slurm_jobs_dir_;                  // set at Start, then read only: <shared_dir>/jobs/<agent id>
 
   mutable Mutex journals_mu_;
   std::map<std::string, std::shared_ptr<Journal>> journals_ GUARDED_BY(journals_mu_);

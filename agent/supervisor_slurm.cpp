@@ -12,6 +12,17 @@
 
 namespace sftctl::agent {
 
+Status Supervisor::PrepareSlurmJobsDir() {
+  constexpr char kAgentIdSetting[] = "slurm_agent_id";
+  SFT_ASSIGN_OR_RETURN(std::optional<std::string> id, store_->GetSetting(kAgentIdSetting));
+  if (!id) {
+    id = slurm::NewAgentId();
+    SFT_RETURN_IF_ERROR(store_->PutSetting(kAgentIdSetting, *id));
+  }
+  SFT_ASSIGN_OR_RETURN(slurm_jobs_dir_, slurm::AgentJobsDir(config_.shared_dir, *id));
+  return OkStatus();
+}
+
 StatusOr<std::optional<slurm::SlurmOptions>> Supervisor::SlurmPreflight(const nlohmann::json& spec) {
   SFT_ASSIGN_OR_RETURN(std::optional<slurm::SlurmOptions> options, slurm::SlurmOptionsFromSpecJson(spec));
   if (!options) return options;

@@ -2,7 +2,6 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 
@@ -11,6 +10,8 @@
 #include "common/object_store/aws_credentials.h"
 #include "common/object_store/checkpoint_store.h"
 #include "common/object_store/s3_location.h"
+#include "common/os/file_system.h"
+#include "common/safe_path.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -67,7 +68,10 @@ int PullFromBucket(const std::string& url, const std::string& dest, const std::s
     if (!head.ok()) continue;  // a run that uploaded no metrics yet
     auto body = s3->GetObject(loc->bucket, loc->Key(name), 1ull << 30);
     if (!body.ok()) return fail(body.status());
-    std::ofstream(dir + "/" + name, std::ios::binary) << *body;
+    // A link in the destination is refused (PathBeneath), and the file replaced, never written through.
+    auto path = PathBeneath(dir, name);
+    if (!path.ok()) return fail(path.status());
+    if (Status st = WritePrivateFile(*path, *body); !st.ok()) return fail(st);
   }
   std::cout << std::filesystem::path(dir) / m.name << std::endl;
   return 0;

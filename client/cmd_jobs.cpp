@@ -120,7 +120,7 @@ int StatusCmd(const JobArgs& a) {
   for (size_t i = 0; i < jobs.size(); ++i) health_status[i] = GetHealth((*rcs)[i].get(), &health[i]);
   // GPU-hours and cost, and the newest step record's memory/GPU figures (client/job_usage.h).
   std::vector<JobUsage> usage(jobs.size());
-  std::vector<std::optional<json>> latest(jobs.size());
+  std::vector<std::optional<StepRecord>> latest(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     usage[i] = ComputeJobUsage(jobs[i], WallClockUnixMs(), health[i].auto_stop().price_per_hour(),
                                health[i].gpus_total());
@@ -133,7 +133,7 @@ int StatusCmd(const JobArgs& a) {
       json n = JobToJson(jobs[i]);
       n["host"] = rec->nodes[i].host;
       n["usage"] = UsageToJson(usage[i]);
-      n["latest_metrics"] = latest[i] ? *latest[i] : json(nullptr);
+      n["latest_metrics"] = latest[i] ? latest[i]->record : json(nullptr);
       n["agent"] =
           health_status[i].ok() ? HostSummaryJson(health[i]) : json{{"error", health_status[i].message()}};
       nodes.push_back(n);
@@ -178,9 +178,8 @@ int StatusCmd(const JobArgs& a) {
       std::cout << "\n";
     }
     std::cout << "  usage " << UsageText(usage[i]) << "\n";
-    if (latest[i] && !ResourceSummary(*latest[i]).empty())
-      std::cout << "  at step " << latest[i]->value("step", int64_t{0}) << ":" << ResourceSummary(*latest[i])
-                << "\n";
+    if (latest[i] && !ResourceSummary(latest[i]->record).empty())
+      std::cout << "  at step " << latest[i]->step << ":" << ResourceSummary(latest[i]->record) << "\n";
     std::cout << "  job dir " << EscapeForTerminal(j.job_dir()) << "\n";
     if (j.stop_when_done()) std::cout << "  stops the host when done (submit --stop-when-done)\n";
     if (health_status[i].ok()) std::cout << HostSummaryText(rec->nodes[i].host, health[i], "  ");

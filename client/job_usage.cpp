@@ -6,6 +6,7 @@
 
 #include "client/host_summary.h"
 #include "client/log_follower.h"
+#include "common/json_parse.h"
 
 namespace sftctl::client {
 namespace {
@@ -82,14 +83,23 @@ std::optional<JobUsage> FetchJobUsage(Reconnector* rc, const std::string& job_id
   return ComputeJobUsage(job, WallClockUnixMs(), health.auto_stop().price_per_hour(), health.gpus_total());
 }
 
-StatusOr<std::optional<nlohmann::json>> LatestStepRecord(Reconnector* rc, const std::string& job_id,
-                                                         uint64_t last_seq, uint64_t window) {
-  std::optional<nlohmann::json> latest;
+StatusOr<std::optional<StepRecord>> ParseStepRecord(std::string_view text) {
+  const std::string where = "metric record";
+  SFT_ASSIGN_OR_RETURN(nlohmann::json rec, ParseJson(text, where));
+  SFT_ASSIGN_OR_RETURN(const std::string event, JsonField<std::string>(rec, "event", where));
+  if (event != "step") return std::optional<StepRecord>();
+  SFT_ASSIGN_OR_RETURN(const int64_t step, JsonField<int64_t>(rec, "step", where));
+  return std::optional<StepRecord>(StepRecord{step, std::move(rec)});
+}
+
+StatusOr<std::optional<StepRecord>> LatestStepRecord(Reconnector* rc, const std::string& job_id,
+                                                     uint64_t last_seq, uint64_t window) {
+  std::optional<StepRecord> latest;
   auto r = FollowEvents(rc, job_id, last_seq > window ? last_seq - window : 0, /*follow=*/false,
                         [&](const v1::Event& e) {
                           if (e.kind() != v1::Event::METRIC || e.rank() != 0) return;
-                          auto rec = nlohmann::json::parse(e.text(), nullptr, /*allow_exceptions=*/false);
-                          if (rec.is_object() && rec.value("event", std::string()) == "step") latest = rec;
+                          auto rec = ParseStepRecord(e.text());
+                          if (rec.ok() && rec->has_value()) latest = std::move(**rec);
                         });
   if (!r.ok()) return r.status();
   return latest;

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "client/agent_session.h"
 
@@ -40,10 +41,21 @@ int64_t WallClockUnixMs();
 // call fails.
 std::optional<JobUsage> FetchJobUsage(Reconnector* rc, const std::string& job_id);
 
-// The newest rank-0 "step" metric record among the job's last events (up to `window` before
-// `last_seq`); nullopt when there is none. Errors: FollowEvents'.
-StatusOr<std::optional<nlohmann::json>> LatestStepRecord(Reconnector* rc, const std::string& job_id,
-                                                         uint64_t last_seq, uint64_t window = 64);
+// A "step" metric record ({"event":"step","step":N,...}) and its step.
+struct StepRecord {
+  int64_t step = 0;
+  nlohmann::json record;
+};
+// One metric event's text as a step record: nullopt for a record of another event. The text is what
+// the agent journaled from the trainer, so untrusted: INVALID_ARGUMENT (common/json_parse.h) for text
+// that is not a JSON object, an "event" that is not a string ({"event":7}) or a step record whose
+// "step" is not an integer.
+StatusOr<std::optional<StepRecord>> ParseStepRecord(std::string_view text);
+
+// The newest rank-0 step record among the job's last events (up to `window` before `last_seq`); records
+// ParseStepRecord refuses are skipped; nullopt when there is none. Errors: FollowEvents'.
+StatusOr<std::optional<StepRecord>> LatestStepRecord(Reconnector* rc, const std::string& job_id,
+                                                     uint64_t last_seq, uint64_t window = 64);
 // " rss 1.20G, gpu mem 10.50G (peak 12.00G, reserved 14.00G), util 87%, 312 W, mfu 41%": the resource
 // fields a step record has (trainer/gpu_metrics.h); empty when it has none.
 std::string ResourceSummary(const nlohmann::json& step_record);

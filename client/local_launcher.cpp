@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/json_parse.h"
 #include "common/os/child_exit_watch.h"
 #include "common/os/file_system.h"
 #include "common/os/parent_death.h"
@@ -59,9 +60,11 @@ std::string LastErrorEvent(const std::string& path, uint64_t from) {
   f.seekg(static_cast<std::streamoff>(from));
   std::string line, msg;
   while (std::getline(f, line)) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.value("event", "") == "error" && j.contains("message") && j["message"].is_string())
-      msg = j["message"].get<std::string>();
+    auto j = ParseJson(line, "trainer event");
+    if (!j.ok()) continue;
+    auto event = JsonFieldOr<std::string>(*j, "event", "", "trainer event");
+    auto message = JsonFieldOr<std::string>(*j, "message", "", "trainer event");
+    if (event.ok() && *event == "error" && message.ok() && !message->empty()) msg = *message;
   }
   return msg;
 }

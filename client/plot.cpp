@@ -157,6 +157,39 @@ Status NothingToPlot(const std::vector<PlotRun>& runs, const PlotOptions& o) {
 struct Ranges {
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
 };
+
+// The smallest span an axis gets, relative to the magnitude of its values: far above a double's
+// resolution (1 part in 2^53), so that a tick step is always many units in the last place of the
+// values it separates (steps 1e16 and 1e16 + 2 are 2 apart: a tick step of 0.2 would not move).
+constexpr double kMinRelativeSpan = 1e-9;
+
+// Widens [*lo, *hi] about its middle, to `pad` each side or more, when it spans less than
+// kMinRelativeSpan of its magnitude (a flat or single-point series, or nearly equal huge values).
+void WidenFlatRange(double* lo, double* hi, double pad) {
+  const double scale = std::max({1.0, std::fabs(*lo), std::fabs(*hi)});
+  if (*hi - *lo >= kMinRelativeSpan * scale) return;
+  const double mid = *lo / 2 + *hi / 2, half = std::max(pad, kMinRelativeSpan * scale);
+  *lo = mid - half;
+  *hi = mid + half;
+}
+
+// At most this many ticks on an axis, whatever the range and step.
+constexpr int kMaxTicks = 64;
+
+// The multiples of `step` in [lo, hi] (with a little slack at hi), each computed from its index rather
+// than by adding `step` to the previous one, and at most kMaxTicks of them: no range can make it spin.
+std::vector<double> LinearTicks(double lo, double hi, double step) {
+  std::vector<double> out;
+  if (!(step > 0) || !std::isfinite(step) || !std::isfinite(lo) || !std::isfinite(hi)) return out;
+  const double first = std::ceil(lo / step);
+  for (int i = 0; i < kMaxTicks; ++i) {
+    const double v = (first + i) * step;
+    if (v > hi + step * 1e-9) break;
+    out.push_back(v);
+  }
+  return out;
+}
+
 Ranges ComputeRanges(const std::vector<Series>& series, bool log_y) {
   Ranges r;
   for (const Series& s : series) {
@@ -168,15 +201,8 @@ Ranges ComputeRanges(const std::vector<Series>& series, bool log_y) {
       r.y1 = std::max(r.y1, y);
     }
   }
-  if (r.x1 - r.x0 < 1e-12) {
-    r.x0 -= 1;
-    r.x1 += 1;
-  }
-  if (r.y1 - r.y0 < 1e-12 * std::max(1.0, std::fabs(r.y0))) {
-    const double pad = log_y ? 0.5 : std::max(0.5, std::fabs(r.y0) * 0.1);
-    r.y0 -= pad;
-    r.y1 += pad;
-  }
+  WidenFlatRange(&r.x0, &r.x1, 1);
+  WidenFlatRange(&r.y0, &r.y1, log_y ? 0.5 : std::max(0.5, std::fabs(r.y0) * 0.1));
   const double xpad = (r.x1 - r.x0) * 0.02, ypad = (r.y1 - r.y0) * 0.05;
   r.x0 -= xpad;
   r.x1 += xpad;
@@ -191,8 +217,7 @@ std::vector<std::pair<double, double>> YTicks(const Ranges& r, bool log_y) {
   std::vector<std::pair<double, double>> ticks;
   if (!log_y) {
     const double ys = NiceStep(r.y0, r.y1, 6);
-    for (double v = std::ceil(r.y0 / ys) * ys; v <= r.y1 + ys * 1e-9; v += ys)
-      ticks.push_back({std::fabs(v) < ys * 1e-9 ? 0.0 : v, v});
+    for (double v : LinearTicks(r.y0, r.y1, ys)) ticks.push_back({std::fabs(v) < ys * 1e-9 ? 0.0 : v, v});
     return ticks;
   }
   const double span = r.y1 - r.y0;
@@ -229,7 +254,7 @@ void DrawAxes(cairo_t* cr, const Frame& f, const PlotOptions& o, const std::stri
   cairo_set_font_size(cr, 12);
   cairo_set_line_width(cr, 1);
   const double xs = NiceStep(f.r.x0, f.r.x1, 8);
-  for (double v = std::ceil(f.r.x0 / xs) * xs; v <= f.r.x1 + xs * 1e-9; v += xs) {
+  for (double v : LinearTicks(f.r.x0, f.r.x1, xs)) {
     const double x = std::round(f.px(v)) + 0.5;
     DrawGridLine(cr, x, f.top, x, f.bottom);
     cairo_move_to(cr, x, f.bottom);

@@ -7,11 +7,13 @@
 #include "client/demo.h"
 #include "client/job_registry.h"
 #include "client/job_target.h"
+#include "client/job_usage.h"
 #include "client/log_follower.h"
 #include "client/progress.h"
 #include "client/remote_options.h"
 #include "client/remote_spec.h"
 #include "client/uploader.h"
+#include "common/json_parse.h"
 #include "common/os/file_system.h"
 #include "common/source_id.h"
 #include "common/terminal_text.h"
@@ -126,13 +128,13 @@ StatusOr<std::string> RunSmokeJob(const ConnectOptions& opts, const SmokeJobOpti
     std::string line = printer.Format(e);
     if (!line.empty()) std::cerr << "  | " << EscapeForTerminal(line) << "\n";
     if (e.kind() != v1::Event::METRIC) return;
-    nlohmann::json rec = nlohmann::json::parse(e.text(), nullptr, /*allow_exceptions=*/false);
-    if (!rec.is_object() || rec.value("event", "") != "step" || !rec.contains("loss") ||
-        !rec["loss"].is_number())
-      return;
-    last = rec["loss"].get<double>();
+    auto rec = ParseStepRecord(e.text());  // the agent's, so untrusted: a malformed record is skipped
+    if (!rec.ok() || !rec->has_value()) return;
+    auto loss = OptionalJsonField<double>((*rec)->record, "loss", "metric record");
+    if (!loss.ok() || !loss->has_value()) return;
+    last = **loss;
     if (first < 0) first = last;
-    if (rec.contains("step") && rec["step"].is_number_integer()) steps = rec["step"].get<int64_t>();
+    steps = (*rec)->step;
   });
   if (!followed.ok()) return followed.status();
   if (followed->final_state != v1::SUCCEEDED) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "common/json_parse.h"
 #include "common/os/file_system.h"
 #include "common/terminal_text.h"
 
@@ -18,9 +19,9 @@ double NowSeconds() {
 }
 
 Status WriteLine(std::string_view line, tensorboard::EventFileWriter* writer) {
-  auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!rec.is_object()) return OkStatus();
-  return writer->WriteMetrics(rec);
+  auto rec = ParseJson(line, "metric record");
+  if (!rec.ok() || !rec->is_object()) return OkStatus();  // not a record: skipped
+  return writer->WriteMetrics(*rec);
 }
 
 }  // namespace

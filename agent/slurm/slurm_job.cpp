@@ -1,37 +1,17 @@
 #include "agent/slurm/slurm_job.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
-#include <sstream>
+
+#include "common/os/file_system.h"
 
 namespace sftctl::agent::slurm {
 namespace {
 
 std::string JobIdPath(const std::string& job_dir) { return job_dir + "/slurm/job_id"; }
 
-// Writes `text` to `path` through a temporary file and a rename.
-Status WriteFileReplacing(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return InternalError("cannot write " + tmp + ": " + std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return InternalError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
-  return Status();
-}
-
+// slurm/ and logs/ of the job folder, 0700 (an existing one of this user is made so).
 Status MakeDirs(const std::string& job_dir) {
-  std::error_code ec;
-  for (const char* sub : {"/slurm", "/logs"}) {
-    std::filesystem::create_directories(job_dir + sub, ec);
-    if (ec) return InternalError("cannot create " + job_dir + sub + ": " + ec.message());
-  }
+  for (const char* sub : {"/slurm", "/logs"}) SFT_RETURN_IF_ERROR(MakePrivateDir(job_dir + sub, false));
   return Status();
 }
 
@@ -41,11 +21,12 @@ StatusOr<std::string> SubmitJobFolder(const SlurmCli& cli, const SlurmOptions& o
                                       const SbatchJob& job) {
   SFT_ASSIGN_OR_RETURN(std::string script, RenderSbatchScript(options, job));
   SFT_RETURN_IF_ERROR(MakeDirs(job.job_dir));
-  SFT_RETURN_IF_ERROR(WriteFileReplacing(ScriptPath(job.job_dir), script));
+  SFT_RETURN_IF_ERROR(WritePrivateFile(RankEnvPath(job.job_dir), RenderRankEnv(job.rank_env)));
+  SFT_RETURN_IF_ERROR(WritePrivateFile(ScriptPath(job.job_dir), script));
   SFT_RETURN_IF_ERROR(cli.CheckReady(options));
   SFT_RETURN_IF_ERROR(cli.TestSubmit(ScriptPath(job.job_dir)));
   SFT_ASSIGN_OR_RETURN(std::string id, cli.Submit(ScriptPath(job.job_dir)));
-  if (Status st = WriteFileReplacing(JobIdPath(job.job_dir), id + "\n"); !st.ok())
+  if (Status st = WritePrivateFile(JobIdPath(job.job_dir), id + "\n"); !st.ok())
     return InternalError("Slurm job " + id +
                          " was queued, but its id could not be recorded: " + st.message());
   return id;

@@ -71,6 +71,12 @@ Status ValidateSlurmOptions(const SlurmOptions& o, const std::string& where) {
                               "'" + arg +
                                   "' is not one sbatch option (--name or --name=value, no spaces "
                                   "or quotes)"));
+    const std::string name = arg.substr(0, arg.find('='));
+    SFT_RETURN_IF_ERROR(Check(name != "--export" && name != "--export-file" && name != "--get-user-env",
+                              where, "slurm_args",
+                              "'" + arg +
+                                  "' would change the job's environment, which the agent sets itself (the "
+                                  "rank allowlist, docs/slurm.md)"));
   }
   return Status();
 }

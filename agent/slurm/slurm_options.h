@@ -35,7 +35,8 @@ struct SlurmOptions {
 // empty): counts within 1..1024 nodes and 1..64 ranks per node; names of [A-Za-z0-9_.-] (a partition
 // list may have commas); a time in one of sbatch's forms; a constraint of names, digits and
 // & | , * [ ] ( ) : ; an extra argument starting with "--", without whitespace or quotes (so that
-// every value fits one #SBATCH line without any shell quoting).
+// every value fits one #SBATCH line without any shell quoting) and not --export, --export-file or
+// --get-user-env (the job's environment is the agent's choice: sbatch_script.h).
 Status ValidateSlurmOptions(const SlurmOptions& options, const std::string& where = "");
 
 // True for sbatch's time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, and "UNLIMITED"/"INFINITE".

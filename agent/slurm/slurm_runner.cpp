@@ -15,6 +15,8 @@
 
 #include "agent/launcher.h"
 #include "agent/slurm/slurm_job.h"
+#include "common/os/file_system.h"
+#include "common/os/process_util.h"
 
 namespace sftctl::agent::slurm {
 namespace {
@@ -39,23 +41,29 @@ std::string RandomNonce() {
   return s;
 }
 
-// Links `from` at `to`, or copies it where a hard link is impossible (another filesystem).
+// Links `from` at `to`, or copies it where a hard link is impossible (another filesystem); either
+// way the file is then 0600. A hard link shares the blob's inode, so the blob in the agent's (0700)
+// data dir becomes 0600 too: the agent reads it as its owner, and no other user reads it by any name.
 Status LinkOrCopy(const std::string& from, const std::string& to) {
   std::error_code ec;
   std::filesystem::remove(to, ec);
   std::filesystem::create_hard_link(from, to, ec);
-  if (!ec) return OkStatus();
-  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
-  if (ec) return InternalError("cannot copy " + from + " to " + to + ": " + ec.message());
+  if (ec) {
+    ec.clear();
+    std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) return InternalError("cannot copy " + from + " to " + to + ": " + ec.message());
+  }
+  if (::chmod(to.c_str(), 0600) != 0) return ErrnoError("cannot make private", to, errno);
   return OkStatus();
 }
 
-// The trainer's progress from one line of its event stream.
-void NoteProgress(const std::string& line, SlurmUpdate* update) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-  if (!j.is_object() || j.value("event", "") != "step") return;
-  if (j.contains("step") && j["step"].is_number_integer()) update->last_step = j["step"].get<int64_t>();
-  if (j.contains("loss") && j["loss"].is_number()) update->last_loss = j["loss"].get<double>();
+// The trainer's progress from one line of its event stream; a line that is not a trainer event (or
+// has a field of the wrong type) is no progress.
+void NoteProgress(int rank, const std::string& line, SlurmUpdate* update) {
+  auto ev = ParseTrainerEvent(line, rank);
+  if (!ev.ok() || ev->kind != "step") return;
+  if (ev->step) update->last_step = *ev->step;
+  if (ev->loss) update->last_loss = *ev->loss;
 }
 
 // Splits what was read from one rank file at `off` into journal events (the journal's one rule,
@@ -65,7 +73,7 @@ size_t SplitLines(int rank, int src, uint64_t off, const std::string& buf, bool 
   const size_t first = events->size();
   const size_t used = SplitRankOutput(rank, src, off, buf, last_piece, events);
   if (src == 2) {
-    for (size_t k = first; k < events->size(); ++k) NoteProgress((*events)[k].text, update);
+    for (size_t k = first; k < events->size(); ++k) NoteProgress(rank, (*events)[k].text, update);
   }
   return used;
 }
@@ -131,8 +139,9 @@ StatusOr<std::string> PrepareSharedDir(const std::string& dir) {
   if (dir.empty() || dir[0] != '/')
     return InvalidArgumentError("--shared-dir: must be an absolute path: " + dir);
   std::error_code ec;
-  std::filesystem::create_directories(dir + "/jobs", ec);
-  if (ec) return InvalidArgumentError("--shared-dir: cannot create " + dir + "/jobs: " + ec.message());
+  if (std::filesystem::create_directories(dir, ec) && ::chmod(dir.c_str(), 0700) != 0)
+    return ErrnoError("--shared-dir: cannot make private", dir, errno);
+  if (ec) return InvalidArgumentError("--shared-dir: cannot create " + dir + ": " + ec.message());
   const std::string canonical = std::filesystem::canonical(dir, ec).string();
   if (ec) return InvalidArgumentError("--shared-dir: " + dir + ": " + ec.message());
   for (char c : canonical) {
@@ -140,7 +149,19 @@ StatusOr<std::string> PrepareSharedDir(const std::string& dir) {
       return InvalidArgumentError("--shared-dir: " + canonical + " holds '" + std::string(1, c) +
                                   "'; Slurm job folders need a path of [A-Za-z0-9_./+@:,=-]");
   }
+  SFT_RETURN_IF_ERROR(CheckTrustedDir(canonical, "--shared-dir"));
+  SFT_RETURN_IF_ERROR(MakePrivateDir(canonical + "/jobs", false).WithContext("--shared-dir"));
   return canonical;
+}
+
+std::string NewAgentId() { return RandomNonce().substr(0, 12); }
+
+StatusOr<std::string> AgentJobsDir(const std::string& shared_dir, const std::string& agent_id) {
+  if (agent_id.size() != 12 || agent_id.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return InvalidArgumentError("slurm: the agent id '" + agent_id + "' is not 12 hex digits");
+  const std::string dir = shared_dir + "/jobs/" + agent_id;
+  SFT_RETURN_IF_ERROR(MakePrivateDir(dir, false));
+  return dir;
 }
 
 SlurmRunner::SlurmRunner(SlurmRunnerConfig config, UpdateCallback on_update)
@@ -173,12 +194,8 @@ Status SlurmRunner::Preflight(const SlurmOptions& options) {
   }
   const std::string nonce = RandomNonce();
   const std::string probe = config_.shared_dir + "/.sftctl-probe-" + nonce;
-  {
-    std::ofstream out(probe, std::ios::trunc);
-    out << nonce << "\n";
-    out.flush();
-    if (!out) return FailedPreconditionError("slurm: cannot write " + probe + " in --shared-dir");
-  }
+  if (Status st = WritePrivateFile(probe, nonce + "\n"); !st.ok())
+    return FailedPreconditionError("slurm: cannot write the probe file in --shared-dir: " + st.message());
   Status seen = cli_.CheckVisible(options, probe, nonce);
   std::error_code ec;
   std::filesystem::remove(probe, ec);
@@ -197,7 +214,8 @@ Status SlurmRunner::Preflight(const SlurmOptions& options) {
 
 StatusOr<std::string> SlurmRunner::Submit(const SlurmOptions& options, const std::string& job_name,
                                           const std::string& job_dir) const {
-  return SubmitJobFolder(cli_, options, SbatchJob{job_name, job_dir, config_.trainer_path});
+  return SubmitJobFolder(
+      cli_, options, SbatchJob{job_name, job_dir, config_.trainer_path, ChildEnvironment(ChildKind::kRank)});
 }
 
 void SlurmRunner::Follow(const std::string& job_id, const std::string& slurm_job_id,

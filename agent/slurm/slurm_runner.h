@@ -59,10 +59,21 @@ StatusOr<std::optional<SlurmOptions>> SlurmOptionsFromSpecJson(const nlohmann::j
 Status MoveInputsIntoJobFolder(const std::string& job_dir, const std::vector<std::string>& file_pointers,
                                nlohmann::json* spec);
 
-// sftd --shared-dir: creates `dir` (and <dir>/jobs) and returns its canonical absolute path.
-// Errors: INVALID_ARGUMENT naming --shared-dir when it is relative, cannot be created, or holds a
-// character an sbatch script cannot take unquoted (sbatch_script.h).
+// sftd --shared-dir: creates `dir` (0700 when it is new) and <dir>/jobs (0700), and returns its
+// canonical absolute path. Errors: INVALID_ARGUMENT naming --shared-dir when it is relative, cannot
+// be created, or holds a character an sbatch script cannot take unquoted (sbatch_script.h);
+// CheckTrustedDir's (common/os/file_system.h) when it, or its jobs/, is another user's or writable by
+// group or others (PERMISSION_DENIED naming --shared-dir and the path).
 StatusOr<std::string> PrepareSharedDir(const std::string& dir);
+
+// One agent's Slurm job folders live in <shared_dir>/jobs/<agent id>/job-N, so that two agents on one
+// shared dir (both number their jobs from job-1) never share a folder; each job folder is made with
+// MakePrivateDir(..., exclusive), so one that exists already is refused, never reused.
+// NewAgentId: 12 random hex digits. AgentJobsDir: that folder (0700; created, or an existing one of
+// this user accepted). Errors: INVALID_ARGUMENT when `agent_id` is not 12 hex digits;
+// MakePrivateDir's.
+std::string NewAgentId();
+StatusOr<std::string> AgentJobsDir(const std::string& shared_dir, const std::string& agent_id);
 
 struct SlurmRunnerConfig {
   std::string shared_dir;  // sftd --shared-dir; "" refuses Slurm jobs

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "common/json_parse.h"
 #include "common/os/file_system.h"
 
 namespace sftctl::tensorboard {
@@ -253,8 +254,9 @@ std::string TextEvent(double wall_time, int64_t step, std::string_view tag, std:
 
 std::vector<std::pair<std::string, double>> ScalarsOf(const nlohmann::json& record) {
   std::vector<std::pair<std::string, double>> out;
-  if (!record.is_object()) return out;
-  const std::string ev = record.value("event", std::string());
+  auto event = JsonFieldOr<std::string>(record, "event", "", "metric record");
+  if (!event.ok()) return out;  // not an object, or an "event" that is not a string ({"event":7})
+  const std::string& ev = *event;
   if (ev != "step" && ev != "eval") return out;
   for (const auto& [key, value] : record.items()) {
     if (key == "step" || key == "time" || !value.is_number()) continue;

@@ -49,7 +49,8 @@ std::string TextEvent(double wall_time, int64_t step, std::string_view tag, std:
 
 // The scalars TensorBoard gets from one metrics.jsonl record: every finite number (not a bool) of a
 // "step" record as "train/<field>", of an "eval" record as "eval/<field without its eval_ prefix>";
-// "step", "time" and other records give none. Sorted by tag.
+// "step", "time" and other records give none, and so does a record that is not an object or whose
+// "event" is not a string (the records come from the trainer through the agent: untrusted). Sorted by tag.
 std::vector<std::pair<std::string, double>> ScalarsOf(const nlohmann::json& record);
 
 // The "spec" text: the spec's JSON as a Markdown code block (TensorBoard's text plugin renders Markdown).

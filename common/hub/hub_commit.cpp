@@ -169,8 +169,11 @@ Status HubCommitter::Preupload(const std::string& repo_id, const std::string& re
     return UnavailableError("hf://" + repo_id + ": the preupload answer has no 'files' list");
   for (const auto& f : j["files"]) {
     if (!f.is_object() || !f.contains("path") || !f["path"].is_string()) continue;
+    SFT_ASSIGN_OR_RETURN(
+        const std::string mode,
+        JsonFieldOr<std::string>(f, "uploadMode", "", "hf://" + repo_id + ": the preupload answer"));
     for (Entry& e : *entries)
-      if (e.file.path_in_repo == f["path"].get<std::string>()) e.lfs = f.value("uploadMode", "") == "lfs";
+      if (e.file.path_in_repo == f["path"].get<std::string>()) e.lfs = mode == "lfs";
   }
   return OkStatus();
 }
@@ -299,8 +302,13 @@ Status HubCommitter::UploadLfs(const std::string& repo_id, std::vector<Entry>* e
     if (!e.lfs) continue;
     if (cancel != nullptr && cancel->load()) return CancelledError("hf://" + repo_id + ": upload cancelled");
     const nlohmann::json* obj = nullptr;
-    for (const auto& o : j["objects"])
-      if (o.is_object() && o.value("oid", "") == e.sha256) obj = &o;
+    for (const auto& o : j["objects"]) {
+      if (!o.is_object()) continue;
+      SFT_ASSIGN_OR_RETURN(
+          const std::string oid,
+          JsonFieldOr<std::string>(o, "oid", "", "hf://" + repo_id + ": the LFS batch answer"));
+      if (oid == e.sha256) obj = &o;
+    }
     if (obj == nullptr)
       return UnavailableError("hf://" + repo_id + ": the LFS batch answer leaves out '" +
                               e.file.path_in_repo + "'");

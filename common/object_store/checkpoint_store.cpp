@@ -88,33 +88,53 @@ std::string CheckpointManifest::ToJson() const {
   return json{{"format", kManifestFormat}, {"step", step}, {"name", name}, {"files", files}}.dump(1) + "\n";
 }
 
-StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const std::string& where) {
-  auto bad = [&](const std::string& why) {
-    return DataLossError(where + ": not a checkpoint manifest: " + why);
-  };
-  auto j = ParseJson(text, where);
-  if (!j.ok()) return DataLossError(j.status().message());
-  if (!j->is_object() || !(*j)["format"].is_number_integer() || (*j)["format"] != kManifestFormat)
-    return bad("unknown format (this sftctl reads format " + std::to_string(kManifestFormat) + ")");
+namespace {
+
+// One entry of a manifest's "files"; `where` names the manifest. Errors: the field readers'
+// (common/json_parse.h), INVALID_ARGUMENT.
+StatusOr<ManifestFile> ParseManifestFile(const json& f, const std::string& where) {
+  ManifestFile mf;
+  SFT_ASSIGN_OR_RETURN(mf.path, JsonField<std::string>(f, "path", where + ": a file entry"));
+  const std::string entry = where + ": '" + mf.path + "'";
+  SFT_ASSIGN_OR_RETURN(mf.size, JsonField<uint64_t>(f, "size", entry));
+  SFT_ASSIGN_OR_RETURN(mf.sha256, JsonField<std::string>(f, "sha256", entry));
+  return mf;
+}
+
+// ParseManifest's checks, each error INVALID_ARGUMENT naming `where` (ParseManifest makes it DATA_LOSS).
+StatusOr<CheckpointManifest> ReadManifest(const json& j, const std::string& where) {
+  auto format = OptionalJsonField<int64_t>(j, "format", where);
+  if (!format.ok() || *format != kManifestFormat)
+    return InvalidArgumentError(where + ": unknown format (this sftctl reads format " +
+                                std::to_string(kManifestFormat) + ")");
   CheckpointManifest m;
-  if (!(*j)["name"].is_string() || !(*j)["step"].is_number_integer()) return bad("no name or step");
-  m.name = (*j)["name"].get<std::string>();
-  m.step = (*j)["step"].get<int64_t>();
+  SFT_ASSIGN_OR_RETURN(m.name, JsonField<std::string>(j, "name", where));
+  SFT_ASSIGN_OR_RETURN(m.step, JsonField<int64_t>(j, "step", where));
   if (CheckpointStep(m.name) != m.step)
-    return bad("name '" + m.name + "' is not step " + std::to_string(m.step));
-  if (!(*j)["files"].is_array()) return bad("'files' is not a list");
+    return InvalidArgumentError(where + ": name '" + m.name + "' is not step " + std::to_string(m.step));
+  SFT_ASSIGN_OR_RETURN(const json files, JsonField<json>(j, "files", where));
+  if (!files.is_array()) return InvalidArgumentError(where + ": 'files' is not a list");
   std::set<std::string> seen;
-  for (const json& f : (*j)["files"]) {
-    if (!f.is_object() || !f["path"].is_string() || !f["size"].is_number_unsigned() ||
-        !f["sha256"].is_string())
-      return bad("a file entry needs path, size and sha256");
-    ManifestFile mf{f["path"].get<std::string>(), f["size"].get<uint64_t>(), f["sha256"].get<std::string>()};
-    if (Status st = CheckRelativePath(mf.path); !st.ok()) return bad(st.message());
+  for (const json& f : files) {
+    SFT_ASSIGN_OR_RETURN(ManifestFile mf, ParseManifestFile(f, where));
+    if (Status st = CheckRelativePath(mf.path); !st.ok())
+      return InvalidArgumentError(where + ": " + st.message());
     if (mf.path == kManifestName || !seen.insert(mf.path).second)
-      return bad("'" + mf.path + "' listed twice");
-    if (!IsSha256Hex(mf.sha256)) return bad("'" + mf.path + "': sha256 is not 64 hex digits");
+      return InvalidArgumentError(where + ": '" + mf.path + "' listed twice");
+    if (!IsSha256Hex(mf.sha256))
+      return InvalidArgumentError(where + ": '" + mf.path + "': sha256 is not 64 hex digits");
     m.files.push_back(std::move(mf));
   }
+  return m;
+}
+
+}  // namespace
+
+StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const std::string& where) {
+  auto j = ParseJson(text, where);
+  if (!j.ok()) return DataLossError(j.status().message());
+  auto m = ReadManifest(*j, where + ": not a checkpoint manifest");
+  if (!m.ok()) return DataLossError(m.status().message());
   return m;
 }
 

@@ -74,7 +74,9 @@ class S3Client {
   // REQUIRES: length > 0. Not retried once a byte reached the sink (the caller knows how many did).
   Status GetRange(const std::string& bucket, const std::string& key, uint64_t offset, uint64_t length,
                   const S3Sink& sink) const;
-  // Every object whose key starts with `prefix`, in key order (ListObjectsV2, page by page).
+  // Every object whose key starts with `prefix`, in key order (ListObjectsV2, page by page). A listed
+  // key that does not start with `prefix` (a hostile or broken endpoint) is DATA_LOSS naming it, so
+  // callers may cut `prefix` off every key.
   StatusOr<std::vector<S3ObjectInfo>> ListObjects(const std::string& bucket, const std::string& prefix,
                                                   int page_size = 1000) const;
   // OK when the key does not exist (S3's DELETE is idempotent).
@@ -91,7 +93,8 @@ class S3Client {
                                  const std::string& upload_id, const std::vector<std::string>& etags) const;
   Status AbortMultipartUpload(const std::string& bucket, const std::string& key,
                               const std::string& upload_id) const;
-  // Unfinished multipart uploads whose key starts with `prefix` (first 1000).
+  // Unfinished multipart uploads whose key starts with `prefix` (first 1000); DATA_LOSS as ListObjects
+  // for a listed key outside `prefix`.
   StatusOr<std::vector<S3MultipartUpload>> ListMultipartUploads(const std::string& bucket,
                                                                 const std::string& prefix) const;
   // The parts an unfinished upload holds (first 1000).

@@ -3,6 +3,7 @@
 
 #include "common/object_store/s3_client.h"
 #include "common/object_store/s3_xml.h"
+#include "common/terminal_text.h"
 
 namespace sftctl {
 
@@ -14,6 +15,15 @@ std::string Unquoted(std::string s) {
 }
 
 uint64_t ToU64(const std::string& s) { return std::strtoull(s.c_str(), nullptr, 10); }
+
+// A listing holds only keys that start with the prefix asked for; callers cut the prefix off and act on
+// the rest (download, delete). A key outside it (a hostile or broken endpoint) is DATA_LOSS naming it.
+Status CheckListedKey(const std::string& bucket, const std::string& prefix, const std::string& key,
+                      const char* call) {
+  if (key.compare(0, prefix.size(), prefix) == 0) return OkStatus();  // a shorter key compares unequal
+  return DataLossError(S3ObjectName(bucket, prefix) + ": " + call + " listed the key '" +
+                       EscapeForTerminal(key) + "', which is outside the prefix");
+}
 
 }  // namespace
 
@@ -30,6 +40,7 @@ StatusOr<std::vector<S3ObjectInfo>> S3Client::ListObjects(const std::string& buc
     for (std::string_view c : XmlElements(resp.body, "Contents")) {
       S3ObjectInfo info;
       info.key = XmlText(c, "Key");
+      SFT_RETURN_IF_ERROR(CheckListedKey(bucket, prefix, info.key, "ListObjectsV2"));
       info.size = ToU64(XmlText(c, "Size"));
       info.etag = Unquoted(XmlText(c, "ETag"));
       out.push_back(std::move(info));
@@ -100,8 +111,10 @@ StatusOr<std::vector<S3MultipartUpload>> S3Client::ListMultipartUploads(const st
   SFT_ASSIGN_OR_RETURN(
       Response resp, Send(Request{"GET", bucket, "", CanonicalQuery({{"prefix", prefix}, {"uploads", ""}})}));
   std::vector<S3MultipartUpload> out;
-  for (std::string_view u : XmlElements(resp.body, "Upload"))
+  for (std::string_view u : XmlElements(resp.body, "Upload")) {
     out.push_back({XmlText(u, "Key"), XmlText(u, "UploadId")});
+    SFT_RETURN_IF_ERROR(CheckListedKey(bucket, prefix, out.back().key, "ListMultipartUploads"));
+  }
   return out;
 }
 

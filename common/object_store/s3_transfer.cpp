@@ -135,7 +135,9 @@ Status DownloadFile(const S3Client& s3, const std::string& bucket, const std::st
   RangeLog log(part_path + ".ranges", size, sha256, block);
   bool matched = false;
   std::vector<char> done = log.Load(blocks, &matched);
-  UniqueFd fd(::open(part_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (matched ? 0 : O_TRUNC), 0644));
+  // Not through a link planted at FILE.part (ELOOP), like its .ranges sidecar (common/range_log.h).
+  UniqueFd fd(
+      ::open(part_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (matched ? 0 : O_TRUNC), 0644));
   if (fd.get() < 0) return ErrnoError("open", part_path, errno);
   SFT_RETURN_IF_ERROR(matched ? log.Reopen() : log.Start());
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return ErrnoError("truncate", part_path, errno);

@@ -41,7 +41,8 @@ Status UploadFile(const S3Client& s3, const std::string& bucket, const std::stri
 // Downloads bucket/key, `size` bytes whose sha256 must be `sha256`, to `dest` (replacing it), through
 // "<dest>.part" and "<dest>.part.ranges" (resumed when they name the same size and sha256). Errors:
 // DATA_LOSS when the object's size or hash is not the expected one (the .part files are removed);
-// write errors; S3Client's.
+// write errors (a symbolic link at either .part name is never followed: "cannot open"... ELOOP);
+// S3Client's.
 Status DownloadFile(const S3Client& s3, const std::string& bucket, const std::string& key, uint64_t size,
                     const std::string& sha256, const std::string& dest, const TransferOptions& opt,
                     TransferStats* stats = nullptr);

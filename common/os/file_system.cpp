@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <system_error>
 
@@ -200,6 +201,58 @@ Status PreadFully(int fd, char* data, size_t size, uint64_t offset, const std::s
     data += n;
     size -= static_cast<size_t>(n);
     offset += static_cast<uint64_t>(n);
+  }
+  return OkStatus();
+}
+
+Status WritePrivateFile(const std::string& path, std::string_view data) {
+  const std::string tmp = path + ".tmp";
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return ErrnoError("cannot remove", tmp, errno);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("cannot create", tmp, errno);
+  Status s = WriteFully(fd, data, tmp);
+  if (s.ok()) s = SyncFd(fd, tmp);
+  if (::close(fd) != 0 && s.ok()) s = ErrnoError("cannot close", tmp, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    s = ErrnoError("cannot rename to '" + path + "' from", tmp, errno);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return FileSystem::Default()->SyncDir(dir.empty() ? "." : dir);
+}
+
+Status MakePrivateDir(const std::string& path, bool exclusive) {
+  if (::mkdir(path.c_str(), 0700) == 0) return OkStatus();
+  const int err = errno;
+  if (err == EEXIST && exclusive)
+    return AlreadyExistsError("'" + path +
+                              "' already exists: refusing to reuse a folder this agent did not create");
+  if (err != EEXIST) return ErrnoError("cannot create the folder", path, err);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return ErrnoError("cannot inspect", path, errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
+    return AlreadyExistsError("'" + path + "' already exists and is not a folder of this user");
+  if (::chmod(path.c_str(), 0700) != 0) return ErrnoError("cannot make private", path, errno);
+  return OkStatus();
+}
+
+Status CheckTrustedDir(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return ErrnoError("cannot inspect " + what, path, errno);
+  if (!S_ISDIR(st.st_mode)) return FailedPreconditionError(what + " " + path + " is not a folder");
+  if (st.st_uid != ::geteuid())
+    return PermissionDeniedError(what + " " + path + " belongs to uid " + std::to_string(st.st_uid) +
+                                 ", not to this user (uid " + std::to_string(::geteuid()) +
+                                 "): its owner could read or replace what the agent writes there; use a "
+                                 "folder of your own");
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return PermissionDeniedError(what + " " + path + " is writable by group or others (mode " + mode +
+                                 "): another user could plant or swap files there; run `chmod go-w " + path +
+                                 "`");
   }
   return OkStatus();
 }

@@ -107,6 +107,22 @@ class ForwardingFileSystem : public FileSystem {
 // place, so readers see either the old or the new content, never a mix.
 Status WriteFileAtomic(FileSystem* fs, const std::string& path, std::string_view data);
 
+// Files and folders that only this user may read, for what the agent writes into a folder other
+// processes can reach (a Slurm job folder on a shared filesystem; docs/slurm.md). The one policy:
+//   * WritePrivateFile: `data` goes to a sibling "<path>.tmp" created with O_CREAT | O_EXCL |
+//     O_NOFOLLOW and mode 0600 (a stale one is unlinked first, never followed), is fsynced and renamed
+//     over `path` (the folder fsynced too), so a link planted at either name is replaced, never
+//     written through, and readers see the old or the new content. Errors: ErrnoError naming the file.
+//   * MakePrivateDir: mkdir(path, 0700) that fails when anything already has that name
+//     (ALREADY_EXISTS "'<path>' already exists ...": a folder someone else made is never reused);
+//     with `exclusive` false an existing folder (not a link) of this user is accepted and made 0700.
+//   * CheckTrustedDir: `path` (not followed when a link) is a folder of this user that neither group
+//     nor others may write. FAILED_PRECONDITION when it is not a folder; PERMISSION_DENIED naming
+//     `what`, the path, and the owner or the mode ("chmod go-w").
+Status WritePrivateFile(const std::string& path, std::string_view data);
+Status MakePrivateDir(const std::string& path, bool exclusive);
+Status CheckTrustedDir(const std::string& path, const std::string& what);
+
 // Writes all of `data` to the open descriptor `fd`, retrying interrupted and partial writes.
 // Errors read "cannot write '<path>': <strerror>" (`path` only names the file in messages).
 Status WriteFully(int fd, std::string_view data, const std::string& path);

@@ -57,21 +57,22 @@ struct EnvRule {
   const char* pattern;
   bool rank;
   bool stop_command;
+  bool slurm_command = false;
 };
 
 constexpr EnvRule kEnvRules[] = {
-    // Both: the system basics.
-    {"PATH", true, true},
-    {"HOME", true, true},
-    {"USER", true, true},
-    {"LOGNAME", true, true},
-    {"SHELL", true, true},
-    {"LANG", true, true},
-    {"LANGUAGE", true, true},
-    {"LC_*", true, true},
-    {"TZ", true, true},
-    {"TMPDIR", true, true},
-    {"TERM", true, true},
+    // All three: the system basics.
+    {"PATH", true, true, true},
+    {"HOME", true, true, true},
+    {"USER", true, true, true},
+    {"LOGNAME", true, true, true},
+    {"SHELL", true, true, true},
+    {"LANG", true, true, true},
+    {"LANGUAGE", true, true, true},
+    {"LC_*", true, true, true},
+    {"TZ", true, true, true},
+    {"TMPDIR", true, true, true},
+    {"TERM", true, true, true},
     // A rank: the loader, GPUs, collectives and their transports, thread pools, torch, the trainer's
     // own switches, sanitizer options of a test build.
     {"LD_LIBRARY_PATH", true, false},
@@ -160,10 +161,35 @@ int FreeTcpPort(bool any_interface) {
   return port;
 }
 
+namespace {
+
+// Whether rule `r` is part of `kind`'s allowlist.
+bool Applies(const EnvRule& r, ChildKind kind) {
+  switch (kind) {
+    case ChildKind::kRank:
+      return r.rank;
+    case ChildKind::kStopCommand:
+      return r.stop_command;
+    case ChildKind::kSlurmCommand:
+      return r.slurm_command;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> ChildEnvPatterns(ChildKind kind) {
+  std::vector<std::string> out;
+  for (const EnvRule& r : kEnvRules) {
+    if (Applies(r, kind)) out.emplace_back(r.pattern);
+  }
+  return out;
+}
+
 bool ChildEnvAllowed(std::string_view name, ChildKind kind) {
   if (name.empty()) return false;
   for (const EnvRule& r : kEnvRules) {
-    if (!(kind == ChildKind::kRank ? r.rank : r.stop_command)) continue;
+    if (!Applies(r, kind)) continue;
     const std::string_view p = r.pattern;
     const bool match =
         p.back() == '*' ? name.size() >= p.size() && name.substr(0, p.size() - 1) == p.substr(0, p.size() - 1)

@@ -12,16 +12,23 @@ namespace sftctl {
 
 // The children that get a filtered copy of their launcher's environment.
 enum class ChildKind {
-  kRank,         // a trainer rank (the agent's, and `sftctl run --local --ranks N`)
-  kStopCommand,  // the agent's stop action (`/bin/sh -c`, agent/command_runner.h)
+  kRank,          // a trainer rank (the agent's, and `sftctl run --local --ranks N`)
+  kStopCommand,   // the agent's stop action (`/bin/sh -c`, agent/command_runner.h)
+  kSlurmCommand,  // the agent's Slurm commands (sbatch, srun, squeue, ...; agent/slurm/slurm_cli.h)
 };
 // Whether the variable `name` passes to a child of `kind`: the one allowlist of names and name
 // prefixes (docs/agent.md lists it), so that the secrets an agent holds (HF_TOKEN, LAMBDA_API_KEY, AWS
 // keys from ~/.config/sftd/env) reach only a child that uses them. Both get the basics (PATH, HOME,
 // USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM); a rank also the loader, GPU,
 // collective, thread-pool and torch tuning variables and SFTCTL_*; a stop command the cloud APIs'
-// variables (LAMBDA_*, RUNPOD_*, AWS_*, AZURE_*, GOOGLE_*, CLOUDSDK_*), proxies and CA bundles.
+// variables (LAMBDA_*, RUNPOD_*, AWS_*, AZURE_*, GOOGLE_*, CLOUDSDK_*), proxies and CA bundles; a
+// Slurm command the basics only (what sbatch or srun carries may reach a job: the agent adds
+// SLURM_CONF itself, and a Slurm job's ranks get the rank allowlist from their job folder,
+// agent/slurm/sbatch_script.h).
 bool ChildEnvAllowed(std::string_view name, ChildKind kind);
+// The allowlist's entries for `kind`, in its order: names ("PATH") and prefixes ending in '*' ("LC_*"),
+// each of [A-Za-z0-9_*] (so that a shell `case` pattern can take them as they are).
+std::vector<std::string> ChildEnvPatterns(ChildKind kind);
 // The entries of `inherited` (NAME=value strings, null-terminated; nullptr: this process's environ)
 // whose name ChildEnvAllowed passes, in their order.
 std::vector<std::string> ChildEnvironment(ChildKind kind, const char* const* inherited = nullptr);

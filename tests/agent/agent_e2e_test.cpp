@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <netinet/in.h>
+#include <sqlite3.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -338,6 +339,114 @@ TEST_F(AgentE2E, ARestartedAgentNeverSignalsAReusedProcessGroup) {
   EXPECT_TRUE(NoSignalReached(stranger)) << "the restarted agent signalled an unrelated process group";
   ::kill(stranger, SIGKILL);
   ::waitpid(stranger, nullptr, 0);
+}
+
+// Issue 37, item 4: a rank record whose "event" is not a string ({"event":7}) made the agent that
+// recovered the job's journal throw (type_error.302), on every start. Now the record is skipped: the
+// agent starts, ends the job whose ranks died, and runs another.
+TEST_F(AgentE2E, ABadRankRecordInARecoveredJournalDoesNotStopTheRestartedAgent) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job j;
+  const nlohmann::json bad = nlohmann::json::array({{{"event", 7}, {"step", 1}},
+                                                    {{"event", "step"}, {"step", "one"}},
+                                                    {{"event", "error"}, {"message", 3}}});
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}, {"extra_events", bad}}), &j).ok());
+  v1::Job r = a.WaitJob(j.id(), [](const v1::Job& x) { return x.last_step() >= 2; });
+  Track(r);
+  a.Kill();
+  const pid_t pgid = static_cast<pid_t>(r.ranks(0).pid());
+  KillGroup(pgid);
+  ASSERT_TRUE(WaitFor([&] { return GroupMembers(pgid).empty(); }));
+
+  Agent b(dir_.path());
+  ASSERT_TRUE(b.Start());
+  v1::Job f = b.WaitState(j.id(), v1::FAILED);
+  EXPECT_THAT(f.reason(), HasSubstr("agent-restart: ranks ended while the agent was down"));
+  v1::Job other;
+  ASSERT_TRUE(b.Submit(StubSpec({{"steps", 2}}), &other).ok());
+  b.WaitState(other.id(), v1::SUCCEEDED);
+}
+
+// Issue 37, item 4, the record itself: a job whose database row is damaged (a rendezvous whose
+// num_nodes is a string; it threw while the jobs were listed) or whose journal cannot be opened (a
+// folder in its place) is failed with the reason; the agent starts and serves the other jobs.
+TEST_F(AgentE2E, ADamagedJobRecordFailsThatJobAndTheAgentServesTheOthers) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job damaged, no_journal, fine;
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}}), &damaged).ok());
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}}), &no_journal).ok());
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}}), &fine).ok());
+  std::vector<v1::Job> running;
+  for (const v1::Job& j : {damaged, no_journal, fine}) {
+    running.push_back(a.WaitJob(j.id(), [](const v1::Job& x) { return x.last_step() >= 1; }));
+    Track(running.back());
+  }
+  a.Kill();
+  for (const v1::Job& r : {running[0], running[1]}) {  // `fine` stays alive across the restart
+    const pid_t pgid = static_cast<pid_t>(r.ranks(0).pid());
+    KillGroup(pgid);
+    ASSERT_TRUE(WaitFor([&] { return GroupMembers(pgid).empty(); }));
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((a.data_dir() + "/agent.db").c_str(), &db), SQLITE_OK);
+    const std::string sql =
+        "UPDATE jobs SET rendezvous='{\"num_nodes\":\"two\"}' WHERE id='" + damaged.id() + "'";
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  const std::string journal = running[1].job_dir() + "/journal.jsonl";
+  ASSERT_TRUE(std::filesystem::remove(journal));
+  ASSERT_TRUE(std::filesystem::create_directory(journal));
+
+  Agent b(dir_.path());
+  ASSERT_TRUE(b.Start());
+  EXPECT_THAT(b.WaitState(damaged.id(), v1::FAILED).reason(),
+              HasSubstr("agent-restart: cannot recover the job: its record is damaged: rendezvous: field "
+                        "'num_nodes': expected an integer >= 0, got string"));
+  EXPECT_THAT(b.WaitState(no_journal.id(), v1::FAILED).reason(),
+              HasSubstr("agent-restart: cannot recover the job: cannot open '" + journal + "'"));
+  // The healthy job was re-attached, and a new one runs.
+  EXPECT_EQ(b.Get(fine.id()).state(), v1::RUNNING);
+  v1::Job other;
+  ASSERT_TRUE(b.Submit(StubSpec({{"steps", 2}}), &other).ok());
+  b.WaitState(other.id(), v1::SUCCEEDED);
+  v1::CancelJobRequest creq;
+  creq.set_job_id(fine.id());
+  v1::Job tmp;
+  ASSERT_TRUE(b.stub()->CancelJob(b.Ctx().get(), creq, &tmp).ok());
+  b.WaitState(fine.id(), v1::CANCELLED);
+}
+
+// Issue 37, item 5: `sftctl status` and `sftctl logs --tensorboard` aborted (exit 134) on metric records
+// the agent supplied: {"event":7,...}, and a step record whose "step" is a string as the newest one.
+// Now they skip such records: status shows the job and the newest good step record's figures, and the
+// TensorBoard file gets the good steps.
+TEST_F(AgentE2E, ClientSkipsMetricRecordsOfTheWrongShape) {
+  if (!std::filesystem::exists(Bin("sftctl")))
+    GTEST_SKIP() << "built without the client (SFTCTL_BUILD_CLIENT)";
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  const nlohmann::json bad = nlohmann::json::array({{{"event", 7}, {"step", 1}, {"loss", 0.5}}});
+  const nlohmann::json last =
+      nlohmann::json::array({{{"event", "step"}, {"step", 3}, {"rss_mb", 2048.0}},
+                             {{"event", 7}, {"step", 4}},
+                             {{"event", "step"}, {"step", "four"}, {"rss_mb", 1024.0}}});
+  v1::Job j;
+  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 2}, {"extra_events", bad}, {"last_events", last}}), &j).ok());
+  a.WaitState(j.id(), v1::SUCCEEDED);
+  TempDir home("h37-home");
+  const std::vector<std::string> env = {"HOME=" + home.path(), "XDG_CONFIG_HOME=" + home.path() + "/config"};
+  auto status = RunCommand({Bin("sftctl"), "status", "--host", "local:" + dir_.path(), j.id()}, env);
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_THAT(status.output, HasSubstr("at step 3: rss 2.00G")) << status.output;
+  const std::string tb = home.path() + "/tb";
+  auto logs =
+      RunCommand({Bin("sftctl"), "logs", "--host", "local:" + dir_.path(), j.id(), "--tensorboard", tb}, env);
+  EXPECT_EQ(logs.exit_code, 0) << logs.output;
+  EXPECT_TRUE(std::filesystem::exists(tb)) << logs.output;
 }
 
 TEST_F(AgentE2E, SigkillOneRankFailsJobNamingSignalAndStopsOthers) {

@@ -91,6 +91,34 @@ JournalEvent Line(const std::string& text, int rank = 0) {
   return e;
 }
 
+// Issue 37, item 4: the one reader of trainer event lines (the supervisor, its recovery and the Slurm
+// follow thread). A field of the wrong type ({"event":7} threw type_error.302 and stopped the agent) is
+// INVALID_ARGUMENT naming the rank and the field, never an exception.
+TEST(TrainerEvent, ReadsTheTrainersEventsAndRefusesFieldsOfTheWrongType) {
+  auto step = ParseTrainerEvent(R"({"event":"step","step":7,"loss":0.25,"lr":1e-4})", 0);
+  ASSERT_TRUE(step.ok()) << step.status().message();
+  EXPECT_EQ(step->kind, "step");
+  EXPECT_EQ(step->step, 7);
+  EXPECT_EQ(step->loss, 0.25);
+  auto nan_loss = ParseTrainerEvent(R"({"event":"step","step":8,"loss":null})", 0);
+  ASSERT_TRUE(nan_loss.ok());
+  EXPECT_FALSE(nan_loss->loss.has_value());
+  auto error = ParseTrainerEvent(R"({"event":"error","message":"CUDA out of memory"})", 1);
+  ASSERT_TRUE(error.ok());
+  EXPECT_EQ(error->message, "CUDA out of memory");
+  EXPECT_THAT(
+      ParseTrainerEvent(R"({"event":7,"step":1})", 2),
+      StatusIs(StatusCode::kInvalidArgument, "rank 2 event: field 'event': expected a string, got number 7"));
+  EXPECT_THAT(
+      ParseTrainerEvent(R"({"event":"step","step":"one"})", 0),
+      StatusIs(StatusCode::kInvalidArgument, "rank 0 event: field 'step': expected an integer, got string"));
+  EXPECT_THAT(
+      ParseTrainerEvent(R"({"step":1})", 0),
+      StatusIs(StatusCode::kInvalidArgument, "rank 0 event: field 'event': missing (expected a string)"));
+  EXPECT_THAT(ParseTrainerEvent("step 3 of 10", 0),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("rank 0 event: invalid JSON")));
+}
+
 TEST(Journal, AppendsNumberedEventsAndReplaysFromRingAndFile) {
   TempDir d;
   auto j = Journal::Open(d.path() + "/j.jsonl");
@@ -403,6 +431,40 @@ TEST(StateStore, DatabaseOfAnOlderAgentGainsTheNewColumns) {
   EXPECT_FALSE(IsMultiNode(*got));
   got->first_failed_rank = 0;
   EXPECT_TRUE((*store)->SaveJob(*got, nullptr).ok());
+}
+
+// Issue 37, item 4: a column damaged on disk (not the JSON or the list the agent writes) threw while the
+// jobs were read back, so the agent could not start. Now the record comes back with `corrupt` naming the
+// column and the field; the other jobs read normally.
+TEST(StateStore, ADamagedColumnIsNotedOnItsRecordNotThrown) {
+  TempDir d;
+  const std::string db_path = d.path() + "/agent.db";
+  {
+    auto store = StateStore::Open(db_path);
+    ASSERT_TRUE(store.ok());
+    for (int i = 0; i < 4; ++i) {
+      JobRecord rec;
+      rec.job_dir = d.path() + "/jobs/";
+      ASSERT_TRUE((*store)->InsertJob(rec).ok());
+    }
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  const char* damage =
+      "UPDATE jobs SET rendezvous='{\"num_nodes\":2,\"master_port\":\"x\"}' WHERE id='job-1';"
+      "UPDATE jobs SET assigned_gpus='0,gpu1' WHERE id='job-2';"
+      "UPDATE jobs SET slurm='{\"job_id\":17}' WHERE id='job-3';";
+  ASSERT_EQ(sqlite3_exec(db, damage, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  auto store = StateStore::Open(db_path);
+  ASSERT_TRUE(store.ok());
+  auto jobs = (*store)->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 4u);
+  EXPECT_EQ((*jobs)[0].corrupt, "rendezvous: field 'master_port': expected an integer >= 0, got string");
+  EXPECT_EQ((*jobs)[1].corrupt, "assigned_gpus: 'gpu1' is not a GPU index");
+  EXPECT_EQ((*jobs)[2].corrupt, "slurm: field 'job_id': expected a string, got number 17");
+  EXPECT_EQ((*jobs)[3].corrupt, "");
 }
 
 TEST(BlobStore, MismatchStoresNothingResumeCompletes) {
@@ -837,6 +899,14 @@ TEST(ChildEnvironment, RanksAndStopCommandsGetOnlyWhatTheyUse) {
   EXPECT_FALSE(ChildEnvAllowed("HF_TOKEN", ChildKind::kStopCommand));
   EXPECT_TRUE(ChildEnvAllowed("PYTORCH_CUDA_ALLOC_CONF", ChildKind::kRank));
   EXPECT_FALSE(ChildEnvAllowed("PYTORCH_CUDA_ALLOC_CONF", ChildKind::kStopCommand));
+  // Slurm's commands: the basics only (what sbatch or srun carries may reach a job).
+  EXPECT_EQ(ChildEnvironment(ChildKind::kSlurmCommand, inherited),
+            (std::vector<std::string>{"PATH=/bin", "HOME=/root", "LC_ALL=C"}));
+  // The patterns a Slurm job's script narrows the ranks' environment with: the same list.
+  const std::vector<std::string> rank = ChildEnvPatterns(ChildKind::kRank);
+  EXPECT_EQ(rank.front(), "PATH");
+  EXPECT_NE(std::find(rank.begin(), rank.end(), "NCCL_*"), rank.end());
+  EXPECT_EQ(std::find(rank.begin(), rank.end(), "AWS_*"), rank.end());
 }
 
 }  // namespace

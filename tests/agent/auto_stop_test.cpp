@@ -495,6 +495,21 @@ TEST(CommandRunnerTest, TheCommandGetsOnlyTheStopCommandsEnvironment) {
   EXPECT_THAT(out->output, ::testing::Not(HasSubstr("SFTD_TEST_OTHER")));
 }
 
+// Slurm's commands (sbatch, srun, squeue, ...) get the basics only: what they carry may reach a job.
+TEST(CommandRunnerTest, SlurmCommandsGetNoCloudKeys) {
+  const std::vector<std::pair<std::string, std::string>> set = {{"AWS_SECRET_ACCESS_KEY", "aws_secret"},
+                                                                {"LAMBDA_API_KEY", "lambda_key"},
+                                                                {"HF_TOKEN", "hf_secret"},
+                                                                {"NCCL_DEBUG", "INFO"},
+                                                                {"SBATCH_EXPORT", "ALL"}};
+  for (const auto& [k, v] : set) ::setenv(k.c_str(), v.c_str(), 1);
+  auto out = CommandRunner::Default(ChildKind::kSlurmCommand)->Run("env", 30s);
+  for (const auto& [k, v] : set) ::unsetenv(k.c_str());
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_THAT(out->output, HasSubstr("PATH="));
+  for (const auto& [k, v] : set) EXPECT_THAT(out->output, ::testing::Not(HasSubstr(k))) << out->output;
+}
+
 TEST(CommandRunnerTest, RunsTheShellCommandWithItsOutputAndExitCode) {
   auto out = CommandRunner::Default()->Run("echo out; echo err >&2; exit 4", 30s);
   ASSERT_TRUE(out.ok()) << out.status().ToString();

@@ -7,7 +7,9 @@
 //   bulk_lines (print this many stdout lines at start; bulk_line_bytes pads each to that length),
 //   ignore_term, spawn_child,
 //   list_dir (a JSON pointer into the spec naming a folder: prints "entry <relative path> <content>" for
-//   each file in it), print_env (variable names: prints "envvar NAME=value" or "envvar NAME unset")
+//   each file in it), print_env (variable names: prints "envvar NAME=value" or "envvar NAME unset"),
+//   extra_events, last_events (JSON values emitted on the event stream as they are, after "start" and
+//   before "done": malformed records)
 // At start it prints its distributed environment: "env RANK=.. WORLD_SIZE=.. LOCAL_RANK=..
 // LOCAL_WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.." and emits {"event":"start","rank":..,"world_size":..}.
 #include <signal.h>
@@ -148,6 +150,7 @@ int main(int argc, char** argv) {
         {"rank", rank},
         {"world_size", std::atoi(env("WORLD_SIZE").empty() ? "1" : env("WORLD_SIZE").c_str())},
         {"resume_step", start}});
+  for (const auto& e : stub.value("extra_events", nlohmann::json::array())) Emit(e);
   for (long long i = 0; i < bulk_lines; ++i) {
     std::string line = "bulk line " + std::to_string(i) + " of the log";
     if (line.size() < bulk_line_bytes) line.resize(bulk_line_bytes, 'x');
@@ -172,6 +175,7 @@ int main(int argc, char** argv) {
       WriteCheckpoint(out, step, 1024);
   }
   if (rank == 0) WriteCheckpoint(out, steps, model_bytes);
+  for (const auto& e : stub.value("last_events", nlohmann::json::array())) Emit(e);
   Emit({{"event", "done"}, {"steps", steps}});
   std::cout << "stub done" << std::endl;
   return 0;

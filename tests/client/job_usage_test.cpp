@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/util/status_matchers.h"
+
 namespace sftctl::client {
 namespace {
 
@@ -98,6 +100,28 @@ TEST(ResourceSummary, ShowsWhatTheRecordHas) {
                              {"gpu_power_w", 312.5},
                              {"mfu", 0.414}}),
             " rss 1.00G, gpu mem 10.00G (peak 12.00G, reserved 14.00G), util 87%, 312 W, mfu 41.4%");
+}
+
+// Issue 37, item 5: `status` aborted (exit 134) on an agent-supplied {"event":7,...} record. The step
+// record reader refuses such records with the field named; LatestStepRecord skips them.
+TEST(ParseStepRecord, RefusesRecordsOfTheWrongShapeNamingTheField) {
+  using ::sftctl::testing::StatusIs;
+  auto ok = ParseStepRecord(R"({"event":"step","step":12,"loss":0.5,"rss_mb":1024})");
+  ASSERT_TRUE(ok.ok() && ok->has_value()) << ok.status().message();
+  EXPECT_EQ((*ok)->step, 12);
+  EXPECT_EQ((*ok)->record["rss_mb"], 1024);
+  auto other = ParseStepRecord(R"({"event":"eval","step":"x"})");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->has_value());
+  EXPECT_THAT(ParseStepRecord(R"({"event":7,"step":1})"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "metric record: field 'event': expected a string, got number 7"));
+  EXPECT_THAT(
+      ParseStepRecord(R"({"event":"step","step":"two"})"),
+      StatusIs(StatusCode::kInvalidArgument, "metric record: field 'step': expected an integer, got string"));
+  EXPECT_THAT(ParseStepRecord(R"([1])"),
+              StatusIs(StatusCode::kInvalidArgument, "metric record: expected a JSON object, got array"));
+  EXPECT_EQ(ParseStepRecord("{").status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

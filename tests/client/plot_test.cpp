@@ -4,13 +4,16 @@
 
 #include <cairo.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
@@ -88,6 +91,44 @@ TEST(Plot, TrainOnlyAndSinglePointsStillPlot) {
   EXPECT_EQ(CountColor(s, kEvalColor, 12, 0, 0, PlotOptions().width, PlotOptions().height), 0)
       << "no eval series";
   cairo_surface_destroy(s);
+  fs::remove_all(dir);
+}
+
+// Runs `body` in a child process: true when it exited 0 within `seconds` (else the child is killed).
+bool FinishesWithin(int seconds, const std::function<bool()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body() ? 0 : 1);
+  for (int i = 0; i < seconds * 20; ++i) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    ::usleep(50000);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return false;
+}
+
+// Issue 37, item 6: steps 1e16 and 1e16 + 2 made `sftctl plot` spin until killed (an absolute flat-range
+// guard, and tick positions reached by adding a step below one ulp). Now it draws them, and huge or
+// nearly equal values on either axis, at once.
+TEST(Plot, HugeNearlyEqualStepsAndValuesStillPlot) {
+  const std::string dir = MakeTempDir("plot-huge");
+  const int64_t big = 10000000000000000;  // 1e16: doubles there are 2 apart
+  const std::vector<std::vector<nlohmann::json>> cases = {
+      {{{"event", "step"}, {"step", big}, {"loss", 1.0}},
+       {{"event", "step"}, {"step", big + 2}, {"loss", 2.0}}},
+      {{{"event", "step"}, {"step", 1}, {"loss", 1e16}},
+       {{"event", "step"}, {"step", 2}, {"loss", 1e16 + 2}}},
+      {{{"event", "step"}, {"step", 1}, {"loss", 1e300}}, {{"event", "step"}, {"step", 2}, {"loss", -1e300}}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string png = dir + "/" + std::to_string(i) + ".png";
+    EXPECT_TRUE(FinishesWithin(60, [&] { return RenderLossPlot(cases[i], "huge", png).ok(); }))
+        << "case " << i << " did not finish";
+    cairo_surface_t* s = cairo_image_surface_create_from_png(png.c_str());
+    EXPECT_EQ(cairo_surface_status(s), CAIRO_STATUS_SUCCESS) << "case " << i;
+    cairo_surface_destroy(s);
+  }
   fs::remove_all(dir);
 }
 

@@ -144,6 +144,26 @@ TEST(TensorBoard, ScalarsOfStepAndEvalRecordsOnly) {
   EXPECT_TRUE(tensorboard::ScalarsOf({{"event", "done"}, {"step", 3}, {"loss", 1.0}}).empty());
 }
 
+// Issue 37, item 5: an agent-supplied record whose "event" is not a string made `logs --tensorboard`
+// abort (type_error, exit 134). Such records give no scalars, and the writer writes nothing for them.
+TEST(TensorBoard, ARecordWhoseEventIsNotAStringIsSkipped) {
+  for (const nlohmann::json& bad : {nlohmann::json{{"event", 7}, {"step", 3}, {"loss", 1.0}},
+                                    nlohmann::json{{"event", nullptr}, {"step", 3}, {"loss", 1.0}},
+                                    nlohmann::json::array({"step"}), nlohmann::json("step")}) {
+    EXPECT_TRUE(tensorboard::ScalarsOf(bad).empty()) << bad;
+  }
+  TempDir tmp("tb-bad");
+  auto w = tensorboard::EventFileWriter::Open(tmp.path());
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_TRUE((*w)->WriteMetrics({{"event", 7}, {"step", 3}, {"loss", 1.0}}).ok());
+  EXPECT_TRUE((*w)->WriteMetrics({{"event", "step"}, {"step", 4}, {"loss", 2.0}}).ok());
+  size_t end = 0;
+  auto events = tensorboard::ParseRecords(ReadWholeFile((*w)->path()), 0, &end, "events");
+  ASSERT_TRUE(events.ok()) << events.status().message();
+  ASSERT_EQ(events->size(), 2u);  // the file version and step 4's loss
+  EXPECT_EQ((*events)[1].step, 4);
+}
+
 TEST(TensorBoard, ReopenedWriterAddsOnlyNewSteps) {
   TempDir tmp("tb-reopen");
   std::vector<json> records;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <memory>
@@ -289,6 +290,82 @@ TEST(WriteFullyTest, ErrorNamesThePath) {
   Status s = WriteFully(-1, "data", "/some/file");
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_EQ(s.message(), "cannot write '/some/file': Bad file descriptor");
+}
+
+// The private-file policy: a file behind a planted link is never written, the mode is explicit.
+TEST(WritePrivateFile, WritesA0600FileAndReplacesPlantedLinksWithoutFollowingThem) {
+  testing::TempDir tmp;
+  const std::string victim = tmp.path() + "/victim", other = tmp.path() + "/other";
+  for (const std::string& v : {victim, other})
+    ASSERT_TRUE(WriteFileAtomic(FileSystem::Default(), v, "mine").ok());
+  const std::string path = tmp.path() + "/job.sbatch";
+  ASSERT_EQ(::symlink(victim.c_str(), path.c_str()), 0);
+  ASSERT_EQ(::symlink(other.c_str(), (path + ".tmp").c_str()), 0);
+  ASSERT_TRUE(WritePrivateFile(path, "#!/bin/bash\n").ok());
+  EXPECT_EQ(*FileSystem::Default()->ReadFile(victim), "mine");
+  EXPECT_EQ(*FileSystem::Default()->ReadFile(other), "mine");
+  EXPECT_EQ(*FileSystem::Default()->ReadFile(path), "#!/bin/bash\n");
+  struct stat st {};
+  ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_FALSE(FileSystem::Default()->Exists(path + ".tmp"));
+  const Status s = WritePrivateFile(tmp.path() + "/missing/x", "y");
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("cannot create '" + tmp.path() + "/missing/x.tmp'"));
+}
+
+TEST(MakePrivateDir, MakesA0700FolderAndExclusiveRefusesAnExistingOne) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.path() + "/job-1";
+  ASSERT_TRUE(MakePrivateDir(dir, true).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  Status s = MakePrivateDir(dir, true);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(s.message(),
+            "'" + dir + "' already exists: refusing to reuse a folder this agent did not create");
+  // Not exclusive: an existing folder of this user is accepted and made private.
+  ASSERT_EQ(::chmod(dir.c_str(), 0775), 0);
+  ASSERT_TRUE(MakePrivateDir(dir, false).ok());
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  // ... but not a link to one.
+  ASSERT_EQ(::symlink(dir.c_str(), (tmp.path() + "/link").c_str()), 0);
+  s = MakePrivateDir(tmp.path() + "/link", false);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(s.message(), HasSubstr("is not a folder of this user"));
+}
+
+TEST(CheckTrustedDir, RefusesAFolderOthersMayWriteOrAnotherUserOwns) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.path() + "/shared";
+  ASSERT_TRUE(MakePrivateDir(dir, true).ok());
+  EXPECT_TRUE(CheckTrustedDir(dir, "--shared-dir").ok());
+  ASSERT_EQ(::chmod(dir.c_str(), 0775), 0);
+  Status s = CheckTrustedDir(dir, "--shared-dir");
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(), "--shared-dir " + dir +
+                             " is writable by group or others (mode 0775): another user could plant or swap "
+                             "files there; run `chmod go-w " +
+                             dir + "`");
+  ASSERT_EQ(::chmod(dir.c_str(), 0757), 0);
+  EXPECT_EQ(CheckTrustedDir(dir, "--shared-dir").code(), StatusCode::kPermissionDenied);
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  // Another user's folder: one of root's when this is not root, else one given away.
+  std::string foreign = "/usr/share";
+  if (::geteuid() == 0) {
+    foreign = dir;
+    ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+  }
+  s = CheckTrustedDir(foreign, "--shared-dir");
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("--shared-dir " + foreign + " belongs to uid "));
+  EXPECT_THAT(s.message(), HasSubstr("not to this user (uid " + std::to_string(::geteuid()) + ")"));
+  const std::string file = tmp.path() + "/file";
+  ASSERT_TRUE(WriteFileAtomic(FileSystem::Default(), file, "x").ok());
+  EXPECT_EQ(CheckTrustedDir(file, "--shared-dir").code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

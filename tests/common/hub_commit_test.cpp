@@ -198,6 +198,29 @@ TEST_F(HubCommitTest, ReadOnlyOrNoTokenIsPermissionDeniedNamingTheRepository) {
       StatusIs(StatusCode::kNotFound, HasSubstr("hf://org/missing")));
 }
 
+// Issue 37 ("the class behind them"): value("uploadMode", "") and value("oid", "") threw on an answer
+// whose field is not a string. Now the commit fails with the answer and the field named.
+TEST_F(HubCommitTest, AnAnswerWithAFieldOfTheWrongTypeIsInvalidArgumentNamingIt) {
+  for (const auto& [hostile, message] :
+       {std::pair<std::string, std::string>{"preupload",
+                                            "hf://org/ckpt: the preupload answer: field "
+                                            "'uploadMode': expected a string, got number 7"},
+        {"lfs_batch", "hf://org/ckpt: the LFS batch answer: field 'oid': expected a string, got number 7"}}) {
+    TempDir dir("hostile-hub");
+    FakeHub hub;
+    ASSERT_TRUE(hub.Start(dir.path(), {{"token", kReadToken},
+                                       {"write_token", kWriteToken},
+                                       {"repos", nlohmann::json::object()},
+                                       {"hostile", hostile}}));
+    HubOptions o = Options(kWriteToken);
+    o.endpoint = hub.url();
+    HubCommitter committer(o);
+    ASSERT_OK(committer.EnsureRepo("org/ckpt"));
+    EXPECT_THAT(committer.Commit("org/ckpt", "main", "m", CheckpointFiles()).status(),
+                StatusIs(StatusCode::kInvalidArgument, message));
+  }
+}
+
 TEST_F(HubCommitTest, ServerErrorsAreRetried) {
   StartHub({{"fail_commit_once", 2}});
   HubOptions o = Options(kWriteToken);

@@ -143,6 +143,21 @@ TEST_F(CheckpointStoreTest, ManifestsFromTheBucketAreChecked) {
   EXPECT_THAT(ParseManifest(R"({"format":2})", "s3://b/m"),
               StatusIs(StatusCode::kDataLoss, HasSubstr("format")));
   EXPECT_THAT(ParseManifest("{", "s3://b/m"), StatusIs(StatusCode::kDataLoss, HasSubstr("s3://b/m")));
+  // Fields of the wrong type, or missing (issue 37: a file entry without "path" was read with a const
+  // operator[], undefined behaviour), are named.
+  EXPECT_THAT(ParseManifest(R"({"format":1,"step":1,"name":"checkpoint-000001","files":[{}]})", "s3://b/m"),
+              StatusIs(StatusCode::kDataLoss,
+                       "s3://b/m: not a checkpoint manifest: a file entry: field 'path': "
+                       "missing (expected a string)"));
+  EXPECT_THAT(ParseManifest(R"({"format":1,"step":"1","name":"checkpoint-000001","files":[]})", "s3://b/m"),
+              StatusIs(StatusCode::kDataLoss,
+                       "s3://b/m: not a checkpoint manifest: field 'step': expected an integer, got string"));
+  EXPECT_THAT(
+      ParseManifest(R"({"format":1,"step":1,"name":"checkpoint-000001","files":[{"path":"a","size":-1}]})",
+                    "s3://b/m"),
+      StatusIs(
+          StatusCode::kDataLoss,
+          "s3://b/m: not a checkpoint manifest: 'a': field 'size': expected an integer >= 0, got number -1"));
 }
 
 TEST_F(CheckpointStoreTest, PruneKeepsTheNewestComplete) {

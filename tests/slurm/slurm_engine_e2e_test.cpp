@@ -5,17 +5,24 @@
 // slurm_trainer_e2e_test runs the real trainer.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <set>
+#include <vector>
 
 #include "agent/command_runner.h"
 #include "agent/slurm/sbatch_script.h"
 #include "agent/slurm/slurm_cli.h"
 #include "agent/slurm/slurm_job.h"
+#include "common/os/fd_util.h"
+#include "common/os/process_util.h"
 #include "tests/slurm/slurm_cluster.h"
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
@@ -25,6 +32,7 @@
 namespace sftctl::agent::slurm {
 namespace {
 
+using ::sftctl::testing::CommandResult;
 using ::sftctl::testing::ReadWholeFile;
 using ::sftctl::testing::StatusIs;
 using ::sftctl::testing::WriteWholeFile;
@@ -66,7 +74,7 @@ class SlurmEngineTest : public ::testing::Test {
     ::chmod(trainer.c_str(), 0755);
     WriteWholeFile(job_dir_ + "/mode", mode);
     WriteWholeFile(job_dir_ + "/spec.json", "{}\n");
-    return SbatchJob{name, job_dir_, trainer};
+    return SbatchJob{name, job_dir_, trainer, ChildEnvironment(ChildKind::kRank)};
   }
   StatusOr<std::string> Submit(const std::string& name, const std::string& mode,
                                const SlurmOptions& options) {
@@ -105,6 +113,28 @@ class SlurmEngineTest : public ::testing::Test {
 
 sftctl::testing::SlurmCluster* SlurmEngineTest::cluster_ = nullptr;
 
+// The MASTER_PORT rank `rank` of the job in `job_dir` saw (the fake trainer's "master=ADDR:PORT"); -1
+// when it printed none.
+int MasterPort(const std::string& job_dir, int rank) {
+  const std::string out = ReadWholeFile(job_dir + "/logs/rank-" + std::to_string(rank) + ".stdout");
+  const size_t at = out.rfind("master=");
+  const size_t colon = at == std::string::npos ? at : out.find(':', at);
+  return colon == std::string::npos ? -1 : std::atoi(out.c_str() + colon + 1);
+}
+
+// A listening TCP socket on every interface at `port`, or -1.
+int Listen(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && ::listen(fd, 1) == 0)
+    return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
 TEST_F(SlurmEngineTest, TwoNodeJobRunsOneRankPerNodeWithTheDistributedEnvironment) {
   auto id = Submit("sftctl-two", "", TwoNodes());
   ASSERT_TRUE(id.ok()) << id.status().ToString();
@@ -116,7 +146,9 @@ TEST_F(SlurmEngineTest, TwoNodeJobRunsOneRankPerNodeWithTheDistributedEnvironmen
   EXPECT_EQ(info->exit_code, 0);
   EXPECT_THAT(info->note, HasSubstr("no accounting storage"));  // this cluster has no slurmdbd
 
-  const int port = kPortBase + std::stoi(*id) % kPortSpan;
+  const int port = MasterPort(job_dir_, 0);
+  EXPECT_GE(port, kPortBase);
+  EXPECT_LT(port, kPortBase + kPortSpan);
   const std::string args = " args=train --spec spec.json --events-fd 3\n";
   EXPECT_EQ(ReadWholeFile(job_dir_ + "/logs/rank-0.stdout"),
             "rank=0 world=2 local=0 lws=1 master=127.0.0.1:" + std::to_string(port) + " node=n1" + args);
@@ -235,10 +267,37 @@ TEST_F(SlurmNodeFailureTest, DeadNodeFailsAJobWithNodeFailAndARequeuedJobRunsAga
   EXPECT_EQ(done->Describe(), "COMPLETED") << ReadWholeFile(BatchOutputPath(requeue_dir));
   EXPECT_EQ(done->restarts, 1);
   EXPECT_THAT(ReadWholeFile(RunsFilePath(requeue_dir)), HasSubstr("job=" + *a + " restart=1 rc=0\n"));
-  // The second run got a port of its own (job id and restart count).
-  EXPECT_THAT(ReadWholeFile(BatchOutputPath(requeue_dir)),
-              HasSubstr("run 1 on n[1-2], master 127.0.0.1:" +
-                        std::to_string(kPortBase + (std::stoi(*a) + 7919) % kPortSpan)));
+  // The second run picked a port again, free on its first node.
+  EXPECT_THAT(ReadWholeFile(BatchOutputPath(requeue_dir)), HasSubstr("run 1 on n[1-2], master 127.0.0.1:"));
+  EXPECT_GE(MasterPort(requeue_dir, 1), kPortBase);
+}
+
+// Issue 37: MASTER_PORT was 20000 + job id mod 10000, so two clusters' (or users') jobs that meet on
+// a node took the same port. Now the first node picks a port no local socket uses: the ports the old
+// rule gives the next jobs are held by listeners here, and the job takes none of them.
+TEST_F(SlurmEngineTest, MasterPortIsAPortFreeOnTheFirstNode) {
+  const CommandResult probe = cluster_->Shell("sbatch --parsable -o /dev/null -J probe --wrap true");
+  ASSERT_EQ(probe.exit_code, 0) << probe.output;
+  const int last = std::stoi(probe.output);
+  std::vector<UniqueFd> held;
+  std::set<int> taken;
+  for (int next = last + 1; next <= last + 3; ++next) {
+    const int port = kPortBase + next % kPortSpan;
+    UniqueFd fd(Listen(port));
+    if (!fd.valid()) continue;  // in use already: it counts as taken all the same
+    held.push_back(std::move(fd));
+    taken.insert(port);
+  }
+  ASSERT_FALSE(taken.empty());
+  auto id = Submit("sftctl-port", "", TwoNodes());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_LE(std::stoi(*id), last + 3);  // nobody else submits to this cluster
+  auto info = WaitForEnd(*id);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->Describe(), "COMPLETED") << ReadWholeFile(BatchOutputPath(job_dir_));
+  const int port = MasterPort(job_dir_, 0);
+  EXPECT_EQ(taken.count(port), 0u) << "the job took port " << port << ", which a listener holds";
+  EXPECT_EQ(MasterPort(job_dir_, 1), port);
 }
 
 }  // namespace

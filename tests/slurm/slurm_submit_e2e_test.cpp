@@ -13,12 +13,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "common/formats/safetensors.h"
 #include "common/hub/hf_hub.h"
 #include "common/hub/hub_commit.h"
+#include "common/os/process_util.h"
 #include "tests/client/tiny_job.h"
 #include "tests/slurm/slurm_cluster.h"
 #include "tests/slurm/weights_diff.h"
@@ -51,13 +54,14 @@ bool ProcessIn(const std::string& dir) {
   return false;
 }
 
-// Deletes the agent's probe files in `dir` the moment they appear, so that no compute node can
-// read them: a shared dir the nodes do not see, on a test cluster whose nodes share one machine.
+// Deletes the agent's probe files in `dir` the moment they appear (renamed into place from their
+// .tmp), so that no compute node can read them: a shared dir the nodes do not see, on a test cluster
+// whose nodes share one machine.
 class ProbeEater {
  public:
   explicit ProbeEater(std::string dir) : dir_(std::move(dir)) {
     fd_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    ::inotify_add_watch(fd_, dir_.c_str(), IN_CREATE);
+    ::inotify_add_watch(fd_, dir_.c_str(), IN_MOVED_TO);  // written to a .tmp, renamed into place
     thread_ = std::thread([this] { Run(); });
   }
   ~ProbeEater() {
@@ -77,7 +81,8 @@ class ProbeEater {
       for (ssize_t off = 0; off < n;) {
         const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
         const std::string name = ev->len > 0 ? ev->name : "";
-        if (name.rfind(".sftctl-probe-", 0) == 0 && ::unlink((dir_ + "/" + name).c_str()) == 0) ++eaten_;
+        const bool probe = name.rfind(".sftctl-probe-", 0) == 0 && name.find(".tmp") == std::string::npos;
+        if (probe && ::unlink((dir_ + "/" + name).c_str()) == 0) ++eaten_;
         off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
       }
     }
@@ -112,10 +117,12 @@ class SlurmSubmitTest : public ::testing::Test {
   // Starts an agent in <tmp>/<name>, with `shared_dir` when not empty, `path` as its PATH when not
   // empty and `env` added to its environment; returns its host for sftctl ("local:DIR").
   std::string StartAgent(const std::string& name, const std::string& shared_dir, const std::string& path = "",
-                         const std::vector<std::string>& env = {}) {
+                         const std::vector<std::string>& env = {},
+                         const std::vector<std::string>& flags = {}) {
     const std::string dir = tmp_.path() + "/" + name;
     std::vector<std::string> argv = {Bin("sftd"), "start",        "--detach", "--data-dir",
                                      dir,         "--slurm-poll", "200ms"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
     if (!shared_dir.empty()) argv.insert(argv.end(), {"--shared-dir", shared_dir});
     if (!path.empty()) argv.insert(argv.begin(), {"/usr/bin/env", "PATH=" + path});  // replaces ours
     std::vector<std::string> agent_env = env;
@@ -404,6 +411,116 @@ TEST_F(SlurmSubmitTest, NodeFailureFailsAJobAndARequeuedOneResumesFromItsCheckpo
   // The second run started from the newest checkpoint the first one completed.
   const std::string events = ReadWholeFile(a["job_dir"].get<std::string>() + "/logs/rank-0.events");
   EXPECT_THAT(events, ::testing::ContainsRegex("\"resumed_from\":\"[^\"]*/run/checkpoint-[0-9]+\""));
+}
+
+// A stand-in trainer for the ranks: its environment, NUL-separated, into the job folder.
+constexpr char kEnvTrainer[] = R"(#!/bin/sh
+env -0 >"logs/env-$RANK"
+echo '{"event":"start"}' >&3
+)";
+
+// The variables a Slurm rank gets from the launch itself, not from the agent: Slurm's own (SLURM_*,
+// SLURMD_NODENAME), torch.distributed's from the script, and bash's.
+bool SetByTheLaunch(const std::string& name) {
+  static const std::set<std::string> kNames = {
+      "RANK",   "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PWD",
+      "OLDPWD", "SHLVL",      "_",          "SLURMD_NODENAME"};
+  return name.rfind("SLURM_", 0) == 0 || kNames.count(name) != 0;
+}
+
+std::filesystem::perms Mode(const std::string& path) {
+  return std::filesystem::symlink_status(path).permissions();
+}
+
+// Issue 37 (1): the agent's cloud keys never reach a Slurm job; (2): its job folders are private and a
+// folder someone else made is never reused, also by a second agent on the same shared dir.
+TEST_F(SlurmSubmitTest, RanksGetOnlyTheRankAllowlistInPrivateJobFoldersNeverReused) {
+  namespace fs = std::filesystem;
+  const std::string trainer = tmp_.path() + "/env-trainer";
+  WriteWholeFile(trainer, kEnvTrainer);
+  fs::permissions(trainer, fs::perms(0755));
+  const std::string shared = tmp_.path() + "/shared";
+  const std::vector<std::string> secrets = {"AWS_SECRET_ACCESS_KEY=aws-secret-of-the-agent",
+                                            "LAMBDA_API_KEY=lambda-key-of-the-agent",
+                                            "SFTCTL_TEST_RANK_MARK=allowlisted"};
+  const std::string host = StartAgent("agent", shared, "", secrets, {"--trainer", trainer});
+  const std::string spec = WriteTinyJobSpec(tmp_.path(), kSteps3);
+  const std::string job = Submit(host, spec, {"--nodes", "2"});
+  ASSERT_FALSE(job.empty());
+  nlohmann::json st = WaitForStatus(job, [](const nlohmann::json& s) { return s["state"] == "SUCCEEDED"; });
+  ASSERT_EQ(st["state"], "SUCCEEDED") << st.dump();
+  const std::string job_dir = st["job_dir"];
+
+  for (const char* rank : {"0", "1"}) {
+    const std::string env = ReadWholeFile(job_dir + "/logs/env-" + rank);
+    std::cout << "rank " << rank << "'s environment:\n";
+    std::set<std::string> names;
+    for (size_t at = 0, end; at < env.size(); at = end + 1) {
+      end = env.find('\0', at);
+      if (end == std::string::npos) end = env.size();
+      const std::string entry = env.substr(at, end - at);
+      std::cout << "  " << entry << "\n";
+      const std::string name = entry.substr(0, entry.find('='));
+      names.insert(name);
+      EXPECT_TRUE(ChildEnvAllowed(name, ChildKind::kRank) || SetByTheLaunch(name))
+          << "rank " << rank << " got " << name << ", which is not on the rank allowlist";
+    }
+    EXPECT_EQ(names.count("AWS_SECRET_ACCESS_KEY"), 0u);
+    EXPECT_EQ(names.count("LAMBDA_API_KEY"), 0u);
+    EXPECT_THAT(
+        env, HasSubstr(std::string("SFTCTL_TEST_RANK_MARK=allowlisted") + '\0'));  // what is allowed arrives
+    EXPECT_EQ(names.count("PATH"), 1u);
+    EXPECT_THAT(env, HasSubstr(std::string("RANK=") + rank + '\0'));
+  }
+  for (const std::string& s : secrets)
+    EXPECT_THAT(ReadWholeFile(job_dir + "/slurm/job.sbatch"), Not(HasSubstr(s)));
+
+  // Nobody else reads the job's folder, spec, data, script or environment.
+  const fs::perms owner_rw = fs::perms::owner_read | fs::perms::owner_write;
+  const std::string agent_jobs = fs::path(job_dir).parent_path().string();
+  EXPECT_EQ(fs::path(agent_jobs).parent_path().string(), fs::canonical(shared).string() + "/jobs");
+  for (const std::string& d :
+       {fs::canonical(shared).string() + "/jobs", agent_jobs, job_dir, job_dir + "/slurm"})
+    EXPECT_EQ(Mode(d), fs::perms::owner_all) << d;
+  for (const std::string& f :
+       {job_dir + "/spec.json", job_dir + "/slurm/job.sbatch", job_dir + "/slurm/rank.env"})
+    EXPECT_EQ(Mode(f), owner_rw) << f;
+  int data_files = 0;
+  for (const auto& e : fs::directory_iterator(job_dir + "/inputs/files")) {
+    EXPECT_EQ(Mode(e.path().string()), owner_rw) << e.path();
+    ++data_files;
+  }
+  EXPECT_GE(data_files, 1);
+
+  // A job folder that exists already (made by someone else) is refused, not reused.
+  const std::string next = agent_jobs + "/job-2";
+  fs::create_directories(next);
+  WriteWholeFile(next + "/planted", "x");
+  const CommandResult refused = Sftctl({"submit", "--host", host, "--slurm", "--nodes", "2", spec});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.output,
+              HasSubstr("job-2: cannot create the job folder: '" + next +
+                        "' already exists: refusing to reuse a folder this agent did not create"))
+      << refused.output;
+  const nlohmann::json failed = Status(host + "/job-2");
+  EXPECT_EQ(failed["state"], "FAILED") << failed.dump();
+  EXPECT_THAT(failed["reason"].get<std::string>(), HasSubstr("cannot create the job folder: '" + next + "'"));
+  EXPECT_EQ(failed["job_dir"], fs::canonical(tmp_.path() + "/agent").string() +
+                                   "/jobs/job-2");  // its record and journal: the agent's own
+  // Nothing was written into the planted folder.
+  EXPECT_EQ(std::distance(fs::directory_iterator(next), fs::directory_iterator()), 1);
+  EXPECT_THAT(Squeue(), Not(HasSubstr("sftctl-job-2")));
+
+  // A second agent on the same shared dir numbers from job-1 too, in a folder of its own.
+  const std::string other = StartAgent("agent2", shared, "", {}, {"--trainer", trainer});
+  const std::string job_b = Submit(other, spec, {"--nodes", "2"});
+  ASSERT_EQ(job_b, "job-1");
+  const nlohmann::json jb = Status(other + "/" + job_b);
+  ASSERT_TRUE(jb.is_object()) << "no status of " << other << "/" << job_b;
+  const std::string dir_b = jb["job_dir"];
+  EXPECT_NE(dir_b, job_dir);
+  EXPECT_NE(fs::path(dir_b).parent_path(), fs::path(agent_jobs));
+  EXPECT_TRUE(fs::exists(job_dir + "/logs/env-0"));  // the first agent's job-1 untouched
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "agent/slurm/sbatch_script.h"
 #include "agent/slurm/slurm_cli.h"
 #include "common/formats/safetensors.h"
+#include "common/os/process_util.h"
 #include "tests/client/tiny_job.h"
 #include "tests/slurm/slurm_cluster.h"
 #include "tests/slurm/weights_diff.h"
@@ -49,9 +50,11 @@ TEST(SlurmTrainer, TwoNodeGlooJobEndsWithTheWeightsOfATwoRankLocalRun) {
   WriteWholeFile(job_dir + "/spec.json", j.dump(2) + "\n");
   SlurmOptions options;
   options.nodes = 2;
-  auto script = RenderSbatchScript(options, SbatchJob{"sftctl-tiny", job_dir, Bin("sftctl-trainer")});
+  const SbatchJob job{"sftctl-tiny", job_dir, Bin("sftctl-trainer"), ChildEnvironment(ChildKind::kRank)};
+  auto script = RenderSbatchScript(options, job);
   ASSERT_TRUE(script.ok()) << script.status().ToString();
   WriteWholeFile(ScriptPath(job_dir), *script);
+  WriteWholeFile(RankEnvPath(job_dir), RenderRankEnv(job.rank_env));
 
   const SlurmCli cli(CommandRunner::Default(), {cluster->env()});
   auto id = cli.Submit(ScriptPath(job_dir));

@@ -3,6 +3,8 @@
 // sources over a CommandRunner that answers with recorded outputs.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -86,6 +88,16 @@ TEST(SlurmOptions, RefusesWhatCannotGoIntoAnSbatchLine) {
   o.gpus_per_node = 65;
   EXPECT_THAT(ValidateSlurmOptions(o),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("field 'gpus_per_node'")));
+  // The job's environment is the agent's choice (the rank allowlist), not an extra option's.
+  for (const char* arg : {"--export=ALL", "--export", "--export-file=/tmp/env", "--get-user-env"}) {
+    o = SlurmOptions();
+    o.extra_args = {arg};
+    EXPECT_THAT(ValidateSlurmOptions(o),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr("field 'slurm_args': '" + std::string(arg) +
+                                                                 "' would change the job's environment")));
+  }
+  o.extra_args = {"--exclusive"};
+  EXPECT_TRUE(ValidateSlurmOptions(o).ok());
 }
 
 SbatchJob Job() {
@@ -119,19 +131,71 @@ TEST(SbatchScript, GpuJobHeaderAndOneRankPerGpu) {
         "#SBATCH --chdir=/shared/u/sftd/jobs/job-7\n",
         "#SBATCH --output=/shared/u/sftd/jobs/job-7/slurm/batch.out\n",
         "#SBATCH --open-mode=append\n",
+        "#SBATCH --export=NONE\n",
         "#SBATCH --exclusive\n",
-        "srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=8 bash -c ",
+        "umask 077\n",
+        "srun --export=ALL --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=8 bash -c ",
         "export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID LOCAL_WORLD_SIZE=8;",
         "exec \"$0\" train --spec spec.json --events-fd 3 >>\"logs/rank-$RANK.stdout\" "
         "2>>\"logs/rank-$RANK.stderr\" 3>>\"logs/rank-$RANK.events\"",
         " '/home/u/.local/bin/sftctl-trainer'\n",
         "scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1",
-        "export MASTER_PORT=$((20000 + (SLURM_JOB_ID + 7919 * restart) % 10000))\n",
+        "if [ \"${SLURMD_NODENAME:-}\" = \"$first\" ] && [ -r /proc/net/tcp ]; then\n",
+        "    p=$((20000 + RANDOM % 10000))\n",
+        "export MASTER_PORT=${MASTER_PORT:-$((20000 + (SLURM_JOB_ID + 7919 * restart) % 10000))}\n",
         "echo \"job=$SLURM_JOB_ID restart=$restart rc=$rc\" >>slurm/runs\n",
         "exit $rc\n"})
     EXPECT_THAT(*script, HasSubstr(line));
   // Every #SBATCH line comes before the first command (sbatch stops reading them there).
   EXPECT_LT(script->rfind("#SBATCH"), script->find("set -u"));
+  // Nothing of sbatch's environment reaches the job (--export=NONE): the ranks' environment comes
+  // from the job folder, sourced in it before the first command that needs PATH.
+  const size_t cd = script->find("cd '/shared/u/sftd/jobs/job-7' || exit 1\n");
+  const size_t sourced = script->find(". ./slurm/rank.env || exit 1\n");
+  ASSERT_NE(sourced, std::string::npos) << *script;
+  EXPECT_LT(cd, sourced);
+  EXPECT_LT(sourced, script->find("mkdir -p logs slurm"));
+  EXPECT_LT(sourced, script->find("scontrol"));
+  // What the node adds (a login environment) is narrowed to Slurm's own and the rank allowlist, in
+  // the batch script before the sourcing and again in each rank.
+  const std::string narrow = "for v in $(compgen -e); do case $v in SLURM_*|SLURMD_NODENAME|";
+  const size_t batch = script->find(narrow);
+  EXPECT_LT(cd, batch);
+  EXPECT_LT(batch, sourced);
+  const size_t rank = script->find(narrow, sourced);
+  ASSERT_NE(rank, std::string::npos);
+  EXPECT_LT(script->find("srun --export=ALL"), rank);
+  EXPECT_LT(rank, script->find("export RANK=$SLURM_PROCID"));
+  EXPECT_THAT(script->substr(rank), HasSubstr("|PATH|HOME|"));
+  EXPECT_THAT(script->substr(rank), HasSubstr("|NCCL_*|"));
+  EXPECT_THAT(script->substr(rank),
+              HasSubstr("|MASTER_ADDR|MASTER_PORT) ;; *) unset \"$v\" 2>/dev/null ;; esac; done"));
+  EXPECT_THAT(*script, Not(HasSubstr("AWS_")));
+  EXPECT_THAT(*script, Not(HasSubstr("LAMBDA_")));
+}
+
+TEST(SbatchScript, RankEnvHoldsTheAllowlistedEnvironmentQuotedWithoutWhatTheScriptSets) {
+  EXPECT_EQ(RankEnvPath("/shared/jobs/job-7"), "/shared/jobs/job-7/slurm/rank.env");
+  const std::string text = RenderRankEnv({"PATH=/usr/bin:/bin", "NCCL_DEBUG=it's info", "LC_ALL=C.UTF-8",
+                                          "RANK=5", "MASTER_PORT=1", "CUDA_VISIBLE_DEVICES=0,1",
+                                          "CUDA_HOME=/usr/local/cuda", "1BAD=x", "A.B=y", "NOVALUE"});
+  EXPECT_THAT(text, HasSubstr("\nexport PATH='/usr/bin:/bin'\n"));
+  EXPECT_THAT(text, HasSubstr("\nexport NCCL_DEBUG='it'\\''s info'\n"));
+  EXPECT_THAT(text, HasSubstr("\nexport LC_ALL='C.UTF-8'\n"));
+  EXPECT_THAT(text, HasSubstr("\nexport CUDA_HOME='/usr/local/cuda'\n"));
+  for (const char* absent : {"RANK=", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "1BAD", "A.B", "NOVALUE"})
+    EXPECT_THAT(text, Not(HasSubstr(absent))) << text;
+  // A shell reads back exactly the values.
+  ::sftctl::testing::TempDir dir;
+  ::sftctl::testing::WriteWholeFile(dir.path() + "/rank.env", text);
+  const std::string cmd =
+      "env -i /bin/sh -c '. " + dir.path() + "/rank.env && printf %s \"$NCCL_DEBUG|$LC_ALL\"'";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[256] = {};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, p);
+  EXPECT_EQ(::pclose(p), 0);
+  EXPECT_EQ(std::string(buf, n), "it's info|C.UTF-8");
 }
 
 TEST(SbatchScript, CpuJobHasNoGpuRequestAndOptionalLinesOnlyWhenGiven) {
@@ -444,11 +508,32 @@ TEST(SlurmJob, SubmitWritesTheScriptChecksFirstAndRecordsTheId) {
   SlurmCli cli(&runner, {});
   SlurmOptions o;
   o.nodes = 2;
-  auto id = SubmitJobFolder(cli, o, SbatchJob{"sftctl-job-1", dir.path(), "/usr/bin/sftctl-trainer"});
+  // Links planted where the agent writes: written around, never through.
+  const std::string victim = dir.path() + "/victim";
+  ::sftctl::testing::WriteWholeFile(victim, "victim\n");
+  std::filesystem::create_directories(dir.path() + "/slurm");
+  std::filesystem::create_symlink(victim, ScriptPath(dir.path()));
+  std::filesystem::create_symlink(victim, ScriptPath(dir.path()) + ".tmp");
+  std::filesystem::create_symlink(victim, RankEnvPath(dir.path()));
+  auto id = SubmitJobFolder(
+      cli, o, SbatchJob{"sftctl-job-1", dir.path(), "/usr/bin/sftctl-trainer", {"NCCL_DEBUG=INFO"}});
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   EXPECT_EQ(*id, "31");
   EXPECT_EQ(*RecordedJobId(dir.path()), "31");
   EXPECT_THAT(::sftctl::testing::ReadWholeFile(ScriptPath(dir.path())), HasSubstr("#SBATCH --nodes=2\n"));
+  EXPECT_THAT(::sftctl::testing::ReadWholeFile(RankEnvPath(dir.path())),
+              HasSubstr("export NCCL_DEBUG='INFO'\n"));
+  EXPECT_EQ(::sftctl::testing::ReadWholeFile(victim), "victim\n");
+  for (const std::string& f :
+       {ScriptPath(dir.path()), RankEnvPath(dir.path()), dir.path() + "/slurm/job_id"}) {
+    EXPECT_FALSE(std::filesystem::is_symlink(f)) << f;
+    EXPECT_EQ(std::filesystem::status(f).permissions(),
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+        << f;
+  }
+  for (const char* sub : {"/slurm", "/logs"})
+    EXPECT_EQ(std::filesystem::status(dir.path() + sub).permissions(), std::filesystem::perms::owner_all)
+        << sub;
   ASSERT_GE(runner.commands.size(), 2u);
   EXPECT_THAT(runner.commands[runner.commands.size() - 2], HasSubstr("'sbatch' '--test-only'"));
   EXPECT_THAT(runner.commands.back(), HasSubstr("'sbatch' '--parsable' '" + ScriptPath(dir.path()) + "'"));
@@ -537,10 +622,16 @@ TEST(MoveInputsIntoJobFolder, LinksFilesAndReplacesSymlinksWithCopies) {
   std::filesystem::create_symlink(blob, job_dir + "/inputs/0/config.json");
   nlohmann::json spec = {{"data", {{"train", {blob}}}}, {"model", {{"path", job_dir + "/inputs/0"}}}};
 
+  std::filesystem::permissions(blob, std::filesystem::perms(0644));  // as the blob store makes them
   ASSERT_TRUE(MoveInputsIntoJobFolder(job_dir, {"/data/train/0"}, &spec).ok());
   const std::string moved = spec["data"]["train"][0];
   EXPECT_EQ(moved, job_dir + "/inputs/files/0-abc");
   EXPECT_EQ(sftctl::testing::ReadWholeFile(moved), "train data\n");
+  // Only the agent's user reads the data, by either name (a hard link shares the blob's inode).
+  const auto owner_rw = std::filesystem::perms::owner_read | std::filesystem::perms::owner_write;
+  EXPECT_EQ(std::filesystem::status(moved).permissions(), owner_rw);
+  EXPECT_EQ(std::filesystem::status(blob).permissions(), owner_rw);
+  EXPECT_EQ(std::filesystem::status(job_dir + "/inputs/0/config.json").permissions(), owner_rw);
   EXPECT_FALSE(std::filesystem::is_symlink(job_dir + "/inputs/0/config.json"));
   EXPECT_EQ(sftctl::testing::ReadWholeFile(job_dir + "/inputs/0/config.json"), "train data\n");
   EXPECT_EQ(spec["model"]["path"], job_dir + "/inputs/0");
@@ -549,6 +640,56 @@ TEST(MoveInputsIntoJobFolder, LinksFilesAndReplacesSymlinksWithCopies) {
   std::filesystem::create_symlink(blob, job_dir + "/inputs/0/gone.json");
   EXPECT_THAT(MoveInputsIntoJobFolder(job_dir, {}, &spec),
               StatusIs(StatusCode::kInternal, HasSubstr("cannot copy " + blob)));
+}
+
+// sftd --shared-dir: a folder of this user that nobody else may write, with a private jobs/.
+TEST(PrepareSharedDir, CreatesPrivateFoldersAndRefusesOneOthersMayWriteOrOwn) {
+  namespace fs = std::filesystem;
+  sftctl::testing::TempDir tmp;
+  const std::string fresh = tmp.path() + "/new/shared";
+  auto made = PrepareSharedDir(fresh);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ(*made, fs::canonical(fresh).string());
+  EXPECT_EQ(fs::status(fresh).permissions(), fs::perms::owner_all);
+  EXPECT_EQ(fs::status(fresh + "/jobs").permissions(), fs::perms::owner_all);
+
+  const std::string open = tmp.path() + "/group-writable";
+  fs::create_directories(open);
+  fs::permissions(open, fs::perms(0775));
+  EXPECT_THAT(PrepareSharedDir(open), StatusIs(StatusCode::kPermissionDenied,
+                                               HasSubstr("--shared-dir " + fs::canonical(open).string() +
+                                                         " is writable by group or others (mode 0775)")));
+  EXPECT_FALSE(fs::exists(open + "/jobs"));  // nothing made in it
+
+  const std::string foreign = tmp.path() + "/foreign";
+  fs::create_directories(foreign);
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(foreign.c_str(), 65534, 65534), 0);
+  } else {  // (a folder of root's)
+    fs::create_directory_symlink("/usr/share", foreign + "-root");
+  }
+  const std::string canonical = fs::canonical(::geteuid() == 0 ? foreign : foreign + "-root").string();
+  EXPECT_THAT(
+      PrepareSharedDir(::geteuid() == 0 ? foreign : foreign + "-root"),
+      StatusIs(StatusCode::kPermissionDenied, HasSubstr("--shared-dir " + canonical + " belongs to uid ")));
+}
+
+// Two agents on one shared dir never share a job folder: each has its own folder of job folders.
+TEST(AgentJobsDir, IsPrivateAndPerAgent) {
+  sftctl::testing::TempDir tmp;
+  auto shared = PrepareSharedDir(tmp.path() + "/shared");
+  ASSERT_TRUE(shared.ok());
+  const std::string a = NewAgentId(), b = NewAgentId();
+  EXPECT_EQ(a.size(), 12u);
+  EXPECT_NE(a, b);
+  auto dir = AgentJobsDir(*shared, a);
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  EXPECT_EQ(*dir, *shared + "/jobs/" + a);
+  EXPECT_EQ(std::filesystem::status(*dir).permissions(), std::filesystem::perms::owner_all);
+  EXPECT_EQ(*AgentJobsDir(*shared, a), *dir);  // the same agent again
+  EXPECT_NE(*AgentJobsDir(*shared, b), *dir);
+  EXPECT_THAT(AgentJobsDir(*shared, "../../etc/x"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("is not 12 hex digits")));
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ token, 401 for none):
        deletedFile) -> {"commitOid", "commitUrl"}; the files are then served by the download API
        (lfsFile entries as LFS files). An lfsFile whose content was not uploaded: 422.
   "fail_commit_once": N   the first N commit requests answer 503 (a retried 5xx)
+  "hostile": "preupload" | "lfs_batch"   that answer gives a field of the wrong type (uploadMode, oid: 7)
   "multipart_chunk": N    LFS objects over N bytes get the "multipart" transfer: chunk_size N and one
        URL per part (keys "00001", ...; PUT /part/SHA256/I on the CDN port answers an MD5 ETag), then
        POST /lfs-complete/SHA256 {"oid", "parts": [{partNumber, etag}]} on the Hub port assembles it
@@ -265,13 +266,14 @@ class Handler(BaseHTTPRequestHandler):
         for f in req.get("files", []):
             lfs = is_lfs(f["path"]) or f["size"] >= 10 * 1024 * 1024
             base64.b64decode(f["sample"], validate=True)
-            files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False})
+            mode = 7 if CONFIG.get("hostile") == "preupload" else ("lfs" if lfs else "regular")
+            files.append({"path": f["path"], "uploadMode": mode, "shouldIgnore": False})
         self.reply_json(200, {"files": files})
 
     def lfs_batch(self, req):
         objects = []
         for o in req.get("objects", []):
-            entry = {"oid": o["oid"], "size": o["size"]}
+            entry = {"oid": 7 if CONFIG.get("hostile") == "lfs_batch" else o["oid"], "size": o["size"]}
             chunk = CONFIG.get("multipart_chunk", 0)
             if o["oid"] not in LFS_STORE and chunk and o["size"] > chunk:
                 header = {"chunk_size": str(chunk)}
