@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/object_store/s3_xml.h"
+#include "common/terminal_text.h"
 
 namespace sftctl {
 
@@ -198,7 +199,9 @@ StatusOr<S3Client::Response> S3Client::Send(const Request& r, const S3Sink& sink
     StatusOr<Response> resp = Perform(r, sink);
     Status st = resp.status();
     if (st.ok() && resp->status >= 300) {
-      const std::string code = XmlText(resp->body, "Code"), message = XmlText(resp->body, "Message");
+      // (The endpoint's words, decoded entities included: escaped before they reach a message.)
+      const std::string code = EscapeForTerminal(XmlText(resp->body, "Code")),
+                        message = EscapeForTerminal(XmlText(resp->body, "Message"));
       std::string text = what + ": HTTP " + std::to_string(resp->status);
       if (!code.empty()) text += " " + code;
       if (!message.empty()) text += ": " + message;

@@ -76,9 +76,10 @@ class S3Client {
                   const S3Sink& sink) const;
   // Every object whose key starts with `prefix`, in key order (ListObjectsV2, page by page). A listed
   // key that does not start with `prefix` (a hostile or broken endpoint) is DATA_LOSS naming it, so
-  // callers may cut `prefix` off every key.
+  // callers may cut `prefix` off every key. So is a listing still truncated past `max_objects`, or one
+  // whose endpoint hands back the continuation token it was given: a listing never grows without end.
   StatusOr<std::vector<S3ObjectInfo>> ListObjects(const std::string& bucket, const std::string& prefix,
-                                                  int page_size = 1000) const;
+                                                  int page_size = 1000, size_t max_objects = 1'000'000) const;
   // OK when the key does not exist (S3's DELETE is idempotent).
   Status DeleteObject(const std::string& bucket, const std::string& key) const;
 

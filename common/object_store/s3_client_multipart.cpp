@@ -28,7 +28,8 @@ Status CheckListedKey(const std::string& bucket, const std::string& prefix, cons
 }  // namespace
 
 StatusOr<std::vector<S3ObjectInfo>> S3Client::ListObjects(const std::string& bucket,
-                                                          const std::string& prefix, int page_size) const {
+                                                          const std::string& prefix, int page_size,
+                                                          size_t max_objects) const {
   std::vector<S3ObjectInfo> out;
   std::string token;
   for (int page = 0;; ++page) {
@@ -46,7 +47,19 @@ StatusOr<std::vector<S3ObjectInfo>> S3Client::ListObjects(const std::string& buc
       out.push_back(std::move(info));
     }
     if (XmlText(resp.body, "IsTruncated") != "true") break;
-    token = XmlText(resp.body, "NextContinuationToken");
+    if (out.size() >= max_objects) {
+      return DataLossError(S3ObjectName(bucket, prefix) + ": ListObjectsV2: " + std::to_string(out.size()) +
+                           " objects and still truncated: refusing to list further (a run's prefix "
+                           "holds thousands; is the endpoint answering in a loop?)");
+    }
+    std::string next = XmlText(resp.body, "NextContinuationToken");
+    if (!next.empty() && next == token) {
+      return DataLossError(S3ObjectName(bucket, prefix) +
+                           ": ListObjectsV2: the endpoint returned the same "
+                           "continuation token twice (page " +
+                           std::to_string(page + 1) + ")");
+    }
+    token = std::move(next);
     if (token.empty())
       return DataLossError(S3ObjectName(bucket, prefix) +
                            ": ListObjectsV2: a truncated page without a "
@@ -94,8 +107,8 @@ Status S3Client::CompleteMultipartUpload(const std::string& bucket, const std::s
   // S3 may answer 200 with an <Error> body when the completion fails late.
   if (const std::string code = XmlText(resp.body, "Code");
       !code.empty() && XmlElements(resp.body, "Error").size())
-    return InternalError(S3ObjectName(bucket, key) + ": CompleteMultipartUpload: " + code + ": " +
-                         XmlText(resp.body, "Message"));
+    return InternalError(S3ObjectName(bucket, key) + ": CompleteMultipartUpload: " + EscapeForTerminal(code) +
+                         ": " + EscapeForTerminal(XmlText(resp.body, "Message")));
   return Status();
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/hub/http_client.h"
+#include "common/terminal_text.h"
 
 namespace sftctl {
 
@@ -65,6 +66,15 @@ std::string CanonicalQuery(std::vector<std::pair<std::string, std::string>> para
 
 StatusOr<std::string> S3RequestUrl(const S3Endpoint& ep, const std::string& bucket, std::string_view key,
                                    const std::string& query) {
+  // The region becomes part of a host name (and of SigV4's scope): AWS names only, e.g. eu-west-1.
+  const std::string region = ep.Region();
+  if (region.size() > 32 ||
+      region.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos ||
+      region.front() == '-') {
+    return InvalidArgumentError(
+        "field 'checkpoint.region': '" + EscapeForTerminal(region) +
+        "' is not a region name (lower-case letters, digits and '-', e.g. eu-west-1)");
+  }
   std::string base;
   if (ep.endpoint_url.empty()) {
     base = "https://" + bucket + ".s3." + ep.Region() + ".amazonaws.com/";

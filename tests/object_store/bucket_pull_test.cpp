@@ -32,11 +32,19 @@ using ::sftctl::testing::TempDir;
 using ::sftctl::testing::WriteWholeFile;
 using ::testing::HasSubstr;
 
-// An S3 endpoint on 127.0.0.1 that answers every ListObjectsV2 with `keys` (one page) and anything else
-// with 404 NoSuchKey. Thread safety: construct and destroy on one thread; it serves on its own thread.
+// An S3 endpoint on 127.0.0.1 that answers every ListObjectsV2 with `keys` and anything else with 404
+// and `error_message` (XML text, entities allowed). Pages: one, unless `truncated`, when every page says
+// it is truncated and hands out a continuation token, always the same one when `same_token`.
+// Thread safety: construct and destroy on one thread; it serves on its own thread.
+struct FakeListingOptions {
+  bool truncated = false;
+  bool same_token = false;
+  std::string error_message = "none";
+};
 class FakeListing {
  public:
-  explicit FakeListing(std::vector<std::string> keys) : keys_(std::move(keys)) {
+  explicit FakeListing(std::vector<std::string> keys, FakeListingOptions o = {})
+      : keys_(std::move(keys)), o_(std::move(o)) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -72,12 +80,16 @@ class FakeListing {
       const bool list = req.find("list-type=2") != std::string::npos;
       std::string body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
       if (list) {
-        body += "<ListBucketResult><Name>hostile</Name><IsTruncated>false</IsTruncated>";
+        body += "<ListBucketResult><Name>hostile</Name><IsTruncated>" +
+                std::string(o_.truncated ? "true" : "false") + "</IsTruncated>";
+        if (o_.truncated)
+          body += "<NextContinuationToken>t" + std::to_string(o_.same_token ? 0 : ++pages_) +
+                  "</NextContinuationToken>";
         for (const std::string& k : keys_)
           body += "<Contents><Key>" + k + "</Key><Size>10</Size><ETag>\"e\"</ETag></Contents>";
         body += "</ListBucketResult>";
       } else {
-        body += "<Error><Code>NoSuchKey</Code><Message>none</Message></Error>";
+        body += "<Error><Code>NoSuchKey</Code><Message>" + o_.error_message + "</Message></Error>";
       }
       const std::string resp =
           std::string(list ? "HTTP/1.1 200 OK" : "HTTP/1.1 404 Not Found") +
@@ -93,6 +105,8 @@ class FakeListing {
   }
 
   std::vector<std::string> keys_;
+  FakeListingOptions o_;
+  int pages_ = 0;  // (the serving thread's)
   int fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
@@ -126,6 +140,42 @@ TEST(HostileListing, AKeyOutsideThePrefixIsDataLossNamingIt) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_THAT(r.output, HasSubstr("which is outside the prefix")) << r.output;
   }
+}
+
+// Issue 37 (lower items): an endpoint that answers "truncated" forever, or with the token it was given,
+// cannot grow a listing without end; its error text reaches a message escaped, never as raw controls.
+TEST(HostileListing, EndlessOrLoopingPagesStop) {
+  const AwsCredentials creds{"AKIDEXAMPLE", "secret", "", "test"};
+  FakeListing endless({"run/a", "run/b"}, FakeListingOptions{true, false, "none"});
+  S3Client s3(S3Endpoint{endless.endpoint(), "us-east-1"}, creds);
+  EXPECT_THAT(s3.ListObjects("hostile", "run/", 1000, 6),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("ListObjectsV2: 6 objects and still truncated")));
+  FakeListing looping({"run/a"}, FakeListingOptions{true, true, "none"});
+  S3Client s3b(S3Endpoint{looping.endpoint(), "us-east-1"}, creds);
+  EXPECT_THAT(s3b.ListObjects("hostile", "run/"),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("the same continuation token twice (page 2)")));
+}
+
+TEST(HostileListing, ErrorTextFromTheEndpointIsEscaped) {
+  FakeListing fake({}, FakeListingOptions{false, false, "gone&#27;]0;pwned&#7;&#x9b;2J"});
+  S3Client s3(S3Endpoint{fake.endpoint(), "us-east-1"}, AwsCredentials{"AKIDEXAMPLE", "secret", "", "test"});
+  auto got = s3.GetObject("hostile", "run/spec.json");
+  ASSERT_FALSE(got.ok());
+  const std::string m = got.status().message();
+  EXPECT_THAT(m, HasSubstr("NoSuchKey: gone\\x1b]0;pwned\\x07\\u009b2J")) << m;
+  for (char c : m) EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 && c != '\n') << m;
+}
+
+TEST(S3Region, ARegionThatIsNotANameNeverReachesAHostName) {
+  for (const std::string& region :
+       std::vector<std::string>{"evil.example.com/x", "us-east-1#", "-x", std::string(40, 'a')}) {
+    EXPECT_THAT(S3RequestUrl(S3Endpoint{"", region}, "bucket", "key", ""),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr("field 'checkpoint.region'")))
+        << region;
+  }
+  auto url = S3RequestUrl(S3Endpoint{"", "eu-west-1"}, "bucket", "k", "");
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  EXPECT_EQ(*url, "https://bucket.s3.eu-west-1.amazonaws.com/k");
 }
 
 // Issue 37, item 8: `pull s3://` wrote through links planted in the destination (FILE.part opened
