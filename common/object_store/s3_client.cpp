@@ -267,7 +267,23 @@ Status S3Client::GetRange(const std::string& bucket, const std::string& key, uin
                           const S3Sink& sink) const {
   Request r{"GET", bucket, key, ""};
   r.range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
-  SFT_ASSIGN_OR_RETURN(Response resp, Send(r, sink));
+  // The sink never sees a byte past the range: an endpoint that sends more (a whole object for a
+  // range) is stopped before the excess is written, not found out after.
+  uint64_t taken = 0;
+  bool too_long = false;
+  const S3Sink bounded = [&](std::string_view data) {
+    if (data.size() > length - taken) {
+      too_long = true;
+      return false;
+    }
+    taken += data.size();
+    return sink(data);
+  };
+  StatusOr<Response> sent = Send(r, bounded);
+  if (too_long)
+    return DataLossError(S3ObjectName(bucket, key) + ": GET range " + r.range + ": more than the " +
+                         std::to_string(length) + " bytes asked for");
+  SFT_ASSIGN_OR_RETURN(Response resp, std::move(sent));
   if (resp.status != 206 && !(resp.status == 200 && offset == 0))
     return DataLossError(S3ObjectName(bucket, key) + ": GET range " + r.range + ": HTTP " +
                          std::to_string(resp.status) + " instead of 206");

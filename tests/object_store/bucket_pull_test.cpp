@@ -40,6 +40,7 @@ struct FakeListingOptions {
   bool truncated = false;
   bool same_token = false;
   std::string error_message = "none";
+  std::string object_body;  // non-empty: every other GET is answered 200 with it, whatever its Range
 };
 class FakeListing {
  public:
@@ -88,11 +89,14 @@ class FakeListing {
         for (const std::string& k : keys_)
           body += "<Contents><Key>" + k + "</Key><Size>10</Size><ETag>\"e\"</ETag></Contents>";
         body += "</ListBucketResult>";
+      } else if (!o_.object_body.empty()) {
+        body = o_.object_body;
       } else {
         body += "<Error><Code>NoSuchKey</Code><Message>" + o_.error_message + "</Message></Error>";
       }
+      const bool ok = list || !o_.object_body.empty();
       const std::string resp =
-          std::string(list ? "HTTP/1.1 200 OK" : "HTTP/1.1 404 Not Found") +
+          std::string(ok ? "HTTP/1.1 200 OK" : "HTTP/1.1 404 Not Found") +
           "\r\nContent-Type: application/xml\r\nContent-Length: " + std::to_string(body.size()) +
           "\r\nConnection: close\r\n\r\n" + body;
       for (size_t off = 0; off < resp.size();) {
@@ -164,6 +168,22 @@ TEST(HostileListing, ErrorTextFromTheEndpointIsEscaped) {
   const std::string m = got.status().message();
   EXPECT_THAT(m, HasSubstr("NoSuchKey: gone\\x1b]0;pwned\\x07\\u009b2J")) << m;
   for (char c : m) EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 && c != '\n') << m;
+}
+
+// GetRange wrote what the endpoint sent into the sink, then checked the length: a whole object sent
+// for a range landed past the range in the .part file first.
+TEST(HostileRange, BytesPastTheRangeNeverReachTheSink) {
+  FakeListingOptions o;
+  o.object_body = std::string(4096, 'z');
+  FakeListing fake({}, o);
+  S3Client s3(S3Endpoint{fake.endpoint(), "us-east-1"}, AwsCredentials{"AKIDEXAMPLE", "secret", "", "test"});
+  uint64_t written = 0;
+  Status st = s3.GetRange("hostile", "run/model.bin", 0, 16, [&](std::string_view d) {
+    written += d.size();
+    return true;
+  });
+  EXPECT_THAT(st, StatusIs(StatusCode::kDataLoss, HasSubstr("more than the 16 bytes asked for")));
+  EXPECT_LE(written, 16u);
 }
 
 TEST(S3Region, ARegionThatIsNotANameNeverReachesAHostName) {
