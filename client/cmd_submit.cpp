@@ -53,8 +53,9 @@ struct SubmitArgs {
   bool bootstrap = false;         // --bootstrap: bring each host to this client's version first
   bool forward_hf_token = false;  // --forward-hf-token: send this machine's HF token for hf:// paths
   bool forward_aws = false;       // --forward-aws-credentials: send this machine's for s3:// (bucket_pull.h)
-  std::string upload_to;          // --upload-to s3://...: checkpoint.upload_to
-  std::string resume_from;        // --resume-from s3://...: resume (the agent downloads it)
+  bool allow_changed_spec = false;  // resubmit --allow-changed-spec: continue with a spec edited since
+  std::string upload_to;            // --upload-to s3://...: checkpoint.upload_to
+  std::string resume_from;          // --resume-from s3://...: resume (the agent downloads it)
   std::vector<std::string> sets;
   SlurmFlags slurm;  // --slurm and its flags (docs/slurm.md)
 };
@@ -542,9 +543,20 @@ int Resubmit(SubmitArgs a, const std::string& job) {
   }
   auto sha = Sha256File(b.spec_path);
   if (!sha.ok()) return ReportError(sha.status().WithContext("resubmit " + ref + ": its spec"), json);
+  // Continuing a run with another spec could train other data or another model on its checkpoint:
+  // only when asked for.
+  if (*sha != b.spec_sha256 && !a.allow_changed_spec) {
+    return ReportError(
+        FailedPreconditionError(EscapeForTerminal(b.spec_path) + " changed since " + ref +
+                                " was submitted (sha256 " + b.spec_sha256.substr(0, 12) + "... then, " +
+                                sha->substr(0, 12) +
+                                "... now): restore it, or pass --allow-changed-spec to continue the run "
+                                "with its current contents"),
+        json);
+  }
   if (*sha != b.spec_sha256)
     std::cerr << "note: " << EscapeForTerminal(b.spec_path) << " changed since " << ref
-              << " was submitted; its current contents are used\n";
+              << " was submitted; its current contents are used (--allow-changed-spec)\n";
   a.spec_path = b.spec_path;
   a.sets = b.sets;
   a.name = b.name;
@@ -568,6 +580,8 @@ void RegisterResubmitCommand(CLI::App& app, CommandContext& ctx) {
   AddRemoteOptions(cmd, &a->ro, "Host to continue on (as for submit); repeat for a multi-node job",
                    /*multi_host=*/true);
   AddSharedSubmitFlags(cmd, a.get());
+  cmd->add_flag("--allow-changed-spec", a->allow_changed_spec,
+                "Continue even though the spec file changed since the job was submitted");
   cmd->callback([a, job, &ctx] {
     if (a->ro.hosts.empty()) {
       ctx.exit_code =

@@ -347,18 +347,26 @@ torch_plan_kv() {
   for l in "${TORCH_PROBLEM[@]}"; do printf 'torch_problem=%s\n' "$(printf '%s' "$l" | tr '\n\r' '  ')"; done
 }
 
+# torch_flags STRICT ARGS...: TORCH_FLAG_INSTALL and TORCH_FLAG_AGENT_ONLY (0 or 1) from the flags
+# that change the LibTorch decision (--install-torch, --agent-only); with STRICT=1 any other argument
+# is an error (exit 2), else it is left for the caller.
+torch_flags() {
+  local strict=$1 a
+  shift
+  TORCH_FLAG_INSTALL=0 TORCH_FLAG_AGENT_ONLY=0
+  for a in "$@"; do
+    case $a in
+      --install-torch) TORCH_FLAG_INSTALL=1 ;;
+      --agent-only) TORCH_FLAG_AGENT_ONLY=1 ;;
+      *) if [ "$strict" = 1 ]; then echo "sftctl-host.sh: unknown option $a" >&2; return 2; fi ;;
+    esac
+  done
+}
+
 # torch-plan [--install-torch] [--agent-only]: the decision alone (tests, a dry run): key=value lines.
 cmd_torch_plan() {
-  local install=0 agent_only=0
-  while [ $# -gt 0 ]; do
-    case $1 in
-      --install-torch) install=1 ;;
-      --agent-only) agent_only=1 ;;
-      *) echo "sftctl-host.sh torch-plan: unknown option $1" >&2; return 2 ;;
-    esac
-    shift
-  done
-  torch_decide "$install" "$agent_only"
+  torch_flags 1 "$@" || return 2
+  torch_decide "$TORCH_FLAG_INSTALL" "$TORCH_FLAG_AGENT_ONLY"
   torch_plan_kv
 }
 
@@ -409,18 +417,11 @@ probe_sftctl() {
 # probe [--install-torch] [--agent-only]: the flags the worker will get that change the LibTorch
 # decision, so that the client stops before uploading anything when there is no usable one.
 cmd_probe() {
-  local install=0 agent_only=0
-  while [ $# -gt 0 ]; do
-    case $1 in
-      --install-torch) install=1 ;;
-      --agent-only) agent_only=1 ;;
-    esac
-    shift
-  done
+  torch_flags 0 "$@"
   kv probe 1
   probe_os
   probe_gpus
-  torch_decide "$install" "$agent_only"
+  torch_decide "$TORCH_FLAG_INSTALL" "$TORCH_FLAG_AGENT_ONLY"
   torch_plan_kv
   probe_tools
   probe_storage

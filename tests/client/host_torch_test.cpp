@@ -92,6 +92,17 @@ class TorchPlan : public ::testing::Test {
          "echo 'libtorch-dev:'\necho '  Installed: (none)'\necho '  Candidate: " + version + "'\n");
   }
 
+  // Where the worker finds the uploaded source archive and writes its status.
+  std::string BootDir() const { return Home() + "/.local/share/sftctl/bootstrap"; }
+  // A one-file source archive (id "id1") in BootDir(): its sha256.
+  std::string StageSourceArchive() {
+    const std::string boot = BootDir();
+    RunShell("mkdir -p " + boot + " " + dir_.path() + "/src && cd " + dir_.path() +
+             "/src && echo id1 > SOURCE_ID && echo SOURCE_ID > SOURCES && tar -czf " + boot +
+             "/sftctl-src.tar.gz SOURCE_ID SOURCES");
+    return RunShell("sha256sum " + boot + "/sftctl-src.tar.gz | cut -d' ' -f1 | tr -d '\\n'").output;
+  }
+
   std::string Env() const {
     return "env -i HOME=" + Home() + " PATH=" + Bin() + ":" + Tools() + " SFTCTL_HOST_ROOT=" + Root() + " ";
   }
@@ -299,17 +310,12 @@ TEST_F(TorchPlan, TheWorkerStopsBeforeInstallingAnything) {
   for (const char* tool : {"apt-get", "sudo", "cmake", "dpkg-query", "pip"}) {
     Exec(Bin() + "/" + tool, "echo " + std::string(tool) + " >> " + ran + "\nexit 1\n");
   }
-  const std::string boot = Home() + "/.local/share/sftctl/bootstrap";
-  RunShell("mkdir -p " + boot + " " + dir_.path() + "/src && cd " + dir_.path() +
-           "/src && echo id1 > SOURCE_ID && echo SOURCE_ID > SOURCES && tar -czf " + boot +
-           "/sftctl-src.tar.gz SOURCE_ID SOURCES");
-  const std::string sha =
-      RunShell("sha256sum " + boot + "/sftctl-src.tar.gz | cut -d' ' -f1 | tr -d '\\n'").output;
+  const std::string sha = StageSourceArchive();
   const auto t0 = std::chrono::steady_clock::now();
   auto r = RunShell(Env() + "bash " + kScript + " worker --sha256 " + sha + " --source-id id1 2>&1");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_NE(r.exit_code, 0) << r.output;
-  const std::string status = RunShell("cat " + boot + "/status").output;
+  const std::string status = RunShell("cat " + BootDir() + "/status").output;
   EXPECT_THAT(status, StartsWith("failed torch: no usable LibTorch for the trainer on this host; nothing was "
                                  "installed or built. | found: "));
   EXPECT_THAT(status, HasSubstr("found: the distribution's libtorch-dev 1.7.1 (apt): older than 1.13"));
@@ -344,12 +350,7 @@ TEST_F(TorchPlan, InstallTorchPutsTheDriversWheelIntoSftctlsVenvThenBuilds) {
            "  -c) exit 0 ;;\n"
            "  *) cat >/dev/null; exit 1 ;;\n"
            "esac\n");
-  const std::string boot = Home() + "/.local/share/sftctl/bootstrap";
-  RunShell("mkdir -p " + boot + " " + dir_.path() + "/src && cd " + dir_.path() +
-           "/src && echo id1 > SOURCE_ID && echo SOURCE_ID > SOURCES && tar -czf " + boot +
-           "/sftctl-src.tar.gz SOURCE_ID SOURCES");
-  const std::string sha =
-      RunShell("sha256sum " + boot + "/sftctl-src.tar.gz | cut -d' ' -f1 | tr -d '\\n'").output;
+  const std::string sha = StageSourceArchive();
   auto r = RunShell(Env() + "bash " + kScript + " worker --install-torch --sha256 " + sha +
                     " --source-id id1 2>&1");
   EXPECT_NE(r.exit_code, 0) << r.output;
@@ -359,7 +360,7 @@ TEST_F(TorchPlan, InstallTorchPutsTheDriversWheelIntoSftctlsVenvThenBuilds) {
               HasSubstr("LibTorch: install: PyTorch from " + std::string(kWheels) + "cu130 into " + Venv()));
   EXPECT_THAT(r.output, HasSubstr("== torch-install: installing PyTorch"));
   EXPECT_THAT(r.output, HasSubstr("LibTorch: " + Venv() + "/bin/python: torch 2.11.0+cu130 (CUDA 13.0)"));
-  EXPECT_THAT(RunShell("cat " + boot + "/status").output, StartsWith("failed build-agent: "));
+  EXPECT_THAT(RunShell("cat " + BootDir() + "/status").output, StartsWith("failed build-agent: "));
 }
 
 }  // namespace

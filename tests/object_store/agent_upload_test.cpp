@@ -274,6 +274,13 @@ TEST_F(AgentResumeTest, AJobWhoseHostWentAwayFinishesOnAnotherAgentBitExactly) {
   r = Sftctl({"resubmit", a.host() + "/" + lost});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.output, HasSubstr("name the host to continue on with --host"));
+  // A spec edited since the submit is refused (it could train other data or another model on the
+  // run's checkpoint) unless asked for; nothing reaches a host.
+  testing::WriteWholeFile(spec, testing::ReadWholeFile(spec) + "# edited\n");
+  r = Sftctl({"resubmit", a.host() + "/" + lost, "--host", b.host()});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("changed since " + a.host() + "/" + lost + " was submitted"));
+  EXPECT_THAT(r.output, HasSubstr("--allow-changed-spec"));
   // The resumed job trained only the steps after the bucket's checkpoint.
   int steps = 0;
   for (const auto& rec : testing::ReadMetrics(b.RunDir(resumed) + "/metrics.jsonl"))

@@ -19,6 +19,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
+using sftctl::testing::StepLosses;
 using sftctl::testing::TinySpec;
 using sftctl::testing::WriteWholeFile;
 
@@ -60,14 +61,6 @@ CausalLM CopyOf(CausalLM& a) {
     if (pb.contains(p.key())) pb[p.key()].copy_(p.value());
   }
   return b;
-}
-
-std::vector<double> StepLosses(const std::string& run_dir) {
-  std::vector<double> out;
-  for (const auto& r : ReadMetrics(run_dir + "/metrics.jsonl")) {
-    if (r["event"] == "step") out.push_back(r["loss"].get<double>());
-  }
-  return out;
 }
 
 TEST(Lora, ZeroBEqualsBaseAndOnlyAdaptersTrain) {

@@ -76,4 +76,13 @@ inline std::vector<nlohmann::json> ReadMetrics(const std::string& path) {
   return out;
 }
 
+// The loss of every "step" record of `run_dir`/metrics.jsonl, in order.
+inline std::vector<double> StepLosses(const std::string& run_dir) {
+  std::vector<double> out;
+  for (const auto& r : ReadMetrics(run_dir + "/metrics.jsonl")) {
+    if (r["event"] == "step") out.push_back(r["loss"].get<double>());
+  }
+  return out;
+}
+
 }  // namespace sftctl::testing

@@ -14,17 +14,10 @@ namespace {
 
 using sftctl::testing::MakeTempDir;
 using sftctl::testing::ReadMetrics;
+using sftctl::testing::StepLosses;
 using ::sftctl::testing::StatusIs;
 using sftctl::testing::TinySpec;
 using ::testing::HasSubstr;
-
-std::vector<double> StepLosses(const std::string& run_dir) {
-  std::vector<double> out;
-  for (const auto& r : ReadMetrics(run_dir + "/metrics.jsonl")) {
-    if (r["event"] == "step") out.push_back(r["loss"].get<double>());
-  }
-  return out;
-}
 
 TEST(GradAccumulation, UnevenMicroBatchesEqualOneBatch) {
   const std::string dir = MakeTempDir("accum");

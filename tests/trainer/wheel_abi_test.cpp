@@ -18,7 +18,7 @@ namespace sftctl::trainer {
 namespace {
 
 using sftctl::testing::MakeTempDir;
-using sftctl::testing::ReadMetrics;
+using sftctl::testing::StepLosses;
 using sftctl::testing::TinySpec;
 
 constexpr char kStandIn[] = "libsftctl_wheel_stdfs_standin.so";
@@ -55,14 +55,6 @@ TEST(WheelStandIn, OurCallsBindToTheSystemLibstdcxx) {
   ASSERT_NE(info.dli_fname, nullptr);
   EXPECT_NE(std::string(info.dli_fname).find("libstdc++"), std::string::npos)
       << "std::filesystem::remove_all binds to " << info.dli_fname;
-}
-
-std::vector<double> StepLosses(const std::string& run_dir) {
-  std::vector<double> out;
-  for (const auto& r : ReadMetrics(run_dir + "/metrics.jsonl")) {
-    if (r["event"] == "step") out.push_back(r["loss"].get<double>());
-  }
-  return out;
 }
 
 // What a user's job does on a wheel host: checkpoints every 2 steps, keeps 1 (each save removes
