@@ -63,6 +63,22 @@ void CheckpointUploads::SetHubToken(const std::string& spec_json, std::string to
   hub_tokens_[u.run_dir] = std::move(token);
 }
 
+void CheckpointUploads::SetCheckpointKeys(const std::string& spec_json,
+                                          std::map<std::string, std::string> keys) {
+  const UploadSpec u = ReadUploadSpec(spec_json);
+  if (u.run_dir.empty() || keys.empty()) return;
+  MutexLock l(&mu_);
+  run_keys_[u.run_dir] = std::move(keys);
+}
+
+std::string CheckpointUploads::RunKeyFor(const std::string& run_dir, const S3Location& loc) {
+  MutexLock l(&mu_);
+  auto job = run_keys_.find(run_dir);
+  if (job == run_keys_.end()) return "";
+  auto key = job->second.find(loc.Url());
+  return key == job->second.end() ? "" : key->second;
+}
+
 Status CheckpointUploads::StartJob(const std::string& job_id, const std::string& spec_json,
                                    const HubOptions& hub) {
   const UploadSpec u = ReadUploadSpec(spec_json);
@@ -94,7 +110,9 @@ StatusOr<std::unique_ptr<CheckpointDestination>> CheckpointUploads::S3Destinatio
   if (!loc.ok()) return loc.status().WithContext("checkpoint.upload_to");
   StatusOr<AwsCredentials> creds = CredentialsFor(run_dir, url);
   if (!creds.ok()) return creds.status().WithContext("checkpoint.upload_to");
-  return MakeS3Destination(S3Client(endpoint, std::move(*creds)), std::move(*loc), TransferOptions());
+  std::string key = RunKeyFor(run_dir, *loc);
+  return MakeS3Destination(S3Client(endpoint, std::move(*creds)), std::move(*loc), TransferOptions(),
+                           std::move(key));
 }
 
 StatusOr<std::unique_ptr<CheckpointDestination>> CheckpointUploads::HubDestinationFor(
@@ -113,6 +131,7 @@ void CheckpointUploads::FinishJob(const std::string& spec_json) {
   MutexLock l(&mu_);
   credentials_.erase(run_dir);
   hub_tokens_.erase(run_dir);
+  run_keys_.erase(run_dir);
   auto it = running_.find(run_dir);
   if (it == running_.end()) return;
   std::shared_ptr<CheckpointUploader> up(std::move(it->second));
@@ -175,7 +194,7 @@ StatusOr<CheckpointUploads::Resumed> CheckpointUploads::DownloadResume(const std
   const std::string what = "resume: " + loc.Url();
   SFT_ASSIGN_OR_RETURN(AwsCredentials creds, CredentialsFor(u.run_dir, what));
   S3Client s3(EndpointFor(u, env_), std::move(creds));
-  auto newest = NewestBucketCheckpoint(s3, loc);
+  auto newest = NewestBucketCheckpoint(s3, loc, RunKeyFor(u.run_dir, loc));
   if (!newest.ok()) return newest.status().WithContext(what);
   if (!newest->has_value())
     return FailedPreconditionError(

@@ -51,6 +51,10 @@ class CheckpointUploads {
   void SetCredentials(const std::string& spec_json, AwsCredentials credentials);
   // The client's Hub token for the job whose spec is `spec_json`, when it uploads to hf:// (memory only).
   void SetHubToken(const std::string& spec_json, std::string token);
+  // The client's run keys for the job's s3:// prefixes, by "s3://bucket/prefix" (memory only;
+  // common/object_store/manifest_key.h): its uploads sign with them, its resume takes only a
+  // checkpoint signed with them.
+  void SetCheckpointKeys(const std::string& spec_json, std::map<std::string, std::string> keys);
   // Starts the job's uploader when its spec has checkpoint.upload_to (else does nothing); `hub`: the
   // agent's Hub options (endpoint, its own token). Errors (credentials, no Hub token, a repository that
   // cannot be created, an unparsable target) are returned for the log; training goes on regardless.
@@ -97,11 +101,14 @@ class CheckpointUploads {
                                                                      bool final_only);
   // The job's forwarded credentials, else the host's.
   StatusOr<AwsCredentials> CredentialsFor(const std::string& run_dir, const std::string& what);
+  // The job's run key for `loc`; empty when the client sent none.
+  std::string RunKeyFor(const std::string& run_dir, const S3Location& loc);
 
   EnvLookup env_;
   Mutex mu_;
   std::map<std::string, AwsCredentials> credentials_ GUARDED_BY(mu_);                   // by run folder
   std::map<std::string, std::string> hub_tokens_ GUARDED_BY(mu_);                       // by run folder
+  std::map<std::string, std::map<std::string, std::string>> run_keys_ GUARDED_BY(mu_);  // by run folder, URL
   std::map<std::string, std::unique_ptr<CheckpointUploader>> running_ GUARDED_BY(mu_);  // by run folder
   std::vector<std::thread> finishing_ GUARDED_BY(mu_);
   std::multimap<std::string, ResumeFetch> resuming_ GUARDED_BY(mu_);  // by job id; joined at Stop

@@ -299,6 +299,11 @@ void Supervisor::PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const 
         rec->spec_json, {c.access_key_id(), c.secret_access_key(), c.session_token(), "the client"});
   }
   if (rec.ok() && created) AgentCheckpointUploads().SetHubToken(rec->spec_json, req.hf_token());  // hf://
+  if (rec.ok() && created) {  // s3://: the run keys that sign and check its manifests (memory only)
+    AgentCheckpointUploads().SetCheckpointKeys(
+        rec->spec_json,
+        std::map<std::string, std::string>(req.checkpoint_keys().begin(), req.checkpoint_keys().end()));
+  }
   if (rec.ok() && created && rec->slurm) {  // its uploads watch the run folder in the shared dir
     auto journal = JournalFor(rec->id);
     StartUploads(*rec, journal.ok() ? journal->get() : nullptr);

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <mutex>
 
+#include "client/checkpoint_key.h"
 #include "client/hub_upload.h"
 #include "common/hub/hub_path.h"
 #include "common/object_store/aws_credentials.h"
@@ -81,7 +82,9 @@ Status FetchResumeFromBucket(JobSpec* spec) {
   if (!IsS3Url(spec->resume)) return Status();
   SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(spec->resume));
   SFT_ASSIGN_OR_RETURN(S3Client s3, S3ClientForSpec(spec->checkpoint));
-  SFT_ASSIGN_OR_RETURN(auto newest, NewestBucketCheckpoint(s3, loc));
+  // Only a checkpoint this machine's runs signed (client/checkpoint_key.h): never a stranger's.
+  SFT_ASSIGN_OR_RETURN(const std::string key, CheckpointRunKey(loc.Url()));
+  SFT_ASSIGN_OR_RETURN(auto newest, NewestBucketCheckpoint(s3, loc, key));
   if (!newest)
     return FailedPreconditionError("resume: " + loc.Url() + " has no complete checkpoint to resume from");
   std::cerr << "sftctl: resume: downloading " << loc.Url() << "/" << newest->name << " into "
@@ -116,6 +119,7 @@ StatusOr<std::unique_ptr<CheckpointUploader>> StartLocalUploader(const JobSpec& 
                           .status()
                           .WithContext("checkpoint.upload_to"));
   CheckpointUploaderOptions o;
+  SFT_ASSIGN_OR_RETURN(o.run_key, CheckpointRunKey(loc.Url()));  // signs each manifest
   o.dest = loc;
   o.run_dir = spec.output_dir;
   o.keep = spec.checkpoint.keep;
@@ -156,7 +160,8 @@ Status CheckResumeBucket(const JobSpec& spec, bool forward) {
   auto s3 = S3ClientForSpec(spec.checkpoint);
   if (!s3.ok()) return Status();  // nothing to forward: the host uses its own (AwsCredentialsToForward)
   const std::string what = "resume: " + loc.Url();
-  auto newest = NewestBucketCheckpoint(*s3, loc);
+  SFT_ASSIGN_OR_RETURN(const std::string key, CheckpointRunKey(loc.Url()));
+  auto newest = NewestBucketCheckpoint(*s3, loc, key);
   if (!newest.ok()) return newest.status().WithContext(what);
   if (!newest->has_value())
     return FailedPreconditionError(

@@ -14,6 +14,7 @@
 
 #include "client/bootstrap.h"
 #include "client/bucket_pull.h"
+#include "client/checkpoint_key.h"
 #include "client/checkpoint_sync.h"
 #include "client/commands.h"
 #include "client/job_registry.h"
@@ -222,6 +223,18 @@ Status CheckHubUploadTarget(const SubmitArgs& a, const JobSpec& spec) {
   if (hub.token.empty()) return OkStatus();  // HfTokenToForward warns
   SFT_ASSIGN_OR_RETURN(HubRef ref, ParseHubUploadTarget(url));
   return HubCommitter(hub).EnsureRepo(ref.repo_id).WithContext("checkpoint.upload_to");
+}
+
+// The run keys of the spec's s3:// prefixes (upload_to, resume), by URL: only those of this job's own
+// prefixes leave this machine, never the master key (client/checkpoint_key.h).
+StatusOr<std::map<std::string, std::string>> CheckpointKeysFor(const JobSpec& spec) {
+  std::map<std::string, std::string> keys;
+  for (const std::string& url : {spec.checkpoint.upload_to, spec.resume}) {
+    if (!IsS3Url(url)) continue;
+    SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(url));
+    SFT_ASSIGN_OR_RETURN(keys[loc.Url()], CheckpointRunKey(loc.Url()));
+  }
+  return keys;
 }
 
 v1::SubmitJobRequest BaseRequest(const SubmitArgs& a, const RemoteSpec& spec, const Ranks& ranks) {
@@ -436,6 +449,8 @@ int Submit(const SubmitArgs& a) {
   if (spec->spec.slurm && hosts->size() > 1)
     return ReportError(InvalidArgumentError("a Slurm job goes to one host, the cluster's login node"), json);
   if (Status s = CheckResumeBucket(spec->spec, a.forward_aws); !s.ok()) return ReportError(s, json);
+  auto keys = CheckpointKeysFor(spec->spec);
+  if (!keys.ok()) return ReportError(keys.status(), json);
   for (const auto& n : spec->notes) std::cerr << "note: " << n << "\n";
   if (Status s = HashSpecFiles(&spec->files); !s.ok()) return ReportError(s, json);
   auto nodes = ConnectNodes(a.ro, *hosts, a.bootstrap);
@@ -444,7 +459,9 @@ int Submit(const SubmitArgs& a) {
   if (!ranks.ok()) return ReportError(ranks.status(), json);
   auto upload_s = UploadToEveryNode(*spec, &*nodes);
   if (!upload_s.ok()) return ReportError(upload_s.status(), json);
-  Status submitted = SubmitNodes(BaseRequest(a, *spec, *ranks), ranks->per_node(), &*nodes);
+  v1::SubmitJobRequest base = BaseRequest(a, *spec, *ranks);
+  for (const auto& [url, key] : *keys) (*base.mutable_checkpoint_keys())[url] = key;
+  Status submitted = SubmitNodes(std::move(base), ranks->per_node(), &*nodes);
   if (!submitted.ok()) return ReportError(submitted, json);
   const JobRecord rec = RecordJob(a, *spec, *nodes);
   UploadStats sum;

@@ -10,8 +10,10 @@
 #include <set>
 
 #include "common/json_parse.h"
+#include "common/object_store/manifest_key.h"
 #include "common/safe_path.h"
 #include "common/sha256.h"
+#include "common/terminal_text.h"
 
 namespace sftctl {
 
@@ -81,11 +83,18 @@ int64_t CheckpointStep(std::string_view name) {
   return step;
 }
 
-std::string CheckpointManifest::ToJson() const {
+std::string CheckpointManifest::UnsignedJson() const {
   json files = json::array();
   for (const ManifestFile& f : this->files)
     files.push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}});
   return json{{"format", kManifestFormat}, {"step", step}, {"name", name}, {"files", files}}.dump(1) + "\n";
+}
+
+std::string CheckpointManifest::ToJson() const {
+  if (signature.empty()) return UnsignedJson();
+  json j = json::parse(UnsignedJson());
+  j["signature"] = signature;
+  return j.dump(1) + "\n";
 }
 
 namespace {
@@ -110,6 +119,7 @@ StatusOr<CheckpointManifest> ReadManifest(const json& j, const std::string& wher
   CheckpointManifest m;
   SFT_ASSIGN_OR_RETURN(m.name, JsonField<std::string>(j, "name", where));
   SFT_ASSIGN_OR_RETURN(m.step, JsonField<int64_t>(j, "step", where));
+  SFT_ASSIGN_OR_RETURN(m.signature, JsonFieldOr<std::string>(j, "signature", std::string(), where));
   if (CheckpointStep(m.name) != m.step)
     return InvalidArgumentError(where + ": name '" + m.name + "' is not step " + std::to_string(m.step));
   SFT_ASSIGN_OR_RETURN(const json files, JsonField<json>(j, "files", where));
@@ -138,26 +148,51 @@ StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const std::str
   return m;
 }
 
-StatusOr<std::optional<CheckpointManifest>> NewestBucketCheckpoint(const S3Client& s3,
-                                                                   const S3Location& loc) {
+namespace {
+
+// The manifest at `key` under `loc`, read and checked, naming the folder it sits in.
+StatusOr<CheckpointManifest> ReadBucketManifest(const S3Client& s3, const S3Location& loc,
+                                                const std::string& key) {
+  SFT_ASSIGN_OR_RETURN(std::string text, s3.GetObject(loc.bucket, key, 16ull << 20));
+  SFT_ASSIGN_OR_RETURN(CheckpointManifest m, ParseManifest(text, S3ObjectName(loc.bucket, key)));
+  if (loc.Key(m.name + "/" + kManifestName) != key)
+    return DataLossError(S3ObjectName(loc.bucket, key) + ": the manifest names another folder, '" + m.name +
+                         "'");
+  return m;
+}
+
+}  // namespace
+
+StatusOr<std::optional<CheckpointManifest>> NewestBucketCheckpoint(const S3Client& s3, const S3Location& loc,
+                                                                   const std::string& run_key) {
   const std::string base = loc.prefix.empty() ? "" : loc.prefix + "/";
   SFT_ASSIGN_OR_RETURN(auto objects, s3.ListObjects(loc.bucket, base));
-  std::string best_key;
-  int64_t best = -1;
+  std::map<int64_t, std::string> manifests;  // by step
   for (const S3ObjectInfo& o : objects) {
     const std::string rel = o.key.substr(base.size());
     const size_t slash = rel.find('/');
     if (slash == std::string::npos || rel.substr(slash + 1) != kManifestName) continue;
     const int64_t step = CheckpointStep(rel.substr(0, slash));
-    if (step > best) best = step, best_key = o.key;
+    if (step >= 0) manifests[step] = o.key;
   }
-  if (best < 0) return std::optional<CheckpointManifest>();
-  SFT_ASSIGN_OR_RETURN(std::string text, s3.GetObject(loc.bucket, best_key, 16ull << 20));
-  SFT_ASSIGN_OR_RETURN(CheckpointManifest m, ParseManifest(text, S3ObjectName(loc.bucket, best_key)));
-  if (loc.Key(m.name + "/" + kManifestName) != best_key)
-    return DataLossError(S3ObjectName(loc.bucket, best_key) + ": the manifest names another folder, '" +
-                         m.name + "'");
-  return std::optional<CheckpointManifest>(std::move(m));
+  if (manifests.empty()) return std::optional<CheckpointManifest>();
+  if (run_key.empty()) {
+    SFT_ASSIGN_OR_RETURN(CheckpointManifest m, ReadBucketManifest(s3, loc, manifests.rbegin()->second));
+    return std::optional<CheckpointManifest>(std::move(m));
+  }
+  std::vector<std::string> strangers;
+  for (auto it = manifests.rbegin(); it != manifests.rend(); ++it) {
+    SFT_ASSIGN_OR_RETURN(CheckpointManifest m, ReadBucketManifest(s3, loc, it->second));
+    if (SignatureMatches(run_key, m.UnsignedJson(), m.signature))
+      return std::optional<CheckpointManifest>(std::move(m));
+    strangers.push_back(m.name);
+  }
+  std::string names;
+  for (const std::string& n : strangers) names += (names.empty() ? "" : ", ") + EscapeForTerminal(n);
+  return FailedPreconditionError(loc.Url() + ": no checkpoint there is signed with this run's key (" + names +
+                                 " are not: written by another run or by an sftctl before 0.1 signed them, "
+                                 "or planted); to resume from one anyway: sftctl pull " +
+                                 loc.Url() + " DIR, then resume from DIR/checkpoint-N");
 }
 
 Status DownloadCheckpoint(const S3Client& s3, const S3Location& loc, const CheckpointManifest& m,
@@ -185,7 +220,8 @@ Status DownloadCheckpoint(const S3Client& s3, const S3Location& loc, const Check
 }
 
 Status UploadCheckpoint(const S3Client& s3, const S3Location& loc, const std::string& dir,
-                        const TransferOptions& opt, CheckpointManifest* manifest) {
+                        const TransferOptions& opt, CheckpointManifest* manifest,
+                        const std::string& run_key) {
   CheckpointManifest m;
   m.name = fs::path(dir).filename().string();
   m.step = CheckpointStep(m.name);
@@ -207,6 +243,7 @@ Status UploadCheckpoint(const S3Client& s3, const S3Location& loc, const std::st
       SFT_RETURN_IF_ERROR(UploadFile(s3, loc.bucket, key, path, opt));
     m.files.push_back({rel, size, sha});
   }
+  if (!run_key.empty()) m.signature = SignManifest(run_key, m.UnsignedJson());
   SFT_RETURN_IF_ERROR(s3.PutObject(loc.bucket, loc.Key(m.name + "/" + kManifestName), m.ToJson()));
   if (manifest != nullptr) *manifest = std::move(m);
   return Status();

@@ -36,7 +36,12 @@ struct CheckpointManifest {
   int64_t step = -1;
   std::string name;  // "checkpoint-000040"
   std::vector<ManifestFile> files;
+  // "hmac-sha256:..." (manifest_key.h) when the run that uploaded it signed it; empty: unsigned.
+  std::string signature;
+  // The manifest's JSON, with its signature when it has one.
   std::string ToJson() const;
+  // The JSON a signature covers: ToJson() without the signature.
+  std::string UnsignedJson() const;
 };
 
 // Parses and checks a manifest read from `where` (an s3:// name for messages): known format, paths
@@ -47,8 +52,12 @@ StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const std::str
 int64_t CheckpointStep(std::string_view name);
 
 // The newest checkpoint under `loc` that has a MANIFEST.json (nullopt when there is none), its
-// manifest read and checked. Errors: S3Client's; ParseManifest's.
-StatusOr<std::optional<CheckpointManifest>> NewestBucketCheckpoint(const S3Client& s3, const S3Location& loc);
+// manifest read and checked. With a `run_key` (manifest_key.h) only a manifest signed with it counts:
+// newer ones that are not (another run's, an sftctl's before signing, planted) are passed over, and
+// when there are such but none signed, the result is FAILED_PRECONDITION naming them. Errors:
+// S3Client's; ParseManifest's.
+StatusOr<std::optional<CheckpointManifest>> NewestBucketCheckpoint(const S3Client& s3, const S3Location& loc,
+                                                                   const std::string& run_key = "");
 
 // Downloads the checkpoint `m` into <dest_dir>/<m.name>/ (files verified against the manifest; resumable:
 // finished files whose size and sha256 match are kept; DONE written last). Progress, when given, gets
@@ -60,9 +69,11 @@ Status DownloadCheckpoint(const S3Client& s3, const S3Location& loc, const Check
 // Uploads the complete local checkpoint folder `dir` (its name must be checkpoint-<N>) to
 // <loc>/<name>/, every file verified, then MANIFEST.json. Files already in the bucket with the same
 // size and the ETag this file's bytes give (an earlier, interrupted upload's) are not sent again.
-// Errors: the folder's read errors; S3Client's.
+// With a `run_key` the manifest is signed with it (manifest_key.h). Errors: the folder's read errors;
+// S3Client's.
 Status UploadCheckpoint(const S3Client& s3, const S3Location& loc, const std::string& dir,
-                        const TransferOptions& opt, CheckpointManifest* manifest = nullptr);
+                        const TransferOptions& opt, CheckpointManifest* manifest = nullptr,
+                        const std::string& run_key = "");
 
 // Keeps the newest `keep` complete checkpoints under `loc`: older ones lose their MANIFEST.json first
 // (no reader takes them from then on), then their files; folders without a manifest older than the

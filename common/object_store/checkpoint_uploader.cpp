@@ -44,8 +44,11 @@ bool LinkTree(const fs::path& src, const fs::path& dst) {
 // A bucket prefix: files verified, MANIFEST.json last (checkpoint_store.h), then `keep` and the run files.
 class S3Destination final : public CheckpointDestination {
  public:
-  S3Destination(S3Client s3, S3Location dest, TransferOptions transfer)
-      : s3_(std::move(s3)), dest_(std::move(dest)), transfer_(std::move(transfer)) {}
+  S3Destination(S3Client s3, S3Location dest, TransferOptions transfer, std::string run_key)
+      : s3_(std::move(s3)),
+        dest_(std::move(dest)),
+        transfer_(std::move(transfer)),
+        run_key_(std::move(run_key)) {}
   std::string Url() const override { return dest_.Url(); }
   std::string StagingName() const override { return ".s3-upload"; }
 
@@ -54,7 +57,7 @@ class S3Destination final : public CheckpointDestination {
     TransferOptions t = transfer_;
     t.cancel = cancel;
     CheckpointManifest m;
-    SFT_RETURN_IF_ERROR(UploadCheckpoint(s3_, dest_, staged, t, &m));
+    SFT_RETURN_IF_ERROR(UploadCheckpoint(s3_, dest_, staged, t, &m, run_key_));
     UploadedCheckpoint u{m.name, m.step, 0, {}};
     for (const ManifestFile& f : m.files) u.bytes += f.size;
     SFT_ASSIGN_OR_RETURN(u.removed, PruneBucketCheckpoints(s3_, dest_, keep));
@@ -77,18 +80,21 @@ class S3Destination final : public CheckpointDestination {
   S3Client s3_;
   S3Location dest_;
   TransferOptions transfer_;
+  std::string run_key_;  // signs each manifest when set (manifest_key.h)
 };
 
 }  // namespace
 
 std::unique_ptr<CheckpointDestination> MakeS3Destination(S3Client s3, S3Location dest,
-                                                         TransferOptions transfer) {
-  return std::make_unique<S3Destination>(std::move(s3), std::move(dest), std::move(transfer));
+                                                         TransferOptions transfer, std::string run_key) {
+  return std::make_unique<S3Destination>(std::move(s3), std::move(dest), std::move(transfer),
+                                         std::move(run_key));
 }
 
 // `opt` is copied, not moved: the order in which the arguments are evaluated is unspecified.
 CheckpointUploader::CheckpointUploader(S3Client s3, CheckpointUploaderOptions opt)
-    : CheckpointUploader(std::make_unique<S3Destination>(std::move(s3), opt.dest, opt.transfer), opt) {}
+    : CheckpointUploader(std::make_unique<S3Destination>(std::move(s3), opt.dest, opt.transfer, opt.run_key),
+                         opt) {}
 
 CheckpointUploader::CheckpointUploader(std::unique_ptr<CheckpointDestination> dest,
                                        CheckpointUploaderOptions opt)

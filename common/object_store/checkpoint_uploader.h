@@ -64,12 +64,14 @@ class CheckpointDestination {
 };
 
 // The bucket prefix `dest` as a destination: files verified, MANIFEST.json last
-// (checkpoint_store.h), then `keep` and the run files. `s3` holds the credentials.
+// (checkpoint_store.h; signed with `run_key` when given, manifest_key.h), then `keep` and the run
+// files. `s3` holds the credentials.
 std::unique_ptr<CheckpointDestination> MakeS3Destination(S3Client s3, S3Location dest,
-                                                         TransferOptions transfer);
+                                                         TransferOptions transfer, std::string run_key = "");
 
 struct CheckpointUploaderOptions {
-  S3Location dest;  // the S3 constructor's; unused with a CheckpointDestination
+  S3Location dest;      // the S3 constructor's; unused with a CheckpointDestination
+  std::string run_key;  // the S3 constructor's: signs each manifest when set (manifest_key.h)
   std::string run_dir;
   int64_t keep = 2;
   TransferOptions transfer;

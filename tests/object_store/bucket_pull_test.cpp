@@ -150,18 +150,18 @@ TEST(HostileListing, AKeyOutsideThePrefixIsDataLossNamingIt) {
 // cannot grow a listing without end; its error text reaches a message escaped, never as raw controls.
 TEST(HostileListing, EndlessOrLoopingPagesStop) {
   const AwsCredentials creds{"AKIDEXAMPLE", "secret", "", "test"};
-  FakeListing endless({"run/a", "run/b"}, FakeListingOptions{true, false, "none"});
+  FakeListing endless({"run/a", "run/b"}, FakeListingOptions{true, false, "none", ""});
   S3Client s3(S3Endpoint{endless.endpoint(), "us-east-1"}, creds);
   EXPECT_THAT(s3.ListObjects("hostile", "run/", 1000, 6),
               StatusIs(StatusCode::kDataLoss, HasSubstr("ListObjectsV2: 6 objects and still truncated")));
-  FakeListing looping({"run/a"}, FakeListingOptions{true, true, "none"});
+  FakeListing looping({"run/a"}, FakeListingOptions{true, true, "none", ""});
   S3Client s3b(S3Endpoint{looping.endpoint(), "us-east-1"}, creds);
   EXPECT_THAT(s3b.ListObjects("hostile", "run/"),
               StatusIs(StatusCode::kDataLoss, HasSubstr("the same continuation token twice (page 2)")));
 }
 
 TEST(HostileListing, ErrorTextFromTheEndpointIsEscaped) {
-  FakeListing fake({}, FakeListingOptions{false, false, "gone&#27;]0;pwned&#7;&#x9b;2J"});
+  FakeListing fake({}, FakeListingOptions{false, false, "gone&#27;]0;pwned&#7;&#x9b;2J", ""});
   S3Client s3(S3Endpoint{fake.endpoint(), "us-east-1"}, AwsCredentials{"AKIDEXAMPLE", "secret", "", "test"});
   auto got = s3.GetObject("hostile", "run/spec.json");
   ASSERT_FALSE(got.ok());

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/object_store/checkpoint_uploader.h"
+#include "common/object_store/manifest_key.h"
 #include "common/sha256.h"
 #include "tests/object_store/s3_server.h"
 #include "tests/util/file_util.h"
@@ -122,6 +123,52 @@ TEST_F(CheckpointStoreTest, UploadThenDownloadTheNewestCompleteCheckpoint) {
   EXPECT_THAT(DownloadCheckpoint(s3(), loc, **newest, dest2.path(), opt_),
               StatusIs(StatusCode::kDataLoss, HasSubstr("trainer_state.json")));
   EXPECT_FALSE(fs::exists(dest2.path() + "/checkpoint-000004/DONE"));
+}
+
+// Issue 37, item 3: a copy of a run's checkpoint planted as checkpoint-000099 with a manifest that is
+// consistent with its files was taken for the newest. A run signs its manifests with its key
+// (common/object_store/manifest_key.h); a resume with that key passes over any checkpoint not signed
+// with it, and names them when none is.
+TEST_F(CheckpointStoreTest, AResumeTakesOnlyCheckpointsSignedWithItsKey) {
+  ASSERT_TRUE(s3().CreateBucket("signed").ok());
+  testing::TempDir run("s3sign");
+  const S3Location loc{"signed", "runs/a"};
+  const std::string key = DeriveRunKey("master key of this laptop", loc.Url());
+  EXPECT_NE(key, DeriveRunKey("master key of this laptop", "s3://signed/runs/b"));
+  ASSERT_TRUE(UploadCheckpoint(s3(), loc, MakeCheckpoint(run.path(), 6, 1000), opt_, nullptr, key).ok());
+  auto text = s3().GetObject("signed", "runs/a/checkpoint-000006/MANIFEST.json", 1 << 20);
+  ASSERT_TRUE(text.ok());
+  EXPECT_THAT(*text, HasSubstr("\"signature\": \"hmac-sha256:"));
+
+  // The planted copy: the same files under checkpoint-000099, its manifest recomputed, unsigned.
+  auto m = ParseManifest(*text, "m");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::string planted = run.path() + "/planted/checkpoint-000099";
+  fs::create_directories(fs::path(planted).parent_path());
+  fs::copy(run.path() + "/checkpoint-000006", planted, fs::copy_options::recursive);
+  ASSERT_TRUE(UploadCheckpoint(s3(), loc, planted, opt_).ok());
+  // Without a key (pull, an agent the client sent none): the newest consistent one, as before.
+  auto newest = NewestBucketCheckpoint(s3(), loc);
+  ASSERT_TRUE(newest.ok() && newest->has_value());
+  EXPECT_EQ((*newest)->step, 99);
+  // With the run's key: the planted one is passed over.
+  newest = NewestBucketCheckpoint(s3(), loc, key);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  ASSERT_TRUE(newest->has_value());
+  EXPECT_EQ((*newest)->step, 6);
+  // A signature copied from the real manifest onto the planted one does not verify either.
+  CheckpointManifest forged = *m;
+  forged.name = "checkpoint-000099";
+  forged.step = 99;
+  ASSERT_TRUE(s3().PutObject("signed", "runs/a/checkpoint-000099/MANIFEST.json", forged.ToJson()).ok());
+  newest = NewestBucketCheckpoint(s3(), loc, key);
+  ASSERT_TRUE(newest.ok() && newest->has_value());
+  EXPECT_EQ((*newest)->step, 6);
+  // Another run's key (another laptop, another prefix's key): nothing is its own, and it says so.
+  EXPECT_THAT(NewestBucketCheckpoint(s3(), loc, DeriveRunKey("another master key", loc.Url())),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("no checkpoint there is signed with this run's key (checkpoint-000099, "
+                                 "checkpoint-000006 are not")));
 }
 
 TEST_F(CheckpointStoreTest, ManifestsFromTheBucketAreChecked) {

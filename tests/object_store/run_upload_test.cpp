@@ -102,6 +102,22 @@ TEST_F(RunUploadTest, UploadsEveryCheckpointAndResumesBitExactlyFromTheBucket) {
         << f.path();
   EXPECT_TRUE(fs::exists(pulled + "/metrics.jsonl"));
 
+  // A stranger in the bucket (issue 37, item 3): a copy of checkpoint-4 planted as checkpoint-000099,
+  // its state and manifest consistent, but not signed with this machine's key for the prefix
+  // (client/checkpoint_key.h). A resume passes over it and takes checkpoint-4 again.
+  const std::string planted = dir.path() + "/planted/checkpoint-000099";
+  fs::create_directories(fs::path(planted).parent_path());
+  fs::copy(a + "/checkpoint-000004", planted, fs::copy_options::recursive);
+  nlohmann::json state = nlohmann::json::parse(testing::ReadWholeFile(planted + "/trainer_state.json"));
+  state["step"] = 99;
+  testing::WriteWholeFile(planted + "/trainer_state.json", state.dump(2));
+  ASSERT_TRUE(UploadCheckpoint(*s3_, S3Location{"runs", "exp1"}, planted, TransferOptions()).ok());
+  const std::string c = dir.path() + "/c";
+  r = Sftctl({"run", "--local", spec, "-o", c, "--resume-from", "s3://runs/exp1", "--max-steps", "5"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("downloading s3://runs/exp1/checkpoint-000004"));
+  EXPECT_FALSE(fs::exists(c + "/checkpoint-000099"));
+
   // The secret is in no file of the runs and in no output.
   auto grep = RunCommand({"grep", "-rlF", server_->secret_key(), a, b, pulled});
   EXPECT_EQ(grep.exit_code, 1) << grep.output;  // 1: no match

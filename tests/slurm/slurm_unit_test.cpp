@@ -101,7 +101,7 @@ TEST(SlurmOptions, RefusesWhatCannotGoIntoAnSbatchLine) {
 }
 
 SbatchJob Job() {
-  return SbatchJob{"sftctl-job-7", "/shared/u/sftd/jobs/job-7", "/home/u/.local/bin/sftctl-trainer"};
+  return SbatchJob{"sftctl-job-7", "/shared/u/sftd/jobs/job-7", "/home/u/.local/bin/sftctl-trainer", {}};
 }
 
 TEST(SbatchScript, GpuJobHeaderAndOneRankPerGpu) {
@@ -547,7 +547,7 @@ TEST(SlurmJob, RefusedTestSubmitQueuesNothing) {
   runner.On("--test-only", 1, "allocation failure: Invalid qos specification\n");
   runner.On("--parsable", 0, "32\n");
   SlurmCli cli(&runner, {});
-  EXPECT_THAT(SubmitJobFolder(cli, SlurmOptions(), SbatchJob{"j", dir.path(), "/t"}),
+  EXPECT_THAT(SubmitJobFolder(cli, SlurmOptions(), SbatchJob{"j", dir.path(), "/t", {}}),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("Invalid qos specification")));
   for (const std::string& c : runner.commands) EXPECT_THAT(c, Not(HasSubstr("--parsable")));
   EXPECT_THAT(RecordedJobId(dir.path()), StatusIs(StatusCode::kNotFound, HasSubstr("no Slurm job id")));

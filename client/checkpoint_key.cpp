@@ -1,0 +1,77 @@
+#include "client/checkpoint_key.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#if defined(__APPLE__)
+#include <sys/random.h>  // getentropy (glibc: <unistd.h>)
+#endif
+
+#include "common/object_store/manifest_key.h"
+#include "common/os/file_system.h"
+
+namespace sftctl::client {
+namespace {
+
+constexpr size_t kKeyBytes = 32;
+
+std::string CheckpointKeyDir() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/sftctl";
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : ".") + "/.config/sftctl";
+}
+
+// A new key file at `path` (O_EXCL: a concurrent maker's file wins); OK when one exists already.
+Status MakeKeyFile(const std::string& path) {
+  unsigned char raw[kKeyBytes];
+  if (::getentropy(raw, sizeof(raw)) != 0) return ErrnoError("getentropy", path, errno);
+  static const char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : raw) hex += {kDigits[c >> 4], kDigits[c & 15]};
+  hex += "\n";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return errno == EEXIST ? OkStatus() : ErrnoError("create", path, errno);
+  const bool ok = ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  return ok ? OkStatus() : ErrnoError("write", path, errno);
+}
+
+// The master key: the file's text, after checking that only this user can read it.
+StatusOr<std::string> ReadKeyFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path, errno);
+  struct stat st {};
+  std::string text(2 * kKeyBytes + 1, '\0');
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  const ssize_t n = ::read(fd, text.data(), text.size());
+  ::close(fd);
+  if (!stat_ok || n < 0) return ErrnoError("read", path, errno);
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
+    return FailedPreconditionError(path + ": the checkpoint key must be yours and private (chmod 600 " +
+                                   path + ")");
+  text.resize(static_cast<size_t>(n));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (text.size() < 32) return DataLossError(path + ": not a checkpoint key (remove it: a new one is made)");
+  return text;
+}
+
+}  // namespace
+
+std::string CheckpointKeyPath() { return CheckpointKeyDir() + "/checkpoint.key"; }
+
+StatusOr<std::string> CheckpointRunKey(const std::string& s3_url) {
+  const std::string dir = CheckpointKeyDir(), path = CheckpointKeyPath();
+  if (::access(path.c_str(), F_OK) != 0) {
+    SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(dir));
+    ::chmod(dir.c_str(), 0700);
+    SFT_RETURN_IF_ERROR(MakeKeyFile(path));
+  }
+  SFT_ASSIGN_OR_RETURN(std::string master, ReadKeyFile(path));
+  return DeriveRunKey(master, s3_url);
+}
+
+}  // namespace sftctl::client
