@@ -2,9 +2,9 @@
 
 #include <cmath>
 #include <cstdio>
-#include <type_traits>
 #include <utility>
 
+#include "common/json_parse.h"
 #include "trainer/hf_checkpoint.h"
 
 namespace sftctl::trainer {
@@ -53,40 +53,36 @@ nlohmann::json TrainerState::ToJson() const {
 
 namespace {
 
-// Field `key` of `j` into `*out`: an integer (or, for a double, any number); absent is an error
-// unless `optional`, which leaves *out as it is.
+// Field `key` of `j` into `*out` through the one reader of outside JSON (common/json_parse.h);
+// absent is an error unless `optional`, which leaves *out as it is. Errors: DATA_LOSS naming the field.
 template <typename T>
-Status ReadNumber(const nlohmann::json& j, const char* key, bool optional, const std::string& source,
-                  T* out) {
-  auto it = j.find(key);
-  if (it == j.end()) {
-    return optional ? OkStatus() : DataLossError(source + ": field '" + key + "' is missing");
+Status ReadField(const nlohmann::json& j, const char* key, bool optional, const std::string& source, T* out) {
+  StatusOr<std::optional<T>> v = OptionalJsonField<T>(j, key, source);
+  if (!v.ok()) return DataLossError(v.status().message());
+  if (v->has_value()) {
+    *out = **v;
+  } else if (!optional) {
+    return DataLossError(source + ": field '" + key + "' is missing");
   }
-  const bool ok = std::is_integral_v<T> ? it->is_number_integer() : it->is_number();
-  if (!ok) {
-    return DataLossError(source + ": field '" + key + "' must be " +
-                         (std::is_integral_v<T> ? "an integer" : "a number") + ", got " + it->dump());
-  }
-  *out = it->get<T>();
   return OkStatus();
 }
 
 }  // namespace
 
 StatusOr<TrainerState> TrainerState::FromJson(const nlohmann::json& j, const std::string& source) {
-  if (!j.is_object()) return DataLossError(source + ": must be a JSON object");
+  if (Status st = CheckJsonObject(j, source); !st.ok()) return DataLossError(st.message());
   TrainerState s;
   s.rng_format = 1;  // absent: a checkpoint from before the CUDA streams were saved
-  SFT_RETURN_IF_ERROR(ReadNumber(j, "step", false, source, &s.step));
-  SFT_RETURN_IF_ERROR(ReadNumber(j, "epoch", false, source, &s.epoch));
-  SFT_RETURN_IF_ERROR(ReadNumber(j, "position", false, source, &s.position));
-  SFT_RETURN_IF_ERROR(ReadNumber(j, "tokens_seen", false, source, &s.tokens_seen));
-  SFT_RETURN_IF_ERROR(ReadNumber(j, "bad_steps", false, source, &s.bad_steps));
-  SFT_RETURN_IF_ERROR(ReadNumber(j, "elapsed_s", false, source, &s.elapsed_s));
-  SFT_RETURN_IF_ERROR(ReadNumber(j, "loss_scale", true, source, &s.loss_scale));
-  SFT_RETURN_IF_ERROR(ReadNumber(j, "loss_scale_good_steps", true, source, &s.loss_scale_good_steps));
-  SFT_RETURN_IF_ERROR(ReadNumber(j, "rng_format", true, source, &s.rng_format));
-  SFT_RETURN_IF_ERROR(ReadNumber(j, "train_samples", true, source, &s.train_samples));
+  SFT_RETURN_IF_ERROR(ReadField(j, "step", false, source, &s.step));
+  SFT_RETURN_IF_ERROR(ReadField(j, "epoch", false, source, &s.epoch));
+  SFT_RETURN_IF_ERROR(ReadField(j, "position", false, source, &s.position));
+  SFT_RETURN_IF_ERROR(ReadField(j, "tokens_seen", false, source, &s.tokens_seen));
+  SFT_RETURN_IF_ERROR(ReadField(j, "bad_steps", false, source, &s.bad_steps));
+  SFT_RETURN_IF_ERROR(ReadField(j, "elapsed_s", false, source, &s.elapsed_s));
+  SFT_RETURN_IF_ERROR(ReadField(j, "loss_scale", true, source, &s.loss_scale));
+  SFT_RETURN_IF_ERROR(ReadField(j, "loss_scale_good_steps", true, source, &s.loss_scale_good_steps));
+  SFT_RETURN_IF_ERROR(ReadField(j, "rng_format", true, source, &s.rng_format));
+  SFT_RETURN_IF_ERROR(ReadField(j, "train_samples", true, source, &s.train_samples));
   if (s.rng_format < 1 || s.rng_format > kRngFormat) {
     return DataLossError(source + ": field 'rng_format': " + std::to_string(s.rng_format) +
                          " is not a format this trainer reads (1 to " + std::to_string(kRngFormat) +
