@@ -25,7 +25,9 @@ std::string CheckpointKeyDir() {
   return std::string(home != nullptr ? home : ".") + "/.config/sftctl";
 }
 
-// A new key file at `path` (O_EXCL: a concurrent maker's file wins); OK when one exists already.
+// A new key file at `path`, whole or not at all: written to a private temporary file, then linked
+// into place (link() never replaces: when another process made one first, that one stays and this
+// one is dropped, so a reader never sees a half-written key). OK when one exists already.
 Status MakeKeyFile(const std::string& path) {
   unsigned char raw[kKeyBytes];
   if (::getentropy(raw, sizeof(raw)) != 0) return ErrnoError("getentropy", path, errno);
@@ -33,11 +35,21 @@ Status MakeKeyFile(const std::string& path) {
   std::string hex;
   for (unsigned char c : raw) hex += {kDigits[c >> 4], kDigits[c & 15]};
   hex += "\n";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return errno == EEXIST ? OkStatus() : ErrnoError("create", path, errno);
+  unsigned char nonce[8];  // (a temporary name no other process or thread picks)
+  if (::getentropy(nonce, sizeof(nonce)) != 0) return ErrnoError("getentropy", path, errno);
+  std::string tmp = path + ".tmp-";
+  for (unsigned char c : nonce) tmp += {kDigits[c >> 4], kDigits[c & 15]};
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("create", tmp, errno);
   const bool ok = ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size()) && ::fsync(fd) == 0;
+  const int write_errno = errno;
   ::close(fd);
-  return ok ? OkStatus() : ErrnoError("write", path, errno);
+  const int linked = ok ? ::link(tmp.c_str(), path.c_str()) : -1;
+  const int link_errno = errno;
+  ::unlink(tmp.c_str());
+  if (!ok) return ErrnoError("write", tmp, write_errno);
+  if (linked != 0 && link_errno != EEXIST) return ErrnoError("link", path, link_errno);
+  return OkStatus();
 }
 
 // The master key: the file's text, after checking that only this user can read it.

@@ -4,7 +4,8 @@
 // folder). The master key never leaves this machine; a host gets only the run key of its job's own
 // prefixes (submit sends them, the agent keeps them in memory).
 //
-// Thread safety: two processes making the file at once agree on one (O_EXCL); otherwise stateless.
+// Thread safety: processes or threads making the file at once agree on one (each links a whole
+// temporary file into place; link() never replaces); otherwise stateless.
 #pragma once
 
 #include <string>

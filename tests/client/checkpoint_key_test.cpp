@@ -6,6 +6,9 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
@@ -40,6 +43,27 @@ TEST_F(CheckpointKeyTest, MadeOncePrivateAndOneKeyPerPrefix) {
   EXPECT_NE(*CheckpointRunKey("s3://bucket/runs/b"), *a);
   EXPECT_EQ(a->size(), 32u);
   EXPECT_EQ(a->find(master.substr(0, 16)), std::string::npos);  // derived, not the master itself
+}
+
+// Several first uses at once (parallel submits): one key file, whole, the same key for all of them.
+TEST_F(CheckpointKeyTest, FirstUsesAtOnceAgreeOnOneKey) {
+  std::vector<std::string> keys(8);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    threads.emplace_back([&keys, i] {
+      auto k = CheckpointRunKey("s3://bucket/runs/a");
+      keys[i] = k.ok() ? *k : "error: " + k.status().ToString();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const std::string& k : keys) EXPECT_EQ(k, keys[0]);
+  EXPECT_EQ(keys[0].size(), 32u) << keys[0];
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.path() + "/sftctl")) {
+    ++files;
+    EXPECT_EQ(e.path().filename(), "checkpoint.key");  // no temporary file left
+  }
+  EXPECT_EQ(files, 1u);
 }
 
 TEST_F(CheckpointKeyTest, AKeyOthersCanReadIsRefused) {
