@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "common/checkpoint_name.h"
 #include "common/sha256.h"
 
 namespace sftctl::agent {
@@ -52,17 +53,6 @@ StatusOr<std::string> ResolveInside(const std::string& root, const std::string& 
   if (::stat(real, &st) != 0) return ErrnoError("cannot stat", real, errno);
   if (!S_ISREG(st.st_mode)) return FailedPreconditionError("path: '" + rel + "' is not a regular file");
   return std::string(real);
-}
-
-int64_t CheckpointStep(const std::string& name) {
-  static const std::string kPrefix = "checkpoint-";
-  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return -1;
-  int64_t v = 0;
-  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10) return -1;
-    v = v * 10 + (name[i] - '0');
-  }
-  return v;
 }
 
 StatusOr<std::string> Artifacts::Hash(const std::string& job_id, const std::string& rel,

@@ -29,9 +29,6 @@ struct ArtifactInfo {
 // regular file).
 StatusOr<std::string> ResolveInside(const std::string& root, const std::string& rel);
 
-// "checkpoint-000012" -> 12; -1 when `name` is not a checkpoint folder name.
-int64_t CheckpointStep(const std::string& name);
-
 class Artifacts {
  public:
   explicit Artifacts(StateStore* store) : store_(store) {}

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "common/checkpoint_name.h"
 #include "common/os/file_system.h"
 
 namespace sftctl::agent {
@@ -28,19 +29,6 @@ int64_t UnixMsNow() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// The step of a "checkpoint-<digits>" folder name, or -1.
-int64_t CheckpointStep(const std::string& name) {
-  const std::string prefix = "checkpoint-";
-  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() || name.size() > prefix.size() + 18)
-    return -1;
-  int64_t step = 0;
-  for (size_t i = prefix.size(); i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return -1;
-    step = step * 10 + (name[i] - '0');
-  }
-  return step;
 }
 
 }  // namespace

@@ -5,11 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
-#if defined(__APPLE__)
-#include <sys/random.h>  // getentropy (glibc: <unistd.h>)
-#endif
 
+#include "client/job_registry.h"
+#include "client/remote_options.h"
 #include "common/object_store/manifest_key.h"
 #include "common/os/file_system.h"
 
@@ -18,36 +16,20 @@ namespace {
 
 constexpr size_t kKeyBytes = 32;
 
-std::string CheckpointKeyDir() {
-  const char* xdg = std::getenv("XDG_CONFIG_HOME");
-  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/sftctl";
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : ".") + "/.config/sftctl";
-}
-
 // A new key file at `path`, whole or not at all: written to a private temporary file, then linked
 // into place (link() never replaces: when another process made one first, that one stays and this
 // one is dropped, so a reader never sees a half-written key). OK when one exists already.
 Status MakeKeyFile(const std::string& path) {
-  unsigned char raw[kKeyBytes];
-  if (::getentropy(raw, sizeof(raw)) != 0) return ErrnoError("getentropy", path, errno);
-  static const char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char c : raw) hex += {kDigits[c >> 4], kDigits[c & 15]};
-  hex += "\n";
-  unsigned char nonce[8];  // (a temporary name no other process or thread picks)
-  if (::getentropy(nonce, sizeof(nonce)) != 0) return ErrnoError("getentropy", path, errno);
-  std::string tmp = path + ".tmp-";
-  for (unsigned char c : nonce) tmp += {kDigits[c >> 4], kDigits[c & 15]};
+  const std::string tmp = path + ".tmp-" + RandomHex(8);  // (a name no other process or thread picks)
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoError("create", tmp, errno);
-  const bool ok = ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size()) && ::fsync(fd) == 0;
-  const int write_errno = errno;
+  Status written = WriteFully(fd, RandomHex(kKeyBytes) + "\n", tmp);
+  if (written.ok() && ::fsync(fd) != 0) written = ErrnoError("fsync", tmp, errno);
   ::close(fd);
-  const int linked = ok ? ::link(tmp.c_str(), path.c_str()) : -1;
+  const int linked = written.ok() ? ::link(tmp.c_str(), path.c_str()) : -1;
   const int link_errno = errno;
   ::unlink(tmp.c_str());
-  if (!ok) return ErrnoError("write", tmp, write_errno);
+  SFT_RETURN_IF_ERROR(written);
   if (linked != 0 && link_errno != EEXIST) return ErrnoError("link", path, link_errno);
   return OkStatus();
 }
@@ -73,10 +55,10 @@ StatusOr<std::string> ReadKeyFile(const std::string& path) {
 
 }  // namespace
 
-std::string CheckpointKeyPath() { return CheckpointKeyDir() + "/checkpoint.key"; }
+std::string CheckpointKeyPath() { return ClientConfigDir() + "/checkpoint.key"; }
 
 StatusOr<std::string> CheckpointRunKey(const std::string& s3_url) {
-  const std::string dir = CheckpointKeyDir(), path = CheckpointKeyPath();
+  const std::string dir = ClientConfigDir(), path = CheckpointKeyPath();
   if (::access(path.c_str(), F_OK) != 0) {
     SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(dir));
     ::chmod(dir.c_str(), 0700);

@@ -200,17 +200,14 @@ std::optional<std::pair<std::string, std::string>> SplitJobRef(const std::string
   return std::make_pair(ref.substr(0, slash), ref.substr(slash + 1));
 }
 
-std::string JobRegistry::DefaultPath() {
+std::string ClientConfigDir() {
   const char* xdg = std::getenv("XDG_CONFIG_HOME");
-  std::string base;
-  if (xdg != nullptr && xdg[0] == '/') {
-    base = xdg;
-  } else {
-    const char* home = std::getenv("HOME");
-    base = std::string(home != nullptr ? home : ".") + "/.config";
-  }
-  return base + "/sftctl/jobs.json";
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/sftctl";
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : ".") + "/.config/sftctl";
 }
+
+std::string JobRegistry::DefaultPath() { return ClientConfigDir() + "/jobs.json"; }
 
 StatusOr<std::vector<JobRecord>> JobRegistry::Load() const {
   auto text = ReadIfExists(path_);

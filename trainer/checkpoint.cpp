@@ -1,7 +1,6 @@
 #include "trainer/checkpoint.h"
 
 #include <cmath>
-#include <cstdio>
 #include <utility>
 
 #include "common/json_parse.h"
@@ -11,20 +10,6 @@ namespace sftctl::trainer {
 namespace {
 
 constexpr const char* kTmpPrefix = ".tmp-";
-constexpr const char* kPrefix = "checkpoint-";
-
-// The step a folder named checkpoint-NNNNNN is for; false for any other name (and for more digits
-// than an int64_t holds).
-bool ParseStep(const std::string& name, int64_t* step) {
-  const std::string p = kPrefix;
-  if (name.compare(0, p.size(), p) != 0 || name.size() == p.size() || name.size() - p.size() > 18)
-    return false;
-  for (size_t i = p.size(); i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-  }
-  *step = std::stoll(name.substr(p.size()));
-  return true;
-}
 
 // The last component of `path` ("a/b/" -> "b").
 std::string LastComponent(std::string path) {
@@ -109,8 +94,8 @@ Status ValidateResumeState(const TrainerState& s, const std::string& dir, int64_
   if (!std::isfinite(s.elapsed_s) || s.elapsed_s < 0) return bad("elapsed_s", "must be a finite number >= 0");
   if (!std::isfinite(s.loss_scale) || s.loss_scale < 0)
     return bad("loss_scale", "must be a finite number >= 0");
-  int64_t named = 0;
-  if (ParseStep(LastComponent(dir), &named) && named != s.step) {
+  const int64_t named = CheckpointStep(LastComponent(dir));
+  if (named >= 0 && named != s.step) {
     return bad("step", std::to_string(s.step) + " in a folder named for step " + std::to_string(named) +
                            " (a copied or planted checkpoint?)");
   }
@@ -125,12 +110,6 @@ Status ValidateResumeState(const TrainerState& s, const std::string& dir, int64_
                                std::to_string(train_samples) + " samples)");
   }
   return OkStatus();
-}
-
-std::string CheckpointName(int64_t step) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s%06lld", kPrefix, static_cast<long long>(step));
-  return buf;
 }
 
 bool IsComplete(FileSystem* fs, const std::string& dir) { return fs->Exists(JoinPath(dir, "DONE")); }
@@ -205,10 +184,10 @@ Status CheckpointManager::Prune() {
   SFT_ASSIGN_OR_RETURN(auto names, fs_->ListDir(run_dir_));
   std::vector<std::pair<int64_t, std::string>> complete;
   for (const auto& n : names) {
-    int64_t step;
+    const int64_t step = CheckpointStep(n);
     if (n.rfind(kTmpPrefix, 0) == 0) {
       SFT_RETURN_IF_ERROR(fs_->RemoveAll(JoinPath(run_dir_, n)));
-    } else if (ParseStep(n, &step) && IsComplete(fs_, JoinPath(run_dir_, n))) {
+    } else if (step >= 0 && IsComplete(fs_, JoinPath(run_dir_, n))) {
       complete.emplace_back(step, n);
     }
   }
@@ -225,13 +204,13 @@ StatusOr<std::optional<std::string>> CheckpointManager::Latest(std::vector<std::
   int64_t best_step = -1;
   std::optional<std::string> best;
   for (const auto& n : names) {
-    int64_t step;
+    const int64_t step = CheckpointStep(n);
     const std::string dir = JoinPath(run_dir_, n);
     if (n.rfind(kTmpPrefix, 0) == 0) {
       if (incomplete) incomplete->push_back(dir);
       continue;
     }
-    if (!ParseStep(n, &step)) continue;
+    if (step < 0) continue;
     if (!IsComplete(fs_, dir)) {
       if (incomplete) incomplete->push_back(dir);
       continue;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint_name.h"  // CheckpointName, CheckpointStep
 #include "common/os/file_system.h"
 #include "trainer/rng_state.h"
 #include "trainer/tensor_io.h"
@@ -70,8 +71,6 @@ struct CheckpointContents {
   TrainerState state;
   std::string tokenizer_source;  // "byte" or a folder whose tokenizer files are copied
 };
-
-std::string CheckpointName(int64_t step);  // "checkpoint-000500"
 
 class CheckpointManager {
  public:

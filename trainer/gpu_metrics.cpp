@@ -54,9 +54,17 @@ double TrainFlopsPerToken(const FlopsModel& m) {
   return 4.0 * n + 2.0 * nt + attention;
 }
 
+namespace {
+
+// head_dim, or its default for a config built without one (hidden_size / heads).
+int64_t HeadDim(const ModelConfig& c) {
+  return c.head_dim > 0 ? c.head_dim : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
+}
+
+}  // namespace
+
 int64_t MatmulParams(const ModelConfig& c) {
-  const int64_t head_dim =
-      c.head_dim > 0 ? c.head_dim : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
+  const int64_t head_dim = HeadDim(c);
   const int64_t kv_heads = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
   const int64_t q = c.num_attention_heads * head_dim, kv = kv_heads * head_dim;
   const int64_t layer = c.hidden_size * (2 * q + 2 * kv) + 3 * c.hidden_size * c.intermediate_size;
@@ -156,9 +164,7 @@ ResourceMetrics::Options ResourceOptionsFor(const ModelConfig& c, int64_t params
   m.matmul_params = MatmulParams(c) + (adapters ? trainable : 0);
   m.trainable_params = adapters ? trainable : m.matmul_params;
   m.layers = c.num_hidden_layers;
-  const int64_t head_dim =
-      c.head_dim > 0 ? c.head_dim : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
-  m.attention_width = c.num_attention_heads * head_dim;
+  m.attention_width = c.num_attention_heads * HeadDim(c);
   m.seq_len = seq_len;
   ResourceMetrics::Options o;
   o.cuda = cuda;

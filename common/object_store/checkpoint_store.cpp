@@ -70,30 +70,23 @@ StatusOr<std::vector<std::string>> FilesUnder(const std::string& dir) {
 
 }  // namespace
 
-int64_t CheckpointStep(std::string_view name) {
-  constexpr std::string_view kPrefix = "checkpoint-";
-  if (name.substr(0, kPrefix.size()) != kPrefix || name.size() == kPrefix.size() ||
-      name.size() > kPrefix.size() + 18)
-    return -1;
-  int64_t step = 0;
-  for (char c : name.substr(kPrefix.size())) {
-    if (c < '0' || c > '9') return -1;
-    step = step * 10 + (c - '0');
-  }
-  return step;
+namespace {
+
+// The manifest's fields but its signature.
+json UnsignedObject(const CheckpointManifest& m) {
+  json files = json::array();
+  for (const ManifestFile& f : m.files)
+    files.push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}});
+  return json{{"format", kManifestFormat}, {"step", m.step}, {"name", m.name}, {"files", files}};
 }
 
-std::string CheckpointManifest::UnsignedJson() const {
-  json files = json::array();
-  for (const ManifestFile& f : this->files)
-    files.push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}});
-  return json{{"format", kManifestFormat}, {"step", step}, {"name", name}, {"files", files}}.dump(1) + "\n";
-}
+}  // namespace
+
+std::string CheckpointManifest::UnsignedJson() const { return UnsignedObject(*this).dump(1) + "\n"; }
 
 std::string CheckpointManifest::ToJson() const {
-  if (signature.empty()) return UnsignedJson();
-  json j = json::parse(UnsignedJson());
-  j["signature"] = signature;
+  json j = UnsignedObject(*this);
+  if (!signature.empty()) j["signature"] = signature;
   return j.dump(1) + "\n";
 }
 

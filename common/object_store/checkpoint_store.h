@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint_name.h"  // CheckpointStep
 #include "common/object_store/s3_client.h"
 #include "common/object_store/s3_location.h"
 #include "common/object_store/s3_transfer.h"
@@ -47,9 +48,6 @@ struct CheckpointManifest {
 // Parses and checks a manifest read from `where` (an s3:// name for messages): known format, paths
 // that stay beneath the folder, no duplicates, 64-hex sha256s. Errors: DATA_LOSS naming `where`.
 StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const std::string& where);
-
-// The step of "checkpoint-<digits>", or -1.
-int64_t CheckpointStep(std::string_view name);
 
 // The newest checkpoint under `loc` that has a MANIFEST.json (nullopt when there is none), its
 // manifest read and checked. With a `run_key` (manifest_key.h) only a manifest signed with it counts:

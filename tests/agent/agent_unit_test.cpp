@@ -19,6 +19,7 @@
 #include "agent/journal.h"
 #include "agent/scheduler.h"
 #include "agent/state_store.h"
+#include "common/checkpoint_name.h"
 #include "common/os/file_system.h"
 #include "common/os/process_util.h"
 #include "common/sha256.h"
