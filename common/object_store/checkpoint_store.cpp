@@ -173,18 +173,23 @@ StatusOr<std::optional<CheckpointManifest>> NewestBucketCheckpoint(const S3Clien
     SFT_ASSIGN_OR_RETURN(CheckpointManifest m, ReadBucketManifest(s3, loc, manifests.rbegin()->second));
     return std::optional<CheckpointManifest>(std::move(m));
   }
-  std::vector<std::string> strangers;
-  for (auto it = manifests.rbegin(); it != manifests.rend(); ++it) {
+  // Newest first, each manifest one GET: a bucket filled with strangers costs at most kMaxTried of
+  // them, and the message names at most kMaxNamed.
+  constexpr size_t kMaxTried = 64, kMaxNamed = 5;
+  size_t tried = 0;
+  std::string names;
+  for (auto it = manifests.rbegin(); it != manifests.rend() && tried < kMaxTried; ++it, ++tried) {
     SFT_ASSIGN_OR_RETURN(CheckpointManifest m, ReadBucketManifest(s3, loc, it->second));
     if (SignatureMatches(run_key, m.UnsignedJson(), m.signature))
       return std::optional<CheckpointManifest>(std::move(m));
-    strangers.push_back(m.name);
+    if (tried < kMaxNamed) names += (names.empty() ? "" : ", ") + EscapeForTerminal(m.name);
   }
-  std::string names;
-  for (const std::string& n : strangers) names += (names.empty() ? "" : ", ") + EscapeForTerminal(n);
-  return FailedPreconditionError(loc.Url() + ": no checkpoint there is signed with this run's key (" + names +
-                                 " are not: written by another run or by an sftctl before 0.1 signed them, "
-                                 "or planted); to resume from one anyway: sftctl pull " +
+  if (tried > kMaxNamed) names += " and " + std::to_string(tried - kMaxNamed) + " older ones";
+  const std::string scope = tried < manifests.size() ? "among its newest " + std::to_string(tried) + " " : "";
+  return FailedPreconditionError(loc.Url() + ": no checkpoint there " + scope +
+                                 "is signed with this run's key (" + names +
+                                 " are not: written by another run or by an older sftctl, or planted); to "
+                                 "resume from one anyway: sftctl pull " +
                                  loc.Url() + " DIR, then resume from DIR/checkpoint-N");
 }
 

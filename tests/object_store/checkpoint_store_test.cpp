@@ -171,6 +171,25 @@ TEST_F(CheckpointStoreTest, AResumeTakesOnlyCheckpointsSignedWithItsKey) {
                                  "checkpoint-000006 are not")));
 }
 
+// A bucket filled with strangers costs a resume a bounded number of reads, and its message a bounded
+// number of names.
+TEST_F(CheckpointStoreTest, ABucketOfStrangersIsReadOnlySoFar) {
+  ASSERT_TRUE(s3().CreateBucket("crowd").ok());
+  const S3Location loc{"crowd", "run"};
+  for (int step = 1; step <= 70; ++step) {
+    CheckpointManifest m;
+    m.step = step;
+    m.name = CheckpointName(step);
+    ASSERT_TRUE(s3().PutObject("crowd", "run/" + m.name + "/MANIFEST.json", m.ToJson()).ok());
+  }
+  EXPECT_THAT(
+      NewestBucketCheckpoint(s3(), loc, DeriveRunKey("this laptop", loc.Url())),
+      StatusIs(StatusCode::kFailedPrecondition,
+               HasSubstr("no checkpoint there among its newest 64 is signed with this run's key "
+                         "(checkpoint-000070, checkpoint-000069, checkpoint-000068, checkpoint-000067, "
+                         "checkpoint-000066 and 59 older ones are not")));
+}
+
 TEST_F(CheckpointStoreTest, ManifestsFromTheBucketAreChecked) {
   const std::string sha(64, 'a');
   auto good = ParseManifest(
