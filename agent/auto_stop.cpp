@@ -84,7 +84,8 @@ AutoStop::AutoStop(AutoStopDeps deps, StopPolicy policy)
       policy_(std::move(policy)),
       action_(ResolveAction(policy_, deps_.env)),
       gate_(std::make_shared<Gate>()),
-      busy_at_(deps_.clock->Now()) {
+      busy_at_(deps_.clock->Now()),
+      checks_(deps_.check, [this] { CheckOnce(); }) {
   view_.policy = DescribeStopPolicy(policy_, action_);
   view_.action = action_;
   view_.idle_s = policy_.idle_s;
@@ -92,27 +93,6 @@ AutoStop::AutoStop(AutoStopDeps deps, StopPolicy policy)
   if (auto last = deps_.store->GetSetting(kLastActionKey); last.ok() && *last) {
     view_.last_action = nlohmann::json::parse(**last, nullptr, false).value("summary", "");
   }
-}
-
-void AutoStop::Start() {
-  thread_ = std::thread([this] {
-    MutexLock lock(&mu_);
-    while (!stop_) {
-      lock.Unlock();
-      CheckOnce();
-      lock.Lock();
-      cv_.WaitFor(&mu_, deps_.check, [this]() REQUIRES(mu_) { return stop_; });
-    }
-  });
-}
-
-void AutoStop::Stop() {
-  {
-    MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  cv_.NotifyAll();
-  if (thread_.joinable()) thread_.join();
 }
 
 StopDecision AutoStop::CheckOnce() {

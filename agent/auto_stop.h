@@ -20,8 +20,8 @@
 //
 // Thread safety: Start/Stop from one thread; CheckOnce, View, HasAction and AdmitSubmission from any.
 // Three locks, each for a reason: check_mu_ serializes evaluations and is held while the action runs
-// (minutes), so View() must not wait on it; mu_ guards what View() copies and the checking thread's
-// stop flag (short holds only); the Gate's mutex lives with the Admissions, which may outlive this.
+// (minutes), so View() must not wait on it; mu_ guards what View() copies (short holds only); the
+// Gate's mutex lives with the Admissions, which may outlive this.
 // Order: check_mu_ first; mu_ and the Gate's are taken under it, never one under the other.
 #pragma once
 
@@ -31,7 +31,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "agent/client_activity.h"
 #include "agent/command_runner.h"
@@ -39,6 +38,7 @@
 #include "agent/stop_policy.h"
 #include "common/mutex.h"
 #include "common/os/clock.h"
+#include "common/os/periodic_thread.h"
 #include "common/status.h"
 
 namespace sftctl::agent {
@@ -52,7 +52,7 @@ struct AutoStopDeps {
   StateStore* store = nullptr;
   ClientActivity* activity = nullptr;
   std::function<uint32_t()> active_jobs;  // running, cancelling and queued jobs
-  CommandRunner* runner = CommandRunner::Default();
+  CommandRunner* runner = nullptr;        // REQUIRES: set, outliving the AutoStop (runs the stop action)
   const Clock* clock = Clock::Real();
   std::string data_dir;
   StopEnv env;
@@ -93,8 +93,10 @@ class AutoStop {
   AutoStop(const AutoStop&) = delete;
   AutoStop& operator=(const AutoStop&) = delete;
 
-  void Start() EXCLUDES(mu_);
-  void Stop() EXCLUDES(mu_);
+  // The checking thread: CheckOnce at once, then every AutoStopDeps::check (common/os/periodic_thread.h).
+  void Start() { checks_.Start(); }
+  // Returns once a CheckOnce in progress (an action that runs, too) returned.
+  void Stop() { checks_.Stop(); }
   // One evaluation; runs the action when due (blocking until it ends). Returns the decision.
   StopDecision CheckOnce() EXCLUDES(check_mu_, mu_);
   AutoStopView View() const EXCLUDES(mu_);
@@ -131,9 +133,7 @@ class AutoStop {
   mutable Mutex mu_;
   AutoStopView view_ GUARDED_BY(mu_);
   int fired_ GUARDED_BY(mu_) = 0;
-  CondVar cv_;  // stop_ was set
-  bool stop_ GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  PeriodicThread checks_;  // last: stopped before the members its CheckOnce reads go
 };
 
 }  // namespace sftctl::agent

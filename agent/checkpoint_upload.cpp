@@ -3,44 +3,24 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/hub_fetcher.h"
-#include "common/hub/hub_path.h"
-#include "common/json_parse.h"
+#include "agent/job_spec.h"
 #include "common/object_store/checkpoint_store.h"
 #include "common/object_store/hub_destination.h"
 #include "common/object_store/s3_client.h"
 #include "common/object_store/s3_location.h"
 #include "common/os/file_system.h"
+#include "common/spec/hub_path.h"
 
 namespace sftctl::agent {
 
 namespace {
 
-struct UploadSpec {
-  std::string run_dir, upload_to, endpoint_url, region;
-  int64_t keep = 2;
-  bool final_only = false;  // checkpoint.upload: final
-};
+bool FinalOnly(const JobSpec& spec) { return spec.checkpoint.upload == "final"; }
 
-// The upload fields of a stored spec; run_dir "" when the spec has no output_dir.
-UploadSpec ReadUploadSpec(const std::string& spec_json) {
-  UploadSpec u;
-  auto j = ParseJson(spec_json, "spec");
-  if (!j.ok() || !j->is_object()) return u;
-  if ((*j)["output_dir"].is_string()) u.run_dir = (*j)["output_dir"].get<std::string>();
-  const nlohmann::json& c = (*j)["checkpoint"];
-  if (!c.is_object()) return u;
-  auto str = [&](const char* k) { return c.contains(k) && c[k].is_string() ? c[k].get<std::string>() : ""; };
-  u.upload_to = str("upload_to");
-  u.endpoint_url = str("endpoint_url");
-  u.region = str("region");
-  u.final_only = str("upload") == "final";
-  if (c.contains("keep") && c["keep"].is_number_integer()) u.keep = c["keep"].get<int64_t>();
-  return u;
-}
-
-S3Endpoint EndpointFor(const UploadSpec& u, const EnvLookup& env) {
-  return S3Endpoint{u.endpoint_url.empty() ? EndpointFromEnv(env) : u.endpoint_url,
-                    u.region.empty() ? RegionFromEnv(env) : u.region};
+S3Endpoint EndpointFor(const JobSpec& spec, const EnvLookup& env) {
+  const CheckpointSpec& c = spec.checkpoint;
+  return S3Endpoint{c.endpoint_url.empty() ? EndpointFromEnv(env) : c.endpoint_url,
+                    c.region.empty() ? RegionFromEnv(env) : c.region};
 }
 
 }  // namespace
@@ -49,26 +29,22 @@ CheckpointUploads::CheckpointUploads(EnvLookup env) : env_(std::move(env)) {}
 
 CheckpointUploads::~CheckpointUploads() { Stop(); }
 
-void CheckpointUploads::SetCredentials(const std::string& spec_json, AwsCredentials credentials) {
-  const UploadSpec u = ReadUploadSpec(spec_json);
-  if (u.run_dir.empty() || credentials.empty()) return;
+void CheckpointUploads::SetCredentials(const JobSpec& spec, AwsCredentials credentials) {
+  if (spec.output_dir.empty() || credentials.empty()) return;
   MutexLock l(&mu_);
-  credentials_[u.run_dir] = std::move(credentials);
+  credentials_[spec.output_dir] = std::move(credentials);
 }
 
-void CheckpointUploads::SetHubToken(const std::string& spec_json, std::string token) {
-  const UploadSpec u = ReadUploadSpec(spec_json);
-  if (u.run_dir.empty() || token.empty() || !IsHubPath(u.upload_to)) return;
+void CheckpointUploads::SetHubToken(const JobSpec& spec, std::string token) {
+  if (spec.output_dir.empty() || token.empty() || !IsHubPath(spec.checkpoint.upload_to)) return;
   MutexLock l(&mu_);
-  hub_tokens_[u.run_dir] = std::move(token);
+  hub_tokens_[spec.output_dir] = std::move(token);
 }
 
-void CheckpointUploads::SetCheckpointKeys(const std::string& spec_json,
-                                          std::map<std::string, std::string> keys) {
-  const UploadSpec u = ReadUploadSpec(spec_json);
-  if (u.run_dir.empty() || keys.empty()) return;
+void CheckpointUploads::SetCheckpointKeys(const JobSpec& spec, std::map<std::string, std::string> keys) {
+  if (spec.output_dir.empty() || keys.empty()) return;
   MutexLock l(&mu_);
-  run_keys_[u.run_dir] = std::move(keys);
+  run_keys_[spec.output_dir] = std::move(keys);
 }
 
 std::string CheckpointUploads::RunKeyFor(const std::string& run_dir, const S3Location& loc) {
@@ -79,28 +55,29 @@ std::string CheckpointUploads::RunKeyFor(const std::string& run_dir, const S3Loc
   return key == job->second.end() ? "" : key->second;
 }
 
-Status CheckpointUploads::StartJob(const std::string& job_id, const std::string& spec_json,
-                                   const HubOptions& hub) {
-  const UploadSpec u = ReadUploadSpec(spec_json);
-  if (u.upload_to.empty() || u.run_dir.empty()) return Status();
+Status CheckpointUploads::StartJob(const std::string& job_id, const JobSpec& spec, const HubOptions& hub) {
+  const std::string& run_dir = spec.output_dir;
+  const std::string& upload_to = spec.checkpoint.upload_to;
+  const bool final_only = FinalOnly(spec);
+  if (upload_to.empty() || run_dir.empty()) return Status();
   {
     MutexLock l(&mu_);
-    if (running_.count(u.run_dir)) return Status();
+    if (running_.count(run_dir)) return Status();
   }
-  auto dest = IsHubPath(u.upload_to) ? HubDestinationFor(u.run_dir, u.upload_to, hub, u.final_only)
-                                     : S3DestinationFor(u.run_dir, u.upload_to, EndpointFor(u, env_));
+  auto dest = IsHubPath(upload_to) ? HubDestinationFor(run_dir, upload_to, hub, final_only)
+                                   : S3DestinationFor(run_dir, upload_to, EndpointFor(spec, env_));
   if (!dest.ok()) return dest.status();  // each names checkpoint.upload_to
   CheckpointUploaderOptions o;
-  o.run_dir = u.run_dir;
-  o.keep = u.keep;
-  o.final_only = u.final_only;
+  o.run_dir = run_dir;
+  o.keep = spec.checkpoint.keep;
+  o.final_only = final_only;
   o.log = [job_id](const std::string& line) { spdlog::info("{}: upload: {}", job_id, line); };
   const std::string url = (*dest)->Url();
   auto up = std::make_unique<CheckpointUploader>(std::move(*dest), std::move(o));
   up->Start();
-  spdlog::info("{}: uploading its {} to {}", job_id, u.final_only ? "final checkpoint" : "checkpoints", url);
+  spdlog::info("{}: uploading its {} to {}", job_id, final_only ? "final checkpoint" : "checkpoints", url);
   MutexLock l(&mu_);
-  running_[u.run_dir] = std::move(up);
+  running_[run_dir] = std::move(up);
   return Status();
 }
 
@@ -126,8 +103,8 @@ StatusOr<std::unique_ptr<CheckpointDestination>> CheckpointUploads::HubDestinati
   return OpenHubDestination(url, std::move(hub), final_only);
 }
 
-void CheckpointUploads::FinishJob(const std::string& spec_json) {
-  const std::string run_dir = ReadUploadSpec(spec_json).run_dir;
+void CheckpointUploads::FinishJob(const JobSpec& spec) {
+  const std::string run_dir = spec.output_dir;
   MutexLock l(&mu_);
   credentials_.erase(run_dir);
   hub_tokens_.erase(run_dir);
@@ -160,11 +137,8 @@ void CheckpointUploads::Stop() {
   for (auto& [id, f] : resuming) f.thread.join();
 }
 
-std::string CheckpointUploads::ResumeBucket(const std::string& spec_json) {
-  auto j = ParseJson(spec_json, "spec");
-  if (!j.ok() || !j->is_object() || !j->contains("resume") || !(*j)["resume"].is_string()) return "";
-  const std::string resume = (*j)["resume"].get<std::string>();
-  return IsS3Url(resume) ? resume : "";
+std::string CheckpointUploads::ResumeBucket(const JobSpec& spec) {
+  return IsS3Url(spec.resume) ? spec.resume : "";
 }
 
 StatusOr<AwsCredentials> CheckpointUploads::CredentialsFor(const std::string& run_dir,
@@ -185,16 +159,15 @@ StatusOr<AwsCredentials> CheckpointUploads::CredentialsFor(const std::string& ru
 
 StatusOr<CheckpointUploads::Resumed> CheckpointUploads::DownloadResume(const std::string& job_id,
                                                                        const std::string& job_dir,
-                                                                       const std::string& spec_json,
+                                                                       const JobSpec& spec,
                                                                        const std::atomic<bool>* cancel) {
-  SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ParseJson(spec_json, job_id + " spec.json"));
-  const UploadSpec u = ReadUploadSpec(spec_json);
-  if (u.run_dir.empty()) return InvalidArgumentError(job_id + ": the spec has no output_dir");
-  SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(ResumeBucket(spec_json)));
+  const std::string& run_dir = spec.output_dir;
+  if (run_dir.empty()) return InvalidArgumentError(job_id + ": the spec has no output_dir");
+  SFT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(ResumeBucket(spec)));
   const std::string what = "resume: " + loc.Url();
-  SFT_ASSIGN_OR_RETURN(AwsCredentials creds, CredentialsFor(u.run_dir, what));
-  S3Client s3(EndpointFor(u, env_), std::move(creds));
-  auto newest = NewestBucketCheckpoint(s3, loc, RunKeyFor(u.run_dir, loc));
+  SFT_ASSIGN_OR_RETURN(AwsCredentials creds, CredentialsFor(run_dir, what));
+  S3Client s3(EndpointFor(spec, env_), std::move(creds));
+  auto newest = NewestBucketCheckpoint(s3, loc, RunKeyFor(run_dir, loc));
   if (!newest.ok()) return newest.status().WithContext(what);
   if (!newest->has_value())
     return FailedPreconditionError(
@@ -204,26 +177,24 @@ StatusOr<CheckpointUploads::Resumed> CheckpointUploads::DownloadResume(const std
   TransferOptions opt;
   opt.parallel = 8;
   opt.cancel = cancel;
-  SFT_RETURN_IF_ERROR(DownloadCheckpoint(s3, loc, m, u.run_dir, opt).WithContext(what));
-  spec["resume"] = "auto";  // the downloaded checkpoint is the run folder's newest (restarts too)
-  Resumed out;
-  out.spec_json = spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-  out.what = "downloaded " + loc.Url() + "/" + m.name + " to resume from";
-  SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), job_dir + "/spec.json", out.spec_json));
-  return out;
+  SFT_RETURN_IF_ERROR(DownloadCheckpoint(s3, loc, m, run_dir, opt).WithContext(what));
+  auto resumed = std::make_shared<JobSpec>(spec);
+  resumed->resume = "auto";  // the downloaded checkpoint is the run folder's newest (restarts too)
+  SFT_RETURN_IF_ERROR(
+      WriteFileAtomic(FileSystem::Default(), job_dir + "/spec.json", CanonicalSpecJson(*resumed)));
+  return Resumed{std::move(resumed), "downloaded " + loc.Url() + "/" + m.name + " to resume from"};
 }
 
 void CheckpointUploads::FetchResume(const std::string& job_id, const std::string& job_dir,
-                                    const std::string& spec_json, ResumeDone done) {
+                                    std::shared_ptr<const JobSpec> spec, ResumeDone done) {
   auto cancel = std::make_shared<std::atomic<bool>>(false),
        ended = std::make_shared<std::atomic<bool>>(false);
-  std::thread t([this, job_id, job_dir, spec_json, done = std::move(done), cancel, ended] {
-    StatusOr<Resumed> r = DownloadResume(job_id, job_dir, spec_json, cancel.get());
+  std::thread t([this, job_id, job_dir, spec = std::move(spec), done = std::move(done), cancel, ended] {
+    StatusOr<Resumed> r = DownloadResume(job_id, job_dir, *spec, cancel.get());
     if (!r.ok()) {
       spdlog::warn("{}: {}", job_id, r.status().message());
-      const std::string run_dir = ReadUploadSpec(spec_json).run_dir;
       MutexLock l(&mu_);
-      credentials_.erase(run_dir);  // the job fails (or was cancelled): it never launches
+      credentials_.erase(spec->output_dir);  // the job fails (or was cancelled): it never launches
     }
     if (!*cancel) done(job_id, std::move(r));
     *ended = true;
@@ -248,11 +219,6 @@ void CheckpointUploads::CancelResume(const std::string& job_id) {
   MutexLock l(&mu_);
   auto [begin, end] = resuming_.equal_range(job_id);
   for (auto it = begin; it != end; ++it) *it->second.cancel = true;
-}
-
-CheckpointUploads& AgentCheckpointUploads() {
-  static CheckpointUploads* uploads = new CheckpointUploads();
-  return *uploads;
 }
 
 }  // namespace sftctl::agent

@@ -20,7 +20,11 @@
 // the prefix's newest complete checkpoint (verified against its MANIFEST.json) goes into the job's run
 // folder on a thread of its own, before the job is queued for launch, with the same credentials.
 //
-// Thread safety: every method may be called from any thread. Jobs are keyed by their run folder.
+// Ownership: no global instance. Whoever builds the Supervisor (sftd's RunDaemon; a test) owns one and
+// hands it to the Supervisor by pointer (agent/supervisor.h), which stops it when it stops.
+//
+// Thread safety: every method may be called from any thread. Jobs are keyed by their run folder
+// (JobSpec::output_dir); each method reads the typed spec it is given (agent/job_spec.h), never JSON.
 #pragma once
 
 #include <atomic>
@@ -35,6 +39,7 @@
 #include "common/mutex.h"
 #include "common/object_store/aws_credentials.h"
 #include "common/object_store/checkpoint_uploader.h"
+#include "common/spec/spec_types.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 
@@ -42,43 +47,44 @@ namespace sftctl::agent {
 
 class CheckpointUploads {
  public:
+  // `env`: where the host's own AWS credentials, region and endpoint are looked up.
   explicit CheckpointUploads(EnvLookup env = ProcessEnv());
   ~CheckpointUploads();  // Stop()
   CheckpointUploads(const CheckpointUploads&) = delete;
   CheckpointUploads& operator=(const CheckpointUploads&) = delete;
 
-  // The client's credentials for the job whose spec is `spec_json` (memory only).
-  void SetCredentials(const std::string& spec_json, AwsCredentials credentials);
-  // The client's Hub token for the job whose spec is `spec_json`, when it uploads to hf:// (memory only).
-  void SetHubToken(const std::string& spec_json, std::string token);
+  // The client's credentials for the job whose spec is `spec` (memory only).
+  void SetCredentials(const JobSpec& spec, AwsCredentials credentials);
+  // The client's Hub token for the job whose spec is `spec`, when it uploads to hf:// (memory only).
+  void SetHubToken(const JobSpec& spec, std::string token);
   // The client's run keys for the job's s3:// prefixes, by "s3://bucket/prefix" (memory only;
   // common/object_store/manifest_key.h): its uploads sign with them, its resume takes only a
   // checkpoint signed with them.
-  void SetCheckpointKeys(const std::string& spec_json, std::map<std::string, std::string> keys);
+  void SetCheckpointKeys(const JobSpec& spec, std::map<std::string, std::string> keys);
   // Starts the job's uploader when its spec has checkpoint.upload_to (else does nothing); `hub`: the
   // agent's Hub options (endpoint, its own token). Errors (credentials, no Hub token, a repository that
   // cannot be created, an unparsable target) are returned for the log; training goes on regardless.
-  Status StartJob(const std::string& job_id, const std::string& spec_json, const HubOptions& hub);
+  Status StartJob(const std::string& job_id, const JobSpec& spec, const HubOptions& hub);
   // The job's ranks ended: its uploader finishes in the background, then forgets the credentials.
-  void FinishJob(const std::string& spec_json);
+  void FinishJob(const JobSpec& spec);
   // Stops every uploader and resume download now (the agent is stopping); their `done` is not called.
   void Stop();
 
-  // The s3:// URL the stored spec resumes from, else "".
-  static std::string ResumeBucket(const std::string& spec_json);
+  // The s3:// URL the spec resumes from, else "".
+  static std::string ResumeBucket(const JobSpec& spec);
   // What FetchResume's download gave: the spec to store (its `resume` now "auto", the downloaded
   // checkpoint being the newest in the run folder) and a line for the job's history.
   struct Resumed {
-    std::string spec_json;
+    std::shared_ptr<const JobSpec> spec;
     std::string what;  // "downloaded s3://b/p/checkpoint-000040 to resume from"
   };
   using ResumeDone = std::function<void(const std::string& job_id, StatusOr<Resumed> resumed)>;
-  // REQUIRES: ResumeBucket(spec_json) is not "". Downloads the bucket's newest complete checkpoint
-  // into the spec's output_dir on a new thread, rewrites <job_dir>/spec.json (atomically), then calls
-  // `done` on that thread (it must not block). Errors (FAILED_PRECONDITION: no complete checkpoint or
-  // no credentials, with what to do; S3's and the download's) name the URL. After an error the job's
-  // forwarded credentials are forgotten.
-  void FetchResume(const std::string& job_id, const std::string& job_dir, const std::string& spec_json,
+  // REQUIRES: spec is not null, ResumeBucket(*spec) is not "". Downloads the bucket's newest complete
+  // checkpoint into the spec's output_dir on a new thread, rewrites <job_dir>/spec.json (atomically,
+  // CanonicalSpecJson of Resumed::spec), then calls `done` on that thread (it must not block). Errors
+  // (FAILED_PRECONDITION: no complete checkpoint or no credentials, with what to do; S3's and the
+  // download's) name the URL. After an error the job's forwarded credentials are forgotten.
+  void FetchResume(const std::string& job_id, const std::string& job_dir, std::shared_ptr<const JobSpec> spec,
                    ResumeDone done);
   // Stops `job_id`'s resume download, if any; its `done` is then not called.
   void CancelResume(const std::string& job_id);
@@ -89,8 +95,8 @@ class CheckpointUploads {
     std::shared_ptr<std::atomic<bool>> ended;  // its thread is about to return (joined by the next fetch)
     std::thread thread;
   };
-  StatusOr<Resumed> DownloadResume(const std::string& job_id, const std::string& job_dir,
-                                   const std::string& spec_json, const std::atomic<bool>* cancel);
+  StatusOr<Resumed> DownloadResume(const std::string& job_id, const std::string& job_dir, const JobSpec& spec,
+                                   const std::atomic<bool>* cancel);
   // The destinations of StartJob; their errors begin "checkpoint.upload_to: ".
   StatusOr<std::unique_ptr<CheckpointDestination>> S3DestinationFor(const std::string& run_dir,
                                                                     const std::string& url,
@@ -113,8 +119,5 @@ class CheckpointUploads {
   std::vector<std::thread> finishing_ GUARDED_BY(mu_);
   std::multimap<std::string, ResumeFetch> resuming_ GUARDED_BY(mu_);  // by job id; joined at Stop
 };
-
-// The agent's one instance (created on first use).
-CheckpointUploads& AgentCheckpointUploads();
 
 }  // namespace sftctl::agent

@@ -105,19 +105,8 @@ std::string CommandOutcome::Describe() const {
   return DescribeExit(exit_code, signal);
 }
 
-CommandRunner* CommandRunner::Default(ChildKind env) {
-  static PosixCommandRunner* stop_command = new PosixCommandRunner(ChildKind::kStopCommand);
-  static PosixCommandRunner* slurm_command = new PosixCommandRunner(ChildKind::kSlurmCommand);
-  static PosixCommandRunner* rank = new PosixCommandRunner(ChildKind::kRank);
-  switch (env) {
-    case ChildKind::kSlurmCommand:
-      return slurm_command;
-    case ChildKind::kRank:
-      return rank;
-    case ChildKind::kStopCommand:
-      break;
-  }
-  return stop_command;
+std::unique_ptr<CommandRunner> CommandRunner::NewPosix(ChildKind env) {
+  return std::make_unique<PosixCommandRunner>(env);
 }
 
 }  // namespace sftctl::agent

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/os/clock.h"
@@ -38,10 +39,10 @@ class CommandRunner {
   // not be started (INTERNAL naming the cause).
   virtual StatusOr<CommandOutcome> Run(const std::string& command, std::chrono::seconds timeout) = 0;
 
-  // The real runner (lives forever), timing out on `Clock::Real()`, whose commands get the agent's
-  // environment as ChildEnvAllowed(name, env) passes it: the stop command's by default (its cloud
-  // APIs), ChildKind::kSlurmCommand for Slurm's commands (the basics only).
-  static CommandRunner* Default(ChildKind env = ChildKind::kStopCommand);
+  // A real runner, timing out on `Clock::Real()`, whose commands get the agent's environment as
+  // ChildEnvAllowed(name, env) passes it: ChildKind::kStopCommand for the stop command (its cloud
+  // APIs), ChildKind::kSlurmCommand for Slurm's commands (the basics only). The caller owns it.
+  static std::unique_ptr<CommandRunner> NewPosix(ChildKind env);
 };
 
 }  // namespace sftctl::agent

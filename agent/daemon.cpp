@@ -297,7 +297,8 @@ sigset_t BlockShutdownSignals() {
 
 // What the auto-stop thread reads: jobs from the supervisor, client contact, the stop flags.
 AutoStopDeps MakeAutoStopDeps(const DaemonOptions& opts, const std::string& dir, StateStore* store,
-                              ClientActivity* activity, Supervisor* supervisor, const StopEnv& env) {
+                              ClientActivity* activity, Supervisor* supervisor, CommandRunner* runner,
+                              const StopEnv& env) {
   AutoStopDeps deps;
   deps.store = store;
   deps.activity = activity;
@@ -305,6 +306,7 @@ AutoStopDeps MakeAutoStopDeps(const DaemonOptions& opts, const std::string& dir,
     SupervisorStats st = supervisor->Stats();
     return st.running + st.queued;
   };
+  deps.runner = runner;
   deps.data_dir = dir;
   deps.env = env;
   deps.check = std::chrono::milliseconds(std::max(10, opts.stop_check_ms));
@@ -348,19 +350,25 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   if (!stop_policy.ok()) return fail(stop_policy.status().ToString());
   BlobStore blobs(Path(dir, "blobs"), store->get());
   if (Status s = blobs.Init(); !s.ok()) return fail(s.ToString());
-  GarbageCollector gc(dir, store->get(), &blobs);
-  AutoGc auto_gc(&gc, dir, opts.gc, std::chrono::seconds(std::max(1, opts.gc_check_s)), opts.gc_min_free_pct);
 
   auto cfg = MakeSupervisorConfig(opts, dir);
   if (!cfg.ok()) return fail(cfg.status().ToString());
-  Supervisor supervisor(*cfg, store->get(), &blobs);
+  CheckpointUploads uploads;  // the host's environment; outlives the supervisor, which stops it
+  Supervisor supervisor(*cfg, store->get(), &blobs, &uploads);
   if (Status s = supervisor.Start(); !s.ok()) return fail(s.ToString());
+  // The collector reads the specs the supervisor parsed; it goes before the supervisor does.
+  GarbageCollector gc(dir, store->get(), &blobs,
+                      [&supervisor](const std::string& job_id) { return supervisor.SpecOf(job_id); });
+  AutoGc auto_gc(&gc, dir, opts.gc, std::chrono::seconds(std::max(1, opts.gc_check_s)), opts.gc_min_free_pct);
 
   Artifacts artifacts(store->get());
   Authenticator auth(*token);
   ClientActivity activity(::sftctl::Clock::Real());
-  AutoStop auto_stop(MakeAutoStopDeps(opts, dir, store->get(), &activity, &supervisor, stop_env),
-                     *stop_policy);
+  // The stop command runs with the agent's cloud environment (ChildKind::kStopCommand).
+  std::unique_ptr<CommandRunner> stop_runner = CommandRunner::NewPosix(ChildKind::kStopCommand);
+  AutoStop auto_stop(
+      MakeAutoStopDeps(opts, dir, store->get(), &activity, &supervisor, stop_runner.get(), stop_env),
+      *stop_policy);
   std::string version = opts.version_override.empty() ? AgentVersion() : opts.version_override;
   int port = 0;
   rpc::CallbackServerPoller poller;  // (gRPC before 1.37; outlives the server)

@@ -12,9 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "common/json_parse.h"
+#include "agent/job_spec.h"
 #include "common/os/file_system.h"
 #include "common/sha256.h"
+#include "common/spec/spec.h"
 
 namespace sftctl::agent {
 namespace {
@@ -58,18 +59,20 @@ uint64_t TreeBytes(const std::string& dir) {
   return total;
 }
 
-// The blobs a job's rewritten spec names (every string that is <blobs_dir>/<sha256>), and the blobs
-// its inputs/ folder links to by symlink (hard links keep their data whatever gc does).
-void CollectReferences(const JobRecord& job, const std::string& blobs_dir, std::set<std::string>* out) {
+// The blobs a job's rewritten spec names (every string of its canonical JSON, ToJson, that is
+// <blobs_dir>/<sha256>: a blob reference may name any string field), and the blobs its inputs/ folder
+// links to by symlink (hard links keep their data whatever gc does). `spec` may be null.
+void CollectReferences(const JobRecord& job, const JobSpec* spec, const std::string& blobs_dir,
+                       std::set<std::string>* out) {
   const std::string prefix = blobs_dir + "/";
   auto note = [&](const std::string& path) {
     if (path.rfind(prefix, 0) == 0 && IsSha256Hex(path.substr(prefix.size()))) {
       out->insert(path.substr(prefix.size()));
     }
   };
-  auto spec = ParseJson(job.spec_json, job.id + " spec");
-  if (spec.ok()) {
-    std::vector<const nlohmann::json*> todo = {&*spec};
+  if (spec != nullptr) {
+    const nlohmann::json json = ToJson(*spec);
+    std::vector<const nlohmann::json*> todo = {&json};
     while (!todo.empty()) {
       const nlohmann::json* j = todo.back();
       todo.pop_back();
@@ -147,8 +150,15 @@ std::vector<GcRemoval> PlanGc(const GcSnapshot& snap, const GcPolicy& policy, in
   return out;
 }
 
-GarbageCollector::GarbageCollector(std::string data_dir, StateStore* store, BlobStore* blobs)
-    : data_dir_(std::move(data_dir)), store_(store), blobs_(blobs) {}
+GarbageCollector::GarbageCollector(std::string data_dir, StateStore* store, BlobStore* blobs,
+                                   JobSpecLookup specs)
+    : data_dir_(std::move(data_dir)), store_(store), blobs_(blobs), specs_(std::move(specs)) {}
+
+std::shared_ptr<const JobSpec> GarbageCollector::SpecOf(const JobRecord& job) const {
+  if (std::shared_ptr<const JobSpec> spec = specs_ ? specs_(job.id) : nullptr) return spec;
+  StatusOr<std::shared_ptr<const JobSpec>> parsed = ParseStoredSpec(job.spec_json, job.id + " spec");
+  return parsed.ok() ? *parsed : nullptr;
+}
 
 StatusOr<uint64_t> GarbageCollector::StoreBytes() {
   uint64_t total = 0;
@@ -165,7 +175,7 @@ StatusOr<GcSnapshot> GarbageCollector::Scan() {
   SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->ListJobs());
   for (const JobRecord& job : jobs) {
     if (!IsFinal(job.state)) {
-      CollectReferences(job, blobs_->dir(), &snap.referenced);
+      CollectReferences(job, SpecOf(job).get(), blobs_->dir(), &snap.referenced);
     } else if (!job.job_dir.empty() && FileSystem::Default()->IsDirectory(job.job_dir)) {
       snap.finished_jobs.push_back({job.id, job.job_dir, TreeBytes(job.job_dir), job.finished_ms / 1000});
     }
@@ -264,28 +274,8 @@ AutoGc::AutoGc(GarbageCollector* gc, std::string data_dir, GcPolicy policy, std:
       data_dir_(std::move(data_dir)),
       policy_(policy),
       interval_(interval),
-      min_free_pct_(min_free_pct) {}
-
-void AutoGc::Start() {
-  thread_ = std::thread([this] {
-    MutexLock lock(&mu_);
-    while (!stop_) {
-      lock.Unlock();
-      CheckOnce();
-      lock.Lock();
-      cv_.WaitFor(&mu_, interval_, [this]() REQUIRES(mu_) { return stop_; });
-    }
-  });
-}
-
-void AutoGc::Stop() {
-  {
-    MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  cv_.NotifyAll();
-  if (thread_.joinable()) thread_.join();
-}
+      min_free_pct_(min_free_pct),
+      checks_(interval_, [this] { CheckOnce(); }) {}
 
 bool AutoGc::CheckOnce() {
   auto store = gc_->StoreBytes();

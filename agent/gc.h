@@ -9,7 +9,8 @@
 // the user's checkpoints, so it goes only by age, never to make room.
 //
 // PlanGc is a pure function of a snapshot (tests build snapshots by hand); GarbageCollector scans the
-// data dir, plans, and removes.
+// data dir, plans, and removes. A job's blobs are read from its typed spec (JobRecord::spec), not its
+// JSON text: see JobSpecLookup.
 //
 // Thread safety: PlanGc is a pure function. GarbageCollector::Run may be called from any thread; runs
 // are serialised.
@@ -17,14 +18,17 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "agent/blob_store.h"
 #include "agent/state_store.h"
 #include "common/mutex.h"
+#include "common/os/periodic_thread.h"
+#include "common/spec/spec_types.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -75,10 +79,17 @@ struct GcResult {
   std::vector<std::string> errors;  // entries that could not be removed (they are kept)
 };
 
+// The typed spec of a job that is not final, or null: in a running agent the Supervisor's
+// (Supervisor::SpecOf), which parsed it when it took the job. For a job it has none of (no agent runs:
+// `sftd gc` offline; a submit still being recorded) the collector parses the stored text itself
+// (agent/job_spec.h ParseStoredSpec; a spec that does not parse names no blob).
+using JobSpecLookup = std::function<std::shared_ptr<const JobSpec>(const std::string& job_id)>;
+
 class GarbageCollector {
  public:
-  // `data_dir` holds jobs/<id>/; `blobs` is the store under it. Both pointers must outlive this.
-  GarbageCollector(std::string data_dir, StateStore* store, BlobStore* blobs);
+  // `data_dir` holds jobs/<id>/; `blobs` is the store under it. Both pointers, and whatever `specs`
+  // calls, must outlive this. `specs` may be empty (offline: every spec is parsed from its text).
+  GarbageCollector(std::string data_dir, StateStore* store, BlobStore* blobs, JobSpecLookup specs = nullptr);
 
   // Scans the data dir and the job table. Errors: INTERNAL naming the folder that cannot be read.
   StatusOr<GcSnapshot> Scan();
@@ -92,10 +103,13 @@ class GarbageCollector {
 
  private:
   Status RemoveJobFolder(const GcEntry& job) REQUIRES(run_mu_);
+  // The job's spec from `specs_`, else parsed from its text; null when it does not parse.
+  std::shared_ptr<const JobSpec> SpecOf(const JobRecord& job) const;
 
   const std::string data_dir_;
   StateStore* store_;
   BlobStore* blobs_;
+  const JobSpecLookup specs_;
   Mutex run_mu_;  // one Run at a time (it guards no field: the store and the folders are shared)
 };
 
@@ -119,8 +133,10 @@ class AutoGc {
   AutoGc(GarbageCollector* gc, std::string data_dir, GcPolicy policy, std::chrono::seconds interval,
          int min_free_pct);
   ~AutoGc() { Stop(); }
-  void Start() EXCLUDES(mu_);
-  void Stop() EXCLUDES(mu_);
+  // The checking thread: CheckOnce at once, then every `interval` (common/os/periodic_thread.h).
+  void Start() { checks_.Start(); }
+  // Returns once a collection in progress ended.
+  void Stop() { checks_.Stop(); }
   // One check; true when it found the store over its threshold and ran the collector.
   bool CheckOnce();
 
@@ -130,10 +146,7 @@ class AutoGc {
   const GcPolicy policy_;
   const std::chrono::seconds interval_;
   const int min_free_pct_;
-  Mutex mu_;
-  CondVar cv_;  // stop_ was set
-  bool stop_ GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  PeriodicThread checks_;  // last: stopped before the members CheckOnce reads go
 };
 
 }  // namespace sftctl::agent

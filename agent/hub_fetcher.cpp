@@ -5,9 +5,10 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "agent/job_spec.h"
 #include "common/hub/hub_spec.h"
-#include "common/json_parse.h"
 #include "common/os/file_system.h"
+#include "common/spec/spec.h"
 
 namespace sftctl::agent {
 
@@ -53,7 +54,7 @@ void HubFetcher::Loop() {
       queue_.pop_front();
       current_ = item.first.job_id;
     }
-    StatusOr<std::string> spec = Resolve(item.first);
+    StatusOr<std::shared_ptr<const JobSpec>> spec = Resolve(item.first);
     item.first.token.clear();
     bool dropped = false;
     {
@@ -95,8 +96,7 @@ std::string ForwardHfTokenAdvice(const std::string& use) {
          use + ", never stored), or put HF_TOKEN in the agent's ~/.config/sftd/env";
 }
 
-StatusOr<std::string> HubFetcher::Resolve(const HubFetchTask& task) {
-  SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ParseJson(task.spec_json, task.job_id + " spec.json"));
+StatusOr<std::shared_ptr<const JobSpec>> HubFetcher::Resolve(const HubFetchTask& task) {
   HubOptions o = options_;
   if (!task.token.empty()) o.token = task.token;
   if (o.token.empty()) {
@@ -114,11 +114,21 @@ StatusOr<std::string> HubFetcher::Resolve(const HubFetchTask& task) {
     total_bytes_ = total;
   };
   HubDownloader downloader(std::move(o));
-  spdlog::info("{}: downloading {} path(s) from the Hugging Face Hub", id, HubSpecFields(spec).size());
-  SFT_RETURN_IF_ERROR(ResolveHubSpec(&spec, &downloader));
-  std::string json = spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-  SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), task.job_dir + "/spec.json", json));
-  return json;
+  // ResolveHubSpec works on the canonical JSON (ToJson: serialised, not parsed); its local paths go
+  // back into a copy of the typed spec at the same fields.
+  nlohmann::json json = ToJson(*task.spec);
+  const std::vector<HubSpecField> fields = HubSpecFields(json);
+  spdlog::info("{}: downloading {} path(s) from the Hugging Face Hub", id, fields.size());
+  SFT_RETURN_IF_ERROR(ResolveHubSpec(&json, &downloader));
+  auto resolved = std::make_shared<JobSpec>(*task.spec);
+  for (const HubSpecField& f : fields) {
+    std::string* field = SpecStringAt(resolved.get(), f.json_pointer);
+    if (field == nullptr) return InternalError(id + ": no spec field at " + f.json_pointer);
+    *field = json.at(nlohmann::json::json_pointer(f.json_pointer)).get<std::string>();
+  }
+  SFT_RETURN_IF_ERROR(
+      WriteFileAtomic(FileSystem::Default(), task.job_dir + "/spec.json", CanonicalSpecJson(*resolved)));
+  return std::shared_ptr<const JobSpec>(std::move(resolved));
 }
 
 }  // namespace sftctl::agent

@@ -3,8 +3,8 @@
 // supervisor's event and blocking threads wait for the network.
 //
 // A job's Hugging Face token travels in its task only: it is used for the download and dropped with
-// the task, never written or logged. On success the job's spec.json is rewritten (atomically) with the
-// local paths before `done` runs.
+// the task, never written or logged. On success `done` gets a new JobSpec with the local paths, and the
+// job's spec.json is rewritten (atomically, CanonicalSpecJson) with it before `done` runs.
 //
 // Thread safety: Fetch and Cancel may be called from any thread. `done` runs on the fetcher's thread
 // and must not block (post it on). Stop cancels the download in progress, drops the queued ones
@@ -14,12 +14,14 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
 
 #include "common/hub/hf_hub.h"
 #include "common/mutex.h"
+#include "common/spec/spec_types.h"
 #include "common/status.h"
 
 namespace sftctl::agent {
@@ -30,15 +32,15 @@ std::string ForwardHfTokenAdvice(const std::string& use);
 
 struct HubFetchTask {
   std::string job_id;
-  std::string job_dir;    // spec.json is rewritten here
-  std::string spec_json;  // the stored spec, with hf:// paths
-  std::string token;      // the client's token; "" = the host's (HubOptions::token)
+  std::string job_dir;                  // spec.json is rewritten here
+  std::shared_ptr<const JobSpec> spec;  // the job's spec, with hf:// paths; not null
+  std::string token;                    // the client's token; "" = the host's (HubOptions::token)
 };
 
 class HubFetcher {
  public:
-  // StatusOr<the resolved spec JSON>.
-  using Done = std::function<void(const std::string& job_id, StatusOr<std::string> spec_json)>;
+  // StatusOr<the resolved spec>.
+  using Done = std::function<void(const std::string& job_id, StatusOr<std::shared_ptr<const JobSpec>> spec)>;
 
   // `options`: endpoint, cache and the host's token (HubOptionsFromEnvironment()).
   explicit HubFetcher(HubOptions options);
@@ -56,7 +58,7 @@ class HubFetcher {
 
  private:
   void Loop() EXCLUDES(mu_);
-  StatusOr<std::string> Resolve(const HubFetchTask& task) EXCLUDES(mu_);
+  StatusOr<std::shared_ptr<const JobSpec>> Resolve(const HubFetchTask& task) EXCLUDES(mu_);
 
   HubOptions options_;
   mutable Mutex mu_;

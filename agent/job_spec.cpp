@@ -2,14 +2,18 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/json_parse.h"
 #include "common/os/file_system.h"
 #include "common/safe_path.h"
 #include "common/sha256.h"
+#include "common/spec/spec.h"
+#include "common/spec/spec_fields.h"
 
 namespace sftctl::agent {
 
@@ -110,26 +114,114 @@ StatusOr<nlohmann::json> ApplyBlobRefs(
   return spec;
 }
 
+std::atomic<uint64_t> g_spec_text_parses{0};
+
+// The one place the agent turns a spec's text into JSON (SpecTextParses counts it).
+StatusOr<nlohmann::json> ParseSpecText(const std::string& spec_json, const std::string& where) {
+  g_spec_text_parses.fetch_add(1, std::memory_order_relaxed);
+  return ParseJson(spec_json, where);
+}
+
+// A folder's field must be a string of the typed spec (where MaterializeFolders puts the folder).
+Status CheckFolderFields(const std::vector<SpecBlobRef>& refs, const std::vector<SpecFolder>& folders,
+                         JobSpec spec) {
+  for (const SpecFolder& f : folders) {
+    if (SpecStringAt(&spec, f.json_pointer) != nullptr) continue;
+    size_t first = 0;
+    while (first < refs.size() && refs[first].json_pointer != f.json_pointer) ++first;
+    return InvalidArgumentError("blobs[" + std::to_string(first) + "].json_pointer: '" + f.json_pointer +
+                                "' is not a path field of the job spec (a folder goes into a string)");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
-StatusOr<nlohmann::json> ValidateSpec(
-    const std::string& spec_json, const std::vector<SpecBlobRef>& refs,
-    const std::function<StatusOr<std::string>(const std::string&)>& blob_path,
-    std::vector<SpecFolder>* folders) {
-  SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ParseJson(spec_json, "spec_json"));
+StatusOr<JobSpec> ValidateSpec(const std::string& spec_json, const std::vector<SpecBlobRef>& refs,
+                               const std::function<StatusOr<std::string>(const std::string&)>& blob_path,
+                               std::vector<SpecFolder>* folders) {
+  SFT_ASSIGN_OR_RETURN(nlohmann::json json, ParseSpecText(spec_json, "spec_json"));
+  std::vector<SpecFolder> found;
   // A client is trusted no further than its token: whatever its spec holds (a list index past
   // 2^63 in a JSON pointer, a type nobody expected), the answer is INVALID_ARGUMENT, never a throw.
   try {
-    return ApplyBlobRefs(std::move(spec), refs, blob_path, folders);
+    SFT_ASSIGN_OR_RETURN(json, ApplyBlobRefs(std::move(json), refs, blob_path, &found));
+    SFT_ASSIGN_OR_RETURN(JobSpec spec,
+                         ParseSpec(json, "", [](const std::string&) { return std::string("spec_json"); }));
+    SFT_RETURN_IF_ERROR(CheckFolderFields(refs, found, spec));
+    if (folders != nullptr) {
+      for (SpecFolder& f : found) folders->push_back(std::move(f));
+    }
+    return spec;
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgumentError(std::string("spec_json: ") + e.what());
   }
 }
 
-Status MaterializeFolders(const std::string& job_dir, const std::vector<SpecFolder>& folders,
-                          nlohmann::json* spec) {
+StatusOr<std::shared_ptr<const JobSpec>> ParseStoredSpec(const std::string& spec_json,
+                                                         const std::string& where) {
+  SFT_ASSIGN_OR_RETURN(nlohmann::json json, ParseSpecText(spec_json, where));
+  try {
+    SFT_ASSIGN_OR_RETURN(JobSpec spec, ParseSpec(json, "", [&where](const std::string&) { return where; }));
+    return std::make_shared<const JobSpec>(std::move(spec));
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgumentError(where + ": " + e.what());
+  }
+}
+
+uint64_t SpecTextParses() { return g_spec_text_parses.load(std::memory_order_relaxed); }
+
+std::string CanonicalSpecJson(const JobSpec& spec) {
+  return ToJson(spec).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string* SpecStringAt(JobSpec* spec, const std::string& json_pointer) {
+  std::vector<std::string> tokens;  // "/data/train/0" -> data, train, 0
+  try {
+    for (nlohmann::json::json_pointer p(json_pointer); !p.empty(); p.pop_back())
+      tokens.insert(tokens.begin(), p.back());
+  } catch (const nlohmann::json::exception&) {
+    return nullptr;
+  }
+  std::string path;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    path += (i == 0 ? "" : ".") + tokens[i];
+    const SpecField* f = FindSpecField(path);
+    if (f == nullptr) return nullptr;
+    if (f->kind == SpecKind::kSection) {
+      if (f->present != nullptr && !f->present(*spec)) return nullptr;
+      continue;
+    }
+    const SpecValue value = f->value(*spec);
+    const size_t rest = tokens.size() - i - 1;
+    if (f->kind == SpecKind::kString) return rest == 0 ? std::get<std::string*>(value) : nullptr;
+    if (f->kind == SpecKind::kList) {
+      std::vector<std::string>* list = std::get<std::vector<std::string>*>(value);
+      if (rest == 0) return f->one_string_ok && list->size() == 1 ? &list->front() : nullptr;  // "a.jsonl"
+      const std::string& index = tokens.back();
+      if (rest != 1 || index.empty() || index.size() > 9 ||
+          index.find_first_not_of("0123456789") != std::string::npos || (index.size() > 1 && index[0] == '0'))
+        return nullptr;
+      const size_t n = std::stoul(index);
+      return n < list->size() ? &(*list)[n] : nullptr;
+    }
+    if (f->kind != SpecKind::kJson || rest == 0) return nullptr;
+    nlohmann::json* node = std::get<nlohmann::json*>(value);
+    for (size_t k = i + 1; k < tokens.size() && node != nullptr; ++k) {
+      if (!node->is_object() || !node->contains(tokens[k])) return nullptr;
+      node = &(*node)[tokens[k]];
+    }
+    return node->get_ptr<std::string*>();
+  }
+  return nullptr;
+}
+
+Status MaterializeFolders(const std::string& job_dir, const std::vector<SpecFolder>& folders, JobSpec* spec) {
   FileSystem* fs = FileSystem::Default();
   for (size_t n = 0; n < folders.size(); ++n) {
+    std::string* field = SpecStringAt(spec, folders[n].json_pointer);
+    if (field == nullptr)
+      return InvalidArgumentError("'" + folders[n].json_pointer + "' is not a path field of the job spec");
     const std::string dir = job_dir + "/inputs/" + std::to_string(n);
     for (const auto& [entry, blob] : folders[n].entries) {
       const std::string dst = dir + "/" + entry;
@@ -141,11 +233,9 @@ Status MaterializeFolders(const std::string& job_dir, const std::vector<SpecFold
         return ErrnoError("cannot link blob " + blob + " to", dst, errno);
       }
     }
-    (*spec)[nlohmann::json::json_pointer(folders[n].json_pointer)] = dir;
+    *field = dir;
   }
   return OkStatus();
 }
-
-void SetOutputDir(nlohmann::json* spec, const std::string& run_dir) { (*spec)["output_dir"] = run_dir; }
 
 }  // namespace sftctl::agent

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/spec/spec_types.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -59,7 +60,12 @@ struct JobRecord {
   double last_loss = 0;
   int64_t pgid = 0;
   std::string job_dir;
-  std::string spec_json;
+  std::string spec_json;  // the canonical text of `spec` (agent/job_spec.h CanonicalSpecJson)
+  // Never saved: spec_json parsed, once, when this agent took the job (submitted, or recovered after a
+  // restart; agent/job_spec.h). The Supervisor sets it on every record of a job that is not final; a
+  // record read from the StateStore has none. Shared and immutable: a spec rewritten by a download is
+  // a new JobSpec.
+  std::shared_ptr<const JobSpec> spec;
   std::vector<RankRecord> ranks;  // RankRecord.rank is the global rank (rank_offset + local rank)
   // Multi-node jobs (rendezvous.num_nodes > 1): this node's part, master_addr/port filled in. Then
   // `world_size` above still counts the ranks on this host; rendezvous.world_size counts all of them.

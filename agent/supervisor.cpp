@@ -20,10 +20,10 @@
 #include "agent/slurm/slurm_job.h"
 #include "agent/slurm/slurm_runner.h"
 #include "common/hub/hub_spec.h"
-#include "common/json_parse.h"
 #include "common/os/file_system.h"
 #include "common/os/net_addr.h"
 #include "common/os/process_util.h"
+#include "common/spec/spec.h"
 
 namespace sftctl::agent {
 
@@ -149,17 +149,20 @@ StatusOr<::sftctl::v1::Rendezvous> NodeRendezvous(const ::sftctl::v1::SubmitJobR
 
 }  // namespace
 
-Supervisor::Supervisor(SupervisorConfig config, StateStore* store, BlobStore* blobs)
+Supervisor::Supervisor(SupervisorConfig config, StateStore* store, BlobStore* blobs,
+                       CheckpointUploads* uploads)
     : config_(std::move(config)),
       store_(store),
       blobs_(blobs),
+      uploads_(uploads),
       scheduler_(config_.gpus, config_.cpu_slots),
       hub_(config_.hub) {
   slurm::SlurmRunnerConfig sc;
   sc.shared_dir = config_.shared_dir;
   sc.trainer_path = config_.trainer_path;
   sc.env = slurm::SlurmCli::EnvFromProcess();
-  sc.runner = CommandRunner::Default(ChildKind::kSlurmCommand);  // no cloud keys for sbatch/srun
+  slurm_commands_ = CommandRunner::NewPosix(ChildKind::kSlurmCommand);  // no cloud keys for sbatch/srun
+  sc.runner = slurm_commands_.get();
   sc.poll = config_.slurm_poll;
   slurm_ = std::make_unique<slurm::SlurmRunner>(std::move(sc), [this](slurm::SlurmUpdate u) {
     boost::asio::post(io_, [this, u = std::move(u)] { ApplySlurmUpdate(u); });
@@ -179,7 +182,7 @@ Status Supervisor::Start() {
   blocking_work_ = std::make_unique<Guard>(blocking_io_.get_executor());
   boost::asio::post(io_, [this] {
     for (const std::string& id : recovered_hub_) {  // downloads a previous agent left unfinished
-      auto rec = store_->GetJob(id);
+      auto rec = GetJob(id);
       if (rec.ok()) QueueJob(&*rec, "");
     }
     recovered_hub_.clear();
@@ -202,7 +205,7 @@ void Supervisor::Stop() {
   slurm_->Stop();  // Slurm's jobs run on; a restarted agent follows them again
   if (!thread_.joinable()) return;
   hub_.Stop();
-  AgentCheckpointUploads().Stop();  // checkpoint.upload_to (agent/checkpoint_upload.h)
+  uploads_->Stop();  // checkpoint.upload_to, resume downloads: their callbacks post to io_
   blocking_work_.reset();
   blocking_io_.stop();
   blocking_thread_.join();
@@ -228,6 +231,28 @@ const std::string& Supervisor::HostName() {
 SupervisorStats Supervisor::Stats() const {
   MutexLock lock(&stats_mu_);
   return stats_;
+}
+
+std::shared_ptr<const JobSpec> Supervisor::SpecOf(const std::string& job_id) const {
+  MutexLock lock(&specs_mu_);
+  auto it = specs_.find(job_id);
+  return it == specs_.end() ? nullptr : it->second;
+}
+
+StatusOr<JobRecord> Supervisor::GetJob(const std::string& job_id) {
+  SFT_ASSIGN_OR_RETURN(JobRecord rec, store_->GetJob(job_id));
+  rec.spec = SpecOf(job_id);
+  if (!rec.spec && !IsFinal(rec.state))
+    return InternalError(job_id +
+                         ": the agent holds no spec for it (it was neither submitted nor recovered)");
+  return rec;
+}
+
+void Supervisor::SetSpec(JobRecord* rec, std::shared_ptr<const JobSpec> spec) {
+  rec->spec_json = CanonicalSpecJson(*spec);
+  rec->spec = spec;
+  MutexLock lock(&specs_mu_);
+  specs_[rec->id] = std::move(spec);
 }
 
 void Supervisor::Submit(::sftctl::v1::SubmitJobRequest req, JobCallback done) {
@@ -270,7 +295,7 @@ Status Supervisor::Transition(JobRecord* rec, Journal* journal, JobState state, 
   const int64_t now = NowMs();
   const JobRecord before = *rec;
   // The history entry and the record's start/finish times are one reading of the clock, so that
-  // every view of the job's run time (client/job_usage.h) agrees.
+  // every view of the job's run time (client/remote/job_usage.h) agrees.
   if (state == JobState::RUNNING && rec->state != JobState::RUNNING) rec->started_ms = now;
   rec->state = state;
   rec->reason = reason;
@@ -283,6 +308,10 @@ Status Supervisor::Transition(JobRecord* rec, Journal* journal, JobState state, 
     return st.WithContext("saving the job as " + std::string(JobStateName(state)));
   }
   journal->SetFinished(final);
+  if (final) {  // rec keeps its spec for what follows (the uploads' FinishJob)
+    MutexLock lock(&specs_mu_);
+    specs_.erase(rec->id);
+  }
   spdlog::info("{}: {} ({})", rec->id, JobStateName(state), reason);
   return journaled.WithContext("journaling the job's state " + std::string(JobStateName(state)));
 }
@@ -295,14 +324,13 @@ void Supervisor::PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const 
   // S3 credentials (submit --forward-aws-credentials): memory only, like the HF token.
   if (rec.ok() && created && !req.aws_credentials().access_key_id().empty()) {
     const auto& c = req.aws_credentials();
-    AgentCheckpointUploads().SetCredentials(
-        rec->spec_json, {c.access_key_id(), c.secret_access_key(), c.session_token(), "the client"});
+    uploads_->SetCredentials(*rec->spec,
+                             {c.access_key_id(), c.secret_access_key(), c.session_token(), "the client"});
   }
-  if (rec.ok() && created) AgentCheckpointUploads().SetHubToken(rec->spec_json, req.hf_token());  // hf://
+  if (rec.ok() && created) uploads_->SetHubToken(*rec->spec, req.hf_token());  // hf://
   if (rec.ok() && created) {  // s3://: the run keys that sign and check its manifests (memory only)
-    AgentCheckpointUploads().SetCheckpointKeys(
-        rec->spec_json,
-        std::map<std::string, std::string>(req.checkpoint_keys().begin(), req.checkpoint_keys().end()));
+    uploads_->SetCheckpointKeys(*rec->spec, std::map<std::string, std::string>(req.checkpoint_keys().begin(),
+                                                                               req.checkpoint_keys().end()));
   }
   if (rec.ok() && created && rec->slurm) {  // its uploads watch the run folder in the shared dir
     auto journal = JournalFor(rec->id);
@@ -321,7 +349,7 @@ void Supervisor::PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const 
 // checkpoint.upload_to (agent/checkpoint_upload.h): why the uploader cannot start (no credentials or
 // Hub token, ...) goes to the agent's log and, as a line of the job's output, to `sftctl logs`.
 void Supervisor::StartUploads(const JobRecord& rec, Journal* journal) {
-  Status up = AgentCheckpointUploads().StartJob(rec.id, rec.spec_json, config_.hub);
+  Status up = uploads_->StartJob(rec.id, *rec.spec, config_.hub);
   if (up.ok()) return;
   spdlog::error("{}: {}", rec.id, up.message());
   if (journal == nullptr) return;
@@ -337,10 +365,9 @@ void Supervisor::StartUploads(const JobRecord& rec, Journal* journal) {
 // job is queued for launch.
 void Supervisor::QueueJob(JobRecord* rec, const std::string& token) {
   if (rec->slurm) return;  // Slurm's queue holds it (SubmitSlurmJob)
-  auto spec = ParseJson(rec->spec_json, rec->id + " spec");
-  const std::vector<HubSpecField> fields = spec.ok() ? HubSpecFields(*spec) : std::vector<HubSpecField>();
+  const std::vector<HubSpecField> fields = HubSpecFields(ToJson(*rec->spec));
   if (fields.empty()) {
-    const std::string bucket = CheckpointUploads::ResumeBucket(rec->spec_json);
+    const std::string bucket = CheckpointUploads::ResumeBucket(*rec->spec);
     if (!bucket.empty()) return FetchResume(rec, bucket);
     scheduler_.Enqueue(rec->id, rec->gpus, rec->gpus > 0 ? 0 : rec->world_size);
     Schedule();
@@ -354,17 +381,17 @@ void Supervisor::QueueJob(JobRecord* rec, const std::string& token) {
                            : journal.status();
   if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
   downloading_.insert(rec->id);
-  hub_.Fetch({rec->id, rec->job_dir, rec->spec_json, token},
-             [this](const std::string& id, StatusOr<std::string> spec_json) {
-               boost::asio::post(io_, [this, id, spec_json = std::move(spec_json)]() mutable {
-                 FinishHubFetch(id, std::move(spec_json));
+  hub_.Fetch({rec->id, rec->job_dir, rec->spec, token},
+             [this](const std::string& id, StatusOr<std::shared_ptr<const JobSpec>> spec) {
+               boost::asio::post(io_, [this, id, spec = std::move(spec)]() mutable {
+                 FinishHubFetch(id, std::move(spec));
                });
              });
   Schedule();  // the stats count the download as queued
 }
 
-// On the event thread: `resume: s3://` downloads on a thread of AgentCheckpointUploads(), with the
-// job's forwarded credentials (or the host's).
+// On the event thread: `resume: s3://` downloads on a thread of uploads_, with the job's forwarded
+// credentials (or the host's).
 void Supervisor::FetchResume(JobRecord* rec, const std::string& bucket) {
   auto journal = JournalFor(rec->id);
   Status st = journal.ok() ? Transition(rec, journal->get(), JobState::QUEUED,
@@ -372,28 +399,28 @@ void Supervisor::FetchResume(JobRecord* rec, const std::string& bucket) {
                            : journal.status();
   if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
   downloading_.insert(rec->id);
-  AgentCheckpointUploads().FetchResume(rec->id, rec->job_dir, rec->spec_json,
-                                       [this](const std::string& id, StatusOr<CheckpointUploads::Resumed> r) {
-                                         boost::asio::post(io_, [this, id, r = std::move(r)]() mutable {
-                                           if (!r.ok()) return FinishHubFetch(id, r.status());
-                                           FinishHubFetch(id, std::move(r->spec_json), r->what);
-                                         });
-                                       });
+  uploads_->FetchResume(rec->id, rec->job_dir, rec->spec,
+                        [this](const std::string& id, StatusOr<CheckpointUploads::Resumed> r) {
+                          boost::asio::post(io_, [this, id, r = std::move(r)]() mutable {
+                            if (!r.ok()) return FinishHubFetch(id, r.status());
+                            FinishHubFetch(id, std::move(r->spec), r->what);
+                          });
+                        });
   Schedule();
 }
 
 // On the event thread: the download ended. A job cancelled meanwhile stays cancelled.
-void Supervisor::FinishHubFetch(const std::string& job_id, StatusOr<std::string> spec_json,
+void Supervisor::FinishHubFetch(const std::string& job_id, StatusOr<std::shared_ptr<const JobSpec>> spec,
                                 const std::string& what) {
   downloading_.erase(job_id);
-  auto rec = store_->GetJob(job_id);
+  auto rec = GetJob(job_id);
   auto journal = JournalFor(job_id);
   Status st = !rec.ok() ? rec.status() : journal.status();
   if (st.ok() && rec->state == JobState::QUEUED) {
-    if (!spec_json.ok()) {
-      st = Transition(&*rec, journal->get(), JobState::FAILED, "download: " + spec_json.status().message());
+    if (!spec.ok()) {
+      st = Transition(&*rec, journal->get(), JobState::FAILED, "download: " + spec.status().message());
     } else {
-      rec->spec_json = std::move(*spec_json);
+      SetSpec(&*rec, std::move(*spec));  // saved with the transition
       st = Transition(&*rec, journal->get(), JobState::QUEUED, what);
       if (st.ok()) QueueJob(&*rec, "");  // next: the bucket's checkpoint to resume from, or the launch
     }
@@ -430,7 +457,7 @@ Status Supervisor::CreateJobFolder(JobRecord* rec) {
 StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& req, bool* created) {
   if (!req.client_request_id().empty()) {
     SFT_ASSIGN_OR_RETURN(auto found, store_->FindByRequestId(req.client_request_id()));
-    if (found) return store_->GetJob(*found);
+    if (found) return GetJob(*found);
   }
   if (req.gpus() > 0 && req.cpu_ranks() > 0) {
     return InvalidArgumentError("cpu_ranks: must be 0 when gpus > 0 (one rank per GPU)");
@@ -446,7 +473,7 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
     return blobs_->BlobPath(sha);
   };
   std::vector<SpecFolder> folders;
-  SFT_ASSIGN_OR_RETURN(nlohmann::json spec, ValidateSpec(req.spec_json(), refs, blob_path, &folders));
+  SFT_ASSIGN_OR_RETURN(JobSpec spec, ValidateSpec(req.spec_json(), refs, blob_path, &folders));  // the parse
   SFT_ASSIGN_OR_RETURN(std::optional<slurm::SlurmOptions> sl, SlurmPreflight(spec));
   // `world`: the ranks on this host (all of them unless the job spans several nodes; Slurm's: all).
   uint32_t world = req.gpus() > 0 ? req.gpus() : std::max<uint32_t>(1, req.cpu_ranks());
@@ -475,8 +502,8 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/run"));
   SFT_RETURN_IF_ERROR(MaterializeFolders(rec.job_dir, folders, &spec));
   if (sl) SFT_RETURN_IF_ERROR(slurm::MoveInputsIntoJobFolder(rec.job_dir, FileRefPointers(refs), &spec));
-  SetOutputDir(&spec, rec.job_dir + "/run");
-  rec.spec_json = spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  spec.output_dir = rec.job_dir + "/run";
+  SetSpec(&rec, std::make_shared<const JobSpec>(std::move(spec)));
   SFT_RETURN_IF_ERROR(WritePrivateFile(rec.job_dir + "/spec.json", rec.spec_json));
   SFT_RETURN_IF_ERROR(store_->SaveJob(rec, nullptr));
   SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(rec.id));
@@ -504,7 +531,7 @@ void Supervisor::DoCancel(const std::string& job_id, const JobCallback& done) {
       BeginStop(it->second.get(), {JobState::CANCELLED, "cancelled by user", false});
       return it->second->rec;
     }
-    SFT_ASSIGN_OR_RETURN(JobRecord rec, store_->GetJob(job_id));
+    SFT_ASSIGN_OR_RETURN(JobRecord rec, GetJob(job_id));
     if (IsFinal(rec.state)) {
       return FailedPreconditionError("job " + job_id + " already finished: " + JobStateName(rec.state));
     }
@@ -517,8 +544,8 @@ void Supervisor::DoCancel(const std::string& job_id, const JobCallback& done) {
     }
     scheduler_.Dequeue(job_id);
     hub_.Cancel(job_id);
-    AgentCheckpointUploads().CancelResume(job_id);
-    AgentCheckpointUploads().FinishJob(rec.spec_json);  // forgets forwarded credentials
+    uploads_->CancelResume(job_id);
+    uploads_->FinishJob(*rec.spec);  // forgets forwarded credentials
     downloading_.erase(job_id);
     SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(job_id));
     SFT_RETURN_IF_ERROR(Transition(&rec, journal.get(), JobState::CANCELLED, "cancelled by user"));
@@ -545,7 +572,7 @@ void Supervisor::Schedule() {
 }
 
 void Supervisor::Launch(const Allocation& alloc) {
-  auto rec_or = store_->GetJob(alloc.job_id);
+  auto rec_or = GetJob(alloc.job_id);
   auto journal_or = JournalFor(alloc.job_id);  // opened at submit or recovery: no replay here
   Status st = !rec_or.ok() ? rec_or.status() : journal_or.status();
   if (st.ok() && rec_or->state != JobState::QUEUED)  // e.g. cancelled before the submit was queued
@@ -909,7 +936,7 @@ void Supervisor::Finalize(Run* run) {
     scheduler_.Enqueue(rec.id, rec.gpus, rec.gpus > 0 ? 0 : rec.world_size);
   } else {
     st = Transition(&rec, run->journal.get(), end.state, end.reason);
-    AgentCheckpointUploads().FinishJob(rec.spec_json);  // the last checkpoint still goes up
+    uploads_->FinishJob(*rec.spec);  // the last checkpoint still goes up
   }
   if (!st.ok()) spdlog::error("{}: {}", rec.id, st.ToString());
   runs_.erase(rec.id);
@@ -926,7 +953,15 @@ Status Supervisor::Recover() {
     Status st = rec.corrupt.empty() ? OkStatus() : DataLossError("its record is damaged: " + rec.corrupt);
     if (st.ok()) {
       try {
-        st = RecoverJob(&rec);
+        StatusOr<std::shared_ptr<const JobSpec>> spec = ParseStoredSpec(rec.spec_json, rec.id + " spec");
+        if (spec.ok()) {  // the job's one parse in this agent
+          rec.spec = std::move(*spec);
+          MutexLock lock(&specs_mu_);
+          specs_[rec.id] = rec.spec;
+        } else {
+          st = DataLossError("its spec does not read back: " + spec.status().message());
+        }
+        if (st.ok()) st = RecoverJob(&rec);
       } catch (const std::exception& e) {  // the edge: nothing read from disk may stop the agent
         st = InternalError(e.what());
       }
@@ -945,9 +980,8 @@ Status Supervisor::RecoverJob(JobRecord* rec_ptr) {
   if (rec.state == JobState::QUEUED) {
     SFT_RETURN_IF_ERROR(JournalFor(rec.id).status());  // opened (replayed) now, not at launch
     if (IsMultiNode(rec) && rec.rendezvous.node_rank() == 0) HostName();  // DNS too
-    auto spec = ParseJson(rec.spec_json, rec.id + " spec");
-    const bool fetch = spec.ok() && (!HubSpecFields(*spec).empty() ||
-                                     !CheckpointUploads::ResumeBucket(rec.spec_json).empty());
+    const bool fetch =
+        !HubSpecFields(ToJson(*rec.spec)).empty() || !CheckpointUploads::ResumeBucket(*rec.spec).empty();
     if (fetch) {
       recovered_hub_.push_back(rec.id);  // its download (hf://, s3:// resume) starts with the event thread
     } else {
@@ -984,6 +1018,10 @@ void Supervisor::FailUnrecoverable(JobRecord* rec, const Status& why) {
   }
   for (RankRecord& k : rec->ranks) k.running = false;
   runs_.erase(rec->id);  // whatever a recovery that threw half-way left
+  {
+    MutexLock lock(&specs_mu_);
+    specs_.erase(rec->id);
+  }
   scheduler_.Release(rec->id);
   (void)scheduler_.Dequeue(rec->id);
   rec->assigned_gpus.clear();

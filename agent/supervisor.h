@@ -21,6 +21,11 @@
 // downloaded, or FAILED with the Hub's error. A job that resumes from s3:// waits the same way while
 // its checkpoint is downloaded into its run folder (agent/checkpoint_upload.h). A job's final state
 // is committed to the StateStore only after the state-change event is journaled and fsynced.
+//
+// The spec: parsed and validated once, when the job is submitted (ValidateSpec) or recovered
+// (ParseStoredSpec; agent/job_spec.h), into the JobSpec its JobRecord carries (JobRecord::spec) for as
+// long as the job is not final; every step after reads it, never the JSON text again. A download
+// (hf://, resume: s3://) replaces it with a new JobSpec.
 #pragma once
 
 #include <sys/types.h>
@@ -35,7 +40,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -43,6 +47,8 @@
 #include <vector>
 
 #include "agent/blob_store.h"
+#include "agent/checkpoint_upload.h"
+#include "agent/command_runner.h"
 #include "agent/hub_fetcher.h"
 #include "agent/journal.h"
 #include "agent/launcher.h"
@@ -51,6 +57,7 @@
 #include "common/mutex.h"
 #include "common/os/clock.h"
 #include "common/rank_group.h"
+#include "common/spec/spec_types.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -94,7 +101,9 @@ class Supervisor {
  public:
   using JobCallback = std::function<void(StatusOr<JobRecord>)>;
 
-  Supervisor(SupervisorConfig config, StateStore* store, BlobStore* blobs);
+  // `store`, `blobs` and `uploads` (checkpoint.upload_to and `resume: s3://`) are the caller's: not
+  // null, and they must outlive the Supervisor. Stop() stops `uploads` (the agent is stopping).
+  Supervisor(SupervisorConfig config, StateStore* store, BlobStore* blobs, CheckpointUploads* uploads);
   ~Supervisor();
 
   // Recovers jobs from the StateStore, then starts the event thread.
@@ -109,6 +118,8 @@ class Supervisor {
   SupervisorStats Stats() const EXCLUDES(stats_mu_);
   // The Hub download progress of a job waiting for its hf:// paths ("" when none); any thread.
   std::string HubProgress(const std::string& job_id) const { return hub_.Progress(job_id); }
+  // The typed spec of a job that is not final (JobRecord::spec); null for any other. Any thread.
+  std::shared_ptr<const JobSpec> SpecOf(const std::string& job_id) const EXCLUDES(specs_mu_);
 
  private:
   struct RankRun {
@@ -149,12 +160,17 @@ class Supervisor {
     bool progress_dirty = false;
   };
 
+  // store_->GetJob with JobRecord::spec set. INTERNAL for a job that is not final and has no spec here.
+  StatusOr<JobRecord> GetJob(const std::string& job_id) EXCLUDES(specs_mu_);
+  // Sets rec->spec and rec->spec_json (CanonicalSpecJson) and remembers the spec for SpecOf/GetJob
+  // (the caller saves the record). REQUIRES: spec not null.
+  void SetSpec(JobRecord* rec, std::shared_ptr<const JobSpec> spec) EXCLUDES(specs_mu_);
   void PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done);
   // Queues a QUEUED job for launch, or first for its hf:// download (`token`: the client's, or ""),
   // then for the download of the checkpoint it resumes from (`resume: s3://`, checkpoint_upload.h).
   void QueueJob(JobRecord* rec, const std::string& token);
   // A download ended (`what`: the history line on success); the job is queued again or FAILED.
-  void FinishHubFetch(const std::string& job_id, StatusOr<std::string> spec_json,
+  void FinishHubFetch(const std::string& job_id, StatusOr<std::shared_ptr<const JobSpec>> spec,
                       const std::string& what = "downloaded from the Hugging Face Hub");
   // Starts the download of the checkpoint `rec` resumes from (`bucket`: its s3:// URL).
   void FetchResume(JobRecord* rec, const std::string& bucket);
@@ -165,7 +181,7 @@ class Supervisor {
   Status CreateJobFolder(JobRecord* rec);
   // Slurm jobs (agent/slurm/slurm_runner.h). The options of a spec with `slurm:` after the checks
   // made before anything is recorded (nullopt for any other spec; blocking thread).
-  StatusOr<std::optional<slurm::SlurmOptions>> SlurmPreflight(const nlohmann::json& spec);
+  StatusOr<std::optional<slurm::SlurmOptions>> SlurmPreflight(const JobSpec& spec);
   // sbatch, then follow it (blocking thread); the job is FAILED when Slurm refuses it.
   Status SubmitSlurmJob(JobRecord* rec, const slurm::SlurmOptions& options,
                         const std::shared_ptr<Journal>& journal);
@@ -183,6 +199,7 @@ class Supervisor {
   // record, an unreadable journal, anything thrown) is FailUnrecoverable'd and the rest go on. Errors:
   // only the store's listing.
   Status Recover();
+  // REQUIRES: rec->spec set.
   Status RecoverJob(JobRecord* rec);
   void FailUnrecoverable(JobRecord* rec, const Status& why);
   StatusOr<std::unique_ptr<Run>> RecoverRun(const JobRecord& rec, size_t* alive, std::string* dead_rank);
@@ -229,6 +246,7 @@ class Supervisor {
   SupervisorConfig config_;
   StateStore* store_;
   BlobStore* blobs_;
+  CheckpointUploads* uploads_;
   boost::asio::io_context io_;
   std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::thread thread_;
@@ -243,6 +261,7 @@ class Supervisor {
   HubFetcher hub_;
   std::set<std::string> downloading_;       // event thread only: jobs whose hf:// paths are fetched
   std::vector<std::string> recovered_hub_;  // QUEUED jobs found at Recover with hf:// paths or s3:// resume
+  std::unique_ptr<CommandRunner> slurm_commands_;  // sbatch, squeue, scancel: outlives slurm_
   std::unique_ptr<slurm::SlurmRunner> slurm_;
   std::map<std::string, JobState> slurm_jobs_;  // event thread only: Slurm jobs not ended, their state
   std::string slurm_jobs_dir_;                  // set at Start, then read only: <shared_dir>/jobs/<agent id>
@@ -251,6 +270,10 @@ class Supervisor {
   std::map<std::string, std::shared_ptr<Journal>> journals_ GUARDED_BY(journals_mu_);
   mutable Mutex stats_mu_;
   SupervisorStats stats_ GUARDED_BY(stats_mu_);
+  // The specs of the jobs that are not final (JobRecord::spec), by job id: set at submit and recovery,
+  // replaced by downloads, dropped when the job's final state is saved (Transition).
+  mutable Mutex specs_mu_;
+  std::map<std::string, std::shared_ptr<const JobSpec>> specs_ GUARDED_BY(specs_mu_);
 };
 
 }  // namespace sftctl::agent

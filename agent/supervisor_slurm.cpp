@@ -8,7 +8,7 @@
 #include "agent/slurm/slurm_runner.h"
 #include "agent/supervisor.h"
 #include "common/hub/hub_spec.h"
-#include "common/json_parse.h"
+#include "common/spec/spec.h"
 
 namespace sftctl::agent {
 
@@ -23,19 +23,19 @@ Status Supervisor::PrepareSlurmJobsDir() {
   return OkStatus();
 }
 
-StatusOr<std::optional<slurm::SlurmOptions>> Supervisor::SlurmPreflight(const nlohmann::json& spec) {
-  SFT_ASSIGN_OR_RETURN(std::optional<slurm::SlurmOptions> options, slurm::SlurmOptionsFromSpecJson(spec));
-  if (!options) return options;
-  if (!HubSpecFields(spec).empty())
+StatusOr<std::optional<slurm::SlurmOptions>> Supervisor::SlurmPreflight(const JobSpec& spec) {
+  if (!spec.slurm) return std::optional<slurm::SlurmOptions>();
+  SFT_ASSIGN_OR_RETURN(slurm::SlurmOptions options, slurm::SlurmOptionsFromSpec(*spec.slurm));
+  if (!HubSpecFields(ToJson(spec)).empty())
     return InvalidArgumentError(
         "slurm: hf:// paths are not supported in a Slurm job yet; `sftctl download` them and submit the "
         "local folder");
-  if (!CheckpointUploads::ResumeBucket(spec.dump()).empty())
+  if (!CheckpointUploads::ResumeBucket(spec).empty())
     return InvalidArgumentError(
         "slurm: resume: s3:// is not supported in a Slurm job yet; `sftctl pull s3://...` the checkpoint and "
         "resume from the local folder");
-  SFT_RETURN_IF_ERROR(slurm_->Preflight(*options));
-  return options;
+  SFT_RETURN_IF_ERROR(slurm_->Preflight(options));
+  return std::optional<slurm::SlurmOptions>(std::move(options));
 }
 
 Status Supervisor::SubmitSlurmJob(JobRecord* rec, const slurm::SlurmOptions& options,
@@ -60,29 +60,27 @@ void Supervisor::FollowSlurmJob(JobRecord* rec) {
     return;
   }
   Status why;
-  StatusOr<std::optional<slurm::SlurmOptions>> options = InternalError("the spec is not JSON");
-  if (auto spec = ParseJson(rec->spec_json, rec->id + " spec"); spec.ok())
-    options = slurm::SlurmOptionsFromSpecJson(*spec);
+  StatusOr<slurm::SlurmOptions> options = InternalError("the spec has no slurm section");
+  if (rec->spec->slurm) options = slurm::SlurmOptionsFromSpec(*rec->spec->slurm);
   if (rec->slurm_job_id.empty()) {
     StatusOr<std::string> recorded = slurm::RecordedJobId(rec->job_dir);
     if (recorded.ok()) rec->slurm_job_id = *recorded;
     if (!recorded.ok()) why = recorded.status().WithContext("the agent stopped before sbatch answered");
   }
   if (why.ok() && !options.ok()) why = options.status();
-  if (why.ok() && !options->has_value()) why = InternalError("the spec has no slurm section");
   if (!why.ok()) {
     Status st = Transition(rec, journal->get(), JobState::FAILED, "agent-restart: " + why.message());
     if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
     return;
   }
-  slurm_->Follow(rec->id, rec->slurm_job_id, rec->job_dir, rec->world_size, (*options)->requeue, *journal);
+  slurm_->Follow(rec->id, rec->slurm_job_id, rec->job_dir, rec->world_size, options->requeue, *journal);
   if (rec->state == JobState::CANCELLING) slurm_->Cancel(rec->id);
   spdlog::info("{}: following Slurm job {} again after the agent's restart", rec->id, rec->slurm_job_id);
   StartUploads(*rec, journal->get());  // the login node's agent watches the run folder in the shared dir
 }
 
 void Supervisor::ApplySlurmUpdate(const slurm::SlurmUpdate& update) {
-  StatusOr<JobRecord> rec = store_->GetJob(update.job_id);
+  StatusOr<JobRecord> rec = GetJob(update.job_id);
   auto journal = JournalFor(update.job_id);
   Status st = !rec.ok() ? rec.status() : journal.status();
   if (!st.ok() || IsFinal(rec->state)) {
@@ -106,7 +104,7 @@ void Supervisor::ApplySlurmUpdate(const slurm::SlurmUpdate& update) {
   if (!st.ok()) spdlog::error("{}: {}", update.job_id, st.ToString());
   if (IsFinal(rec->state)) {
     slurm_jobs_.erase(rec->id);
-    AgentCheckpointUploads().FinishJob(rec->spec_json);  // the last checkpoint still goes up
+    uploads_->FinishJob(*rec->spec);  // the last checkpoint still goes up
   } else {
     slurm_jobs_[rec->id] = rec->state;
   }

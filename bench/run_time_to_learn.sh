@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Time to learn: the demo task (client/demo.cpp) trained by the C++ trainer (`sftctl run --local`
+# Time to learn: the demo task (client/local/demo.cpp) trained by the C++ trainer (`sftctl run --local`
 # with a spec equal to the demo's but eval.interval 100) and by the PyTorch-Python reference
 # (bench/time_to_learn.py train) with identical hyperparameters, seed, data order and precision;
 # prints the training time (evaluation excluded) to >= 95% and >= 99% held-out exact match for
@@ -52,7 +52,7 @@ if [[ ! -s $data/train.jsonl || ! -s $data/eval.jsonl ]]; then
     || { cat "$out/demo.log" >&2; exit 1; }
 fi
 
-# 2. C++: the demo's spec (client/demo.cpp), evaluated every 100 steps, in a fresh folder.
+# 2. C++: the demo's spec (client/local/demo.cpp), evaluated every 100 steps, in a fresh folder.
 rm -rf "$out/cpp"
 mkdir -p "$out/cpp"
 cat > "$out/cpp/spec.yaml" <<YAML

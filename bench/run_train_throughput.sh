@@ -9,7 +9,7 @@
 #   --quick     5 timed steps after 2 warm-up steps per config (< 1 minute in all)
 #   default     30 timed steps after 5 warm-up steps per config (a few minutes)
 #   --foreach   Python uses AdamW(foreach=True) rather than torch 1.13's default (foreach=False)
-#   --parallel  C++ runs each config once per parallel backend of the fused kernels (trainer/parallel.h:
+#   --parallel  C++ runs each config once per parallel backend of the fused kernels (trainer/runtime/parallel.h:
 #               aten = LibTorch's OpenMP threads, pool = the portable pool), one row each, side by side
 #   --no-python skip the Python side (its columns print as -)
 #   --baseline  also run OLD_BUILD_DIR/bin/train_throughput (e.g. a build of the previous commit in a

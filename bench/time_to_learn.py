@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""time_to_learn: the demo task (client/demo.cpp) trained by a PyTorch-Python reference, and the
+"""time_to_learn: the demo task (client/local/demo.cpp) trained by a PyTorch-Python reference, and the
 summaries that compare it with the C++ trainer's run. bench/run_time_to_learn.sh drives it.
 
 Modes:
@@ -13,7 +13,7 @@ Modes:
   compare CPP_SUMMARY.json PY_SUMMARY.json
       The side-by-side table.
 
-Hyperparameters (the demo's, client/demo.cpp / shared notes demo-recipe.md): Llama-style model,
+Hyperparameters (the demo's, client/local/demo.cpp / shared notes demo-recipe.md): Llama-style model,
 hidden 128, 2 layers, 4 heads, SwiGLU 384, RMSNorm eps 1e-5, RoPE theta 10000, untied, init
 normal(0, 0.02); byte tokens 0-255, end 256, pad 257; loss over completion + end tokens; AdamW
 betas (0.9, 0.95), eps 1e-8, wd 0.1 on 2-D non-embedding weights, clip 1.0; lr 2e-3, 100 warm-up
@@ -35,7 +35,7 @@ M64 = (1 << 64) - 1
 
 
 def splitmix64(state):
-    """Returns (new_state, value), as trainer/data.cpp SplitMix64."""
+    """Returns (new_state, value), as trainer/training/data.cpp SplitMix64."""
     state = (state + 0x9E3779B97F4A7C15) & M64
     z = state
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64

@@ -14,7 +14,7 @@
 // manual attention computes it all; causal masking skips nothing), forward + backward (3x forward).
 //
 // --parallel LIST runs every config once per parallel backend of the fused kernels
-// (trainer/parallel.h: "aten" -- printed as openmp or aten-native -- and "pool"), back to back,
+// (trainer/runtime/parallel.h: "aten" -- printed as openmp or aten-native -- and "pool"), back to back,
 // and tags each JSON line with "parallel"; by default only the build's current backend runs.
 //
 // Usage: train_throughput [--steps N] [--warmup N] [--sizes 5M,28M] [--precisions fp32,bf16]
@@ -37,13 +37,13 @@
 #include <string>
 #include <vector>
 
-#include "trainer/data.h"
-#include "trainer/device.h"
-#include "trainer/model.h"
-#include "trainer/model_config.h"
-#include "trainer/optimizer.h"
-#include "trainer/parallel.h"
-#include "trainer/trainer.h"
+#include "trainer/distributed/optimizer.h"
+#include "trainer/model/model.h"
+#include "trainer/model/model_config.h"
+#include "trainer/runtime/device.h"
+#include "trainer/runtime/parallel.h"
+#include "trainer/training/data.h"
+#include "trainer/training/trainer.h"
 
 namespace {
 

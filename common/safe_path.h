@@ -10,7 +10,7 @@
 //     already exists beneath `root` is a symbolic link (the write would land elsewhere) or a
 //     non-folder where a folder is needed. `root` itself may be a link: the user named it.
 // Neither creates anything. The check is made before writing; writers still open their files
-// with O_NOFOLLOW and rename into place (client/puller.cpp). Thread-safe.
+// with O_NOFOLLOW and rename into place (client/transfer/puller.cpp). Thread-safe.
 #pragma once
 
 #include <string>

@@ -1,11 +1,8 @@
 #include "common/sha256.h"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <vector>
 
 #include "common/os/file_system.h"
@@ -50,22 +47,8 @@ std::string Sha256Hex(std::string_view data) {
 }
 
 StatusOr<std::string> Sha256File(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path, errno);
   Sha256 h;
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return ErrnoError("cannot read", path, err);
-    }
-    if (n == 0) break;
-    h.Update(buf.data(), static_cast<size_t>(n));
-  }
-  ::close(fd);
+  SFT_RETURN_IF_ERROR(ForEachChunk(path, 1 << 20, [&h](std::string_view chunk) { h.Update(chunk); }));
   return h.HexDigest();
 }
 

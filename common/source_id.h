@@ -5,7 +5,7 @@
 // binaries read it at run time from `$SFTCTL_SHARE_DIR/SOURCE_ID`, else from
 // `<folder of the executable>/../share/sftctl/SOURCE_ID` (build/release/bin -> build/release/share,
 // ~/.local/bin -> ~/.local/share), so a change to any file does not relink every binary. The client
-// and the agent compare ids on connect (client/ssh/remote_agent.cpp), and bootstrap decides with them
+// and the agent compare ids on connect (client/remote/ssh/remote_agent.cpp), and bootstrap decides with them
 // whether a host is up to date.
 //
 // Thread safety: SourceId() reads the file once (thread-safe static) and returns the same string after.

@@ -16,7 +16,7 @@
 //     read when the script runs there, as it does), so jobs of other users or clusters that meet on a
 //     node do not take one port; else kPortBase + (job id + 7919 x restart count) mod kPortSpan. A
 //     port taken between the pick and rank 0's bind fails rank 0 with "cannot join ... is MASTER_PORT
-//     free on rank 0's host?" (trainer/distributed.cpp) and the job with it (--kill-on-bad-exit).
+//     free on rank 0's host?" (trainer/distributed/distributed.cpp) and the job with it (--kill-on-bad-exit).
 //   * Each rank: RANK, WORLD_SIZE, LOCAL_RANK from SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and
 //     LOCAL_WORLD_SIZE = ranks per node; runs `<trainer> train --spec <job_dir>/spec.json
 //     --events-fd 3` in the job folder with stdout, stderr and fd 3 appended to logs/rank-R.{stdout,

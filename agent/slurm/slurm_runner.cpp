@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 
+#include "agent/job_spec.h"
 #include "agent/launcher.h"
 #include "agent/slurm/slurm_job.h"
 #include "common/os/file_system.h"
@@ -106,7 +107,7 @@ StatusOr<std::optional<SlurmOptions>> SlurmOptionsFromSpecJson(const nlohmann::j
 }
 
 Status MoveInputsIntoJobFolder(const std::string& job_dir, const std::vector<std::string>& file_pointers,
-                               nlohmann::json* spec) {
+                               JobSpec* spec) {
   namespace fs = std::filesystem;
   const std::string files = job_dir + "/inputs/files";
   std::error_code ec;
@@ -114,12 +115,12 @@ Status MoveInputsIntoJobFolder(const std::string& job_dir, const std::vector<std
   if (ec) return InternalError("cannot create " + files + ": " + ec.message());
   int n = 0;
   for (const std::string& pointer : file_pointers) {
-    const nlohmann::json::json_pointer ptr(pointer);
-    if (!spec->contains(ptr) || !(*spec)[ptr].is_string()) continue;
-    const std::string from = (*spec)[ptr].get<std::string>();
+    std::string* field = SpecStringAt(spec, pointer);
+    if (field == nullptr) continue;
+    const std::string from = *field;
     const std::string to = files + "/" + std::to_string(n++) + "-" + fs::path(from).filename().string();
     SFT_RETURN_IF_ERROR(LinkOrCopy(from, to));
-    (*spec)[ptr] = to;
+    *field = to;
   }
   // A folder's entries are hard links to blobs, or symlinks where that was impossible: the symlinks
   // point into the agent's data dir, which the compute nodes need not see.

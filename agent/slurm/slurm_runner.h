@@ -38,7 +38,7 @@
 #include "agent/slurm/slurm_cli.h"
 #include "agent/slurm/slurm_options.h"
 #include "common/mutex.h"
-#include "common/spec.h"
+#include "common/spec/spec.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
 
@@ -53,11 +53,12 @@ StatusOr<SlurmOptions> SlurmOptionsFromSpec(const SlurmSpec& spec);
 StatusOr<std::optional<SlurmOptions>> SlurmOptionsFromSpecJson(const nlohmann::json& spec);
 
 // Makes a Slurm job's inputs visible from the compute nodes: every field named by `file_pointers`
-// (blob paths in the agent's own data dir) is linked, or copied where a hard link is impossible,
-// into <job_dir>/inputs/files/ and the field set to it; symlinks under <job_dir>/inputs/ (a
-// folder's entries, agent/job_spec.h) are replaced by copies. Errors: INTERNAL naming the path.
+// (JSON pointers of blob paths in the agent's own data dir; agent/job_spec.h SpecStringAt) is linked,
+// or copied where a hard link is impossible, into <job_dir>/inputs/files/ and the field set to it;
+// symlinks under <job_dir>/inputs/ (a folder's entries, agent/job_spec.h) are replaced by copies.
+// Errors: INTERNAL naming the path.
 Status MoveInputsIntoJobFolder(const std::string& job_dir, const std::vector<std::string>& file_pointers,
-                               nlohmann::json* spec);
+                               JobSpec* spec);
 
 // sftd --shared-dir: creates `dir` (0700 when it is new) and <dir>/jobs (0700), and returns its
 // canonical absolute path. Errors: INVALID_ARGUMENT naming --shared-dir when it is relative, cannot

@@ -123,7 +123,10 @@ v1::Job WaitFinal(Agent& a, const std::string& id) {
 
 std::string Submit(Agent& a, const nlohmann::json& stub) {
   v1::SubmitJobRequest r;
-  r.set_spec_json(nlohmann::json({{"output_dir", "x"}, {"stub", stub}}).dump());
+  nlohmann::json spec = {{"output_dir", "x"}};  // a valid spec; the stub's requests in model.config.stub
+  spec["model"]["config"]["stub"] = stub;
+  spec["data"]["train"] = nlohmann::json::array({"train.jsonl"});
+  r.set_spec_json(spec.dump());
   v1::Job j;
   grpc::Status s = a.stub->SubmitJob(a.Ctx().get(), r, &j);
   if (!s.ok()) {

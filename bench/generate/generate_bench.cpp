@@ -12,9 +12,9 @@
 #include <cstring>
 #include <string>
 
-#include "trainer/device.h"
-#include "trainer/generate.h"
-#include "trainer/model.h"
+#include "trainer/model/generate.h"
+#include "trainer/model/model.h"
+#include "trainer/runtime/device.h"
 
 using namespace sftctl::trainer;
 

@@ -23,7 +23,7 @@ the trainer's GPU peak from its metrics), not nvidia-smi, whose per-process figu
 Both sides: fp32 master weights, bf16 autocast, AdamW, gradient clipping at 1.0, summed token loss
 over all B x (T-1) targets, one host read of the loss per step. Throughput counts B x T tokens per
 step over the steps after the warm-up. MFU is the trainer's, one formula for both rows
-(trainer/gpu_metrics.h, docs/observability.md): the trainer's start record gives its FLOPs per token
+(trainer/training/gpu_metrics.h, docs/observability.md): the trainer's start record gives its FLOPs per token
 (PaLM's 6N + 12 L d T) and the GPU's peak (its table, or --peak-tflops, which reaches the spec as
 metrics.gpu_peak_tflops); each row's MFU = those FLOPs per token x the row's tokens/s / that peak.
 """
@@ -59,7 +59,7 @@ def config(args):
 
 
 def mfu(flops_per_token, tokens_per_s, peak_tflops):
-    """The trainer's ModelFlopsUtilisation (trainer/gpu_metrics.h) on the trainer's own inputs."""
+    """The trainer's ModelFlopsUtilisation (trainer/training/gpu_metrics.h) on the trainer's own inputs."""
     if not flops_per_token or not peak_tflops:
         return None
     return round(flops_per_token * tokens_per_s / (peak_tflops * 1e12), 4)

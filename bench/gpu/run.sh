@@ -6,7 +6,7 @@
 #
 #   bench/gpu/run.sh [--quick] [--python PY] [--jobs N] [--steps N] [--batch B] [--seq T] [--skip-build]
 #                    [--skip-tests] [--peak-tflops X] [--build DIR]
-#   --quick: build + tests + nccl + the train row at 10 steps (both sides): for a GPU machine rented
+#   --quick: build + tests + nccl + zero (6 steps) + the train row at 10 steps (both sides): for a GPU machine rented
 #            for a few minutes (the goal: under 5 minutes on 16 cores).
 #
 # Nothing is preloaded: an LD_PRELOAD in the environment is dropped (and named in the summary), so
@@ -26,6 +26,9 @@
 #   3. nccl    a one-rank NCCL group (distributed_test's NcclOneRank test: every collective with
 #              host and device tensors). NCCL refuses two ranks on one GPU ("Duplicate GPU
 #              detected"), so a 2-rank NCCL job (and the dead-peer check) runs only with >= 2 GPUs.
+#   3b. zero   ZeRO-1/2 (bench/gpu/zero_ranks.sh): the Qwen2.5-0.5B job on 2 NCCL ranks with
+#              distributed.shard none / optimizer / gradients: rank 0's GPU peak and step time of each
+#              sharded stage against none's, and its last loss. Needs >= 2 GPUs (else one SKIP row).
 #   4. train   bf16 training throughput, MFU and peak memory (torch's allocator statistics: the
 #              trainer's metrics, torch.cuda.max_memory_allocated for the reference) of the
 #              Qwen2.5-0.5B architecture (random init, inline config) at seq T: sftctl-trainer vs
@@ -257,6 +260,24 @@ else
   row nccl FAIL "no distributed_test binary (the build row failed)"
 fi
 
+# ---- 3b. ZeRO-1/2 on two GPUs ------------------------------------------------------------------
+# zero_ranks.sh: the Qwen2.5-0.5B job on 2 NCCL ranks with distributed.shard none, optimizer and
+# gradients; rows zero1 and zero2 (rank 0's GPU peak and step time against none's, the last loss).
+# NCCL refuses two ranks on one GPU, so with one GPU (or none) it prints a single SKIP row.
+zero_steps=$((quick == 1 ? 6 : 12))
+zero_gpus=$([[ $cuda_ok == 1 ]] && echo "${gpus:-0}" || echo 0)
+if [[ $zero_gpus -ge 2 && ! -x $trainer ]]; then
+  row zero FAIL "no sftctl-trainer (the build row failed)"
+else
+  [[ $zero_gpus -ge 2 ]] && say "ZeRO-1/2: distributed.shard none / optimizer / gradients on two GPUs, $zero_steps steps each"
+  zero_rows=0
+  while IFS=$'\t' read -r zero_phase zero_result zero_detail; do
+    row "$zero_phase" "$zero_result" "$zero_detail"
+    zero_rows=$((zero_rows + 1))
+  done < <(PYTHON=$py "$here/zero_ranks.sh" "$trainer" "$out" "$zero_gpus" "$zero_steps" 2> "$out/zero.log")
+  [[ $zero_rows -gt 0 ]] || row zero FAIL "zero_ranks.sh printed no row; see $out/zero.log"
+fi
+
 # ---- 4. bf16 throughput, MFU, peak memory; save, rotate, resume -------------------------------------
 # resume_check DEVICE: the save / rotate / resume job (see the header) in $build/resume-check; sets
 # resume_note to hf_train.py's one-line verdict (or what failed); returns 1 when it failed.
@@ -370,7 +391,7 @@ summary() {
     echo
     "$py" "$here/hf_train.py" --table "$out/sftctl.json" "$out/hf.json"
   fi
-  # The trainer's own resource figures (trainer/gpu_metrics.h: CUDA allocator, NVML through dlopen,
+  # The trainer's own resource figures (trainer/training/gpu_metrics.h: CUDA allocator, NVML through dlopen,
   # MFU) from its last step record: absent fields mean that source was not available on this machine.
   if [[ -s $out/sftctl-metrics.jsonl ]]; then
     "$py" - "$out/sftctl-metrics.jsonl" <<'PY'

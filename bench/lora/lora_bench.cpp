@@ -23,10 +23,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "trainer/device.h"
-#include "trainer/lora.h"
-#include "trainer/optimizer.h"
-#include "trainer/trainer.h"
+#include "trainer/distributed/optimizer.h"
+#include "trainer/model/lora.h"
+#include "trainer/runtime/device.h"
+#include "trainer/training/trainer.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // memory_bench: the peak memory of one LoRA training step of a Qwen2.5-0.5B- or 1.5B-shaped model
 // (random init, the release's config.json shapes) at seq 2048, beside the trainer's estimate
-// (trainer/memory_estimate.h).
+// (trainer/training/memory_estimate.h).
 //
 // One process measures one setting (peak RSS is per process). It estimates first and refuses,
 // printing the estimate, when the estimate exceeds 90% of the host's available memory, so the
@@ -33,13 +33,13 @@
 
 #include "common/formats/safetensors.h"
 #include "common/os/host_memory.h"
-#include "trainer/chunked_loss.h"
-#include "trainer/device.h"
-#include "trainer/hf_checkpoint.h"
-#include "trainer/lora.h"
-#include "trainer/memory_estimate.h"
-#include "trainer/optimizer.h"
-#include "trainer/trainer.h"
+#include "trainer/checkpoint/hf_checkpoint.h"
+#include "trainer/distributed/optimizer.h"
+#include "trainer/model/chunked_loss.h"
+#include "trainer/model/lora.h"
+#include "trainer/runtime/device.h"
+#include "trainer/training/memory_estimate.h"
+#include "trainer/training/trainer.h"
 
 namespace {
 

@@ -22,9 +22,9 @@
 #include <string>
 #include <thread>
 
-#include "client/agent_session.h"
-#include "client/ssh/remote_agent.h"
-#include "client/uploader.h"
+#include "client/remote/agent_session.h"
+#include "client/remote/ssh/remote_agent.h"
+#include "client/transfer/uploader.h"
 #include "common/sha256.h"
 
 namespace {
@@ -138,9 +138,10 @@ int main(int argc, char** argv) {
 
   if (mode == "setup") {
     v1::SubmitJobRequest r;
-    r.set_spec_json(nlohmann::json({{"output_dir", "x"},
-                                    {"stub", {{"steps", 1}, {"step_ms", 1}, {"model_bytes", mb << 20}}}})
-                        .dump());
+    nlohmann::json spec = {{"output_dir", "x"}};  // a valid spec; the stub's requests in model.config.stub
+    spec["model"]["config"]["stub"] = {{"steps", 1}, {"step_ms", 1}, {"model_bytes", mb << 20}};
+    spec["data"]["train"] = nlohmann::json::array({"train.jsonl"});
+    r.set_spec_json(spec.dump());
     v1::Job j;
     grpc::Status s = stub->SubmitJob(ctx().get(), r, &j);
     if (!s.ok()) return Fail("SubmitJob: " + s.error_message());

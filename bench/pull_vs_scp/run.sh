@@ -90,7 +90,7 @@ print(f"{'ratio pull_bench/scp':<44} best {pb/sb:7.2f}x        median {pm/sm:7.2
 PY
 
 if [[ "${SWEEP:-0}" == 1 ]]; then
-  echo "cipher/MAC sweep (pull, one run each; the default order is in client/ssh/ssh_session.cpp):"
+  echo "cipher/MAC sweep (pull, one run each; the default order is in client/remote/ssh/ssh_session.cpp):"
   for c in aes128-ctr aes256-ctr; do
     for m in hmac-sha2-256 hmac-sha1 hmac-sha2-512; do
       t="$(SFTCTL_SSH_CIPHERS=$c SFTCTL_SSH_MACS=$m time_pull)"

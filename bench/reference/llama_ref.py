@@ -1,6 +1,6 @@
 """PyTorch-Python eager reference for the sftctl benchmarks (run with Debian's /usr/bin/python3).
 
-The same architecture and training step as the C++ trainer (trainer/model.cpp, trainer/trainer.cpp),
+The same architecture and training step as the C++ trainer (trainer/model/model.cpp, trainer/training/trainer.cpp),
 written the way a Python user would with Hugging Face Llama math:
   * RMSNorm computed in fp32, cast back to the input dtype, then scaled;
   * rotate-half RoPE with fp32 cos/sin tables cast to the projections' dtype;
@@ -214,7 +214,7 @@ def train_step(model, optimizer, input_ids, labels, targets, lr, bf16, clip=1.0)
 
 @torch.no_grad()
 def greedy_generate(model, prompts, max_new_tokens, stop_id, batch_size, bf16):
-    """Greedy decoding without a KV cache, prompts grouped by length (as trainer/generate.cpp)."""
+    """Greedy decoding without a KV cache, prompts grouped by length (as trainer/model/generate.cpp)."""
     out = [[] for _ in prompts]
     by_len = {}
     for i, p in enumerate(prompts):

@@ -9,9 +9,9 @@ namespace {
 using K = FlagKind;
 using C = FlagCheck;
 
-FlagDef Flag(std::string names, std::string help, FlagKind kind, FlagCheck check = C::kNone) {
+FlagDef Flag(FlagName name, std::string help, FlagKind kind, FlagCheck check = C::kNone) {
   FlagDef f;
-  f.names = std::move(names);
+  f.names = name.names;
   f.help = std::move(help);
   f.kind = kind;
   f.check = check;
@@ -21,12 +21,12 @@ FlagDef Required(FlagDef f) {
   f.required = true;
   return f;
 }
-FlagDef Excludes(FlagDef f, std::string other) {
-  f.excludes = std::move(other);
+FlagDef Excludes(FlagDef f, FlagName other) {
+  f.excludes = LongName(other);
   return f;
 }
-FlagDef Needs(FlagDef f, std::string other) {
-  f.needs = std::move(other);
+FlagDef Needs(FlagDef f, FlagName other) {
+  f.needs = LongName(other);
   return f;
 }
 FlagDef Default(FlagDef f, std::string value) {
@@ -37,32 +37,34 @@ FlagDef Default(FlagDef f, std::string value) {
 // The flags `generate` and `eval --generate` share.
 std::vector<FlagDef> GenerationFlags() {
   return {
-      Default(Flag("--max-new-tokens", "Most tokens to generate", K::kInt, C::kPositive), "64"),
-      Default(Flag("--temperature", "Sampling temperature; 0: greedy", K::kDouble, C::kNonNegative), "0"),
-      Default(Flag("--top-p", "Nucleus sampling: keep the top tokens of this much probability; 1: off",
+      Default(Flag(flag::kMaxNewTokens, "Most tokens to generate", K::kInt, C::kPositive), "64"),
+      Default(Flag(flag::kTemperature, "Sampling temperature; 0: greedy", K::kDouble, C::kNonNegative), "0"),
+      Default(Flag(flag::kTopP, "Nucleus sampling: keep the top tokens of this much probability; 1: off",
                    K::kDouble, C::kUnitInterval),
               "1"),
-      Default(Flag("--top-k", "Keep the K most likely tokens; 0: all", K::kInt, C::kNonNegative), "0"),
-      Default(Flag("--seed", "Sampling seed; prompt i samples with seed + i", K::kUint), "0"),
-      Flag("--stop", "Stop when the text contains this string (repeatable)", K::kStrings),
-      Flag("--chat", "Render prompts as a user message with the model's chat template", K::kBool),
-      Flag("--system", "With --chat: a system message", K::kString),
-      Default(Flag("--chat-template",
+      Default(Flag(flag::kTopK, "Keep the K most likely tokens; 0: all", K::kInt, C::kNonNegative), "0"),
+      Default(Flag(flag::kSeed, "Sampling seed; prompt i samples with seed + i", K::kUint), "0"),
+      Flag(flag::kStop, "Stop when the text contains this string (repeatable)", K::kStrings),
+      Flag(flag::kChat, "Render prompts as a user message with the model's chat template", K::kBool),
+      Flag(flag::kSystem, "With --chat: a system message", K::kString),
+      Default(Flag(flag::kChatTemplate,
                    "auto (tokenizer_config.json), chatml, qwen3, llama3 or a template file", K::kString),
               "auto"),
   };
 }
 
 FlagDef ModelFlag(std::string help) {
-  return Required(Flag("--model", std::move(help), K::kString, C::kExistingDir));
+  return Required(Flag(flag::kModel, std::move(help), K::kString, C::kExistingDir));
 }
 FlagDef AdapterFlag() {
-  return Flag("--adapter", "A PEFT LoRA adapter folder to apply", K::kString, C::kExistingDir);
+  return Flag(flag::kAdapter, "A PEFT LoRA adapter folder to apply", K::kString, C::kExistingDir);
 }
 FlagDef TokenizerFlag() {
-  return Default(Flag("--tokenizer", "auto, byte or a folder with tokenizer.json", K::kString), "auto");
+  return Default(Flag(flag::kTokenizer, "auto, byte or a folder with tokenizer.json", K::kString), "auto");
 }
-FlagDef DeviceFlag() { return Default(Flag("--device", "auto, cpu, cuda, cuda:N, mps", K::kString), "auto"); }
+FlagDef DeviceFlag() {
+  return Default(Flag(flag::kDevice, "auto, cpu, cuda, cuda:N, mps", K::kString), "auto");
+}
 
 TrainerCommandDef MakeGenerate() {
   TrainerCommandDef d;
@@ -70,15 +72,15 @@ TrainerCommandDef MakeGenerate() {
   d.description = "Continue prompts with a checkpoint or HF model folder (KV cache, sampling)";
   d.flags = {
       ModelFlag("Checkpoint or HF model folder"),
-      Excludes(Flag("--prompt", "Prompt text", K::kString), "--prompts"),
-      Flag("--prompts", "JSONL: {\"prompt\"} or {\"messages\"} per line, optional \"reference\"", K::kString,
-           C::kExistingFile),
-      Flag("-o,--output", "Write one JSON line per prompt here (default: stdout)", K::kString),
-      Default(Flag("--batch-size", "Prompts decoded together", K::kInt, C::kPositive), "8"),
+      Excludes(Flag(flag::kPrompt, "Prompt text", K::kString), flag::kPrompts),
+      Flag(flag::kPrompts, "JSONL: {\"prompt\"} or {\"messages\"} per line, optional \"reference\"",
+           K::kString, C::kExistingFile),
+      Flag(flag::kOutput, "Write one JSON line per prompt here (default: stdout)", K::kString),
+      Default(Flag(flag::kBatchSize, "Prompts decoded together", K::kInt, C::kPositive), "8"),
       AdapterFlag(),
       TokenizerFlag(),
       DeviceFlag(),
-      Flag("--no-cache", "Re-run the whole sequence per token (the slow reference)", K::kBool),
+      Flag(flag::kNoCache, "Re-run the whole sequence per token (the slow reference)", K::kBool),
   };
   for (FlagDef& f : GenerationFlags()) d.flags.push_back(std::move(f));
   return d;
@@ -90,25 +92,25 @@ TrainerCommandDef MakeEval() {
   d.description = "Loss and perplexity of a checkpoint or HF model folder on a JSONL file";
   d.flags = {
       ModelFlag("Checkpoint or HF model folder"),
-      Required(
-          Flag("--data", "JSONL file (text, prompt/completion or messages)", K::kString, C::kExistingFile)),
+      Required(Flag(flag::kData, "JSONL file (text, prompt/completion or messages)", K::kString,
+                    C::kExistingFile)),
       AdapterFlag(),
-      Flag("--dump-logits", "Write the first batch's logits here (safetensors)", K::kString),
-      Default(Flag("--format", "auto, text, prompt_completion, messages", K::kString), "auto"),
+      Flag(flag::kDumpLogits, "Write the first batch's logits here (safetensors)", K::kString),
+      Default(Flag(flag::kFormat, "auto, text, prompt_completion, messages", K::kString), "auto"),
       TokenizerFlag(),
       Default(
-          Flag("--max-seq-len", "Truncate samples; 0: the model's max positions", K::kInt, C::kNonNegative),
+          Flag(flag::kMaxSeqLen, "Truncate samples; 0: the model's max positions", K::kInt, C::kNonNegative),
           "0"),
-      Default(Flag("--batch-size", "Sequences per batch", K::kInt, C::kPositive), "8"),
+      Default(Flag(flag::kBatchSize, "Sequences per batch", K::kInt, C::kPositive), "8"),
       DeviceFlag(),
       Default(
-          Flag("--precision",
+          Flag(flag::kPrecision,
                "fp32, bf16, fp16 or auto (auto: the training autocast on a GPU, fp32 elsewhere)", K::kString),
           "auto"),
-      Flag("--generate", "Score generations against references (exact match, contains) instead of the loss",
-           K::kBool),
-      Needs(Flag("--samples-out", "With --generate: write each sample and its scores (JSONL)", K::kString),
-            "--generate"),
+      Flag(flag::kGenerate,
+           "Score generations against references (exact match, contains) instead of the loss", K::kBool),
+      Needs(Flag(flag::kSamplesOut, "With --generate: write each sample and its scores (JSONL)", K::kString),
+            flag::kGenerate),
   };
   for (FlagDef& f : GenerationFlags()) d.flags.push_back(std::move(f));
   return d;
@@ -120,16 +122,16 @@ TrainerCommandDef MakeExport() {
   d.description = "Write an HF model folder or a GGUF file, optionally merging a LoRA adapter";
   d.flags = {
       ModelFlag("Base model or checkpoint folder"),
-      Flag("--adapter", "PEFT LoRA adapter folder (with --merge)", K::kString, C::kExistingDir),
-      Flag("--merge", "Merge the adapter into the weights: W + (alpha/r) B A", K::kBool),
-      Excludes(Flag("-o,--output", "The HF folder to create", K::kString), "--gguf"),
-      Flag("--gguf", "The GGUF file to create instead (llama.cpp, ollama)", K::kString),
-      Needs(Flag("--dtype", "fp32, bf16 or fp16 (default: as loaded, fp32)", K::kString), "--output"),
+      Flag(flag::kAdapter, "PEFT LoRA adapter folder (with --merge)", K::kString, C::kExistingDir),
+      Flag(flag::kMerge, "Merge the adapter into the weights: W + (alpha/r) B A", K::kBool),
+      Excludes(Flag(flag::kOutput, "The HF folder to create", K::kString), flag::kGguf),
+      Flag(flag::kGguf, "The GGUF file to create instead (llama.cpp, ollama)", K::kString),
+      Needs(Flag(flag::kDtype, "fp32, bf16 or fp16 (default: as loaded, fp32)", K::kString), flag::kOutput),
       Needs(
-          Default(Flag("--max-shard-size", "Shard the weights above this many bytes", K::kInt, C::kPositive),
+          Default(Flag(flag::kMaxShardSize, "Shard the weights above this many bytes", K::kInt, C::kPositive),
                   "5000000000"),
-          "--output"),
-      Needs(Default(Flag("--type", "GGUF weight type: f16 or q8_0", K::kString), "f16"), "--gguf"),
+          flag::kOutput),
+      Needs(Default(Flag(flag::kType, "GGUF weight type: f16 or q8_0", K::kString), "f16"), flag::kGguf),
   };
   return d;
 }
@@ -239,10 +241,13 @@ std::string HelpText(const FlagDef& flag) {
   return flag.default_value.empty() ? flag.help : flag.help + " (default " + flag.default_value + ")";
 }
 
-std::string LongName(const FlagDef& flag) {
-  const size_t comma = flag.names.rfind(',');
-  return comma == std::string::npos ? flag.names : flag.names.substr(comma + 1);
+std::string LongName(FlagName flag) {
+  const std::string names = flag.names;
+  const size_t comma = names.rfind(',');
+  return comma == std::string::npos ? names : names.substr(comma + 1);
 }
+
+std::string LongName(const FlagDef& flag) { return LongName(FlagName{flag.names.c_str()}); }
 
 CLI::App* AddForwardingCommand(CLI::App& app, const TrainerCommandDef& def) {
   CLI::App* cmd = app.add_subcommand(def.name, def.description);

@@ -1,5 +1,5 @@
 // SFT data records -> token ids with a per-token "trained" flag. No LibTorch: used by the
-// trainer (which caches the result on disk, see trainer/data.h) and by `sftctl inspect-data`.
+// trainer (which caches the result on disk, see trainer/training/data.h) and by `sftctl inspect-data`.
 //
 // Formats, detected per file from its first record (or forced by data.format):
 //   {"text": "..."}                            every token trained, then the eos token (trained)
@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "common/jinja/chat_template.h"
-#include "common/spec.h"
+#include "common/spec/spec.h"
 #include "common/status.h"
 #include "common/tokenizer/tokenizer.h"
 

@@ -170,7 +170,7 @@ Status Write(FileSystem* fs, const std::string& path, const std::vector<TensorRe
 
 // float -> bfloat16, rounding to nearest, ties to even. Overflow becomes +-inf. A NaN
 // stays a NaN (quiet, same sign); it is never rounded into an infinity. Branch-free (a select),
-// so the loops of trainer/fused_ops.cpp that store through it vectorize: the one bf16 rounding.
+// so the loops of trainer/model/fused_ops.cpp that store through it vectorize: the one bf16 rounding.
 inline uint16_t FloatToBF16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));

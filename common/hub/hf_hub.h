@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "common/hub/http_client.h"
-#include "common/hub/hub_path.h"
 #include "common/os/file_system.h"
+#include "common/spec/hub_path.h"
 #include "common/status.h"
 
 namespace sftctl {

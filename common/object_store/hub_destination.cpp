@@ -15,9 +15,12 @@ namespace {
 namespace fs = std::filesystem;
 
 // Files of a checkpoint that only resuming needs: left out of the root layout, where a loader that
-// takes every *.safetensors of the folder (vLLM) would read the optimizer state as weights.
+// takes every *.safetensors of the folder (vLLM) would read the optimizer state as weights. A
+// sharded (ZeRO) run's moments are optimizer_shards.json and optimizer-shard-*.safetensors
+// (trainer/checkpoint/optimizer_shards.h).
 bool TrainingStateFile(const std::string& rel) {
-  return rel == "optimizer.safetensors" || rel == "trainer_state.json" || rel == "DONE";
+  return rel == "optimizer.safetensors" || rel == "trainer_state.json" || rel == "DONE" ||
+         rel == "optimizer_shards.json" || rel.rfind("optimizer-shard-", 0) == 0;
 }
 
 class HubDestination final : public CheckpointDestination {

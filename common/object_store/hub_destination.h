@@ -7,7 +7,7 @@
 //     metrics.jsonl and spec.json refreshed at the repository's root, and the checkpoint-M/ folders
 //     beyond checkpoint.keep removed (they stay in the history);
 //   - `checkpoint.upload: final` (only the run's last checkpoint is sent): its model files (weights,
-//     config, tokenizer, adapter; not optimizer.safetensors, trainer_state.json or DONE) at the
+//     config, tokenizer, adapter; not the optimizer state, trainer_state.json or DONE) at the
 //     repository's root, so from_pretrained("ORG/NAME") and vLLM load it, with metrics.jsonl and
 //     spec.json.
 // Copies of metrics.jsonl and spec.json are staged in <run>/.hub-upload/.run-files (the trainer keeps

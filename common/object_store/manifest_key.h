@@ -6,7 +6,7 @@
 // takes only manifests signed with its key:
 //   run key    HMAC-SHA256(master key, "sftctl checkpoint key v1\n" + "s3://bucket/prefix"): one
 //              prefix's key; a host given its job's key learns nothing about other prefixes (the
-//              master key stays on the laptop, client/checkpoint_key.h).
+//              master key stays on the laptop, client/transfer/checkpoint_key.h).
 //   signature  "hmac-sha256:" + hex HMAC-SHA256(run key, the manifest's JSON without its signature)
 //              in the manifest's "signature" field (checkpoint_store.h).
 // Pure functions; thread-safe.

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/os/fd_util.h"
 #include "common/os/file_system.h"
 #include "common/range_log.h"
@@ -20,28 +20,33 @@ namespace sftctl {
 
 namespace {
 
+// The work ParallelFor's threads take, one index at a time, and the first error.
+struct WorkQueue {
+  Mutex mu;
+  Status first GUARDED_BY(mu);
+  size_t next GUARDED_BY(mu) = 0;
+};
+
 // Runs work(i) for i in [0, n) on `parallel` threads; stops handing out work after the first error or
 // a cancel, and returns that first error.
 Status ParallelFor(size_t n, int parallel, const std::atomic<bool>* cancel,
                    const std::function<Status(size_t)>& work) {
-  std::mutex mu;
-  Status first;
-  size_t next = 0;
+  WorkQueue q;
   auto worker = [&] {
     for (;;) {
       size_t i;
       {
-        std::lock_guard<std::mutex> l(mu);
-        if (!first.ok() || next >= n) return;
+        MutexLock l(&q.mu);
+        if (!q.first.ok() || q.next >= n) return;
         if (cancel != nullptr && cancel->load()) {
-          first = CancelledError("transfer cancelled");
+          q.first = CancelledError("transfer cancelled");
           return;
         }
-        i = next++;
+        i = q.next++;
       }
       Status st = work(i);
-      std::lock_guard<std::mutex> l(mu);
-      if (!st.ok() && first.ok()) first = st;
+      MutexLock l(&q.mu);
+      if (!st.ok() && q.first.ok()) q.first = st;
     }
   };
   std::vector<std::thread> threads;
@@ -49,8 +54,18 @@ Status ParallelFor(size_t n, int parallel, const std::atomic<bool>* cancel,
   for (size_t t = 1; t < count; ++t) threads.emplace_back(worker);
   worker();
   for (auto& t : threads) t.join();
-  return first;
+  MutexLock l(&q.mu);
+  return q.first;
 }
+
+// What the workers of one transfer report: the bytes, into the caller's TransferStats, and for an
+// upload each part's ETag.
+struct WorkerResults {
+  WorkerResults(TransferStats* s, size_t parts) : stats(s), etags(parts) {}
+  Mutex mu;
+  TransferStats* const stats PT_GUARDED_BY(mu);
+  std::vector<std::string> etags GUARDED_BY(mu);
+};
 
 StatusOr<std::string> ReadAt(int fd, uint64_t offset, uint64_t length, const std::string& path) {
   std::string buf(length, '\0');
@@ -96,13 +111,13 @@ Status UploadFile(const S3Client& s3, const std::string& bucket, const std::stri
   st.parts = static_cast<int>(parts);
   SFT_ASSIGN_OR_RETURN(auto unfinished, UnfinishedUpload(s3, bucket, key));
   std::string upload_id = unfinished.first;
-  std::vector<std::string> have(parts), etags(parts);
+  std::vector<std::string> have(parts);
   for (const S3Part& p : unfinished.second)
     if (p.number >= 1 && static_cast<size_t>(p.number) <= parts) have[p.number - 1] = p.etag;
   if (upload_id.empty()) {
     SFT_ASSIGN_OR_RETURN(upload_id, s3.CreateMultipartUpload(bucket, key));
   }
-  std::mutex mu;
+  WorkerResults results(&st, parts);
   SFT_RETURN_IF_ERROR(ParallelFor(parts, opt.parallel, opt.cancel, [&](size_t i) -> Status {
     const uint64_t off = i * part, len = std::min(part, size - off);
     SFT_ASSIGN_OR_RETURN(std::string data, ReadAt(fd.get(), off, len, path));
@@ -111,11 +126,16 @@ Status UploadFile(const S3Client& s3, const std::string& bucket, const std::stri
     if (!keep) {
       SFT_ASSIGN_OR_RETURN(etag, s3.UploadPart(bucket, key, upload_id, static_cast<int>(i + 1), data));
     }
-    std::lock_guard<std::mutex> l(mu);
-    etags[i] = etag;
-    (keep ? st.bytes_resumed : st.bytes_sent) += len;
+    MutexLock l(&results.mu);
+    results.etags[i] = etag;
+    (keep ? results.stats->bytes_resumed : results.stats->bytes_sent) += len;
     return Status();
   }));
+  std::vector<std::string> etags;
+  {
+    MutexLock l(&results.mu);  // (every worker has ended)
+    etags = std::move(results.etags);
+  }
   return s3.CompleteMultipartUpload(bucket, key, upload_id, etags);
 }
 
@@ -141,12 +161,12 @@ Status DownloadFile(const S3Client& s3, const std::string& bucket, const std::st
   if (fd.get() < 0) return ErrnoError("open", part_path, errno);
   SFT_RETURN_IF_ERROR(matched ? log.Reopen() : log.Start());
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return ErrnoError("truncate", part_path, errno);
-  std::mutex mu;
+  WorkerResults results(&st, 0);
   SFT_RETURN_IF_ERROR(ParallelFor(blocks, opt.parallel, opt.cancel, [&](size_t i) -> Status {
     const uint64_t off = i * block, len = std::min(block, size - off);
     if (done[i]) {
-      std::lock_guard<std::mutex> l(mu);
-      st.bytes_resumed += len;
+      MutexLock l(&results.mu);
+      results.stats->bytes_resumed += len;
       return Status();
     }
     uint64_t at = off;
@@ -160,8 +180,8 @@ Status DownloadFile(const S3Client& s3, const std::string& bucket, const std::st
     if (!io.ok()) return io;
     SFT_RETURN_IF_ERROR(got);
     SFT_RETURN_IF_ERROR(log.Append(i));
-    std::lock_guard<std::mutex> l(mu);
-    st.bytes_sent += len;
+    MutexLock l(&results.mu);
+    results.stats->bytes_sent += len;
     return Status();
   }));
   log.Close();

@@ -86,22 +86,8 @@ class PosixFileSystem : public FileSystem {
   }
 
   StatusOr<std::string> ReadFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoError("cannot open", path, errno);
     std::string out;
-    char buf[1 << 16];
-    for (;;) {
-      ssize_t n = ::read(fd, buf, sizeof(buf));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        int err = errno;
-        ::close(fd);
-        return ErrnoError("cannot read", path, err);
-      }
-      if (n == 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
+    SFT_RETURN_IF_ERROR(ForEachChunk(path, 1 << 16, [&out](std::string_view chunk) { out += chunk; }));
     return out;
   }
 
@@ -202,6 +188,26 @@ Status PreadFully(int fd, char* data, size_t size, uint64_t offset, const std::s
     size -= static_cast<size_t>(n);
     offset += static_cast<uint64_t>(n);
   }
+  return OkStatus();
+}
+
+Status ForEachChunk(const std::string& path, size_t chunk_bytes,
+                    const std::function<void(std::string_view chunk)>& each) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open", path, errno);
+  std::vector<char> buf(std::max<size_t>(chunk_bytes, 1));
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoError("cannot read", path, err);
+    }
+    if (n == 0) break;
+    each(std::string_view(buf.data(), static_cast<size_t>(n)));
+  }
+  ::close(fd);
   return OkStatus();
 }
 

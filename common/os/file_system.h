@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -131,6 +132,11 @@ Status WriteFully(int fd, std::string_view data, const std::string& path);
 Status PwriteFully(int fd, const char* data, size_t size, uint64_t offset, const std::string& path);
 // Reads exactly `size` bytes at `offset` (pread(2)); a file that ends first is DATA_LOSS naming `path`.
 Status PreadFully(int fd, char* data, size_t size, uint64_t offset, const std::string& path);
+// Reads the file at `path` from its start to its end, handing each read (at most `chunk_bytes`, never
+// empty) to `each`, in order; interrupted reads are retried. Errors: ErrnoError "cannot open" / "cannot
+// read" naming `path`.
+Status ForEachChunk(const std::string& path, size_t chunk_bytes,
+                    const std::function<void(std::string_view chunk)>& each);
 
 // Joins path components with '/'.
 std::string JoinPath(std::string_view a, std::string_view b);

@@ -1,19 +1,32 @@
 // The added-token matcher: finds tokenizer.json's added tokens ("<|im_start|>", "<think>") in
 // text before the rest of the pipeline sees it, leftmost-longest over a byte trie, with the
-// tokens' lstrip, rstrip and single_word flags applied as Hugging Face does.
+// tokens' lstrip, rstrip and single_word flags applied as Hugging Face does. AddedToken, one such
+// token, is part of BpeTokenizer's interface (bpe_tokenizer.h, which includes this header).
 //
-// Thread safety: immutable after the Add calls; Split may be called concurrently.
+// Thread safety: AddedToken is a plain value; a matcher is immutable after the Add calls, and Split may
+// be called concurrently.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "common/tokenizer/bpe_tokenizer.h"
-
 namespace sftctl {
+
+// One entry of tokenizer.json "added_tokens" (or tokenizer_config.json "added_tokens_decoder").
+struct AddedToken {
+  std::string content;
+  int32_t id = -1;
+  bool special = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool normalized = false;
+  bool single_word = false;
+};
+
 namespace bpe_internal {
 
 class AddedTokenMatcher {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/tokenizer/bpe_added_tokens.h"  // AddedToken, AddedTokenMatcher
 #include "common/tokenizer/tokenizer.h"
 
 namespace sftctl {
@@ -43,20 +44,8 @@ namespace bpe_internal {
 struct NormalizerStep;
 struct PreTokenizerStep;
 class MergeTable;
-class AddedTokenMatcher;
 class TokenizerJsonLoader;
 }  // namespace bpe_internal
-
-// One entry of tokenizer.json "added_tokens" (or tokenizer_config.json "added_tokens_decoder").
-struct AddedToken {
-  std::string content;
-  int32_t id = -1;
-  bool special = false;
-  bool lstrip = false;
-  bool rstrip = false;
-  bool normalized = false;
-  bool single_word = false;
-};
 
 class BpeTokenizer : public Tokenizer {
  public:

@@ -16,7 +16,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir_or_nam
   const std::string json_path = JoinPath(dir_or_name, "tokenizer.json");
   const std::string config_path = JoinPath(dir_or_name, "tokenizer_config.json");
   if (!fs->Exists(json_path)) {
-    // A from-scratch checkpoint of sftctl's own (trainer/checkpoint.h) says so in sftctl_tokenizer.json.
+    // A from-scratch checkpoint of sftctl's own (trainer/checkpoint/checkpoint.h) says so in
+    // sftctl_tokenizer.json.
     const std::string byte_marker = JoinPath(dir_or_name, "sftctl_tokenizer.json");
     if (fs->Exists(byte_marker)) {
       return NotFoundError(json_path + ": not found: this model uses sftctl's built-in byte tokenizer (" +

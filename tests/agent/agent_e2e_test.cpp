@@ -628,6 +628,17 @@ TEST_F(AgentE2E, MalformedSpecIsInvalidArgumentNamingTheField) {
   s = submit();
   EXPECT_THAT(s, RpcStatusIs(grpc::StatusCode::FAILED_PRECONDITION, HasSubstr("not uploaded")));
   req.clear_blobs();
+  // Whatever is not a job spec the trainer would take is refused at the submit, naming the field.
+  s = submit();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "spec_json: field 'model': is required (give model.path or model.config)");
+  nlohmann::json spec = StubSpec({{"steps", 1}});
+  spec["train"]["learning_rate"] = 0.1;
+  req.set_spec_json(spec.dump());
+  s = submit();
+  EXPECT_THAT(s, RpcStatusIs(grpc::StatusCode::INVALID_ARGUMENT,
+                             StartsWith("spec_json: field 'train.learning_rate': unknown field")));
+  req.set_spec_json(StubSpec({{"steps", 1}}).dump());
   req.set_gpus(1);
   s = submit();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -789,7 +800,7 @@ TEST_F(AgentE2E, UploadBlobVerifiesResumesDeduplicatesAndFeedsSpec) {
   v1::SubmitJobRequest req;
   req.set_spec_json(StubSpec({{"steps", 1}}).dump());
   auto* ref = req.add_blobs();
-  ref->set_json_pointer("/train_file");
+  ref->set_json_pointer("/data/train/0");
   ref->set_sha256(sha);
   req.set_client_request_id("req-1");
   v1::Job job, job2;
@@ -797,7 +808,7 @@ TEST_F(AgentE2E, UploadBlobVerifiesResumesDeduplicatesAndFeedsSpec) {
   ASSERT_TRUE(a.stub()->SubmitJob(a.Ctx().get(), req, &job2).ok());
   EXPECT_EQ(job2.id(), job.id()) << "same client_request_id: same job";
   v1::Job done = a.WaitState(job.id(), v1::SUCCEEDED);
-  EXPECT_EQ(nlohmann::json::parse(done.spec_json())["train_file"], blob_path);
+  EXPECT_EQ(nlohmann::json::parse(done.spec_json())["data"]["train"][0], blob_path);
 }
 
 // Ranged uploads through the real agent's UploadBlob reactor: blocks in any order, StatBlob's blocks

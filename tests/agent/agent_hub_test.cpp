@@ -49,8 +49,8 @@ class AgentHubTest : public ::testing::Test {
   }
 
   v1::Job Submit(const std::string& token) {
-    nlohmann::json spec = StubSpec({{"steps", 2}, {"list_dir", "/model/path"}});
-    spec["model"] = {{"path", "hf://org/tiny"}};
+    nlohmann::json spec = StubSpec({});
+    spec["model"] = {{"path", "hf://org/tiny"}};  // the stub lists the folder it becomes
     spec["data"] = {{"train", {"hf://datasets/org/data/train.jsonl"}}};
     v1::SubmitJobRequest req;
     req.set_spec_json(spec.dump());

@@ -191,8 +191,8 @@ TEST_F(AgentMultiRank, FolderOfBlobsIsOneFolderInTheJobDir) {
   const std::string config = "config-bytes", tok = "tokenizer-bytes";
   ASSERT_TRUE(UploadWhole(a, Sha256Hex(config), config).ok());
   ASSERT_TRUE(UploadWhole(a, Sha256Hex(tok), tok).ok());
-  nlohmann::json spec = StubSpec({{"steps", 1}, {"list_dir", "/model/path"}});
-  spec["model"] = {{"path", "/client/side/model"}};
+  nlohmann::json spec = StubSpec({});
+  spec["model"] = {{"path", "/client/side/model"}};  // the stub lists the folder it becomes
   v1::SubmitJobRequest req;
   req.set_spec_json(spec.dump());
   auto add = [&](const std::string& sha, const std::string& entry) {

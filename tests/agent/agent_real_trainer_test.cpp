@@ -6,7 +6,7 @@
 #include <set>
 
 #include "common/sha256.h"
-#include "common/spec.h"
+#include "common/spec/spec.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/util/fake_hub.h"
 

@@ -343,8 +343,14 @@ inline std::map<int, std::vector<std::string>> StdoutByRank(const std::vector<v1
   return out;
 }
 
+// A job spec for the stub trainer (stub_trainer.cpp): a valid one, as the agent takes no other
+// (agent/job_spec.h), with the stub's requests in model.config.stub.
 inline nlohmann::json StubSpec(nlohmann::json stub) {
-  return {{"model", "tiny"}, {"output_dir", "ignored"}, {"stub", std::move(stub)}};
+  nlohmann::json spec = nlohmann::json::object();
+  spec["model"]["config"]["stub"] = std::move(stub);
+  spec["data"]["train"] = nlohmann::json::array({"train.jsonl"});
+  spec["output_dir"] = "ignored";
+  return spec;
 }
 
 // Kills every process of a group (test cleanup).

@@ -649,27 +649,30 @@ TEST(Artifacts, HashesAreCachedUntilTheFileChanges) {
 TEST(JobSpec, ValidatesAndRewrites) {
   auto path_of = [](const std::string& sha) -> StatusOr<std::string> { return "/blobs/" + sha; };
   std::string sha = Sha256Hex("d");
-  auto spec =
-      ValidateSpec(R"({"data": {"train": "local.jsonl"}, "lr": 1})", {{"/data/train", sha, ""}}, path_of);
-  ASSERT_TRUE(spec.ok());
-  EXPECT_EQ((*spec)["data"]["train"], "/blobs/" + sha);
-  SetOutputDir(&*spec, "/x/run");
-  EXPECT_EQ((*spec)["output_dir"], "/x/run");
+  auto spec = ValidateSpec(R"({"model": {"config": {}}, "data": {"train": "local.jsonl"}})",
+                           {{"/data/train", sha, ""}}, path_of);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->data.train, std::vector<std::string>{"/blobs/" + sha});
   EXPECT_EQ(ValidateSpec("3", {}, path_of).status().message(), "spec_json: not a JSON object");
   EXPECT_EQ(ValidateSpec(R"({"data": {"train": 3}})", {{"/data/train", sha, ""}}, path_of).status().message(),
             "blobs[0].json_pointer: spec_json/data/train must be a string (a file reference)");
   EXPECT_EQ(ValidateSpec("{}", {{"/a", "nothex", ""}}, path_of).status().message(),
             "blobs[0].sha256: must be 64 lowercase hex digits");
+  // The spec itself is checked as the trainer checks it (common/spec/spec.h).
+  EXPECT_THAT(ValidateSpec(R"({"model": {"config": {}}, "data": {"train": ["a"]}, "lr": 1})", {}, path_of),
+              StatusIs(StatusCode::kInvalidArgument, StartsWith("spec_json: field 'lr': unknown field")));
+  EXPECT_THAT(ValidateSpec(R"({"data": {"train": ["a"]}})", {}, path_of),
+              StatusIs(StatusCode::kInvalidArgument, StartsWith("spec_json: field 'model': is required")));
 }
 
 TEST(JobSpec, RewritesListElementsButNeverAppends) {
   // data.train is a list in sftctl specs: each element can be a blob reference.
   auto path_of = [](const std::string& sha) -> StatusOr<std::string> { return "/blobs/" + sha; };
   const std::string a = Sha256Hex("a"), b = Sha256Hex("b");
-  auto spec = ValidateSpec(R"({"data": {"train": ["x.jsonl", "y.jsonl"]}})",
+  auto spec = ValidateSpec(R"({"model": {"config": {}}, "data": {"train": ["x.jsonl", "y.jsonl"]}})",
                            {{"/data/train/0", a, ""}, {"/data/train/1", b, ""}}, path_of);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_EQ((*spec)["data"]["train"], nlohmann::json::array({"/blobs/" + a, "/blobs/" + b}));
+  EXPECT_EQ(spec->data.train, (std::vector<std::string>{"/blobs/" + a, "/blobs/" + b}));
   for (const char* ptr : {"/data/train/2", "/data/train/-", "/data/nothing/0"}) {
     auto bad = ValidateSpec(R"({"data": {"train": ["x.jsonl"]}})", {{ptr, a, ""}}, path_of);
     ASSERT_FALSE(bad.ok()) << ptr;
@@ -680,6 +683,45 @@ TEST(JobSpec, RewritesListElementsButNeverAppends) {
   }
 }
 
+TEST(JobSpec, SpecStringAtNamesTheStringsOfTheCanonicalJson) {
+  JobSpec spec;
+  spec.data.train = {"a.jsonl", "b.jsonl"};
+  spec.model.config = {{"x", {{"y", "z"}}}, {"n", 1}};
+  EXPECT_EQ(SpecStringAt(&spec, "/model/path"), &spec.model.path);
+  EXPECT_EQ(SpecStringAt(&spec, "/tokenizer"), &spec.tokenizer);
+  EXPECT_EQ(SpecStringAt(&spec, "/data/train/1"), &spec.data.train[1]);
+  ASSERT_NE(SpecStringAt(&spec, "/model/config/x/y"), nullptr);
+  EXPECT_EQ(*SpecStringAt(&spec, "/model/config/x/y"), "z");
+  for (const char* none :
+       {"", "model/path", "/nope", "/model", "/train/lr", "/data/train", "/data/train/2", "/data/train/01",
+        "/data/train/-", "/model/config", "/model/config/n", "/model/config/x", "/lora/base_dtype"}) {
+    EXPECT_EQ(SpecStringAt(&spec, none), nullptr) << none;
+  }
+  spec.lora.emplace();  // an optional section once present
+  EXPECT_EQ(SpecStringAt(&spec, "/lora/base_dtype"), &spec.lora->base_dtype);
+  spec.data.train = {"one.jsonl"};  // a list of one may be written as its one string
+  EXPECT_EQ(SpecStringAt(&spec, "/data/train"), &spec.data.train[0]);
+}
+
+TEST(JobSpec, AStoredSpecReadsBackAndEveryParseOfATextIsCounted) {
+  auto path_of = [](const std::string& sha) -> StatusOr<std::string> { return "/blobs/" + sha; };
+  uint64_t before = SpecTextParses();
+  auto spec =
+      ValidateSpec(R"({"model": {"path": "/m"}, "data": {"train": ["/a.jsonl"]}, "seed": 7})", {}, path_of);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(SpecTextParses(), before + 1);
+  before = SpecTextParses();
+  auto stored = ParseStoredSpec(CanonicalSpecJson(*spec), "job-1 spec");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(SpecTextParses(), before + 1);
+  EXPECT_EQ((*stored)->seed, 7);
+  EXPECT_EQ(CanonicalSpecJson(**stored), CanonicalSpecJson(*spec));
+  EXPECT_THAT(ParseStoredSpec("{}", "job-1 spec"),
+              StatusIs(StatusCode::kInvalidArgument, StartsWith("job-1 spec: field 'model': is required")));
+  EXPECT_THAT(ParseStoredSpec("{", "job-1 spec"),
+              StatusIs(StatusCode::kInvalidArgument, StartsWith("job-1 spec")));
+}
+
 TEST(JobSpec, FolderReferencesMakeOneFolderPerField) {
   TempDir d;
   const std::string a = Sha256Hex("a"), b = Sha256Hex("b");
@@ -687,18 +729,19 @@ TEST(JobSpec, FolderReferencesMakeOneFolderPerField) {
   std::ofstream(d.path() + "/blobs/" + a) << "config";
   std::ofstream(d.path() + "/blobs/" + b) << "tokenizer";
   auto path_of = [&](const std::string& sha) -> StatusOr<std::string> { return d.path() + "/blobs/" + sha; };
-  const std::string spec_json = R"({"model": {"path": "local/model"}, "tokenizer": "t"})";
+  const std::string spec_json =
+      R"({"model": {"path": "local/model"}, "tokenizer": "t", "data": {"train": ["d"]}})";
   std::vector<SpecFolder> folders;
   auto spec = ValidateSpec(
       spec_json,
       {{"/model/path", a, "config.json"}, {"/tokenizer", b, ""}, {"/model/path", b, "sub/tok.json"}}, path_of,
       &folders);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_EQ((*spec)["tokenizer"], d.path() + "/blobs/" + b);
+  EXPECT_EQ(spec->tokenizer, d.path() + "/blobs/" + b);
   ASSERT_EQ(folders.size(), 1u);
   EXPECT_EQ(folders[0].json_pointer, "/model/path");
   ASSERT_TRUE(MaterializeFolders(d.path() + "/job", folders, &*spec).ok());
-  EXPECT_EQ((*spec)["model"]["path"], d.path() + "/job/inputs/0");
+  EXPECT_EQ(spec->model.path, d.path() + "/job/inputs/0");
   EXPECT_EQ(::sftctl::testing::ReadWholeFile(d.path() + "/job/inputs/0/config.json"), "config");
   EXPECT_EQ(::sftctl::testing::ReadWholeFile(d.path() + "/job/inputs/0/sub/tok.json"), "tokenizer");
   // A second attempt replaces the links instead of failing on them.
@@ -725,6 +768,9 @@ TEST(JobSpec, FolderReferencesMakeOneFolderPerField) {
        "blobs[1].json_pointer: '/tokenizer' is already set by blobs[0]"},
       {{{"/model/path", a, "sub"}, {"/model/path", b, "sub/x.json"}},
        "blobs[1].dir_entry: 'sub/x.json' is inside 'sub', which is a file of the same folder"},
+      {{{"/model/nope", a, "x.json"}},
+       "blobs[0].json_pointer: '/model/nope' is not a path field of the job spec (a folder goes into a "
+       "string)"},
   };
   for (const Case& c : cases) {
     auto bad = ValidateSpec(spec_json, c.refs, path_of, &folders);

@@ -484,7 +484,7 @@ TEST(CommandRunnerTest, TheCommandGetsOnlyTheStopCommandsEnvironment) {
                                                                 {"RUNPOD_POD_ID", "pod-1"},
                                                                 {"SFTD_TEST_OTHER", "other"}};
   for (const auto& [k, v] : set) ::setenv(k.c_str(), v.c_str(), 1);
-  auto out = CommandRunner::Default()->Run("env", 30s);
+  auto out = CommandRunner::NewPosix(ChildKind::kStopCommand)->Run("env", 30s);
   for (const auto& [k, v] : set) ::unsetenv(k.c_str());
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_THAT(out->output, HasSubstr("LAMBDA_API_KEY=lambda_key\n"));
@@ -503,7 +503,7 @@ TEST(CommandRunnerTest, SlurmCommandsGetNoCloudKeys) {
                                                                 {"NCCL_DEBUG", "INFO"},
                                                                 {"SBATCH_EXPORT", "ALL"}};
   for (const auto& [k, v] : set) ::setenv(k.c_str(), v.c_str(), 1);
-  auto out = CommandRunner::Default(ChildKind::kSlurmCommand)->Run("env", 30s);
+  auto out = CommandRunner::NewPosix(ChildKind::kSlurmCommand)->Run("env", 30s);
   for (const auto& [k, v] : set) ::unsetenv(k.c_str());
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_THAT(out->output, HasSubstr("PATH="));
@@ -511,12 +511,12 @@ TEST(CommandRunnerTest, SlurmCommandsGetNoCloudKeys) {
 }
 
 TEST(CommandRunnerTest, RunsTheShellCommandWithItsOutputAndExitCode) {
-  auto out = CommandRunner::Default()->Run("echo out; echo err >&2; exit 4", 30s);
+  auto out = CommandRunner::NewPosix(ChildKind::kStopCommand)->Run("echo out; echo err >&2; exit 4", 30s);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->exit_code, 4);
   EXPECT_EQ(out->output, "out\nerr\n");
   EXPECT_EQ(out->Describe(), "exit code 4");
-  out = CommandRunner::Default()->Run("sleep 30", 1s);
+  out = CommandRunner::NewPosix(ChildKind::kStopCommand)->Run("sleep 30", 1s);
   ASSERT_TRUE(out.ok());
   EXPECT_TRUE(out->timed_out);
   EXPECT_EQ(out->Describe(), "timed out after 1 s");

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "agent/blob_store.h"
+#include "agent/job_spec.h"
 #include "agent/state_store.h"
 #include "agent_test_util.h"
 #include "common/sha256.h"
@@ -110,6 +111,13 @@ class Collector : public ::testing::Test {
     return *inserted;
   }
   std::string BlobPath(const std::string& sha) { return dir_.path() + "/blobs/" + sha; }
+  // A job spec whose training data is `path`.
+  std::shared_ptr<const JobSpec> SpecNaming(const std::string& path) {
+    auto spec = std::make_shared<JobSpec>();
+    spec->model.config = nlohmann::json::object();
+    spec->data.train = {path};
+    return spec;
+  }
 
   TempDir dir_;
   std::unique_ptr<StateStore> store_;
@@ -122,8 +130,7 @@ TEST_F(Collector, KeepsWhatQueuedAndRunningJobsUseAndRemovesTheRest) {
   const std::string of_finished = Blob("old eval data", 30 * kDay);
   const std::string young = Blob("uploaded yesterday", kDay);
   const std::string stale_partial = Blob("half an upl", 5 * kDay, /*partial=*/true);
-  JobRecord queued =
-      Job(JobState::QUEUED, nlohmann::json{{"data", {{"train", BlobPath(in_spec)}}}}.dump(), 0);
+  JobRecord queued = Job(JobState::QUEUED, CanonicalSpecJson(*SpecNaming(BlobPath(in_spec))), 0);
   JobRecord running = Job(JobState::RUNNING, "{}", 0);
   std::filesystem::create_directories(running.job_dir + "/inputs/0");
   std::filesystem::create_symlink(BlobPath(in_symlink), running.job_dir + "/inputs/0/tokenizer.json");
@@ -158,6 +165,24 @@ TEST_F(Collector, KeepsWhatQueuedAndRunningJobsUseAndRemovesTheRest) {
   EXPECT_TRUE(Exists(recent_done.job_dir));
   // The job's record stays (status and history still answer); only its folder went.
   EXPECT_TRUE(store_->GetJob(old_done.id).ok());
+}
+
+// In a running agent the collector reads the specs the supervisor parsed (daemon.cpp), not the text.
+TEST_F(Collector, ReadsTheTypedSpecsItIsGivenBeforeAnyText) {
+  const std::string named = Blob("train data", 30 * kDay), unnamed = Blob("eval data", 30 * kDay);
+  JobRecord queued = Job(JobState::QUEUED, CanonicalSpecJson(*SpecNaming(BlobPath(unnamed))), 0);
+  int asked = 0;
+  GarbageCollector gc(dir_.path(), store_.get(), blobs_.get(), [&](const std::string& id) {
+    ++asked;
+    return id == queued.id ? SpecNaming(BlobPath(named)) : nullptr;
+  });
+  const uint64_t parses = SpecTextParses();
+  auto run = gc.Run(GcPolicy{}, false);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(SpecTextParses(), parses) << "a spec it was given is not parsed again";
+  EXPECT_EQ(Names(run->removed), std::vector<std::string>{"blob:" + unnamed});
+  EXPECT_TRUE(Exists(BlobPath(named)));
 }
 
 TEST_F(Collector, NeverRemovesABlobInUseOrAFolderOutsideTheJobsFolder) {
@@ -226,7 +251,7 @@ TEST(SftdGc, ThroughTheAgentAutomaticallyAndWithNoAgent) {
     v1::SubmitJobRequest req;
     req.set_spec_json(StubSpec({{"steps", 100000}, {"step_ms", 50}}).dump());
     auto* ref = req.add_blobs();
-    ref->set_json_pointer("/data");
+    ref->set_json_pointer("/data/train/0");
     ref->set_sha256(Sha256Hex(input));
     v1::Job job;
     ASSERT_TRUE(a.stub()->SubmitJob(a.Ctx().get(), req, &job).ok());

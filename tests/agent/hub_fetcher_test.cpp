@@ -9,8 +9,10 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <memory>
 #include <optional>
 
+#include "agent/job_spec.h"
 #include "common/os/file_lock.h"
 #include "common/sha256.h"
 #include "tests/util/fake_hub.h"
@@ -46,9 +48,14 @@ TEST(HubFetcherTest, ProgressShowsTheWaitAndTheBytesThenClears) {
   std::optional<FileLock> other(std::move(*held));
 
   fs::create_directories(tmp.path() + "/job-1");
-  std::promise<StatusOr<std::string>> result;
-  fetcher.Fetch({"job-1", tmp.path() + "/job-1", R"({"model": {"path": "hf://org/tiny"}})", ""},
-                [&](const std::string&, StatusOr<std::string> spec) { result.set_value(std::move(spec)); });
+  auto job_spec = std::make_shared<JobSpec>();
+  job_spec->model.path = "hf://org/tiny";
+  job_spec->data.train = {"/data/train.jsonl"};
+  std::promise<StatusOr<std::shared_ptr<const JobSpec>>> result;
+  fetcher.Fetch({"job-1", tmp.path() + "/job-1", job_spec, ""},
+                [&](const std::string&, StatusOr<std::shared_ptr<const JobSpec>> spec) {
+                  result.set_value(std::move(spec));
+                });
   std::string seen;  // config.json may show first; then the weights wait for the lock
   WaitFor([&] { return (seen = fetcher.Progress("job-1")).find("waiting") != std::string::npos; });
   EXPECT_EQ(seen, "model.safetensors (waiting for another download)");
@@ -57,7 +64,11 @@ TEST(HubFetcherTest, ProgressShowsTheWaitAndTheBytesThenClears) {
 
   auto spec = result.get_future().get();
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_THAT(*spec, ::testing::HasSubstr(o.cache_dir + "/models--org--tiny/snapshots/"));
+  EXPECT_THAT((*spec)->model.path, ::testing::StartsWith(o.cache_dir + "/models--org--tiny/snapshots/"));
+  EXPECT_EQ((*spec)->data.train, job_spec->data.train);  // a local path stays as it is
+  EXPECT_EQ(job_spec->model.path, "hf://org/tiny") << "a new spec; the job's own is never changed";
+  // The job's spec.json is the resolved spec's canonical text.
+  EXPECT_EQ(::sftctl::testing::ReadWholeFile(tmp.path() + "/job-1/spec.json"), CanonicalSpecJson(**spec));
   EXPECT_EQ(fetcher.Progress("job-1"), "");  // done: no progress left behind
 }
 

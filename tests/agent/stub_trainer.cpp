@@ -1,15 +1,19 @@
 // A stand-in for sftctl-trainer used by the agent tests and benchmarks. It follows the trainer contract
 // (`train --spec <job_dir>/spec.json --events-fd 3`, JSON events on fd 3, checkpoint-<step>/DONE under
-// output_dir, resume from the newest complete checkpoint) and misbehaves on request, via spec "stub":
+// output_dir, resume from the newest complete checkpoint) and misbehaves on request. Its spec is a valid
+// job spec (the agent validates every spec it takes): the requests are the object model.config.stub
+// (a from-scratch model's config, which the agent passes on as it is; agent_test_util.h StubSpec):
 //   mode: "normal" (default) | "sleep" (steps forever) | "hang" (stops emitting after hang_after steps)
 //         | "crash" (rank crash_rank exits exit_code at step crash_at; with crash_once only on a fresh start)
 //   steps, step_ms, model_bytes, checkpoint_every, log_lines (extra stdout lines per step),
 //   bulk_lines (print this many stdout lines at start; bulk_line_bytes pads each to that length),
 //   ignore_term, spawn_child,
-//   list_dir (a JSON pointer into the spec naming a folder: prints "entry <relative path> <content>" for
-//   each file in it), print_env (variable names: prints "envvar NAME=value" or "envvar NAME unset"),
+//   print_env (variable names: prints "envvar NAME=value" or "envvar NAME unset"),
 //   extra_events, last_events (JSON values emitted on the event stream as they are, after "start" and
 //   before "done": malformed records)
+// With model.path instead (a model folder; then nothing is requested, every request has its default),
+// it reads the folder as the trainer would, printing "entry <relative path> <content>" for each file in
+// it ("<N bytes>" instead of a content over 4 KiB).
 // At start it prints its distributed environment: "env RANK=.. WORLD_SIZE=.. LOCAL_RANK=..
 // LOCAL_WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.." and emits {"event":"start","rank":..,"world_size":..}.
 #include <signal.h>
@@ -98,7 +102,9 @@ int main(int argc, char** argv) {
     Emit({{"event", "error"}, {"message", std::string("bad spec: ") + e.what()}});
     return 2;
   }
-  nlohmann::json stub = spec.value("stub", nlohmann::json::object());
+  const nlohmann::json::json_pointer stub_at("/model/config/stub");
+  nlohmann::json stub = nlohmann::json::object();
+  if (spec.contains(stub_at) && spec[stub_at].is_object()) stub = spec[stub_at];
   std::string mode = stub.value("mode", "normal");
   int steps = stub.value("steps", 5);
   int step_ms = stub.value("step_ms", 20);
@@ -132,13 +138,15 @@ int main(int argc, char** argv) {
     std::cout << "envvar " << name.get<std::string>() << (v ? std::string("=") + v : std::string(" unset"))
               << std::endl;
   }
-  if (stub.contains("list_dir")) {
-    std::string dir = spec.value(nlohmann::json::json_pointer(stub["list_dir"].get<std::string>()), "");
+  const nlohmann::json::json_pointer model_at("/model/path");
+  if (spec.contains(model_at) && spec[model_at].is_string() && !spec[model_at].get<std::string>().empty()) {
+    const std::string dir = spec[model_at].get<std::string>();
     std::vector<std::string> lines;
     std::error_code ec;
     for (auto& e : fs::recursive_directory_iterator(dir, ec)) {
       if (!e.is_regular_file()) continue;
-      const std::string content = ::sftctl::testing::ReadWholeFile(e.path().string());
+      std::string content = ::sftctl::testing::ReadWholeFile(e.path().string());
+      if (content.size() > 4096) content = "<" + std::to_string(content.size()) + " bytes>";
       lines.push_back("entry " + e.path().lexically_relative(dir).string() + " " +
                       content);  // its name here, not its link target
     }

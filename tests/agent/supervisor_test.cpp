@@ -1,5 +1,6 @@
 // The Supervisor in-process with the stub trainer and a clock the test moves forward: the step
-// heartbeat and the kill grace are seen to expire without waiting for them.
+// heartbeat and the kill grace are seen to expire without waiting for them. And the job spec: parsed
+// once when the job is submitted and once when a restarted supervisor recovers it, never again.
 #include "agent/supervisor.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 
 #include <future>
 
+#include "agent/job_spec.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/util/offset_clock.h"
 
@@ -41,7 +43,7 @@ class SupervisorClock : public ::testing::Test {
     cfg.kill_grace = kill_grace;
     cfg.poll = 20ms;
     cfg.clock = &clock_;
-    supervisor_ = std::make_unique<Supervisor>(cfg, store_.get(), blobs_.get());
+    supervisor_ = std::make_unique<Supervisor>(cfg, store_.get(), blobs_.get(), &uploads_);
     ASSERT_TRUE(supervisor_->Start().ok());
   }
 
@@ -81,6 +83,7 @@ class SupervisorClock : public ::testing::Test {
   OffsetClock clock_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<BlobStore> blobs_;
+  CheckpointUploads uploads_;  // outlives supervisor_
   std::unique_ptr<Supervisor> supervisor_;
   std::vector<pid_t> groups_;
 };
@@ -113,6 +116,59 @@ TEST_F(SupervisorClock, ARankIgnoringSigtermIsKilledWhenTheGracePassesOnTheClock
   EXPECT_EQ(done.state, JobState::CANCELLED);
   ASSERT_EQ(done.ranks.size(), 1u);
   EXPECT_EQ(done.ranks[0].signal, SIGKILL);
+}
+
+// The done-when of issue 38: one parse of the spec's text per submit and one per recovery, however
+// many steps (queue, launch, uploads, ticks, cancel) read it. SpecTextParses counts every parse of a
+// spec text in the process (agent/job_spec.h), so a second parse anywhere on these paths fails this.
+TEST_F(SupervisorClock, TheSpecIsParsedOnceAtSubmitAndOnceAtRecovery) {
+  StartSupervisor(10s);
+  uint64_t before = SpecTextParses();
+  const JobRecord job = Submit({{"mode", "sleep"}, {"step_ms", 5}});
+  ASSERT_NE(job.spec, nullptr) << "the record carries the typed spec";
+  EXPECT_EQ(job.spec->output_dir, job.job_dir + "/run");
+  WaitForJob(job.id, [](const JobRecord& r) { return r.state == JobState::RUNNING && r.last_step >= 1; });
+  WaitForClockReads(5);  // a few ticks of the running job
+  EXPECT_EQ(SpecTextParses() - before, 1u) << "submit, queue, launch, uploads, ticks";
+  EXPECT_EQ(supervisor_->SpecOf(job.id), job.spec);
+
+  // A restarted agent (the ranks run on): recovery parses the stored text once.
+  supervisor_->Stop();
+  supervisor_.reset();
+  before = SpecTextParses();
+  StartSupervisor(10s);
+  EXPECT_EQ(SpecTextParses() - before, 1u);
+  const std::shared_ptr<const JobSpec> recovered = supervisor_->SpecOf(job.id);
+  ASSERT_NE(recovered, nullptr);
+  EXPECT_EQ(CanonicalSpecJson(*recovered), CanonicalSpecJson(*job.spec));
+  WaitForClockReads(5);
+  std::promise<StatusOr<JobRecord>> cancelled;
+  supervisor_->Cancel(job.id, [&](StatusOr<JobRecord> r) { cancelled.set_value(std::move(r)); });
+  StatusOr<JobRecord> cancelling = cancelled.get_future().get();
+  ASSERT_TRUE(cancelling.ok()) << cancelling.status().ToString();
+  EXPECT_EQ(cancelling->spec, recovered);
+  EXPECT_EQ(WaitForJob(job.id, [](const JobRecord& r) { return IsFinal(r.state); }).state,
+            JobState::CANCELLED);
+  EXPECT_EQ(SpecTextParses() - before, 1u) << "recovery, ticks, cancel, the end";
+  EXPECT_TRUE(WaitFor([&] { return supervisor_->SpecOf(job.id) == nullptr; })) << "dropped once final";
+}
+
+// A job whose stored spec no longer reads back (a damaged database) fails at recovery with the
+// reason; the agent starts and serves the others.
+TEST_F(SupervisorClock, AQueuedJobWhoseStoredSpecDoesNotReadBackFailsAtRecovery) {
+  JobRecord rec;
+  rec.job_dir = dir_.path() + "/jobs/";
+  auto inserted = store_->InsertJob(rec);
+  ASSERT_TRUE(inserted.ok()) << inserted.status().ToString();
+  inserted->spec_json = R"({"model": {"config": {}}})";
+  ASSERT_TRUE(store_->SaveJob(*inserted, nullptr).ok());
+  StartSupervisor(10s);
+  const JobRecord failed = WaitForJob(inserted->id, [](const JobRecord& r) { return IsFinal(r.state); });
+  EXPECT_EQ(failed.state, JobState::FAILED);
+  EXPECT_EQ(failed.reason,
+            "agent-restart: cannot recover the job: its spec does not read back: " + inserted->id +
+                " spec: field 'data': is required (data.train lists JSONL files)");
+  EXPECT_EQ(supervisor_->SpecOf(inserted->id), nullptr);
 }
 
 }  // namespace

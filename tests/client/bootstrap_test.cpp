@@ -1,9 +1,9 @@
-// `sftctl bootstrap`'s policy (client/bootstrap.h) and the host script's probe and poll
+// `sftctl bootstrap`'s policy (client/bootstrap/bootstrap.h) and the host script's probe and poll
 // (deploy/host/sftctl-host.sh), without a remote host: the real script runs here under a temporary
 // HOME, and a scripted HostShell plays the host for the decisions (up to date, upload only what the
 // host lacks, follow the worker, report its failure with the log). The whole thing against a real
 // fresh Debian 13 host is tests/remote/bootstrap_e2e.sh.
-#include "client/bootstrap.h"
+#include "client/bootstrap/bootstrap.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <functional>
 #include <sstream>
 
-#include "client/host_probe.h"
+#include "client/bootstrap/host_probe.h"
 #include "common/sha256.h"
 #include "common/source_id.h"
 #include "tests/ssh/sshd_fixture.h"

@@ -1,5 +1,6 @@
-// This machine's checkpoint key (client/checkpoint_key.h): made once, private, one run key per prefix.
-#include "client/checkpoint_key.h"
+// This machine's checkpoint key (client/transfer/checkpoint_key.h): made once, private, one run key per
+// prefix.
+#include "client/transfer/checkpoint_key.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

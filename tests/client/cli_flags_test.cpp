@@ -112,7 +112,7 @@ std::string Parse(CLI::App& app, std::vector<std::string> args) {
   return "";
 }
 
-// What sftctl-trainer stored, flag by flag (bound by kind, as trainer/main.cpp binds its structs).
+// What sftctl-trainer stored, flag by flag (bound by kind, as trainer/tools/main.cpp binds its structs).
 struct TrainerSide {
   std::map<std::string, std::string> text;
   std::map<std::string, int64_t> ints;
@@ -136,22 +136,22 @@ struct TrainerSide {
       }
       switch (f.kind) {
         case FlagKind::kString:
-          b.Bind(n, &text[n]);
+          b.Bind(f, &text[n]);
           break;
         case FlagKind::kInt:
-          b.Bind(n, &ints[n]);
+          b.Bind(f, &ints[n]);
           break;
         case FlagKind::kUint:
-          b.Bind(n, &uints[n]);
+          b.Bind(f, &uints[n]);
           break;
         case FlagKind::kDouble:
-          b.Bind(n, &doubles[n]);
+          b.Bind(f, &doubles[n]);
           break;
         case FlagKind::kBool:
-          b.Bind(n, &bools[n]);
+          b.Bind(f, &bools[n]);
           break;
         case FlagKind::kStrings:
-          b.Bind(n, &lists[n]);
+          b.Bind(f, &lists[n]);
           break;
       }
     }
@@ -307,7 +307,7 @@ TEST_F(FlagTable, TheHelpsDefaultIsTheTrainersDefault) {
   TrainerSide side;
   cli::FlagBindings b = side.Bind(def);
   int64_t drifted = 128;
-  b.Bind("--max-new-tokens", &drifted);
+  b.Bind(cli::flag::kMaxNewTokens, &drifted);
   CLI::App trainer;
   try {
     cli::AddBoundCommand(trainer, def, b);
@@ -324,11 +324,11 @@ TEST_F(FlagTable, ABindingOfTheWrongTypeIsAProgrammingError) {
   TrainerSide side;
   cli::FlagBindings b = side.Bind(def);
   std::string wrong;
-  b.Bind("--max-new-tokens", &wrong);
+  b.Bind(cli::flag::kMaxNewTokens, &wrong);
   CLI::App trainer;
   EXPECT_THROW(cli::AddBoundCommand(trainer, def, b), std::logic_error);
   cli::FlagBindings extra = side.Bind(def);
-  extra.Bind("--not-in-the-table", &wrong);
+  extra.Bind(cli::FlagName{"--not-in-the-table"}, &wrong);
   CLI::App trainer2;
   EXPECT_THROW(cli::AddBoundCommand(trainer2, def, extra), std::logic_error);
 }

@@ -1,9 +1,9 @@
-// ConnectionRamp (client/connection_ramp.h): a fixed number stays fixed; otherwise one connection at
+// ConnectionRamp (client/remote/connection_ramp.h): a fixed number stays fixed; otherwise one connection at
 // the start, one more each second while the last one added raised the rate by 15% or more, never past
 // the maximum. Time is an OffsetClock the test moves, so the rule is tested without sleeping (a real
 // second passing during a test only makes an interval longer; every bound below keeps its answer
 // for intervals up to twice as long).
-#include "client/connection_ramp.h"
+#include "client/remote/connection_ramp.h"
 
 #include <gtest/gtest.h>
 

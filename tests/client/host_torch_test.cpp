@@ -14,7 +14,7 @@
 #include <fstream>
 #include <string>
 
-#include "client/host_probe.h"
+#include "client/bootstrap/host_probe.h"
 #include "tests/util/command.h"
 #include "tests/util/temp_dir.h"
 

@@ -1,7 +1,7 @@
-// Job references and ids (client/job_registry.h, client/job_target.h): only "job-N" ids are stored,
-// used or printed, and the HOST of "HOST/job-N" passes OpenSSH's host name rules before anything
-// uses it. Ends with the real `sftctl logs` given a reference whose host would run a command through
-// a ProxyCommand's shell (issue 26).
+// Job references and ids (client/remote/job_registry.h, client/remote/job_target.h): only "job-N" ids are
+// stored, used or printed, and the HOST of "HOST/job-N" passes OpenSSH's host name rules before anything uses
+// it. Ends with the real `sftctl logs` given a reference whose host would run a command through a
+// ProxyCommand's shell (issue 26).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "client/job_registry.h"
-#include "client/job_target.h"
+#include "client/remote/job_registry.h"
+#include "client/remote/job_target.h"
 #include "tests/util/command.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"

@@ -1,7 +1,7 @@
-// client/job_usage.h: run time from a job's state history (or its latest launch), GPU-hours, the cost
+// client/remote/job_usage.h: run time from a job's state history (or its latest launch), GPU-hours, the cost
 // from the host's price per hour and the job's share of its GPUs, on an injected "now"; and the text
 // status prints for a step record's resource fields.
-#include "client/job_usage.h"
+#include "client/remote/job_usage.h"
 
 #include <gtest/gtest.h>
 

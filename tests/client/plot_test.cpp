@@ -1,6 +1,6 @@
-// client/plot.h: the PNG is valid and has the requested size, the curves are drawn in their colors,
+// client/metrics/plot.h: the PNG is valid and has the requested size, the curves are drawn in their colors,
 // metrics files are read with line-numbered errors, and failures are specific and leave nothing behind.
-#include "client/plot.h"
+#include "client/metrics/plot.h"
 
 #include <cairo.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
-// client/progress.h: the live transfer line. Its label (a Hub file name, an agent's artifact path)
+// client/transfer/progress.h: the live transfer line. Its label (a Hub file name, an agent's artifact path)
 // comes from another machine: only the line's own "\r\x1b[K" reaches the terminal as a control.
-#include "client/progress.h"
+#include "client/transfer/progress.h"
 
 #include <gtest/gtest.h>
 

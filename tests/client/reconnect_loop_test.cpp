@@ -1,5 +1,5 @@
-// The client's one reconnect loop (Reconnector::Run in client/agent_session.h), on an OffsetClock: which
-// failures are retried, the back-off it sleeps (doubling, capped), when it gives up (attempts, time
+// The client's one reconnect loop (Reconnector::Run in client/remote/agent_session.h), on an OffsetClock:
+// which failures are retried, the back-off it sleeps (doubling, capped), when it gives up (attempts, time
 // since the last progress) and with which error, and what counts as progress. No real time passes:
 // the back-offs move the clock.
 #include <gmock/gmock.h>
@@ -8,7 +8,7 @@
 #include <chrono>
 #include <memory>
 
-#include "client/agent_session.h"
+#include "client/remote/agent_session.h"
 #include "tests/util/offset_clock.h"
 #include "tests/util/status_matchers.h"
 

@@ -1,8 +1,8 @@
-// TensorBoard event files (common/formats/tensorboard.h, client/tensorboard_export.h): the files are read
-// back the way TensorBoard reads them — tests/client/tensorboard/read_events.py checks every record's masked
-// CRC-32C with its own CRC code and parses every Event with python3-protobuf and protos compiled here by
-// protoc — and must hold exactly metrics.jsonl's scalars at their steps, each once. The end-to-end tests run
-// the real sftctl, sftctl-trainer and sftd.
+// TensorBoard event files (common/formats/tensorboard.h, client/metrics/tensorboard_export.h): the files are
+// read back the way TensorBoard reads them — tests/client/tensorboard/read_events.py checks every record's
+// masked CRC-32C with its own CRC code and parses every Event with python3-protobuf and protos compiled here
+// by protoc — and must hold exactly metrics.jsonl's scalars at their steps, each once. The end-to-end tests
+// run the real sftctl, sftctl-trainer and sftd.
 #include "common/formats/tensorboard.h"
 
 #include <gmock/gmock.h>
@@ -14,7 +14,7 @@
 #include <map>
 #include <set>
 
-#include "client/tensorboard_export.h"
+#include "client/metrics/tensorboard_export.h"
 #include "tests/remote/remote_test_util.h"
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
@@ -301,7 +301,7 @@ TEST(TensorBoardE2E, RunLocalAndSpecWriteTheSameSeriesAcrossAResume) {
 }
 
 // `logs -f --tensorboard DIR` against a local agent; following again writes nothing new. The agent has
-// a price per hour: `logs -f`, `status` and `list` show the job's usage and cost (client/job_usage.h),
+// a price per hour: `logs -f`, `status` and `list` show the job's usage and cost (client/remote/job_usage.h),
 // and status the latest step's resource figures.
 TEST(TensorBoardE2E, LogsFollowWritesTheJobsSeriesOnceAndUsageIsShown) {
   TempDir tmp("tb-logs");

@@ -97,7 +97,7 @@ TEST(SourceArchive, PacksOnlyTheTrackedFilesOfTheSourceFolders) {
   const std::set<std::string> tracked_sources = {"CMakeLists.txt",
                                                  "CMakePresets.json",
                                                  "agent/sftd.cpp",
-                                                 "client/main.cpp",
+                                                 "client/commands/main.cpp",
                                                  "cmake/x.cmake",
                                                  "common/a.cpp",
                                                  "deploy/host/sftctl-host.sh",

@@ -1,7 +1,7 @@
-// The spec's table of fields (common/spec_fields.h): canonical JSON and error texts held to a golden
+// The spec's table of fields (common/spec/spec_fields.h): canonical JSON and error texts held to a golden
 // taken from the hand-written parser the table replaced, docs/spec.md held to the table, `--set` on
 // fields the canonical JSON leaves out, and the `slurm:` section.
-#include "common/spec_fields.h"
+#include "common/spec/spec_fields.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <map>
 #include <sstream>
 
-#include "common/spec.h"
-#include "common/spec_yaml.h"
+#include "common/spec/spec.h"
+#include "common/spec/spec_yaml.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 
@@ -105,7 +105,7 @@ TEST(SpecFields, DocsSpecMdListsTheTable) {
     const std::string h = i < have.size() ? have[i] : "(nothing)";
     const std::string w = i < want.size() ? want[i] : "(nothing)";
     if (h == w) continue;
-    ADD_FAILURE() << "docs/spec.md's field list and the table (common/spec_fields.cpp) disagree at row "
+    ADD_FAILURE() << "docs/spec.md's field list and the table (common/spec/spec_fields.cpp) disagree at row "
                   << i + 1 << ":\n  docs/spec.md: " << h << "\n  the table:    " << w
                   << "\nPut the output of `sftctl spec --fields --markdown` between the markers.";
     break;
@@ -193,6 +193,41 @@ TEST(SpecFields, SetTypesValuesByTheField) {
   EXPECT_THAT(
       WithSets({"checkpoint.upload_to=bucket"}),
       StatusIs(StatusCode::kInvalidArgument, HasSubstr("field 'checkpoint.upload_to': must be s3://")));
+}
+
+// FIELD+=VALUE adds: entries after a list's own, fields over a section's own (an absent one is turned
+// on). What `submit --slurm-arg` and `--slurm` become (client/commands/spec_flags.h).
+TEST(SpecFields, SetAddsToListsAndSections) {
+  auto spec = WithSets({"data.train+=b.jsonl", "data.train+=[c.jsonl, d.jsonl]", "slurm.extra_args+=1"});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->data.train, (std::vector<std::string>{"t.jsonl", "b.jsonl", "c.jsonl", "d.jsonl"}));
+  ASSERT_TRUE(spec->slurm.has_value());  // a field of the absent section turned it on
+  EXPECT_EQ(spec->slurm->extra_args, std::vector<std::string>{"1"});  // an entry is text as written
+
+  spec = WithSets({"slurm+={}"});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_TRUE(spec->slurm.has_value());
+  EXPECT_EQ(ToJson(*spec)["slurm"], ToJson(SpecDefaults())["slurm"]);
+  spec = WithSets({"slurm.partition=gpu", "slurm+={nodes: 2}", "slurm+={}"});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->slurm->partition, "gpu");  // kept
+  EXPECT_EQ(spec->slurm->nodes, 2);
+
+  EXPECT_THAT(WithSets({"train.lr+=1"}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("+= adds entries")));
+  EXPECT_THAT(WithSets({"slurm+=[a]"}), StatusIs(StatusCode::kInvalidArgument, HasSubstr("+= adds entries")));
+  EXPECT_THAT(WithSets({"+=1"}), StatusIs(StatusCode::kInvalidArgument, HasSubstr("unknown field")));
+}
+
+// A flag's text set through YamlQuoted stays that text, whatever YAML would make of it plain.
+TEST(SpecFields, YamlQuotedValuesStayAsTyped) {
+  for (const std::string text :
+       {"null", "~", "1e3", "true", "[a]", "{a: 1}", "a: b # c", "#x", "-", "'q'", "\"q\"", "back\\slash",
+        "tab\there", "new\nline", "\x01\x7f", "ü ✓", "*a", "!t"}) {
+    auto spec = WithSets({"name=" + YamlQuoted(text)});
+    ASSERT_TRUE(spec.ok()) << text << ": " << spec.status().ToString();
+    EXPECT_EQ(spec->name, text);
+  }
 }
 
 TEST(SpecFields, SetStillRefusesUnknownPaths) {

@@ -1,5 +1,5 @@
 // JobSpec parsing: defaults, strictness, messages that name the field and the YAML line.
-#include "common/spec.h"
+#include "common/spec/spec.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/spec_yaml.h"
+#include "common/spec/spec_yaml.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 

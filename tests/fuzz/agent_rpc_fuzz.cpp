@@ -44,6 +44,7 @@ constexpr char kToken[] = "fuzz-token-0123456789abcdef0123456789abcdef";
 struct World {
   std::unique_ptr<StateStore> store;
   std::unique_ptr<BlobStore> blobs;
+  std::unique_ptr<CheckpointUploads> uploads;  // outlives the supervisor
   std::unique_ptr<Supervisor> supervisor;
   std::unique_ptr<Artifacts> artifacts;
   std::unique_ptr<Authenticator> auth;
@@ -84,7 +85,8 @@ World* MakeWorld() {
   cfg.cpu_slots = 2;
   cfg.kill_grace = std::chrono::milliseconds(50);
   cfg.poll = std::chrono::milliseconds(20);
-  w->supervisor = std::make_unique<Supervisor>(cfg, w->store.get(), w->blobs.get());
+  w->uploads = std::make_unique<CheckpointUploads>();
+  w->supervisor = std::make_unique<Supervisor>(cfg, w->store.get(), w->blobs.get(), w->uploads.get());
   Must(w->supervisor->Start(), "Supervisor::Start");
   w->artifacts = std::make_unique<Artifacts>(w->store.get());
   w->auth = std::make_unique<Authenticator>(kToken);
@@ -104,7 +106,7 @@ World* MakeWorld() {
   w->stub = v1::Agent::NewStub(w->server->InProcessChannel(grpc::ChannelArguments()));
   // job-1 (fails at launch: no trainer) with a file in its run folder, and one complete blob.
   v1::SubmitJobRequest submit;
-  submit.set_spec_json(R"({"output_dir": "x"})");
+  submit.set_spec_json(R"({"output_dir": "x", "model": {"config": {}}, "data": {"train": ["t.jsonl"]}})");
   v1::Job job;
   if (!w->stub->SubmitJob(Ctx(true).get(), submit, &job).ok()) std::abort();
   fuzz::WriteFile(job.job_dir() + "/run/metrics.jsonl", "{\"step\": 1}\n");

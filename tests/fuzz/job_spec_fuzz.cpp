@@ -1,6 +1,7 @@
 // Fuzz target: the agent's validation of a SubmitJob request from a client (agent/job_spec.h):
-// ValidateSpec over the request's spec_json and blob references, then what the supervisor does
-// with an accepted one — MaterializeFolders in a job folder, SetOutputDir and dump().
+// ValidateSpec over the request's spec_json and blob references (the agent's one parse of it), then
+// what the supervisor does with an accepted one — MaterializeFolders in a job folder, the run folder
+// as output_dir and CanonicalSpecJson.
 //
 // Input: "<spec_json>" ["\n#####\n" "<blob refs>"], one ref per line:
 // "<json_pointer>\t<sha256>\t<dir_entry>". A sha256 field of one character c stands for 64 times
@@ -8,7 +9,7 @@
 // blob_path answers "/blobs/<sha>", or FAILED_PRECONDITION for shas starting with "f" (not uploaded).
 //
 // Properties checked: every folder entry of an accepted request passes CheckRelativePath and is
-// materialised beneath the job folder; the spec after SetOutputDir dumps.
+// materialised beneath the job folder; the accepted spec's canonical text reads back to the same spec.
 #include <filesystem>
 
 #include "agent/job_spec.h"
@@ -46,7 +47,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(!spec.status().message().empty(), "an error without a message");
     return 0;
   }
-  FUZZ_CHECK(spec->is_object(), "an accepted spec that is not an object");
   for (const SpecFolder& f : folders) {
     for (const auto& [entry, path] : f.entries) {
       FUZZ_CHECK(CheckRelativePath(entry).ok(), "an accepted folder entry the policy refuses: " + entry);
@@ -67,7 +67,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     std::filesystem::remove_all(job_dir, ec);
   }
-  SetOutputDir(&*spec, job_dir + "/run");
-  (void)spec->dump(2, ' ', false, nlohmann::json::error_handler_t::replace);  // as the supervisor writes it
+  spec->output_dir = job_dir + "/run";
+  const std::string text = CanonicalSpecJson(*spec);  // as the supervisor writes it
+  auto back = ParseStoredSpec(text, "spec");          // as a restarted agent reads it
+  FUZZ_CHECK(back.ok(), "an accepted spec that does not read back: " + back.status().message());
+  FUZZ_CHECK(CanonicalSpecJson(**back) == text, "an accepted spec that reads back changed");
   return 0;
 }

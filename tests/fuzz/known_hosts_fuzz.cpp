@@ -1,5 +1,5 @@
-// Fuzz target: a known_hosts file (client/ssh/known_hosts.h) checked and appended to with a bare
-// libssh2 session (no connection), plus the key helpers it relies on (client/ssh/ssh_keys.h:
+// Fuzz target: a known_hosts file (client/remote/ssh/known_hosts.h) checked and appended to with a bare
+// libssh2 session (no connection), plus the key helpers it relies on (client/remote/ssh/ssh_keys.h:
 // Base64Decode, KeyTypeOfBlob) on each line's key field.
 //
 // Input: the file's bytes. Three fixed host keys (two ed25519, one ECDSA; the seeds name them)
@@ -11,8 +11,8 @@
 
 #include <sstream>
 
-#include "client/ssh/known_hosts.h"
-#include "client/ssh/ssh_keys.h"
+#include "client/remote/ssh/known_hosts.h"
+#include "client/remote/ssh/ssh_keys.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace sftctl;

@@ -1,11 +1,11 @@
 // Fuzz target: a metric record the client got from an agent (the trainer's line, journaled): the
-// step-record reader of `status` (client/job_usage.h ParseStepRecord) and the scalars `logs
+// step-record reader of `status` (client/remote/job_usage.h ParseStepRecord) and the scalars `logs
 // --tensorboard` writes (common/formats/tensorboard.h ScalarsOf). Issue 37: {"event":7,...} made both
 // abort (exit 134). Properties: neither throws; an error is INVALID_ARGUMENT naming "metric record";
 // every scalar is finite and tagged train/ or eval/.
 #include <cmath>
 
-#include "client/job_usage.h"
+#include "client/remote/job_usage.h"
 #include "common/formats/tensorboard.h"
 #include "common/json_parse.h"
 #include "tests/fuzz/fuzz_util.h"

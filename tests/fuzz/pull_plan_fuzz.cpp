@@ -1,5 +1,5 @@
 // Fuzz target: what an untrusted agent sends the client about a job's files, and the client's
-// defences: PlanPull (client/pull_plan.h) over a fuzzed ListArtifacts response, the safe-path
+// defences: PlanPull (client/transfer/pull_plan.h) over a fuzzed ListArtifacts response, the safe-path
 // policy (common/safe_path.h: CheckRelativePath, PathBeneath) and EscapeForTerminal
 // (common/terminal_text.h) on every path and error message the client would print.
 //
@@ -19,7 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "client/pull_plan.h"
+#include "client/transfer/pull_plan.h"
 #include "common/safe_path.h"
 #include "common/terminal_text.h"
 #include "tests/fuzz/fuzz_util.h"

@@ -6,7 +6,7 @@
 // spec.json and the trainer parses that file, so whatever the client accepts, the trainer must accept
 // unchanged.
 #include "common/json_parse.h"
-#include "common/spec.h"
+#include "common/spec/spec.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace sftctl;
@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The client writes ToJson(spec).dump(2) to spec.json; the trainer parses that text again.
   const std::string text = ToJson(*spec).dump(2);
-  // (trainer/main.cpp ReadSpecJson)
+  // (trainer/tools/main.cpp ReadSpecJson)
   nlohmann::json reread = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   FUZZ_CHECK(!reread.is_discarded(), "the canonical JSON does not parse:\n" + text);
   auto again = ParseSpec(reread, "");

@@ -7,8 +7,8 @@
 //
 // Properties checked: an accepted spec's canonical JSON dumps (as `sftctl run` writes it, strict
 // UTF-8) and the text parses again (as the trainer reads spec.json) to itself.
-#include "common/spec.h"
-#include "common/spec_yaml.h"
+#include "common/spec/spec.h"
+#include "common/spec/spec_yaml.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace sftctl;
@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   nlohmann::json j = ToJson(*spec);
   const std::string dumped = j.dump(2);  // cmd_run.cpp writes ToJson(spec).dump(2) to spec.json
-  // ... and the trainer parses that text (trainer/main.cpp ReadSpecJson)
+  // ... and the trainer parses that text (trainer/tools/main.cpp ReadSpecJson)
   nlohmann::json reread = nlohmann::json::parse(dumped, nullptr, /*allow_exceptions=*/false);
   FUZZ_CHECK(!reread.is_discarded(), "the canonical JSON does not parse:\n" + dumped);
   auto again = ParseSpec(reread, "");

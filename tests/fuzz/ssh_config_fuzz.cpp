@@ -1,4 +1,4 @@
-// Fuzz target: ~/.ssh/config and the "[user@]host[:port]" a user types (client/ssh/ssh_config.h):
+// Fuzz target: ~/.ssh/config and the "[user@]host[:port]" a user types (client/remote/ssh/ssh_config.h):
 // ParseHostSpec, LookupSshConfig, ResolveHost (the config read from a file), MatchHostPattern,
 // ExpandTilde.
 //
@@ -8,7 +8,7 @@
 // config's identity files are kept in order without duplicates.
 #include <algorithm>
 
-#include "client/ssh/ssh_config.h"
+#include "client/remote/ssh/ssh_config.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace sftctl;

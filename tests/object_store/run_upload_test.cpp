@@ -104,7 +104,7 @@ TEST_F(RunUploadTest, UploadsEveryCheckpointAndResumesBitExactlyFromTheBucket) {
 
   // A stranger in the bucket (issue 37, item 3): a copy of checkpoint-4 planted as checkpoint-000099,
   // its state and manifest consistent, but not signed with this machine's key for the prefix
-  // (client/checkpoint_key.h). A resume passes over it and takes checkpoint-4 again.
+  // (client/transfer/checkpoint_key.h). A resume passes over it and takes checkpoint-4 again.
   const std::string planted = dir.path() + "/planted/checkpoint-000099";
   fs::create_directories(fs::path(planted).parent_path());
   fs::copy(a + "/checkpoint-000004", planted, fs::copy_options::recursive);

@@ -40,6 +40,7 @@ grep -q '^GPU checklist:' "$LOG" || { tail -n 40 "$LOG" >&2; echo "gpu_checklist
 expect build 'ok .*NCCL compiled in: yes'
 expect tests 'ok .*tests passed.*CPU: no GPU'
 expect nccl 'skipped \(no GPU\)'
+expect zero 'skipped \(no GPU\)'
 expect train 'skipped \(no GPU\) .*resume check ran on the CPU'
 grep -qE '^ +resume ok: steps 6-10 after resuming at step 5 equal' "$LOG" ||
   { echo "gpu_checklist_check: no 'resume ok' line under the train row" >&2; bad=1; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compiles every translation unit of client/ (with client/ssh), common/ and trainer/ for
+# Compiles every translation unit of client/ (with client/remote/ssh), common/ and trainer/ for
 # aarch64-macos and x86_64-macos at syntax level, without a Mac: zig 0.11's clang carries the macOS
 # libc and libc++ headers. Third-party headers come from this machine's Debian packages (only the
 # libraries' own include folders, never /usr/include itself, which would pull in Linux system
@@ -113,7 +113,7 @@ fi
 # ---- the translation units and their flags --------------------------------------------------
 # Each TU's -D flags come from compile_commands.json when the build has it, minus what a macOS
 # build would not define (the C++ ABI switch, CUDA and NCCL, and the OpenMP parallel backend: zig
-# has no omp.h for macOS, so trainer/parallel.cpp is checked as AppleClang without libomp builds
+# has no omp.h for macOS, so trainer/runtime/parallel.cpp is checked as AppleClang without libomp builds
 # it); a TU the build did not compile (e.g. the trainer in a build without it) gets the defaults of
 # its room. The sources the build compiles in unity batches (CMakeLists.txt sftctl_unity_build: the
 # trainer's and the client's) are checked in the same batches, as a Mac's build compiles them: a
@@ -138,9 +138,10 @@ try:
 except (OSError, ValueError):
     pass
 room_defaults = {"trainer": ["-DUSE_DISTRIBUTED", "-DUSE_C10D_GLOO"]}
-rooms = ["common"] + sorted("common/" + d for d in os.listdir(os.path.join(src, "common"))
-                            if os.path.isdir(os.path.join(src, "common", d)))
-rooms += ["client", "client/ssh", "trainer"]
+# Every folder of common/, client/ and trainer/ that holds a source (client/ and trainer/ are
+# rooms of folders: client/remote/ssh, trainer/model, ...).
+rooms = sorted(os.path.relpath(d, src) for top in ("common", "client", "trainer")
+               for d, _, files in os.walk(os.path.join(src, top)) if any(f.endswith(".cpp") for f in files))
 batched = set()
 for name, text, members, flags in sorted(batches):
     room = os.path.relpath(os.path.dirname(members[0]), src) if members else ""

@@ -102,7 +102,7 @@ done_phase "SFTCTL_NO_FUSED=1 ctest" "$(grep -E 'tests passed' "$LOGS/ctest-sdpa
 phase "trainer and common sources with -D_GLIBCXX_USE_CXX11_ABI=0 (-fsyntax-only)"
 # The trainer's unity batches (trainer/CMakeFiles/.../Unity) hold most trainer sources.
 in_root python3 "$WORK/tests/portability/syntax_check.py" "$BUILD/compile_commands.json" --jobs "$jobs" \
-  --only "^$WORK/(trainer|common)/|/trainer/CMakeFiles/sftctl_trainer\.dir/Unity/" \
+  --only "^$WORK/(trainer|common)/|/trainer/CMakeFiles/sftctl_trainer[a-z_]*\.dir/Unity/" \
   --drop=-D_GLIBCXX_USE_CXX11_ABI --add=-D_GLIBCXX_USE_CXX11_ABI=0 --label "ABI=0 trainer/common" \
   --stamps "$BUILD/abi0-stamps.json" \
   >"$LOGS/abi0.log" 2>&1 ||

@@ -3,7 +3,7 @@
 // its stop action in a file instead of stopping anything.
 #include <gtest/gtest.h>
 
-#include "client/host_summary.h"
+#include "client/remote/host_summary.h"
 #include "tests/remote/remote_test_util.h"
 
 namespace sftctl::remotetest {

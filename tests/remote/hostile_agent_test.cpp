@@ -1,5 +1,5 @@
 // The client against a hostile or flaky agent (the laptop does not trust the GPU host):
-//   - pull (client/pull_plan.h): listed paths that would escape the destination are refused
+//   - pull (client/transfer/pull_plan.h): listed paths that would escape the destination are refused
 //     before anything is written, a symbolic link in the way is refused, and a checkpoint's DONE
 //     marker is fetched last, so an interrupted pull never leaves a folder the trainer would
 //     resume from;
@@ -17,15 +17,15 @@
 #include <mutex>
 #include <sstream>
 
-#include "client/agent_session.h"
-#include "client/checkpoint_sync.h"
-#include "client/job_registry.h"
-#include "client/log_follower.h"
-#include "client/pull_plan.h"
-#include "client/puller.h"
+#include "client/remote/agent_session.h"
+#include "client/remote/job_registry.h"
+#include "client/remote/log_follower.h"
+#include "client/transfer/checkpoint_sync.h"
+#include "client/transfer/pull_plan.h"
+#include "client/transfer/puller.h"
 #include "common/sha256.h"
-#include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
+#include "tests/util/in_process_agent.h"
 #include "tests/util/status_matchers.h"
 
 namespace sftctl::remotetest {
@@ -33,6 +33,7 @@ namespace {
 
 namespace v1 = ::sftctl::v1;
 namespace fs = std::filesystem;
+using ::sftctl::testing::InProcessAgent;
 using ::sftctl::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -85,18 +86,12 @@ v1::ListArtifactsResponse Listing(const std::map<std::string, std::string>& file
 
 class PullPlanTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    grpc::ServerBuilder b;
-    b.RegisterService(&agent_);
-    server_ = b.BuildAndStart();
-    ASSERT_TRUE(server_);
-  }
-  void TearDown() override { server_->Shutdown(); }
+  void SetUp() override { ASSERT_TRUE(server_.Start(&agent_)); }
 
-  std::unique_ptr<client::Reconnector> MakeReconnector() { return InProcessReconnector(server_.get(), 2); }
+  std::unique_ptr<client::Reconnector> MakeReconnector() { return server_.NewReconnector(2); }
 
   MapAgent agent_;
-  std::unique_ptr<grpc::Server> server_;
+  InProcessAgent server_;  // (after agent_: it shuts down first)
   TempDir tmp_;
 };
 
@@ -355,11 +350,9 @@ TEST(KeepNewestCheckpoints, FollowKeepTrustsTheListedStepAndSparesTheUsersFolder
   agent.listings = {Listing(big, 3), Listing(four, 4)};
   agent.files = big;
   agent.files.insert(four.begin(), four.end());
-  grpc::ServerBuilder b;
-  b.RegisterService(&agent);
-  auto server = b.BuildAndStart();
-  ASSERT_TRUE(server);
-  auto rc = InProcessReconnector(server.get(), 2);
+  InProcessAgent server;
+  ASSERT_TRUE(server.Start(&agent));
+  auto rc = server.NewReconnector(2);
   client::JobRecord rec;
   rec.host = "gpu";
   rec.id = "job-1";
@@ -374,7 +367,6 @@ TEST(KeepNewestCheckpoints, FollowKeepTrustsTheListedStepAndSparesTheUsersFolder
   std::streambuf* old = std::cout.rdbuf(captured.rdbuf());
   const int code = client::SyncCheckpoints(o, rec, node, rc.get());
   std::cout.rdbuf(old);
-  server->Shutdown();
   EXPECT_EQ(code, 0) << captured.str();
   for (const char* mine : {"checkpoint-000001", "checkpoint-000002"})
     EXPECT_EQ(ReadWholeFile(dir + "/" + mine + "/model.safetensors"), "mine") << mine;

@@ -1,8 +1,8 @@
-// Range pulls (client/range_pull.h) against an in-process fake agent (real gRPC, one in-process
+// Range pulls (client/transfer/range_pull.h) against an in-process fake agent (real gRPC, one in-process
 // channel per connection) that serves byte ranges and misbehaves on purpose: a stream dropped in the
 // middle of a range, a file that changes between ranges, an agent that predates ranges, a run that
 // stops half way and is resumed by the next one.
-#include "client/range_pull.h"
+#include "client/transfer/range_pull.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -15,11 +15,11 @@
 #include <mutex>
 #include <set>
 
-#include "client/agent_session.h"
-#include "client/puller.h"
+#include "client/remote/agent_session.h"
+#include "client/transfer/puller.h"
 #include "common/sha256.h"
-#include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
+#include "tests/util/in_process_agent.h"
 #include "tests/util/status_matchers.h"
 
 namespace sftctl::remotetest {
@@ -28,6 +28,7 @@ namespace {
 namespace v1 = ::sftctl::v1;
 using client::AgentSession;
 using client::Reconnector;
+using ::sftctl::testing::InProcessAgent;
 using ::sftctl::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -125,20 +126,13 @@ std::string Pattern(size_t n, int seed) {
 class RangePull : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder b;
-    b.RegisterService(&agent_);
-    server_ = b.BuildAndStart();
-    ASSERT_TRUE(server_);
+    ASSERT_TRUE(server_.Start(&agent_));
     agent_.file = Pattern(1000000, 1);  // 15.3 blocks of 64 KiB
     sha_ = Sha256Hex(agent_.file);
     part_ = tmp_.path() + "/model.bin.part";
   }
-  void TearDown() override { server_->Shutdown(); }
-
   // Each session is a new in-process channel: one "connection" per worker.
-  std::unique_ptr<Reconnector> MakeReconnector() {
-    return InProcessReconnector(server_.get(), 3, &connects_);
-  }
+  std::unique_ptr<Reconnector> MakeReconnector() { return server_.NewReconnector(3); }
 
   Status Pull(int streams, client::RangePullResult* r) {
     auto rc = MakeReconnector();
@@ -150,8 +144,7 @@ class RangePull : public ::testing::Test {
   }
 
   RangeAgent agent_;
-  std::unique_ptr<grpc::Server> server_;
-  std::atomic<int> connects_{0};
+  InProcessAgent server_;  // (after agent_: it shuts down first)
   TempDir tmp_;
   std::string sha_, part_;
 };
@@ -163,7 +156,7 @@ TEST_F(RangePull, BlocksArriveOverSeveralConnectionsAndTheWholeVerifies) {
   EXPECT_EQ(ReadWholeFile(part_), agent_.file);
   EXPECT_FALSE(std::filesystem::exists(part_ + ".ranges"));
   EXPECT_EQ(r.streams, 3);
-  EXPECT_EQ(connects_.load(), 3);
+  EXPECT_EQ(server_.connects(), 3);
   EXPECT_EQ(r.bytes_fetched, agent_.file.size());
   EXPECT_FALSE(r.resumed);
   // Every block asked for once, as its own range; the last one is short.
@@ -183,7 +176,7 @@ TEST_F(RangePull, OneConnectionStreamsSeveralRangesAtOnce) {
   Status s = Pull(1, &r);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(ReadWholeFile(part_), agent_.file);
-  EXPECT_EQ(connects_.load(), 1);
+  EXPECT_EQ(server_.connects(), 1);
   // (More may overlap for a moment: a finished range's handler can still be returning when the lane's
   // next range starts.)
   EXPECT_GE(agent_.MaxActive(), client::kLanesPerConnection);

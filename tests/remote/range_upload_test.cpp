@@ -1,6 +1,6 @@
-// Range uploads (client/range_upload.h) into the agent's real BlobStore, behind a small in-process
+// Range uploads (client/transfer/range_upload.h) into the agent's real BlobStore, behind a small in-process
 // service (real gRPC, one in-process channel per connection) that can drop a block's stream half way.
-#include "client/range_upload.h"
+#include "client/transfer/range_upload.h"
 
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
@@ -13,8 +13,8 @@
 #include "agent/blob_store.h"
 #include "agent/state_store.h"
 #include "common/sha256.h"
-#include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
+#include "tests/util/in_process_agent.h"
 #include "tests/util/offset_clock.h"
 #include "tests/util/status_matchers.h"
 
@@ -22,6 +22,7 @@ namespace sftctl::remotetest {
 namespace {
 
 namespace v1 = ::sftctl::v1;
+using ::sftctl::testing::InProcessAgent;
 using ::sftctl::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -85,22 +86,17 @@ class RangeUpload : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(blobs_.Init().ok());
-    grpc::ServerBuilder b;
-    b.RegisterService(&agent_);
-    server_ = b.BuildAndStart();
-    ASSERT_TRUE(server_);
+    ASSERT_TRUE(server_.Start(&agent_));
     data_.resize(5 * kBlock + 1234);
     for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<char>((i * 131) >> 3);
     sha_ = Sha256Hex(data_);
     file_ = tmp_.path() + "/train.jsonl";
     WriteWholeFile(file_, data_);
   }
-  void TearDown() override { server_->Shutdown(); }
-
-  // With `connections` > 0 fixed, else chosen as the upload does (client/connection_ramp.h).
+  // With `connections` > 0 fixed, else chosen as the upload does (client/remote/connection_ramp.h).
   Status Upload(const std::string& sha, client::UploadStats* stats, int connections = kConnections,
                 const Clock* clock = Clock::Real()) {
-    auto rc = InProcessReconnector(server_.get(), 3, &connects_);
+    auto rc = server_.NewReconnector(3);
     v1::BlobStatus held;
     auto st = blobs_.StatBlob(sha);
     if (st.ok()) {
@@ -119,8 +115,7 @@ class RangeUpload : public ::testing::Test {
   std::unique_ptr<agent::StateStore> state_ = agent::StateStore::Open(tmp_.path() + "/agent.db").value();
   agent::BlobStore blobs_{tmp_.path() + "/blobs", state_.get()};
   BlobAgent agent_{&blobs_};
-  std::unique_ptr<grpc::Server> server_;
-  std::atomic<int> connects_{0};
+  InProcessAgent server_;  // (after agent_: it shuts down first)
   std::string data_, sha_, file_;
 };
 
@@ -129,7 +124,7 @@ TEST_F(RangeUpload, BlocksGoOverSeveralConnectionsAndTheWholeVerifies) {
   Status s = Upload(sha_, &stats);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(Stored(), data_);
-  EXPECT_EQ(connects_.load(), kConnections);
+  EXPECT_EQ(server_.connects(), kConnections);
   EXPECT_EQ(stats.bytes_sent, data_.size());
   EXPECT_EQ(stats.files_sent, 1);
   const auto streams = agent_.Streams();
@@ -145,7 +140,7 @@ TEST_F(RangeUpload, UnfixedItStartsWithOneConnection) {
   Status s = Upload(sha_, &stats, /*connections=*/0, &still);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(Stored(), data_);
-  EXPECT_EQ(connects_.load(), 1);
+  EXPECT_EQ(server_.connects(), 1);
   EXPECT_EQ(agent_.Streams().size(), 6u);
 }
 
@@ -157,8 +152,8 @@ TEST_F(RangeUpload, ADroppedBlockIsSentAgainWholeAfterAReconnect) {
   EXPECT_EQ(Stored(), data_);
   EXPECT_EQ(agent_.Streams()[2], 2);
   EXPECT_EQ(agent_.Streams()[3], 1);
-  EXPECT_GT(connects_.load(), kConnections);  // the dropped one reconnected
-  EXPECT_GT(stats.bytes_sent, data_.size());  // the half block, then the whole one
+  EXPECT_GT(server_.connects(), kConnections);  // the dropped one reconnected
+  EXPECT_GT(stats.bytes_sent, data_.size());    // the half block, then the whole one
   EXPECT_LT(stats.bytes_sent, data_.size() + kBlock + 1);
 }
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "client/job_registry.h"
+#include "client/remote/job_registry.h"
 #include "tests/remote/remote_test_util.h"
 
 namespace sftctl::remotetest {

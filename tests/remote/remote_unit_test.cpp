@@ -8,15 +8,15 @@
 #include <atomic>
 #include <mutex>
 
-#include "client/agent_session.h"
-#include "client/log_follower.h"
-#include "client/puller.h"
-#include "client/remote_options.h"
-#include "client/remote_spec.h"
-#include "client/uploader.h"
+#include "client/remote/agent_session.h"
+#include "client/remote/log_follower.h"
+#include "client/remote/remote_options.h"
+#include "client/transfer/puller.h"
+#include "client/transfer/remote_spec.h"
+#include "client/transfer/uploader.h"
 #include "common/sha256.h"
-#include "tests/remote/in_process_agent.h"
 #include "tests/remote/remote_test_util.h"
+#include "tests/util/in_process_agent.h"
 #include "tests/util/status_matchers.h"
 
 namespace sftctl::remotetest {
@@ -25,6 +25,7 @@ namespace {
 namespace v1 = ::sftctl::v1;
 using client::AgentSession;
 using client::Reconnector;
+using ::sftctl::testing::InProcessAgent;
 using ::sftctl::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -128,22 +129,13 @@ class FakeAgent final : public v1::Agent::Service {
 
 class RemoteUnit : public ::testing::Test {
  protected:
-  void SetUp() override {
-    grpc::ServerBuilder b;
-    b.RegisterService(&agent_);
-    server_ = b.BuildAndStart();
-    ASSERT_TRUE(server_);
-  }
-  void TearDown() override { server_->Shutdown(); }
+  void SetUp() override { ASSERT_TRUE(server_.Start(&agent_)); }
 
   // A Reconnector whose sessions are stubs on in-process channels; counts connections.
-  std::unique_ptr<Reconnector> MakeReconnector() {
-    return InProcessReconnector(server_.get(), 3, &connects_);
-  }
+  std::unique_ptr<Reconnector> MakeReconnector() { return server_.NewReconnector(3); }
 
   FakeAgent agent_;
-  std::unique_ptr<grpc::Server> server_;
-  std::atomic<int> connects_{0};
+  InProcessAgent server_;  // (after agent_: it shuts down first)
 };
 
 TEST_F(RemoteUnit, FollowEventsResumesAfterADroppedStreamWithNoGapOrDuplicate) {
@@ -259,7 +251,7 @@ TEST(RemoteSpec, FindsTheLocalFilesAndFoldersAndTheHosts) {
   yaml = yaml.substr(0, yaml.find("model:")) + "model:\n  path: model\nhosts: [gpu-a, gpu-b]\n" +
          yaml.substr(yaml.find("data:"));
   WriteWholeFile(tmp.path() + "/folder.yaml", yaml);
-  auto r = client::LoadRemoteSpec(tmp.path() + "/folder.yaml", {"train.lr=0.01"}, "renamed");
+  auto r = client::LoadRemoteSpec(tmp.path() + "/folder.yaml", {"train.lr=0.01", "name=renamed"});
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->hosts, (std::vector<std::string>{"gpu-a", "gpu-b"}));
   EXPECT_EQ(r->spec.name, "renamed");
@@ -276,7 +268,7 @@ TEST(RemoteSpec, FindsTheLocalFilesAndFoldersAndTheHosts) {
   yaml = ReadWholeFile(tmp.path() + "/folder.yaml");
   yaml.replace(yaml.find("path: model"), 11, "path: /opt/models/llama");
   WriteWholeFile(tmp.path() + "/hostpath.yaml", yaml);
-  r = client::LoadRemoteSpec(tmp.path() + "/hostpath.yaml", {}, "");
+  r = client::LoadRemoteSpec(tmp.path() + "/hostpath.yaml", {});
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->files.size(), 2u);
   ASSERT_EQ(r->notes.size(), 1u);
@@ -292,7 +284,7 @@ TEST(RemoteSpec, KeepsHubPathsForTheAgent) {
          yaml.substr(yaml.find("data:"));
   yaml.replace(yaml.find("train: data/train.jsonl"), 23, "train: hf://datasets/org/sft/train.jsonl");
   WriteWholeFile(tmp.path() + "/hub.yaml", yaml);
-  auto r = client::LoadRemoteSpec(tmp.path() + "/hub.yaml", {}, "");
+  auto r = client::LoadRemoteSpec(tmp.path() + "/hub.yaml", {});
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->json["model"]["path"], "hf://Qwen/Qwen2.5-0.5B@v1");
   EXPECT_EQ(r->json["data"]["train"][0], "hf://datasets/org/sft/train.jsonl");
@@ -307,7 +299,7 @@ TEST(RemoteSpec, KeepsHubPathsForTheAgent) {
 
   yaml.replace(yaml.find("hf://Qwen/Qwen2.5-0.5B@v1"), 25, "hf://Qwen");
   WriteWholeFile(tmp.path() + "/bad.yaml", yaml);
-  EXPECT_EQ(client::LoadRemoteSpec(tmp.path() + "/bad.yaml", {}, "").status().message(),
+  EXPECT_EQ(client::LoadRemoteSpec(tmp.path() + "/bad.yaml", {}).status().message(),
             "field 'model.path': Hub reference 'hf://Qwen': names no ORG/NAME "
             "(expected hf://[datasets/]ORG/NAME[@REVISION][/PATH])");
 }

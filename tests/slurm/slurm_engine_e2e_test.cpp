@@ -64,7 +64,8 @@ class SlurmEngineTest : public ::testing::Test {
   }
   void SetUp() override { ASSERT_NE(cluster_, nullptr); }
 
-  SlurmCli Cli() const { return SlurmCli(CommandRunner::Default(), {cluster_->env()}); }
+  SlurmCli Cli() const { return SlurmCli(runner_.get(), {cluster_->env()}); }
+  const std::unique_ptr<CommandRunner> runner_ = CommandRunner::NewPosix(ChildKind::kSlurmCommand);
 
   // A fresh job folder with the fake trainer, spec.json and `mode` (job_dir_ names it).
   SbatchJob PrepareJob(const std::string& name, const std::string& mode) {
@@ -222,7 +223,7 @@ TEST_F(SlurmEngineTest, RefusesBeforeAnythingIsQueued) {
   // A login node without Slurm's commands: a PATH with nothing but a shell.
   const std::string bare = sftctl::testing::MakeTempDir("slurm-path");
   std::filesystem::create_symlink("/bin/sh", bare + "/sh");
-  SlurmCli no_slurm(CommandRunner::Default(), {cluster_->env(), "PATH=" + bare});
+  SlurmCli no_slurm(runner_.get(), {cluster_->env(), "PATH=" + bare});
   EXPECT_THAT(SubmitJobFolder(no_slurm, TwoNodes(), PrepareJob("sftctl-refused", "")),
               StatusIs(StatusCode::kFailedPrecondition, HasSubstr("this login node has no sbatch")));
 

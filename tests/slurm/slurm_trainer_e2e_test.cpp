@@ -56,7 +56,8 @@ TEST(SlurmTrainer, TwoNodeGlooJobEndsWithTheWeightsOfATwoRankLocalRun) {
   WriteWholeFile(ScriptPath(job_dir), *script);
   WriteWholeFile(RankEnvPath(job_dir), RenderRankEnv(job.rank_env));
 
-  const SlurmCli cli(CommandRunner::Default(), {cluster->env()});
+  const std::unique_ptr<CommandRunner> runner = CommandRunner::NewPosix(ChildKind::kSlurmCommand);
+  const SlurmCli cli(runner.get(), {cluster->env()});
   auto id = cli.Submit(ScriptPath(job_dir));
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   StatusOr<SlurmJobInfo> info = NotFoundError("not queried");

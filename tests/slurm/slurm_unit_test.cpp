@@ -620,11 +620,13 @@ TEST(MoveInputsIntoJobFolder, LinksFilesAndReplacesSymlinksWithCopies) {
   const std::string job_dir = tmp.path() + "/shared/job-1";
   std::filesystem::create_directories(job_dir + "/inputs/0");
   std::filesystem::create_symlink(blob, job_dir + "/inputs/0/config.json");
-  nlohmann::json spec = {{"data", {{"train", {blob}}}}, {"model", {{"path", job_dir + "/inputs/0"}}}};
+  JobSpec spec;
+  spec.data.train = {blob};
+  spec.model.path = job_dir + "/inputs/0";
 
   std::filesystem::permissions(blob, std::filesystem::perms(0644));  // as the blob store makes them
   ASSERT_TRUE(MoveInputsIntoJobFolder(job_dir, {"/data/train/0"}, &spec).ok());
-  const std::string moved = spec["data"]["train"][0];
+  const std::string moved = spec.data.train[0];
   EXPECT_EQ(moved, job_dir + "/inputs/files/0-abc");
   EXPECT_EQ(sftctl::testing::ReadWholeFile(moved), "train data\n");
   // Only the agent's user reads the data, by either name (a hard link shares the blob's inode).
@@ -634,7 +636,7 @@ TEST(MoveInputsIntoJobFolder, LinksFilesAndReplacesSymlinksWithCopies) {
   EXPECT_EQ(std::filesystem::status(job_dir + "/inputs/0/config.json").permissions(), owner_rw);
   EXPECT_FALSE(std::filesystem::is_symlink(job_dir + "/inputs/0/config.json"));
   EXPECT_EQ(sftctl::testing::ReadWholeFile(job_dir + "/inputs/0/config.json"), "train data\n");
-  EXPECT_EQ(spec["model"]["path"], job_dir + "/inputs/0");
+  EXPECT_EQ(spec.model.path, job_dir + "/inputs/0");
 
   std::filesystem::remove(blob);  // a blob gone from the store
   std::filesystem::create_symlink(blob, job_dir + "/inputs/0/gone.json");

@@ -1,9 +1,9 @@
-// Unit tests of the ~/.ssh/config parser (client/ssh/ssh_config.h) beyond Host blocks: Include (nesting,
-// globs, relative paths, ~, depth limit, conditional under Host), Match (host, originalhost, user,
+// Unit tests of the ~/.ssh/config parser (client/remote/ssh/ssh_config.h) beyond Host blocks: Include
+// (nesting, globs, relative paths, ~, depth limit, conditional under Host), Match (host, originalhost, user,
 // localuser, all; unsupported criteria skipped with a warning), ProxyJump chains, ProxyCommand tokens,
 // and errors that name file:line. Real files in a temporary HOME. Also the shell-injection guards:
 // OpenSSH's host/user name rules and the quoting of ProxyCommand expansions, run through /bin/sh.
-#include "client/ssh/ssh_config.h"
+#include "client/remote/ssh/ssh_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <vector>
 
-#include "client/ssh/remote_agent.h"
-#include "client/ssh/ssh_session.h"
+#include "client/remote/ssh/remote_agent.h"
+#include "client/remote/ssh/ssh_session.h"
 #include "common/mutex.h"
 #include "tests/ssh/sshd_fixture.h"
 #include "tests/util/file_util.h"
@@ -128,7 +128,8 @@ TEST(SshConnect, AProgramOnTheAgentsOldPortGetsNoToken) {
     auto f = StartSshd();
     ASSERT_TRUE(f);
     ConnectOptions o = f->Options();
-    auto c = ConnectOverSsh(o);  // remembers the agent's address
+    o.known_agents = client::NewKnownAgents();  // shared by both connections below
+    auto c = ConnectOverSsh(o);                 // remembers the agent's address
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     const std::string token = (*c)->token();
     c->reset();

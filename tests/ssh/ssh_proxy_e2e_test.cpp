@@ -6,9 +6,9 @@
 
 #include <chrono>
 
-#include "client/agent_session.h"
-#include "client/host_summary.h"
-#include "client/ssh/remote_agent.h"
+#include "client/remote/agent_session.h"
+#include "client/remote/host_summary.h"
+#include "client/remote/ssh/remote_agent.h"
 #include "tests/ssh/sshd_fixture.h"
 
 namespace sftctl::sshtest {

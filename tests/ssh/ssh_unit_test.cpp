@@ -6,9 +6,9 @@
 
 #include <algorithm>
 
-#include "client/ssh/known_hosts.h"
-#include "client/ssh/ssh_config.h"
-#include "client/ssh/ssh_keys.h"
+#include "client/remote/ssh/known_hosts.h"
+#include "client/remote/ssh/ssh_config.h"
+#include "client/remote/ssh/ssh_keys.h"
 #include "tests/ssh/sshd_fixture.h"
 #include "tests/util/status_matchers.h"
 

@@ -53,7 +53,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/agent_connection.h"
+#include "client/remote/agent_connection.h"
 #include "common/status.h"
 #include "tests/util/command.h"
 #include "tests/util/file_util.h"

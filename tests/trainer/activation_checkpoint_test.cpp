@@ -1,18 +1,18 @@
-// Activation checkpointing (trainer/activation_checkpoint.h, train.gradient_checkpointing): the
+// Activation checkpointing (trainer/model/activation_checkpoint.h, train.gradient_checkpointing): the
 // same loss and gradients as without it, under autocast and dropout too, and the recompute.
-#include "trainer/activation_checkpoint.h"
+#include "trainer/model/activation_checkpoint.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "tests/trainer/test_util.h"
-#include "trainer/data.h"
-#include "trainer/device.h"
-#include "trainer/fused_ops.h"
-#include "trainer/lora.h"
-#include "trainer/model.h"
-#include "trainer/trainer.h"
+#include "trainer/model/fused_ops.h"
+#include "trainer/model/lora.h"
+#include "trainer/model/model.h"
+#include "trainer/runtime/device.h"
+#include "trainer/training/data.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

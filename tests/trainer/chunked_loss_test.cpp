@@ -1,15 +1,15 @@
-// Chunked cross-entropy (trainer/chunked_loss.h, train.loss_chunk_tokens): the loss and every
+// Chunked cross-entropy (trainer/model/chunked_loss.h, train.loss_chunk_tokens): the loss and every
 // gradient equal the plain path's, on the function and on whole llama/qwen2 models (tied
 // embeddings, LoRA), and a chunked step's peak memory does not hold the [tokens x vocab] logits.
-#include "trainer/chunked_loss.h"
+#include "trainer/model/chunked_loss.h"
 
 #include <gtest/gtest.h>
 
 #include "common/os/host_memory.h"
 #include "tests/trainer/test_util.h"
-#include "trainer/device.h"
-#include "trainer/lora.h"
-#include "trainer/model.h"
+#include "trainer/model/lora.h"
+#include "trainer/model/model.h"
+#include "trainer/runtime/device.h"
 
 namespace sftctl::trainer {
 namespace {

@@ -9,12 +9,12 @@
 
 #include "common/tokenizer/tokenizer.h"
 #include "tests/trainer/test_util.h"
-#include "trainer/data.h"
-#include "trainer/device.h"
-#include "trainer/evaluate.h"
-#include "trainer/generate.h"
-#include "trainer/model.h"
-#include "trainer/sampling.h"
+#include "trainer/model/generate.h"
+#include "trainer/model/model.h"
+#include "trainer/model/sampling.h"
+#include "trainer/runtime/device.h"
+#include "trainer/training/data.h"
+#include "trainer/training/evaluate.h"
 
 namespace sftctl::trainer {
 namespace {

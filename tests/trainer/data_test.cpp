@@ -1,7 +1,7 @@
 // SFT data: format detection, malformed-line errors (file:line + problem), loss masks, pad ==
 // eos, truncation/dropped counts, the on-disk token cache (memory bounded by the index), and
 // packing (same loss as unpacked).
-#include "trainer/data.h"
+#include "trainer/training/data.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -12,7 +12,7 @@
 
 #include "tests/trainer/test_util.h"
 #include "tests/util/status_matchers.h"
-#include "trainer/trainer.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

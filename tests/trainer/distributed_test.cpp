@@ -1,8 +1,8 @@
-// Data-parallel training (trainer/distributed.h): shard slicing and bucket assignment as units,
+// Data-parallel training (trainer/distributed/distributed.h): shard slicing and bucket assignment as units,
 // then the real sftctl-trainer binary launched as 1 and 2 ranks on 127.0.0.1: 2 ranks x batch b
 // equal 1 rank x batch 2b, a dead or hung peer fails the survivor within the timeout, a 2-rank
 // run resumes bit-exactly, and a 2-rank checkpoint resumes on 1 rank at the same data position.
-#include "trainer/distributed.h"
+#include "trainer/distributed/distributed.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -23,13 +23,14 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/trainer/rank_launch.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/wait_for.h"
-#include "trainer/checkpoint.h"
-#include "trainer/tensor_io.h"
-#include "trainer/trainer.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/runtime/tensor_io.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {
@@ -40,6 +41,15 @@ using sftctl::testing::ReadWholeFile;
 using ::sftctl::testing::StatusIs;
 using sftctl::testing::TinySpec;
 using sftctl::testing::WaitFor;
+using ::sftctl::trainer::testing::Events;
+using ::sftctl::trainer::testing::FreePort;
+using ::sftctl::trainer::testing::Launch;
+using ::sftctl::trainer::testing::MaxRelDiff;
+using ::sftctl::trainer::testing::ProcSpec;
+using ::sftctl::trainer::testing::Rank;
+using ::sftctl::trainer::testing::RunJob;
+using ::sftctl::trainer::testing::WaitExit;
+using ::sftctl::trainer::testing::Weights;
 using ::testing::HasSubstr;
 
 // ---- Units --------------------------------------------------------------------------------
@@ -163,102 +173,6 @@ TEST(DistEnv, ParsesAndNamesTheBadVariable) {
 }
 
 // ---- Processes ----------------------------------------------------------------------------
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-struct Rank {
-  pid_t pid = -1;
-  std::string log;     // stderr + stdout
-  std::string events;  // --events-fd 3
-};
-
-// Writes the spec to <dir>/spec-<tag>.json and starts one sftctl-trainer per rank (world 1: no
-// distributed variables at all). Each rank gets 1 thread, its own TMPDIR and an events file, and
-// `extra_env` ("NAME=value") besides.
-std::vector<Rank> Launch(const JobSpec& spec, int world, const std::string& tag,
-                         const std::vector<std::string>& extra_env = {}) {
-  const std::string dir = std::filesystem::path(spec.output_dir).parent_path().string();
-  const std::string spec_path = dir + "/spec-" + tag + ".json";
-  sftctl::testing::WriteWholeFile(spec_path, ToJson(spec).dump(2));
-  const int port = FreePort();
-  std::vector<Rank> ranks(world);
-  for (int r = 0; r < world; ++r) {
-    Rank& k = ranks[r];
-    k.log = dir + "/" + tag + "-rank" + std::to_string(r) + ".log";
-    k.events = dir + "/" + tag + "-rank" + std::to_string(r) + ".events";
-    const std::string tmp = dir + "/tmp-" + tag + "-rank" + std::to_string(r);
-    std::filesystem::create_directories(tmp);
-    std::vector<std::string> env = {"PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "OMP_NUM_THREADS=1"};
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
-    if (world > 1) {
-      env.insert(env.end(), {"WORLD_SIZE=" + std::to_string(world), "RANK=" + std::to_string(r),
-                             "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world),
-                             "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)});
-    }
-    const std::string bin = std::string(SFTCTL_BIN_DIR) + "/sftctl-trainer";
-    std::vector<std::string> args = {bin, "train", "--spec", spec_path, "--events-fd", "3"};
-    k.pid = ::fork();
-    if (k.pid == 0) {
-      int log = ::open(k.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int ev = ::open(k.events.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(log, 1);
-      ::dup2(log, 2);
-      ::dup2(ev, 3);
-      std::vector<char*> argv, envp;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      for (auto& e : env) envp.push_back(e.data());
-      envp.push_back(nullptr);
-      ::execve(bin.c_str(), argv.data(), envp.data());
-      ::_exit(127);
-    }
-  }
-  return ranks;
-}
-
-// Waits for `pid` up to `limit`; returns its exit code (128 + signal when killed), or -1 after
-// killing it when it overran.
-int WaitExit(pid_t pid, std::chrono::seconds limit) {
-  int status = 0;
-  if (!WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, limit)) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    return -1;
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + WTERMSIG(status);
-}
-
-// Runs a job to completion; every rank must exit 0.
-void RunJob(const JobSpec& spec, int world, const std::string& tag) {
-  auto ranks = Launch(spec, world, tag);
-  for (int r = 0; r < world; ++r) {
-    const int code = WaitExit(ranks[r].pid, std::chrono::seconds(240));
-    ASSERT_EQ(code, 0) << tag << " rank " << r << ":\n" << ReadWholeFile(ranks[r].log);
-  }
-}
-
-// A spec for process tests: 1 thread per rank, fp32, no eval unless asked.
-JobSpec ProcSpec(const std::string& dir, int64_t steps, int64_t batch, int64_t accum) {
-  JobSpec s = TinySpec(dir, steps);
-  s.threads = 1;
-  s.train.batch_size = batch;
-  s.train.grad_accum = accum;
-  s.distributed.timeout_s = 20;
-  s.distributed.bucket_mb = 0.01;  // ~2600 values: the tiny model's gradients span several buckets
-  return s;
-}
 
 // ---- Where collectives run ----------------------------------------------------------------
 // NCCL accepts only tensors on its GPU. A recording group stands in for the backend here: it
@@ -387,36 +301,6 @@ TEST(NcclOneRank, CollectivesOnHostAndGpuTensors) {
   ASSERT_TRUE((*pg)->Wait(p).ok());
   EXPECT_DOUBLE_EQ(gpu.sum().item<double>(), 500.0);
 }
-
-std::vector<nlohmann::json> Events(const std::string& path, const std::string& kind) {
-  std::vector<nlohmann::json> out;
-  for (const auto& r : ReadMetrics(path))
-    if (r["event"] == kind) out.push_back(r);
-  return out;
-}
-
-double MaxRelDiff(const NamedTensors& a, const std::map<std::string, torch::Tensor>& b, std::string* worst) {
-  double m = 0;
-  for (const auto& [name, t] : a) {
-    const torch::Tensor& u = b.at(name);
-    const double rel = (t - u).norm().item<double>() / (u.norm().item<double>() + 1e-30);
-    if (rel > m) m = rel, *worst = name;
-  }
-  return m;
-}
-
-std::map<std::string, torch::Tensor> Weights(const std::string& checkpoint) {
-  auto w = LoadTensors(checkpoint + "/model.safetensors");
-  EXPECT_TRUE(w.ok()) << checkpoint << ": " << w.status().ToString();
-  return w.ok() ? *w : std::map<std::string, torch::Tensor>();
-}
-
-// CPU ranks need Gloo. A LibTorch laid out like a pip wheel (no gloo headers; the Debian 13 root of
-// tests/portability) has none: those tests are skipped there, and the clear error is tested instead.
-#define SFTCTL_SKIP_WITHOUT_GLOO()                                                 \
-  if (!GlooAvailable())                                                            \
-  GTEST_SKIP() << "this trainer was built without Gloo (no gloo headers, as in a " \
-                  "pip wheel): multi-rank CPU training cannot run here"
 
 TEST(DistributedWithoutGloo, TwoCpuRanksFailAtOnceWithAClearError) {
   if (GlooAvailable()) GTEST_SKIP() << "Gloo is built in; this checks the build without it";
@@ -631,7 +515,7 @@ TEST(DistributedFailure, MissingRankFailsTheRendezvousWithinTheTimeout) {
 
 // Only rank 0 writes a checkpoint; the others wait for it up to checkpoint.save_timeout_s, however
 // short distributed.timeout_s is (a 3B full fine-tune writes ~36 GB). The first checkpoint is made
-// slow by the trainer's test seam (SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S, trainer/main.cpp).
+// slow by the trainer's test seam (SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S, trainer/tools/main.cpp).
 JobSpec SlowSaveSpec(const std::string& dir) {
   JobSpec spec = ProcSpec(dir + "/job", 3, 4, 1);
   spec.checkpoint.interval = 1;  // steps 2 and 3 follow the slow checkpoint of step 1

@@ -1,4 +1,4 @@
-// A stand-in for libnvidia-ml.so.1 with the functions trainer/gpu_metrics.cpp looks up: one GPU,
+// A stand-in for libnvidia-ml.so.1 with the functions trainer/training/gpu_metrics.cpp looks up: one GPU,
 // index 0 or UUID "GPU-fake", named like an H100 SXM, 87% busy, drawing 312.5 W. Anything else is
 // NVML_ERROR_NOT_FOUND (6). Built as a shared library for gpu_metrics_test.
 #include <cstring>

@@ -1,10 +1,10 @@
 // The fused CPU kernels against the model's composite ATen formulation, forward and backward.
-#include "trainer/fused_ops.h"
+#include "trainer/model/fused_ops.h"
 
 #include <gtest/gtest.h>
 
-#include "trainer/model.h"
-#include "trainer/parallel.h"
+#include "trainer/model/model.h"
+#include "trainer/runtime/parallel.h"
 
 namespace sftctl::trainer {
 namespace {

@@ -10,9 +10,9 @@
 #include "common/tokenizer/tokenizer.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/command.h"
-#include "trainer/generate.h"
-#include "trainer/hf_checkpoint.h"
-#include "trainer/trainer.h"
+#include "trainer/checkpoint/hf_checkpoint.h"
+#include "trainer/model/generate.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

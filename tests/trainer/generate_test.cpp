@@ -1,7 +1,7 @@
 // Generation: the KV cache against full recompute (tokens and per-step logits) for every
 // model_type, batching with left padding, sampling and its seeds, stop ids and stop strings,
 // and the prompt records of `generate --prompts` / `eval --generate`.
-#include "trainer/generate.h"
+#include "trainer/model/generate.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include "common/data/generation_prompts.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/status_matchers.h"
-#include "trainer/kv_cache.h"
-#include "trainer/sampling.h"
+#include "trainer/model/kv_cache.h"
+#include "trainer/model/sampling.h"
 
 namespace sftctl::trainer {
 namespace {

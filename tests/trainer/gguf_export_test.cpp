@@ -1,4 +1,4 @@
-// GGUF export (trainer/gguf_export.h) end to end: the real sftctl-trainer writes tiny random
+// GGUF export (trainer/tools/gguf_export.h) end to end: the real sftctl-trainer writes tiny random
 // llama / qwen2 / qwen3 models, tied and untied, f16 and q8_0, and a merged LoRA, and an
 // independent reader written from the GGUF specification (tests/reference/gguf_reader.py, Python
 // standard library) checks every tensor and metadata value against the source folder.
@@ -11,9 +11,9 @@
 #include "common/tokenizer/bpe_vocab.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/command.h"
-#include "trainer/hf_checkpoint.h"
-#include "trainer/lora.h"
-#include "trainer/model.h"
+#include "trainer/checkpoint/hf_checkpoint.h"
+#include "trainer/model/lora.h"
+#include "trainer/model/model.h"
 
 namespace sftctl::trainer {
 namespace {

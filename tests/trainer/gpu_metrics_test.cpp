@@ -1,7 +1,7 @@
-// trainer/gpu_metrics.h: the peak table, FLOPs per token and MFU arithmetic, CUDA_VISIBLE_DEVICES to
+// trainer/training/gpu_metrics.h: the peak table, FLOPs per token and MFU arithmetic, CUDA_VISIBLE_DEVICES to
 // NVML devices, NVML loaded at run time (absent, not NVML, and a stand-in library), and what a step
 // record gets on CPU (RSS only) and on a CUDA device with NVML.
-#include "trainer/gpu_metrics.h"
+#include "trainer/training/gpu_metrics.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -8,17 +8,17 @@
 
 #include <cstdlib>
 
-#include "common/spec.h"
+#include "common/spec/spec.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
-#include "trainer/checkpoint.h"
-#include "trainer/device.h"
-#include "trainer/distributed.h"
-#include "trainer/optimizer.h"
-#include "trainer/rng_state.h"
-#include "trainer/tensor_io.h"
-#include "trainer/trainer.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/distributed/distributed.h"
+#include "trainer/distributed/optimizer.h"
+#include "trainer/runtime/device.h"
+#include "trainer/runtime/rng_state.h"
+#include "trainer/runtime/tensor_io.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

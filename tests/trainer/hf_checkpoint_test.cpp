@@ -3,7 +3,7 @@
 //
 // The reference checkpoints and outputs come from tests/reference/hf_reference.py, run by the
 // hf_reference fixture into <build>/hf-reference (see tests/trainer/CMakeLists.txt).
-#include "trainer/hf_checkpoint.h"
+#include "trainer/checkpoint/hf_checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 
 #include "common/formats/safetensors.h"
 #include "tests/trainer/test_util.h"
-#include "trainer/fused_ops.h"
-#include "trainer/model.h"
-#include "trainer/trainer.h"
+#include "trainer/model/fused_ops.h"
+#include "trainer/model/model.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

@@ -1,4 +1,4 @@
-// The frozen base of a LoRA run stored in bf16 (lora.base_dtype, trainer/lora.h): half the bytes,
+// The frozen base of a LoRA run stored in bf16 (lora.base_dtype, trainer/model/lora.h): half the bytes,
 // fp32 adapters and optimizer state, training that follows the fp32-base run, adapters saved in
 // the unchanged fp32 PEFT format and loaded back.
 #include <gtest/gtest.h>
@@ -6,9 +6,9 @@
 #include <filesystem>
 
 #include "tests/trainer/test_util.h"
-#include "trainer/lora.h"
-#include "trainer/optimizer.h"
-#include "trainer/trainer.h"
+#include "trainer/distributed/optimizer.h"
+#include "trainer/model/lora.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

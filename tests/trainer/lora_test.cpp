@@ -1,5 +1,5 @@
 // LoRA: PEFT adapter format, B = 0 equals the base, merge math, training, resume, export, eval.
-#include "trainer/lora.h"
+#include "trainer/model/lora.h"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 
 #include "common/formats/safetensors.h"
 #include "tests/trainer/test_util.h"
-#include "trainer/hf_checkpoint.h"
-#include "trainer/hf_tools.h"
-#include "trainer/trainer.h"
+#include "trainer/checkpoint/hf_checkpoint.h"
+#include "trainer/tools/hf_tools.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

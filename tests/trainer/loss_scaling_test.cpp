@@ -8,11 +8,11 @@
 
 #include "tests/trainer/test_util.h"
 #include "tests/util/status_matchers.h"
-#include "trainer/checkpoint.h"
-#include "trainer/device.h"
-#include "trainer/loss_scaler.h"
-#include "trainer/tensor_io.h"
-#include "trainer/trainer.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/distributed/loss_scaler.h"
+#include "trainer/runtime/device.h"
+#include "trainer/runtime/tensor_io.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

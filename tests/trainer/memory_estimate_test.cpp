@@ -1,7 +1,7 @@
-// The memory estimate before training (trainer/memory_estimate.h): its parameter counts, the
+// The memory estimate before training (trainer/training/memory_estimate.h): its parameter counts, the
 // refusal and its message, the check running before any weight is read, the override, and the
 // estimate against the measured peak of a real step.
-#include "trainer/memory_estimate.h"
+#include "trainer/training/memory_estimate.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include "common/os/host_memory.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/status_matchers.h"
-#include "trainer/lora.h"
-#include "trainer/optimizer.h"
-#include "trainer/trainer.h"
+#include "trainer/distributed/optimizer.h"
+#include "trainer/model/lora.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {
@@ -101,7 +101,7 @@ TEST(MemoryEstimate, EachKnobLowersItsPart) {
   EXPECT_EQ(EstimateMemory(two).total(), 2 * base.total());
 }
 
-// A CUDA plan of the same shapes: the device's memory decides the loss chunk (trainer/chunked_loss.h).
+// A CUDA plan of the same shapes: the device's memory decides the loss chunk (trainer/model/chunked_loss.h).
 MemoryPlan OnCuda(MemoryPlan p, int64_t device_memory = 80 * kGiB) {
   p.loss_device = {at::kCUDA, device_memory};
   p.cpu_kernels = false;
@@ -126,7 +126,7 @@ TEST(MemoryEstimate, OptimizerStepTemporariesOffCudaOnly) {
   EXPECT_NE(small.Describe().find("step 11.5 GiB"), std::string::npos) << small.Describe();
 }
 
-// The evaluation between steps, capped to a training micro-batch's tokens (trainer/evaluate.h):
+// The evaluation between steps, capped to a training micro-batch's tokens (trainer/training/evaluate.h):
 // counted, and never larger than training's activations and logits.
 TEST(MemoryEstimate, EvaluationIsCountedAndCapped) {
   MemoryPlan p = QwenLoraPlan();
@@ -202,6 +202,63 @@ TEST(MemoryEstimate, CudaLossChunkFollowsTheDevice) {
       CheckMemoryFits(unchunked, 1 * kGiB, "test"),
       StatusIs(StatusCode::kFailedPrecondition, HasSubstr("train.loss_chunk_tokens: 0 (about " +
                                                           FormatGiB(EstimateMemory(suggested).total()))));
+}
+
+// The done-when case of ZeRO (docs/memory.md, "Which stage: Qwen2.5-7B on 8 x 80 GB"): a full
+// fine-tune of Qwen2.5-7B's shapes on 8 GPUs of 80 GiB, batch 1 x seq 2048 per rank, bf16
+// autocast, gradient checkpointing. Unsharded it needs 16 bytes per parameter (about 113 GiB of
+// weights, gradients and moments) and is refused; the refusal names both sharded stages as
+// fitting, and each of them passes the check. ZeRO-1 is the one to pick: it fits with room to
+// spare and keeps the single all-reduce of the gradients (ZeRO-2 adds reduces per micro-batch).
+TEST(MemoryEstimate, Qwen7BFullFineTuneOnEight80GiBGpusFitsWithZero1) {
+  MemoryPlan p;
+  p.config = *ParseModelConfig({{"model_type", "qwen2"},
+                                {"vocab_size", 152064},
+                                {"hidden_size", 3584},
+                                {"intermediate_size", 18944},
+                                {"num_hidden_layers", 28},
+                                {"num_attention_heads", 28},
+                                {"num_key_value_heads", 4},
+                                {"max_position_embeddings", 32768},
+                                {"tie_word_embeddings", false}},
+                               "qwen2.5-7b");
+  p.batch_size = 1;
+  p.seq_len = 2048;
+  p.gradient_checkpointing = true;
+  p.activation_bytes = 2;
+  p.ranks = 8;
+  p = OnCuda(p);
+  const int64_t n = CountParameters(p.config, std::nullopt).trainable;
+  EXPECT_EQ(n, int64_t{7615616512});  // Qwen2.5-7B's published count (untied lm_head, q/k/v biases)
+  auto at = [&](ShardStage stage) {
+    MemoryPlan q = p;
+    q.shard = stage;
+    return q;
+  };
+  const MemoryEstimate none = EstimateMemory(at(ShardStage::kNone));
+  const MemoryEstimate zero1 = EstimateMemory(at(ShardStage::kOptimizer));
+  const MemoryEstimate zero2 = EstimateMemory(at(ShardStage::kGradients));
+  for (const auto& [name, e] : {std::pair<const char*, const MemoryEstimate*>{"none", &none},
+                                {"optimizer", &zero1},
+                                {"gradients", &zero2}}) {
+    RecordProperty(name, std::to_string(e->total()) + " bytes per rank: " + e->Describe());
+  }
+  const int64_t gpu = 80 * kGiB;
+  EXPECT_GT(none.weights + none.gradients + none.optimizer, gpu) << "the model states alone overflow";
+  const Status refused = CheckMemoryFits(at(ShardStage::kNone), gpu, "the total memory of cuda:0");
+  ASSERT_EQ(refused.code(), StatusCode::kFailedPrecondition) << none.Describe();
+  EXPECT_THAT(
+      refused.message(),
+      HasSubstr("To fit: distributed.shard: optimizer (AdamW moments split over the 8 ranks) (about " +
+                FormatGiB(zero1.total()) +
+                ", fits); distributed.shard: gradients (AdamW moments and "
+                "gradients split over the 8 ranks) (about " +
+                FormatGiB(zero2.total()) + ", fits); "));
+  EXPECT_TRUE(CheckMemoryFits(at(ShardStage::kOptimizer), gpu, "x").ok()) << zero1.Describe();
+  EXPECT_TRUE(CheckMemoryFits(at(ShardStage::kGradients), gpu, "x").ok()) << zero2.Describe();
+  // ZeRO-1 leaves more than 8 GiB free, so the lighter-traffic stage is the one to use.
+  EXPECT_LT(zero1.total(), gpu - 8 * kGiB) << zero1.Describe();
+  EXPECT_LT(zero2.total(), zero1.total());
 }
 
 TEST(MemoryEstimate, APlanThatFitsPasses) {

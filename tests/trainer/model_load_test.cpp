@@ -16,10 +16,10 @@
 #include "common/os/host_memory.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/temp_dir.h"
-#include "trainer/hf_checkpoint.h"
-#include "trainer/lora.h"
-#include "trainer/model.h"
-#include "trainer/trainer.h"
+#include "trainer/checkpoint/hf_checkpoint.h"
+#include "trainer/model/lora.h"
+#include "trainer/model/model.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

@@ -1,5 +1,5 @@
-// The fused kernels' parallel-for seam (trainer/parallel.h): both backends, several thread counts.
-#include "trainer/parallel.h"
+// The fused kernels' parallel-for seam (trainer/runtime/parallel.h): both backends, several thread counts.
+#include "trainer/runtime/parallel.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

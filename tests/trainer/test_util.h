@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/spec.h"
+#include "common/spec/spec.h"
 #include "tests/util/file_util.h"
 #include "tests/util/temp_dir.h"
 

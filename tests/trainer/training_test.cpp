@@ -4,10 +4,10 @@
 #include "tests/common/fault_file_system.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/status_matchers.h"
-#include "trainer/checkpoint.h"
-#include "trainer/data.h"
-#include "trainer/tensor_io.h"
-#include "trainer/trainer.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/runtime/tensor_io.h"
+#include "trainer/training/data.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

@@ -12,7 +12,7 @@
 #include <system_error>
 
 #include "tests/trainer/test_util.h"
-#include "trainer/trainer.h"
+#include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
 namespace {

@@ -1,9 +1,0 @@
-#include "client/agent_connection.h"
-
-namespace sftctl::client {
-
-bool IsLocalAgentHost(const std::string& host) {
-  return host == "local" || host == "localhost" || host.rfind("local:", 0) == 0;
-}
-
-}  // namespace sftctl::client

@@ -1,0 +1,227 @@
+// CausalLM: a Llama-family decoder-only transformer in LibTorch (model_type llama, qwen2, qwen3,
+// mistral), numerically following Hugging Face transformers (RMSNorm in fp32, rotate-half RoPE,
+// softmax in fp32, GQA, SwiGLU; Qwen3's per-head q/k RMSNorm; Mistral's sliding window).
+//
+// Parameter names equal the HF checkpoint keys ("model.layers.0.self_attn.q_proj.weight"),
+// so weights load and save by name. With tie_word_embeddings, lm_head uses
+// model.embed_tokens.weight and has no parameter of its own.
+//
+// Thread safety: like any torch::nn::Module, not safe for concurrent forward/backward.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <optional>
+#include <utility>
+
+#include "trainer/model/model_config.h"
+#include "trainer/model/projection.h"
+#include "trainer/runtime/cuda_capability.h"
+
+namespace sftctl::trainer {
+
+class KvCache;  // trainer/model/kv_cache.h
+
+// The additive attention mask of a boolean one (true: may attend) broadcastable to [B, H, T, T]:
+// 0 where allowed, -inf elsewhere, in `dtype`, with a sliding window (0 <= t - j < window, see
+// AttentionImpl::forward) ANDed in when window > 0 and T > window. A floating mask is returned
+// unchanged (it is taken to hold the window already), so layers can share one mask.
+// CausalLMImpl::Hidden builds it once per forward in the attention's compute dtype
+// (AttentionMaskDtype), rather than every layer converting the boolean mask into a new float
+// mask that its backward keeps.
+torch::Tensor AdditiveAttentionMask(const torch::Tensor& attn_mask, int64_t window, torch::ScalarType dtype);
+// The dtype attention runs in for activations `x`: autocast's when it is on for x's device, else x's.
+torch::ScalarType AttentionMaskDtype(const torch::Tensor& x);
+
+// Whether causal GQA attention may hand the K/V heads to SDPA as they are (enable_gqa) on a
+// CUDA device of capability `cc` (nullopt: unknown): only from 8.0 (Ampere) on, where the flash
+// kernel takes them; below it enable_gqa sends SDPA to its math backend, so K/V are repeated.
+bool SdpaNativeGqa(const std::optional<ComputeCapability>& cc);
+
+// The modules' constructors take `initialise`: true gives their parameters HF's starting values
+// (drawing from the global torch RNG where transformers does); false leaves them torch::empty,
+// never written and drawing nothing, for a caller that overwrites every parameter (a load).
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps, bool initialise = true);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Precomputed RoPE cos/sin tables (fp32), in HF's rotate-half layout: [max_pos, head_dim].
+// Frequencies from RopeInvFreq (default, llama3 and linear rope scaling).
+class RotaryTables {
+ public:
+  RotaryTables() = default;
+  RotaryTables(const ModelConfig& c, int64_t max_positions, torch::Device device);
+  // cos/sin for `positions` ([B, T] int64) or for 0..T-1 when `positions` is undefined,
+  // shaped to broadcast over [B, H, T, D].
+  std::pair<torch::Tensor, torch::Tensor> Get(int64_t seq_len, const torch::Tensor& positions) const;
+  // The full [max_pos, D] tables.
+  const torch::Tensor& cos_table() const { return cos_; }
+  const torch::Tensor& sin_table() const { return sin_; }
+  int64_t max_positions() const { return cos_.size(0); }
+
+ private:
+  torch::Tensor cos_, sin_;
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& c, bool initialise = true);
+  // x: [B, T, C]. `positions`: [B, T] or undefined for 0..T-1. `attn_mask`: bool mask (true:
+  // may attend) broadcastable to [B, H, T, T] (PackedAttentionMask), or its
+  // AdditiveAttentionMask (window included), or undefined for plain causal attention. With a sliding window
+  // (ModelConfig::sliding_window) key j is visible from query t only when 0 <= t - j < window, on top of
+  // `attn_mask` (t and j index the row, so within a packed sample they are position differences). On CUDA
+  // with LibTorch >= 2.5 and set_native_gqa(true), causal GQA attention without a mask or window reads the
+  // K/V heads in place (SDPA's enable_gqa) instead of repeating them.
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
+                        const torch::Tensor& attn_mask);
+  // Generation: x [B, T, C] are the next T tokens of the sequences in `cache` (after
+  // KvCache::Begin); their k/v are stored as layer `layer`'s, and they attend to everything
+  // cached at cache.positions() under cache.mask() (which holds the sliding window). No autograd.
+  torch::Tensor ForwardCached(const torch::Tensor& x, const RotaryTables& rope, KvCache& cache,
+                              int64_t layer);
+  // Linear layers that can carry a LoRA adapter (trainer/model/projection.h, trainer/model/lora.h).
+  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  // Qwen3's per-head RMSNorms over head_dim, applied to q and k before RoPE; null otherwise.
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  // See forward; CausalLMImpl::ToDevice sets it from SdpaNativeGqa.
+  void set_native_gqa(bool on) { native_gqa_ = on; }
+
+ private:
+  // Applies q_norm / k_norm to the q and k heads of a fused projection [B, T, (H + 2*Hkv) * D].
+  torch::Tensor NormQkHeads(const torch::Tensor& qkv);
+  // The composite projections: q [B, H, T, D], k and v [B, Hkv, T, D], q_norm/k_norm and RoPE
+  // (at `positions`, or 0..T-1 when undefined) applied.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ProjectQkv(const torch::Tensor& x,
+                                                                     const RotaryTables& rope,
+                                                                     const torch::Tensor& positions);
+  // The composite (ATen) attention of q [B, H, T, D], k and v [B, Hkv, T, D] -> [B, T, H * D].
+  torch::Tensor CompositeAttention(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                   const torch::Tensor& attn_mask);
+
+  int64_t heads_, kv_heads_, head_dim_, window_;
+  bool native_gqa_ = false;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const ModelConfig& c, bool initialise = true);
+  torch::Tensor forward(const torch::Tensor& x);
+  Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const ModelConfig& c, bool initialise = true);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
+                        const torch::Tensor& attn_mask);
+  // The same layer over the next tokens of cached sequences (AttentionImpl::ForwardCached).
+  torch::Tensor ForwardCached(const torch::Tensor& x, const RotaryTables& rope, KvCache& cache,
+                              int64_t layer);
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// The "model." part of an HF checkpoint: embeddings, layers, final norm.
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& c, bool initialise = true);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Decoder);
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  // Builds the model with HF's initialisation: normal(0, initializer_range) for linear and
+  // embedding weights, ones for norms, zeros for biases. Deterministic given the global
+  // torch seed. Init::kLoaded is for a caller that overwrites every parameter (weights from
+  // model.path): the parameters are torch::empty on the CPU, never written (so the host pages
+  // behind them are never touched), and nothing is drawn from the RNG; AllocateUninitialised
+  // then puts them where they train before the load copies into them.
+  enum class Init { kRandom, kLoaded };
+  explicit CausalLMImpl(const ModelConfig& c, Init init = Init::kRandom);
+
+  // Loading (Init::kLoaded, before ApplyLora): gives every parameter new, uninitialised storage
+  // on `device`, the 2-D ones (projection, embedding and lm_head weights: the matrices
+  // StoreFrozenBase would convert) in `matrix_dtype`, norms and biases in fp32. A parameter
+  // already on `device` in its dtype keeps its storage. The old (never written) host storage is
+  // freed, so the load that follows is the first write to any parameter and nothing of the model
+  // exists on the host unless `device` is the CPU. REQUIRES: the caller overwrites every
+  // parameter before using the model (contents are undefined until then).
+  void AllocateUninitialised(torch::Device device, torch::ScalarType matrix_dtype = torch::kFloat32);
+
+  // Final hidden states [B, T, C] for `input_ids` [B, T] (int64). `positions` ([B, T]) and
+  // `attn_mask` (bool, [B, 1, T, T], see AttentionImpl::forward) are optional: undefined means
+  // positions 0..T-1 and causal attention. A mask becomes one AdditiveAttentionMask for all layers.
+  torch::Tensor Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions = {},
+                       const torch::Tensor& attn_mask = {});
+  // Generation with a KV cache (trainer/model/kv_cache.h): final hidden states [B, T, C] of the next
+  // T tokens `input_ids` [B, T] of the sequences in `cache` (the whole left-padded prompts first,
+  // then one token per step), which stores their keys and values. Call under NoGradGuard.
+  torch::Tensor HiddenCached(const torch::Tensor& input_ids, KvCache& cache);
+  // Logits for hidden states of any leading shape: [..., C] -> [..., V].
+  torch::Tensor Logits(const torch::Tensor& hidden);
+  // lm_head's weight [V, C]: model.embed_tokens.weight when tied.
+  const torch::Tensor& LmHeadWeight() const;
+  // Sum of next-token cross-entropy over positions whose label is not -100, computed in fp32
+  // with logits formed only at those positions, in chunks of LossChunkRows(device) rows when
+  // that is > 0 (trainer/model/chunked_loss.h). `labels` is aligned with `input_ids` (HF
+  // convention: the model shifts). `target_index` (Batch::target_index, on the model's device)
+  // names those positions; without it they are found with a boolean mask, which on CUDA makes
+  // the host wait for the GPU. Returns a scalar; the caller divides by the target count.
+  torch::Tensor LossSum(const torch::Tensor& input_ids, const torch::Tensor& labels,
+                        const torch::Tensor& positions = {}, const torch::Tensor& attn_mask = {},
+                        const torch::Tensor& target_index = {});
+
+  const ModelConfig& config() const { return config_; }
+  // Activation (gradient) checkpointing per decoder layer (train.gradient_checkpointing): while
+  // autograd records, each layer keeps only its input and recomputes its activations during
+  // backward (trainer/model/activation_checkpoint.h). Same loss and gradients, less memory, one more
+  // forward of the layers. Off by default.
+  void SetGradientCheckpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  // train.loss_chunk_tokens (BuildModel sets it): rows per chunk of LossSum's cross-entropy,
+  // 0 automatic for the device LossSum runs on (LossChunkTokens). A request of at least a
+  // batch's labelled positions is the plain path (logits of all of them at once).
+  void SetLossChunkTokens(int64_t requested) {
+    loss_chunk_tokens_ = requested;
+    chunk_device_.reset();
+  }
+  int64_t loss_chunk_tokens() const { return loss_chunk_tokens_; }
+  // The request resolved for `device` (asked of the CUDA driver once per device).
+  int64_t LossChunkRows(const torch::Device& device);
+  // Moves the RoPE tables along with the parameters, and sets the attention's GQA path for the
+  // device (SdpaNativeGqa of its compute capability).
+  void ToDevice(torch::Device device);
+
+  Decoder model{nullptr};
+  // A bias-free projection (exactly nn::Linear: same parameter and initialisation); null when
+  // tie_word_embeddings.
+  Projection lm_head{nullptr};
+
+ private:
+  ModelConfig config_;
+  RotaryTables rope_;
+  bool gradient_checkpointing_ = false;
+  int64_t loss_chunk_tokens_ = 0;
+  std::optional<std::pair<torch::Device, int64_t>> chunk_device_;  // LossChunkRows' last answer
+};
+TORCH_MODULE(CausalLM);
+
+// Whether `name` should get weight decay: 2-D weights except embeddings (and lm_head tied).
+bool DecaysWeight(const std::string& name, const torch::Tensor& p);
+
+}  // namespace sftctl::trainer

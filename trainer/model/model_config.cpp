@@ -1,0 +1,299 @@
+#include "trainer/model/model_config.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+
+namespace sftctl::trainer {
+namespace {
+
+using nlohmann::json;
+
+// Reads j[key] into `out` when present and not null. `prefix` is prepended to the key in
+// messages ("rope_scaling." for nested objects).
+template <typename T>
+Status Read(const json& j, const std::string& source, const std::string& key, T* out, bool required,
+            const std::string& prefix = "") {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) return FieldError(source, prefix + key, "is required");
+    return OkStatus();
+  }
+  const char* expected = nullptr;
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) expected = "a boolean";
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) expected = "an integer";
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    if (!it->is_number()) expected = "a number";
+  } else {
+    if (!it->is_string()) expected = "a string";
+  }
+  if (expected != nullptr) {
+    return FieldError(source, prefix + key, std::string("must be ") + expected + ", got " + it->dump());
+  }
+  *out = it->get<T>();
+  return OkStatus();
+}
+
+// Reads a rope scaling object (legacy "rope_scaling" or "rope_parameters").
+Status ReadRope(const json& r, const std::string& source, const std::string& key, ModelConfig* c) {
+  if (!r.is_object()) return FieldError(source, key, "must be an object, got " + r.dump());
+  const std::string prefix = key + ".";
+  std::string type;
+  SFT_RETURN_IF_ERROR(Read(r, source, "rope_type", &type, false, prefix));
+  if (type.empty()) SFT_RETURN_IF_ERROR(Read(r, source, "type", &type, false, prefix));
+  if (type.empty()) type = "default";
+  RopeScaling& s = c->rope_scaling;
+  s.type = type;
+  if (key == "rope_parameters")
+    SFT_RETURN_IF_ERROR(Read(r, source, "rope_theta", &c->rope_theta, false, prefix));
+  if (type == "default") return OkStatus();
+  if (type != "llama3" && type != "linear") {
+    return FieldError(source, prefix + "rope_type",
+                      "'" + type + "' is not supported (default, llama3, linear)");
+  }
+  SFT_RETURN_IF_ERROR(Read(r, source, "factor", &s.factor, true, prefix));
+  if (!(s.factor >= 1.0)) return FieldError(source, prefix + "factor", "must be >= 1");
+  if (type == "llama3") {
+    SFT_RETURN_IF_ERROR(Read(r, source, "low_freq_factor", &s.low_freq_factor, true, prefix));
+    SFT_RETURN_IF_ERROR(Read(r, source, "high_freq_factor", &s.high_freq_factor, true, prefix));
+    SFT_RETURN_IF_ERROR(Read(r, source, "original_max_position_embeddings",
+                             &s.original_max_position_embeddings, true, prefix));
+    if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0)) {
+      return FieldError(source, prefix + "high_freq_factor", "must be > low_freq_factor > 0");
+    }
+    if (s.original_max_position_embeddings <= 0)
+      return FieldError(source, prefix + "original_max_position_embeddings", "must be > 0");
+  }
+  return OkStatus();
+}
+
+// transformers' MistralConfig default when config.json has no "sliding_window" key.
+constexpr int64_t kMistralDefaultSlidingWindow = 4096;
+
+// The keys whose meaning depends on model_type: attention biases, q/k norms, sliding windows.
+Status ReadFamilyKeys(const json& j, const std::string& source, ModelConfig* c) {
+  const std::string& type = c->model_type;
+  if (type == "llama" || type == "qwen3") {
+    SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &c->attention_bias, false));
+    c->o_proj_bias = c->attention_bias;  // transformers biases o_proj with q/k/v here
+  }
+  if (type == "mistral") {
+    bool bias = false;  // not a MistralConfig key: transformers ignores it, vLLM would add biases
+    SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &bias, false));
+    if (bias)
+      return FieldError(source, "attention_bias", "true is not supported for mistral (it has no biases)");
+  }
+  c->attention_bias = c->attention_bias || type == "qwen2";
+  c->qk_norm = type == "qwen3";
+  if (auto hd = j.find("head_dim"); type == "qwen3" && (hd == j.end() || hd->is_null())) {
+    return FieldError(source, "head_dim",
+                      "is required for qwen3 (transformers defaults it to 128, not hidden_size / "
+                      "num_attention_heads)");
+  }
+  if (type == "qwen2" || type == "qwen3") {
+    bool use_sliding_window = false;
+    SFT_RETURN_IF_ERROR(Read(j, source, "use_sliding_window", &use_sliding_window, false));
+    if (use_sliding_window) {
+      return FieldError(source, "use_sliding_window",
+                        "true is not supported for " + type +
+                            " (its per-layer sliding windows are not implemented; mistral's is)");
+    }
+  }
+  if (type == "mistral") {
+    auto it = j.find("sliding_window");
+    c->sliding_window = kMistralDefaultSlidingWindow;
+    if (it != j.end()) {
+      c->sliding_window = 0;  // null: full attention
+      SFT_RETURN_IF_ERROR(Read(j, source, "sliding_window", &c->sliding_window, false));
+      if (!it->is_null() && c->sliding_window <= 0) {
+        return FieldError(source, "sliding_window",
+                          "must be > 0 or null, got " + std::to_string(c->sliding_window));
+      }
+    }
+  }
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) return FieldError(source, "layer_types", "must be a list, got " + it->dump());
+    for (const auto& e : *it) {
+      if (e != "full_attention") {
+        return FieldError(source, "layer_types",
+                          e.dump() + " is not supported (full_attention only; set use_sliding_window false)");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source) {
+  if (!j.is_object()) return InvalidArgumentError(source + ": a model config must be a JSON object");
+  ModelConfig c;
+  c.original = j;
+  SFT_RETURN_IF_ERROR(Read(j, source, "model_type", &c.model_type, false));
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
+      c.model_type != "mistral") {
+    return FieldError(source, "model_type",
+                      "'" + c.model_type + "' is not supported (llama, qwen2, qwen3, mistral)");
+  }
+  SFT_RETURN_IF_ERROR(Read(j, source, "vocab_size", &c.vocab_size, true));
+  SFT_RETURN_IF_ERROR(Read(j, source, "hidden_size", &c.hidden_size, true));
+  SFT_RETURN_IF_ERROR(Read(j, source, "intermediate_size", &c.intermediate_size, true));
+  SFT_RETURN_IF_ERROR(Read(j, source, "num_hidden_layers", &c.num_hidden_layers, true));
+  SFT_RETURN_IF_ERROR(Read(j, source, "num_attention_heads", &c.num_attention_heads, true));
+  c.num_key_value_heads = c.num_attention_heads;
+  SFT_RETURN_IF_ERROR(Read(j, source, "num_key_value_heads", &c.num_key_value_heads, false));
+  SFT_RETURN_IF_ERROR(Read(j, source, "head_dim", &c.head_dim, false));
+  SFT_RETURN_IF_ERROR(Read(j, source, "max_position_embeddings", &c.max_position_embeddings, false));
+  SFT_RETURN_IF_ERROR(Read(j, source, "rms_norm_eps", &c.rms_norm_eps, false));
+  SFT_RETURN_IF_ERROR(Read(j, source, "rope_theta", &c.rope_theta, false));
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    SFT_RETURN_IF_ERROR(ReadRope(*it, source, "rope_scaling", &c));
+  }
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    SFT_RETURN_IF_ERROR(ReadRope(*it, source, "rope_parameters", &c));
+  }
+  SFT_RETURN_IF_ERROR(Read(j, source, "initializer_range", &c.initializer_range, false));
+  SFT_RETURN_IF_ERROR(Read(j, source, "tie_word_embeddings", &c.tie_word_embeddings, false));
+  SFT_RETURN_IF_ERROR(ReadFamilyKeys(j, source, &c));
+  bool mlp_bias = false;
+  SFT_RETURN_IF_ERROR(Read(j, source, "mlp_bias", &mlp_bias, false));
+  if (mlp_bias) return FieldError(source, "mlp_bias", "true is not supported");
+  SFT_RETURN_IF_ERROR(Read(j, source, "bos_token_id", &c.bos_token_id, false));
+  if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
+    if (it->is_number_integer()) {
+      c.eos_token_ids.push_back(it->get<int64_t>());
+    } else if (it->is_array()) {
+      for (const auto& e : *it) {
+        if (!e.is_number_integer()) return FieldError(source, "eos_token_id", "must hold integers");
+        c.eos_token_ids.push_back(e.get<int64_t>());
+      }
+    } else {
+      return FieldError(source, "eos_token_id", "must be an integer or a list of integers");
+    }
+  }
+  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
+    return FieldError(source, "hidden_act", "'" + it->get<std::string>() + "' is not supported (silu)");
+  }
+
+  auto positive = [&](const char* key, int64_t v) -> Status {
+    if (v <= 0) return FieldError(source, key, "must be > 0, got " + std::to_string(v));
+    return OkStatus();
+  };
+  SFT_RETURN_IF_ERROR(positive("vocab_size", c.vocab_size));
+  SFT_RETURN_IF_ERROR(positive("hidden_size", c.hidden_size));
+  SFT_RETURN_IF_ERROR(positive("intermediate_size", c.intermediate_size));
+  SFT_RETURN_IF_ERROR(positive("num_hidden_layers", c.num_hidden_layers));
+  SFT_RETURN_IF_ERROR(positive("num_attention_heads", c.num_attention_heads));
+  SFT_RETURN_IF_ERROR(positive("num_key_value_heads", c.num_key_value_heads));
+  SFT_RETURN_IF_ERROR(positive("max_position_embeddings", c.max_position_embeddings));
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return FieldError(source, "num_key_value_heads",
+                      "num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                          ") must be a multiple of num_key_value_heads (" +
+                          std::to_string(c.num_key_value_heads) + ")");
+  }
+  if (c.head_dim == 0) {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      return FieldError(source, "hidden_size", "must be a multiple of num_attention_heads (or set head_dim)");
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0)
+    return FieldError(source, "head_dim", "must be even and > 0 for RoPE, got " + std::to_string(c.head_dim));
+  if (!(c.rms_norm_eps > 0)) return FieldError(source, "rms_norm_eps", "must be > 0");
+  if (!(c.rope_theta > 0)) return FieldError(source, "rope_theta", "must be > 0");
+  return c;
+}
+
+StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) return NotFoundError("cannot read '" + path + "'");
+  json j;
+  try {
+    in >> j;
+  } catch (const json::exception& e) {
+    return InvalidArgumentError(path + ": invalid JSON: " + e.what());
+  }
+  return ParseModelConfig(j, path);
+}
+
+std::string ArchitectureName(const std::string& model_type) {
+  if (model_type == "qwen2") return "Qwen2ForCausalLM";
+  if (model_type == "qwen3") return "Qwen3ForCausalLM";
+  if (model_type == "mistral") return "MistralForCausalLM";
+  return "LlamaForCausalLM";
+}
+
+json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype) {
+  json j = c.original.is_object() ? c.original : json::object();
+  j["model_type"] = c.model_type;
+  j["architectures"] = {ArchitectureName(c.model_type)};
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["initializer_range"] = c.initializer_range;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["hidden_act"] = "silu";
+  if (c.model_type == "llama" || c.model_type == "qwen3") j["attention_bias"] = c.attention_bias;
+  if (c.model_type == "mistral") j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json();
+  // RoPE: keep whichever form the source used (rope_parameters for newer transformers);
+  // write the legacy form for configs built from scratch.
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    j["rope_parameters"]["rope_theta"] = c.rope_theta;
+  } else {
+    j["rope_theta"] = c.rope_theta;
+    if (c.rope_scaling.type != "default" && !j.contains("rope_scaling")) {
+      json r = {{"rope_type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
+      if (c.rope_scaling.type == "llama3") {
+        r["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+        r["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+        r["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+      }
+      j["rope_scaling"] = r;
+    }
+  }
+  if (!c.eos_token_ids.empty()) {
+    j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+  }
+  if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
+  j["torch_dtype"] = torch_dtype;
+  return j;
+}
+
+std::vector<float> RopeInvFreq(const ModelConfig& c) {
+  torch::NoGradGuard no_grad;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  // transformers: 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+  torch::Tensor exponent =
+      torch::arange(0, c.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat32) /
+      static_cast<double>(c.head_dim);
+  torch::Tensor inv_freq = 1.0 / torch::pow(c.rope_theta, exponent);
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == "linear") {
+    inv_freq = inv_freq / s.factor;
+  } else if (s.type == "llama3") {
+    const double old_len = static_cast<double>(s.original_max_position_embeddings);
+    const double low_freq_wavelen = old_len / s.low_freq_factor;
+    const double high_freq_wavelen = old_len / s.high_freq_factor;
+    torch::Tensor wavelen = 2 * M_PI / inv_freq;
+    torch::Tensor llama = torch::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
+    torch::Tensor smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+    torch::Tensor smoothed = (1 - smooth) * llama / s.factor + smooth * llama;
+    torch::Tensor medium = wavelen.ge(high_freq_wavelen).logical_and(wavelen.le(low_freq_wavelen));
+    inv_freq = torch::where(medium, smoothed, llama);
+  }
+  inv_freq = inv_freq.to(f32).contiguous();
+  return std::vector<float>(inv_freq.data_ptr<float>(), inv_freq.data_ptr<float>() + inv_freq.numel());
+}
+
+}  // namespace sftctl::trainer

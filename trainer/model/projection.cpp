@@ -1,0 +1,68 @@
+#include "trainer/model/projection.h"
+
+#include <cmath>
+
+#include "trainer/runtime/device.h"
+
+namespace sftctl::trainer {
+
+bool LinearAutocast(const torch::Tensor& x) {
+  const at::DeviceType type = x.device().type();
+  return (type == at::kCPU || type == at::kCUDA) && AutocastEnabled(type);
+}
+
+torch::ScalarType LinearComputeDtype(const torch::Tensor& x, const torch::Tensor& w) {
+  return LinearAutocast(x) ? AutocastDtype(x.device().type()) : w.scalar_type();
+}
+
+torch::Tensor MixedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  // Under autocast, autocast casts x (and an fp32 W) itself and the result stays in its dtype.
+  if (LinearAutocast(x) || x.scalar_type() == w.scalar_type()) return torch::nn::functional::linear(x, w, b);
+  const torch::ScalarType dtype = w.scalar_type();
+  const torch::Tensor bias = b.defined() ? b.to(dtype) : b;
+  return torch::nn::functional::linear(x.to(dtype), w, bias).to(x.scalar_type());
+}
+
+ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, bool with_bias, bool initialise)
+    : in_(in_features), out_(out_features) {
+  weight = register_parameter("weight", torch::empty({out_features, in_features}));
+  torch::NoGradGuard no_grad;
+  if (initialise) torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (with_bias) {
+    const double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0.0;
+    torch::Tensor b = torch::empty({out_features});
+    if (initialise) b.uniform_(-bound, bound);
+    bias = register_parameter("bias", b);
+  }
+}
+
+torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = MixedLinear(x, weight, bias);
+  if (!has_lora()) return y;
+  torch::Tensor h = x;
+  // Without autocast an fp32 adapter on bf16 activations (a bf16 down_proj input) reads them in fp32.
+  if (LinearComputeDtype(x, lora_A->weight) != x.scalar_type()) h = h.to(lora_A->weight.scalar_type());
+  if (lora_dropout > 0 && is_training()) {
+    h = torch::nn::functional::dropout(
+        h, torch::nn::functional::DropoutFuncOptions().p(lora_dropout).training(true));
+  }
+  return y + (lora_B->forward(lora_A->forward(h)) * lora_scale).to(y.scalar_type());
+}
+
+void ProjectionImpl::EnableLora(int64_t r, double scale, double dropout) {
+  TORCH_CHECK(!has_lora(), "LoRA adapter already enabled");
+  lora_A = register_module("lora_A", torch::nn::Linear(torch::nn::LinearOptions(in_, r).bias(false)));
+  lora_B = register_module("lora_B", torch::nn::Linear(torch::nn::LinearOptions(r, out_).bias(false)));
+  {
+    torch::NoGradGuard no_grad;
+    // PEFT: nn.init.kaiming_uniform_(lora_A.weight, a=math.sqrt(5)); nn.init.zeros_(lora_B.weight).
+    torch::nn::init::kaiming_uniform_(lora_A->weight, std::sqrt(5.0));
+    lora_B->weight.zero_();
+  }
+  lora_A->to(weight.device());
+  lora_B->to(weight.device());
+  lora_scale = scale;
+  lora_dropout = dropout;
+}
+
+}  // namespace sftctl::trainer

@@ -1,0 +1,62 @@
+// Projection: a linear layer y = x W^T + b with HF parameter names ("weight", "bias") and an
+// optional LoRA adapter (submodules "lora_A", "lora_B", as PEFT names them), so that the
+// adapter's parameters are "<module path>.lora_A.weight" [r, in] and ".lora_B.weight" [out, r].
+//
+//   y = x W^T + b + scale * lora_B(lora_A(dropout(x)))
+//
+// Without an adapter it is exactly torch::nn::Linear. See trainer/model/lora.h for how adapters are
+// added, saved and merged.
+//
+// A frozen base weight may be stored in bf16 (lora.base_dtype, trainer/model/lora.h) while the
+// activations are fp32: MixedLinear is the one rule for that case, used by every matmul of the
+// model's weights.
+//
+// Thread safety: like any torch::nn::Module.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace sftctl::trainer {
+
+// Whether autocast is on for x's device (CPU or CUDA).
+bool LinearAutocast(const torch::Tensor& x);
+// The dtype x W^T runs in: autocast's when autocast is on for x's device, else W's.
+torch::ScalarType LinearComputeDtype(const torch::Tensor& x, const torch::Tensor& w);
+
+// x W^T + b. Under autocast: plain linear, so the product and its result are in autocast's
+// dtype whatever W is stored in (a bf16 frozen base on CUDA: no fp32 result, no fp32 copies
+// saved for backward). When autocast is off and W's dtype differs from x's (a bf16 frozen
+// weight, fp32 activations), x and b are cast to W's dtype, the product runs there and returns
+// in x's dtype; autograd saves the cast x and W itself, never a widened copy of W. Otherwise
+// plain linear.
+torch::Tensor MixedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
+
+class ProjectionImpl : public torch::nn::Module {
+ public:
+  // weight [out, in] and bias [out] initialised like torch::nn::Linear (callers usually
+  // overwrite them); with `initialise` false they are torch::empty, never written, and nothing
+  // is drawn from the RNG (for a load that overwrites them).
+  ProjectionImpl(int64_t in_features, int64_t out_features, bool bias, bool initialise = true);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  // The adapter's input and output follow x's dtype (fp32 A and B, see MixedLinear).
+  // Adds lora_A [r, in] (kaiming-uniform with a = sqrt(5), as PEFT) and lora_B [out, r]
+  // (zeros), in fp32, drawn on the CPU (the same values whatever the device) and then moved to
+  // the weight's device. REQUIRES: no adapter yet.
+  void EnableLora(int64_t r, double scale, double dropout);
+  bool has_lora() const { return !lora_A.is_empty(); }
+
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+  torch::Tensor weight, bias;  // bias undefined without bias
+  torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
+  double lora_scale = 0;
+  double lora_dropout = 0;
+
+ private:
+  int64_t in_, out_;
+};
+TORCH_MODULE(Projection);
+
+}  // namespace sftctl::trainer
