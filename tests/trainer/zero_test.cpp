@@ -496,10 +496,19 @@ void ExpectSameRun(const JobSpec& a, const JobSpec& b, const std::string& ckpt, 
   ASSERT_TRUE(wa.ok() && wb.ok()) << ckpt << "/" << file;
   ASSERT_EQ(wa->size(), wb->size());
   ASSERT_FALSE(wa->empty());
-  std::string worst;
-  NamedTensors nb(wb->begin(), wb->end());
+  // A key projection's bias (Qwen2) adds the same q.b to every score of a query, which the softmax
+  // ignores: its exact gradient is 0 and what reaches it is rounding, which AdamW turns into steps
+  // of about lr whatever its size. Summed in another order (ZeRO-2) that noise differs, so those
+  // tensors are held to 1e-3; every other weight to `tol`.
+  NamedTensors nb, noise;
+  for (const auto& [name, t] : *wb) {
+    (name.size() > 11 && name.compare(name.size() - 11, 11, "k_proj.bias") == 0 ? noise : nb)
+        .emplace_back(name, t);
+  }
+  std::string worst, worst_noise;
   const double rel = MaxRelDiff(nb, *wa, &worst);
   EXPECT_LE(rel, tol) << worst;
+  EXPECT_LE(MaxRelDiff(noise, *wa, &worst_noise), 1e-3) << worst_noise;
   std::printf("%s: largest relative weight difference %.3g (%s)\n", b.output_dir.c_str(), rel, worst.c_str());
 }
 
@@ -510,6 +519,7 @@ struct EqualCase {
   double clip = 1.0;
   bool lora = false;
   int samples = 0;  // > 0: a training set this small (an epoch's end leaves rank 1 a micro-batch short)
+  std::string model_type = "llama";  // qwen2: q/k/v biases (in the no-decay buffer) and untied weights
 };
 void PrintTo(const EqualCase& c, std::ostream* os) { *os << c.shard << "/" << c.name; }
 
@@ -524,6 +534,8 @@ TEST_P(ShardedEqualsUnsharded, SameLossesGradNormsAndWeights) {
     s.eval.exact_match = false;
     s.train.clip_grad_norm = c.clip;
     s.distributed.shard = shard;
+    s.model.config["model_type"] = c.model_type;
+    if (c.model_type == "qwen2") s.model.config["tie_word_embeddings"] = false;
     if (c.samples > 0) {
       const std::string train = dir + "/" + sub + "/data/small.jsonl";
       sftctl::testing::WriteWholeFile(train, sftctl::testing::AdditionJsonl(c.samples));
@@ -566,7 +578,8 @@ TEST_P(ShardedEqualsUnsharded, SameLossesGradNormsAndWeights) {
 INSTANTIATE_TEST_SUITE_P(Zero1, ShardedEqualsUnsharded,
                          ::testing::Values(EqualCase{"accum1", "optimizer", 1},
                                            EqualCase{"accum2_clip", "optimizer", 2, 0.05},
-                                           EqualCase{"lora", "optimizer", 2, 1.0, true}),
+                                           EqualCase{"lora", "optimizer", 2, 1.0, true},
+                                           EqualCase{"qwen2", "optimizer", 2, 0.05, false, 0, "qwen2"}),
                          [](const auto& info) { return info.param.name; });
 // ZeRO-2 sums each micro-batch's gradients over ranks before adding the micro-batches (ZeRO-1 and
 // none the other way round), and its norm from per-rank partial sums: equal up to rounding.
@@ -574,7 +587,8 @@ INSTANTIATE_TEST_SUITE_P(Zero2, ShardedEqualsUnsharded,
                          ::testing::Values(EqualCase{"accum1", "gradients", 1},
                                            EqualCase{"accum2_clip", "gradients", 2, 0.05},
                                            EqualCase{"lora", "gradients", 2, 1.0, true},
-                                           EqualCase{"epoch_end", "gradients", 2, 1.0, false, 20}),
+                                           EqualCase{"epoch_end", "gradients", 2, 1.0, false, 20},
+                                           EqualCase{"qwen2", "gradients", 2, 0.05, false, 0, "qwen2"}),
                          [](const auto& info) { return info.param.name; });
 
 class ShardedResume : public ::testing::TestWithParam<std::string> {};
