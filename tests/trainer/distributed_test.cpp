@@ -555,44 +555,8 @@ TEST(DistributedCheckpointWait, SaveLongerThanSaveTimeoutFailsTheWaitingRankNami
   EXPECT_THAT(log1, ::testing::HasSubstr("took longer than checkpoint.save_timeout_s = 2)"));
 }
 
-TEST(DistributedResume, InterruptedTwoRankRunResumesBitExactly) {
-  SFTCTL_SKIP_WITHOUT_GLOO();
-  const std::string dir = MakeTempDir("dist-resume");
-  // A constant schedule after warm-up, so the interrupted run's shorter max_steps does not
-  // change the learning rate of its first steps.
-  auto spec_for = [&](const std::string& sub, int64_t steps) {
-    JobSpec s = ProcSpec(dir + "/" + sub, steps, 4, 2);
-    s.train.schedule = "constant";
-    s.eval.exact_match = false;
-    return s;
-  };
-  JobSpec full = spec_for("full", 8);
-  RunJob(full, 2, "full");
-  JobSpec part = spec_for("part", 4);
-  RunJob(part, 2, "part1");
-  part.train.max_steps = 8;
-  RunJob(part, 2, "part2");
-
-  const auto start = Events(part.output_dir + "/metrics.jsonl", "start");
-  ASSERT_EQ(start.size(), 2u);
-  EXPECT_EQ(start[1]["step"], 4);
-  EXPECT_EQ(start[1]["resumed_from"], part.output_dir + "/checkpoint-000004");
-  const auto l_full = Events(full.output_dir + "/metrics.jsonl", "step");
-  const auto l_part = Events(part.output_dir + "/metrics.jsonl", "step");
-  ASSERT_EQ(l_full.size(), 8u);
-  ASSERT_EQ(l_part.size(), 8u);
-  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(l_full[i]["loss"], l_part[i]["loss"]) << "step " << i + 1;
-
-  const auto w_full = Weights(full.output_dir + "/checkpoint-000008");
-  const auto w_part = Weights(part.output_dir + "/checkpoint-000008");
-  ASSERT_EQ(w_full.size(), w_part.size());
-  for (const auto& [name, t] : w_full) EXPECT_TRUE(torch::equal(t, w_part.at(name))) << name;
-  auto o_full = LoadTensors(full.output_dir + "/checkpoint-000008/optimizer.safetensors");
-  auto o_part = LoadTensors(part.output_dir + "/checkpoint-000008/optimizer.safetensors");
-  ASSERT_TRUE(o_full.ok() && o_part.ok());
-  ASSERT_TRUE(o_full->count("rng.cpu.rank1")) << "each rank's RNG state is saved";
-  for (const auto& [name, t] : *o_full) EXPECT_TRUE(torch::equal(t, o_part->at(name))) << name;
-}
+// The interrupted two-rank run that resumes bit for bit: tests/trainer/zero_test.cpp ShardedResume
+// (Stage/none, and the sharded stages).
 
 TEST(DistributedResume, TwoRankCheckpointContinuesOnOneRank) {
   SFTCTL_SKIP_WITHOUT_GLOO();

@@ -28,16 +28,7 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 
 // Qwen2.5-1.5B's shapes (config.json of the release).
 ModelConfig Qwen15B() {
-  return *ParseModelConfig({{"model_type", "qwen2"},
-                            {"vocab_size", 151936},
-                            {"hidden_size", 1536},
-                            {"intermediate_size", 8960},
-                            {"num_hidden_layers", 28},
-                            {"num_attention_heads", 12},
-                            {"num_key_value_heads", 2},
-                            {"max_position_embeddings", 32768},
-                            {"tie_word_embeddings", true}},
-                           "qwen2.5-1.5b");
+  return *ParseModelConfig(sftctl::testing::Qwen25OnePointFiveBConfig(), "qwen2.5-1.5b");
 }
 
 TEST(MemoryEstimate, ParameterCountsEqualTheBuiltModel) {

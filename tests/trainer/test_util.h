@@ -40,6 +40,15 @@ inline nlohmann::json TinyDecoderConfig(const std::string& type, int64_t vocab, 
           {"tie_word_embeddings", tied}};
 }
 
+// config.json of Qwen2.5-1.5B (the release's shapes), for memory and FLOP counts.
+inline nlohmann::json Qwen25OnePointFiveBConfig() {
+  return {{"model_type", "qwen2"},      {"vocab_size", 151936},
+          {"hidden_size", 1536},        {"intermediate_size", 8960},
+          {"num_hidden_layers", 28},    {"num_attention_heads", 12},
+          {"num_key_value_heads", 2},   {"max_position_embeddings", 32768},
+          {"tie_word_embeddings", true}};
+}
+
 inline JobSpec TinySpec(const std::string& dir, int64_t steps) {
   WriteWholeFile(dir + "/data/train.jsonl", AdditionJsonl(96));
   WriteWholeFile(dir + "/data/eval.jsonl", AdditionJsonl(16, 1000));

@@ -285,16 +285,7 @@ TEST(ShardSpec, StagesParseAndOthersAreRefusedNamingTheField) {
 
 MemoryPlan FullFineTune(int64_t ranks, ShardStage shard) {
   MemoryPlan p;
-  p.config = *ParseModelConfig({{"model_type", "qwen2"},
-                                {"vocab_size", 151936},
-                                {"hidden_size", 1536},
-                                {"intermediate_size", 8960},
-                                {"num_hidden_layers", 28},
-                                {"num_attention_heads", 12},
-                                {"num_key_value_heads", 2},
-                                {"max_position_embeddings", 32768},
-                                {"tie_word_embeddings", true}},
-                               "qwen2.5-1.5b");
+  p.config = *ParseModelConfig(sftctl::testing::Qwen25OnePointFiveBConfig(), "qwen2.5-1.5b");
   p.seq_len = 1024;
   p.gradient_checkpointing = true;
   p.activation_bytes = 2;
@@ -613,6 +604,7 @@ TEST_P(ShardedResume, InterruptedRunResumesBitExactly) {
   const auto start = Events(part.output_dir + "/metrics.jsonl", "start");
   ASSERT_EQ(start.size(), 2u);
   EXPECT_EQ(start[1]["step"], 4);
+  EXPECT_EQ(start[1]["resumed_from"], part.output_dir + "/checkpoint-000004");
   const auto l_full = Events(full.output_dir + "/metrics.jsonl", "step");
   const auto l_part = Events(part.output_dir + "/metrics.jsonl", "step");
   ASSERT_EQ(l_full.size(), 8u);
@@ -622,13 +614,20 @@ TEST_P(ShardedResume, InterruptedRunResumesBitExactly) {
   const auto w_part = Weights(part.output_dir + "/checkpoint-000008");
   ASSERT_EQ(w_full.size(), w_part.size());
   for (const auto& [name, t] : w_full) EXPECT_TRUE(torch::equal(t, w_part.at(name))) << name;
-  for (int r = 0; r < 2; ++r) {
-    const std::string f = "/checkpoint-000008/" + OptimizerShardFileName(r, 2);
+  // The optimizer's files (moments whole or in shards, each rank's RNG streams) are equal too.
+  std::vector<std::string> files = {"/checkpoint-000008/optimizer.safetensors"};
+  if (GetParam() != "none") {
+    for (int r = 0; r < 2; ++r) files.push_back("/checkpoint-000008/" + OptimizerShardFileName(r, 2));
+  }
+  for (const std::string& f : files) {
     auto a = LoadTensors(full.output_dir + f), b = LoadTensors(part.output_dir + f);
     ASSERT_TRUE(a.ok() && b.ok()) << f;
     ASSERT_EQ(a->size(), b->size());
     for (const auto& [name, t] : *a) EXPECT_TRUE(torch::equal(t, b->at(name))) << f << " " << name;
   }
+  auto opt = LoadTensors(full.output_dir + files[0]);
+  ASSERT_TRUE(opt.ok());
+  EXPECT_TRUE(opt->count("rng.cpu.rank1")) << "each rank's RNG state is saved";
 }
 
 // A shard file lost from a checkpoint: rank 0 fails reading it for rank 1, naming the file, and rank
@@ -681,7 +680,8 @@ TEST(ShardedCheckpointWait, SlowSaveDoesNotFailTheJob) {
 // files), 2 then 1 (the shards gathered into one optimizer), and 1 rank (per-parameter moments)
 // then 2 sharded ranks. Each equals the uninterrupted 2-rank run up to the rounding of summing
 // gradients over another number of ranks.
-INSTANTIATE_TEST_SUITE_P(Stage, ShardedResume, ::testing::Values("optimizer", "gradients"));
+// "none": the unsharded two-rank resume (docs/distributed.md), held to the same bits.
+INSTANTIATE_TEST_SUITE_P(Stage, ShardedResume, ::testing::Values("none", "optimizer", "gradients"));
 
 TEST(ShardedReshard, ReshardsAcrossWorldSizes) {
   SFTCTL_SKIP_WITHOUT_GLOO();
