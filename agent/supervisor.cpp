@@ -251,8 +251,17 @@ StatusOr<JobRecord> Supervisor::GetJob(const std::string& job_id) {
 void Supervisor::SetSpec(JobRecord* rec, std::shared_ptr<const JobSpec> spec) {
   rec->spec_json = CanonicalSpecJson(*spec);
   rec->spec = spec;
+  RememberSpec(rec->id, std::move(spec));
+}
+
+void Supervisor::RememberSpec(const std::string& job_id, std::shared_ptr<const JobSpec> spec) {
   MutexLock lock(&specs_mu_);
-  specs_[rec->id] = std::move(spec);
+  specs_[job_id] = std::move(spec);
+}
+
+void Supervisor::ForgetSpec(const std::string& job_id) {
+  MutexLock lock(&specs_mu_);
+  specs_.erase(job_id);
 }
 
 void Supervisor::Submit(::sftctl::v1::SubmitJobRequest req, JobCallback done) {
@@ -308,10 +317,7 @@ Status Supervisor::Transition(JobRecord* rec, Journal* journal, JobState state, 
     return st.WithContext("saving the job as " + std::string(JobStateName(state)));
   }
   journal->SetFinished(final);
-  if (final) {  // rec keeps its spec for what follows (the uploads' FinishJob)
-    MutexLock lock(&specs_mu_);
-    specs_.erase(rec->id);
-  }
+  if (final) ForgetSpec(rec->id);  // rec keeps its spec for what follows (the uploads' FinishJob)
   spdlog::info("{}: {} ({})", rec->id, JobStateName(state), reason);
   return journaled.WithContext("journaling the job's state " + std::string(JobStateName(state)));
 }
@@ -956,8 +962,7 @@ Status Supervisor::Recover() {
         StatusOr<std::shared_ptr<const JobSpec>> spec = ParseStoredSpec(rec.spec_json, rec.id + " spec");
         if (spec.ok()) {  // the job's one parse in this agent
           rec.spec = std::move(*spec);
-          MutexLock lock(&specs_mu_);
-          specs_[rec.id] = rec.spec;
+          RememberSpec(rec.id, rec.spec);
         } else {
           st = DataLossError("its spec does not read back: " + spec.status().message());
         }
@@ -1018,10 +1023,7 @@ void Supervisor::FailUnrecoverable(JobRecord* rec, const Status& why) {
   }
   for (RankRecord& k : rec->ranks) k.running = false;
   runs_.erase(rec->id);  // whatever a recovery that threw half-way left
-  {
-    MutexLock lock(&specs_mu_);
-    specs_.erase(rec->id);
-  }
+  ForgetSpec(rec->id);
   scheduler_.Release(rec->id);
   (void)scheduler_.Dequeue(rec->id);
   rec->assigned_gpus.clear();

@@ -165,6 +165,9 @@ class Supervisor {
   // Sets rec->spec and rec->spec_json (CanonicalSpecJson) and remembers the spec for SpecOf/GetJob
   // (the caller saves the record). REQUIRES: spec not null.
   void SetSpec(JobRecord* rec, std::shared_ptr<const JobSpec> spec) EXCLUDES(specs_mu_);
+  // The one place specs_ changes: a job's spec kept while it is not final, and dropped.
+  void RememberSpec(const std::string& job_id, std::shared_ptr<const JobSpec> spec) EXCLUDES(specs_mu_);
+  void ForgetSpec(const std::string& job_id) EXCLUDES(specs_mu_);
   void PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const JobCallback& done);
   // Queues a QUEUED job for launch, or first for its hf:// download (`token`: the client's, or ""),
   // then for the download of the checkpoint it resumes from (`resume: s3://`, checkpoint_upload.h).

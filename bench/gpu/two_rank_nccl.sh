@@ -18,15 +18,8 @@ spec() {  # spec(name, steps, timeout_s)
     > "$work/$1.json"
 }
 
-launch() {  # launch(name) -> pids in $pids
-  pids=()
-  for r in 0 1; do
-    WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "$trainer" train --spec "$work/$1.json" > "$work/$1-rank$r.log" 2>&1 &
-    pids+=($!)
-  done
-  port=$((port + 1))
-}
+# launch(name) -> pids in $pids
+source "$here/two_ranks.sh"
 
 spec short 10 60
 launch short

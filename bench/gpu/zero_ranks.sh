@@ -36,6 +36,7 @@ fi
 work=$out/zero
 rm -rf "$work" && mkdir -p "$work"
 port=$((31500 + RANDOM % 2000))
+source "$here/two_ranks.sh"  # launch
 # The data: enough records for 2 ranks x 2 micro-batches x 2 sequences per step.
 "$py" "$here/hf_train.py" "${tiny[@]}" --device "$device" --write-spec "$work/data" --trainer-out "$work/none" \
   --batch 2 --seq 512 --steps $((4 * steps)) > "$work/base.json" || { printf 'zero\tFAIL\thf_train.py --write-spec failed\n'; exit 0; }
@@ -49,13 +50,7 @@ s["train"].update(max_steps=int(steps), grad_accum=2)
 s["distributed"] = {"shard": stage, "timeout_s": 300}
 json.dump(s, open(path, "w"), indent=2)
 PY
-  pids=()
-  for r in 0 1; do
-    WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "$trainer" train --spec "$work/$stage.json" > "$work/$stage-rank$r.log" 2>&1 &
-    pids+=($!)
-  done
-  port=$((port + 1))
+  launch "$stage"
   rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
   rm -rf "$work/$stage"/checkpoint-*  # the final checkpoint: ~6 GB at 0.5B, not needed
