@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -310,6 +311,15 @@ AutoStopDeps MakeAutoStopDeps(const DaemonOptions& opts, const std::string& dir,
   deps.data_dir = dir;
   deps.env = env;
   deps.check = std::chrono::milliseconds(std::max(10, opts.stop_check_ms));
+  // The cost cap cancels through the supervisor; the cancels have begun when it answers.
+  deps.cancel_jobs = [supervisor](const std::string& reason) -> size_t {
+    auto done = std::make_shared<std::promise<size_t>>();
+    std::future<size_t> cancelled = done->get_future();
+    supervisor->CancelAll(reason, [done](size_t n) { done->set_value(n); });
+    return cancelled.wait_for(std::chrono::seconds(60)) == std::future_status::ready ? cancelled.get() : 0;
+  };
+  deps.job_stop_time =
+      std::chrono::seconds((std::max(0, opts.kill_grace_ms) + 999) / 1000) + std::chrono::seconds(1);
   return deps;
 }
 
@@ -670,10 +680,19 @@ int RunStatus(const std::string& data_dir, bool json, bool with_token) {
         j["gpus_total"] = h.gpus_total();
         j["gpus_free"] = h.gpus_free();
         const auto& as = h.auto_stop();
-        j["auto_stop"] = {{"policy", as.policy()},           {"state", as.state()},
-                          {"remaining_s", as.remaining_s()}, {"detail", as.detail()},
-                          {"action", as.action()},           {"cost_estimate", as.cost_estimate()},
-                          {"last_action", as.last_action()}};
+        j["auto_stop"] = {{"policy", as.policy()},
+                          {"state", as.state()},
+                          {"remaining_s", as.remaining_s()},
+                          {"detail", as.detail()},
+                          {"action", as.action()},
+                          {"cost_estimate", as.cost_estimate()},
+                          {"last_action", as.last_action()},
+                          {"max_cost", as.max_cost()},
+                          {"spent", as.spent()},
+                          {"billing_since_unix_s", as.billing_since_unix_s()},
+                          {"cost_cap_remaining_s", as.cost_cap_remaining_s()},
+                          {"cost_cap_reached", as.cost_cap_reached()},
+                          {"cost_cap_reason", as.cost_cap_reason()}};
       } else {
         j["error"] = s.error_message();
       }

@@ -89,7 +89,15 @@ void AddStopFlags(CLI::App* start, DaemonOptions& opts) {
       "auto | survives | lost: whether the data dir outlives the stop (survives: no wait for pulls)");
   start->add_option_function<double>(
       "--price-per-hour", [sp](double v) { sp->price_per_hour = v; },
-      "what the host costs per hour, for the estimate `sftctl status` shows");
+      "what the host costs per hour, for the estimate `sftctl status` shows and --max-cost");
+  start->add_option_function<double>(
+      "--max-cost", [sp](double v) { sp->max_cost = v; },
+      "cost cap in USD (needs --price-per-hour): before price x hours since billing began passes it, "
+      "every job is cancelled and the host stopped (0: no cap)");
+  start->add_option_function<int64_t>(
+      "--billing-since", [sp](int64_t v) { sp->billing_since_unix_s = v; },
+      "when the host's billing began, Unix seconds (default: the first start of an agent with a price "
+      "on this data dir)");
   AddDurationOption(start, "--stop-check", Unit::kMilliseconds, &opts.stop_check_ms, "testing only")
       ->group("");
 }

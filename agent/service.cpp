@@ -640,6 +640,12 @@ rpc::ServerUnaryReactor* AgentService::Health(rpc::CallbackServerContext* ctx, c
     as->set_price_per_hour(v.price_per_hour);
     as->set_cost_estimate(v.price_per_hour * static_cast<double>(resp->uptime_s()) / 3600.0);
     as->set_last_action(v.last_action);
+    as->set_max_cost(v.max_cost);
+    as->set_spent(v.spent);
+    as->set_billing_since_unix_s(v.billing_since_unix_s);
+    as->set_cost_cap_remaining_s(v.cap_remaining_s);
+    as->set_cost_cap_reached(v.cap_reached);
+    as->set_cost_cap_reason(v.cap_reason);
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 
 namespace sftctl::agent {
 namespace {
@@ -29,6 +31,12 @@ int64_t Left(Clock::TimePoint now, Clock::TimePoint since, int64_t total) {
   return (std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 999) / 1000;
 }
 
+std::string Dollars(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "$%.2f", v);
+  return buf;
+}
+
 }  // namespace
 
 StopPolicy ApplyStopFlags(StopPolicy p, const StopPolicyFlags& f) {
@@ -43,6 +51,8 @@ StopPolicy ApplyStopFlags(StopPolicy p, const StopPolicyFlags& f) {
   }
   if (f.storage) p.storage = *f.storage;
   if (f.price_per_hour) p.price_per_hour = *f.price_per_hour;
+  if (f.max_cost) p.max_cost = *f.max_cost;
+  if (f.billing_since_unix_s) p.billing_since_unix_s = *f.billing_since_unix_s;
   return p;
 }
 
@@ -67,6 +77,10 @@ StatusOr<std::string> ActionCommand(const std::string& action, const StopPolicy&
     return std::string(
         "[ -r /etc/rp_environment ] && . /etc/rp_environment; runpodctl stop pod \"$RUNPOD_POD_ID\"");
   }
+  if (action == "runpod-terminate") {
+    return std::string(
+        "[ -r /etc/rp_environment ] && . /etc/rp_environment; runpodctl remove pod \"$RUNPOD_POD_ID\"");
+  }
   if (action == "lambda") {
     return std::string(
         "curl -fsS --max-time 60 -X POST -H \"Authorization: Bearer $LAMBDA_API_KEY\" "
@@ -78,15 +92,16 @@ StatusOr<std::string> ActionCommand(const std::string& action, const StopPolicy&
   }
   if (action == "command" && !policy.command.empty()) return policy.command;
   return FailedPreconditionError(
-      "no stop action: start the agent with --stop-action runpod|lambda|shutdown or --stop-command CMD "
+      "no stop action: start the agent with --stop-action runpod|runpod-terminate|lambda|shutdown or "
+      "--stop-command CMD "
       "(none was detected: no RUNPOD_POD_ID, no LAMBDA_API_KEY with LAMBDA_INSTANCE_ID)");
 }
 
 Status ValidateStopPolicy(const StopPolicy& p) {
-  static const char* kActions[] = {"", "runpod", "lambda", "shutdown", "command"};
+  static const char* kActions[] = {"", "runpod", "runpod-terminate", "lambda", "shutdown", "command"};
   if (std::find(std::begin(kActions), std::end(kActions), p.action) == std::end(kActions)) {
     return InvalidArgumentError("--stop-action: '" + p.action +
-                                "' is not one of runpod, lambda, shutdown, command");
+                                "' is not one of runpod, runpod-terminate, lambda, shutdown, command");
   }
   if (p.action == "command" && p.command.empty()) {
     return InvalidArgumentError("--stop-command: required with --stop-action command");
@@ -98,6 +113,13 @@ Status ValidateStopPolicy(const StopPolicy& p) {
   if (p.grace_s < 0) return InvalidArgumentError("--stop-grace: must not be negative");
   if (p.pull_timeout_s < 0) return InvalidArgumentError("--stop-pull-timeout: must not be negative");
   if (p.price_per_hour < 0) return InvalidArgumentError("--price-per-hour: must not be negative");
+  if (p.max_cost < 0) return InvalidArgumentError("--max-cost: must not be negative");
+  if (p.max_cost > 0 && p.price_per_hour <= 0) {
+    return InvalidArgumentError(
+        "--max-cost: needs the host's price: give --price-per-hour too (the cap counts price x hours since "
+        "billing began)");
+  }
+  if (p.billing_since_unix_s < 0) return InvalidArgumentError("--billing-since: must not be negative");
   return OkStatus();
 }
 
@@ -114,7 +136,9 @@ nlohmann::json StopPolicyToJson(const StopPolicy& p) {
           {"action", p.action},
           {"command", p.command},
           {"storage", p.storage},
-          {"price_per_hour", p.price_per_hour}};
+          {"price_per_hour", p.price_per_hour},
+          {"max_cost", p.max_cost},
+          {"billing_since_unix_s", p.billing_since_unix_s}};
 }
 
 StopPolicy StopPolicyFromJson(const nlohmann::json& j) {
@@ -127,6 +151,8 @@ StopPolicy StopPolicyFromJson(const nlohmann::json& j) {
   p.command = j.value("command", p.command);
   p.storage = j.value("storage", p.storage);
   p.price_per_hour = j.value("price_per_hour", p.price_per_hour);
+  p.max_cost = j.value("max_cost", p.max_cost);
+  p.billing_since_unix_s = j.value("billing_since_unix_s", p.billing_since_unix_s);
   return p;
 }
 
@@ -148,7 +174,7 @@ std::string FormatDuration(int64_t s) {
 }
 
 std::string DescribeStopPolicy(const StopPolicy& p, const std::string& resolved_action) {
-  if (p.idle_s == 0 && resolved_action.empty()) return "";
+  if (p.idle_s == 0 && resolved_action.empty() && p.max_cost <= 0) return "";
   std::string out = p.idle_s > 0 ? "stop when idle " + FormatDuration(p.idle_s) + ", or " : "stop ";
   out += FormatDuration(p.grace_s) + " after a stop-when-done job; action ";
   out += resolved_action.empty() ? "none" : resolved_action;
@@ -157,11 +183,48 @@ std::string DescribeStopPolicy(const StopPolicy& p, const std::string& resolved_
     std::snprintf(buf, sizeof(buf), "; $%.2f/h", p.price_per_hour);
     out += buf;
   }
+  if (p.max_cost > 0) out += "; cost cap " + Dollars(p.max_cost);
   return out;
+}
+
+std::string FormatUtc(int64_t unix_s) {
+  const std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+CostCap DecideCostCap(const StopPolicy& p, int64_t now_unix_ms, int64_t lead_s) {
+  CostCap c;
+  if (p.price_per_hour <= 0 || p.billing_since_unix_s <= 0) return c;
+  const int64_t elapsed_ms = std::max<int64_t>(0, now_unix_ms - p.billing_since_unix_s * 1000);
+  c.spent = p.price_per_hour * static_cast<double>(elapsed_ms) / 3.6e6;
+  if (p.max_cost <= 0) return c;
+  c.on = true;
+  // One product of whole milliseconds, so that "exactly at the cap" is exact.
+  const int64_t horizon_ms = elapsed_ms + std::max<int64_t>(0, lead_s) * 1000;
+  const double at_horizon = p.price_per_hour * static_cast<double>(horizon_ms) / 3.6e6;
+  if (at_horizon >= p.max_cost) {
+    c.reached = true;
+    c.why = "cost cap " + Dollars(p.max_cost) + " reached: " + Dollars(c.spent) + " spent at " +
+            Dollars(p.price_per_hour) + "/h since " + FormatUtc(p.billing_since_unix_s);
+    return c;
+  }
+  const double cap_ms = p.max_cost / p.price_per_hour * 3.6e6;  // when the horizon reaches the cap
+  c.remaining_s = static_cast<int64_t>(std::floor((cap_ms - static_cast<double>(horizon_ms)) / 1000.0));
+  return c;
 }
 
 StopDecision DecideStop(const StopPolicy& p, const StopInputs& in) {
   StopDecision d;
+  d.cap = DecideCostCap(p, in.now_unix_ms, in.cost_lead_s);
+  if (d.cap.reached) {
+    d.verdict = StopVerdict::kCostCap;
+    d.why = d.cap.why;
+    return d;
+  }
   if (p.idle_s == 0 && !in.work_done && in.waiting_jobs == 0) {
     d.why = "no stop policy and no stop-when-done job";
     return d;
@@ -214,6 +277,8 @@ const char* StopVerdictName(StopVerdict v) {
       return "await_pull";
     case StopVerdict::kStopNow:
       return "stopping";
+    case StopVerdict::kCostCap:
+      return "cost_cap";
   }
   return "off";
 }

@@ -530,11 +530,43 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
   return rec;
 }
 
-void Supervisor::DoCancel(const std::string& job_id, const JobCallback& done) {
+// The store is read on the blocking thread; the cancels run on the event thread. A job whose stop
+// began already is not cancelled again (no second CANCELLING line, no second scancel).
+void Supervisor::CancelAll(std::string reason, std::function<void(size_t)> done) {
+  boost::asio::post(blocking_io_, [this, reason = std::move(reason), done = std::move(done)]() mutable {
+    std::set<std::string> ids;
+    auto jobs = store_->ListJobs();
+    if (!jobs.ok()) spdlog::error("cancelling every job: {}", jobs.status().ToString());
+    for (const JobRecord& rec : jobs.ok() ? *jobs : std::vector<JobRecord>{}) {
+      // A CANCELLING job is being stopped already (its run, if local, is added below: a no-op there).
+      if (!IsFinal(rec.state) && rec.state != JobState::CANCELLING) ids.insert(rec.id);
+    }
+    boost::asio::post(
+        io_, [this, ids = std::move(ids), reason = std::move(reason), done = std::move(done)]() mutable {
+          for (const auto& [id, run] : runs_) {
+            if (!run->stop || run->stop->state != JobState::CANCELLED) ids.insert(id);
+          }
+          size_t cancelled = 0;
+          for (const std::string& id : ids) {
+            auto count = [&cancelled, &id](StatusOr<JobRecord> r) {
+              if (r.ok()) {
+                ++cancelled;
+              } else if (r.status().code() != StatusCode::kFailedPrecondition) {  // not "already finished"
+                spdlog::warn("{}: cancel: {}", id, r.status().ToString());
+              }
+            };
+            DoCancel(id, count, reason);
+          }
+          done(cancelled);
+        });
+  });
+}
+
+void Supervisor::DoCancel(const std::string& job_id, const JobCallback& done, const std::string& reason) {
   auto result = [&]() -> StatusOr<JobRecord> {
     auto it = runs_.find(job_id);
     if (it != runs_.end()) {
-      BeginStop(it->second.get(), {JobState::CANCELLED, "cancelled by user", false});
+      BeginStop(it->second.get(), {JobState::CANCELLED, reason, false});
       return it->second->rec;
     }
     SFT_ASSIGN_OR_RETURN(JobRecord rec, GetJob(job_id));
@@ -543,8 +575,7 @@ void Supervisor::DoCancel(const std::string& job_id, const JobCallback& done) {
     }
     if (rec.slurm) {  // scancel; Slurm reports the end (ApplySlurmUpdate)
       SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(job_id));
-      SFT_RETURN_IF_ERROR(
-          Transition(&rec, journal.get(), JobState::CANCELLING, "cancelled by user (scancel)"));
+      SFT_RETURN_IF_ERROR(Transition(&rec, journal.get(), JobState::CANCELLING, reason + " (scancel)"));
       slurm_->Cancel(job_id);
       return rec;
     }
@@ -554,7 +585,7 @@ void Supervisor::DoCancel(const std::string& job_id, const JobCallback& done) {
     uploads_->FinishJob(*rec.spec);  // forgets forwarded credentials
     downloading_.erase(job_id);
     SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(job_id));
-    SFT_RETURN_IF_ERROR(Transition(&rec, journal.get(), JobState::CANCELLED, "cancelled by user"));
+    SFT_RETURN_IF_ERROR(Transition(&rec, journal.get(), JobState::CANCELLED, reason));
     Schedule();
     return rec;
   }();

@@ -113,6 +113,12 @@ class Supervisor {
 
   void Submit(::sftctl::v1::SubmitJobRequest req, JobCallback done);
   void Cancel(std::string job_id, JobCallback done);
+  // Cancels every job that is not final, as Cancel does (a running job is stopped TERM→KILL and keeps
+  // its checkpoints), with `reason` as the cancel's reason: the state events in each job's journal
+  // (`sftctl logs`) and its final state's reason (`status`) carry it. `done` (on the event thread)
+  // gets how many jobs it cancelled; a job already being cancelled is left as it is (its reason, no
+  // second CANCELLING event), so calling it again is harmless. The cost cap's (agent/auto_stop.h).
+  void CancelAll(std::string reason, std::function<void(size_t)> done);
   // The journal of any job (opened on first use). NOT_FOUND for an unknown job.
   StatusOr<std::shared_ptr<Journal>> JournalFor(const std::string& job_id) EXCLUDES(journals_mu_);
   SupervisorStats Stats() const EXCLUDES(stats_mu_);
@@ -197,7 +203,9 @@ class Supervisor {
   void StartUploads(const JobRecord& rec, Journal* journal);
   // On the event thread: what the runner found.
   void ApplySlurmUpdate(const slurm::SlurmUpdate& update);
-  void DoCancel(const std::string& job_id, const JobCallback& done);
+  // `reason`: the job's new reason ("cancelled by user", or CancelAll's).
+  void DoCancel(const std::string& job_id, const JobCallback& done,
+                const std::string& reason = "cancelled by user");
   // Takes back every unfinished job of the StateStore; one that cannot be taken back (a damaged
   // record, an unreadable journal, anything thrown) is FailUnrecoverable'd and the rest go on. Errors:
   // only the store's listing.

@@ -17,6 +17,8 @@ struct BootstrapArgs {
   std::string stop_when_idle, stop_action;
   std::string shared_dir;  // --shared-dir: a Slurm login node's folder for job folders (docs/slurm.md)
   double price_per_hour = 0;
+  double max_cost = 0;
+  int64_t billing_since = 0;
 };
 
 int RunBootstrap(const BootstrapArgs& a) {
@@ -40,6 +42,10 @@ int RunBootstrap(const BootstrapArgs& a) {
   if (!a.shared_dir.empty()) bo.agent_args.insert(bo.agent_args.end(), {"--shared-dir", a.shared_dir});
   if (a.price_per_hour > 0) {
     bo.agent_args.insert(bo.agent_args.end(), {"--price-per-hour", std::to_string(a.price_per_hour)});
+  }
+  if (a.max_cost > 0) bo.agent_args.insert(bo.agent_args.end(), {"--max-cost", std::to_string(a.max_cost)});
+  if (a.billing_since > 0) {
+    bo.agent_args.insert(bo.agent_args.end(), {"--billing-since", std::to_string(a.billing_since)});
   }
   auto r = Bootstrap(*opts, bo);
   if (!r.ok()) return ReportError(r.status(), false);
@@ -88,6 +94,15 @@ void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--price-per-hour", a->price_per_hour,
                   "Start the agent with --price-per-hour (cost estimates)")
       ->check(CLI::Range(0.0, 10000.0));
+  cmd->add_option("--max-cost", a->max_cost,
+                  "Start the agent with --max-cost USD: it cancels its jobs and stops the host before the "
+                  "host's cost passes it (needs a price: --price-per-hour, now or before)")
+      ->check(CLI::Range(0.0, 1e7));
+  cmd->add_option(
+         "--billing-since", a->billing_since,
+         "Start the agent with --billing-since UNIX_SECONDS: when the host's billing began (default: "
+         "the agent's first start with a price)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->callback([a, &ctx] { ctx.exit_code = RunBootstrap(*a); });
 }
 

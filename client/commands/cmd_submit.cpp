@@ -14,6 +14,7 @@
 
 #include "client/bootstrap/bootstrap.h"
 #include "client/commands/commands.h"
+#include "client/commands/rent_flags.h"
 #include "client/commands/spec_flags.h"
 #include "client/remote/job_registry.h"
 #include "client/remote/job_target.h"
@@ -57,6 +58,8 @@ struct SubmitArgs {
   // --forward-aws-credentials: send this machine's for s3:// (client/transfer/bucket_transfer.h)
   bool forward_aws = false;
   bool allow_changed_spec = false;  // resubmit --allow-changed-spec: continue with a spec edited since
+  RentFlags rent;                   // --provider ...: rent the host first (client/commands/rent_flags.h)
+  bool down_when_done = false;      // --down-when-done: follow, pull, then give the rented host back
 };
 
 struct Node {
@@ -473,6 +476,49 @@ int Submit(const SubmitArgs& a) {
   return FollowSubmitted(a, rec, (*nodes)[0].rc.get());
 }
 
+// `submit --provider P ...`: the spec checked, a host rented (rent_flags.h), the job submitted to it.
+// With --down-when-done the job is followed, its final checkpoint pulled (to --sync-to, by default
+// ./<host name>, unless it goes to checkpoint.upload_to), and the host given back whatever the
+// outcome; Ctrl-C gives it back too (HostReturnGuard), and the host stops itself when this machine
+// is gone, where it can (rent_flags.h's HostStopsItself).
+int SubmitRented(SubmitArgs a) {
+  const bool json = a.ro.json;
+  if (!a.ro.hosts.empty()) {
+    return ReportError(InvalidArgumentError("--provider rents the host to run on: drop --host"), json);
+  }
+  auto overrides = SpecOverrides(SpecCommand::kSubmit, a.spec);
+  if (!overrides.ok()) return ReportError(overrides.status(), json);
+  auto spec = LoadRemoteSpec(a.spec_path, *overrides);  // nothing is rented for a spec that does not load
+  if (!spec.ok()) return ReportError(spec.status(), json);
+  if (a.spec.dry_run) return Submit(a);
+  auto stops_itself = HostStopsItself(a.rent);
+  if (!stops_itself.ok()) return ReportError(stops_itself.status(), json);
+  if (a.rent.name.empty()) a.rent.name = cloud::DefaultHostName(a.rent.provider, a.rent.gpu);
+  HostReturnGuard guard(a.rent.name);
+  auto host = RentHost(a.rent, a.ro, a.down_when_done);
+  if (!host.ok()) return ReportError(host.status(), json);
+  a.ro.hosts = {host->name};
+  if (!a.down_when_done) {
+    guard.Release();
+    std::cerr << "submit: " << host->name << " stays up: `sftctl down " << host->name << "` ends it\n";
+    return Submit(a);
+  }
+  a.follow = true;
+  a.stop_when_done = a.stop_when_done || *stops_itself;
+  if (a.sync_to.empty() && spec->spec.checkpoint.upload_to.empty()) a.sync_to = "./" + host->name;
+  if (!a.sync_to.empty()) std::cerr << "submit: the checkpoints come to " << a.sync_to << "\n";
+  const int code = Submit(a);
+  auto now = RentedHosts().Get(host->name);
+  Status down = now.ok() ? ReturnHost(*now) : now.status();
+  guard.Release();
+  if (!down.ok()) {
+    ReportError(down, json);
+    return code != kExitOk ? code : ExitCodeFor(down);
+  }
+  std::cerr << "submit: " << host->name << " was given back\n";
+  return code;
+}
+
 }  // namespace
 
 // The flags `submit` and `resubmit` share, defined once.
@@ -600,7 +646,13 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
                 "--stop-pull-timeout passed); needs a stop action on the agent (docs/remote.md)");
   AddSharedSubmitFlags(cmd, a.get());
   AddSpecFlags(cmd, SpecCommand::kSubmit, &a->spec);
-  cmd->callback([a, &ctx] { ctx.exit_code = Submit(*a); });
+  AddRentFlags(cmd, &a->rent, /*provider_required=*/false);
+  cmd->add_flag(
+         "--down-when-done", a->down_when_done,
+         "With --provider: follow the job, pull its final checkpoint, then terminate the host (also on "
+         "failure and Ctrl-C)")
+      ->needs("--provider");
+  cmd->callback([a, &ctx] { ctx.exit_code = a->rent.provider.empty() ? Submit(*a) : SubmitRented(*a); });
 }
 
 }  // namespace sftctl::client

@@ -33,6 +33,8 @@ void RegisterPlotCommand(CLI::App& app, CommandContext& ctx);
 void RegisterDownloadCommand(CLI::App& app, CommandContext& ctx);
 // `bootstrap`: build, install and start the agent and trainer on a fresh GPU host (cmd_bootstrap.cpp).
 void RegisterBootstrapCommand(CLI::App& app, CommandContext& ctx);
+// `offers`, `up`, `down`, `hosts`: hosts rented through a provider's API (cmd_cloud.cpp).
+void RegisterCloudCommands(CLI::App& app, CommandContext& ctx);
 // `spec --fields`: the job spec's fields, types and defaults (cmd_spec.cpp, common/spec/spec_fields.h).
 void RegisterSpecCommand(CLI::App& app, CommandContext& ctx);
 

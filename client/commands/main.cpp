@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   sftctl::client::RegisterDownloadCommand(app, ctx);
   sftctl::client::RegisterBootstrapCommand(app, ctx);
   sftctl::client::RegisterSpecCommand(app, ctx);
+  sftctl::client::RegisterCloudCommands(app, ctx);
 
   try {
     app.parse(argc, argv);

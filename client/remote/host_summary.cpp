@@ -29,6 +29,28 @@ std::string FormatSeconds(int64_t s) {
   return buf;
 }
 
+namespace {
+
+// "cost cap $25.00: $3.10 spent, stops in 8h46m", or once reached the agent's reason and what followed;
+// "" without a cap.
+std::string CostCapLine(const v1::AutoStopStatus& as, const std::string& indent) {
+  if (as.max_cost() <= 0) return "";
+  char buf[96];
+  if (!as.cost_cap_reached()) {
+    std::snprintf(buf, sizeof(buf), "cost cap $%.2f: $%.2f spent, stops in ", as.max_cost(), as.spent());
+    return indent + buf + FormatSeconds(as.cost_cap_remaining_s()) + "\n";
+  }
+  std::string line = indent + EscapeForTerminal(as.cost_cap_reason()) + "; jobs cancelled";
+  if (as.state() == "stopped") {
+    line += "; the cap stopped the host";
+  } else if (as.state() == "stopping") {
+    line += "; the host is stopping";
+  }
+  return line + "\n";
+}
+
+}  // namespace
+
 nlohmann::json HostSummaryJson(const v1::HealthResponse& h) {
   const v1::AutoStopStatus& as = h.auto_stop();
   return {{"uptime_s", h.uptime_s()},
@@ -41,7 +63,14 @@ nlohmann::json HostSummaryJson(const v1::HealthResponse& h) {
             {"detail", as.detail()},
             {"action", as.action()},
             {"stop_when_idle_s", as.stop_when_idle_s()},
-            {"last_action", as.last_action()}}}};
+            {"last_action", as.last_action()}}},
+          {"cost_cap",
+           {{"max_cost", as.max_cost()},
+            {"spent", as.spent()},
+            {"billing_since_unix_s", as.billing_since_unix_s()},
+            {"remaining_s", as.cost_cap_remaining_s()},
+            {"reached", as.cost_cap_reached()},
+            {"reason", as.cost_cap_reason()}}}};
 }
 
 std::string HostSummaryText(const std::string& host, const v1::HealthResponse& h, const std::string& indent) {
@@ -66,7 +95,7 @@ std::string HostSummaryText(const std::string& host, const v1::HealthResponse& h
   }
   if (!as.last_action().empty())
     out += indent + "last stop action: " + EscapeForTerminal(as.last_action()) + "\n";
-  return out;
+  return out + CostCapLine(as, indent);
 }
 
 }  // namespace sftctl::client

@@ -19,13 +19,18 @@ namespace sftctl::client {
 Status GetHealth(Reconnector* rc, v1::HealthResponse* health);
 
 // {"uptime_s", "cost_estimate", "price_per_hour", "auto_stop": {"policy", "state", "remaining_s",
-// "detail", "action", "stop_when_idle_s", "last_action"}}.
+// "detail", "action", "stop_when_idle_s", "last_action"}, "cost_cap": {"max_cost", "spent",
+// "billing_since_unix_s", "remaining_s", "reached", "reason"}}.
 nlohmann::json HostSummaryJson(const v1::HealthResponse& health);
 
-// Two or three lines, each ending in "\n", every line indented by `indent`:
+// Two to five lines, each ending in "\n", every line indented by `indent`:
 //   HOST: sftd up 3h12m, ~$4.16 so far at $1.30/h
 //   auto-stop: stop when idle 2h00m, ...; action runpod
 //   auto-stop now: countdown, stops in 1h40m (quiet for 20m00s of 2h00m)
+//   cost cap $25.00: $3.10 spent, stops in 8h46m
+// and once the cap is reached (with the agent's reason):
+//   cost cap $25.00 reached: $24.61 spent at $2.49/h since 2026-11-28T10:00:00Z; jobs cancelled; the
+//   cap stopped the host
 // Text from the agent is escaped for the terminal.
 std::string HostSummaryText(const std::string& host, const v1::HealthResponse& health,
                             const std::string& indent);

@@ -8,8 +8,10 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
+#include "client/remote/rented_hosts.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -52,21 +54,24 @@ const char* TransportName(Transport t) {
 StatusOr<ConnectOptions> MakeConnectOptions(const RemoteOptions& o, const std::string& host) {
   ConnectOptions c;
   c.host = host;
+  // A host rented with `sftctl up` is named by its registry name (client/remote/rented_hosts.h).
+  std::optional<RentedHost> rented = RentedHosts().FindLive(host);
+  if (rented) c.host = rented->SshTarget();
   if (host.rfind("local:", 0) == 0 && host.size() > 6 && host[6] != '/') {
     // "local:<relative dir>": recorded absolute, so the registry names the same agent from anywhere.
     std::error_code ec;
     c.host = "local:" + std::filesystem::absolute(host.substr(6), ec).lexically_normal().string();
     while (c.host.size() > 7 && c.host.back() == '/') c.host.pop_back();
   }
-  c.identity_file = o.identity_file;
+  c.identity_file = o.identity_file.empty() && rented ? rented->identity_file : o.identity_file;
   if (!c.identity_file.empty() && c.identity_file[0] != '/' && c.identity_file[0] != '~') {
     // Recorded in the job registry: absolute, so later commands find it from any folder.
     std::error_code ec;
     c.identity_file = std::filesystem::absolute(c.identity_file, ec).lexically_normal().string();
   }
   c.accept_new_host_key = o.accept_new_host_key;
-  c.sftd = o.sftd;
-  c.agent_data_dir = o.agent_data_dir;
+  c.sftd = o.sftd.empty() && rented ? rented->sftd : o.sftd;
+  c.agent_data_dir = o.agent_data_dir.empty() && rented ? rented->agent_data_dir : o.agent_data_dir;
   auto t = ParseTransport(o.transport);
   if (!t.ok()) return t.status();
   c.transport = *t;

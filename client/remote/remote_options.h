@@ -48,7 +48,8 @@ void AddRemoteOptions(CLI::App* cmd, RemoteOptions* o, const std::string& host_h
 StatusOr<Transport> ParseTransport(const std::string& name);
 const char* TransportName(Transport t);
 
-// The ConnectOptions to reach `host` with the command's options. Errors: INVALID_ARGUMENT (transport).
+// The ConnectOptions to reach `host` with the command's options; `host` may name a live rented host
+// (client/remote/rented_hosts.h), which becomes its SSH target. Errors: INVALID_ARGUMENT (transport).
 StatusOr<ConnectOptions> MakeConnectOptions(const RemoteOptions& o, const std::string& host);
 
 // The exit code for an error: INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, OUT_OF_RANGE -> 2;

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <ctime>
 #include <fstream>
 
 #include "tests/agent/agent_test_util.h"
@@ -210,6 +212,83 @@ TEST(AutoStopE2eTest, IdleStopWithoutAnActionIsRefusedAtStart) {
                                 "--gpus", "none", "--stop-when-idle", "1h"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, AllOf(HasSubstr("SFTD_ERROR"), HasSubstr("no stop action")));
+}
+
+// "2001-09-09T01:46:40Z" (the agent's FormatUtc; this test does not link the agent's library).
+std::string Utc(int64_t unix_s) {
+  const std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// The cost cap in the real sftd with the stub trainer. $3600/h is $1 a second; billing began 100 s ago
+// ($100 spent); the lead is 1 s (--stop-check 50ms, rounded up) + 2 s (--kill-grace 500ms, rounded up,
+// + 1 s) + 120 s (the action's timeout) = 123 s, so a $235 cap is reached about 12 s after the start.
+// The running job is cancelled with the cap's reason (its log and its final state say it) and keeps its
+// complete checkpoints, submissions are refused naming the cap, and the action runs once.
+TEST(AutoStopE2eTest, CostCapCancelsTheRunningJobAndStopsTheHost) {
+  TempDir dir;
+  const std::string record = dir.path() + "/record";
+  const int64_t since =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count() -
+      100;
+  Agent a(dir.path() + "/data");
+  ASSERT_TRUE(
+      a.Start({"--stop-command", "echo fired >> '" + record + "'", "--stop-check", "50ms", "--price-per-hour",
+               "3600", "--max-cost", "235", "--billing-since", std::to_string(since)}));
+  v1::Job job;
+  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 4000}, {"step_ms", 50}, {"checkpoint_every", 2}}), &job).ok());
+  v1::AutoStopStatus st = Health(a);
+  EXPECT_EQ(st.max_cost(), 235);
+  EXPECT_EQ(st.billing_since_unix_s(), since);
+  EXPECT_GE(st.spent(), 100);
+  EXPECT_FALSE(st.cost_cap_reached());
+  EXPECT_GT(st.cost_cap_remaining_s(), 0);
+  EXPECT_LE(st.cost_cap_remaining_s(), 12);
+  ASSERT_TRUE(WaitFor([&] { return Fired(record) == 1; }));
+
+  const v1::Job ended = a.WaitState(job.id(), v1::CANCELLED);
+  EXPECT_THAT(ended.reason(), AllOf(HasSubstr("cost cap $235.00 reached: $"),
+                                    HasSubstr(" spent at $3600.00/h since " + Utc(since))));
+  // `sftctl logs`: the journal's state events carry the reason.
+  bool logged = false;
+  for (const v1::Event& e : a.Events(job.id(), 0, /*follow=*/false)) {
+    logged |= e.kind() == v1::Event::STATE && e.state() == v1::CANCELLED && e.text() == ended.reason();
+  }
+  EXPECT_TRUE(logged) << "no CANCELLED event with the cap's reason";
+  // Cancelled as a user's cancel is: the complete checkpoints stay.
+  v1::ListArtifactsRequest lreq;
+  lreq.set_job_id(job.id());
+  v1::ListArtifactsResponse list;
+  ASSERT_TRUE(a.stub()->ListArtifacts(a.Ctx().get(), lreq, &list).ok());
+  int complete = 0;
+  for (const auto& art : list.artifacts()) complete += art.checkpoint_complete() && art.checkpoint_step() > 0;
+  EXPECT_GT(complete, 0) << "no complete checkpoint kept";
+
+  v1::Job refused;
+  EXPECT_THAT(a.Submit(StubSpec({{"steps", 1}}), &refused),
+              RpcStatusIs(grpc::StatusCode::FAILED_PRECONDITION,
+                          "the host is stopping (" + ended.reason() + "); submit to another host"));
+  ASSERT_TRUE(WaitFor([&] { return Health(a).state() == "stopped"; }));
+  st = Health(a);
+  EXPECT_TRUE(st.cost_cap_reached());
+  EXPECT_EQ(st.cost_cap_reason(), ended.reason());
+  EXPECT_EQ(st.cost_cap_remaining_s(), 0);
+  EXPECT_THAT(st.last_action(), HasSubstr("command: exit code 0 (cost cap $235.00 reached"));
+  EXPECT_EQ(Fired(record), 1);
+}
+
+TEST(AutoStopE2eTest, MaxCostWithoutAPriceIsRefusedAtStart) {
+  TempDir dir;
+  CommandResult r = RunCommand({SftdPath(), "start", "--data-dir", dir.path() + "/data", "--port", "0",
+                                "--gpus", "none", "--max-cost", "25"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("SFTD_ERROR"), HasSubstr("--max-cost"), HasSubstr("--price-per-hour")));
 }
 
 // `sftd start` with --stop-* flags while an agent runs (the client started it without them) restarts

@@ -22,6 +22,7 @@ using ::sftctl::agent::testing::WaitFor;
 using ::sftctl::testing::OffsetClock;
 using ::sftctl::testing::StatusIs;
 using ::sftctl::testing::TempDir;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // ---- DecideStop ---------------------------------------------------------------------------------
@@ -112,6 +113,10 @@ TEST(StopPolicyTest, ActionsAndValidation) {
   EXPECT_EQ(ResolveAction(p, lambda), "lambda");
   EXPECT_THAT(ActionCommand("", p), StatusIs(StatusCode::kFailedPrecondition, HasSubstr("--stop-action")));
   EXPECT_THAT(*ActionCommand("runpod", p), HasSubstr("runpodctl stop pod \"$RUNPOD_POD_ID\""));
+  EXPECT_THAT(*ActionCommand("runpod-terminate", p), HasSubstr("runpodctl remove pod \"$RUNPOD_POD_ID\""));
+  p.action = "runpod-terminate";
+  EXPECT_TRUE(ValidateStopPolicy(p).ok());
+  p.action = "";
   // The Lambda key stays a shell variable: never in a log line or the database.
   EXPECT_THAT(*ActionCommand("lambda", p), HasSubstr("Bearer $LAMBDA_API_KEY"));
   EXPECT_THAT(*ActionCommand("lambda", p), HasSubstr("instance-operations/terminate"));
@@ -132,6 +137,113 @@ TEST(StopPolicyTest, ActionsAndValidation) {
   EXPECT_EQ(FormatDuration(45), "45s");
   EXPECT_EQ(FormatDuration(7260), "2h01m");
   EXPECT_EQ(FormatDuration(90000), "1d01h");
+}
+
+// ---- The cost cap (DecideCostCap) ----------------------------------------------------------------
+
+constexpr int64_t kBillingSince = 1000000000;  // 2001-09-09T01:46:40Z
+
+StopPolicy Capped(double price, double max_cost) {
+  StopPolicy p;
+  p.price_per_hour = price;
+  p.max_cost = max_cost;
+  p.billing_since_unix_s = kBillingSince;
+  return p;
+}
+
+int64_t UnixMsAfter(std::chrono::milliseconds since_billing) {
+  return kBillingSince * 1000 + since_billing.count();
+}
+
+TEST(DecideCostCapTest, JustBelowAtAndPastTheCap) {
+  const StopPolicy p = Capped(2.0, 10.0);  // $10 is 5 hours
+  CostCap c = DecideCostCap(p, UnixMsAfter(4h), /*lead_s=*/0);
+  EXPECT_TRUE(c.on);
+  EXPECT_FALSE(c.reached);
+  EXPECT_DOUBLE_EQ(c.spent, 8.0);
+  EXPECT_EQ(c.remaining_s, 3600);
+  c = DecideCostCap(p, UnixMsAfter(5h - 1ms), 0);
+  EXPECT_FALSE(c.reached);
+  EXPECT_EQ(c.remaining_s, 0);
+  EXPECT_EQ(c.why, "");
+  c = DecideCostCap(p, UnixMsAfter(5h), 0);
+  EXPECT_TRUE(c.reached);
+  EXPECT_EQ(c.remaining_s, 0);
+  EXPECT_EQ(c.why, "cost cap $10.00 reached: $10.00 spent at $2.00/h since 2001-09-09T01:46:40Z");
+  c = DecideCostCap(p, UnixMsAfter(6h), 0);
+  EXPECT_TRUE(c.reached);
+  EXPECT_EQ(c.why, "cost cap $10.00 reached: $12.00 spent at $2.00/h since 2001-09-09T01:46:40Z");
+}
+
+// The lead (the time the agent needs to stop) comes off the end: reached 10 minutes early.
+TEST(DecideCostCapTest, TheLeadStopsItEarly) {
+  const StopPolicy p = Capped(2.0, 10.0);
+  CostCap c = DecideCostCap(p, UnixMsAfter(4h + 49min + 59s), /*lead_s=*/600);
+  EXPECT_FALSE(c.reached);
+  EXPECT_EQ(c.remaining_s, 1);
+  c = DecideCostCap(p, UnixMsAfter(4h + 50min), 600);
+  EXPECT_TRUE(c.reached);
+  EXPECT_EQ(c.why, "cost cap $10.00 reached: $9.67 spent at $2.00/h since 2001-09-09T01:46:40Z");
+}
+
+TEST(DecideCostCapTest, OffWithoutCapPriceOrBillingStart) {
+  StopPolicy p = Capped(2.0, 0);  // cap 0: off, but the spend is known
+  CostCap c = DecideCostCap(p, UnixMsAfter(100h), 0);
+  EXPECT_FALSE(c.on);
+  EXPECT_FALSE(c.reached);
+  EXPECT_DOUBLE_EQ(c.spent, 200.0);
+  p = Capped(0, 10.0);  // no price
+  c = DecideCostCap(p, UnixMsAfter(100h), 0);
+  EXPECT_FALSE(c.on);
+  EXPECT_FALSE(c.reached);
+  EXPECT_EQ(c.spent, 0);
+  p = Capped(2.0, 10.0);
+  p.billing_since_unix_s = 0;  // unknown
+  EXPECT_FALSE(DecideCostCap(p, UnixMsAfter(100h), 0).on);
+  // A billing start in the future (a skewed clock) is nothing spent yet.
+  p = Capped(2.0, 10.0);
+  c = DecideCostCap(p, UnixMsAfter(-1h), 0);
+  EXPECT_FALSE(c.reached);
+  EXPECT_EQ(c.spent, 0);
+  EXPECT_EQ(c.remaining_s, 5 * 3600);
+}
+
+// The cap comes before everything: running jobs and open calls do not hold a host past it.
+TEST(DecideStopTest, TheCostCapStopsABusyHost) {
+  StopInputs in = Quiet(0s);
+  in.active_jobs = 2;
+  in.open_calls = 1;
+  in.now_unix_ms = UnixMsAfter(5h);
+  StopDecision d = DecideStop(Capped(2.0, 10.0), in);
+  EXPECT_EQ(d.verdict, StopVerdict::kCostCap);
+  EXPECT_EQ(d.why, "cost cap $10.00 reached: $10.00 spent at $2.00/h since 2001-09-09T01:46:40Z");
+  EXPECT_STREQ(StopVerdictName(d.verdict), "cost_cap");
+  in.now_unix_ms = UnixMsAfter(4h);
+  d = DecideStop(Capped(2.0, 10.0), in);
+  EXPECT_EQ(d.verdict, StopVerdict::kOff);  // no idle policy, no stop-when-done job
+  EXPECT_EQ(d.cap.remaining_s, 3600);
+  in.cost_lead_s = 3600;  // the lead is DecideStop's input too
+  EXPECT_EQ(DecideStop(Capped(2.0, 10.0), in).verdict, StopVerdict::kCostCap);
+}
+
+TEST(StopPolicyTest, CostCapValidationAndDescription) {
+  StopPolicy p = Capped(2.0, -1);
+  EXPECT_THAT(ValidateStopPolicy(p),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("--max-cost: must not be negative")));
+  p = Capped(0, 25);
+  EXPECT_THAT(ValidateStopPolicy(p), StatusIs(StatusCode::kInvalidArgument,
+                                              AllOf(HasSubstr("--max-cost"), HasSubstr("--price-per-hour"))));
+  p = Capped(2.0, 25);
+  p.billing_since_unix_s = -5;
+  EXPECT_THAT(ValidateStopPolicy(p), StatusIs(StatusCode::kInvalidArgument, HasSubstr("--billing-since")));
+  p = Capped(2.49, 25);
+  EXPECT_TRUE(ValidateStopPolicy(p).ok());
+  EXPECT_EQ(DescribeStopPolicy(p, ""),
+            "stop 1m00s after a stop-when-done job; action none; $2.49/h; cost cap $25.00");
+  EXPECT_EQ(DescribeStopPolicy(Capped(2.49, 0), ""), "");
+  EXPECT_EQ(StopPolicyFromJson(StopPolicyToJson(p)).max_cost, 25);
+  EXPECT_EQ(StopPolicyFromJson(StopPolicyToJson(p)).billing_since_unix_s, kBillingSince);
+  EXPECT_EQ(FormatUtc(kBillingSince), "2001-09-09T01:46:40Z");
 }
 
 // ---- AutoStop ------------------------------------------------------------------------------------
@@ -473,6 +585,179 @@ TEST_F(AutoStopTest, AJobSubmittedBetweenTheSnapshotAndTheActionPreventsIt) {
   EXPECT_TRUE(runner_.commands.empty());
   EXPECT_EQ(d.verdict, StopVerdict::kBusy);
   EXPECT_EQ(stop.View().state, "busy");
+}
+
+// ---- The cost cap in AutoStop ---------------------------------------------------------------------
+
+// $3600/h is $1 a second; the lead with the default deps is 5 s (check) + 10 s (job stop) + 120 s
+// (action) = 135 s. The wall time and the clock are the test's (ManualClock): every amount is exact.
+class CostCapTest : public AutoStopTest {
+ protected:
+  AutoStopDeps CapDeps() {
+    AutoStopDeps deps = Deps();
+    deps.clock = &manual_;
+    deps.unix_ms_at_start = (kBillingSince + 100) * 1000;  // $100 spent
+    deps.cancel_jobs = [this](const std::string& reason) -> size_t {
+      cancels.push_back(reason);
+      return active_.load();
+    };
+    return deps;
+  }
+  static StopPolicy Cap(double max_cost) {
+    StopPolicy p = Capped(3600, max_cost);
+    p.action = "command";
+    p.command = "true";
+    return p;
+  }
+  ::sftctl::testing::ManualClock manual_;
+  std::vector<std::string> cancels;
+};
+
+TEST_F(CostCapTest, ARunningJobIsCancelledWithTheReasonAndTheActionFiresOnce) {
+  AutoStop stop(CapDeps(), Cap(1000));  // reached at 865 s since billing began
+  active_ = 1;                          // a running job
+  EXPECT_EQ(stop.CheckOnce().verdict, StopVerdict::kOff);
+  AutoStopView v = stop.View();
+  EXPECT_EQ(v.max_cost, 1000);
+  EXPECT_DOUBLE_EQ(v.spent, 100);
+  EXPECT_EQ(v.cap_remaining_s, 765);
+  EXPECT_FALSE(v.cap_reached);
+  manual_.Advance(764s);
+  EXPECT_EQ(stop.CheckOnce().verdict, StopVerdict::kOff);
+  EXPECT_EQ(stop.View().cap_remaining_s, 1);
+  EXPECT_TRUE(cancels.empty());
+  ASSERT_TRUE(stop.AdmitSubmission().ok());
+  manual_.Advance(1s);
+  const std::string reason =
+      "cost cap $1000.00 reached: $865.00 spent at $3600.00/h since 2001-09-09T01:46:40Z";
+  EXPECT_EQ(stop.CheckOnce().verdict, StopVerdict::kCostCap);
+  ASSERT_EQ(cancels, std::vector<std::string>{reason});
+  EXPECT_TRUE(runner_.commands.empty()) << "the cancelled job has not ended yet";
+  v = stop.View();
+  EXPECT_EQ(v.state, "stopping");
+  EXPECT_TRUE(v.cap_reached);
+  EXPECT_EQ(v.cap_reason, reason);
+  EXPECT_EQ(v.cap_remaining_s, 0);
+  EXPECT_THAT(stop.AdmitSubmission(),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       "the host is stopping (" + reason + "); submit to another host"));
+  active_ = 0;  // the job ended (CANCELLED)
+  manual_.Advance(5s);
+  EXPECT_EQ(stop.CheckOnce().verdict, StopVerdict::kCostCap);
+  ASSERT_EQ(runner_.commands, std::vector<std::string>{"true"});
+  EXPECT_EQ(stop.View().state, "stopped");
+  EXPECT_THAT(stop.View().last_action, HasSubstr("command: exit code 0 (cost cap $1000.00 reached"));
+  for (int i = 0; i < 3; ++i) {  // hours past the cap: once
+    manual_.Advance(1h);
+    EXPECT_EQ(stop.CheckOnce().verdict, StopVerdict::kCostCap);
+  }
+  EXPECT_EQ(runner_.commands.size(), 1u);
+  EXPECT_EQ(cancels.size(), 1u) << "no job was active again: nothing more to cancel";
+  EXPECT_EQ(stop.fired(), 1);
+  EXPECT_THAT(stop.AdmitSubmission(), StatusIs(StatusCode::kFailedPrecondition, HasSubstr(reason)));
+}
+
+// A job that does not end holds the action at most job_stop_time + check; a job queued after the
+// cancel (a submission admitted just before the cap) is cancelled at the next check.
+TEST_F(CostCapTest, TheActionWaitsForTheCancelledJobsAtMostTheirStopTime) {
+  AutoStop stop(CapDeps(), Cap(235));  // reached at once: 100 + 135 >= 235
+  active_ = 2;
+  EXPECT_EQ(stop.CheckOnce().verdict, StopVerdict::kCostCap);
+  EXPECT_EQ(cancels.size(), 1u);
+  manual_.Advance(14s);  // < 10 s + 5 s
+  stop.CheckOnce();
+  EXPECT_EQ(cancels.size(), 2u) << "a job is still active: cancelled again";
+  EXPECT_TRUE(runner_.commands.empty());
+  manual_.Advance(1s);
+  stop.CheckOnce();
+  EXPECT_EQ(runner_.commands.size(), 1u);
+  EXPECT_EQ(stop.fired(), 1);
+}
+
+TEST_F(CostCapTest, WithoutAStopActionTheJobsAreCancelledAndTheHostKeepsRunning) {
+  StopPolicy p = Capped(3600, 235);  // no action, none detected
+  AutoStop stop(CapDeps(), p);
+  active_ = 1;
+  EXPECT_EQ(stop.CheckOnce().verdict, StopVerdict::kCostCap);
+  const std::string reason =
+      "cost cap $235.00 reached: $100.00 spent at $3600.00/h since 2001-09-09T01:46:40Z; no stop action: the "
+      "host keeps running";
+  ASSERT_EQ(cancels, std::vector<std::string>{reason});
+  active_ = 0;
+  manual_.Advance(1h);
+  stop.CheckOnce();
+  EXPECT_TRUE(runner_.commands.empty());
+  AutoStopView v = stop.View();
+  EXPECT_EQ(v.state, "no_action");
+  EXPECT_EQ(v.detail, reason);
+  EXPECT_TRUE(v.cap_reached);
+  EXPECT_THAT(stop.AdmitSubmission(), StatusIs(StatusCode::kFailedPrecondition, HasSubstr(reason)));
+}
+
+TEST_F(CostCapTest, AFailedActionIsRetriedAfterCapRetryAndSubmissionsStayRefused) {
+  runner_.exit_code = 3;
+  AutoStop stop(CapDeps(), Cap(235));
+  stop.CheckOnce();
+  ASSERT_EQ(runner_.commands.size(), 1u);
+  EXPECT_THAT(stop.AdmitSubmission(),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("cost cap $235.00")));
+  manual_.Advance(299s);
+  stop.CheckOnce();
+  EXPECT_EQ(runner_.commands.size(), 1u);
+  EXPECT_EQ(stop.View().state, "stopping");
+  runner_.exit_code = 0;
+  manual_.Advance(1s);
+  stop.CheckOnce();
+  EXPECT_EQ(runner_.commands.size(), 2u);
+  EXPECT_EQ(stop.fired(), 1);
+  EXPECT_EQ(stop.View().state, "stopped");
+}
+
+// --max-cost with the billing start: persisted like the other flags, the start defaulting to the first
+// start with a price; a restarted agent with the cap spent refuses submissions before its first check,
+// then stops the host again.
+TEST_F(CostCapTest, ARestartWithTheCapSpentRefusesAtOnceAndStopsAgain) {
+  StopPolicyFlags f;
+  f.command = "true";
+  f.max_cost = 235;
+  EXPECT_THAT(
+      LoadStopPolicy(store_.get(), f, StopEnv(), kBillingSince),
+      StatusIs(StatusCode::kInvalidArgument, AllOf(HasSubstr("--max-cost"), HasSubstr("--price-per-hour"))));
+  f.price_per_hour = 3600;
+  auto p = LoadStopPolicy(store_.get(), f, StopEnv(), kBillingSince);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->billing_since_unix_s, kBillingSince);  // this first start
+  auto again = LoadStopPolicy(store_.get(), StopPolicyFlags(), StopEnv(), kBillingSince + 5000);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->billing_since_unix_s, kBillingSince) << "a restart keeps counting";
+  EXPECT_EQ(again->max_cost, 235);
+  {
+    AutoStop first(CapDeps(), *again);
+    first.CheckOnce();
+    EXPECT_EQ(first.fired(), 1);
+  }
+  // The restarted agent: refused before any check.
+  AutoStop restarted(CapDeps(), *again);
+  EXPECT_THAT(restarted.AdmitSubmission(), StatusIs(StatusCode::kFailedPrecondition,
+                                                    HasSubstr("cost cap $235.00 reached: $100.00 spent")));
+  active_ = 1;  // a job recovered by the restarted agent
+  EXPECT_EQ(restarted.CheckOnce().verdict, StopVerdict::kCostCap);
+  EXPECT_EQ(cancels.size(), 2u);
+  active_ = 0;
+  restarted.CheckOnce();
+  EXPECT_EQ(runner_.commands.size(), 2u);
+  EXPECT_EQ(restarted.fired(), 1);
+  // --billing-since replaces the start; --max-cost 0 turns the cap off.
+  StopPolicyFlags later;
+  later.billing_since_unix_s = kBillingSince + 100;
+  later.max_cost = 0;
+  auto off = LoadStopPolicy(store_.get(), later, StopEnv());
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->billing_since_unix_s, kBillingSince + 100);
+  AutoStop uncapped(CapDeps(), *off);
+  EXPECT_TRUE(uncapped.AdmitSubmission().ok());
+  EXPECT_EQ(uncapped.CheckOnce().verdict, StopVerdict::kOff);
+  EXPECT_EQ(cancels.size(), 2u);
 }
 
 // The stop command gets the cloud API variables it uses and the basics, never the other secrets of the

@@ -153,6 +153,46 @@ TEST_F(SupervisorClock, TheSpecIsParsedOnceAtSubmitAndOnceAtRecovery) {
   EXPECT_TRUE(WaitFor([&] { return supervisor_->SpecOf(job.id) == nullptr; })) << "dropped once final";
 }
 
+// The cost cap's cancel (agent/auto_stop.h): every job that is not final, running or queued, ends
+// CANCELLED with the reason (its state history says it once); a finished job is left alone, and
+// a second call while the running job is still stopping changes nothing.
+TEST_F(SupervisorClock, CancelAllCancelsRunningAndQueuedJobsWithTheReason) {
+  StartSupervisor(10s);
+  const JobRecord finished = Submit({{"steps", 1}});
+  WaitForJob(finished.id, [](const JobRecord& r) { return IsFinal(r.state); });
+  const JobRecord running = Submit({{"mode", "sleep"}, {"step_ms", 5}, {"ignore_term", true}});
+  const JobRecord queued = Submit({{"mode", "sleep"}, {"step_ms", 5}});  // one CPU slot: it waits
+  WaitForJob(running.id, [](const JobRecord& r) { return r.state == JobState::RUNNING && r.last_step >= 1; });
+  ASSERT_EQ(store_->GetJob(queued.id)->state, JobState::QUEUED);
+  const std::string reason = "cost cap $25.00 reached: $24.61 spent at $2.49/h since 2026-11-28T10:00:00Z";
+  auto cancel_all = [&] {
+    std::promise<size_t> n;
+    supervisor_->CancelAll(reason, [&](size_t c) { n.set_value(c); });
+    return n.get_future().get();
+  };
+  EXPECT_EQ(cancel_all(), 2u);
+  EXPECT_EQ(store_->GetJob(running.id)->state, JobState::CANCELLING)
+      << "SIGTERM is ignored; the grace is 10 s";
+  EXPECT_EQ(cancel_all(), 0u) << "the running job is being cancelled already";
+  clock_.Advance(10s);
+  for (const JobRecord& job : {running, queued}) {
+    const JobRecord end = WaitForJob(job.id, [](const JobRecord& r) { return IsFinal(r.state); });
+    EXPECT_EQ(end.state, JobState::CANCELLED) << job.id;
+    EXPECT_EQ(end.reason, reason) << job.id;
+  }
+  EXPECT_EQ(store_->GetJob(finished.id)->state, JobState::SUCCEEDED);
+  auto history = store_->History(running.id);
+  ASSERT_TRUE(history.ok());
+  int cancelling = 0;
+  for (const HistoryRecord& h : *history) {
+    if (h.state == JobState::CANCELLING) {
+      ++cancelling;
+      EXPECT_EQ(h.reason, reason);
+    }
+  }
+  EXPECT_EQ(cancelling, 1);
+}
+
 // A job whose stored spec no longer reads back (a damaged database) fails at recovery with the
 // reason; the agent starts and serves the others.
 TEST_F(SupervisorClock, AQueuedJobWhoseStoredSpecDoesNotReadBackFailsAtRecovery) {

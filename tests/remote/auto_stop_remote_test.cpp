@@ -101,6 +101,34 @@ TEST(AutoStopRemoteTest, HostSummaryText) {
             "  auto-stop now: countdown, stops in 1h40m (quiet for 20m00s of 2h00m)\n");
   EXPECT_EQ(HostSummaryText("old-agent", ::sftctl::v1::HealthResponse(), ""),
             "old-agent: sftd up 0s (no --price-per-hour: no cost estimate)\nauto-stop: off\n");
+  // The cost cap: what is spent and when it stops, then that it stopped the host.
+  as->set_max_cost(25);
+  as->set_spent(3.1);
+  as->set_cost_cap_remaining_s(8 * 3600 + 46 * 60 + 5);
+  EXPECT_EQ(HostSummaryText("gpu1", h, ""),
+            "gpu1: sftd up 3h12m, ~$4.16 so far at $1.30/h\n"
+            "auto-stop: stop when idle 2h00m, or 1m00s after a stop-when-done job; action runpod; $1.30/h\n"
+            "auto-stop now: countdown, stops in 1h40m (quiet for 20m00s of 2h00m)\n"
+            "cost cap $25.00: $3.10 spent, stops in 8h46m\n");
+  const std::string reason = "cost cap $25.00 reached: $24.61 spent at $2.49/h since 2026-11-28T10:00:00Z";
+  as->set_cost_cap_reached(true);
+  as->set_cost_cap_remaining_s(0);
+  as->set_cost_cap_reason(reason);
+  as->set_state("stopped");
+  as->set_detail(reason);
+  EXPECT_EQ(HostSummaryText("gpu1", h, ""),
+            "gpu1: sftd up 3h12m, ~$4.16 so far at $1.30/h\n"
+            "auto-stop: stop when idle 2h00m, or 1m00s after a stop-when-done job; action runpod; $1.30/h\n"
+            "auto-stop now: stopped (" +
+                reason + ")\n" + reason + "; jobs cancelled; the cap stopped the host\n");
+  as->set_state("no_action");
+  as->set_cost_cap_reason(reason + "; no stop action: the host keeps running");
+  EXPECT_NE(HostSummaryText("gpu1", h, "")
+                .find(reason + "; no stop action: the host keeps running; jobs cancelled\n"),
+            std::string::npos);
+  const nlohmann::json j = ::sftctl::client::HostSummaryJson(h);
+  EXPECT_EQ(j["cost_cap"]["max_cost"], 25.0);
+  EXPECT_EQ(j["cost_cap"]["reached"], true);
   EXPECT_EQ(FormatSeconds(59), "59s");
   EXPECT_EQ(FormatSeconds(61), "1m01s");
   EXPECT_EQ(FormatSeconds(2 * 86400 + 3600), "2d01h");

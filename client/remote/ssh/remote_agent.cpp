@@ -32,18 +32,6 @@ namespace {
 using ssh::ChannelPump;
 using ssh::SshSession;
 
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
 // A path for the remote shell: "~/x" becomes "$HOME"/'x'; everything else is quoted as is.
 std::string RemotePath(const std::string& p) {
   if (p.rfind("~/", 0) == 0) return "\"$HOME\"/" + ShellQuote(p.substr(2));
@@ -309,6 +297,18 @@ StatusOr<std::string> FindAgentAndToken(SshSession& session, const ConnectOption
 }
 
 }  // namespace
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
 
 // What a connection learned of an agent (FindAgent and its token), kept in ConnectOptions::known_agents
 // for the later connections made with those options: a parallel pull's extra connections and reconnects

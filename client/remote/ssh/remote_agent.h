@@ -24,4 +24,7 @@ std::shared_ptr<KnownAgents> NewKnownAgents();
 // programs on the host themselves (`sftctl bootstrap`). The caller owns the session.
 StatusOr<std::unique_ptr<ssh::SshSession>> OpenSshSession(const ConnectOptions& opts);
 
+// `s` as one word for a POSIX shell: single-quoted, each ' as '\''.
+std::string ShellQuote(const std::string& s);
+
 }  // namespace sftctl::client

@@ -1,0 +1,131 @@
+// ProviderApi: the HTTP + JSON layer every CloudProvider speaks through (lambda_cloud.h, runpod.h).
+//
+// One request: `Authorization: Bearer <key>` (both providers accept it), a JSON body when there is one,
+// the answer's status and its body parsed as JSON without exceptions (a body that is not JSON is kept
+// as null: the provider decides whether that is DATA_LOSS).
+//
+// The one retry policy (RetryPolicy): HTTP 429, any 5xx and UNAVAILABLE (the API could not be
+// reached) are sent again after a pause on the injected Clock: the answer's `Retry-After` (seconds)
+// when it has one, else 1 s, 2 s, 4 s, ...; at most max_attempts sends and max_total_pause of pauses
+// for one request. A request that is not idempotent (a launch) is retried only on 429: a 5xx or a
+// dropped connection may have launched the instance, and a second launch would rent two (the orphan
+// check, ListInstances, finds such a one). When the retries run out, Send returns the last answer
+// (a 429 / 5xx, which HttpError makes UNAVAILABLE) or the UNAVAILABLE.
+//
+// Errors made here start with the profile's name ("lambda: ...") and never hold the API key: every
+// message passes through RedactSecret, text from the provider is escaped (EscapeForTerminal) and cut
+// to a few hundred bytes.
+//
+// LaunchSpacer: the client side of a provider's launch rate limit (Lambda: one launch per 12 s).
+//
+// Thread safety: a ProviderApi or LaunchSpacer may be used from one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "client/cloud/provider.h"
+#include "common/hub/http_client.h"
+#include "common/os/clock.h"
+#include "common/status.h"
+
+namespace sftctl::client::cloud {
+
+struct RetryPolicy {
+  int max_attempts = 5;                       // sends of one request, the first included
+  std::chrono::seconds first_backoff{1};      // without Retry-After: 1 s, 2 s, 4 s, ...
+  std::chrono::seconds max_pause{60};         // a longer Retry-After is waited only this long
+  std::chrono::seconds max_total_pause{120};  // every pause of one request together
+};
+
+struct ApiRequest {
+  // GET | POST. (CurlHttpClient sets a custom method only for POST/PUT: a DELETE would go out as a
+  // GET, so providers use their POST forms, e.g. RunPod's /v2/pods/{id}/action.)
+  std::string method = "GET";
+  std::string path;                    // appended to the profile's api_url: "/instances/abc"
+  std::optional<nlohmann::json> body;  // sent as application/json when set
+  bool idempotent = true;              // false: only 429 is retried (launches)
+  std::string what;                    // for messages: "listing instance types"
+};
+
+// A GET of `path`, and a POST of `body` to it.
+ApiRequest ApiGet(std::string path, std::string what);
+ApiRequest ApiPost(std::string path, nlohmann::json body, std::string what);
+
+struct ApiResponse {
+  long status = 0;
+  nlohmann::json body;                         // null when the body was empty or not JSON
+  std::map<std::string, std::string> headers;  // names lower-case
+};
+
+class ProviderApi {
+ public:
+  // `http` and `clock` are not owned and must outlive this object.
+  ProviderApi(ProviderProfile profile, HttpClient* http, const Clock* clock, RetryPolicy policy = {});
+
+  // Sends `req` under the retry policy. Returns the final answer whatever its HTTP status (the
+  // caller maps an error status with HttpError), or UNAVAILABLE / INVALID_ARGUMENT from HttpClient.
+  StatusOr<ApiResponse> Send(const ApiRequest& req) const;
+
+  // The Status of an answer with an error status: 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404
+  // NOT_FOUND, 429 and 5xx UNAVAILABLE (the retries ran out), other 4xx INVALID_ARGUMENT, anything
+  // else (a 1xx/3xx) DATA_LOSS. `provider_message` (the provider's own words, "" if none) is appended.
+  Status HttpError(const ApiRequest& req, long http_status, const std::string& provider_message) const;
+
+  // "<profile>: <message>" with the key redacted.
+  Status Error(StatusCode code, const std::string& message) const;
+  // DATA_LOSS "<profile>: <what>: unexpected answer: <detail>" (an answer not of the documented shape).
+  Status DataLoss(const ApiRequest& req, const std::string& detail) const;
+
+  const ProviderProfile& profile() const { return profile_; }
+  const Clock* clock() const { return clock_; }
+
+ private:
+  std::string Url(const std::string& path) const;
+  // How long to wait before the next send after `r` (the attempt-th), or nullopt to stop retrying.
+  std::optional<std::chrono::seconds> PauseAfter(const ApiRequest& req, const StatusOr<HttpResponse>& r,
+                                                 int attempt, std::chrono::seconds paused) const;
+
+  ProviderProfile profile_;
+  HttpClient* http_;
+  const Clock* clock_;
+  RetryPolicy policy_;
+};
+
+// `text` with every occurrence of `secret` replaced by "<redacted>" (unchanged when `secret` is empty).
+std::string RedactSecret(std::string text, const std::string& secret);
+
+// Provider text fit for a Status message: escaped for the terminal, cut to `max_bytes` ("..." after).
+std::string ProviderText(const std::string& text, size_t max_bytes = 300);
+
+// "<type> <base64>" of an OpenSSH public key line, its comment dropped; "" when the line has not both.
+std::string PublicKeyMaterial(const std::string& line);
+// The name sftctl registers a public key under: "sftctl-" and the first 12 hex digits of the SHA-256
+// of its material (PublicKeyMaterial).
+std::string SshKeyName(const std::string& material);
+
+// ListOffers' filter: `gpu` a case-insensitive substring of the offer's GPU model or instance type
+// ("" matches all), and `gpu_count` GPUs (0: any).
+bool OfferMatches(const Offer& offer, const std::string& gpu, int gpu_count);
+
+// Seconds of a Retry-After header ("3"); nullopt when absent or not a plain number of seconds.
+std::optional<std::chrono::seconds> ParseRetryAfter(const std::map<std::string, std::string>& headers);
+
+class LaunchSpacer {
+ public:
+  // `clock` is not owned and must outlive this object.
+  LaunchSpacer(const Clock* clock, std::chrono::nanoseconds interval) : clock_(clock), interval_(interval) {}
+  // Sleeps on the clock until `interval` has passed since the previous Wait returned (not at all the
+  // first time), then records the time: call it right before each launch request.
+  void Wait();
+
+ private:
+  const Clock* clock_;
+  std::chrono::nanoseconds interval_;
+  std::optional<Clock::TimePoint> last_;
+};
+
+}  // namespace sftctl::client::cloud

@@ -1,0 +1,120 @@
+// Rental: the one policy of renting a host and giving it back, shared by `sftctl up`, `down`, `hosts`
+// and `submit --provider` (docs/remote.md, "Renting a host").
+//
+// Up: the offers that match (cheapest first, none above --max-price), the user's SSH public key
+// registered where the provider needs it, a launch that takes the next offer when one has no capacity,
+// the record in RentedHosts the moment the provider accepted it (so it is never an orphan here), a
+// wait for the provider's "running" and then for SSH (a progress line on `err`, one time limit for
+// both), the host key recorded on first contact (strict known_hosts after), the host set up (bootstrap,
+// or only the agent started with --no-bootstrap) with the agent's price, cost cap and stop policy, and
+// the record marked "up". Anything that fails after the launch terminates the instance (unless
+// keep_on_failure) and says so, so a failed `up` leaves nothing billing.
+//
+// Down: the provider asked to terminate, then asked again until it reports the instance gone (or
+// forgot it), within a time limit; the record keeps its price and times ("down") for cost reports.
+//
+// The seams (RentalSeams) are what touches the host: tests replace them, `sftctl` uses
+// DefaultRentalSeams (real SSH, real bootstrap).
+//
+// Thread safety: none (one rental at a time per call); Down may run on another thread than Up's
+// (submit's interrupt handler) as long as each uses its own CloudProvider.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/cloud/provider.h"
+#include "client/remote/agent_connection.h"
+#include "client/remote/rented_hosts.h"
+#include "common/os/clock.h"
+#include "common/status.h"
+
+namespace sftctl::client::cloud {
+
+struct UpOptions {
+  std::string gpu;       // --gpu: matched as CloudProvider::ListOffers says
+  int gpu_count = 0;     // --count; 0: any
+  std::string region;    // --region; empty: any
+  std::string name;      // --name; empty: "<provider>-<gpu>-<4 hex>"
+  double max_price = 0;  // --max-price per hour; 0: no limit
+  double max_cost = 0;   // --max-cost: the agent stops jobs and host past it (sftd --max-cost)
+  // The host stops itself when its stop-when-done jobs ended (sftd --stop-action for the provider);
+  // with terminate_from_host it terminates itself through the provider's API.
+  bool down_when_done = false;
+  // --terminate-from-host: the user allows sending the API key to the host (the agent's 0600
+  // environment file, never argv) so the host terminates itself even when this laptop is gone.
+  bool terminate_from_host = false;
+  bool bootstrap = true;                // false: the image has sftd; only start the agent
+  bool keep_on_failure = false;         // leave the instance running when `up` fails after the launch
+  std::string identity_file;            // -i: the private key; its ".pub" is registered
+  std::vector<std::string> agent_args;  // --agent-arg: more `sftd start` flags
+  ConnectOptions connect;  // sftd / agent data dir / transport for the new host (host is set here)
+  std::chrono::seconds wait_limit{900};  // launch accepted -> SSH answers
+  std::chrono::seconds poll{5};
+};
+
+// What touches the new host (tests inject). `ready` connects once (SSH handshake and login; records
+// the host key when opts.accept_new_host_key); UNAVAILABLE-class errors mean "not yet". `setup`
+// installs / starts the agent with `agent_args` (sftd start flags). `set_agent_env` puts "NAME=value"
+// lines (values shell-quoted) into the agent's environment file on the host (HostAgentEnvFile:
+// lines of the same names replaced, mode 0600, sent through stdin: never on a command line).
+struct RentalSeams {
+  std::function<Status(const ConnectOptions&)> ready;
+  std::function<Status(const ConnectOptions&, bool bootstrap, const std::vector<std::string>& agent_args)>
+      setup;
+  std::function<Status(const ConnectOptions&, const std::vector<std::string>& lines)> set_agent_env;
+};
+RentalSeams DefaultRentalSeams();
+
+// "lambda-h100-3f2a": the profile, the GPU asked for (letters and digits only), 4 random hex digits.
+std::string DefaultHostName(const std::string& provider, const std::string& gpu);
+
+// Offers matching `o` (region, max price), cheapest first (then more GPU memory, then name).
+std::vector<Offer> RankOffers(std::vector<Offer> offers, const UpOptions& o);
+
+// The OpenSSH public key line for identity_file (its ".pub"), else the first of ~/.ssh/id_ed25519.pub,
+// id_ecdsa.pub, id_rsa.pub. NOT_FOUND saying how to make one.
+StatusOr<std::string> ReadPublicKey(const std::string& identity_file);
+
+// Rents, waits, sets up and records a host (see above). Returns the record ("up").
+// Errors: NOT_FOUND (no matching offer, naming what was asked), RESOURCE_EXHAUSTED (every matching
+// offer refused for capacity), DEADLINE_EXCEEDED (not reachable within wait_limit), the provider's
+// and the setup's errors; each says whether the instance was terminated.
+StatusOr<RentedHost> Up(CloudProvider* provider, const RentedHosts& registry, const UpOptions& o,
+                        const RentalSeams& seams, const Clock* clock, std::ostream& err);
+
+// Terminates `host`'s instance and waits (up to `limit`) until the provider reports it gone; then
+// marks the record "down" with its end time. A record already "down" is OK at once.
+Status Down(CloudProvider* provider, const RentedHosts& registry, RentedHost host, const Clock* clock,
+            std::ostream& err, std::chrono::seconds limit = std::chrono::seconds(300),
+            std::chrono::seconds poll = std::chrono::seconds(3));
+
+// One line of `sftctl hosts`: a registry record with what its provider says now, or an instance the
+// provider bills that the registry does not know (orphan: only `instance` is set).
+struct HostRow {
+  std::optional<RentedHost> record;
+  std::optional<Instance> instance;
+  std::string provider;
+  bool orphan = false;
+  std::string error;  // the provider could not be asked (its status message)
+};
+// Every live record of the given providers plus their orphans; records of providers not given are
+// listed without a live view.
+std::vector<HostRow> ListRentedHosts(const std::vector<CloudProvider*>& providers,
+                                     const RentedHosts& registry);
+
+// The `sftd start` flags for a rented host: --price-per-hour, --billing-since, --max-cost, and the
+// stop policy of down_when_done (--stop-action lambda|runpod when the host can terminate itself).
+std::vector<std::string> AgentArgsFor(const RentedHost& host, const ProviderProfile& profile,
+                                      const UpOptions& o);
+
+// The agent's environment file on the host, as one word for the host's shell: what the bootstrap
+// script and the systemd unit load into sftd's environment (docs/agent.md), and so where the stop
+// action finds LAMBDA_API_KEY and LAMBDA_INSTANCE_ID (terminate_from_host).
+std::string HostAgentEnvFile();
+
+}  // namespace sftctl::client::cloud

@@ -1,0 +1,276 @@
+// `sftctl offers`, `up`, `down`, `hosts`: GPU hosts rented through a provider's API
+// (client/cloud/rental.h; docs/remote.md, "Renting a host").
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "client/cloud/provider_config.h"
+#include "client/commands/commands.h"
+#include "client/commands/rent_flags.h"
+#include "common/terminal_text.h"
+
+namespace sftctl::client {
+namespace {
+
+using nlohmann::json;
+
+std::string Money(double usd) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "$%.2f", usd);
+  return buf;
+}
+
+// The providers to ask: --provider, else every profile with a key (FAILED_PRECONDITION when none).
+StatusOr<std::vector<std::unique_ptr<cloud::CloudProvider>>> ProvidersFor(const std::string& name) {
+  std::vector<cloud::ProviderProfile> profiles;
+  if (!name.empty()) {
+    SFT_ASSIGN_OR_RETURN(auto p, cloud::FindProviderProfile(name));
+    profiles.push_back(p);
+  } else {
+    SFT_ASSIGN_OR_RETURN(profiles, cloud::ConfiguredProviderProfiles());
+    if (profiles.empty()) {
+      return FailedPreconditionError(
+          "no provider has an API key: set LAMBDA_API_KEY or RUNPOD_API_KEY "
+          "(docs/remote.md, \"Renting a host\")");
+    }
+  }
+  std::vector<std::unique_ptr<cloud::CloudProvider>> out;
+  for (const auto& p : profiles) {
+    SFT_ASSIGN_OR_RETURN(auto provider, cloud::NewProvider(p, CurlHttpClient()));
+    out.push_back(std::move(provider));
+  }
+  return out;
+}
+
+struct OffersArgs {
+  std::string provider, gpu, region;
+  int count = 0;
+  double max_price = 0;
+  bool json = false;
+};
+
+int Offers(const OffersArgs& a) {
+  auto providers = ProvidersFor(a.provider);
+  if (!providers.ok()) return ReportError(providers.status(), a.json);
+  std::vector<cloud::Offer> all;
+  for (auto& p : *providers) {
+    auto offers = p->ListOffers(a.gpu, a.count);
+    if (!offers.ok()) return ReportError(offers.status(), a.json);
+    all.insert(all.end(), offers->begin(), offers->end());
+  }
+  cloud::UpOptions filter;
+  filter.region = a.region, filter.max_price = a.max_price;
+  all = cloud::RankOffers(std::move(all), filter);
+  if (a.json) {
+    json out = json::array();
+    for (const auto& o : all) {
+      out.push_back({{"provider", o.provider},
+                     {"instance_type", o.instance_type},
+                     {"gpu", o.gpu},
+                     {"gpu_count", o.gpu_count},
+                     {"gpu_memory_gib", o.gpu_memory_gib},
+                     {"region", o.region},
+                     {"price_per_hour", o.price_per_hour},
+                     {"vcpus", o.vcpus},
+                     {"memory_gib", o.memory_gib}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  if (all.empty()) {
+    std::cerr << "no offer with capacity now" << (a.gpu.empty() ? "" : " for " + EscapeForTerminal(a.gpu))
+              << "\n";
+    return kExitAgent;
+  }
+  std::printf("%-12s %-28s %-22s %4s %6s %-16s %9s\n", "PROVIDER", "INSTANCE TYPE", "GPU", "GPUS", "MEM",
+              "REGION", "$/HOUR");
+  for (const auto& o : all) {
+    std::printf("%-12s %-28s %-22s %4d %5dG %-16s %9.2f\n", EscapeForTerminal(o.provider).c_str(),
+                EscapeForTerminal(o.instance_type).c_str(), EscapeForTerminal(o.gpu).c_str(), o.gpu_count,
+                o.gpu_memory_gib, EscapeForTerminal(o.region.empty() ? "any" : o.region).c_str(),
+                o.price_per_hour);
+  }
+  return kExitOk;
+}
+
+struct UpArgs {
+  RentFlags rent;
+  RemoteOptions ro;
+  bool down_when_done = false;
+};
+
+int Up(const UpArgs& a) {
+  auto host = RentHost(a.rent, a.ro, a.down_when_done);
+  if (!host.ok()) return ReportError(host.status(), a.ro.json);
+  if (a.ro.json) {
+    std::cout << json({{"name", host->name},
+                       {"ssh", host->SshTarget()},
+                       {"instance_id", host->instance_id},
+                       {"price_per_hour", host->price_per_hour}})
+                     .dump()
+              << "\n";
+  } else {
+    std::cerr << "up: " << host->name << " is ready (" << host->SshTarget() << ", "
+              << Money(host->price_per_hour) << "/h); `sftctl down " << host->name << "` ends it\n";
+    std::cout << host->name << "\n";
+  }
+  return kExitOk;
+}
+
+struct DownArgs {
+  std::vector<std::string> names;
+  bool all = false;
+  std::string provider, instance;  // an orphan: --provider P --instance ID
+  bool json = false;
+};
+
+int Down(const DownArgs& a) {
+  if (!a.instance.empty()) {
+    auto providers = ProvidersFor(a.provider);
+    if (!providers.ok()) return ReportError(providers.status(), a.json);
+    Status s = providers->front()->Terminate(a.instance);
+    if (!s.ok()) return ReportError(s, a.json);
+    std::cerr << "down: asked " << a.provider << " to terminate instance " << EscapeForTerminal(a.instance)
+              << "\n";
+    return kExitOk;
+  }
+  RentedHosts registry;
+  std::vector<RentedHost> targets;
+  if (a.all) {
+    auto hosts = registry.Load();
+    if (!hosts.ok()) return ReportError(hosts.status(), a.json);
+    for (auto& h : *hosts) {
+      if (h.Live()) targets.push_back(h);
+    }
+  }
+  for (const auto& n : a.names) {
+    auto h = registry.Get(n);
+    if (!h.ok()) return ReportError(h.status(), a.json);
+    targets.push_back(*h);
+  }
+  int rc = kExitOk;
+  for (const auto& h : targets) {
+    Status s = ReturnHost(h);
+    if (!s.ok()) {
+      rc = ReportError(s, a.json);
+      continue;
+    }
+    auto after = registry.Get(h.name);
+    const double spent = after.ok() ? after->SpentUsd(NowUnixMs()) : h.SpentUsd(NowUnixMs());
+    std::cerr << "down: " << h.name << " is gone (" << Money(spent) << " in all)\n";
+  }
+  return rc;
+}
+
+std::string Uptime(int64_t ms) {
+  const int64_t m = ms / 60000;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(m / 60),
+                static_cast<long long>(m % 60));
+  return buf;
+}
+
+int Hosts(const std::string& provider_name, bool as_json) {
+  std::vector<std::unique_ptr<cloud::CloudProvider>> owned;
+  if (auto providers = ProvidersFor(provider_name); providers.ok()) {
+    owned = std::move(*providers);
+  } else if (!provider_name.empty()) {
+    return ReportError(providers.status(), as_json);
+  }
+  std::vector<cloud::CloudProvider*> providers;
+  for (auto& p : owned) providers.push_back(p.get());
+  const auto rows = cloud::ListRentedHosts(providers, RentedHosts());
+  const int64_t now = NowUnixMs();
+  json out = json::array();
+  for (const auto& r : rows) {
+    const std::string name = r.record ? r.record->name : (r.instance ? r.instance->name : "");
+    const std::string state = r.instance ? r.instance->status : (r.record ? r.record->state : "");
+    const double price = r.record ? r.record->price_per_hour : (r.instance ? r.instance->price_per_hour : 0);
+    const int64_t since =
+        r.record ? r.record->launched_unix_ms : (r.instance ? r.instance->created_unix_ms : 0);
+    const double spent = r.record ? r.record->SpentUsd(now) : (since > 0 ? price * (now - since) / 3.6e6 : 0);
+    json row = {{"name", name},
+                {"provider", r.provider},
+                {"state", state},
+                {"price_per_hour", price},
+                {"uptime_s", since > 0 ? (now - since) / 1000 : 0},
+                {"spent", spent},
+                {"orphan", r.orphan},
+                {"instance_id", r.record ? r.record->instance_id : r.instance->id},
+                {"error", r.error}};
+    if (r.record) row["ssh"] = r.record->SshTarget();
+    out.push_back(row);
+  }
+  if (as_json) {
+    std::cout << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf("%-24s %-12s %-12s %8s %9s %9s\n", "NAME", "PROVIDER", "STATE", "$/HOUR", "UPTIME", "SPENT");
+  for (const auto& row : out) {
+    std::printf(
+        "%-24s %-12s %-12s %8.2f %9s %9s%s\n", EscapeForTerminal(row["name"].get<std::string>()).c_str(),
+        EscapeForTerminal(row["provider"].get<std::string>()).c_str(),
+        EscapeForTerminal(row["state"].get<std::string>()).c_str(), row["price_per_hour"].get<double>(),
+        Uptime(row["uptime_s"].get<int64_t>() * 1000).c_str(), Money(row["spent"].get<double>()).c_str(),
+        row["orphan"].get<bool>()
+            ? ("  ORPHAN: not started by this sftctl (`sftctl down --provider " +
+               EscapeForTerminal(row["provider"].get<std::string>()) + " --instance " +
+               EscapeForTerminal(row["instance_id"].get<std::string>()) + "`)")
+                  .c_str()
+            : (row["error"].get<std::string>().empty()
+                   ? ""
+                   : ("  (" + EscapeForTerminal(row["error"].get<std::string>()) + ")").c_str()));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterCloudCommands(CLI::App& app, CommandContext& ctx) {
+  auto oa = std::make_shared<OffersArgs>();
+  auto* offers = app.add_subcommand("offers", "GPU instances that can be rented now, cheapest first");
+  offers->add_option("--provider", oa->provider, "Only this provider (default: every one with an API key)");
+  offers->add_option("--gpu", oa->gpu, "GPU model, e.g. H100 (a substring, any case)");
+  offers->add_option("--count", oa->count, "GPUs per instance")->check(CLI::PositiveNumber);
+  offers->add_option("--region", oa->region, "Only this region");
+  offers->add_option("--max-price", oa->max_price, "At most this many dollars per hour")
+      ->check(CLI::PositiveNumber);
+  offers->add_flag("--json", oa->json, "Machine-readable output");
+  offers->callback([oa, &ctx] { ctx.exit_code = Offers(*oa); });
+
+  auto ua = std::make_shared<UpArgs>();
+  auto* up =
+      app.add_subcommand("up", "Rent a GPU host through a provider's API and set it up (prints its name)");
+  AddRentFlags(up, &ua->rent, /*provider_required=*/true);
+  up->add_flag(
+      "--down-when-done", ua->down_when_done,
+      "The host stops itself once its stop-when-done jobs ended (with --terminate-from-host on Lambda)");
+  AddRemoteOptions(up, &ua->ro, "");
+  up->remove_option(up->get_option("--host"));  // the host is the one rented
+  up->callback([ua, &ctx] { ctx.exit_code = Up(*ua); });
+
+  auto da = std::make_shared<DownArgs>();
+  auto* down =
+      app.add_subcommand("down", "Terminate rented hosts and wait until the provider reports them gone");
+  down->add_option("name", da->names, "Rented host names (`sftctl hosts`)");
+  down->add_flag("--all", da->all, "Every rented host that is up");
+  down->add_option("--provider", da->provider, "With --instance: the provider of an orphan");
+  down->add_option("--instance", da->instance, "Terminate an instance the registry does not know (an orphan)")
+      ->needs("--provider");
+  down->add_flag("--json", da->json, "Errors as JSON");
+  down->callback([da, &ctx] {
+    if (da->names.empty() && !da->all && da->instance.empty()) {
+      ctx.exit_code = ReportError(InvalidArgumentError("down: name a host, or --all"), da->json);
+      return;
+    }
+    ctx.exit_code = Down(*da);
+  });
+
+  auto ha = std::make_shared<std::pair<std::string, bool>>();
+  auto* hosts = app.add_subcommand("hosts", "Rented hosts: state, uptime, money spent; flags orphans");
+  hosts->add_option("--provider", ha->first, "Only this provider (default: every one with an API key)");
+  hosts->add_flag("--json", ha->second, "Machine-readable output");
+  hosts->callback([ha, &ctx] { ctx.exit_code = Hosts(ha->first, ha->second); });
+}
+
+}  // namespace sftctl::client

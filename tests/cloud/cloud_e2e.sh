@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Renting a host end to end (issue 41, "The check"), with the real sftctl, sftd and sftctl-trainer
+# against fake provider APIs on 127.0.0.1 (tests/util/fake_cloud.py) whose instances are real sshd
+# processes (tests/cloud/fake_instance.sh) running as this user; the images "have sftd" (--no-bootstrap
+# with --sftd and --agent-data-dir: tests/remote/bootstrap_e2e.sh covers the bootstrap itself):
+#   1. submit --provider fake-lambda --down-when-done: the cheapest offer has no capacity (the next is
+#      taken), the job runs, its final checkpoint comes to the laptop, the provider reports no instance;
+#   2. up / hosts / down on fake-runpod (SSH on a mapped port), an orphan flagged by `hosts`;
+#   3. the laptop's sftctl killed mid-job (--terminate-from-host): the host still terminates itself;
+#   4. --max-cost reached: the agent cancels the job (saying so in logs and status) and terminates the host;
+#   and no file, log or process argument holds the planted API key (but the instance's agent env file).
+# 1, 3 and 4 run against both fake providers (Lambda's host terminates itself with the key the user
+# sent, --terminate-from-host; a RunPod pod with its own key and runpodctl, as a real pod has them).
+# Usage: tests/cloud/cloud_e2e.sh BUILD_DIR ["N [lambda|runpod]"...]   (default: every scenario)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SRC=$PWD
+BIN=$(cd "${1:?usage: cloud_e2e.sh BUILD_DIR [SCENARIO...]}" && pwd)/bin
+shift
+SCENARIOS=("$@")
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=("1 lambda" "1 runpod" 2 "3 lambda" "3 runpod" "4 lambda" "4 runpod")
+SFTCTL=$BIN/sftctl
+T0=$SECONDS
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/sftctl-cloud-e2e.XXXXXX")
+FAKE_PID=""
+KEY="sk-planted-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+export HOME=$TMP/home XDG_CONFIG_HOME=$TMP/config
+export FAKE_LAMBDA_API_KEY=$KEY FAKE_RUNPOD_API_KEY=$KEY FAKE_INSTANCE_ROOT=$TMP/instances
+mkdir -p "$FAKE_INSTANCE_ROOT"
+mkdir -p "$HOME/.ssh" "$XDG_CONFIG_HOME/sftctl"
+ssh-keygen -q -t ed25519 -N '' -C laptop -f "$HOME/.ssh/id_ed25519"
+
+phase() { echo "cloud_e2e: [$((SECONDS - T0)) s] $*"; }
+fail() {
+  echo "cloud_e2e: FAILED: $*" >&2
+  for f in "$TMP"/*.err "$TMP"/fake-*/*.log; do
+    [ -f "$f" ] && { echo "--- $f (last 30 lines)" >&2; tail -n 30 "$f" >&2; }
+  done
+  exit 1
+}
+stop_fake() {
+  if [ -n "$FAKE_PID" ]; then kill "$FAKE_PID" 2>/dev/null || true; wait "$FAKE_PID" 2>/dev/null || true; fi
+  FAKE_PID=""
+}
+cleanup() {
+  stop_fake
+  for d in "$TMP"/agent-*; do [ -d "$d" ] && "$BIN/sftd" stop --data-dir "$d" >/dev/null 2>&1 || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+expect_in() {  # FILE TEXT
+  grep -qF -- "$2" "$1" || { echo "--- $1:" >&2; cat "$1" >&2; fail "expected '$2' in $(basename "$1")"; }
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+fake_state() { curl -fsS "http://127.0.0.1:$FAKE_PORT/_fake/state"; }
+# The number of the fake's instances (not orphans) that nobody asked it to terminate.
+live_instances() {
+  fake_state | python3 -c 'import json,sys; s=json.load(sys.stdin)
+print(sum(1 for i in s["instances"] if not i["orphan"] and i["phase"] not in ("terminating", "terminated", "gone")))'
+}
+
+# start_fake DIALECT NAME AGENT_DIR CONFIG_JSON: a fake provider whose instances stop AGENT_DIR's
+# agent when terminated; writes the profile NAME into providers.json.
+start_fake() {
+  local dialect=$1 name=$2 agent=$3 config=$4 dir=$TMP/fake-$2
+  mkdir -p "$dir"
+  echo "$config" >"$dir/config.json"
+  SSH_PORT=$(free_port)
+  FAKE_AGENT_STOP="$BIN/sftd stop --data-dir $agent" FAKE_POD_API_KEY=$KEY python3 "$SRC/tests/util/fake_cloud.py" \
+    --dialect "$dialect" --api-key "$KEY" --config "$dir/config.json" --log "$dir/requests.jsonl" \
+    --state-dir "$dir" --ssh-port "$SSH_PORT" --launch-interval 1 \
+    --instance-command "sh $SRC/tests/cloud/fake_instance.sh" >"$dir/out" 2>"$TMP/fake-$name.err" &
+  FAKE_PID=$!
+  for _ in $(seq 1 100); do grep -q '^PORT' "$dir/out" 2>/dev/null && break; sleep 0.1; done
+  FAKE_PORT=$(awk '/^PORT/ {print $2}' "$dir/out")
+  [ -n "$FAKE_PORT" ] || fail "fake_cloud.py ($dialect) did not start"
+  local url=http://127.0.0.1:$FAKE_PORT
+  [ "$dialect" = lambda ] && url=$url/api/v1
+  python3 - "$XDG_CONFIG_HOME/sftctl/providers.json" "$name" "$dialect" "$url" "$SSH_PORT" "$(id -un)" <<'PY'
+import json, os, sys
+path, name, dialect, url, port, user = sys.argv[1:]
+doc = json.load(open(path)) if os.path.exists(path) else {"providers": {}}
+entry = {"type": dialect, "api_url": url, "ssh_user": user}
+if dialect == "lambda":
+    entry["ssh_port"] = int(port)
+doc["providers"][name] = entry
+json.dump(doc, open(path, "w"), indent=2)
+PY
+}
+
+# The tiny job: a 1-layer model from scratch on addition lines, on CPU.
+for i in $(seq 0 63); do echo "{\"prompt\": \"What is $i+1?\\n\", \"completion\": \"$((i + 1))\"}"; done >"$TMP/train.jsonl"
+job_spec() {  # STEPS [CHECKPOINT_INTERVAL] -> $TMP/job-STEPS.yaml
+  cat >"$TMP/job-$1.yaml" <<EOF
+model:
+  config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 4,
+           max_position_embeddings: 64}
+tokenizer: byte
+device: cpu
+train: {max_steps: $1, batch_size: 4}
+checkpoint: {interval: ${2:-2}}
+data: {train: $TMP/train.jsonl}
+EOF
+  echo "$TMP/job-$1.yaml"
+}
+# offers DIALECT "ID:GPU:PRICE:REGION" ...: the fake's catalog (one GPU each).
+offers() {
+  local dialect=$1 out="" id gpu price region
+  shift
+  for o in "$@"; do
+    IFS=: read -r id gpu price region <<<"$o"
+    out+="${out:+,}{\"id\": \"$id\", \"gpu\": \"$gpu\", \"gpu_count\": 1, \"gpu_memory_gib\": 80,
+            \"price_per_hour\": $price, \"vcpus\": 26, \"memory_gib\": 200, \"regions\": {\"$region\": true}}"
+  done
+  echo "[$out]"
+}
+cheap_id() { [ "$1" = lambda ] && echo gpu_1x_h100_pcie || echo "NVIDIA H100 PCIe"; }
+dear_id() { [ "$1" = lambda ] && echo gpu_1x_h100_sxm5 || echo "NVIDIA H100 80GB HBM3"; }
+two_offers() { offers "$1" "$(cheap_id "$1"):H100 PCIe:2.49:us-east-1" "$(dear_id "$1"):H100 SXM:3.29:us-west-2"; }
+AGENT_FLAGS=(--no-bootstrap --sftd "$BIN/sftd")
+
+scenario_1() {  # DIALECT
+  phase "1. submit --provider fake-$1 --down-when-done (the cheapest offer has no capacity)"
+  local agent=$TMP/agent-1-$1
+  start_fake "$1" "fake-$1" "$agent" "{\"offers\": $(two_offers "$1"), \"capacity_fail\": [\"$(cheap_id "$1")\"],
+                                       \"boot_polls\": 2, \"rate_limit_once\": true}"
+  "$SFTCTL" submit --provider "fake-$1" --gpu H100 "${AGENT_FLAGS[@]}" --agent-data-dir "$agent" \
+    --down-when-done --sync-to "$TMP/out-1-$1" --wait 2m "$(job_spec 4)" >"$TMP/s1-$1.out" 2>"$TMP/s1-$1.err" ||
+    fail "submit --down-when-done exited $?"
+  sed 's/^/  | /' "$TMP/s1-$1.err" | grep -v '^  | \[' | tail -n 25
+  expect_in "$TMP/s1-$1.err" "trying the next offer"
+  expect_in "$TMP/s1-$1.err" "renting $(dear_id "$1")"
+  expect_in "$TMP/s1-$1.err" "was given back"
+  [ -f "$TMP/out-1-$1/checkpoint-000004/DONE" ] || { ls -R "$TMP/out-1-$1" >&2 || true; fail "no final checkpoint pulled"; }
+  [ "$(live_instances)" = 0 ] || { fake_state >&2; fail "the provider still has an instance"; }
+  python3 - "$XDG_CONFIG_HOME/sftctl/hosts.json" "$(dear_id "$1")" <<'PY' || fail "the registry does not say down"
+import json, sys
+hosts = [h for h in json.load(open(sys.argv[1]))["hosts"] if h["instance_type"] == sys.argv[2]]
+assert len(hosts) == 1 and hosts[0]["state"] == "down" and hosts[0]["ended_unix_ms"] > 0, hosts
+assert hosts[0]["price_per_hour"] == 3.29, hosts
+PY
+  stop_fake
+}
+
+scenario_2() {
+  phase "2. offers / up / list / hosts / down on fake-runpod, an orphan flagged"
+  local agent=$TMP/agent-2
+  start_fake runpod fake-runpod "$agent" "{\"offers\": $(two_offers runpod), \"boot_polls\": 1}"
+  "$SFTCTL" offers --provider fake-runpod --gpu h100 >"$TMP/s2-offers.out" 2>"$TMP/s2-offers.err" || fail "offers"
+  head -n 1 "$TMP/s2-offers.out" | grep -q PROVIDER || fail "offers printed no table"
+  sed -n 2p "$TMP/s2-offers.out" | grep -qF "NVIDIA H100 PCIe" || fail "offers is not cheapest first"
+  "$SFTCTL" up --provider fake-runpod --gpu H100 --name pod-one "${AGENT_FLAGS[@]}" --agent-data-dir "$agent" \
+    --wait 2m >"$TMP/s2-up.out" 2>"$TMP/s2-up.err" || fail "up exited $?"
+  [ "$(cat "$TMP/s2-up.out")" = pod-one ] || fail "up printed '$(cat "$TMP/s2-up.out")', not the host name"
+  "$SFTCTL" list --host pod-one >"$TMP/s2-list.out" 2>"$TMP/s2-list.err" || fail "list --host pod-one"
+  expect_in "$TMP/s2-list.out" "2.49"
+  curl -fsS -X POST -d '{"name": "forgotten"}' "http://127.0.0.1:$FAKE_PORT/_fake/orphan" >/dev/null
+  "$SFTCTL" hosts >"$TMP/s2-hosts.out" 2>"$TMP/s2-hosts.err" || fail "hosts"
+  expect_in "$TMP/s2-hosts.out" "pod-one"
+  expect_in "$TMP/s2-hosts.out" "ORPHAN"
+  "$SFTCTL" down pod-one >"$TMP/s2-down.out" 2>"$TMP/s2-down.err" || fail "down exited $?"
+  expect_in "$TMP/s2-down.err" "pod-one is gone"
+  [ "$(live_instances)" = 0 ] || { fake_state >&2; fail "the pod is still there"; }
+  stop_fake
+}
+
+scenario_3() {  # DIALECT
+  phase "3. fake-$1: the laptop's sftctl killed mid-job, the host terminates itself"
+  local agent=$TMP/agent-3-$1 consent=()
+  [ "$1" = lambda ] && consent=(--terminate-from-host)  # a pod has its own key
+  start_fake "$1" "fake-$1" "$agent" "{\"offers\": $(two_offers "$1")}"
+  "$SFTCTL" submit --provider "fake-$1" --gpu H100 "${AGENT_FLAGS[@]}" --agent-data-dir "$agent" \
+    --down-when-done "${consent[@]}" --host-name "killed-$1" --sync-to "$TMP/out-3-$1" --wait 2m \
+    --agent-arg=--stop-pull-timeout=3s --agent-arg=--stop-grace=1s --agent-arg=--stop-check=500ms \
+    "$(job_spec 3000 500)" >"$TMP/s3-$1.out" 2>"$TMP/s3-$1.err" &
+  local pid=$!
+  for _ in $(seq 1 600); do grep -q "^submitted" "$TMP/s3-$1.err" 2>/dev/null && break; sleep 0.2; done
+  grep -q "^submitted" "$TMP/s3-$1.err" || { kill -9 $pid; fail "the job was not submitted"; }
+  if grep -a -q -F -- "$KEY" "/proc/$(cat "$agent/sftd.pid")/cmdline"; then fail "the key is in the agent's argv"; fi
+  kill -9 $pid
+  wait $pid 2>/dev/null || true
+  for _ in $(seq 1 300); do [ "$(live_instances)" = 0 ] && break; sleep 1; done
+  [ "$(live_instances)" = 0 ] || { fake_state >&2; fail "the host did not terminate itself"; }
+  stop_fake
+}
+
+scenario_4() {  # DIALECT
+  phase "4. fake-$1: --max-cost reached, the agent cancels the job and terminates the host"
+  local agent=$TMP/agent-4-$1 consent=()
+  [ "$1" = lambda ] && consent=(--terminate-from-host)
+  # $36/h is a cent a second. The agent stops when the cap would be passed within its lead (a check,
+  # the jobs' kill grace, the stop action's 120 s: about 132 s here, $1.32), so a $1.80 cap stops
+  # the host about 48 s after the launch.
+  start_fake "$1" "fake-$1" "$agent" "{\"offers\": $(offers "$1" "$(dear_id "$1"):H100 SXM:36.0:us-east-1")}"
+  "$SFTCTL" up --provider "fake-$1" --gpu H100 --name "capped-$1" "${AGENT_FLAGS[@]}" --agent-data-dir "$agent" \
+    --max-cost 1.80 "${consent[@]}" --agent-arg=--stop-check=500ms --wait 2m \
+    >"$TMP/s4-$1-up.out" 2>"$TMP/s4-$1-up.err" || fail "up --max-cost exited $?"
+  "$SFTCTL" submit --host "capped-$1" "$(job_spec 1000000 100000)" >"$TMP/s4-$1.out" 2>"$TMP/s4-$1.err" ||
+    fail "submit to capped-$1"
+  local job
+  job=$(head -n 1 "$TMP/s4-$1.out")
+  "$SFTCTL" logs -f "capped-$1/$job" >"$TMP/s4-$1-logs.out" 2>"$TMP/s4-$1-logs.err" && fail "the capped job succeeded"
+  expect_in "$TMP/s4-$1-logs.out" "cost cap \$1.80 reached"
+  for _ in $(seq 1 120); do [ "$(live_instances)" = 0 ] && break; sleep 1; done
+  [ "$(live_instances)" = 0 ] || { fake_state >&2; fail "the capped host was not terminated"; }
+  stop_fake
+}
+
+for s in "${SCENARIOS[@]}"; do
+  read -r n dialect <<<"$s"
+  "scenario_$n" $dialect
+done
+
+phase "no file, log or output holds the planted API key"
+# (The instances' disks are the hosts': a Lambda host's sftd/env holds it by the user's choice,
+# --terminate-from-host, and a pod has its own key; they go with the instances.)
+hits=$(grep -rl -a -F --exclude-dir=instances -- "$KEY" "$TMP" || true)
+[ -z "$hits" ] || fail "the API key was found in: $hits"
+phase "passed"

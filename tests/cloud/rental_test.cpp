@@ -1,0 +1,418 @@
+// The renting policy (client/cloud/rental.h), the rented-host registry (client/remote/rented_hosts.h)
+// and provider profiles (client/cloud/provider_config.h), with an in-memory provider and injected host
+// seams on a ManualClock: which offer is taken, what is recorded when, what a failure leaves behind.
+#include "client/cloud/rental.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "client/cloud/provider_config.h"
+#include "client/remote/remote_options.h"
+#include "client/remote/rented_hosts.h"
+#include "tests/util/file_util.h"
+#include "tests/util/offset_clock.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
+
+namespace sftctl::client::cloud {
+namespace {
+
+using ::sftctl::testing::ManualClock;
+using ::sftctl::testing::StatusIs;
+using ::sftctl::testing::TempDir;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A provider in memory: offers, capacity failures, instances that boot after `boot_polls` GETs and go
+// `gone_polls` GETs after a terminate.
+class MemoryProvider : public CloudProvider {
+ public:
+  MemoryProvider() {
+    profile_.name = profile_.type = "lambda";
+    profile_.api_url = "http://127.0.0.1:1/api/v1";
+    profile_.api_key = "secret-key-123";
+  }
+  const ProviderProfile& profile() const override { return profile_; }
+  StatusOr<std::vector<Offer>> ListOffers(const std::string&, int) override { return offers; }
+  StatusOr<std::string> EnsureSshKey(const std::string& key) override {
+    keys.push_back(key);
+    return std::string("sftctl-key");
+  }
+  StatusOr<std::string> Launch(const LaunchRequest& req) override {
+    launches.push_back(req.offer.instance_type + "/" + req.offer.region);
+    if (no_capacity.count(req.offer.instance_type)) return ResourceExhaustedError("lambda: no capacity");
+    const std::string id = "i-" + std::to_string(launches.size());
+    Instance i;
+    i.id = id, i.name = req.name, i.state = InstanceState::kStarting, i.status = "booting";
+    i.ssh_user = "ubuntu", i.ssh_port = 22;
+    instances[id] = i;
+    polls[id] = 0;
+    return id;
+  }
+  StatusOr<Instance> GetInstance(const std::string& id) override {
+    auto it = instances.find(id);
+    if (it == instances.end()) return NotFoundError("lambda: no instance " + id);
+    Instance& i = it->second;
+    ++polls[id];
+    if (i.state == InstanceState::kStarting && polls[id] > boot_polls) {
+      i.state = InstanceState::kRunning, i.status = "active", i.ssh_host = address;
+    }
+    if (i.state == InstanceState::kStopping && ++gone[id] > gone_polls) {
+      instances.erase(it);
+      return NotFoundError("lambda: no instance " + id);
+    }
+    return i;
+  }
+  StatusOr<std::vector<Instance>> ListInstances() override {
+    std::vector<Instance> out;
+    for (auto& [id, i] : instances) out.push_back(i);
+    return out;
+  }
+  Status Terminate(const std::string& id) override {
+    terminated.push_back(id);
+    auto it = instances.find(id);
+    if (it != instances.end()) it->second.state = InstanceState::kStopping, it->second.status = "terminating";
+    return OkStatus();
+  }
+
+  ProviderProfile profile_;
+  std::vector<Offer> offers;
+  std::set<std::string> no_capacity;
+  std::vector<std::string> keys, launches, terminated;
+  std::map<std::string, Instance> instances;
+  std::map<std::string, int> polls, gone;
+  int boot_polls = 2, gone_polls = 1;
+  std::string address = "192.0.2.7";
+};
+
+Offer MakeOffer(const std::string& type, const std::string& region, double price, int mem = 80) {
+  Offer o;
+  o.provider = "lambda", o.instance_type = type, o.region = region, o.price_per_hour = price;
+  o.gpu = "H100", o.gpu_count = 1, o.gpu_memory_gib = mem;
+  return o;
+}
+
+class RentalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::setenv("HOME", home_.path().c_str(), 1);
+    std::filesystem::create_directories(home_.path() + "/.ssh");
+    testing::WriteWholeFile(home_.path() + "/.ssh/id_ed25519.pub", "ssh-ed25519 AAAAC3Nz test@laptop\n");
+    provider_.offers = {MakeOffer("gpu_1x_h100_sxm5", "us-east-1", 3.29),
+                        MakeOffer("gpu_1x_h100_pcie", "us-west-1", 2.49),
+                        MakeOffer("gpu_1x_h100_pcie", "us-south-1", 2.49, 94)};
+    seams_.ready = [this](const ConnectOptions& o) {
+      ready_hosts_.push_back(o.host + (o.accept_new_host_key ? " (accept-new)" : ""));
+      return ready_failures_-- > 0 ? UnavailableError("connection refused") : OkStatus();
+    };
+    seams_.setup = [this](const ConnectOptions& o, bool bootstrap, const std::vector<std::string>& args) {
+      setups_.push_back(o.host + (bootstrap ? " bootstrap" : " agent"));
+      agent_args_ = args;
+      return setup_status_;
+    };
+    seams_.set_agent_env = [this](const ConnectOptions&, const std::vector<std::string>& lines) {
+      sent_.insert(sent_.end(), lines.begin(), lines.end());
+      return OkStatus();
+    };
+    options_.gpu = "H100";
+    options_.name = "box";
+    options_.poll = std::chrono::seconds(5);
+  }
+
+  StatusOr<RentedHost> RunUp() { return Up(&provider_, registry_, options_, seams_, &clock_, err_); }
+
+  TempDir home_{"rental"};
+  RentedHosts registry_{home_.path() + "/hosts.json"};
+  MemoryProvider provider_;
+  RentalSeams seams_;
+  UpOptions options_;
+  ManualClock clock_;
+  std::ostringstream err_;
+  std::vector<std::string> ready_hosts_, setups_, agent_args_;
+  std::vector<std::string> sent_;
+  int ready_failures_ = 0;
+  Status setup_status_;
+};
+
+TEST_F(RentalTest, RankOffersIsCheapestFirstThenMoreMemoryWithinRegionAndPrice) {
+  auto ranked = RankOffers(provider_.offers, UpOptions{});
+  ASSERT_EQ(ranked.size(), 3u);
+  EXPECT_EQ(ranked[0].region, "us-south-1");  // same price, 94 GiB beats 80
+  EXPECT_EQ(ranked[1].region, "us-west-1");
+  UpOptions o;
+  o.max_price = 3.0;
+  EXPECT_EQ(RankOffers(provider_.offers, o).size(), 2u);
+  o.region = "us-east-1";
+  EXPECT_TRUE(RankOffers(provider_.offers, o).empty());
+}
+
+TEST_F(RentalTest, UpRentsTheCheapestWaitsForBootAndSshRecordsTheHostKeyAndSetsUp) {
+  ready_failures_ = 2;  // sshd answers on the third try
+  auto h = RunUp();
+  ASSERT_TRUE(h.ok()) << h.status().message() << err_.str();
+  EXPECT_THAT(provider_.launches, ElementsAre("gpu_1x_h100_pcie/us-south-1"));
+  EXPECT_THAT(provider_.keys, ElementsAre("ssh-ed25519 AAAAC3Nz test@laptop"));
+  EXPECT_EQ(h->state, "up");
+  EXPECT_EQ(h->SshTarget(), "ubuntu@192.0.2.7");
+  EXPECT_DOUBLE_EQ(h->price_per_hour, 2.49);
+  // Every SSH probe accepts a new host key; the setup after them checks it strictly.
+  ASSERT_EQ(ready_hosts_.size(), 3u);
+  EXPECT_EQ(ready_hosts_[0], "ubuntu@192.0.2.7 (accept-new)");
+  EXPECT_THAT(setups_, ElementsAre("ubuntu@192.0.2.7 bootstrap"));
+  EXPECT_THAT(agent_args_, ::testing::IsSupersetOf({"--price-per-hour", "2.4900", "--billing-since"}));
+  // Two polls booting, then three SSH tries: four pauses of 5 s on the clock.
+  EXPECT_EQ(clock_.Now().time_since_epoch(), std::chrono::seconds(20));
+  EXPECT_THAT(err_.str(), HasSubstr("waiting for the instance (booting)"));
+  auto stored = registry_.Get("box");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state, "up");
+  EXPECT_EQ(stored->instance_id, "i-1");
+}
+
+TEST_F(RentalTest, ACapacityErrorTakesTheNextOffer) {
+  provider_.no_capacity = {"gpu_1x_h100_pcie"};
+  auto h = RunUp();
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_THAT(provider_.launches, ElementsAre("gpu_1x_h100_pcie/us-south-1", "gpu_1x_h100_pcie/us-west-1",
+                                              "gpu_1x_h100_sxm5/us-east-1"));
+  EXPECT_EQ(h->instance_type, "gpu_1x_h100_sxm5");
+  EXPECT_THAT(err_.str(), HasSubstr("trying the next offer"));
+}
+
+TEST_F(RentalTest, NoCapacityAnywhereIsResourceExhaustedAndRecordsNothing) {
+  provider_.no_capacity = {"gpu_1x_h100_pcie", "gpu_1x_h100_sxm5"};
+  EXPECT_THAT(RunUp(), StatusIs(StatusCode::kResourceExhausted, HasSubstr("every matching offer")));
+  EXPECT_FALSE(registry_.Get("box").ok());
+}
+
+TEST_F(RentalTest, NoMatchingOfferSaysWhatWasAsked) {
+  options_.max_price = 1.0;
+  EXPECT_THAT(RunUp(), StatusIs(StatusCode::kNotFound, HasSubstr("at most $1.00/h")));
+  EXPECT_TRUE(provider_.launches.empty());
+}
+
+TEST_F(RentalTest, TheRecordExistsBeforeTheHostIsReachable) {
+  seams_.ready = [this](const ConnectOptions&) {
+    auto rec = registry_.Get("box");
+    EXPECT_TRUE(rec.ok());
+    if (rec.ok()) {
+      EXPECT_EQ(rec->state, "starting");
+    }
+    return OkStatus();
+  };
+  ASSERT_TRUE(RunUp().ok());
+}
+
+TEST_F(RentalTest, NotReachableInTimeTerminatesAndSaysSo) {
+  provider_.boot_polls = 1000;
+  options_.wait_limit = std::chrono::seconds(60);
+  auto h = RunUp();
+  EXPECT_THAT(h, StatusIs(StatusCode::kDeadlineExceeded, HasSubstr("the instance was terminated")));
+  EXPECT_THAT(provider_.terminated, ElementsAre("i-1"));
+  EXPECT_TRUE(provider_.instances.empty());  // the provider reported it gone
+  auto rec = registry_.Get("box");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->state, "down");
+  EXPECT_GT(rec->ended_unix_ms, 0);
+}
+
+TEST_F(RentalTest, ASetupFailureTerminatesUnlessKept) {
+  setup_status_ = FailedPreconditionError("box: build-agent failed");
+  EXPECT_THAT(RunUp(),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("build-agent failed; the instance was")));
+  EXPECT_THAT(provider_.terminated, ElementsAre("i-1"));
+
+  options_.name = "kept";
+  options_.keep_on_failure = true;
+  EXPECT_THAT(RunUp(), StatusIs(StatusCode::kFailedPrecondition, HasSubstr("sftctl down kept")));
+  EXPECT_EQ(provider_.terminated.size(), 1u);
+  EXPECT_EQ(registry_.Get("kept")->state, "failed");
+}
+
+TEST_F(RentalTest, ANameInUseIsRefusedBeforeRenting) {
+  ASSERT_TRUE(RunUp().ok());
+  EXPECT_THAT(RunUp(), StatusIs(StatusCode::kAlreadyExists, HasSubstr("'box' is already up")));
+  EXPECT_EQ(provider_.launches.size(), 1u);
+}
+
+TEST_F(RentalTest, AHostileAddressIsRefused) {
+  provider_.address = "1.2.3.4;touch /tmp/x";
+  EXPECT_THAT(RunUp(), StatusIs(StatusCode::kDataLoss, HasSubstr("is not a host name")));
+  EXPECT_THAT(provider_.terminated, ElementsAre("i-1"));
+}
+
+TEST_F(RentalTest, TerminateFromHostSendsTheKeyInAFileNeverInTheAgentArgs) {
+  options_.down_when_done = true;
+  options_.terminate_from_host = true;
+  options_.max_cost = 25;
+  ASSERT_TRUE(RunUp().ok());
+  EXPECT_THAT(sent_, ElementsAre("LAMBDA_API_KEY='secret-key-123'", "LAMBDA_INSTANCE_ID='i-1'",
+                                 "LAMBDA_API_URL='http://127.0.0.1:1/api/v1'"));
+  EXPECT_THAT(agent_args_, ::testing::IsSupersetOf({"--stop-action", "lambda", "--max-cost", "25.00"}));
+  for (const auto& a : agent_args_) EXPECT_THAT(a, Not(HasSubstr("secret-key-123")));
+  // Neither the registry nor the progress output holds the key.
+  EXPECT_THAT(testing::ReadWholeFile(registry_.path()), Not(HasSubstr("secret-key-123")));
+  EXPECT_THAT(err_.str(), Not(HasSubstr("secret-key-123")));
+}
+
+TEST_F(RentalTest, WithoutConsentNoKeyLeavesAndLambdaGetsNoStopAction) {
+  options_.down_when_done = true;
+  ASSERT_TRUE(RunUp().ok());
+  EXPECT_TRUE(sent_.empty());
+  EXPECT_THAT(agent_args_, Not(::testing::Contains("--stop-action")));
+}
+
+TEST_F(RentalTest, DownWaitsUntilGoneAndKeepsTheCost) {
+  auto h = RunUp();
+  ASSERT_TRUE(h.ok());
+  provider_.gone_polls = 3;
+  ASSERT_TRUE(Down(&provider_, registry_, *h, &clock_, err_).ok()) << err_.str();
+  EXPECT_TRUE(provider_.instances.empty());
+  EXPECT_THAT(err_.str(), HasSubstr("waiting for box to go (terminating)"));
+  auto rec = registry_.Get("box");
+  EXPECT_EQ(rec->state, "down");
+  EXPECT_FALSE(rec->Live());
+  EXPECT_GE(rec->SpentUsd(rec->ended_unix_ms + 3600000), 0.0);
+  EXPECT_DOUBLE_EQ(rec->SpentUsd(rec->ended_unix_ms + 3600000), rec->SpentUsd(rec->ended_unix_ms));
+  // A second down is a no-op.
+  EXPECT_TRUE(Down(&provider_, registry_, *rec, &clock_, err_).ok());
+  EXPECT_EQ(provider_.terminated.size(), 1u);
+}
+
+TEST_F(RentalTest, DownGivesUpAfterItsLimit) {
+  auto h = RunUp();
+  ASSERT_TRUE(h.ok());
+  provider_.gone_polls = 1000;
+  EXPECT_THAT(Down(&provider_, registry_, *h, &clock_, err_, std::chrono::seconds(30)),
+              StatusIs(StatusCode::kDeadlineExceeded, HasSubstr("still not gone")));
+  EXPECT_EQ(registry_.Get("box")->state, "up");  // still billing as far as anyone knows
+}
+
+TEST_F(RentalTest, HostsListsRecordsAndFlagsOrphans) {
+  ASSERT_TRUE(RunUp().ok());
+  Instance stray;
+  stray.id = "i-99", stray.name = "someone-else", stray.state = InstanceState::kRunning,
+  stray.status = "active";
+  provider_.instances["i-99"] = stray;
+  auto rows = ListRentedHosts({&provider_}, registry_);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_FALSE(rows[0].orphan);
+  ASSERT_TRUE(rows[0].record && rows[0].instance);
+  EXPECT_EQ(rows[0].record->name, "box");
+  EXPECT_EQ(rows[0].instance->status, "active");
+  EXPECT_TRUE(rows[1].orphan);
+  EXPECT_EQ(rows[1].instance->id, "i-99");
+}
+
+TEST(RentedHostsTest, NamesAreCheckedAndARentedNameBecomesItsSshTarget) {
+  TempDir dir("rented");
+  ::setenv("XDG_CONFIG_HOME", dir.path().c_str(), 1);
+  EXPECT_THAT(CheckRentedHostName("user@box"), StatusIs(StatusCode::kInvalidArgument, HasSubstr("letters")));
+  EXPECT_THAT(CheckRentedHostName("-box"), StatusIs(StatusCode::kInvalidArgument, HasSubstr("letters")));
+  EXPECT_TRUE(CheckRentedHostName("lambda-h100-1a2b").ok());
+  RentedHost h;
+  h.name = "pod1", h.provider = "runpod", h.instance_id = "p1", h.state = "up";
+  h.ssh_user = "root", h.ssh_host = "203.0.113.5", h.ssh_port = 40022, h.identity_file = "/keys/id";
+  h.sftd = "/opt/sftd", h.agent_data_dir = "/workspace/sftd";
+  ASSERT_TRUE(RentedHosts().Put(h).ok());
+  auto opts = MakeConnectOptions(RemoteOptions{}, "pod1");
+  ASSERT_TRUE(opts.ok());
+  EXPECT_EQ(opts->host, "root@203.0.113.5:40022");
+  EXPECT_EQ(opts->identity_file, "/keys/id");
+  EXPECT_EQ(opts->sftd, "/opt/sftd");
+  EXPECT_EQ(opts->agent_data_dir, "/workspace/sftd");
+  RemoteOptions given;
+  given.sftd = "/other/sftd";
+  EXPECT_EQ(MakeConnectOptions(given, "pod1")->sftd, "/other/sftd");  // a flag wins
+  h.state = "down";
+  ASSERT_TRUE(RentedHosts().Put(h).ok());
+  EXPECT_EQ(MakeConnectOptions(RemoteOptions{}, "pod1")->host, "pod1");  // gone: an ordinary name again
+  ::unsetenv("XDG_CONFIG_HOME");
+}
+
+TEST(RentedHostsTest, ACorruptRegistryIsDataLossNamingTheFile) {
+  TempDir dir("rented");
+  const std::string path = dir.path() + "/hosts.json";
+  testing::WriteWholeFile(path, "{\"hosts\": 7}");
+  EXPECT_THAT(RentedHosts(path).Load(), StatusIs(StatusCode::kDataLoss, HasSubstr(path)));
+}
+
+class ProviderConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("LAMBDA_API_KEY");
+    ::unsetenv("RUNPOD_API_KEY");
+    ::unsetenv("FAKE_LAMBDA_API_KEY");
+    config_.config_dir = dir_.path();
+  }
+  void TearDown() override {
+    ::unsetenv("LAMBDA_API_KEY");
+    ::unsetenv("FAKE_LAMBDA_API_KEY");
+  }
+  void WriteConfig(const std::string& text) {
+    testing::WriteWholeFile(dir_.path() + "/providers.json", text);
+  }
+  TempDir dir_{"providers"};
+  ProviderConfig config_;
+};
+
+TEST_F(ProviderConfigTest, BuiltInsNeedAKeyFromTheEnvironmentOrA0600File) {
+  EXPECT_THAT(FindProviderProfile("lambda", config_),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("set LAMBDA_API_KEY")));
+  ::setenv("LAMBDA_API_KEY", "env-key", 1);
+  auto p = FindProviderProfile("lambda", config_);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->api_key, "env-key");
+  EXPECT_EQ(p->api_url, "https://cloud.lambda.ai/api/v1");
+  ::unsetenv("LAMBDA_API_KEY");
+
+  std::filesystem::create_directories(dir_.path() + "/keys");
+  const std::string key = dir_.path() + "/keys/runpod";
+  testing::WriteWholeFile(key, "file-key\n");
+  ::chmod(key.c_str(), 0644);
+  EXPECT_THAT(FindProviderProfile("runpod", config_),
+              StatusIs(StatusCode::kPermissionDenied, HasSubstr("chmod 600")));
+  ::chmod(key.c_str(), 0600);
+  EXPECT_EQ(FindProviderProfile("runpod", config_)->api_key, "file-key");
+  EXPECT_THAT(FindProviderProfile("vast", config_),
+              StatusIs(StatusCode::kNotFound, HasSubstr("known: lambda, runpod")));
+}
+
+TEST_F(ProviderConfigTest, TheFileAddsProfilesAndNeverHoldsKeys) {
+  WriteConfig(R"({"providers": {"fake-lambda": {"type": "lambda", "api_url": "http://127.0.0.1:9/api/v1/",
+                                                "ssh_port": 2222, "ssh_user": "root"}}})");
+  ::setenv("FAKE_LAMBDA_API_KEY", "k", 1);
+  auto p = FindProviderProfile("fake-lambda", config_);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->type, "lambda");
+  EXPECT_EQ(p->api_url, "http://127.0.0.1:9/api/v1");
+  EXPECT_EQ(p->ssh_port, 2222);
+  EXPECT_EQ(p->ssh_user, "root");
+
+  WriteConfig(R"({"providers": {"mine": {"type": "lambda", "api_url": "https://x", "api_key": "oops"}}})");
+  EXPECT_THAT(LoadProviderProfiles(config_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("field 'providers.mine.api_key'")));
+  WriteConfig(R"({"providers": {"mine": {"type": "vast", "api_url": "https://x"}}})");
+  EXPECT_THAT(LoadProviderProfiles(config_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("'vast' is not one of lambda, runpod")));
+  WriteConfig(R"({"providers": {"mine": {"type": "runpod", "api_url": "file:///etc"}}})");
+  EXPECT_THAT(LoadProviderProfiles(config_), StatusIs(StatusCode::kInvalidArgument, HasSubstr("api_url")));
+  WriteConfig("not json");
+  EXPECT_THAT(LoadProviderProfiles(config_), StatusIs(StatusCode::kDataLoss, HasSubstr("providers.json")));
+}
+
+TEST(ProviderConfigNames, KeyVariables) {
+  EXPECT_EQ(DefaultKeyVariable("lambda"), "LAMBDA_API_KEY");
+  EXPECT_EQ(DefaultKeyVariable("fake-lambda"), "FAKE_LAMBDA_API_KEY");
+}
+
+}  // namespace
+}  // namespace sftctl::client::cloud
