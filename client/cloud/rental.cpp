@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <sstream>
 
@@ -238,12 +239,18 @@ StatusOr<RentedHost> Up(CloudProvider* p, const RentedHosts& registry, const UpO
                            .count();
   h.identity_file = o.identity_file, h.max_cost = o.max_cost, h.down_when_done = o.down_when_done;
   h.sftd = o.connect.sftd, h.agent_data_dir = o.connect.agent_data_dir;
+  h.known_hosts = registry.KnownHostsFor(name);
+  // A new host of an old name starts with no key known (CreateDirs: SSH writes the file there).
+  (void)FileSystem::Default()->RemoveAll(h.known_hosts);
+  SFT_RETURN_IF_ERROR(
+      FileSystem::Default()->CreateDirs(std::filesystem::path(h.known_hosts).parent_path().string()));
   SFT_RETURN_IF_ERROR(registry.Put(h));  // from here on, the instance is ours: never an orphan
   err << "up: " << name << " is instance " << EscapeForTerminal(id) << " (" << Money(h.price_per_hour)
       << "/h from now)\n";
 
   ConnectOptions opts = o.connect;
   opts.identity_file = o.identity_file;
+  opts.known_hosts_file = h.known_hosts;
   opts.accept_new_host_key = true;  // first contact records the key; later commands check it strictly
   auto inst = WaitUntilReachable(p, id, o, seams, &opts, clock, err);
   if (!inst.ok()) return AfterFailure(p, registry, h, o, inst.status(), clock, err);
@@ -289,6 +296,7 @@ Status Down(CloudProvider* p, const RentedHosts& registry, RentedHost h, const C
   }
   h.state = "down";
   h.ended_unix_ms = NowUnixMs();
+  if (!h.known_hosts.empty()) (void)FileSystem::Default()->RemoveAll(h.known_hosts);  // the key died with it
   return registry.Put(h);
 }
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/remote/remote_options.h"
+#include "client/remote/rented_hosts.h"
 #include "client/remote/ssh/ssh_config.h"
 #include "common/os/file_system.h"
 #include "common/terminal_text.h"
@@ -155,6 +156,9 @@ ConnectOptions NodeRecord::ToConnectOptions() const {
   c.agent_data_dir = agent_data_dir;
   auto t = ParseTransport(transport);
   c.transport = t.ok() ? *t : Transport::kAuto;
+  // A job on a rented host: that host's own known_hosts file (client/remote/rented_hosts.h).
+  if (std::optional<RentedHost> rented = RentedHosts().FindLive(host))
+    c.known_hosts_file = rented->known_hosts;
   return c;
 }
 

@@ -56,7 +56,10 @@ StatusOr<ConnectOptions> MakeConnectOptions(const RemoteOptions& o, const std::s
   c.host = host;
   // A host rented with `sftctl up` is named by its registry name (client/remote/rented_hosts.h).
   std::optional<RentedHost> rented = RentedHosts().FindLive(host);
-  if (rented) c.host = rented->SshTarget();
+  if (rented) {
+    c.host = rented->SshTarget();
+    c.known_hosts_file = rented->known_hosts;
+  }
   if (host.rfind("local:", 0) == 0 && host.size() > 6 && host[6] != '/') {
     // "local:<relative dir>": recorded absolute, so the registry names the same agent from anywhere.
     std::error_code ec;

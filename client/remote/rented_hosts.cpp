@@ -32,6 +32,7 @@ json ToJson(const RentedHost& h) {
           {"identity_file", h.identity_file},
           {"sftd", h.sftd},
           {"agent_data_dir", h.agent_data_dir},
+          {"known_hosts", h.known_hosts},
           {"max_cost", h.max_cost},
           {"down_when_done", h.down_when_done}};
 }
@@ -68,6 +69,7 @@ RentedHost FromJson(const json& j) {
   h.identity_file = Field<std::string>(j, "identity_file", "");
   h.sftd = Field<std::string>(j, "sftd", "");
   h.agent_data_dir = Field<std::string>(j, "agent_data_dir", "");
+  h.known_hosts = Field<std::string>(j, "known_hosts", "");
   h.max_cost = Field<double>(j, "max_cost", 0);
   h.down_when_done = Field<bool>(j, "down_when_done", false);
   return h;
@@ -158,12 +160,17 @@ StatusOr<RentedHost> RentedHosts::Get(const std::string& name) const {
                        " (`sftctl hosts` lists them)");
 }
 
+std::string RentedHosts::KnownHostsFor(const std::string& name) const {
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  return (dir.empty() ? std::string("known_hosts.d/") : dir + "/known_hosts.d/") + name;
+}
+
 std::optional<RentedHost> RentedHosts::FindLive(const std::string& host) const {
-  if (!CheckRentedHostName(host).ok()) return std::nullopt;
+  if (host.empty() || !FileSystem::Default()->Exists(path_)) return std::nullopt;
   auto hosts = Load();
   if (!hosts.ok()) return std::nullopt;
   for (auto& h : *hosts) {
-    if (h.name == host && h.Live() && !h.ssh_host.empty()) return h;
+    if ((h.name == host || h.SshTarget() == host) && h.Live() && !h.ssh_host.empty()) return h;
   }
   return std::nullopt;
 }

@@ -7,7 +7,7 @@
 //     "instance_type": "gpu_1x_h100_pcie", "region": "us-east-1", "gpu": "H100 PCIe", "gpu_count": 1,
 //     "price_per_hour": 2.49, "launched_unix_ms": ..., "ended_unix_ms": 0, "state": "up",
 //     "ssh_user": "ubuntu", "ssh_host": "192.0.2.10", "ssh_port": 22, "identity_file": "",
-//     "sftd": "", "agent_data_dir": "",
+//     "sftd": "", "agent_data_dir": "", "known_hosts": "~/.config/sftctl/known_hosts.d/lambda-h100-1a2b",
 //     "max_cost": 25, "down_when_done": false}]}
 // No API key, token or other secret is ever part of a record. A record is written the moment the
 // provider accepted the launch (state "starting"), before anything else can fail, so an instance
@@ -46,7 +46,11 @@ struct RentedHost {
   int ssh_port = 22;
   std::string identity_file;
   std::string sftd, agent_data_dir;  // as given to `up` (--sftd, --agent-data-dir): later commands use them
-  double max_cost = 0;               // --max-cost; 0: none
+  // This host's own known_hosts file (RentedHosts::KnownHostsFor): its key recorded at first contact
+  // and checked strictly after, never mixed with ~/.ssh/known_hosts, where a provider's reused address
+  // would hold another instance's key. Removed by `down`.
+  std::string known_hosts;
+  double max_cost = 0;  // --max-cost; 0: none
   bool down_when_done = false;
 
   // "user@host:port" (ConnectOptions::host); "" until the provider gave an address.
@@ -74,8 +78,12 @@ class RentedHosts {
   Status Put(const RentedHost& h) const;
   // The record called `name`; NOT_FOUND naming the registry file.
   StatusOr<RentedHost> Get(const std::string& name) const;
-  // The live record called `name`, if `host` is one: what MakeConnectOptions uses to turn a rented
-  // host's name into its SSH target (and its key, sftd and data dir unless the command names them). nullopt
+  // known_hosts.d/<name> beside the registry file: the known_hosts file of the host called `name`.
+  std::string KnownHostsFor(const std::string& name) const;
+  // The live record whose name or SSH target ("user@host:port", as the job registry records it) is
+  // `host`, if there is one: what MakeConnectOptions uses to turn a rented
+  // host's name into its SSH target and known_hosts file (and its key, sftd and data dir unless the
+  // command names them). nullopt
   // for anything else (also when the file cannot be read).
   std::optional<RentedHost> FindLive(const std::string& host) const;
 

@@ -8,6 +8,7 @@
 #   2. up / hosts / down on fake-runpod (SSH on a mapped port), an orphan flagged by `hosts`;
 #   3. the laptop's sftctl killed mid-job (--terminate-from-host): the host still terminates itself;
 #   4. --max-cost reached: the agent cancels the job (saying so in logs and status) and terminates the host;
+#   5. Ctrl-C on `submit --provider --down-when-done`: the host is given back, exit 130;
 #   and no file, log or process argument holds the planted API key (but the instance's agent env file).
 # 1, 3 and 4 run against both fake providers (Lambda's host terminates itself with the key the user
 # sent, --terminate-from-host; a RunPod pod with its own key and runpodctl, as a real pod has them).
@@ -18,7 +19,7 @@ SRC=$PWD
 BIN=$(cd "${1:?usage: cloud_e2e.sh BUILD_DIR [SCENARIO...]}" && pwd)/bin
 shift
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=("1 lambda" "1 runpod" 2 "3 lambda" "3 runpod" "4 lambda" "4 runpod")
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=("1 lambda" "1 runpod" 2 "3 lambda" "3 runpod" "4 lambda" "4 runpod" 5)
 SFTCTL=$BIN/sftctl
 T0=$SECONDS
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/sftctl-cloud-e2e.XXXXXX")
@@ -184,6 +185,28 @@ scenario_3() {  # DIALECT
   stop_fake
 }
 
+scenario_5() {
+  phase "5. Ctrl-C on submit --provider fake-runpod --down-when-done gives the host back"
+  local agent=$TMP/agent-5 rc=0
+  start_fake runpod fake-runpod "$agent" "{\"offers\": $(two_offers runpod)}"
+  set -m  # (job control: a background job of a script would ignore SIGINT)
+  "$SFTCTL" submit --provider fake-runpod --gpu H100 "${AGENT_FLAGS[@]}" --agent-data-dir "$agent" \
+    --down-when-done --host-name interrupted --wait 2m "$(job_spec 1000000 100000)" \
+    >"$TMP/s5.out" 2>"$TMP/s5.err" &
+  local pid=$!
+  set +m
+  for _ in $(seq 1 600); do grep -q "^submitted" "$TMP/s5.err" 2>/dev/null && break; sleep 0.2; done
+  grep -q "^submitted" "$TMP/s5.err" || { kill -9 $pid; fail "the job was not submitted"; }
+  kill -INT $pid
+  wait $pid || rc=$?
+  [ "$rc" = 130 ] || fail "submit exited $rc after SIGINT, not 130"
+  expect_in "$TMP/s5.err" "interrupted: giving interrupted back"
+  [ "$(live_instances)" = 0 ] || { fake_state >&2; fail "the pod is still there after Ctrl-C"; }
+  python3 -c 'import json,sys; h=[h for h in json.load(open(sys.argv[1]))["hosts"] if h["name"] == "interrupted"]
+assert h and h[0]["state"] == "down", h' "$XDG_CONFIG_HOME/sftctl/hosts.json" || fail "the registry does not say down"
+  stop_fake
+}
+
 scenario_4() {  # DIALECT
   phase "4. fake-$1: --max-cost reached, the agent cancels the job and terminates the host"
   local agent=$TMP/agent-4-$1 consent=()
@@ -197,8 +220,12 @@ scenario_4() {  # DIALECT
     >"$TMP/s4-$1-up.out" 2>"$TMP/s4-$1-up.err" || fail "up --max-cost exited $?"
   "$SFTCTL" submit --host "capped-$1" "$(job_spec 1000000 100000)" >"$TMP/s4-$1.out" 2>"$TMP/s4-$1.err" ||
     fail "submit to capped-$1"
-  local job
+  local job ref
   job=$(head -n 1 "$TMP/s4-$1.out")
+  # The job registry records the host's SSH target; its own known_hosts file is still the one used.
+  ref=$(sed -n 's/^submitted \([^ ]*\) .*/\1/p' "$TMP/s4-$1.err")
+  "$SFTCTL" status "$ref" >"$TMP/s4-$1-status.out" 2>"$TMP/s4-$1-status.err" || fail "status $ref"
+  expect_in "$TMP/s4-$1-status.out" "cost cap \$1.80"
   "$SFTCTL" logs -f "capped-$1/$job" >"$TMP/s4-$1-logs.out" 2>"$TMP/s4-$1-logs.err" && fail "the capped job succeeded"
   expect_in "$TMP/s4-$1-logs.out" "cost cap \$1.80 reached"
   for _ in $(seq 1 120); do [ "$(live_instances)" = 0 ] && break; sleep 1; done

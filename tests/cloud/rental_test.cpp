@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "client/cloud/provider_config.h"
+#include "client/remote/job_registry.h"
 #include "client/remote/remote_options.h"
 #include "client/remote/rented_hosts.h"
 #include "tests/util/file_util.h"
@@ -111,6 +112,7 @@ class RentalTest : public ::testing::Test {
                         MakeOffer("gpu_1x_h100_pcie", "us-south-1", 2.49, 94)};
     seams_.ready = [this](const ConnectOptions& o) {
       ready_hosts_.push_back(o.host + (o.accept_new_host_key ? " (accept-new)" : ""));
+      known_hosts_files_.insert(o.known_hosts_file);
       return ready_failures_-- > 0 ? UnavailableError("connection refused") : OkStatus();
     };
     seams_.setup = [this](const ConnectOptions& o, bool bootstrap, const std::vector<std::string>& args) {
@@ -137,6 +139,7 @@ class RentalTest : public ::testing::Test {
   ManualClock clock_;
   std::ostringstream err_;
   std::vector<std::string> ready_hosts_, setups_, agent_args_;
+  std::set<std::string> known_hosts_files_;
   std::vector<std::string> sent_;
   int ready_failures_ = 0;
   Status setup_status_;
@@ -175,6 +178,9 @@ TEST_F(RentalTest, UpRentsTheCheapestWaitsForBootAndSshRecordsTheHostKeyAndSetsU
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->state, "up");
   EXPECT_EQ(stored->instance_id, "i-1");
+  // The host's key goes to a known_hosts file of its own, never ~/.ssh/known_hosts.
+  EXPECT_EQ(stored->known_hosts, home_.path() + "/known_hosts.d/box");
+  EXPECT_THAT(known_hosts_files_, ElementsAre(stored->known_hosts));
 }
 
 TEST_F(RentalTest, ACapacityErrorTakesTheNextOffer) {
@@ -273,6 +279,7 @@ TEST_F(RentalTest, WithoutConsentNoKeyLeavesAndLambdaGetsNoStopAction) {
 TEST_F(RentalTest, DownWaitsUntilGoneAndKeepsTheCost) {
   auto h = RunUp();
   ASSERT_TRUE(h.ok());
+  testing::WriteWholeFile(h->known_hosts, "[192.0.2.7]:22 ssh-ed25519 AAAA\n");
   provider_.gone_polls = 3;
   ASSERT_TRUE(Down(&provider_, registry_, *h, &clock_, err_).ok()) << err_.str();
   EXPECT_TRUE(provider_.instances.empty());
@@ -280,6 +287,7 @@ TEST_F(RentalTest, DownWaitsUntilGoneAndKeepsTheCost) {
   auto rec = registry_.Get("box");
   EXPECT_EQ(rec->state, "down");
   EXPECT_FALSE(rec->Live());
+  EXPECT_FALSE(std::filesystem::exists(rec->known_hosts));
   EXPECT_GE(rec->SpentUsd(rec->ended_unix_ms + 3600000), 0.0);
   EXPECT_DOUBLE_EQ(rec->SpentUsd(rec->ended_unix_ms + 3600000), rec->SpentUsd(rec->ended_unix_ms));
   // A second down is a no-op.
@@ -321,7 +329,7 @@ TEST(RentedHostsTest, NamesAreCheckedAndARentedNameBecomesItsSshTarget) {
   RentedHost h;
   h.name = "pod1", h.provider = "runpod", h.instance_id = "p1", h.state = "up";
   h.ssh_user = "root", h.ssh_host = "203.0.113.5", h.ssh_port = 40022, h.identity_file = "/keys/id";
-  h.sftd = "/opt/sftd", h.agent_data_dir = "/workspace/sftd";
+  h.sftd = "/opt/sftd", h.agent_data_dir = "/workspace/sftd", h.known_hosts = "/k/pod1";
   ASSERT_TRUE(RentedHosts().Put(h).ok());
   auto opts = MakeConnectOptions(RemoteOptions{}, "pod1");
   ASSERT_TRUE(opts.ok());
@@ -329,6 +337,11 @@ TEST(RentedHostsTest, NamesAreCheckedAndARentedNameBecomesItsSshTarget) {
   EXPECT_EQ(opts->identity_file, "/keys/id");
   EXPECT_EQ(opts->sftd, "/opt/sftd");
   EXPECT_EQ(opts->agent_data_dir, "/workspace/sftd");
+  EXPECT_EQ(opts->known_hosts_file, "/k/pod1");
+  // A job recorded with the SSH target finds the host's known_hosts file too.
+  NodeRecord node;
+  node.host = "root@203.0.113.5:40022";
+  EXPECT_EQ(node.ToConnectOptions().known_hosts_file, "/k/pod1");
   RemoteOptions given;
   given.sftd = "/other/sftd";
   EXPECT_EQ(MakeConnectOptions(given, "pod1")->sftd, "/other/sftd");  // a flag wins
