@@ -46,7 +46,7 @@ stop_fake() {
 cleanup() {
   stop_fake
   for d in "$TMP"/agent-*; do [ -d "$d" ] && "$BIN/sftd" stop --data-dir "$d" >/dev/null 2>&1 || true; done
-  rm -rf "$TMP"
+  [ -n "${CLOUD_E2E_KEEP:-}" ] && echo "cloud_e2e: kept $TMP" || rm -rf "$TMP"
 }
 trap cleanup EXIT
 expect_in() {  # FILE TEXT
@@ -63,18 +63,20 @@ print(sum(1 for i in s["instances"] if not i["orphan"] and i["phase"] not in ("t
 # start_fake DIALECT NAME AGENT_DIR CONFIG_JSON: a fake provider whose instances stop AGENT_DIR's
 # agent when terminated; writes the profile NAME into providers.json.
 start_fake() {
-  local dialect=$1 name=$2 agent=$3 config=$4 dir=$TMP/fake-$2
+  local dialect=$1 name=$2 agent=$3 config=$4 dir
+  FAKES=$((${FAKES:-0} + 1))
+  dir=$TMP/fake-$FAKES-$2
   mkdir -p "$dir"
   echo "$config" >"$dir/config.json"
   SSH_PORT=$(free_port)
   FAKE_AGENT_STOP="$BIN/sftd stop --data-dir $agent" FAKE_POD_API_KEY=$KEY python3 "$SRC/tests/util/fake_cloud.py" \
     --dialect "$dialect" --api-key "$KEY" --config "$dir/config.json" --log "$dir/requests.jsonl" \
     --state-dir "$dir" --ssh-port "$SSH_PORT" --launch-interval 1 \
-    --instance-command "sh $SRC/tests/cloud/fake_instance.sh" >"$dir/out" 2>"$TMP/fake-$name.err" &
+    --instance-command "sh $SRC/tests/cloud/fake_instance.sh" >"$dir/out" 2>"$TMP/fake-$FAKES-$name.err" &
   FAKE_PID=$!
-  for _ in $(seq 1 100); do grep -q '^PORT' "$dir/out" 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 300); do grep -q '^PORT' "$dir/out" 2>/dev/null && break; sleep 0.1; done
   FAKE_PORT=$(awk '/^PORT/ {print $2}' "$dir/out")
-  [ -n "$FAKE_PORT" ] || fail "fake_cloud.py ($dialect) did not start"
+  [ -n "$FAKE_PORT" ] || fail "fake_cloud.py ($dialect) did not start within 30 s (running: $(kill -0 $FAKE_PID 2>&1 && echo yes))"
   local url=http://127.0.0.1:$FAKE_PORT
   [ "$dialect" = lambda ] && url=$url/api/v1
   python3 - "$XDG_CONFIG_HOME/sftctl/providers.json" "$name" "$dialect" "$url" "$SSH_PORT" "$(id -un)" <<'PY'
@@ -173,7 +175,7 @@ scenario_3() {  # DIALECT
   "$SFTCTL" submit --provider "fake-$1" --gpu H100 "${AGENT_FLAGS[@]}" --agent-data-dir "$agent" \
     --down-when-done "${consent[@]}" --host-name "killed-$1" --sync-to "$TMP/out-3-$1" --wait 2m \
     --agent-arg=--stop-pull-timeout=3s --agent-arg=--stop-grace=1s --agent-arg=--stop-check=500ms \
-    "$(job_spec 3000 500)" >"$TMP/s3-$1.out" 2>"$TMP/s3-$1.err" &
+    "$(job_spec 600 200)" >"$TMP/s3-$1.out" 2>"$TMP/s3-$1.err" &
   local pid=$!
   for _ in $(seq 1 600); do grep -q "^submitted" "$TMP/s3-$1.err" 2>/dev/null && break; sleep 0.2; done
   grep -q "^submitted" "$TMP/s3-$1.err" || { kill -9 $pid; fail "the job was not submitted"; }
