@@ -99,8 +99,12 @@ struct UpArgs {
   bool down_when_done = false;
 };
 
-int Up(const UpArgs& a) {
+int Up(UpArgs a) {
+  // Ctrl-C while renting gives the half-made host back; once it is up, it stays.
+  if (a.rent.name.empty()) a.rent.name = cloud::DefaultHostName(a.rent.provider, a.rent.gpu);
+  HostReturnGuard guard(a.rent.name);
   auto host = RentHost(a.rent, a.ro, a.down_when_done);
+  guard.Release();
   if (!host.ok()) return ReportError(host.status(), a.ro.json);
   if (a.ro.json) {
     std::cout << json({{"name", host->name},
