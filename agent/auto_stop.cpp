@@ -118,6 +118,14 @@ AutoStop::AutoStop(AutoStopDeps deps, StopPolicy policy)
   }
 }
 
+void AutoStop::Start() {
+  {
+    MutexLock l(&check_mu_);
+    busy_at_ = deps_.clock->Now();
+  }
+  checks_.Start();
+}
+
 StopDecision AutoStop::CheckOnce() {
   MutexLock check_lock(&check_mu_);
   StopInputs in;

@@ -123,7 +123,9 @@ class AutoStop {
   AutoStop& operator=(const AutoStop&) = delete;
 
   // The checking thread: CheckOnce at once, then every AutoStopDeps::check (common/os/periodic_thread.h).
-  void Start() { checks_.Start(); }
+  // The quiet time counts from here (the agent serves), not from construction: a slow start does not
+  // eat into the idle grace before any client could reach the agent.
+  void Start() EXCLUDES(check_mu_);
   // Returns once a CheckOnce in progress (an action that runs, too) returned.
   void Stop() { checks_.Stop(); }
   // One evaluation; runs the action when due (blocking until it ends). Returns the decision.

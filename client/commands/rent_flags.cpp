@@ -82,7 +82,7 @@ sigset_t GuardedSignals() {
 
 }  // namespace
 
-HostReturnGuard::HostReturnGuard(std::string name) : name_(std::move(name)) {
+HostReturnGuard::HostReturnGuard(std::string name) : name_(std::move(name)), since_ms_(NowUnixMs()) {
   sigset_t set = GuardedSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   waiter_ = std::thread([this, set] {
@@ -92,7 +92,8 @@ HostReturnGuard::HostReturnGuard(std::string name) : name_(std::move(name)) {
     if (sig == SIGUSR2) return;  // Release()
     std::cerr << "\n" << (sig == SIGINT ? "interrupted" : "signalled") << ": giving " << name_ << " back\n";
     auto host = RentedHosts().Get(name_);
-    if (host.ok() && host->Live()) {
+    // Only a host this process launched: an older one of the same name is not ours to end.
+    if (host.ok() && host->Live() && host->launched_unix_ms >= since_ms_) {
       Status s = ReturnHost(*host);
       if (!s.ok()) std::cerr << "error: " << s.message() << " (`sftctl down " << name_ << "` ends it)\n";
     }

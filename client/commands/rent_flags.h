@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,10 +45,10 @@ Status ReturnHost(const RentedHost& host);
 StatusOr<bool> HostStopsItself(const RentFlags& f);
 
 // While it lives, SIGINT, SIGTERM and SIGHUP give the rented host `name` back (if the registry has it
-// live: terminate, wait until gone) and exit with 128 + the signal, instead of leaving it billing.
-// Construct it before any other thread starts (the signals are blocked in this thread and so in every
-// thread started after, and waited for on a thread of its own). Release() (or the destructor) ends
-// that: signals act as before.
+// live and launched after the guard began: terminate, wait until gone) and exit with 128 + the signal,
+// instead of leaving it billing. Construct it before any other thread starts (the signals are blocked in this
+// thread and so in every thread started after, and waited for on a thread of its own). Release() (or the
+// destructor) ends that: signals act as before.
 class HostReturnGuard {
  public:
   explicit HostReturnGuard(std::string name);
@@ -58,6 +59,7 @@ class HostReturnGuard {
 
  private:
   std::string name_;
+  int64_t since_ms_;  // hosts of that name launched before the guard are left alone
   std::thread waiter_;
 };
 

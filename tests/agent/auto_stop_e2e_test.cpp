@@ -76,13 +76,18 @@ TEST(AutoStopE2eTest, IdleStopFiresAndARestartKeepsThePolicy) {
 
 // Polling Health renews the lease, but a running job holds the host anyway (and its count comes
 // before the open calls in the detail).
+// The idle period of the two tests below: 1 s, scaled for a sanitized build (a slower agent must not
+// go idle before the test's first call reaches it).
+const std::string kScaledIdle = std::to_string(SFTCTL_TEST_TIME_SCALE) + "s";
+
 TEST(AutoStopE2eTest, RunningJobPostponesTheStop) {
   TempDir dir;
   const std::string record = dir.path() + "/record";
   Agent a(dir.path() + "/data");
-  ASSERT_TRUE(a.Start(StopFlags(record, "1s")));
+  ASSERT_TRUE(a.Start(StopFlags(record, kScaledIdle)));
   v1::Job job;
-  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 40}, {"step_ms", 50}}), &job).ok());  // ~2 s
+  // ~2 s (scaled): longer than the idle period.
+  ASSERT_TRUE(a.Submit(StubSpec({{"steps", 40 * SFTCTL_TEST_TIME_SCALE}, {"step_ms", 50}}), &job).ok());
   v1::AutoStopStatus st;
   ASSERT_TRUE(WaitFor([&] {
     st = Health(a);
@@ -99,7 +104,7 @@ TEST(AutoStopE2eTest, OpenClientCallPostponesTheStop) {
   const std::string record = dir.path() + "/record", log = dir.path() + "/sftd.log";
   Agent a(dir.path() + "/data");
   a.set_stderr_file(log);
-  ASSERT_TRUE(a.Start(StopFlags(record, "1s")));
+  ASSERT_TRUE(a.Start(StopFlags(record, kScaledIdle)));
   // An upload stream left open, like a `logs -f`, counts as a connected client.
   grpc::ClientContext ctx;
   ctx.AddMetadata("authorization", "Bearer " + a.token());
