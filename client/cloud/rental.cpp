@@ -23,12 +23,6 @@ std::string Lower(std::string s) {
   return s;
 }
 
-std::string Money(double usd) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "$%.2f", usd);
-  return buf;
-}
-
 }  // namespace
 
 std::string DefaultHostName(const std::string& provider, const std::string& gpu) {
@@ -65,7 +59,7 @@ StatusOr<std::string> LaunchFirst(CloudProvider* p, const std::vector<Offer>& of
   for (const Offer& offer : offers) {
     err << "up: renting " << EscapeForTerminal(offer.instance_type)
         << (offer.region.empty() ? "" : " in " + EscapeForTerminal(offer.region)) << " at "
-        << Money(offer.price_per_hour) << "/h\n";
+        << FormatUsd(offer.price_per_hour) << "/h\n";
     auto id = p->Launch(LaunchRequest{offer, name, key_name, public_key});
     if (id.ok()) {
       *chosen = offer;
@@ -139,6 +133,12 @@ Status AfterFailure(CloudProvider* p, const RentedHosts& registry, RentedHost h,
 }
 
 }  // namespace
+
+std::string FormatUsd(double usd) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "$%.2f", usd);
+  return buf;
+}
 
 std::vector<Offer> RankOffers(std::vector<Offer> offers, const UpOptions& o) {
   offers.erase(std::remove_if(offers.begin(), offers.end(),
@@ -222,7 +222,7 @@ StatusOr<RentedHost> Up(CloudProvider* p, const RentedHosts& registry, const UpO
                          (o.gpu.empty() ? "any GPU" : o.gpu) +
                          (o.gpu_count > 0 ? " x" + std::to_string(o.gpu_count) : "") +
                          (o.region.empty() ? "" : " in " + o.region) +
-                         (o.max_price > 0 ? " at most " + Money(o.max_price) + "/h" : "") + " (" +
+                         (o.max_price > 0 ? " at most " + FormatUsd(o.max_price) + "/h" : "") + " (" +
                          std::to_string(all.size()) + " offers before region and price)");
   }
   SFT_ASSIGN_OR_RETURN(std::string public_key, ReadPublicKey(o.identity_file));
@@ -245,7 +245,7 @@ StatusOr<RentedHost> Up(CloudProvider* p, const RentedHosts& registry, const UpO
   SFT_RETURN_IF_ERROR(
       FileSystem::Default()->CreateDirs(std::filesystem::path(h.known_hosts).parent_path().string()));
   SFT_RETURN_IF_ERROR(registry.Put(h));  // from here on, the instance is ours: never an orphan
-  err << "up: " << name << " is instance " << EscapeForTerminal(id) << " (" << Money(h.price_per_hour)
+  err << "up: " << name << " is instance " << EscapeForTerminal(id) << " (" << FormatUsd(h.price_per_hour)
       << "/h from now)\n";
 
   ConnectOptions opts = o.connect;

@@ -73,6 +73,9 @@ RentalSeams DefaultRentalSeams();
 // "lambda-h100-3f2a": the profile, the GPU asked for (letters and digits only), 4 random hex digits.
 std::string DefaultHostName(const std::string& provider, const std::string& gpu);
 
+// "$2.49": how renting prints dollars (`up`, `down`, `hosts`).
+std::string FormatUsd(double usd);
+
 // Offers matching `o` (region, max price), cheapest first (then more GPU memory, then name).
 std::vector<Offer> RankOffers(std::vector<Offer> offers, const UpOptions& o);
 

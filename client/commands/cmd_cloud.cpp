@@ -14,12 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string Money(double usd) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "$%.2f", usd);
-  return buf;
-}
-
 // The providers to ask: --provider, else every profile with a key (FAILED_PRECONDITION when none).
 StatusOr<std::vector<std::unique_ptr<cloud::CloudProvider>>> ProvidersFor(const std::string& name) {
   std::vector<cloud::ProviderProfile> profiles;
@@ -115,7 +109,8 @@ int Up(UpArgs a) {
               << "\n";
   } else {
     std::cerr << "up: " << host->name << " is ready (" << host->SshTarget() << ", "
-              << Money(host->price_per_hour) << "/h); `sftctl down " << host->name << "` ends it\n";
+              << cloud::FormatUsd(host->price_per_hour) << "/h); `sftctl down " << host->name
+              << "` ends it\n";
     std::cout << host->name << "\n";
   }
   return kExitOk;
@@ -161,7 +156,7 @@ int Down(const DownArgs& a) {
     }
     auto after = registry.Get(h.name);
     const double spent = after.ok() ? after->SpentUsd(NowUnixMs()) : h.SpentUsd(NowUnixMs());
-    std::cerr << "down: " << h.name << " is gone (" << Money(spent) << " in all)\n";
+    std::cerr << "down: " << h.name << " is gone (" << cloud::FormatUsd(spent) << " in all)\n";
   }
   return rc;
 }
@@ -211,19 +206,20 @@ int Hosts(const std::string& provider_name, bool as_json) {
   }
   std::printf("%-24s %-12s %-12s %8s %9s %9s\n", "NAME", "PROVIDER", "STATE", "$/HOUR", "UPTIME", "SPENT");
   for (const auto& row : out) {
-    std::printf(
-        "%-24s %-12s %-12s %8.2f %9s %9s%s\n", EscapeForTerminal(row["name"].get<std::string>()).c_str(),
-        EscapeForTerminal(row["provider"].get<std::string>()).c_str(),
-        EscapeForTerminal(row["state"].get<std::string>()).c_str(), row["price_per_hour"].get<double>(),
-        Uptime(row["uptime_s"].get<int64_t>() * 1000).c_str(), Money(row["spent"].get<double>()).c_str(),
-        row["orphan"].get<bool>()
-            ? ("  ORPHAN: not started by this sftctl (`sftctl down --provider " +
-               EscapeForTerminal(row["provider"].get<std::string>()) + " --instance " +
-               EscapeForTerminal(row["instance_id"].get<std::string>()) + "`)")
-                  .c_str()
-            : (row["error"].get<std::string>().empty()
-                   ? ""
-                   : ("  (" + EscapeForTerminal(row["error"].get<std::string>()) + ")").c_str()));
+    std::printf("%-24s %-12s %-12s %8.2f %9s %9s%s\n",
+                EscapeForTerminal(row["name"].get<std::string>()).c_str(),
+                EscapeForTerminal(row["provider"].get<std::string>()).c_str(),
+                EscapeForTerminal(row["state"].get<std::string>()).c_str(),
+                row["price_per_hour"].get<double>(), Uptime(row["uptime_s"].get<int64_t>() * 1000).c_str(),
+                cloud::FormatUsd(row["spent"].get<double>()).c_str(),
+                row["orphan"].get<bool>()
+                    ? ("  ORPHAN: not started by this sftctl (`sftctl down --provider " +
+                       EscapeForTerminal(row["provider"].get<std::string>()) + " --instance " +
+                       EscapeForTerminal(row["instance_id"].get<std::string>()) + "`)")
+                          .c_str()
+                    : (row["error"].get<std::string>().empty()
+                           ? ""
+                           : ("  (" + EscapeForTerminal(row["error"].get<std::string>()) + ")").c_str()));
   }
   return kExitOk;
 }
