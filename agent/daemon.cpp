@@ -42,6 +42,7 @@
 #include "agent/slurm/slurm_runner.h"
 #include "agent/state_store.h"
 #include "agent/supervisor.h"
+#include "common/os/fd_util.h"
 #include "common/os/file_system.h"
 #include "common/os/net_addr.h"
 #include "common/rpc_limits.h"
@@ -281,8 +282,6 @@ Status WriteAddressFiles(const std::string& dir, const std::string& dial_host, i
   return OkStatus();
 }
 
-// Runs the agent in this process until SIGTERM/SIGINT. Reports readiness (or "SFTD_ERROR <msg>") on
-// `ready_fd`. Returns the exit code.
 // Blocks the shutdown signals (TERM, INT, HUP) in this thread and so in every thread started after
 // it; the main thread takes them with sigwait on the returned set. SIGPIPE is ignored.
 sigset_t BlockShutdownSignals() {
@@ -328,24 +327,44 @@ void RemoveAddressFiles(const std::string& dir) {
   for (const char* name : {"sftd.pid", "sftd.port", "sftd.host"}) ::unlink(Path(dir, name).c_str());
 }
 
-int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
-  auto fail = [&](const std::string& msg) {
-    (void)WriteFully(ready_fd, "SFTD_ERROR " + msg + "\n", "ready pipe");
-    spdlog::error("{}", msg);
-    return 1;
-  };
-  sigset_t sigs = BlockShutdownSignals();
-  RaiseOpenFileLimit();
+// Reports `msg` as the agent's start failure on `ready_fd` and in the log; returns the exit code 1.
+int FailStart(int ready_fd, const std::string& msg) {
+  (void)WriteFully(ready_fd, "SFTD_ERROR " + msg + "\n", "ready pipe");
+  spdlog::error("{}", msg);
+  return 1;
+}
 
-  int lock_fd = ::open(Path(dir, "sftd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd < 0) return fail("cannot open " + Path(dir, "sftd.lock") + ": " + std::strerror(errno));
-  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    // Another agent started meanwhile: report it instead.
+int ServeLocked(const DaemonOptions& opts, const std::string& dir, int ready_fd, const sigset_t& sigs);
+
+// Runs the agent in this process until SIGTERM/SIGINT/SIGHUP. Reports readiness (or "SFTD_ERROR <msg>")
+// on `ready_fd`. Returns the exit code.
+// The data dir's lock (sftd.lock) is the agent's: `sftd stop` and a starting agent wait for it. It is
+// released only after ServeLocked has closed everything in the data dir (agent.db, the journals), so
+// nothing of this agent touches the folder once the lock is free.
+int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
+  const sigset_t sigs = BlockShutdownSignals();
+  RaiseOpenFileLimit();
+  UniqueFd lock(::open(Path(dir, "sftd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid())
+    return FailStart(ready_fd, "cannot open " + Path(dir, "sftd.lock") + ": " + std::strerror(errno));
+  for (int attempt = 1; ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0; ++attempt) {
+    // Another agent started meanwhile: report it instead. One that was stopping (its address files
+    // gone, the lock not yet free) lets go within FindRunning's wait: then the lock is taken again.
     Running r = FindRunning(dir, std::chrono::seconds(10));
-    if (!r.running) return fail("another sftd holds " + Path(dir, "sftd.lock"));
-    (void)WriteFully(ready_fd, ReadyLine(r.addr(), dir, r.version, r.source_id, r.pid), "ready pipe");
-    return 0;
+    if (r.running) {
+      (void)WriteFully(ready_fd, ReadyLine(r.addr(), dir, r.version, r.source_id, r.pid), "ready pipe");
+      return 0;
+    }
+    if (attempt == 3 || LockHeld(dir))
+      return FailStart(ready_fd, "another sftd holds " + Path(dir, "sftd.lock"));
   }
+  return ServeLocked(opts, dir, ready_fd, sigs);
+}
+
+// Runs the agent until SIGTERM/SIGINT/SIGHUP (taken from `sigs` with sigwait), holding the data dir's
+// lock; everything it opened is closed when it returns.
+int ServeLocked(const DaemonOptions& opts, const std::string& dir, int ready_fd, const sigset_t& sigs) {
+  auto fail = [&](const std::string& msg) { return FailStart(ready_fd, msg); };
   bool tls = !opts.tls_cert.empty() && !opts.tls_key.empty();
   if (!IsLoopbackHost(opts.listen) && !tls) {
     return fail("refusing to listen on non-loopback address " + opts.listen +
@@ -436,7 +455,6 @@ int Serve(const DaemonOptions& opts, const std::string& dir, int ready_fd) {
   auto_gc.Stop();
   supervisor.Stop();
   RemoveAddressFiles(dir);
-  ::close(lock_fd);
   return 0;
 }
 

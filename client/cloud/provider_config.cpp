@@ -119,7 +119,9 @@ StatusOr<std::vector<ProviderProfile>> LoadProviderProfiles(const ProviderConfig
       return FieldError(file, "providers", "must be an object of profiles");
     }
     const json entries = doc.value("providers", json::object());  // (items() of a temporary would dangle)
-    for (const auto& [name, entry] : entries.items()) {
+    for (const auto& item : entries.items()) {
+      const std::string& name = item.key();  // (a structured binding cannot be captured in C++17)
+      const json& entry = item.value();
       if (!CheckRentedHostName(name).ok()) {
         return FieldError(file, "providers." + EscapeForTerminal(name),
                           "a profile name is letters, digits, '.', '_' and '-', starting with a letter");

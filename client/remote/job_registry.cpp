@@ -1,11 +1,7 @@
 #include "client/remote/job_registry.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <cctype>
-#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -14,6 +10,7 @@
 #include "client/remote/remote_options.h"
 #include "client/remote/rented_hosts.h"
 #include "client/remote/ssh/ssh_config.h"
+#include "common/os/file_lock.h"
 #include "common/os/file_system.h"
 #include "common/terminal_text.h"
 
@@ -123,29 +120,6 @@ StatusOr<std::string> ReadIfExists(const std::string& path) {
   return fs->ReadFile(path);
 }
 
-// An exclusive flock on <registry>.lock for the lifetime of the object.
-class RegistryLock {
- public:
-  static StatusOr<std::unique_ptr<RegistryLock>> Acquire(const std::string& path) {
-    const std::string lock = path + ".lock";
-    int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) return ErrnoError("cannot open", lock, errno);
-    while (::flock(fd, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        int err = errno;
-        ::close(fd);
-        return ErrnoError("cannot lock", lock, err);
-      }
-    }
-    return std::unique_ptr<RegistryLock>(new RegistryLock(fd));
-  }
-  ~RegistryLock() { ::close(fd_); }  // closing releases the flock
-
- private:
-  explicit RegistryLock(int fd) : fd_(fd) {}
-  int fd_;
-};
-
 }  // namespace
 
 ConnectOptions NodeRecord::ToConnectOptions() const {
@@ -225,7 +199,8 @@ Status JobRegistry::Add(const JobRecord& r) const {
   FileSystem* fs = FileSystem::Default();
   const std::string dir = std::filesystem::path(path_).parent_path().string();
   if (!dir.empty()) SFT_RETURN_IF_ERROR(fs->CreateDirs(dir));
-  SFT_ASSIGN_OR_RETURN(auto lock, RegistryLock::Acquire(path_));
+  SFT_ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire(path_ + ".lock", /*cancelled=*/nullptr,
+                                                        /*on_wait=*/nullptr, std::chrono::milliseconds(5)));
   SFT_ASSIGN_OR_RETURN(std::string text, ReadIfExists(path_));
   SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, Parse(text, path_));
   json out = json::array();

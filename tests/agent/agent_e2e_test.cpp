@@ -954,6 +954,10 @@ TEST_F(AgentE2E, DetachedStartIsIdempotentStatusStopAndVersionRestart) {
   EXPECT_FALSE(ProcessAlive(r1["pid"].get<pid_t>()));
   auto [rc5, out5] = RunForStdout({SftdPath(), "stop", "--data-dir", d});
   EXPECT_EQ(rc5, 0);
+  // `stop` returns once the lock is free, and the agent frees it last: agent.db is closed by then (its
+  // write-ahead log checkpointed and gone), so whoever takes the folder next finds nothing still moving.
+  EXPECT_TRUE(std::filesystem::exists(d + "/agent.db"));
+  EXPECT_FALSE(std::filesystem::exists(d + "/agent.db-wal")) << "agent.db still open after `sftd stop`";
   EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(r4["pid"].get<pid_t>()); }));
   auto [rc6, out6] = RunForStdout({SftdPath(), "status", "--json", "--data-dir", d});
   EXPECT_EQ(rc6, 3);

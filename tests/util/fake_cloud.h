@@ -6,10 +6,6 @@
 // State() and AddOrphan() use its /_fake/ endpoints. One thread at a time.
 #pragma once
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,6 +13,7 @@
 #include <vector>
 
 #include "common/hub/http_client.h"
+#include "tests/util/python_server.h"
 
 namespace sftctl::testing {
 
@@ -36,58 +33,23 @@ class FakeCloud {
     const std::string config_path = dir + "/cloud-" + dialect + ".json";
     log_path_ = dir + "/cloud-" + dialect + "-log.jsonl";
     std::ofstream(config_path) << config.dump();
-    std::vector<std::string> args = {
-        "python3",     std::string(SFTCTL_SOURCE_DIR) + "/tests/util/fake_cloud.py",
-        "--dialect",   dialect,
-        "--api-key",   api_key,
-        "--config",    config_path,
-        "--log",       log_path_,
-        "--state-dir", dir + "/cloud-state"};
+    std::vector<std::string> args = {"--dialect", dialect, "--api-key", api_key,       "--config",
+                                     config_path, "--log", log_path_,   "--state-dir", dir + "/cloud-state"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    int p[2];
-    if (::pipe(p) != 0) return false;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(p[1], 1);
-      ::close(p[0]);
-      ::close(p[1]);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execvp("python3", argv.data());
-      ::_exit(127);
-    }
-    ::close(p[1]);
-    FILE* out = ::fdopen(p[0], "r");
     int port = 0;
-    const bool ok = out != nullptr && std::fscanf(out, "PORT %d", &port) == 1;
-    if (out != nullptr) std::fclose(out);
-    if (!ok) return false;
+    if (std::sscanf(server_.Start("fake_cloud.py", args).c_str(), "PORT %d", &port) != 1) return false;
     base_url_ = "http://127.0.0.1:" + std::to_string(port);
     return true;
   }
 
-  void Stop() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-  }
+  void Stop() { server_.Stop(); }
 
   // "http://127.0.0.1:<port>".
   const std::string& base_url() const { return base_url_; }
   // The profile's api_url: base_url() + "/api/v1" (lambda) or base_url() (runpod).
   std::string api_url() const { return dialect_ == "lambda" ? base_url_ + "/api/v1" : base_url_; }
 
-  std::vector<nlohmann::json> Log() const {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(log_path_);
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-    }
-    return out;
-  }
+  std::vector<nlohmann::json> Log() const { return ReadJsonLines(log_path_); }
   // The logged requests with this method whose path starts with `path_prefix`.
   std::vector<nlohmann::json> Requests(const std::string& method, const std::string& path_prefix) const {
     std::vector<nlohmann::json> out;
@@ -118,7 +80,7 @@ class FakeCloud {
   }
 
  private:
-  pid_t pid_ = -1;
+  PythonServer server_;
   std::string dialect_, base_url_, log_path_;
 };
 

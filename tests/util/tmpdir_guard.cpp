@@ -79,6 +79,20 @@ void RemoveOrphans(const fs::path& base) {
   }
 }
 
+// Up to five of the files under `dir`, to tell who left it (a folder still being written after its
+// TempDir was removed holds what its writer made last).
+std::string SomeContents(const fs::path& dir) {
+  std::string out;
+  int n = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end && n < 5; it.increment(ec)) {
+    if (it->is_directory(ec)) continue;
+    out += "\n      " + it->path().lexically_relative(dir).string();
+    ++n;
+  }
+  return out;
+}
+
 class TmpDirEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
@@ -103,7 +117,7 @@ class TmpDirEnvironment : public ::testing::Environment {
     for (const auto& [path, after] : st.litter) {
       std::error_code ec;
       if (!fs::exists(fs::symlink_status(path, ec))) continue;  // removed later by its maker
-      found += "\n  " + path + " (first seen after " + after + ")";
+      found += "\n  " + path + " (first seen after " + after + ")" + SomeContents(path);
       if (!KeepDirs()) fs::remove_all(path, ec);
     }
     if (!found.empty()) {
