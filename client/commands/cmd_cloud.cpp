@@ -169,6 +169,51 @@ std::string Uptime(int64_t ms) {
   return buf;
 }
 
+// One line of `sftctl hosts`: a registry record, the provider's instance, or both.
+struct HostLine {
+  std::string name, provider, state, instance_id, ssh, error;
+  double price_per_hour = 0, spent = 0;
+  int64_t uptime_s = 0;
+  bool orphan = false;
+};
+
+HostLine MakeHostLine(const cloud::HostRow& r, int64_t now) {
+  HostLine row;
+  row.provider = r.provider;
+  row.orphan = r.orphan;
+  row.error = r.error;
+  row.name = r.record ? r.record->name : (r.instance ? r.instance->name : "");
+  row.state = r.instance ? r.instance->status : (r.record ? r.record->state : "");
+  row.instance_id = r.record ? r.record->instance_id : (r.instance ? r.instance->id : "");
+  row.ssh = r.record ? r.record->SshTarget() : "";
+  row.price_per_hour = r.record ? r.record->price_per_hour : (r.instance ? r.instance->price_per_hour : 0);
+  const int64_t since =
+      r.record ? r.record->launched_unix_ms : (r.instance ? r.instance->created_unix_ms : 0);
+  row.uptime_s = since > 0 ? (now - since) / 1000 : 0;
+  row.spent =
+      r.record ? r.record->SpentUsd(now) : (since > 0 ? row.price_per_hour * (now - since) / 3.6e6 : 0);
+  return row;
+}
+
+json HostLineJson(const HostLine& row) {
+  json j = {{"name", row.name},         {"provider", row.provider},
+            {"state", row.state},       {"price_per_hour", row.price_per_hour},
+            {"uptime_s", row.uptime_s}, {"spent", row.spent},
+            {"orphan", row.orphan},     {"instance_id", row.instance_id},
+            {"error", row.error}};
+  if (!row.ssh.empty()) j["ssh"] = row.ssh;
+  return j;
+}
+
+// What follows a row in the table: how to end an orphan, or why the provider could not be asked.
+std::string HostLineNote(const HostLine& row) {
+  if (row.orphan) {
+    return "  ORPHAN: not started by this sftctl (`sftctl down --provider " +
+           EscapeForTerminal(row.provider) + " --instance " + EscapeForTerminal(row.instance_id) + "`)";
+  }
+  return row.error.empty() ? "" : "  (" + EscapeForTerminal(row.error) + ")";
+}
+
 int Hosts(const std::string& provider_name, bool as_json) {
   std::vector<std::unique_ptr<cloud::CloudProvider>> owned;
   if (auto providers = ProvidersFor(provider_name); providers.ok()) {
@@ -178,48 +223,21 @@ int Hosts(const std::string& provider_name, bool as_json) {
   }
   std::vector<cloud::CloudProvider*> providers;
   for (auto& p : owned) providers.push_back(p.get());
-  const auto rows = cloud::ListRentedHosts(providers, RentedHosts());
   const int64_t now = NowUnixMs();
-  json out = json::array();
-  for (const auto& r : rows) {
-    const std::string name = r.record ? r.record->name : (r.instance ? r.instance->name : "");
-    const std::string state = r.instance ? r.instance->status : (r.record ? r.record->state : "");
-    const double price = r.record ? r.record->price_per_hour : (r.instance ? r.instance->price_per_hour : 0);
-    const int64_t since =
-        r.record ? r.record->launched_unix_ms : (r.instance ? r.instance->created_unix_ms : 0);
-    const double spent = r.record ? r.record->SpentUsd(now) : (since > 0 ? price * (now - since) / 3.6e6 : 0);
-    json row = {{"name", name},
-                {"provider", r.provider},
-                {"state", state},
-                {"price_per_hour", price},
-                {"uptime_s", since > 0 ? (now - since) / 1000 : 0},
-                {"spent", spent},
-                {"orphan", r.orphan},
-                {"instance_id", r.record ? r.record->instance_id : r.instance->id},
-                {"error", r.error}};
-    if (r.record) row["ssh"] = r.record->SshTarget();
-    out.push_back(row);
-  }
+  std::vector<HostLine> rows;
+  for (const auto& r : cloud::ListRentedHosts(providers, RentedHosts())) rows.push_back(MakeHostLine(r, now));
   if (as_json) {
+    json out = json::array();
+    for (const HostLine& row : rows) out.push_back(HostLineJson(row));
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
   std::printf("%-24s %-12s %-12s %8s %9s %9s\n", "NAME", "PROVIDER", "STATE", "$/HOUR", "UPTIME", "SPENT");
-  for (const auto& row : out) {
-    std::printf("%-24s %-12s %-12s %8.2f %9s %9s%s\n",
-                EscapeForTerminal(row["name"].get<std::string>()).c_str(),
-                EscapeForTerminal(row["provider"].get<std::string>()).c_str(),
-                EscapeForTerminal(row["state"].get<std::string>()).c_str(),
-                row["price_per_hour"].get<double>(), Uptime(row["uptime_s"].get<int64_t>() * 1000).c_str(),
-                cloud::FormatUsd(row["spent"].get<double>()).c_str(),
-                row["orphan"].get<bool>()
-                    ? ("  ORPHAN: not started by this sftctl (`sftctl down --provider " +
-                       EscapeForTerminal(row["provider"].get<std::string>()) + " --instance " +
-                       EscapeForTerminal(row["instance_id"].get<std::string>()) + "`)")
-                          .c_str()
-                    : (row["error"].get<std::string>().empty()
-                           ? ""
-                           : ("  (" + EscapeForTerminal(row["error"].get<std::string>()) + ")").c_str()));
+  for (const HostLine& row : rows) {
+    std::printf("%-24s %-12s %-12s %8.2f %9s %9s%s\n", EscapeForTerminal(row.name).c_str(),
+                EscapeForTerminal(row.provider).c_str(), EscapeForTerminal(row.state).c_str(),
+                row.price_per_hour, Uptime(row.uptime_s * 1000).c_str(), cloud::FormatUsd(row.spent).c_str(),
+                HostLineNote(row).c_str());
   }
   return kExitOk;
 }

@@ -1,17 +1,14 @@
 #include "client/remote/job_registry.h"
 
 #include <cctype>
-#include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "client/remote/registry_file.h"
 #include "client/remote/remote_options.h"
 #include "client/remote/rented_hosts.h"
 #include "client/remote/ssh/ssh_config.h"
-#include "common/os/file_lock.h"
-#include "common/os/file_system.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -114,12 +111,6 @@ StatusOr<std::vector<JobRecord>> Parse(const std::string& text, const std::strin
   return out;
 }
 
-StatusOr<std::string> ReadIfExists(const std::string& path) {
-  FileSystem* fs = FileSystem::Default();
-  if (!fs->Exists(path)) return std::string();
-  return fs->ReadFile(path);
-}
-
 }  // namespace
 
 ConnectOptions NodeRecord::ToConnectOptions() const {
@@ -188,29 +179,23 @@ std::string ClientConfigDir() {
 std::string JobRegistry::DefaultPath() { return ClientConfigDir() + "/jobs.json"; }
 
 StatusOr<std::vector<JobRecord>> JobRegistry::Load() const {
-  auto text = ReadIfExists(path_);
-  if (!text.ok()) return text.status();
-  return Parse(*text, path_);
+  SFT_ASSIGN_OR_RETURN(std::string text, ReadRegistryText(path_));
+  return Parse(text, path_);
 }
 
 Status JobRegistry::Add(const JobRecord& r) const {
   SFT_RETURN_IF_ERROR(CheckJobId(r.id));
   for (const auto& n : r.nodes) SFT_RETURN_IF_ERROR(CheckJobId(n.id));
-  FileSystem* fs = FileSystem::Default();
-  const std::string dir = std::filesystem::path(path_).parent_path().string();
-  if (!dir.empty()) SFT_RETURN_IF_ERROR(fs->CreateDirs(dir));
-  SFT_ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire(path_ + ".lock", /*cancelled=*/nullptr,
-                                                        /*on_wait=*/nullptr, std::chrono::milliseconds(5)));
-  SFT_ASSIGN_OR_RETURN(std::string text, ReadIfExists(path_));
-  SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, Parse(text, path_));
-  json out = json::array();
-  for (const auto& j : jobs) {
-    if (j.host == r.host && j.id == r.id) continue;
-    out.push_back(RecordToJson(j));
-  }
-  out.push_back(RecordToJson(r));
-  json doc = {{"version", 1}, {"jobs", out}};
-  return WriteFileAtomic(fs, path_, doc.dump(2) + "\n");
+  return UpdateRegistryFile(path_, [&](const std::string& text) -> StatusOr<std::string> {
+    SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, Parse(text, path_));
+    json out = json::array();
+    for (const auto& j : jobs) {
+      if (j.host == r.host && j.id == r.id) continue;
+      out.push_back(RecordToJson(j));
+    }
+    out.push_back(RecordToJson(r));
+    return json({{"version", 1}, {"jobs", out}}).dump(2) + "\n";
+  });
 }
 
 StatusOr<JobRecord> JobRegistry::Resolve(const std::string& ref) const {

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/remote/job_registry.h"
-#include "common/os/file_lock.h"
+#include "client/remote/registry_file.h"
 #include "common/os/file_system.h"
 #include "common/terminal_text.h"
 
@@ -90,12 +90,6 @@ StatusOr<std::vector<RentedHost>> Parse(const std::string& text, const std::stri
   return out;
 }
 
-StatusOr<std::string> ReadIfExists(const std::string& path) {
-  FileSystem* fs = FileSystem::Default();
-  if (!fs->Exists(path)) return std::string();
-  return fs->ReadFile(path);
-}
-
 }  // namespace
 
 std::string RentedHost::SshTarget() const {
@@ -124,31 +118,23 @@ Status CheckRentedHostName(const std::string& name) {
 std::string RentedHosts::DefaultPath() { return ClientConfigDir() + "/hosts.json"; }
 
 StatusOr<std::vector<RentedHost>> RentedHosts::Load() const {
-  SFT_ASSIGN_OR_RETURN(std::string text, ReadIfExists(path_));
+  SFT_ASSIGN_OR_RETURN(std::string text, ReadRegistryText(path_));
   return Parse(text, path_);
 }
 
 Status RentedHosts::Put(const RentedHost& h) const {
   SFT_RETURN_IF_ERROR(CheckRentedHostName(h.name));
-  FileSystem* fs = FileSystem::Default();
-  const std::string dir = std::filesystem::path(path_).parent_path().string();
-  if (!dir.empty()) SFT_RETURN_IF_ERROR(fs->CreateDirs(dir));
-  SFT_ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire(path_ + ".lock"));
-  SFT_ASSIGN_OR_RETURN(std::string text, ReadIfExists(path_));
-  SFT_ASSIGN_OR_RETURN(std::vector<RentedHost> hosts, Parse(text, path_));
-  json out = json::array();
-  bool replaced = false;
-  for (const auto& e : hosts) {
-    if (e.name == h.name) {
-      out.push_back(ToJson(h));
-      replaced = true;
-    } else {
-      out.push_back(ToJson(e));
+  return UpdateRegistryFile(path_, [&](const std::string& text) -> StatusOr<std::string> {
+    SFT_ASSIGN_OR_RETURN(std::vector<RentedHost> hosts, Parse(text, path_));
+    json out = json::array();
+    bool replaced = false;
+    for (const auto& e : hosts) {
+      replaced |= e.name == h.name;
+      out.push_back(ToJson(e.name == h.name ? h : e));
     }
-  }
-  if (!replaced) out.push_back(ToJson(h));
-  json doc = {{"version", 1}, {"hosts", out}};
-  return WriteFileAtomic(fs, path_, doc.dump(2) + "\n");
+    if (!replaced) out.push_back(ToJson(h));
+    return json({{"version", 1}, {"hosts", out}}).dump(2) + "\n";
+  });
 }
 
 StatusOr<RentedHost> RentedHosts::Get(const std::string& name) const {
