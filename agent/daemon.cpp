@@ -570,55 +570,28 @@ Status CheckDataDirTrust(const std::string& dir) {
   return OkStatus();
 }
 
-int RunStart(DaemonOptions opts) {
-  rpc::UseServerPollingEngine();  // (gRPC before 1.37) before anything of gRPC
+namespace {
+
+// The data dir to serve, made and checked: created when missing, resolved (realpath), private to this
+// user; the agent's environment file trusted too. Errors read as "SFTD_ERROR" lines print them.
+StatusOr<std::string> PrepareDataDir(const DaemonOptions& opts) {
   std::string dir = opts.data_dir.empty() ? DefaultDataDir() : opts.data_dir;
   if (dir.empty()) {
-    std::cerr
-        << "SFTD_ERROR FAILED_PRECONDITION: no data dir: HOME is unset and this user has no home folder; "
-           "pass --data-dir or set SFTD_DATA_DIR\n";
-    return 1;
+    return FailedPreconditionError(
+        "no data dir: HOME is unset and this user has no home folder; pass --data-dir or set SFTD_DATA_DIR");
   }
-  if (Status s = FileSystem::Default()->CreateDirs(dir); !s.ok()) {
-    std::cerr << "SFTD_ERROR " << s.ToString() << "\n";
-    return 1;
-  }
+  SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(dir));
   char real[PATH_MAX];
   if (::realpath(dir.c_str(), real) != nullptr) dir = real;
-  if (Status s = CheckDataDirTrust(dir); !s.ok()) {
-    std::cerr << "SFTD_ERROR " << s.ToString() << "\n";
-    return 1;
-  }
-  if (Status s = CheckEnvFileTrust(EnvFilePath()); !s.ok()) {
-    std::cerr << "SFTD_ERROR " << s.ToString() << "\n";
-    return 1;
-  }
-  std::string want_version = opts.version_override.empty() ? AgentVersion() : opts.version_override;
+  SFT_RETURN_IF_ERROR(CheckDataDirTrust(dir));
+  SFT_RETURN_IF_ERROR(CheckEnvFileTrust(EnvFilePath()));
+  return dir;
+}
 
-  Running r = FindRunning(dir, std::chrono::seconds(5));
-  if (r.running) {
-    // Another build (same version number, other source id: `sftctl bootstrap` installed a new one)
-    // replaces the running agent too; --version-override (tests) compares the version only.
-    const bool same =
-        r.version == want_version && (!opts.version_override.empty() || r.source_id == SourceId());
-    if (same && !opts.stop.any()) {
-      std::cout << ReadyLine(r.addr(), dir, r.version, r.source_id, r.pid) << std::flush;
-      return 0;
-    }
-    // The stop policy is read at start: new --stop-* flags restart the agent (jobs keep running).
-    if (same) {
-      std::cerr << "sftd: restarting the running agent to apply the --stop-* flags (jobs keep running)\n";
-    } else {
-      std::cerr << "sftd: running agent is version " << r.version << " (source " << ShortSourceId(r.source_id)
-                << "), restarting it as " << want_version << " (source " << ShortSourceId(SourceId())
-                << ")\n";
-    }
-    if (int rc = RunStop(dir, 15, /*quiet=*/true); rc != 0) return rc;
-  }
-  if (!opts.detach) return Serve(opts, dir, STDOUT_FILENO);
-
-  // Detach: the child becomes a session leader with its output in sftd.log and reports readiness
-  // through a pipe, so this process prints exactly one line and exits only once the agent is ready.
+// Runs the agent in a grandchild: a session of its own, output in sftd.log, every inherited descriptor
+// closed (an SSH channel's too, so the caller sees EOF), readiness reported through a pipe. This
+// process prints that one line and returns once the agent is ready (0) or has failed (1).
+int StartDetached(const DaemonOptions& opts, const std::string& dir) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) {
     std::cerr << "SFTD_ERROR pipe: " << std::strerror(errno) << "\n";
@@ -640,7 +613,6 @@ int RunStart(DaemonOptions opts) {
       ::dup2(log, STDOUT_FILENO);
       ::dup2(log, STDERR_FILENO);
     }
-    // Drop every other inherited fd (e.g. an SSH channel's) so the caller sees EOF once we are ready.
     CloseFdRange(3, static_cast<unsigned>(p[1]) - 1);
     CloseFdRange(static_cast<unsigned>(p[1]) + 1, ~0U);
     // A second fork: the agent is not a session leader, so it can never reacquire a terminal.
@@ -670,6 +642,41 @@ int RunStart(DaemonOptions opts) {
                     ? "SFTD_ERROR agent exited before it was ready; see " + Path(dir, "sftd.log") + "\n"
                     : out);
   return 1;
+}
+
+}  // namespace
+
+int RunStart(DaemonOptions opts) {
+  rpc::UseServerPollingEngine();  // (gRPC before 1.37) before anything of gRPC
+  StatusOr<std::string> prepared = PrepareDataDir(opts);
+  if (!prepared.ok()) {
+    std::cerr << "SFTD_ERROR " << prepared.status().ToString() << "\n";
+    return 1;
+  }
+  const std::string dir = *prepared;
+  std::string want_version = opts.version_override.empty() ? AgentVersion() : opts.version_override;
+
+  Running r = FindRunning(dir, std::chrono::seconds(5));
+  if (r.running) {
+    // Another build (same version number, other source id: `sftctl bootstrap` installed a new one)
+    // replaces the running agent too; --version-override (tests) compares the version only.
+    const bool same =
+        r.version == want_version && (!opts.version_override.empty() || r.source_id == SourceId());
+    if (same && !opts.stop.any()) {
+      std::cout << ReadyLine(r.addr(), dir, r.version, r.source_id, r.pid) << std::flush;
+      return 0;
+    }
+    // The stop policy is read at start: new --stop-* flags restart the agent (jobs keep running).
+    if (same) {
+      std::cerr << "sftd: restarting the running agent to apply the --stop-* flags (jobs keep running)\n";
+    } else {
+      std::cerr << "sftd: running agent is version " << r.version << " (source " << ShortSourceId(r.source_id)
+                << "), restarting it as " << want_version << " (source " << ShortSourceId(SourceId())
+                << ")\n";
+    }
+    if (int rc = RunStop(dir, 15, /*quiet=*/true); rc != 0) return rc;
+  }
+  return opts.detach ? StartDetached(opts, dir) : Serve(opts, dir, STDOUT_FILENO);
 }
 
 int RunStatus(const std::string& data_dir, bool json, bool with_token) {

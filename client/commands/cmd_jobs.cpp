@@ -2,7 +2,7 @@
 // status and cancel act on every node of a multi-node job.
 #include <chrono>
 #include <iostream>
-#include <map>
+#include <set>
 #include <thread>
 
 #include "client/commands/commands.h"
@@ -97,6 +97,70 @@ struct JobArgs {
   bool wait = false;
 };
 
+// What `status` shows of one node of a job: the job there, its host's health (uptime, cost, stop
+// policy; a host that cannot say is shown without it), GPU-hours and cost, the newest step record.
+struct NodeStatus {
+  std::string host;
+  v1::Job job;
+  v1::HealthResponse health;
+  Status health_status;
+  JobUsage usage;
+  std::optional<StepRecord> latest;
+};
+
+StatusOr<NodeStatus> GetNodeStatus(Reconnector* rc, const NodeRecord& node) {
+  NodeStatus n;
+  n.host = node.host;
+  SFT_RETURN_IF_ERROR(GetJob(rc, node.id, &n.job));
+  n.health_status = GetHealth(rc, &n.health);
+  n.usage =
+      ComputeJobUsage(n.job, WallClockUnixMs(), n.health.auto_stop().price_per_hour(), n.health.gpus_total());
+  auto l = LatestStepRecord(rc, n.job.id(), n.job.last_seq());
+  if (l.ok()) n.latest = *l;
+  return n;
+}
+
+json NodeStatusJson(const NodeStatus& n) {
+  json j = JobToJson(n.job);
+  j["host"] = n.host;
+  j["usage"] = UsageToJson(n.usage);
+  j["latest_metrics"] = n.latest ? n.latest->record : json(nullptr);
+  j["agent"] = n.health_status.ok() ? HostSummaryJson(n.health) : json{{"error", n.health_status.message()}};
+  return j;
+}
+
+std::string RankText(const v1::RankStatus& r) {
+  if (r.running()) return "running";
+  if (!r.exit_known()) return "ended (exit unknown)";
+  if (r.signal() != 0) return "killed by signal " + std::to_string(r.signal());
+  return "exited " + std::to_string(r.exit_code());
+}
+
+void PrintNodeStatus(const NodeStatus& n) {
+  const v1::Job& j = n.job;
+  // Names, reasons and folders come from the agent: escaped before they reach the terminal.
+  std::cout << EscapeForTerminal(n.host) << "/" << EscapeForTerminal(j.id()) << " ("
+            << EscapeForTerminal(j.name()) << "): " << StateName(j.state());
+  if (!j.reason().empty()) std::cout << " - " << EscapeForTerminal(j.reason());
+  if (j.slurm())
+    std::cout << "\n  slurm job " << EscapeForTerminal(j.slurm_job_id().empty() ? "-" : j.slurm_job_id())
+              << ": " << EscapeForTerminal(j.slurm_state());
+  std::cout << "\n  step " << (j.last_step() < 0 ? std::string("-") : std::to_string(j.last_step()))
+            << ", loss " << Loss(j) << "; "
+            << (j.gpus() > 0 ? std::to_string(j.gpus()) + " GPU(s)" : std::string("CPU")) << ", "
+            << j.world_size() << " rank(s); restarts " << j.restarts() << "/" << j.max_restarts() << "\n";
+  std::cout << "  created " << FormatTime(j.created_unix_ms()) << ", started "
+            << FormatTime(j.started_unix_ms()) << ", finished " << FormatTime(j.finished_unix_ms()) << "\n";
+  for (const auto& r : j.ranks())
+    std::cout << "  rank " << r.rank() << ": pid " << r.pid() << ", " << RankText(r) << "\n";
+  std::cout << "  usage " << UsageText(n.usage) << "\n";
+  if (n.latest && !ResourceSummary(n.latest->record).empty())
+    std::cout << "  at step " << n.latest->step << ":" << ResourceSummary(n.latest->record) << "\n";
+  std::cout << "  job dir " << EscapeForTerminal(j.job_dir()) << "\n";
+  if (j.stop_when_done()) std::cout << "  stops the host when done (submit --stop-when-done)\n";
+  if (n.health_status.ok()) std::cout << HostSummaryText(n.host, n.health, "  ");
+}
+
 int StatusCmd(const JobArgs& a) {
   JobRegistry registry;
   auto rec = ResolveJob(a.job, a.ro, registry);
@@ -109,35 +173,17 @@ int StatusCmd(const JobArgs& a) {
         << BucketStatusLines(rec->Ref(), rec->upload_to, rec->endpoint_url, rec->region);
   }
   if (!rcs.ok()) return ReportError(rcs.status(), a.ro.json);
-  std::vector<v1::Job> jobs(rec->nodes.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    Status s = GetJob((*rcs)[i].get(), rec->nodes[i].id, &jobs[i]);
-    if (!s.ok()) return ReportError(s, a.ro.json);
-  }
-  // The hosts' uptime, cost and stop policy; a host that cannot say is shown without them.
-  std::vector<v1::HealthResponse> health(jobs.size());
-  std::vector<Status> health_status(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) health_status[i] = GetHealth((*rcs)[i].get(), &health[i]);
-  // GPU-hours and cost, and the newest step record's memory/GPU figures (client/remote/job_usage.h).
-  std::vector<JobUsage> usage(jobs.size());
-  std::vector<std::optional<StepRecord>> latest(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    usage[i] = ComputeJobUsage(jobs[i], WallClockUnixMs(), health[i].auto_stop().price_per_hour(),
-                               health[i].gpus_total());
-    auto l = LatestStepRecord((*rcs)[i].get(), jobs[i].id(), jobs[i].last_seq());
-    if (l.ok()) latest[i] = *l;
+  std::vector<NodeStatus> nodes;
+  std::vector<v1::Job> jobs;
+  for (size_t i = 0; i < rec->nodes.size(); ++i) {
+    auto n = GetNodeStatus((*rcs)[i].get(), rec->nodes[i]);
+    if (!n.ok()) return ReportError(n.status(), a.ro.json);
+    jobs.push_back(n->job);
+    nodes.push_back(std::move(*n));
   }
   if (a.ro.json) {
-    json nodes = json::array();
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      json n = JobToJson(jobs[i]);
-      n["host"] = rec->nodes[i].host;
-      n["usage"] = UsageToJson(usage[i]);
-      n["latest_metrics"] = latest[i] ? latest[i]->record : json(nullptr);
-      n["agent"] =
-          health_status[i].ok() ? HostSummaryJson(health[i]) : json{{"error", health_status[i].message()}};
-      nodes.push_back(n);
-    }
+    json out = json::array();
+    for (const NodeStatus& n : nodes) out.push_back(NodeStatusJson(n));
     std::cout << Dump({{"ref", rec->Ref()},
                        {"host", rec->host},
                        {"job", rec->id},
@@ -145,45 +191,11 @@ int StatusCmd(const JobArgs& a) {
                        {"state", StateName(Combined(jobs))},
                        {"last_step", jobs[0].last_step()},
                        {"last_loss", jobs[0].last_loss()},
-                       {"nodes", nodes}})
+                       {"nodes", out}})
               << std::endl;
     return kExitOk;
   }
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const v1::Job& j = jobs[i];
-    // Names, reasons and folders come from the agent: escaped before they reach the terminal.
-    std::cout << EscapeForTerminal(rec->nodes[i].host) << "/" << EscapeForTerminal(j.id()) << " ("
-              << EscapeForTerminal(j.name()) << "): " << StateName(j.state());
-    if (!j.reason().empty()) std::cout << " - " << EscapeForTerminal(j.reason());
-    if (j.slurm())
-      std::cout << "\n  slurm job " << EscapeForTerminal(j.slurm_job_id().empty() ? "-" : j.slurm_job_id())
-                << ": " << EscapeForTerminal(j.slurm_state());
-    std::cout << "\n  step " << (j.last_step() < 0 ? std::string("-") : std::to_string(j.last_step()))
-              << ", loss " << Loss(j) << "; "
-              << (j.gpus() > 0 ? std::to_string(j.gpus()) + " GPU(s)" : std::string("CPU")) << ", "
-              << j.world_size() << " rank(s); restarts " << j.restarts() << "/" << j.max_restarts() << "\n";
-    std::cout << "  created " << FormatTime(j.created_unix_ms()) << ", started "
-              << FormatTime(j.started_unix_ms()) << ", finished " << FormatTime(j.finished_unix_ms()) << "\n";
-    for (const auto& r : j.ranks()) {
-      std::cout << "  rank " << r.rank() << ": pid " << r.pid() << ", ";
-      if (r.running()) {
-        std::cout << "running";
-      } else if (!r.exit_known()) {
-        std::cout << "ended (exit unknown)";
-      } else if (r.signal() != 0) {
-        std::cout << "killed by signal " << r.signal();
-      } else {
-        std::cout << "exited " << r.exit_code();
-      }
-      std::cout << "\n";
-    }
-    std::cout << "  usage " << UsageText(usage[i]) << "\n";
-    if (latest[i] && !ResourceSummary(latest[i]->record).empty())
-      std::cout << "  at step " << latest[i]->step << ":" << ResourceSummary(latest[i]->record) << "\n";
-    std::cout << "  job dir " << EscapeForTerminal(j.job_dir()) << "\n";
-    if (j.stop_when_done()) std::cout << "  stops the host when done (submit --stop-when-done)\n";
-    if (health_status[i].ok()) std::cout << HostSummaryText(rec->nodes[i].host, health[i], "  ");
-  }
+  for (const NodeStatus& n : nodes) PrintNodeStatus(n);
   return kExitOk;
 }
 
@@ -239,103 +251,128 @@ int CancelCmd(const JobArgs& a) {
 
 // ---- list ----
 
-int ListCmd(const RemoteOptions& ro) {
-  JobRegistry registry;
+// The hosts `list` asks: the one given, or every host of the job registry (once each).
+StatusOr<std::vector<ConnectOptions>> ListedHosts(const RemoteOptions& ro, const JobRegistry& registry) {
   std::vector<ConnectOptions> hosts;
-  std::map<std::string, std::string> names;  // "host/id" -> registry name
   if (!ro.hosts.empty()) {
-    auto opts = MakeConnectOptions(ro, ro.hosts.front());
-    if (!opts.ok()) return ReportError(opts.status(), ro.json);
-    hosts.push_back(*opts);
-  } else {
-    auto recs = registry.Load();
-    if (!recs.ok()) return ReportError(recs.status(), ro.json);
-    std::map<std::string, bool> seen;
-    for (const auto& r : *recs) {
-      for (const auto& n : r.nodes) {
-        if (!seen[n.host]) hosts.push_back(n.ToConnectOptions());
-        seen[n.host] = true;
-      }
-    }
-    if (hosts.empty() && !ro.json) {
-      std::cerr << "no jobs in the job registry " << registry.path() << " (submit one, or give --host)\n";
+    SFT_ASSIGN_OR_RETURN(ConnectOptions opts, MakeConnectOptions(ro, ro.hosts.front()));
+    hosts.push_back(opts);
+    return hosts;
+  }
+  SFT_ASSIGN_OR_RETURN(std::vector<JobRecord> recs, registry.Load());
+  std::set<std::string> seen;
+  for (const auto& r : recs) {
+    for (const auto& n : r.nodes) {
+      if (seen.insert(n.host).second) hosts.push_back(n.ToConnectOptions());
     }
   }
-  json jobs = json::array(), errors = json::array(), host_info = json::array();
-  std::string host_text;  // each host's uptime, cost and stop policy, after the table
-  Status first_error;
+  return hosts;
+}
+
+// What `list` gathers from every host: JSON for --json, table rows and host summaries for people.
+struct JobListing {
+  json jobs = json::array(), errors = json::array(), hosts = json::array();
   std::vector<std::vector<std::string>> rows = {
       {"JOB", "NAME", "STATE", "STEP", "LOSS", "CREATED", "GPU-H", "COST"}};
-  for (const auto& opts : hosts) {
-    v1::ListJobsResponse resp;
-    auto rc = ConnectHost(opts);
-    Status s = rc.ok() ? WithRetry(rc->get(),
-                                   [&](AgentSession& a) {
-                                     grpc::ClientContext ctx;
-                                     a.Prepare(&ctx);
-                                     return FromGrpc(a.stub()->ListJobs(&ctx, v1::ListJobsRequest(), &resp),
-                                                     a.host() + ": list");
-                                   })
-                       : rc.status();
-    if (!s.ok()) {
-      if (first_error.ok()) first_error = s;
-      errors.push_back({{"host", opts.host}, {"code", StatusCodeName(s.code())}, {"message", s.message()}});
-      if (!ro.json) std::cerr << "error: " << EscapeForTerminal(s.message()) << "\n";
+  std::string host_text;  // each host's uptime, cost and stop policy, after the table
+};
+
+// Adds `j`, a job of `host` (whose health is `h`), to the listing.
+void AddListedJob(Reconnector* session, const std::string& host, const v1::HealthResponse& h,
+                  const v1::Job& j, JobListing* out) {
+  // A restarted job's earlier launches are in its history, which only GetJob carries.
+  v1::Job full;
+  const v1::Job& timed = j.restarts() > 0 && GetJob(session, j.id(), &full).ok() ? full : j;
+  const JobUsage u =
+      ComputeJobUsage(timed, WallClockUnixMs(), h.auto_stop().price_per_hour(), h.gpus_total());
+  json e = JobToJson(j);
+  e["host"] = host;
+  e["ref"] = host + "/" + j.id();
+  e["usage"] = UsageToJson(u);
+  out->jobs.push_back(e);
+  char gpu_h[32], cost[32] = "-";
+  std::snprintf(gpu_h, sizeof(gpu_h), "%.2f", u.gpu_hours);
+  if (u.cost) std::snprintf(cost, sizeof(cost), "$%.2f", *u.cost);
+  const std::string state = StateName(j.state());  // a Slurm job: with Slurm's view
+  out->rows.push_back({host + "/" + j.id(), j.name(),
+                       j.slurm() && !j.slurm_state().empty() ? state + ", slurm " + j.slurm_state() : state,
+                       j.last_step() < 0 ? "-" : std::to_string(j.last_step()), Loss(j),
+                       FormatTime(j.created_unix_ms()), gpu_h, cost});
+}
+
+// Asks one host for its jobs and health and adds them to the listing.
+Status ListHost(const ConnectOptions& opts, JobListing* out) {
+  SFT_ASSIGN_OR_RETURN(std::unique_ptr<Reconnector> session, ConnectHost(opts));
+  v1::ListJobsResponse resp;
+  SFT_RETURN_IF_ERROR(WithRetry(session.get(), [&](AgentSession& a) {
+    grpc::ClientContext ctx;
+    a.Prepare(&ctx);
+    return FromGrpc(a.stub()->ListJobs(&ctx, v1::ListJobsRequest(), &resp), a.host() + ": list");
+  }));
+  const std::string host = session->host();
+  v1::HealthResponse h;
+  if (GetHealth(session.get(), &h).ok()) {
+    json info = HostSummaryJson(h);
+    info["host"] = host;
+    out->hosts.push_back(info);
+    out->host_text += HostSummaryText(host, h, "");
+  }
+  for (const auto& j : resp.jobs()) {
+    if (!IsJobId(j.id())) {  // an id no job reference can name (job-N): the host is not trusted
+      std::cerr << "warning: " << EscapeForTerminal(host) << " listed a job with the unusable id '"
+                << EscapeForTerminal(j.id().substr(0, 80)) << "'; skipped\n";
       continue;
     }
-    const std::string host = (*rc)->host();
-    v1::HealthResponse h;
-    if (GetHealth(rc->get(), &h).ok()) {
-      json info = HostSummaryJson(h);
-      info["host"] = host;
-      host_info.push_back(info);
-      host_text += HostSummaryText(host, h, "");
+    AddListedJob(session.get(), host, h, j, out);
+  }
+  return OkStatus();
+}
+
+// The rows as columns two spaces apart; every cell made safe for the terminal before it is measured.
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::vector<std::string>> shown;
+  for (const auto& r : rows) {
+    shown.emplace_back();
+    for (const auto& cell : r) shown.back().push_back(EscapeForTerminal(cell));
+  }
+  std::vector<size_t> width(shown.empty() ? 0 : shown[0].size(), 0);
+  for (const auto& r : shown) {
+    for (size_t c = 0; c < r.size() && c < width.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  }
+  for (const auto& r : shown) {
+    std::string line;
+    for (size_t c = 0; c < r.size(); ++c) {
+      line += r[c];
+      if (c + 1 < r.size() && c < width.size()) line += std::string(width[c] - r[c].size() + 2, ' ');
     }
-    for (const auto& j : resp.jobs()) {
-      if (!IsJobId(j.id())) {  // an id no job reference can name (job-N): the host is not trusted
-        std::cerr << "warning: " << EscapeForTerminal(host) << " listed a job with the unusable id '"
-                  << EscapeForTerminal(j.id().substr(0, 80)) << "'; skipped\n";
-        continue;
-      }
-      // A restarted job's earlier launches are in its history, which only GetJob carries.
-      v1::Job full;
-      const v1::Job& timed = j.restarts() > 0 && GetJob(rc->get(), j.id(), &full).ok() ? full : j;
-      const JobUsage u =
-          ComputeJobUsage(timed, WallClockUnixMs(), h.auto_stop().price_per_hour(), h.gpus_total());
-      json e = JobToJson(j);
-      e["host"] = host;
-      e["ref"] = host + "/" + j.id();
-      e["usage"] = UsageToJson(u);
-      jobs.push_back(e);
-      char gpu_h[32], cost[32] = "-";
-      std::snprintf(gpu_h, sizeof(gpu_h), "%.2f", u.gpu_hours);
-      if (u.cost) std::snprintf(cost, sizeof(cost), "$%.2f", *u.cost);
-      const std::string state = StateName(j.state());  // a Slurm job: with Slurm's view
-      rows.push_back({host + "/" + j.id(), j.name(),
-                      j.slurm() && !j.slurm_state().empty() ? state + ", slurm " + j.slurm_state() : state,
-                      j.last_step() < 0 ? "-" : std::to_string(j.last_step()), Loss(j),
-                      FormatTime(j.created_unix_ms()), gpu_h, cost});
+    std::cout << line << "\n";
+  }
+}
+
+int ListCmd(const RemoteOptions& ro) {
+  JobRegistry registry;
+  auto hosts = ListedHosts(ro, registry);
+  if (!hosts.ok()) return ReportError(hosts.status(), ro.json);
+  if (hosts->empty() && !ro.json) {
+    std::cerr << "no jobs in the job registry " << registry.path() << " (submit one, or give --host)\n";
+  }
+  JobListing listing;
+  Status first_error;
+  for (const auto& opts : *hosts) {
+    if (Status s = ListHost(opts, &listing); !s.ok()) {
+      if (first_error.ok()) first_error = s;
+      listing.errors.push_back(
+          {{"host", opts.host}, {"code", StatusCodeName(s.code())}, {"message", s.message()}});
+      if (!ro.json) std::cerr << "error: " << EscapeForTerminal(s.message()) << "\n";
     }
   }
   if (ro.json) {
-    std::cout << Dump({{"jobs", jobs}, {"errors", errors}, {"hosts", host_info}}) << std::endl;
+    std::cout << Dump({{"jobs", listing.jobs}, {"errors", listing.errors}, {"hosts", listing.hosts}})
+              << std::endl;
     return first_error.ok() ? kExitOk : ExitCodeFor(first_error);
   }
-  if (rows.size() > 1) {
-    std::vector<size_t> width(rows[0].size(), 0);
-    for (const auto& r : rows) {
-      for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
-    }
-    for (const auto& r : rows) {
-      std::string line;
-      for (size_t c = 0; c < r.size(); ++c) {
-        line += r[c];
-        if (c + 1 < r.size()) line += std::string(width[c] - r[c].size() + 2, ' ');
-      }
-      std::cout << EscapeForTerminal(line) << "\n";
-    }
-  }
-  if (!host_text.empty()) std::cout << (rows.size() > 1 ? "\n" : "") << host_text;
+  if (listing.rows.size() > 1) PrintTable(listing.rows);
+  if (!listing.host_text.empty()) std::cout << (listing.rows.size() > 1 ? "\n" : "") << listing.host_text;
   return first_error.ok() ? kExitOk : ExitCodeFor(first_error);
 }
 

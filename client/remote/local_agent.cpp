@@ -116,6 +116,73 @@ class LocalConnection : public AgentConnection {
 
 }  // namespace
 
+namespace {
+
+// The running agent's `sftd status --json` object (addr, token_file, data_dir), or, when none runs
+// and `start` is set, the SFTD_READY object of the one `sftd start --detach` started. `data_dir` ""
+// means sftd's default; `host` names the agent in messages.
+StatusOr<nlohmann::json> LocalAgentInfo(const std::string& sftd, const std::string& data_dir,
+                                        const std::string& host, bool start) {
+  std::vector<std::string> dd;
+  if (!data_dir.empty()) dd = {"--data-dir", data_dir};
+  // `sftd status --json` exits 0 with addr and token_file, 3 when not running.
+  std::vector<std::string> args = {"status", "--json"};
+  args.insert(args.end(), dd.begin(), dd.end());
+  SFT_ASSIGN_OR_RETURN(Captured st, RunCapture(sftd, args));
+  if (st.exit_code == 0) {
+    nlohmann::json info = nlohmann::json::parse(Trim(st.out), nullptr, false);
+    if (info.is_discarded()) {
+      return UnavailableError(host + ": `sftd status --json` printed no JSON: " + Trim(st.out + st.err));
+    }
+    return info;
+  }
+  if (st.exit_code != 3) {
+    return UnavailableError(host + ": `" + sftd + " status` failed (exit " + std::to_string(st.exit_code) +
+                            "): " + Trim(st.err + st.out));
+  }
+  if (!start) {
+    return UnavailableError(host + ": no agent is running" +
+                            (data_dir.empty() ? std::string() : " for data dir " + data_dir));
+  }
+  args = {"start", "--detach"};
+  args.insert(args.end(), dd.begin(), dd.end());
+  SFT_ASSIGN_OR_RETURN(Captured started, RunCapture(sftd, args));
+  const size_t at = started.out.find("SFTD_READY ");
+  if (started.exit_code != 0 || at == std::string::npos) {
+    return UnavailableError(host + ": cannot start the agent (`sftd start --detach`, exit " +
+                            std::to_string(started.exit_code) + "): " + Trim(started.err + started.out));
+  }
+  std::string line = started.out.substr(at + 11);
+  line = line.substr(0, line.find('\n'));
+  nlohmann::json info = nlohmann::json::parse(line, nullptr, false);
+  if (info.is_discarded()) return UnavailableError(host + ": unreadable SFTD_READY line: " + line);
+  return info;
+}
+
+// The agent answers Version() within the connect timeout and speaks this client's protocol.
+Status CheckLocalAgentVersion(const AgentConnection& conn, const std::string& addr, const std::string& host,
+                              int timeout_s) {
+  auto stub = conn.NewStub();
+  grpc::ClientContext ctx;
+  conn.Authorize(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+  ctx.set_wait_for_ready(true);
+  v1::VersionResponse version;
+  grpc::Status s = stub->Version(&ctx, v1::VersionRequest(), &version);
+  if (!s.ok()) {
+    return Status(static_cast<StatusCode>(s.error_code()),
+                  host + ": the agent at " + addr + " does not answer Version(): " + s.error_message());
+  }
+  if (version.protocol() != 1) {
+    return FailedPreconditionError(host + ": the agent speaks protocol " +
+                                   std::to_string(version.protocol()) +
+                                   ", this sftctl speaks 1 (install matching versions)");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<AgentConnection>> ConnectLocalAgent(const ConnectOptions& opts) {
   // "local:<dir>" names the data dir; "local"/"localhost" use --agent-data-dir or sftd's default.
   std::string data_dir = opts.agent_data_dir;
@@ -137,43 +204,7 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectLocalAgent(const ConnectOption
   if (::access(sftd.c_str(), X_OK) != 0) {
     return UnavailableError(host + ": cannot run sftd '" + sftd + "': " + std::strerror(errno));
   }
-  std::vector<std::string> dd;
-  if (!data_dir.empty()) dd = {"--data-dir", data_dir};
-
-  // Is it running? `sftd status --json` exits 0 with addr and token_file, 3 when not running.
-  std::vector<std::string> args = {"status", "--json"};
-  args.insert(args.end(), dd.begin(), dd.end());
-  SFT_ASSIGN_OR_RETURN(Captured st, RunCapture(sftd, args));
-  nlohmann::json info;
-  if (st.exit_code == 0) {
-    try {
-      info = nlohmann::json::parse(Trim(st.out));
-    } catch (const nlohmann::json::exception&) {
-      return UnavailableError(host + ": `sftd status --json` printed no JSON: " + Trim(st.out + st.err));
-    }
-  } else if (st.exit_code != 3) {
-    return UnavailableError(host + ": `" + sftd + " status` failed (exit " + std::to_string(st.exit_code) +
-                            "): " + Trim(st.err + st.out));
-  } else if (!opts.start_agent) {
-    return UnavailableError(host + ": no agent is running" +
-                            (data_dir.empty() ? std::string() : " for data dir " + data_dir));
-  } else {
-    args = {"start", "--detach"};
-    args.insert(args.end(), dd.begin(), dd.end());
-    SFT_ASSIGN_OR_RETURN(Captured start, RunCapture(sftd, args));
-    const size_t at = start.out.find("SFTD_READY ");
-    if (start.exit_code != 0 || at == std::string::npos) {
-      return UnavailableError(host + ": cannot start the agent (`sftd start --detach`, exit " +
-                              std::to_string(start.exit_code) + "): " + Trim(start.err + start.out));
-    }
-    std::string line = start.out.substr(at + 11);
-    line = line.substr(0, line.find('\n'));
-    try {
-      info = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      return UnavailableError(host + ": unreadable SFTD_READY line: " + line);
-    }
-  }
+  SFT_ASSIGN_OR_RETURN(nlohmann::json info, LocalAgentInfo(sftd, data_dir, host, opts.start_agent));
   std::string addr, token_file;
   try {
     addr = info.at("addr").get<std::string>();
@@ -196,22 +227,7 @@ StatusOr<std::unique_ptr<AgentConnection>> ConnectLocalAgent(const ConnectOption
   // This machine's agent is this build's: it must prove itself (another local user may hold a port
   // the agent left).
   SFT_RETURN_IF_ERROR(CheckAgentIdentity(*conn, addr, /*allow_legacy=*/false, opts.connect_timeout_s, host));
-  auto stub = conn->NewStub();
-  grpc::ClientContext ctx;
-  conn->Authorize(&ctx);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(opts.connect_timeout_s));
-  ctx.set_wait_for_ready(true);
-  v1::VersionResponse version;
-  grpc::Status s = stub->Version(&ctx, v1::VersionRequest(), &version);
-  if (!s.ok()) {
-    return Status(static_cast<StatusCode>(s.error_code()),
-                  host + ": the agent at " + addr + " does not answer Version(): " + s.error_message());
-  }
-  if (version.protocol() != 1) {
-    return FailedPreconditionError(host + ": the agent speaks protocol " +
-                                   std::to_string(version.protocol()) +
-                                   ", this sftctl speaks 1 (install matching versions)");
-  }
+  SFT_RETURN_IF_ERROR(CheckLocalAgentVersion(*conn, addr, host, opts.connect_timeout_s));
   return std::unique_ptr<AgentConnection>(std::move(conn));
 }
 

@@ -183,6 +183,102 @@ Status SshSession::VerifyHostKey(const SessionOptions& opts) {
   return OkStatus();
 }
 
+namespace {
+
+// The keys Authenticate offers, in order, and what became of each: the error that ends a failed
+// authentication lists them all (and how to fix an RSA key the server refused).
+class KeyAttempts {
+ public:
+  KeyAttempts(const SshSession& session, LIBSSH2_SESSION* raw, const std::string& user)
+      : session_(session), raw_(raw), user_(user) {}
+
+  // Offers the private key in `path` (once; a missing or passphrase-protected one is noted).
+  bool TryFile(const std::string& path) {
+    for (const auto& t : tried_) {
+      if (t.rfind(path + " ", 0) == 0) return false;  // already tried
+    }
+    if (!FileExists(path)) {
+      tried_.push_back(path + " (missing)");
+      return false;
+    }
+    const std::string type = KeyTypeOfFile(path);
+    if (KeyFileIsEncrypted(path)) {
+      tried_.push_back(path + " (" + type + ", passphrase-protected: add it to ssh-agent with `ssh-add " +
+                       path + "`)");
+      return false;
+    }
+    int rc = libssh2_userauth_publickey_fromfile_ex(raw_, user_.c_str(), static_cast<unsigned>(user_.size()),
+                                                    nullptr, path.c_str(), nullptr);
+    if (rc == 0) return true;
+    if (rc == LIBSSH2_ERROR_TIMEOUT || rc == LIBSSH2_ERROR_SOCKET_RECV || rc == LIBSSH2_ERROR_SOCKET_SEND ||
+        rc == LIBSSH2_ERROR_SOCKET_DISCONNECT) {
+      tried_.push_back(path + " (" + type + ", connection lost: " + session_.LastError() + ")");
+      return false;
+    }
+    bool refused = rc == LIBSSH2_ERROR_PUBLICKEY_UNVERIFIED || rc == LIBSSH2_ERROR_AUTHENTICATION_FAILED;
+    tried_.push_back(path + " (" + type + ", " +
+                     (refused ? "refused by the server" : "unusable: " + session_.LastError()) + ")");
+    if (IsRsaKeyType(type) && rsa_note_.empty()) rsa_note_ = RsaAdvice(path);
+    return false;
+  }
+
+  // Offers each key of the ssh-agent at `socket` until one is accepted.
+  bool TryAgent(const std::string& socket) {
+    LIBSSH2_AGENT* agent = libssh2_agent_init(raw_);
+    bool ok = false;
+    if (agent == nullptr) {
+      tried_.push_back("ssh-agent (libssh2 cannot use it)");
+    } else if (libssh2_agent_connect(agent) != 0) {
+      tried_.push_back("ssh-agent at " + socket + " (cannot connect)");
+    } else if (libssh2_agent_list_identities(agent) != 0) {
+      tried_.push_back("ssh-agent (cannot list identities)");
+    } else {
+      libssh2_agent_publickey* id = nullptr;
+      int n = 0;
+      while (!ok && libssh2_agent_get_identity(agent, &id, id) == 0) {
+        ++n;
+        std::string type =
+            KeyTypeOfBlob(std::string_view(reinterpret_cast<const char*>(id->blob), id->blob_len));
+        std::string label =
+            std::string("ssh-agent key \"") + (id->comment ? id->comment : "") + "\" (" + type;
+        if (libssh2_agent_userauth(agent, user_.c_str(), id) == 0) {
+          ok = true;
+        } else {
+          tried_.push_back(label + ", refused by the server)");
+          if (IsRsaKeyType(type) && rsa_note_.empty()) rsa_note_ = RsaAdvice(label + ")");
+        }
+      }
+      if (n == 0) tried_.push_back("ssh-agent (no keys)");
+      libssh2_agent_disconnect(agent);
+    }
+    if (agent != nullptr) libssh2_agent_free(agent);
+    return ok;
+  }
+
+  // UNAUTHENTICATED, listing every key tried.
+  Status Failure(const std::string& hostname) const {
+    std::string list;
+    for (const auto& t : tried_) list += (list.empty() ? "" : "; ") + t;
+    if (list.empty()) {
+      list = "none (no -i, no SSH_AUTH_SOCK, no IdentityFile, no ~/.ssh/id_ed25519 or ~/.ssh/id_ecdsa)";
+    }
+    std::string msg = session_.display() + ": authentication failed for " + user_ + "@" + hostname +
+                      "; keys tried: " + list;
+    if (!rsa_note_.empty()) msg += ". Note: " + rsa_note_;
+    return UnauthenticatedError(msg);
+  }
+
+ private:
+  const SshSession& session_;
+  LIBSSH2_SESSION* raw_;
+  const std::string& user_;
+  std::vector<std::string> tried_;
+  std::string rsa_note_;
+};
+
+}  // namespace
+
+// The order OpenSSH uses: -i, the ssh-agent, the config's IdentityFiles, then the default keys.
 Status SshSession::Authenticate(const SessionOptions& opts) {
   const std::string& user = opts.host.user;
   char* methods = libssh2_userauth_list(session_, user.c_str(), static_cast<unsigned>(user.size()));
@@ -195,86 +291,18 @@ Status SshSession::Authenticate(const SessionOptions& opts) {
     return UnauthenticatedError(display_ + ": the server does not accept public keys (it offers: " +
                                 std::string(methods) + "); sftctl authenticates with keys only");
   }
-  std::vector<std::string> tried;
-  std::string rsa_note;
-  auto try_file = [&](const std::string& path) -> bool {
-    for (const auto& t : tried) {
-      if (t.rfind(path + " ", 0) == 0) return false;  // already tried
-    }
-    if (!FileExists(path)) {
-      tried.push_back(path + " (missing)");
-      return false;
-    }
-    std::string type = KeyTypeOfFile(path);
-    if (KeyFileIsEncrypted(path)) {
-      tried.push_back(path + " (" + type + ", passphrase-protected: add it to ssh-agent with `ssh-add " +
-                      path + "`)");
-      return false;
-    }
-    int rc = libssh2_userauth_publickey_fromfile_ex(
-        session_, user.c_str(), static_cast<unsigned>(user.size()), nullptr, path.c_str(), nullptr);
-    if (rc == 0) return true;
-    if (rc == LIBSSH2_ERROR_TIMEOUT || rc == LIBSSH2_ERROR_SOCKET_RECV || rc == LIBSSH2_ERROR_SOCKET_SEND ||
-        rc == LIBSSH2_ERROR_SOCKET_DISCONNECT) {
-      tried.push_back(path + " (" + type + ", connection lost: " + LastError() + ")");
-      return false;
-    }
-    bool refused = rc == LIBSSH2_ERROR_PUBLICKEY_UNVERIFIED || rc == LIBSSH2_ERROR_AUTHENTICATION_FAILED;
-    tried.push_back(path + " (" + type + ", " +
-                    (refused ? "refused by the server" : "unusable: " + LastError()) + ")");
-    if (IsRsaKeyType(type) && rsa_note.empty()) rsa_note = RsaAdvice(path);
-    return false;
-  };
-
-  if (!opts.identity_file.empty() && try_file(opts.identity_file)) return OkStatus();
-  if (!opts.agent_socket.empty()) {
-    LIBSSH2_AGENT* agent = libssh2_agent_init(session_);
-    bool ok = false;
-    if (agent == nullptr) {
-      tried.push_back("ssh-agent (libssh2 cannot use it)");
-    } else if (libssh2_agent_connect(agent) != 0) {
-      tried.push_back("ssh-agent at " + opts.agent_socket + " (cannot connect)");
-    } else if (libssh2_agent_list_identities(agent) != 0) {
-      tried.push_back("ssh-agent (cannot list identities)");
-    } else {
-      libssh2_agent_publickey* id = nullptr;
-      int n = 0;
-      while (!ok && libssh2_agent_get_identity(agent, &id, id) == 0) {
-        ++n;
-        std::string type =
-            KeyTypeOfBlob(std::string_view(reinterpret_cast<const char*>(id->blob), id->blob_len));
-        std::string label =
-            std::string("ssh-agent key \"") + (id->comment ? id->comment : "") + "\" (" + type;
-        if (libssh2_agent_userauth(agent, user.c_str(), id) == 0) {
-          ok = true;
-        } else {
-          tried.push_back(label + ", refused by the server)");
-          if (IsRsaKeyType(type) && rsa_note.empty()) rsa_note = RsaAdvice(label + ")");
-        }
-      }
-      if (n == 0) tried.push_back("ssh-agent (no keys)");
-      libssh2_agent_disconnect(agent);
-    }
-    if (agent != nullptr) libssh2_agent_free(agent);
-    if (ok) return OkStatus();
-  }
+  KeyAttempts keys(*this, session_, user);
+  if (!opts.identity_file.empty() && keys.TryFile(opts.identity_file)) return OkStatus();
+  if (!opts.agent_socket.empty() && keys.TryAgent(opts.agent_socket)) return OkStatus();
   for (const auto& f : opts.host.identity_files) {
-    if (try_file(f)) return OkStatus();
+    if (keys.TryFile(f)) return OkStatus();
   }
   // Defaults only when nothing else was configured, like OpenSSH (which skips missing ones silently).
   for (const char* name : {"/.ssh/id_ed25519", "/.ssh/id_ecdsa"}) {
     std::string path = opts.home + name;
-    if (FileExists(path) && try_file(path)) return OkStatus();
+    if (FileExists(path) && keys.TryFile(path)) return OkStatus();
   }
-  std::string list;
-  for (const auto& t : tried) list += (list.empty() ? "" : "; ") + t;
-  if (list.empty()) {
-    list = "none (no -i, no SSH_AUTH_SOCK, no IdentityFile, no ~/.ssh/id_ed25519 or ~/.ssh/id_ecdsa)";
-  }
-  std::string msg =
-      display_ + ": authentication failed for " + user + "@" + opts.host.hostname + "; keys tried: " + list;
-  if (!rsa_note.empty()) msg += ". Note: " + rsa_note;
-  return UnauthenticatedError(msg);
+  return keys.Failure(opts.host.hostname);
 }
 
 StatusOr<LIBSSH2_CHANNEL*> SshSession::OpenChannel(const char* type, const std::string& message) {
