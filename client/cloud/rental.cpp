@@ -276,7 +276,8 @@ StatusOr<RentedHost> Up(CloudProvider* p, const RentedHosts& registry, const UpO
 Status Down(CloudProvider* p, const RentedHosts& registry, RentedHost h, const Clock* clock,
             std::ostream& err, std::chrono::seconds limit, std::chrono::seconds poll) {
   if (h.state == "down") return OkStatus();
-  SFT_RETURN_IF_ERROR(p->Terminate(h.instance_id));
+  // An instance the provider removed already (preempted, terminated by hand) is as good as ended.
+  if (Status t = p->Terminate(h.instance_id); !t.ok() && t.code() != StatusCode::kNotFound) return t;
   const auto deadline = clock->Now() + limit;
   while (true) {
     auto inst = p->GetInstance(h.instance_id);
@@ -298,6 +299,43 @@ Status Down(CloudProvider* p, const RentedHosts& registry, RentedHost h, const C
   h.ended_unix_ms = NowUnixMs();
   if (!h.known_hosts.empty()) (void)FileSystem::Default()->RemoveAll(h.known_hosts);  // the key died with it
   return registry.Put(h);
+}
+
+StatusOr<std::optional<std::string>> GoneBecause(CloudProvider* p, const RentedHost& h) {
+  auto inst = p->GetInstance(h.instance_id);
+  if (!inst.ok() && inst.status().code() == StatusCode::kNotFound) {
+    return std::optional<std::string>(p->profile().name + " no longer knows instance " + h.instance_id);
+  }
+  if (!inst.ok()) return inst.status();
+  switch (inst->state) {
+    case InstanceState::kStopping:
+    case InstanceState::kTerminated:
+    case InstanceState::kUnhealthy:
+      return std::optional<std::string>(p->profile().name + " reports instance " + h.instance_id + " " +
+                                        EscapeForTerminal(inst->status));
+    case InstanceState::kStarting:
+    case InstanceState::kRunning:
+    case InstanceState::kOther:
+      break;
+  }
+  return std::optional<std::string>();
+}
+
+LostHostVerdict DecideOnLostHost(const RentedHost& host, const StatusOr<std::optional<std::string>>& gone,
+                                 int replaced, int allowed) {
+  if (!gone.ok()) {
+    return {false, "not replacing " + host.name + ": cannot ask " + host.provider +
+                       " about it: " + gone.status().message()};
+  }
+  if (!*gone) {
+    return {false, "not replacing " + host.name + ": " + host.provider +
+                       " still reports it running (the connection, not the host, failed)"};
+  }
+  const std::string lost = "lost " + host.name + ": " + **gone;
+  if (replaced >= allowed) {
+    return {false, lost + (allowed == 0 ? "" : "; --replace-lost " + std::to_string(allowed) + " used up")};
+  }
+  return {true, lost};
 }
 
 std::vector<HostRow> ListRentedHosts(const std::vector<CloudProvider*>& providers,

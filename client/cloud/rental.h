@@ -91,10 +91,27 @@ StatusOr<RentedHost> Up(CloudProvider* provider, const RentedHosts& registry, co
                         const RentalSeams& seams, const Clock* clock, std::ostream& err);
 
 // Terminates `host`'s instance and waits (up to `limit`) until the provider reports it gone; then
-// marks the record "down" with its end time. A record already "down" is OK at once.
+// marks the record "down" with its end time. A record already "down" is OK at once; an instance the
+// provider no longer knows (preempted and removed) counts as gone.
 Status Down(CloudProvider* provider, const RentedHosts& registry, RentedHost host, const Clock* clock,
             std::ostream& err, std::chrono::seconds limit = std::chrono::seconds(300),
             std::chrono::seconds poll = std::chrono::seconds(3));
+
+// Whether the provider says `h`'s instance is gone or going (terminating, terminated, preempted,
+// stopped, broken, or no longer known to it): then why, in words; nullopt while it is starting or
+// running. Errors: the provider could not be asked.
+StatusOr<std::optional<std::string>> GoneBecause(CloudProvider* provider, const RentedHost& h);
+
+// What to do about a rented host this machine lost the connection to, given what the provider says of
+// it (`gone`: GoneBecause's answer), how many replacements were rented already and --replace-lost:
+// replace it only when the provider reports it gone and replacements are left. `why` says which, for
+// the user.
+struct LostHostVerdict {
+  bool replace = false;
+  std::string why;
+};
+LostHostVerdict DecideOnLostHost(const RentedHost& host, const StatusOr<std::optional<std::string>>& gone,
+                                 int replaced, int allowed);
 
 // One line of `sftctl hosts`: a registry record with what its provider says now, or an instance the
 // provider bills that the registry does not know (orphan: only `instance` is set).

@@ -25,6 +25,7 @@
 #include "client/transfer/checkpoint_key.h"
 #include "client/transfer/checkpoint_sync.h"
 #include "client/transfer/progress.h"
+#include "client/transfer/pull_plan.h"
 #include "client/transfer/remote_spec.h"
 #include "client/transfer/uploader.h"
 #include "common/cli/duration_option.h"
@@ -32,9 +33,11 @@
 #include "common/hub/hub_spec.h"
 #include "common/object_store/hub_destination.h"
 #include "common/object_store/s3_location.h"
+#include "common/os/file_system.h"
 #include "common/os/net_addr.h"
 #include "common/sha256.h"
 #include "common/spec/hub_path.h"
+#include "common/spec/spec_yaml.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -60,6 +63,7 @@ struct SubmitArgs {
   bool allow_changed_spec = false;  // resubmit --allow-changed-spec: continue with a spec edited since
   RentFlags rent;                   // --provider ...: rent the host first (client/commands/rent_flags.h)
   bool down_when_done = false;      // --down-when-done: follow, pull, then give the rented host back
+  int replace_lost = 0;             // --replace-lost N: rent another host when the provider took this one
 };
 
 struct Node {
@@ -476,11 +480,60 @@ int Submit(const SubmitArgs& a) {
   return FollowSubmitted(a, rec, (*nodes)[0].rc.get());
 }
 
+// Where a replacement for a lost host continues the run: the bucket the checkpoints went to (the
+// agent downloads the newest complete one), else the newest complete checkpoint pulled into
+// --sync-to (uploaded with the job); nullopt: nothing survived, the run starts over. The lost run's
+// partial downloads in --sync-to are removed: they can never complete, and the replacement's
+// checkpoints of those steps need not match them.
+std::optional<std::string> ReplacementResume(SubmitArgs* a, const RemoteSpec& spec) {
+  LocalCheckpoints local;
+  if (!a->sync_to.empty()) local = ScanLocalCheckpoints(a->sync_to);
+  for (const std::string& partial : local.partial) {
+    if (FileSystem::Default()->RemoveAll(partial).ok())
+      std::cerr << "submit: removed " << EscapeForTerminal(partial)
+                << ", a partial download of the lost run\n";
+  }
+  const std::string bucket = a->spec.upload_to.empty() ? spec.spec.checkpoint.upload_to : a->spec.upload_to;
+  if (IsS3Url(bucket)) {
+    a->spec.resume_from = bucket;
+    return bucket;
+  }
+  if (!local.newest_complete) return std::nullopt;
+  std::error_code ec;
+  const std::string path = std::filesystem::absolute(*local.newest_complete, ec).lexically_normal().string();
+  a->spec.resume_from.clear();                           // (a --resume-from would come after it)
+  a->spec.sets.push_back("resume=" + YamlQuoted(path));  // after the spec's and the user's: this wins
+  return path;
+}
+
+// After a rented host stopped answering: whether to rent a replacement (rental.h's DecideOnLostHost on
+// what the provider says now), saying why on stderr either way.
+bool ShouldReplace(const RentedHost& host, int replaced, int allowed) {
+  const cloud::LostHostVerdict v = cloud::DecideOnLostHost(host, RentedHostGone(host), replaced, allowed);
+  std::cerr << "submit: " << v.why << "\n";
+  return v.replace;
+}
+
+// Gives `name` back (rent_flags.h's ReturnHost on its current record); an error is reported, and
+// returned as the exit code unless `code` already is one.
+int GiveBack(const std::string& name, int code, bool json) {
+  auto now = RentedHosts().Get(name);
+  Status down = now.ok() ? ReturnHost(*now) : now.status();
+  if (!down.ok()) {
+    ReportError(down, json);
+    return code != kExitOk ? code : ExitCodeFor(down);
+  }
+  std::cerr << "submit: " << name << " was given back\n";
+  return code;
+}
+
 // `submit --provider P ...`: the spec checked, a host rented (rent_flags.h), the job submitted to it.
 // With --down-when-done the job is followed, its final checkpoint pulled (to --sync-to, by default
 // ./<host name>, unless it goes to checkpoint.upload_to), and the host given back whatever the
 // outcome; Ctrl-C gives it back too (HostReturnGuard), and the host stops itself when this machine
-// is gone, where it can (rent_flags.h's HostStopsItself).
+// is gone, where it can (rent_flags.h's HostStopsItself). With --replace-lost N, a host the provider
+// took away mid-run (preempted, terminated) is replaced by another, up to N times, which continues
+// from the newest checkpoint that survived it (ReplacementResume).
 int SubmitRented(SubmitArgs a) {
   const bool json = a.ro.json;
   if (!a.ro.hosts.empty()) {
@@ -507,16 +560,30 @@ int SubmitRented(SubmitArgs a) {
   a.stop_when_done = a.stop_when_done || *stops_itself;
   if (a.sync_to.empty() && spec->spec.checkpoint.upload_to.empty()) a.sync_to = "./" + host->name;
   if (!a.sync_to.empty()) std::cerr << "submit: the checkpoints come to " << a.sync_to << "\n";
-  const int code = Submit(a);
-  auto now = RentedHosts().Get(host->name);
-  Status down = now.ok() ? ReturnHost(*now) : now.status();
-  guard.Release();
-  if (!down.ok()) {
-    ReportError(down, json);
-    return code != kExitOk ? code : ExitCodeFor(down);
+  const std::string first_name = a.rent.name;
+  for (int replaced = 0;; ++replaced) {
+    const int code = Submit(a);
+    const bool replace =
+        code == kExitUnreachable && a.replace_lost > 0 && ShouldReplace(*host, replaced, a.replace_lost);
+    const int given_back = GiveBack(host->name, code, json);
+    if (!replace) {
+      guard.Release();
+      return given_back;
+    }
+    const std::optional<std::string> from = ReplacementResume(&a, *spec);
+    a.rent.name = first_name + "-" + std::to_string(replaced + 2);
+    std::cerr << "submit: renting " << a.rent.name << " to continue "
+              << (from ? "from " + EscapeForTerminal(*from)
+                       : std::string("from the start (no checkpoint survived)"))
+              << " (replacement " << replaced + 1 << " of " << a.replace_lost << ")\n";
+    guard.Watch(a.rent.name);
+    host = RentHost(a.rent, a.ro, a.down_when_done);
+    if (!host.ok()) {
+      guard.Release();
+      return ReportError(host.status(), json);
+    }
+    a.ro.hosts = {host->name};
   }
-  std::cerr << "submit: " << host->name << " was given back\n";
-  return code;
 }
 
 }  // namespace
@@ -652,6 +719,12 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
          "With --provider: follow the job, pull its final checkpoint, then terminate the host (also on "
          "failure and Ctrl-C)")
       ->needs("--provider");
+  cmd->add_option("--replace-lost", a->replace_lost,
+                  "With --down-when-done: when the provider takes the host away mid-run (preempted, "
+                  "terminated), rent another, up to N times, and continue from the newest checkpoint that "
+                  "survived (the bucket's, or the newest pulled into --sync-to)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs("--down-when-done");
   cmd->callback([a, &ctx] { ctx.exit_code = a->rent.provider.empty() ? Submit(*a) : SubmitRented(*a); });
 }
 

@@ -66,6 +66,12 @@ Status ReturnHost(const RentedHost& host) {
   return cloud::Down(provider.get(), RentedHosts(), host, Clock::Real(), std::cerr);
 }
 
+StatusOr<std::optional<std::string>> RentedHostGone(const RentedHost& host) {
+  SFT_ASSIGN_OR_RETURN(cloud::ProviderProfile profile, cloud::FindProviderProfile(host.provider));
+  SFT_ASSIGN_OR_RETURN(auto provider, cloud::NewProvider(profile, CurlHttpClient()));
+  return cloud::GoneBecause(provider.get(), host);
+}
+
 StatusOr<bool> HostStopsItself(const RentFlags& f) {
   SFT_ASSIGN_OR_RETURN(cloud::ProviderProfile profile, cloud::FindProviderProfile(f.provider));
   return profile.type == "runpod" || (profile.type == "lambda" && f.terminate_from_host);
@@ -90,15 +96,26 @@ HostReturnGuard::HostReturnGuard(std::string name) : name_(std::move(name)), sin
     while (sigwait(&set, &sig) != 0) {
     }
     if (sig == SIGUSR2) return;  // Release()
-    std::cerr << "\n" << (sig == SIGINT ? "interrupted" : "signalled") << ": giving " << name_ << " back\n";
-    auto host = RentedHosts().Get(name_);
+    const std::string name = this->name();
+    std::cerr << "\n" << (sig == SIGINT ? "interrupted" : "signalled") << ": giving " << name << " back\n";
+    auto host = RentedHosts().Get(name);
     // Only a host this process launched: an older one of the same name is not ours to end.
     if (host.ok() && host->Live() && host->launched_unix_ms >= since_ms_) {
       Status s = ReturnHost(*host);
-      if (!s.ok()) std::cerr << "error: " << s.message() << " (`sftctl down " << name_ << "` ends it)\n";
+      if (!s.ok()) std::cerr << "error: " << s.message() << " (`sftctl down " << name << "` ends it)\n";
     }
     std::_Exit(128 + sig);
   });
+}
+
+void HostReturnGuard::Watch(std::string name) {
+  MutexLock l(&mu_);
+  name_ = std::move(name);
+}
+
+std::string HostReturnGuard::name() const {
+  MutexLock l(&mu_);
+  return name_;
 }
 
 void HostReturnGuard::Release() {

@@ -4,12 +4,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "client/cloud/rental.h"
 #include "client/remote/remote_options.h"
+#include "common/mutex.h"
 
 namespace sftctl::client {
 
@@ -49,18 +51,26 @@ StatusOr<bool> HostStopsItself(const RentFlags& f);
 // instead of leaving it billing. Construct it before any other thread starts (the signals are blocked in this
 // thread and so in every thread started after, and waited for on a thread of its own). Release() (or the
 // destructor) ends that: signals act as before.
+// Watch(name) moves it to another host (a replacement rented after the first was lost). Thread-safe.
 class HostReturnGuard {
  public:
   explicit HostReturnGuard(std::string name);
   ~HostReturnGuard() { Release(); }
   HostReturnGuard(const HostReturnGuard&) = delete;
   HostReturnGuard& operator=(const HostReturnGuard&) = delete;
+  void Watch(std::string name);
   void Release();
 
  private:
-  std::string name_;
-  int64_t since_ms_;  // hosts of that name launched before the guard are left alone
+  std::string name() const;
+
+  mutable Mutex mu_;
+  std::string name_ GUARDED_BY(mu_);
+  const int64_t since_ms_;  // hosts of that name launched before the guard are left alone
   std::thread waiter_;
 };
+
+// Whether the provider says `host` is gone (rental.h's GoneBecause): why, or nullopt while it runs.
+StatusOr<std::optional<std::string>> RentedHostGone(const RentedHost& host);
 
 }  // namespace sftctl::client

@@ -206,9 +206,14 @@ std::string EventPrinter::FormatUnchecked(const v1::Event& e) {
   const std::string prefix = e.rank() > 0 ? "[rank " + std::to_string(e.rank()) + "] " : "";
   if (ev == "start") {
     total_steps_ = rec.value("total_steps", int64_t{0});
-    return prefix + "start: " + (rec.contains("parameters") ? rec["parameters"].dump() : "?") +
-           " parameters, " + std::to_string(total_steps_) + " steps on " + rec.value("device", "?") + " (" +
-           rec.value("precision", "?") + ")";
+    std::string s = prefix + "start: " + (rec.contains("parameters") ? rec["parameters"].dump() : "?") +
+                    " parameters, " + std::to_string(total_steps_) + " steps on " + rec.value("device", "?") +
+                    " (" + rec.value("precision", "?") + ")";
+    const nlohmann::json from = rec.value("resumed_from", nlohmann::json(""));
+    if (from.is_string() && !from.get<std::string>().empty()) {
+      s += ", resuming at step " + step + " from " + from.get<std::string>();
+    }
+    return s;
   }
   if (ev == "step") {
     return prefix + "step " + step + (total_steps_ > 0 ? "/" + std::to_string(total_steps_) : "") +

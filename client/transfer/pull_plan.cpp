@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "common/checkpoint_name.h"
 #include "common/json_parse.h"
 #include "common/os/file_system.h"
 #include "common/safe_path.h"
@@ -155,6 +157,25 @@ StatusOr<int> KeepNewestCheckpoints(const std::string& dir, int keep) {
   }
   if (left != state) SFT_RETURN_IF_ERROR(SavePullState(dir, left));
   return removed;
+}
+
+LocalCheckpoints ScanLocalCheckpoints(const std::string& dir) {
+  LocalCheckpoints out;
+  int64_t newest = -1;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const int64_t step = CheckpointStep(name);
+    if (step < 0 || e.is_symlink(ec) || !e.is_directory(ec)) continue;
+    if (!std::filesystem::exists(e.path() / "DONE", ec)) {
+      out.partial.push_back(e.path().string());
+    } else if (step > newest) {
+      newest = step;
+      out.newest_complete = e.path().string();
+    }
+  }
+  std::sort(out.partial.begin(), out.partial.end());
+  return out;
 }
 
 bool IsRunTopLevelFile(std::string_view remote_path) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,16 @@ StatusOr<bool> RecordPulledCheckpoint(const std::string& dir, const std::string&
 // did not pull, links, folders listed after the newest complete one and other entries of `dir` are
 // left alone. Returns how many were removed.
 StatusOr<int> KeepNewestCheckpoints(const std::string& dir, int keep);
+
+// The checkpoint folders directly in `dir` (named checkpoint-<step>; folders, never links): the newest
+// complete one (with DONE) by step, and those without DONE (partial downloads), as paths under `dir`,
+// sorted. What a host that replaces a lost one resumes from, and what of the lost run cannot be
+// completed any more. A missing `dir` has none.
+struct LocalCheckpoints {
+  std::optional<std::string> newest_complete;
+  std::vector<std::string> partial;
+};
+LocalCheckpoints ScanLocalCheckpoints(const std::string& dir);
 
 // True for one of the run's top-level files ("run/metrics.jsonl"), as opposed to a checkpoint's.
 bool IsRunTopLevelFile(std::string_view remote_path);

@@ -9,6 +9,8 @@
 #   3. the laptop's sftctl killed mid-job (--terminate-from-host): the host still terminates itself;
 #   4. --max-cost reached: the agent cancels the job (saying so in logs and status) and terminates the host;
 #   5. Ctrl-C on `submit --provider --down-when-done`: the host is given back, exit 130;
+#   6. the provider takes the host away mid-run (preempted): `--replace-lost 1` rents another, which
+#      continues from the newest checkpoint pulled home, and gives both back;
 #   and no file, log or process argument holds the planted API key (but the instance's agent env file).
 # 1, 3 and 4 run against both fake providers (Lambda's host terminates itself with the key the user
 # sent, --terminate-from-host; a RunPod pod with its own key and runpodctl, as a real pod has them).
@@ -19,7 +21,7 @@ SRC=$PWD
 BIN=$(cd "${1:?usage: cloud_e2e.sh BUILD_DIR [SCENARIO...]}" && pwd)/bin
 shift
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=("1 lambda" "1 runpod" 2 "3 lambda" "3 runpod" "4 lambda" "4 runpod" 5)
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=("1 lambda" "1 runpod" 2 "3 lambda" "3 runpod" "4 lambda" "4 runpod" 5 "6 lambda")
 SFTCTL=$BIN/sftctl
 T0=$SECONDS
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/sftctl-cloud-e2e.XXXXXX")
@@ -235,6 +237,41 @@ scenario_4() {  # DIALECT
   expect_in "$TMP/s4-$1-logs.out" "cost cap \$1.80 reached"
   for _ in $(seq 1 120); do [ "$(live_instances)" = 0 ] && break; sleep 1; done
   [ "$(live_instances)" = 0 ] || { fake_state >&2; fail "the capped host was not terminated"; }
+  stop_fake
+}
+
+scenario_6() {  # DIALECT
+  phase "6. fake-$1: the provider takes the host away mid-run; --replace-lost rents another, which continues"
+  local agent=$TMP/agent-6-$1 out=$TMP/out-6-$1 pid id rc=0
+  start_fake "$1" "fake-$1" "$agent" "{\"offers\": $(two_offers "$1")}"
+  # 20000 steps of a few milliseconds, a checkpoint every 2000: the first comes home in seconds, and
+  # the run is far from its end when its host goes.
+  "$SFTCTL" submit --provider "fake-$1" --gpu H100 "${AGENT_FLAGS[@]}" --agent-data-dir "$agent" \
+    --down-when-done --replace-lost 1 --host-name "lost-$1" --sync-to "$out" --sync-interval 0.2 --wait 2m \
+    "$(job_spec 20000 2000)" >"$TMP/s6-$1.out" 2>"$TMP/s6-$1.err" &
+  pid=$!
+  for _ in $(seq 1 600); do [ -f "$out/checkpoint-002000/DONE" ] && break; sleep 0.1; done
+  [ -f "$out/checkpoint-002000/DONE" ] || { kill -9 $pid; fail "no checkpoint came home before the host was to go"; }
+  id=$(python3 -c 'import json,sys
+print([h for h in json.load(open(sys.argv[1]))["hosts"] if h["name"] == sys.argv[2]][0]["instance_id"])' \
+    "$XDG_CONFIG_HOME/sftctl/hosts.json" "lost-$1")
+  phase "preempting $id (the newest checkpoint home: $(ls "$out" | grep checkpoint | tail -n 1))"
+  curl -fsS -X POST -d "{\"id\": \"$id\"}" "http://127.0.0.1:$FAKE_PORT/_fake/preempt" >/dev/null
+  wait $pid || rc=$?
+  sed 's/^/  | /' "$TMP/s6-$1.err" | grep -v '^  | \[' | tail -n 25
+  [ "$rc" = 0 ] || fail "submit --replace-lost exited $rc"
+  expect_in "$TMP/s6-$1.err" "lost lost-$1: fake-$1 "
+  expect_in "$TMP/s6-$1.err" "renting lost-$1-2 to continue from $out/checkpoint-"
+  expect_in "$TMP/s6-$1.out" "resuming at step "
+  grep -q "resuming at step 0 " "$TMP/s6-$1.out" && fail "the replacement started over"
+  [ -f "$out/checkpoint-020000/DONE" ] || { ls "$out" >&2 || true; fail "no final checkpoint pulled"; }
+  [ "$(live_instances)" = 0 ] || { fake_state >&2; fail "an instance is still there"; }
+  python3 - "$XDG_CONFIG_HOME/sftctl/hosts.json" "$1" <<'PY' || fail "the registry does not say both are down"
+import json, sys
+hosts = {h["name"]: h for h in json.load(open(sys.argv[1]))["hosts"]}
+for name in ("lost-" + sys.argv[2], "lost-" + sys.argv[2] + "-2"):
+    assert hosts[name]["state"] == "down" and hosts[name]["ended_unix_ms"] > 0, hosts
+PY
   stop_fake
 }
 

@@ -1,8 +1,8 @@
 #!/bin/sh
 # One "rented instance" for tests/util/fake_cloud.py --instance-command: a real sshd on
 # 127.0.0.1:$FAKE_SSH_PORT that lets in the SSH keys the provider was given ($FAKE_AUTHORIZED_KEYS),
-# running as this user. Terminated (SIGTERM to its process group), it also runs $FAKE_AGENT_STOP (the
-# test's `sftd stop --data-dir ...`): what ran on the instance goes with it. Its sessions get a
+# running as this user. Terminated (SIGTERM to its process group), it drops its SSH connections and
+# runs $FAKE_AGENT_STOP (the test's `sftd stop --data-dir ...`): what ran on the instance goes with it. Its sessions get a
 # configuration folder of their own (XDG_CONFIG_HOME under the instance's folder), as a fresh host has.
 set -eu
 dir=$(mktemp -d "${FAKE_INSTANCE_ROOT:-${TMPDIR:-/tmp}}/fake-instance.XXXXXX")
@@ -40,9 +40,14 @@ MaxStartups 64
 MaxSessions 64
 SetEnv XDG_CONFIG_HOME=$dir/config $pod_env
 CONFIG
-/usr/sbin/sshd -D -f "$dir/sshd_config" -E "$dir/sshd.log" &
+# sshd in a session of its own: a SIGTERM to the instance's group reaches this shell (whose trap then
+# ends sshd's connections and sshd), not sshd before its connections could be found.
+setsid /usr/sbin/sshd -D -f "$dir/sshd_config" -E "$dir/sshd.log" &
 sshd=$!
 stop() {
+  # The connections go with the machine: sshd's per-connection children (sessions of their own),
+  # then sshd.
+  pkill -KILL -P "$sshd" 2>/dev/null || true
   kill "$sshd" 2>/dev/null || true
   if [ -n "${FAKE_AGENT_STOP:-}" ]; then sh -c "$FAKE_AGENT_STOP" >/dev/null 2>&1 || true; fi
   rm -rf "$dir"

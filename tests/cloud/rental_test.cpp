@@ -59,6 +59,7 @@ class MemoryProvider : public CloudProvider {
     return id;
   }
   StatusOr<Instance> GetInstance(const std::string& id) override {
+    if (fail_get) return UnavailableError("lambda: connection refused");
     auto it = instances.find(id);
     if (it == instances.end()) return NotFoundError("lambda: no instance " + id);
     Instance& i = it->second;
@@ -80,7 +81,8 @@ class MemoryProvider : public CloudProvider {
   Status Terminate(const std::string& id) override {
     terminated.push_back(id);
     auto it = instances.find(id);
-    if (it != instances.end()) it->second.state = InstanceState::kStopping, it->second.status = "terminating";
+    if (it == instances.end()) return NotFoundError("lambda: no instance " + id);
+    it->second.state = InstanceState::kStopping, it->second.status = "terminating";
     return OkStatus();
   }
 
@@ -91,6 +93,7 @@ class MemoryProvider : public CloudProvider {
   std::map<std::string, Instance> instances;
   std::map<std::string, int> polls, gone;
   int boot_polls = 2, gone_polls = 1;
+  bool fail_get = false;
   std::string address = "192.0.2.7";
 };
 
@@ -293,6 +296,52 @@ TEST_F(RentalTest, DownWaitsUntilGoneAndKeepsTheCost) {
   // A second down is a no-op.
   EXPECT_TRUE(Down(&provider_, registry_, *rec, &clock_, err_).ok());
   EXPECT_EQ(provider_.terminated.size(), 1u);
+}
+
+// A host the provider took away (preempted, or terminated in its console) is gone, and says so;
+// `down` of it still ends its record, though the provider no longer knows the instance.
+TEST_F(RentalTest, APreemptedHostIsGoneAndDownStillEndsItsRecord) {
+  auto h = RunUp();
+  ASSERT_TRUE(h.ok());
+  auto gone = GoneBecause(&provider_, *h);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(*gone, std::nullopt) << "a running host is not gone";
+  Instance& i = provider_.instances.at(h->instance_id);
+  i.state = InstanceState::kTerminated, i.status = "preempted";
+  gone = GoneBecause(&provider_, *h);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->value_or(""), "lambda reports instance " + h->instance_id + " preempted");
+  provider_.instances.clear();
+  gone = GoneBecause(&provider_, *h);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->value_or(""), "lambda no longer knows instance " + h->instance_id);
+  ASSERT_TRUE(Down(&provider_, registry_, *h, &clock_, err_).ok()) << err_.str();
+  EXPECT_EQ(registry_.Get("box")->state, "down");
+  // A provider that cannot be asked is an error, not "gone".
+  provider_.instances[h->instance_id] = i;
+  provider_.fail_get = true;
+  EXPECT_THAT(GoneBecause(&provider_, *h),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("connection refused")));
+}
+
+// Losing the connection is not losing the host: a replacement is rented only when the provider says
+// the host is gone, and only as often as --replace-lost allows.
+TEST(LostHostTest, ReplacedOnlyWhenTheProviderSaysGoneAndReplacementsAreLeft) {
+  RentedHost h;
+  h.name = "box", h.provider = "lambda";
+  const std::optional<std::string> gone("lambda reports instance i-1 preempted");
+  LostHostVerdict v = DecideOnLostHost(h, gone, 0, 2);
+  EXPECT_TRUE(v.replace);
+  EXPECT_EQ(v.why, "lost box: lambda reports instance i-1 preempted");
+  v = DecideOnLostHost(h, gone, 2, 2);
+  EXPECT_FALSE(v.replace);
+  EXPECT_EQ(v.why, "lost box: lambda reports instance i-1 preempted; --replace-lost 2 used up");
+  v = DecideOnLostHost(h, std::optional<std::string>(), 0, 2);
+  EXPECT_FALSE(v.replace);
+  EXPECT_THAT(v.why, HasSubstr("still reports it running"));
+  v = DecideOnLostHost(h, UnavailableError("no route to api.lambdalabs.com"), 0, 2);
+  EXPECT_FALSE(v.replace);
+  EXPECT_THAT(v.why, HasSubstr("cannot ask lambda about it: no route to api.lambdalabs.com"));
 }
 
 TEST_F(RentalTest, DownGivesUpAfterItsLimit) {

@@ -36,6 +36,7 @@ namespace fs = std::filesystem;
 using ::sftctl::testing::InProcessAgent;
 using ::sftctl::testing::StatusIs;
 using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -260,6 +261,13 @@ TEST(KeepNewestCheckpoints, RemovesOnlyOlderPulledFoldersAndNeverFollowsALink) {
     ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
     EXPECT_FALSE(*recorded) << name;
   }
+
+  // What a replacement host resumes from: the newest complete folder (not the in-progress one, not a
+  // link), and what of a lost run can never be completed.
+  const client::LocalCheckpoints local = client::ScanLocalCheckpoints(dir);
+  EXPECT_EQ(local.newest_complete, dir + "/checkpoint-000008");
+  EXPECT_THAT(local.partial, ElementsAre(dir + "/checkpoint-000004", dir + "/checkpoint-000010"));
+  EXPECT_EQ(client::ScanLocalCheckpoints(tmp.path() + "/missing").newest_complete, std::nullopt);
 
   auto removed = client::KeepNewestCheckpoints(dir, 2);
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();

@@ -319,6 +319,15 @@ TEST(RemoteOptions, ExitCodesAndEventRendering) {
   e.set_text(
       R"({"event":"start","step":0,"total_steps":10,"parameters":1234,"device":"cpu","precision":"fp32"})");
   EXPECT_EQ(p.Format(e), "start: 1234 parameters, 10 steps on cpu (fp32)");
+  client::EventPrinter resumed;
+  v1::Event r = e;
+  r.set_text(R"({"event":"start","step":4,"total_steps":10,"parameters":1234,"device":"cpu",)"
+             R"("precision":"fp32","resumed_from":"/run/checkpoint-000004"})");
+  EXPECT_EQ(resumed.Format(r),
+            "start: 1234 parameters, 10 steps on cpu (fp32), resuming at step 4 from /run/checkpoint-000004");
+  r.set_text(R"({"event":"start","step":0,"total_steps":10,"parameters":1,"device":"cpu","precision":"fp32",)"
+             R"("resumed_from":""})");
+  EXPECT_EQ(resumed.Format(r), "start: 1 parameters, 10 steps on cpu (fp32)");
   e.set_text(R"({"event":"step","step":3,"loss":2.5,"lr":0.001,"grad_norm":0.5,"tokens_per_s":1000})");
   EXPECT_EQ(p.Format(e), "step 3/10: loss 2.5000, lr 1.00e-03, grad norm 0.500, 1000 tok/s");
   e.set_rank(1);

@@ -51,13 +51,14 @@ process group (session), with the fake's environment plus
   FAKE_SSH_PORT          lambda: --ssh-port (default 22; its API has no port); runpod: a free port
                          the fake picked and reports as the pod's mapping of 22/tcp
 Its stdout/stderr go to <state-dir>/<id>.log. A terminate sends SIGTERM to the process group, then
-SIGKILL 5 s later if it is still there. When the fake gets SIGTERM or SIGINT it does the same to every
+SIGKILL 5 s later if anything of its group is still there. When the fake gets SIGTERM or SIGINT it does the same to every
 instance's group and exits. Without --instance-command instances are bookkeeping only.
 
 For tests (no auth): GET /_fake/state -> {"dialect", "launches", "ssh_keys": [{name, public_key}],
 "instances": [{id, name, instance_type, region, status (what a GET would say now), phase, orphan,
 pid, exit_code, ssh_port, authorized_keys}]}; POST /_fake/orphan {"name", "instance_type"?,
-"region"?} -> {"id"}: an instance that is already running, with no process.
+"region"?} -> {"id"}: an instance that is already running, with no process; POST /_fake/preempt
+{"id"}: the provider takes the instance away (as a terminate, but nobody asked through the API).
 Every request is appended to --log as a JSON line: method, path, status, auth (whether an
 Authorization header came; never its value).
 """
@@ -148,6 +149,24 @@ def start_process(inst, public_key):
     log.close()
 
 
+def end_group(proc, deadline):
+    """Waits until the process group of `proc` (its leader) is empty or `deadline` passes, then SIGKILLs
+    what is left and reaps the leader. The whole group gets the grace, not only its leader: the
+    instance's own shutdown (its trap) may run in a child after the leader died of the SIGTERM."""
+    while time.monotonic() < deadline:
+        proc.poll()  # reaps the leader once it ended (a zombie would keep the group)
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            break
+        time.sleep(0.05)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
 def stop_process(inst, grace=5.0):
     proc = inst.get("proc")
     if proc is None or proc.poll() is not None:
@@ -158,15 +177,7 @@ def stop_process(inst, grace=5.0):
         return
 
     def kill_later():
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-        try:  # the group may hold children that outlived the shell
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
+        end_group(proc, time.monotonic() + grace)
 
     threading.Thread(target=kill_later, daemon=True).start()
 
@@ -363,6 +374,12 @@ class Handler(BaseHTTPRequestHandler):
                 inst = new_instance(body.get("name", "orphan"), body.get("instance_type", first),
                                     body.get("region", "us-east-1"), "", orphan=True)
                 return self.reply(200, {"id": inst["id"]})
+            if method == "POST" and path == "/_fake/preempt" and isinstance(body, dict):
+                inst = STATE["instances"].get(body.get("id", ""))
+                if inst is None:
+                    return self.reply(404, {"error": "no such instance"})
+                terminate(inst)  # the provider's doing: its process goes, as a terminate's would
+                return self.reply(200, {"id": inst["id"]})
         return self.reply(404, {"error": "no such fake endpoint"})
 
     # ---- Lambda ----
@@ -539,16 +556,9 @@ def shutdown(signum, frame):
                 os.killpg(inst["proc"].pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 5
     for inst in procs:
-        try:
-            inst["proc"].wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(inst["proc"].pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        end_group(inst["proc"], deadline)
     if OWN_STATE_DIR:
         shutil.rmtree(STATE_DIR, ignore_errors=True)
     os._exit(0)
