@@ -10,6 +10,7 @@
 #include "client/remote/job_target.h"
 #include "client/remote/job_usage.h"
 #include "client/remote/log_follower.h"
+#include "client/remote/rented_hosts.h"
 #include "client/transfer/bucket_transfer.h"
 #include "common/terminal_text.h"
 
@@ -274,7 +275,8 @@ struct JobListing {
   json jobs = json::array(), errors = json::array(), hosts = json::array();
   std::vector<std::vector<std::string>> rows = {
       {"JOB", "NAME", "STATE", "STEP", "LOSS", "CREATED", "GPU-H", "COST"}};
-  std::string host_text;  // each host's uptime, cost and stop policy, after the table
+  std::string host_text;            // each host's uptime, cost and stop policy, after the table
+  json given_back = json::array();  // rented hosts of registry jobs that were given back: not asked
 };
 
 // Adds `j`, a job of `host` (whose health is `h`), to the listing.
@@ -358,7 +360,17 @@ int ListCmd(const RemoteOptions& ro) {
   }
   JobListing listing;
   Status first_error;
+  RentedHosts rented;
   for (const auto& opts : *hosts) {
+    // A registry job's rented host that was given back took its jobs with it: said, not dialled.
+    std::optional<RentedHost> back = ro.hosts.empty() ? rented.FindGivenBack(opts.host) : std::nullopt;
+    if (back) {
+      listing.given_back.push_back(
+          {{"host", opts.host}, {"name", back->name}, {"ended_unix_ms", back->ended_unix_ms}});
+      listing.host_text += EscapeForTerminal(opts.host) + " (" + EscapeForTerminal(back->name) +
+                           "): given back " + FormatTime(back->ended_unix_ms) + "; its jobs ended with it\n";
+      continue;
+    }
     if (Status s = ListHost(opts, &listing); !s.ok()) {
       if (first_error.ok()) first_error = s;
       listing.errors.push_back(
@@ -367,7 +379,10 @@ int ListCmd(const RemoteOptions& ro) {
     }
   }
   if (ro.json) {
-    std::cout << Dump({{"jobs", listing.jobs}, {"errors", listing.errors}, {"hosts", listing.hosts}})
+    std::cout << Dump({{"jobs", listing.jobs},
+                       {"errors", listing.errors},
+                       {"hosts", listing.hosts},
+                       {"given_back", listing.given_back}})
               << std::endl;
     return first_error.ok() ? kExitOk : ExitCodeFor(first_error);
   }

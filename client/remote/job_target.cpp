@@ -1,5 +1,6 @@
 #include "client/remote/job_target.h"
 
+#include "client/remote/rented_hosts.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -61,6 +62,11 @@ StatusOr<std::unique_ptr<Reconnector>> ConnectHost(const ConnectOptions& opts) {
 }
 
 StatusOr<std::unique_ptr<Reconnector>> ConnectNode(const NodeRecord& node) {
+  // A rented host given back took its jobs with it; another machine may answer at its address now.
+  if (std::optional<RentedHost> back = RentedHosts().FindGivenBack(node.host)) {
+    return UnavailableError("cannot reach " + node.host + ": it was the rented host " + back->name +
+                            ", given back " + FormatTime(back->ended_unix_ms) + "; its jobs ended with it");
+  }
   return ConnectHost(node.ToConnectOptions());
 }
 

@@ -20,7 +20,8 @@ StatusOr<JobRecord> ResolveJob(const std::string& ref, const RemoteOptions& o, c
 
 // Connects to `node` once (an unreachable host fails at once) and returns a Reconnector that
 // reconnects with the same options after a dropped connection. Errors read "cannot reach HOST: ..."
-// and are UNAVAILABLE (INVALID_ARGUMENT for a malformed host or option).
+// and are UNAVAILABLE (INVALID_ARGUMENT for a malformed host or option). A node on a rented host that
+// was given back (rented_hosts.h's FindGivenBack) is UNAVAILABLE at once, saying so, never dialled.
 StatusOr<std::unique_ptr<Reconnector>> ConnectNode(const NodeRecord& node);
 StatusOr<std::unique_ptr<Reconnector>> ConnectHost(const ConnectOptions& opts);
 

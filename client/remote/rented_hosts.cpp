@@ -161,4 +161,17 @@ std::optional<RentedHost> RentedHosts::FindLive(const std::string& host) const {
   return std::nullopt;
 }
 
+std::optional<RentedHost> RentedHosts::FindGivenBack(const std::string& host) const {
+  if (host.empty() || !FileSystem::Default()->Exists(path_)) return std::nullopt;
+  auto hosts = Load();
+  if (!hosts.ok()) return std::nullopt;
+  std::optional<RentedHost> out;
+  for (auto& h : *hosts) {
+    if (h.name != host && h.SshTarget() != host) continue;
+    if (h.Live()) return std::nullopt;  // a provider may give a new host the address of an old one
+    if (h.state == "down" && (!out || h.ended_unix_ms > out->ended_unix_ms)) out = h;
+  }
+  return out;
+}
+
 }  // namespace sftctl::client

@@ -86,6 +86,10 @@ class RentedHosts {
   // command names them). nullopt
   // for anything else (also when the file cannot be read).
   std::optional<RentedHost> FindLive(const std::string& host) const;
+  // The newest record given back ("down") whose name or SSH target is `host`, when no live record
+  // is: a host whose jobs went with it, which `list` and `status` need not try to reach. nullopt
+  // otherwise (also when the file cannot be read).
+  std::optional<RentedHost> FindGivenBack(const std::string& host) const;
 
  private:
   std::string path_;

@@ -4,7 +4,8 @@
 # processes (tests/cloud/fake_instance.sh) running as this user; the images "have sftd" (--no-bootstrap
 # with --sftd and --agent-data-dir: tests/remote/bootstrap_e2e.sh covers the bootstrap itself):
 #   1. submit --provider fake-lambda --down-when-done: the cheapest offer has no capacity (the next is
-#      taken), the job runs, its final checkpoint comes to the laptop, the provider reports no instance;
+#      taken), the job runs, its final checkpoint comes to the laptop, the provider reports no instance,
+#      and `list`/`status` name the host as given back instead of dialling it;
 #   2. up / hosts / down on fake-runpod (SSH on a mapped port), an orphan flagged by `hosts`;
 #   3. the laptop's sftctl killed mid-job (--terminate-from-host): the host still terminates itself;
 #   4. --max-cost reached: the agent cancels the job (saying so in logs and status) and terminates the host;
@@ -147,6 +148,14 @@ hosts = [h for h in json.load(open(sys.argv[1]))["hosts"] if h["instance_type"] 
 assert len(hosts) == 1 and hosts[0]["state"] == "down" and hosts[0]["ended_unix_ms"] > 0, hosts
 assert hosts[0]["price_per_hour"] == 3.29, hosts
 PY
+  # Its job went with it: `list` names the host as given back (not dialled, no error), `status` says so.
+  "$SFTCTL" list >"$TMP/s1-$1-list.out" 2>"$TMP/s1-$1-list.err" || fail "list after the host was given back exited $?"
+  expect_in "$TMP/s1-$1-list.out" "given back"
+  local ref rc=0
+  ref=$(sed -n 's/^submitted \([^ ]*\) .*/\1/p' "$TMP/s1-$1.err")
+  "$SFTCTL" status "$ref" >"$TMP/s1-$1-status.out" 2>"$TMP/s1-$1-status.err" || rc=$?
+  [ "$rc" = 4 ] || fail "status of a job on a given-back host exited $rc, not 4"
+  expect_in "$TMP/s1-$1-status.err" "given back"
   stop_fake
 }
 

@@ -15,6 +15,7 @@
 
 #include "client/cloud/provider_config.h"
 #include "client/remote/job_registry.h"
+#include "client/remote/job_target.h"
 #include "client/remote/remote_options.h"
 #include "client/remote/rented_hosts.h"
 #include "tests/util/file_util.h"
@@ -397,6 +398,19 @@ TEST(RentedHostsTest, NamesAreCheckedAndARentedNameBecomesItsSshTarget) {
   h.state = "down";
   ASSERT_TRUE(RentedHosts().Put(h).ok());
   EXPECT_EQ(MakeConnectOptions(RemoteOptions{}, "pod1")->host, "pod1");  // gone: an ordinary name again
+  // Its jobs went with it: a job recorded there is not dialled (ConnectNode says why at once)...
+  h.ended_unix_ms = 1700000000000;
+  ASSERT_TRUE(RentedHosts().Put(h).ok());
+  EXPECT_EQ(RentedHosts().FindGivenBack("root@203.0.113.5:40022").value_or(RentedHost()).name, "pod1");
+  EXPECT_EQ(RentedHosts().FindGivenBack("pod1").value_or(RentedHost()).name, "pod1");
+  EXPECT_EQ(RentedHosts().FindGivenBack("root@203.0.113.6:40022"), std::nullopt);
+  EXPECT_THAT(ConnectNode(node),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("it was the rented host pod1, given back")));
+  // ... unless a host rented since has that address: then it is that one's.
+  RentedHost reused = h;
+  reused.name = "pod2", reused.instance_id = "p2", reused.state = "up", reused.ended_unix_ms = 0;
+  ASSERT_TRUE(RentedHosts().Put(reused).ok());
+  EXPECT_EQ(RentedHosts().FindGivenBack("root@203.0.113.5:40022"), std::nullopt);
   ::unsetenv("XDG_CONFIG_HOME");
 }
 
