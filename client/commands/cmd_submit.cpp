@@ -527,13 +527,47 @@ int GiveBack(const std::string& name, int code, bool json) {
   return code;
 }
 
+// The job on `host` with --down-when-done: submitted, followed and pulled, then the host given back;
+// with --replace-lost, a host the provider took away is replaced and the job continues there
+// (ReplacementResume), within what is left of --max-cost. `guard` follows the host in use.
+int RunOnRentedHosts(SubmitArgs a, const RemoteSpec& spec, RentedHost host, HostReturnGuard* guard) {
+  const bool json = a.ro.json;
+  const std::string first_name = a.rent.name;
+  const double max_cost = a.rent.max_cost;  // --max-cost covers the replacements too
+  double spent = 0;
+  for (int replaced = 0;; ++replaced) {
+    a.ro.hosts = {host.name};
+    const int code = Submit(a);
+    bool replace =
+        code == kExitUnreachable && a.replace_lost > 0 && ShouldReplace(host, replaced, a.replace_lost);
+    const int given_back = GiveBack(host.name, code, json);
+    if (replace && max_cost > 0) {
+      auto ended = RentedHosts().Get(host.name);
+      spent += ended.ok() ? ended->SpentUsd(NowUnixMs()) : 0;
+      a.rent.max_cost = max_cost - spent;
+      replace = a.rent.max_cost >= 0.01;
+      std::cerr << "submit: " << cloud::FormatUsd(spent) << " of --max-cost " << cloud::FormatUsd(max_cost)
+                << " spent" << (replace ? "; the replacement may cost the rest" : ": no replacement") << "\n";
+    }
+    if (!replace) return given_back;
+    const std::optional<std::string> from = ReplacementResume(&a, spec);
+    a.rent.name = first_name + "-" + std::to_string(replaced + 2);
+    std::cerr << "submit: renting " << a.rent.name << " to continue "
+              << (from ? "from " + EscapeForTerminal(*from)
+                       : std::string("from the start (no checkpoint survived)"))
+              << " (replacement " << replaced + 1 << " of " << a.replace_lost << ")\n";
+    guard->Watch(a.rent.name);
+    auto next = RentHost(a.rent, a.ro, a.down_when_done);
+    if (!next.ok()) return ReportError(next.status(), json);
+    host = *next;
+  }
+}
+
 // `submit --provider P ...`: the spec checked, a host rented (rent_flags.h), the job submitted to it.
 // With --down-when-done the job is followed, its final checkpoint pulled (to --sync-to, by default
 // ./<host name>, unless it goes to checkpoint.upload_to), and the host given back whatever the
-// outcome; Ctrl-C gives it back too (HostReturnGuard), and the host stops itself when this machine
-// is gone, where it can (rent_flags.h's HostStopsItself). With --replace-lost N, a host the provider
-// took away mid-run (preempted, terminated) is replaced by another, up to N times, which continues
-// from the newest checkpoint that survived it (ReplacementResume).
+// outcome (RunOnRentedHosts); Ctrl-C gives it back too (HostReturnGuard), and the host stops itself
+// when this machine is gone, where it can (rent_flags.h's HostStopsItself).
 int SubmitRented(SubmitArgs a) {
   const bool json = a.ro.json;
   if (!a.ro.hosts.empty()) {
@@ -550,9 +584,9 @@ int SubmitRented(SubmitArgs a) {
   HostReturnGuard guard(a.rent.name);
   auto host = RentHost(a.rent, a.ro, a.down_when_done);
   if (!host.ok()) return ReportError(host.status(), json);
-  a.ro.hosts = {host->name};
   if (!a.down_when_done) {
     guard.Release();
+    a.ro.hosts = {host->name};
     std::cerr << "submit: " << host->name << " stays up: `sftctl down " << host->name << "` ends it\n";
     return Submit(a);
   }
@@ -560,30 +594,9 @@ int SubmitRented(SubmitArgs a) {
   a.stop_when_done = a.stop_when_done || *stops_itself;
   if (a.sync_to.empty() && spec->spec.checkpoint.upload_to.empty()) a.sync_to = "./" + host->name;
   if (!a.sync_to.empty()) std::cerr << "submit: the checkpoints come to " << a.sync_to << "\n";
-  const std::string first_name = a.rent.name;
-  for (int replaced = 0;; ++replaced) {
-    const int code = Submit(a);
-    const bool replace =
-        code == kExitUnreachable && a.replace_lost > 0 && ShouldReplace(*host, replaced, a.replace_lost);
-    const int given_back = GiveBack(host->name, code, json);
-    if (!replace) {
-      guard.Release();
-      return given_back;
-    }
-    const std::optional<std::string> from = ReplacementResume(&a, *spec);
-    a.rent.name = first_name + "-" + std::to_string(replaced + 2);
-    std::cerr << "submit: renting " << a.rent.name << " to continue "
-              << (from ? "from " + EscapeForTerminal(*from)
-                       : std::string("from the start (no checkpoint survived)"))
-              << " (replacement " << replaced + 1 << " of " << a.replace_lost << ")\n";
-    guard.Watch(a.rent.name);
-    host = RentHost(a.rent, a.ro, a.down_when_done);
-    if (!host.ok()) {
-      guard.Release();
-      return ReportError(host.status(), json);
-    }
-    a.ro.hosts = {host->name};
-  }
+  const int code = RunOnRentedHosts(std::move(a), *spec, *host, &guard);
+  guard.Release();
+  return code;
 }
 
 }  // namespace

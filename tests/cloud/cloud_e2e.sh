@@ -256,7 +256,7 @@ scenario_6() {  # DIALECT
   # 20000 steps of a few milliseconds, a checkpoint every 2000: the first comes home in seconds, and
   # the run is far from its end when its host goes.
   "$SFTCTL" submit --provider "fake-$1" --gpu H100 "${AGENT_FLAGS[@]}" --agent-data-dir "$agent" \
-    --down-when-done --replace-lost 1 --host-name "lost-$1" --sync-to "$out" --sync-interval 0.2 --wait 2m \
+    --down-when-done --replace-lost 1 --max-cost 5 --host-name "lost-$1" --sync-to "$out" --sync-interval 0.2 --wait 2m \
     "$(job_spec 20000 2000)" >"$TMP/s6-$1.out" 2>"$TMP/s6-$1.err" &
   pid=$!
   for _ in $(seq 1 600); do [ -f "$out/checkpoint-002000/DONE" ] && break; sleep 0.1; done
@@ -280,7 +280,12 @@ import json, sys
 hosts = {h["name"]: h for h in json.load(open(sys.argv[1]))["hosts"]}
 for name in ("lost-" + sys.argv[2], "lost-" + sys.argv[2] + "-2"):
     assert hosts[name]["state"] == "down" and hosts[name]["ended_unix_ms"] > 0, hosts
+# --max-cost covers both: the replacement may cost only what the lost host left of it.
+first, second = hosts["lost-" + sys.argv[2]], hosts["lost-" + sys.argv[2] + "-2"]
+assert first["max_cost"] == 5, first
+assert 4.5 < second["max_cost"] < 5, second
 PY
+  expect_in "$TMP/s6-$1.err" "of --max-cost \$5.00 spent; the replacement may cost the rest"
   stop_fake
 }
 
