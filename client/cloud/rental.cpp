@@ -322,20 +322,18 @@ StatusOr<std::optional<std::string>> GoneBecause(CloudProvider* p, const RentedH
 }
 
 LostHostVerdict DecideOnLostHost(const RentedHost& host, const StatusOr<std::optional<std::string>>& gone,
-                                 int replaced, int allowed) {
-  if (!gone.ok()) {
-    return {false, "not replacing " + host.name + ": cannot ask " + host.provider +
-                       " about it: " + gone.status().message()};
-  }
-  if (!*gone) {
-    return {false, "not replacing " + host.name + ": " + host.provider +
-                       " still reports it running (the connection, not the host, failed)"};
+                                 int replaced, int allowed, bool can_follow_again) {
+  if (!gone.ok() || !*gone) {
+    const std::string seen = !gone.ok() ? "cannot ask " + host.provider + " about " + host.name + " (" +
+                                              gone.status().message() + ")"
+                                        : host.provider + " still reports " + host.name + " running";
+    if (can_follow_again) return {LostHostAction::kFollowAgain, seen + "; following its job again"};
+    return {LostHostAction::kGiveBack, seen + ", but it stayed out of reach; giving it back"};
   }
   const std::string lost = "lost " + host.name + ": " + **gone;
-  if (replaced >= allowed) {
-    return {false, lost + (allowed == 0 ? "" : "; --replace-lost " + std::to_string(allowed) + " used up")};
-  }
-  return {true, lost};
+  if (replaced < allowed) return {LostHostAction::kReplace, lost};
+  return {LostHostAction::kGiveBack,
+          lost + (allowed == 0 ? "" : "; --replace-lost " + std::to_string(allowed) + " used up")};
 }
 
 std::vector<HostRow> ListRentedHosts(const std::vector<CloudProvider*>& providers,

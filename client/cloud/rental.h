@@ -103,15 +103,19 @@ Status Down(CloudProvider* provider, const RentedHosts& registry, RentedHost hos
 StatusOr<std::optional<std::string>> GoneBecause(CloudProvider* provider, const RentedHost& h);
 
 // What to do about a rented host this machine lost the connection to, given what the provider says of
-// it (`gone`: GoneBecause's answer), how many replacements were rented already and --replace-lost:
-// replace it only when the provider reports it gone and replacements are left. `why` says which, for
-// the user.
+// it (`gone`: GoneBecause's answer), how many replacements were rented already, --replace-lost, and
+// whether its job can be followed again (it was submitted, and the tries are not used up):
+//   * the provider reports it gone: kReplace while replacements are left, else kGiveBack;
+//   * it reports it running, or cannot be asked (this machine may be the one offline): kFollowAgain
+//     when the job can be followed again (the connection, not the host, failed), else kGiveBack.
+// `why` says which, for the user.
+enum class LostHostAction { kFollowAgain, kReplace, kGiveBack };
 struct LostHostVerdict {
-  bool replace = false;
+  LostHostAction action = LostHostAction::kGiveBack;
   std::string why;
 };
 LostHostVerdict DecideOnLostHost(const RentedHost& host, const StatusOr<std::optional<std::string>>& gone,
-                                 int replaced, int allowed);
+                                 int replaced, int allowed, bool can_follow_again);
 
 // One line of `sftctl hosts`: a registry record with what its provider says now, or an instance the
 // provider bills that the registry does not know (orphan: only `instance` is set).

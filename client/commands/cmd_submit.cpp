@@ -397,7 +397,8 @@ void PrintSubmittedText(const JobRecord& rec, const std::vector<Node>& nodes, co
 // After the submit: --follow streams the logs, --sync-to keeps a folder in step with the job's
 // checkpoints (pull --follow); both at once run the sync on its own connection beside the logs. The
 // exit code is the job's final state, or the first error.
-int FollowSubmitted(const SubmitArgs& a, const JobRecord& rec, Reconnector* rc) {
+// `printed`: the seq of the last event printed (0: none), kept up to date for a later call.
+int FollowSubmitted(const SubmitArgs& a, const JobRecord& rec, Reconnector* rc, uint64_t* printed) {
   const bool json = a.ro.json;
   SyncOptions sync{a.sync_to, a.sync_interval_s, a.sync_keep, /*streams=*/0, /*force=*/false, json};
   if (a.sync_to.empty() && !a.follow) return kExitOk;
@@ -411,7 +412,7 @@ int FollowSubmitted(const SubmitArgs& a, const JobRecord& rec, Reconnector* rc) 
       sync_code = SyncCheckpoints(sync, rec, rec.nodes.front(), own.get());
     });
   }
-  auto result = PrintEvents(rc, rec.id, 0, /*follow=*/true, json);
+  auto result = PrintEvents(rc, rec.id, *printed, /*follow=*/true, json, printed);
   int code = result.ok() ? ExitCodeForState(result->final_state.value_or(v1::FAILED))
                          : ReportError(result.status(), json);
   if (syncer.joinable()) syncer.join();  // it ends with the job, after its final checkpoint
@@ -431,7 +432,9 @@ StatusOr<std::vector<std::string>> NodeHosts(const SubmitArgs& a, const RemoteSp
 
 // Load and hash the spec's files, connect, choose ranks, upload, submit, record, report; then follow
 // the job's events with --follow.
-int Submit(const SubmitArgs& a) {
+// `record` (may be null) gets the job's record once it is submitted, and `printed` (with it) the
+// seq of the last event the follow printed.
+int Submit(const SubmitArgs& a, JobRecord* record = nullptr, uint64_t* printed = nullptr) {
   const bool json = a.ro.json;
   // Every spec flag is an override applied with the --set ones as the spec loads, before its files
   // are collected (a --resume-from folder travels too).
@@ -477,7 +480,9 @@ int Submit(const SubmitArgs& a) {
     PrintSubmittedText(rec, *nodes, sum, *upload_s, a.follow);
   }
   std::cout.flush();
-  return FollowSubmitted(a, rec, (*nodes)[0].rc.get());
+  if (record != nullptr) *record = rec;
+  uint64_t own = 0;
+  return FollowSubmitted(a, rec, (*nodes)[0].rc.get(), printed != nullptr ? printed : &own);
 }
 
 // Where a replacement for a lost host continues the run: the bucket the checkpoints went to (the
@@ -506,14 +511,6 @@ std::optional<std::string> ReplacementResume(SubmitArgs* a, const RemoteSpec& sp
   return path;
 }
 
-// After a rented host stopped answering: whether to rent a replacement (rental.h's DecideOnLostHost on
-// what the provider says now), saying why on stderr either way.
-bool ShouldReplace(const RentedHost& host, int replaced, int allowed) {
-  const cloud::LostHostVerdict v = cloud::DecideOnLostHost(host, RentedHostGone(host), replaced, allowed);
-  std::cerr << "submit: " << v.why << "\n";
-  return v.replace;
-}
-
 // Gives `name` back (rent_flags.h's ReturnHost on its current record); an error is reported, and
 // returned as the exit code unless `code` already is one.
 int GiveBack(const std::string& name, int code, bool json) {
@@ -527,8 +524,44 @@ int GiveBack(const std::string& name, int code, bool json) {
   return code;
 }
 
+// Follows the submitted job `rec` again after a lost connection, from the event after `printed`
+// (the checkpoint sync too): the exit code as FollowSubmitted's; 4 when its host cannot be reached.
+int FollowAgain(const SubmitArgs& a, const JobRecord& rec, uint64_t* printed) {
+  auto rc = ConnectNode(rec.nodes.front());
+  if (!rc.ok()) {
+    std::cerr << "submit: " << EscapeForTerminal(rc.status().message()) << "\n";
+    return kExitUnreachable;
+  }
+  return FollowSubmitted(a, rec, rc->get(), printed);
+}
+
+// Submits the job to `host` and follows it; while the connection is lost (exit 4), asks the provider
+// (rental.h's DecideOnLostHost): follows the job again while the host runs, up to kFollowTries tries
+// without an event between them. Returns the exit code and the action that ended it.
+std::pair<int, cloud::LostHostAction> SubmitAndFollow(const SubmitArgs& a, const RentedHost& host,
+                                                      int replaced) {
+  constexpr int kFollowTries = 20;
+  JobRecord rec;
+  uint64_t printed = 0;
+  int code = Submit(a, &rec, &printed);
+  cloud::LostHostAction action = cloud::LostHostAction::kGiveBack;
+  for (int tries = 0; code == kExitUnreachable; ++tries) {
+    const cloud::LostHostVerdict v = cloud::DecideOnLostHost(
+        host, RentedHostGone(host), replaced, a.replace_lost, !rec.id.empty() && tries < kFollowTries);
+    std::cerr << "submit: " << v.why << "\n";
+    action = v.action;
+    if (action != cloud::LostHostAction::kFollowAgain) break;
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    const uint64_t before = printed;
+    code = FollowAgain(a, rec, &printed);
+    if (printed != before) tries = 0;  // it got through for a while: a new outage
+  }
+  return {code, action};
+}
+
 // The job on `host` with --down-when-done: submitted, followed and pulled, then the host given back;
-// with --replace-lost, a host the provider took away is replaced and the job continues there
+// a lost connection to a host that still runs is followed again (SubmitAndFollow); with
+// --replace-lost, a host the provider took away is replaced and the job continues there
 // (ReplacementResume), within what is left of --max-cost. `guard` follows the host in use.
 int RunOnRentedHosts(SubmitArgs a, const RemoteSpec& spec, RentedHost host, HostReturnGuard* guard) {
   const bool json = a.ro.json;
@@ -537,9 +570,8 @@ int RunOnRentedHosts(SubmitArgs a, const RemoteSpec& spec, RentedHost host, Host
   double spent = 0;
   for (int replaced = 0;; ++replaced) {
     a.ro.hosts = {host.name};
-    const int code = Submit(a);
-    bool replace =
-        code == kExitUnreachable && a.replace_lost > 0 && ShouldReplace(host, replaced, a.replace_lost);
+    const auto [code, action] = SubmitAndFollow(a, host, replaced);
+    bool replace = action == cloud::LostHostAction::kReplace;
     const int given_back = GiveBack(host.name, code, json);
     if (replace && max_cost > 0) {
       auto ended = RentedHosts().Get(host.name);
@@ -566,8 +598,9 @@ int RunOnRentedHosts(SubmitArgs a, const RemoteSpec& spec, RentedHost host, Host
 // `submit --provider P ...`: the spec checked, a host rented (rent_flags.h), the job submitted to it.
 // With --down-when-done the job is followed, its final checkpoint pulled (to --sync-to, by default
 // ./<host name>, unless it goes to checkpoint.upload_to), and the host given back whatever the
-// outcome (RunOnRentedHosts); Ctrl-C gives it back too (HostReturnGuard), and the host stops itself
-// when this machine is gone, where it can (rent_flags.h's HostStopsItself).
+// outcome (RunOnRentedHosts, which also rides out lost connections and replaces lost hosts); Ctrl-C gives it
+// back too (HostReturnGuard), and the host stops itself when this machine is gone, where it can
+// (rent_flags.h's HostStopsItself).
 int SubmitRented(SubmitArgs a) {
   const bool json = a.ro.json;
   if (!a.ro.hosts.empty()) {

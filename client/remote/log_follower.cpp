@@ -106,11 +106,12 @@ StatusOr<FollowResult> FollowEvents(Reconnector* rc, const std::string& job_id, 
 }
 
 StatusOr<FollowResult> PrintEvents(Reconnector* rc, const std::string& job_id, uint64_t after_seq,
-                                   bool follow, bool json) {
+                                   bool follow, bool json, uint64_t* printed) {
   EventPrinter printer;
   return FollowEvents(
       rc, job_id, after_seq, follow,
       [&](const v1::Event& e) {
+        if (printed != nullptr) *printed = e.seq();
         if (json) {
           std::cout << EventToJson(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         } else {

@@ -32,8 +32,10 @@ StatusOr<FollowResult> FollowEvents(Reconnector* rc, const std::string& job_id, 
                                     const std::function<void()>& after_batch = nullptr);
 
 // FollowEvents printing every event on stdout: EventPrinter lines, or EventToJson lines with `json`.
+// `printed` (may be null) is kept at the seq of the last event printed, also when it fails: where a
+// later call continues.
 StatusOr<FollowResult> PrintEvents(Reconnector* rc, const std::string& job_id, uint64_t after_seq,
-                                   bool follow, bool json);
+                                   bool follow, bool json, uint64_t* printed = nullptr);
 
 // `sftctl logs --tail N`: the last `tail` lines PrintEvents would print for the events journaled so far
 // (with `json`: the last `tail` events), then with `follow` every later event until the job ends (a

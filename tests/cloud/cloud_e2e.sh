@@ -11,7 +11,9 @@
 #   4. --max-cost reached: the agent cancels the job (saying so in logs and status) and terminates the host;
 #   5. Ctrl-C on `submit --provider --down-when-done`: the host is given back, exit 130;
 #   6. the provider takes the host away mid-run (preempted): `--replace-lost 1` rents another, which
-#      continues from the newest checkpoint pulled home, and gives both back;
+#      continues from the newest checkpoint pulled home, within what is left of --max-cost;
+#   7. the host drops off the network for longer than a follow's reconnect budget and comes back: the
+#      provider still runs it, so its job is followed again (every event printed once), not replaced;
 #   and no file, log or process argument holds the planted API key (but the instance's agent env file).
 # 1, 3 and 4 run against both fake providers (Lambda's host terminates itself with the key the user
 # sent, --terminate-from-host; a RunPod pod with its own key and runpodctl, as a real pod has them).
@@ -22,7 +24,7 @@ SRC=$PWD
 BIN=$(cd "${1:?usage: cloud_e2e.sh BUILD_DIR [SCENARIO...]}" && pwd)/bin
 shift
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=("1 lambda" "1 runpod" 2 "3 lambda" "3 runpod" "4 lambda" "4 runpod" 5 "6 lambda")
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=("1 lambda" "1 runpod" 2 "3 lambda" "3 runpod" "4 lambda" "4 runpod" 5 "6 lambda" "7 runpod")
 SFTCTL=$BIN/sftctl
 T0=$SECONDS
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/sftctl-cloud-e2e.XXXXXX")
@@ -78,7 +80,7 @@ start_fake() {
   FAKE_AGENT_STOP="pkill -KILL -f -- '$agent/jobs/'; $BIN/sftd stop --data-dir $agent" FAKE_POD_API_KEY=$KEY python3 "$SRC/tests/util/fake_cloud.py" \
     --dialect "$dialect" --api-key "$KEY" --config "$dir/config.json" --log "$dir/requests.jsonl" \
     --state-dir "$dir" --ssh-port "$SSH_PORT" --launch-interval 1 \
-    --instance-command "sh $SRC/tests/cloud/fake_instance.sh" >"$dir/out" 2>"$TMP/fake-$FAKES-$name.err" &
+    --instance-command "exec sh $SRC/tests/cloud/fake_instance.sh" >"$dir/out" 2>"$TMP/fake-$FAKES-$name.err" &
   FAKE_PID=$!
   for _ in $(seq 1 300); do grep -q '^PORT' "$dir/out" 2>/dev/null && break; sleep 0.1; done
   FAKE_PORT=$(awk '/^PORT/ {print $2}' "$dir/out")
@@ -249,24 +251,36 @@ scenario_4() {  # DIALECT
   stop_fake
 }
 
+# rented_instance NAME: the provider's instance id of the rented host NAME (from hosts.json).
+rented_instance() {
+  python3 -c 'import json,sys
+print([h for h in json.load(open(sys.argv[1]))["hosts"] if h["name"] == sys.argv[2]][0]["instance_id"])' \
+    "$XDG_CONFIG_HOME/sftctl/hosts.json" "$1"
+}
+# submit_20000 DIALECT HOST_NAME OUT LOG [FLAG...]: `submit --provider fake-DIALECT --down-when-done` of
+# 20000 steps of a few milliseconds, a checkpoint every 2000, synced to OUT, in the background
+# (SUBMIT_PID); returns once the first checkpoint came home, the run far from its end.
+submit_20000() {
+  local dialect=$1 name=$2 out=$3 log=$4 agent=$TMP/agent-$2
+  shift 4
+  "$SFTCTL" submit --provider "fake-$dialect" --gpu H100 "${AGENT_FLAGS[@]}" --agent-data-dir "$agent" \
+    --down-when-done --host-name "$name" --sync-to "$out" --sync-interval 0.2 --wait 2m "$@" \
+    "$(job_spec 20000 2000)" >"$log.out" 2>"$log.err" &
+  SUBMIT_PID=$!
+  for _ in $(seq 1 600); do [ -f "$out/checkpoint-002000/DONE" ] && return 0; sleep 0.1; done
+  kill -9 $SUBMIT_PID
+  fail "no checkpoint of $name came home within 60 s"
+}
+
 scenario_6() {  # DIALECT
   phase "6. fake-$1: the provider takes the host away mid-run; --replace-lost rents another, which continues"
-  local agent=$TMP/agent-6-$1 out=$TMP/out-6-$1 pid id rc=0
-  start_fake "$1" "fake-$1" "$agent" "{\"offers\": $(two_offers "$1")}"
-  # 20000 steps of a few milliseconds, a checkpoint every 2000: the first comes home in seconds, and
-  # the run is far from its end when its host goes.
-  "$SFTCTL" submit --provider "fake-$1" --gpu H100 "${AGENT_FLAGS[@]}" --agent-data-dir "$agent" \
-    --down-when-done --replace-lost 1 --max-cost 5 --host-name "lost-$1" --sync-to "$out" --sync-interval 0.2 --wait 2m \
-    "$(job_spec 20000 2000)" >"$TMP/s6-$1.out" 2>"$TMP/s6-$1.err" &
-  pid=$!
-  for _ in $(seq 1 600); do [ -f "$out/checkpoint-002000/DONE" ] && break; sleep 0.1; done
-  [ -f "$out/checkpoint-002000/DONE" ] || { kill -9 $pid; fail "no checkpoint came home before the host was to go"; }
-  id=$(python3 -c 'import json,sys
-print([h for h in json.load(open(sys.argv[1]))["hosts"] if h["name"] == sys.argv[2]][0]["instance_id"])' \
-    "$XDG_CONFIG_HOME/sftctl/hosts.json" "lost-$1")
+  local out=$TMP/out-6-$1 id rc=0
+  start_fake "$1" "fake-$1" "$TMP/agent-lost-$1" "{\"offers\": $(two_offers "$1")}"
+  submit_20000 "$1" "lost-$1" "$out" "$TMP/s6-$1" --replace-lost 1 --max-cost 5
+  id=$(rented_instance "lost-$1")
   phase "preempting $id (the newest checkpoint home: $(ls "$out" | grep checkpoint | tail -n 1))"
   curl -fsS -X POST -d "{\"id\": \"$id\"}" "http://127.0.0.1:$FAKE_PORT/_fake/preempt" >/dev/null
-  wait $pid || rc=$?
+  wait $SUBMIT_PID || rc=$?
   sed 's/^/  | /' "$TMP/s6-$1.err" | grep -v '^  | \[' | tail -n 25
   [ "$rc" = 0 ] || fail "submit --replace-lost exited $rc"
   expect_in "$TMP/s6-$1.err" "lost lost-$1: fake-$1 "
@@ -286,6 +300,27 @@ assert first["max_cost"] == 5, first
 assert 4.5 < second["max_cost"] < 5, second
 PY
   expect_in "$TMP/s6-$1.err" "of --max-cost \$5.00 spent; the replacement may cost the rest"
+  stop_fake
+}
+
+scenario_7() {  # DIALECT
+  phase "7. fake-$1: the host drops off the network mid-run and comes back: its job is followed again"
+  local out=$TMP/out-7-$1 id rc=0
+  start_fake "$1" "fake-$1" "$TMP/agent-away-$1" "{\"offers\": $(two_offers "$1")}"
+  submit_20000 "$1" "away-$1" "$out" "$TMP/s7-$1" --replace-lost 1
+  id=$(rented_instance "away-$1")
+  phase "taking $id off the network for 30 s (longer than a follow's reconnect budget)"
+  curl -fsS -X POST -d "{\"id\": \"$id\", \"seconds\": 30}" "http://127.0.0.1:$FAKE_PORT/_fake/pause" >/dev/null
+  wait $SUBMIT_PID || rc=$?
+  sed 's/^/  | /' "$TMP/s7-$1.err" | grep -v '^  | \[' | grep -v 'pulled step' | tail -n 15
+  [ "$rc" = 0 ] || fail "submit exited $rc after the host came back"
+  expect_in "$TMP/s7-$1.err" "still reports away-$1 running; following its job again"
+  if grep -q "renting away-$1-2" "$TMP/s7-$1.err"; then fail "a host that was only out of reach was replaced"; fi
+  [ -f "$out/checkpoint-020000/DONE" ] || { ls "$out" >&2 || true; fail "no final checkpoint pulled"; }
+  # Every event printed once, across the outage: no step line twice, the last one there.
+  [ -z "$(grep '^step ' "$TMP/s7-$1.out" | sort | uniq -d | head -n 3)" ] || fail "step lines printed twice"
+  expect_in "$TMP/s7-$1.out" "step 20000/20000"
+  [ "$(live_instances)" = 0 ] || { fake_state >&2; fail "the host is still there"; }
   stop_fake
 }
 

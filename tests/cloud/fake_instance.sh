@@ -2,8 +2,10 @@
 # One "rented instance" for tests/util/fake_cloud.py --instance-command: a real sshd on
 # 127.0.0.1:$FAKE_SSH_PORT that lets in the SSH keys the provider was given ($FAKE_AUTHORIZED_KEYS),
 # running as this user. Terminated (SIGTERM to its process group), it drops its SSH connections and
-# runs $FAKE_AGENT_STOP (the test's `sftd stop --data-dir ...`): what ran on the instance goes with it. Its sessions get a
-# configuration folder of their own (XDG_CONFIG_HOME under the instance's folder), as a fresh host has.
+# runs $FAKE_AGENT_STOP (the test's `sftd stop --data-dir ...`): what ran on the instance goes with it.
+# Paused (SIGUSR1: the fake's /_fake/pause) it is off the network for a while and what runs on it runs
+# on. Its sessions get a configuration folder of their own (XDG_CONFIG_HOME under the instance's
+# folder), as a fresh host has. Run it with `exec`, so that the signals reach this shell.
 set -eu
 dir=$(mktemp -d "${FAKE_INSTANCE_ROOT:-${TMPDIR:-/tmp}}/fake-instance.XXXXXX")
 ssh-keygen -q -t ed25519 -N '' -C fake-instance -f "$dir/host_key"
@@ -40,20 +42,36 @@ MaxStartups 64
 MaxSessions 64
 SetEnv XDG_CONFIG_HOME=$dir/config $pod_env
 CONFIG
-# sshd in a session of its own: a SIGTERM to the instance's group reaches this shell (whose trap then
+# sshd in a session of its own: a signal to the instance's group reaches this shell (whose trap then
 # ends sshd's connections and sshd), not sshd before its connections could be found.
-setsid /usr/sbin/sshd -D -f "$dir/sshd_config" -E "$dir/sshd.log" &
-sshd=$!
-stop() {
-  # The connections go with the machine: sshd's per-connection children (sessions of their own),
-  # then sshd.
+start_sshd() {
+  setsid /usr/sbin/sshd -D -f "$dir/sshd_config" -E "$dir/sshd.log" &
+  sshd=$!
+}
+# The machine's network goes: sshd's per-connection children (sessions of their own), then sshd.
+drop_network() {
   pkill -KILL -P "$sshd" 2>/dev/null || true
   kill "$sshd" 2>/dev/null || true
+}
+stop() {
+  drop_network
   if [ -n "${FAKE_AGENT_STOP:-}" ]; then sh -c "$FAKE_AGENT_STOP" >/dev/null 2>&1 || true; fi
   rm -rf "$dir"
   exit 0
 }
+# SIGUSR1 (the fake's /_fake/pause): off the network for the seconds in $FAKE_PAUSE_FILE, then back;
+# what runs on the machine (the agent, its jobs) runs on.
+pause() {
+  drop_network
+  wait "$sshd" 2>/dev/null || true
+  echo "fake instance $FAKE_INSTANCE_ID: off the network for $(cat "$FAKE_PAUSE_FILE") s"
+  sleep "$(cat "$FAKE_PAUSE_FILE")"
+  start_sshd
+  echo "fake instance $FAKE_INSTANCE_ID: back"
+}
 trap stop TERM INT
+trap pause USR1
+start_sshd
 echo "fake instance $FAKE_INSTANCE_ID: sshd on 127.0.0.1:$FAKE_SSH_PORT"
-wait "$sshd" || true
+while kill -0 "$sshd" 2>/dev/null; do wait "$sshd" || true; done
 rm -rf "$dir"

@@ -325,24 +325,30 @@ TEST_F(RentalTest, APreemptedHostIsGoneAndDownStillEndsItsRecord) {
               StatusIs(StatusCode::kUnavailable, HasSubstr("connection refused")));
 }
 
-// Losing the connection is not losing the host: a replacement is rented only when the provider says
-// the host is gone, and only as often as --replace-lost allows.
-TEST(LostHostTest, ReplacedOnlyWhenTheProviderSaysGoneAndReplacementsAreLeft) {
+// Losing the connection is not losing the host: a host the provider still runs (or that cannot be
+// asked: this machine may be the one offline) has its job followed again; a replacement is rented
+// only when the provider says the host is gone, and only as often as --replace-lost allows.
+TEST(LostHostTest, FollowAgainUnlessTheProviderSaysGoneThenReplaceWhileAllowed) {
   RentedHost h;
   h.name = "box", h.provider = "lambda";
   const std::optional<std::string> gone("lambda reports instance i-1 preempted");
-  LostHostVerdict v = DecideOnLostHost(h, gone, 0, 2);
-  EXPECT_TRUE(v.replace);
+  LostHostVerdict v = DecideOnLostHost(h, gone, 0, 2, true);
+  EXPECT_EQ(v.action, LostHostAction::kReplace);
   EXPECT_EQ(v.why, "lost box: lambda reports instance i-1 preempted");
-  v = DecideOnLostHost(h, gone, 2, 2);
-  EXPECT_FALSE(v.replace);
+  v = DecideOnLostHost(h, gone, 2, 2, true);
+  EXPECT_EQ(v.action, LostHostAction::kGiveBack);
   EXPECT_EQ(v.why, "lost box: lambda reports instance i-1 preempted; --replace-lost 2 used up");
-  v = DecideOnLostHost(h, std::optional<std::string>(), 0, 2);
-  EXPECT_FALSE(v.replace);
-  EXPECT_THAT(v.why, HasSubstr("still reports it running"));
-  v = DecideOnLostHost(h, UnavailableError("no route to api.lambdalabs.com"), 0, 2);
-  EXPECT_FALSE(v.replace);
-  EXPECT_THAT(v.why, HasSubstr("cannot ask lambda about it: no route to api.lambdalabs.com"));
+  EXPECT_EQ(DecideOnLostHost(h, gone, 0, 0, true).action, LostHostAction::kGiveBack);
+  v = DecideOnLostHost(h, std::optional<std::string>(), 0, 2, true);
+  EXPECT_EQ(v.action, LostHostAction::kFollowAgain);
+  EXPECT_EQ(v.why, "lambda still reports box running; following its job again");
+  v = DecideOnLostHost(h, UnavailableError("no route to api.lambdalabs.com"), 0, 2, true);
+  EXPECT_EQ(v.action, LostHostAction::kFollowAgain);
+  EXPECT_THAT(v.why, HasSubstr("cannot ask lambda about box (no route to api.lambdalabs.com)"));
+  // Tries used up (or nothing was submitted): given back, saying why.
+  v = DecideOnLostHost(h, std::optional<std::string>(), 0, 2, false);
+  EXPECT_EQ(v.action, LostHostAction::kGiveBack);
+  EXPECT_THAT(v.why, HasSubstr("stayed out of reach; giving it back"));
 }
 
 TEST_F(RentalTest, DownGivesUpAfterItsLimit) {

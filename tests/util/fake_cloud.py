@@ -48,6 +48,7 @@ process group (session), with the fake's environment plus
   FAKE_AUTHORIZED_KEYS   a file (under --state-dir) holding the launch's SSH public key: lambda the
                          registered key named in ssh_key_names, runpod the pod's env PUBLIC_KEY
   FAKE_API_URL           the fake's API root (what a pod's runpodctl would call)
+  FAKE_PAUSE_FILE        where /_fake/pause writes how long to stay off the network
   FAKE_SSH_PORT          lambda: --ssh-port (default 22; its API has no port); runpod: a free port
                          the fake picked and reports as the pod's mapping of 22/tcp
 Its stdout/stderr go to <state-dir>/<id>.log. A terminate sends SIGTERM to the process group, then
@@ -58,7 +59,9 @@ For tests (no auth): GET /_fake/state -> {"dialect", "launches", "ssh_keys": [{n
 "instances": [{id, name, instance_type, region, status (what a GET would say now), phase, orphan,
 pid, exit_code, ssh_port, authorized_keys}]}; POST /_fake/orphan {"name", "instance_type"?,
 "region"?} -> {"id"}: an instance that is already running, with no process; POST /_fake/preempt
-{"id"}: the provider takes the instance away (as a terminate, but nobody asked through the API).
+{"id"}: the provider takes the instance away (as a terminate, but nobody asked through the API);
+POST /_fake/pause {"id", "seconds"}: the instance drops off the network for that long (SIGUSR1 to its
+process group with the seconds in $FAKE_PAUSE_FILE; the instance command does the rest) and runs on.
 Every request is appended to --log as a JSON line: method, path, status, auth (whether an
 Authorization header came; never its value).
 """
@@ -143,6 +146,7 @@ def start_process(inst, public_key):
     env["FAKE_AUTHORIZED_KEYS"] = keys
     env["FAKE_SSH_PORT"] = str(inst["ssh_port"] or 22)
     env["FAKE_API_URL"] = API_URL
+    env["FAKE_PAUSE_FILE"] = os.path.join(STATE_DIR, inst["id"] + ".pause")
     log = open(os.path.join(STATE_DIR, inst["id"] + ".log"), "wb")
     inst["proc"] = subprocess.Popen(["/bin/sh", "-c", ARGS.instance_command], env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -373,6 +377,14 @@ class Handler(BaseHTTPRequestHandler):
                 first = offers()[0]["id"] if offers() else "gpu_1x_fake"
                 inst = new_instance(body.get("name", "orphan"), body.get("instance_type", first),
                                     body.get("region", "us-east-1"), "", orphan=True)
+                return self.reply(200, {"id": inst["id"]})
+            if method == "POST" and path == "/_fake/pause" and isinstance(body, dict):
+                inst = STATE["instances"].get(body.get("id", ""))
+                if inst is None or inst.get("proc") is None:
+                    return self.reply(404, {"error": "no such instance with a process"})
+                with open(os.path.join(STATE_DIR, inst["id"] + ".pause"), "w") as f:
+                    f.write(str(float(body.get("seconds", 10))))
+                os.killpg(inst["proc"].pid, signal.SIGUSR1)
                 return self.reply(200, {"id": inst["id"]})
             if method == "POST" and path == "/_fake/preempt" and isinstance(body, dict):
                 inst = STATE["instances"].get(body.get("id", ""))
