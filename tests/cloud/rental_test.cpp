@@ -312,6 +312,7 @@ TEST_F(RentalTest, APreemptedHostIsGoneAndDownStillEndsItsRecord) {
   gone = GoneBecause(&provider_, *h);
   ASSERT_TRUE(gone.ok());
   EXPECT_EQ(gone->value_or(""), "lambda reports instance " + h->instance_id + " preempted");
+  const Instance preempted = i;  // (i dies with the map's entries)
   provider_.instances.clear();
   gone = GoneBecause(&provider_, *h);
   ASSERT_TRUE(gone.ok());
@@ -319,7 +320,7 @@ TEST_F(RentalTest, APreemptedHostIsGoneAndDownStillEndsItsRecord) {
   ASSERT_TRUE(Down(&provider_, registry_, *h, &clock_, err_).ok()) << err_.str();
   EXPECT_EQ(registry_.Get("box")->state, "down");
   // A provider that cannot be asked is an error, not "gone".
-  provider_.instances[h->instance_id] = i;
+  provider_.instances[h->instance_id] = preempted;
   provider_.fail_get = true;
   EXPECT_THAT(GoneBecause(&provider_, *h),
               StatusIs(StatusCode::kUnavailable, HasSubstr("connection refused")));
