@@ -168,9 +168,11 @@ int StatusCmd(const JobArgs& a) {
   if (!rec.ok()) return ReportError(rec.status(), a.ro.json);
   auto rcs = ConnectAll(*rec);
   if (!rcs.ok() && rcs.status().code() == StatusCode::kUnavailable) {  // the host went away?
+    const bool given_back = RentedHosts().FindGivenBack(rec->nodes.front().host).has_value();
     (a.ro.json ? std::cerr : std::cout)
-        << EscapeForTerminal(rec->Ref()) << ": the host does not answer; the "
-        << "job's state there is unknown\n"
+        << EscapeForTerminal(rec->Ref())
+        << (given_back ? ": its rented host was given back, and the job ended with it\n"
+                       : ": the host does not answer; the job's state there is unknown\n")
         << BucketStatusLines(rec->Ref(), rec->upload_to, rec->endpoint_url, rec->region);
   }
   if (!rcs.ok()) return ReportError(rcs.status(), a.ro.json);
