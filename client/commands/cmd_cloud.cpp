@@ -7,6 +7,8 @@
 #include "client/cloud/provider_config.h"
 #include "client/commands/commands.h"
 #include "client/commands/rent_flags.h"
+#include "client/remote/job_target.h"
+#include "client/remote/log_follower.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -120,8 +122,28 @@ struct DownArgs {
   std::vector<std::string> names;
   bool all = false;
   std::string provider, instance;  // an orphan: --provider P --instance ID
+  bool force = false;              // terminate though jobs still run there
   bool json = false;
 };
+
+// The jobs on `h` that have not ended ("job-3 (RUNNING, step 1200)"), asked of its agent (never
+// started for this); none when it has none or does not answer (nothing of it can be saved then).
+std::vector<std::string> UnfinishedJobs(const RentedHost& h) {
+  auto opts = MakeConnectOptions(RemoteOptions{}, h.name);
+  if (!opts.ok()) return {};
+  opts->start_agent = false;
+  opts->connect_timeout_s = 10;
+  auto rc = ConnectHost(*opts);
+  v1::ListJobsResponse resp;
+  if (!rc.ok() || !ListJobs(rc->get(), &resp).ok()) return {};
+  std::vector<std::string> out;
+  for (const auto& j : resp.jobs()) {
+    if (IsFinal(j.state())) continue;
+    out.push_back(EscapeForTerminal(j.id()) + " (" + StateName(j.state()) +
+                  (j.last_step() >= 0 ? ", step " + std::to_string(j.last_step()) : "") + ")");
+  }
+  return out;
+}
 
 int Down(const DownArgs& a) {
   if (!a.instance.empty()) {
@@ -149,6 +171,18 @@ int Down(const DownArgs& a) {
   }
   int rc = kExitOk;
   for (const auto& h : targets) {
+    // Terminating deletes the host's disk: a job still running there loses what was not pulled.
+    if (const std::vector<std::string> jobs = a.force ? std::vector<std::string>() : UnfinishedJobs(h);
+        !jobs.empty()) {
+      std::string list;
+      for (const auto& j : jobs) list += (list.empty() ? "" : ", ") + j;
+      rc =
+          ReportError(FailedPreconditionError(h.name + " still runs " + list +
+                                              ": pull what you need (`sftctl pull JOB`), then `sftctl down " +
+                                              h.name + " --force` terminates it anyway"),
+                      a.json);
+      continue;
+    }
     Status s = ReturnHost(h);
     if (!s.ok()) {
       rc = ReportError(s, a.json);
@@ -275,6 +309,7 @@ void RegisterCloudCommands(CLI::App& app, CommandContext& ctx) {
   down->add_option("--provider", da->provider, "With --instance: the provider of an orphan");
   down->add_option("--instance", da->instance, "Terminate an instance the registry does not know (an orphan)")
       ->needs("--provider");
+  down->add_flag("--force", da->force, "Terminate even a host whose jobs still run (they are lost)");
   down->add_flag("--json", da->json, "Errors as JSON");
   down->callback([da, &ctx] {
     if (da->names.empty() && !da->all && da->instance.empty()) {

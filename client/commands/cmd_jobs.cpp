@@ -308,11 +308,7 @@ void AddListedJob(Reconnector* session, const std::string& host, const v1::Healt
 Status ListHost(const ConnectOptions& opts, JobListing* out) {
   SFT_ASSIGN_OR_RETURN(std::unique_ptr<Reconnector> session, ConnectHost(opts));
   v1::ListJobsResponse resp;
-  SFT_RETURN_IF_ERROR(WithRetry(session.get(), [&](AgentSession& a) {
-    grpc::ClientContext ctx;
-    a.Prepare(&ctx);
-    return FromGrpc(a.stub()->ListJobs(&ctx, v1::ListJobsRequest(), &resp), a.host() + ": list");
-  }));
+  SFT_RETURN_IF_ERROR(ListJobs(session.get(), &resp));
   const std::string host = session->host();
   v1::HealthResponse h;
   if (GetHealth(session.get(), &h).ok()) {

@@ -146,4 +146,12 @@ Status GetJob(Reconnector* rc, const std::string& id, v1::Job* job) {
   });
 }
 
+Status ListJobs(Reconnector* rc, v1::ListJobsResponse* jobs) {
+  return WithRetry(rc, [&](AgentSession& a) {
+    grpc::ClientContext ctx;
+    a.Prepare(&ctx);
+    return FromGrpc(a.stub()->ListJobs(&ctx, v1::ListJobsRequest(), jobs), a.host() + ": list");
+  });
+}
+
 }  // namespace sftctl::client

@@ -161,5 +161,7 @@ void NoteReconnects(const Reconnector& rc);
 
 // GetJob through WithRetry. Errors name the host and the job (NOT_FOUND: no such job there).
 Status GetJob(Reconnector* rc, const std::string& id, v1::Job* job);
+// ListJobs through WithRetry: every job the agent knows. Errors name the host.
+Status ListJobs(Reconnector* rc, v1::ListJobsResponse* jobs);
 
 }  // namespace sftctl::client

@@ -6,7 +6,8 @@
 #   1. submit --provider fake-lambda --down-when-done: the cheapest offer has no capacity (the next is
 #      taken), the job runs, its final checkpoint comes to the laptop, the provider reports no instance,
 #      and `list`/`status` name the host as given back instead of dialling it;
-#   2. up / hosts / down on fake-runpod (SSH on a mapped port), an orphan flagged by `hosts`;
+#   2. up / hosts / down on fake-runpod (SSH on a mapped port), an orphan flagged by `hosts`, `down`
+#      refused while a job runs there (--force ends it);
 #   3. the laptop's sftctl killed mid-job (--terminate-from-host): the host still terminates itself;
 #   4. --max-cost reached: the agent cancels the job (saying so in logs and status) and terminates the host;
 #   5. Ctrl-C on `submit --provider --down-when-done`: the host is given back, exit 130;
@@ -177,7 +178,15 @@ scenario_2() {
   "$SFTCTL" hosts >"$TMP/s2-hosts.out" 2>"$TMP/s2-hosts.err" || fail "hosts"
   expect_in "$TMP/s2-hosts.out" "pod-one"
   expect_in "$TMP/s2-hosts.out" "ORPHAN"
-  "$SFTCTL" down pod-one >"$TMP/s2-down.out" 2>"$TMP/s2-down.err" || fail "down exited $?"
+  # A job still running there: `down` refuses (its disk goes with it) and says what runs; --force ends it.
+  "$SFTCTL" submit --host pod-one "$(job_spec 1000000 100000)" >"$TMP/s2-submit.out" 2>"$TMP/s2-submit.err" ||
+    fail "submit to pod-one"
+  local rc=0
+  "$SFTCTL" down pod-one >"$TMP/s2-down.out" 2>"$TMP/s2-down.err" || rc=$?
+  [ "$rc" = 5 ] || fail "down of a host with a running job exited $rc, not 5"
+  expect_in "$TMP/s2-down.err" "pod-one still runs job-1 ("
+  [ "$(live_instances)" = 1 ] || { fake_state >&2; fail "the pod was terminated though its job runs"; }
+  "$SFTCTL" down pod-one --force >"$TMP/s2-down.out" 2>"$TMP/s2-down.err" || fail "down --force exited $?"
   expect_in "$TMP/s2-down.err" "pod-one is gone"
   [ "$(live_instances)" = 0 ] || { fake_state >&2; fail "the pod is still there"; }
   stop_fake
