@@ -312,7 +312,7 @@ StatusOr<std::optional<std::string>> GoneBecause(CloudProvider* p, const RentedH
     case InstanceState::kTerminated:
     case InstanceState::kUnhealthy:
       return std::optional<std::string>(p->profile().name + " reports instance " + h.instance_id + " " +
-                                        EscapeForTerminal(inst->status));
+                                        inst->status);
     case InstanceState::kStarting:
     case InstanceState::kRunning:
     case InstanceState::kOther:

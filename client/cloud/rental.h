@@ -98,8 +98,8 @@ Status Down(CloudProvider* provider, const RentedHosts& registry, RentedHost hos
             std::chrono::seconds poll = std::chrono::seconds(3));
 
 // Whether the provider says `h`'s instance is gone or going (terminating, terminated, preempted,
-// stopped, broken, or no longer known to it): then why, in words; nullopt while it is starting or
-// running. Errors: the provider could not be asked.
+// stopped, broken, or no longer known to it): then why, in words (the provider's, unescaped); nullopt
+// while it is starting or running. Errors: the provider could not be asked.
 StatusOr<std::optional<std::string>> GoneBecause(CloudProvider* provider, const RentedHost& h);
 
 // What to do about a rented host this machine lost the connection to, given what the provider says of
@@ -108,7 +108,7 @@ StatusOr<std::optional<std::string>> GoneBecause(CloudProvider* provider, const 
 //   * the provider reports it gone: kReplace while replacements are left, else kGiveBack;
 //   * it reports it running, or cannot be asked (this machine may be the one offline): kFollowAgain
 //     when the job can be followed again (the connection, not the host, failed), else kGiveBack.
-// `why` says which, for the user.
+// `why` says which, for the user (holding the provider's words: escape it for a terminal).
 enum class LostHostAction { kFollowAgain, kReplace, kGiveBack };
 struct LostHostVerdict {
   LostHostAction action = LostHostAction::kGiveBack;

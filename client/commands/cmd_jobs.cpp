@@ -177,16 +177,18 @@ int StatusCmd(const JobArgs& a) {
   }
   if (!rcs.ok()) return ReportError(rcs.status(), a.ro.json);
   std::vector<NodeStatus> nodes;
-  std::vector<v1::Job> jobs;
   for (size_t i = 0; i < rec->nodes.size(); ++i) {
     auto n = GetNodeStatus((*rcs)[i].get(), rec->nodes[i]);
     if (!n.ok()) return ReportError(n.status(), a.ro.json);
-    jobs.push_back(n->job);
     nodes.push_back(std::move(*n));
   }
   if (a.ro.json) {
     json out = json::array();
-    for (const NodeStatus& n : nodes) out.push_back(NodeStatusJson(n));
+    std::vector<v1::Job> jobs;
+    for (const NodeStatus& n : nodes) {
+      out.push_back(NodeStatusJson(n));
+      jobs.push_back(n.job);
+    }
     std::cout << Dump({{"ref", rec->Ref()},
                        {"host", rec->host},
                        {"job", rec->id},

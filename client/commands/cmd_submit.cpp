@@ -548,7 +548,7 @@ std::pair<int, cloud::LostHostAction> SubmitAndFollow(const SubmitArgs& a, const
   for (int tries = 0; code == kExitUnreachable; ++tries) {
     const cloud::LostHostVerdict v = cloud::DecideOnLostHost(
         host, RentedHostGone(host), replaced, a.replace_lost, !rec.id.empty() && tries < kFollowTries);
-    std::cerr << "submit: " << v.why << "\n";
+    std::cerr << "submit: " << EscapeForTerminal(v.why) << "\n";
     action = v.action;
     if (action != cloud::LostHostAction::kFollowAgain) break;
     std::this_thread::sleep_for(std::chrono::seconds(10));

@@ -114,10 +114,6 @@ class LocalConnection : public AgentConnection {
   std::string token_, host_, data_dir_;
 };
 
-}  // namespace
-
-namespace {
-
 // The running agent's `sftd status --json` object (addr, token_file, data_dir), or, when none runs
 // and `start` is set, the SFTD_READY object of the one `sftd start --detach` started. `data_dir` ""
 // means sftd's default; `host` names the agent in messages.
