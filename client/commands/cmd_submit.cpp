@@ -488,15 +488,18 @@ int Submit(const SubmitArgs& a, JobRecord* record = nullptr, uint64_t* printed =
 // Where a replacement for a lost host continues the run: the bucket the checkpoints went to (the
 // agent downloads the newest complete one), else the newest complete checkpoint pulled into
 // --sync-to (uploaded with the job); nullopt: nothing survived, the run starts over. The lost run's
-// partial downloads in --sync-to are removed: they can never complete, and the replacement's
-// checkpoints of those steps need not match them.
-std::optional<std::string> ReplacementResume(SubmitArgs* a, const RemoteSpec& spec) {
+// partial downloads in --sync-to are moved aside (`<folder>.partial-<lost host>`), never deleted (the
+// folder may hold the user's own): they can never complete, and the replacement's checkpoints of those
+// steps need not match them.
+std::optional<std::string> ReplacementResume(SubmitArgs* a, const RemoteSpec& spec, const std::string& lost) {
   LocalCheckpoints local;
   if (!a->sync_to.empty()) local = ScanLocalCheckpoints(a->sync_to);
   for (const std::string& partial : local.partial) {
-    if (FileSystem::Default()->RemoveAll(partial).ok())
-      std::cerr << "submit: removed " << EscapeForTerminal(partial)
-                << ", a partial download of the lost run\n";
+    const std::string aside = partial + ".partial-" + lost;
+    if (FileSystem::Default()->Exists(aside)) continue;  // (never over anything)
+    if (FileSystem::Default()->Rename(partial, aside).ok())
+      std::cerr << "submit: moved " << EscapeForTerminal(partial) << " aside to " << EscapeForTerminal(aside)
+                << ": a partial download of the lost run\n";
   }
   const std::string bucket = a->spec.upload_to.empty() ? spec.spec.checkpoint.upload_to : a->spec.upload_to;
   if (IsS3Url(bucket)) {
@@ -582,7 +585,7 @@ int RunOnRentedHosts(SubmitArgs a, const RemoteSpec& spec, RentedHost host, Host
                 << " spent" << (replace ? "; the replacement may cost the rest" : ": no replacement") << "\n";
     }
     if (!replace) return given_back;
-    const std::optional<std::string> from = ReplacementResume(&a, spec);
+    const std::optional<std::string> from = ReplacementResume(&a, spec, host.name);
     a.rent.name = first_name + "-" + std::to_string(replaced + 2);
     std::cerr << "submit: renting " << a.rent.name << " to continue "
               << (from ? "from " + EscapeForTerminal(*from)

@@ -286,8 +286,10 @@ scenario_6() {  # DIALECT
   local out=$TMP/out-6-$1 id rc=0
   start_fake "$1" "fake-$1" "$TMP/agent-lost-$1" "{\"offers\": $(two_offers "$1")}"
   submit_20000 "$1" "lost-$1" "$out" "$TMP/s6-$1" --replace-lost 1 --max-cost 5
+  # A checkpoint folder without DONE (a partial download, or the user's own): moved aside, never deleted.
+  mkdir -p "$out/checkpoint-099999" && echo mine >"$out/checkpoint-099999/notes.txt"
   id=$(rented_instance "lost-$1")
-  phase "preempting $id (the newest checkpoint home: $(ls "$out" | grep checkpoint | tail -n 1))"
+  phase "preempting $id (the newest complete checkpoint home: $(basename "$(dirname "$(ls -d "$out"/checkpoint-*/DONE | tail -n 1)")"))"
   curl -fsS -X POST -d "{\"id\": \"$id\"}" "http://127.0.0.1:$FAKE_PORT/_fake/preempt" >/dev/null
   wait $SUBMIT_PID || rc=$?
   sed 's/^/  | /' "$TMP/s6-$1.err" | grep -v '^  | \[' | tail -n 25
@@ -296,6 +298,9 @@ scenario_6() {  # DIALECT
   expect_in "$TMP/s6-$1.err" "renting lost-$1-2 to continue from $out/checkpoint-"
   expect_in "$TMP/s6-$1.out" "resuming at step "
   grep -q "resuming at step 0 " "$TMP/s6-$1.out" && fail "the replacement started over"
+  [ "$(cat "$out/checkpoint-099999.partial-lost-$1/notes.txt" 2>/dev/null)" = mine ] ||
+    fail "the folder without DONE was not moved aside intact"
+  [ ! -e "$out/checkpoint-099999" ] || fail "the folder without DONE is still in the way"
   [ -f "$out/checkpoint-020000/DONE" ] || { ls "$out" >&2 || true; fail "no final checkpoint pulled"; }
   [ "$(live_instances)" = 0 ] || { fake_state >&2; fail "an instance is still there"; }
   python3 - "$XDG_CONFIG_HOME/sftctl/hosts.json" "$1" <<'PY' || fail "the registry does not say both are down"
