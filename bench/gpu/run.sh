@@ -21,6 +21,10 @@
 #              already beside torch, else installed by pip into build/gpu/cuda-pip. Header-only and C
 #              dependencies come from the system, or from bench/gpu/deps/ (bench/gpu/prepare.sh).
 #              GoogleTest is built from source with torch's C++ ABI. The HF reference runs on PY.
+#   1b. runtime `sftctl-trainer check-runtime`: where the trainer's std::filesystem calls bind (a pip
+#              wheel's LibTorch exports a copy that crashes; trainer/libstdcxx_first.cmake) and the
+#              compiler's libstdc++ kind (shared, or static only as /opt/gcc's); when it fails, the
+#              tests row says SKIP instead of crashing in every test.
 #   2. tests   ctest -L trainer: trainer runs with device "auto" train on the GPU (on the CPU when
 #              there is none: the row says so).
 #   3. nccl    a one-rank NCCL group (distributed_test's NcclOneRank test: every collective with
@@ -189,6 +193,19 @@ find_cuda_toolkit() {
   cuda_note="nvcc: $nvcc"
 }
 
+# "g++ at /opt/gcc/bin/g++: libstdc++ static only": the compiler the build used (CMakeCache.txt, else
+# $CXX, else g++) and whether it finds a shared libstdc++ (trainer/libstdcxx_first.cmake).
+cxx_runtime_kind() {
+  local cxx
+  cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
+  cxx=${cxx:-${CXX:-g++}}
+  if [[ $("$cxx" -print-file-name=libstdc++.so 2>/dev/null) == /* ]]; then
+    echo "$cxx: libstdc++ shared"
+  else
+    echo "$cxx: libstdc++ static only"
+  fi
+}
+
 # ---- 1. build -----------------------------------------------------------------------------------
 # Every target of the trainer-only build: sftctl-trainer and every trainer test (a trainer-only
 # build has nothing else), so no test the tests row runs lacks its binary. (GoogleTest's tests are
@@ -216,9 +233,25 @@ if [[ $skip_build == 0 ]]; then
 fi
 trainer=$build/bin/sftctl-trainer
 
+# ---- 1b. runtime: where the trainer's std::filesystem calls bind ----------------------------------
+# (trainer/runtime/cxx_runtime_check.h: a pip wheel's LibTorch exports a copy that crashes; the
+# trainer refuses to start when its calls bind there.) One line with the reason instead of a failed
+# tests row and a crash at the first checkpoint rotation.
+runtime_ok=1
+if [[ -x $trainer ]]; then
+  if "$trainer" check-runtime > "$out/check-runtime.log" 2>&1; then
+    row runtime ok "std::filesystem binds to $(grep -m1 -o -- '-> .*' "$out/check-runtime.log" | cut -c4-); $(cxx_runtime_kind)"
+  else
+    runtime_ok=0
+    row runtime FAIL "$(grep -m1 -o 'will not run: [^(]*' "$out/check-runtime.log" | cut -c1-160); $(cxx_runtime_kind)"
+  fi
+fi
+
 # ---- 2. tests -----------------------------------------------------------------------------------
 rm -f "$out/ctest.log"
-if [[ $skip_tests == 0 && -x $trainer ]]; then
+if [[ $skip_tests == 0 && -x $trainer && $runtime_ok == 0 ]]; then
+  row tests SKIP "the runtime row failed: every test would crash the same way"
+elif [[ $skip_tests == 0 && -x $trainer ]]; then
   where=$([[ $cuda_ok == 1 ]] && echo "GPU" || echo "CPU: no GPU")
   say "trainer tests (ctest -L trainer, on the $where)"
   t0=$SECONDS
@@ -375,7 +408,7 @@ environment() {
   echo "  python        $py $("$py" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null)"
   echo "  transformers  $("$py" -c 'import transformers; print(transformers.__version__)' 2>/dev/null || echo none)"
   echo "  g++           $(g++ --version 2>/dev/null | head -n 1)"
-  echo "  C++ compiler  $(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)"
+  echo "  C++ compiler  $(cxx_runtime_kind)"
   echo "  nvcc          ${nvcc_used:-none used}${nvcc_v:+ ($nvcc_v)}"
   echo "  cmake         $(cmake --version 2>/dev/null | head -n 1); ninja $(ninja --version 2>/dev/null)"
   echo "  OS            ${os:-?}, kernel $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"

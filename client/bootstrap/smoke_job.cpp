@@ -21,8 +21,10 @@
 namespace sftctl::client {
 namespace {
 
-// The demo task, cut to `steps` steps with a loss logged every few of them, no eval and no
-// checkpoints but the final one; written as spec.json under `dir`.
+// The demo task, cut to `steps` steps with a loss logged every few of them and no eval; written as
+// spec.json under `dir`. It saves halfway and at the end keeping 1, so the second save removes the
+// first: a host whose trainer would crash at a checkpoint rotation (a pip wheel's std::filesystem,
+// trainer/runtime/cxx_runtime_check.h) fails the bootstrap, not a user's first long job.
 StatusOr<std::string> WriteSmokeSpec(const std::string& dir, int steps) {
   SFT_ASSIGN_OR_RETURN(JobSpec s, PrepareDemo(dir));
   s.name = "bootstrap-smoke";
@@ -32,6 +34,8 @@ StatusOr<std::string> WriteSmokeSpec(const std::string& dir, int steps) {
   s.data.eval.clear();
   s.eval.interval = 0;
   s.eval.exact_match = false;
+  s.checkpoint.interval = std::max(1, steps / 2);
+  s.checkpoint.keep = 1;
   const std::string path = JoinPath(dir, "spec.json");
   SFT_RETURN_IF_ERROR(WriteFileAtomic(FileSystem::Default(), path, ToJson(s).dump(2)));
   return path;

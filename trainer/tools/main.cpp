@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -19,6 +20,7 @@
 
 #include "common/cli/trainer_flags.h"
 #include "common/version.h"
+#include "trainer/runtime/cxx_runtime_check.h"
 #include "trainer/runtime/device.h"
 #include "trainer/tools/generate_command.h"
 #include "trainer/tools/gguf_export.h"
@@ -31,6 +33,8 @@ namespace {
 using namespace sftctl;
 using namespace sftctl::trainer;
 namespace flag = sftctl::cli::flag;  // each flag's name, written once (common/cli/trainer_flags.h)
+
+using Command = std::function<int()>;
 
 int ExitCodeFor(const Status& s) {
   switch (s.code()) {
@@ -197,8 +201,9 @@ int RunExport(const ExportOptions& o, const GgufExportOptions& g) {
 }
 
 // The commands whose flags come from common/cli/trainer_flags.h. The options live in a shared_ptr
-// the callback keeps (CLI11 stores into them while parsing); `code` outlives the parse.
-void AddGenerateCommand(CLI::App& app, int& code) {
+// the callback keeps (CLI11 stores into them while parsing); the callback sets `run`, which main
+// calls once the parse is done and the C++ runtime check has passed.
+void AddGenerateCommand(CLI::App& app, Command& run) {
   struct State {
     GenerateCommandOptions o;
     bool no_cache = false;
@@ -215,13 +220,13 @@ void AddGenerateCommand(CLI::App& app, int& code) {
   b.Bind(flag::kDevice, &st->o.device);
   b.Bind(flag::kNoCache, &st->no_cache);
   BindGenerationOptions(b, st->o);
-  cli::AddBoundCommand(app, cli::GenerateCommandDef(), b)->callback([st, &code] {
+  cli::AddBoundCommand(app, cli::GenerateCommandDef(), b)->callback([st, &run] {
     st->o.use_cache = !st->no_cache;
-    code = RunGenerate(st->o);
+    run = [st] { return RunGenerate(st->o); };
   });
 }
 
-void AddEvalCommand(CLI::App& app, int& code) {
+void AddEvalCommand(CLI::App& app, Command& run) {
   struct State {
     EvalModelOptions o;
     bool generate = false;
@@ -243,9 +248,9 @@ void AddEvalCommand(CLI::App& app, int& code) {
   b.Bind(flag::kGenerate, &st->generate);
   b.Bind(flag::kSamplesOut, &st->samples_out);
   BindGenerationOptions(b, st->gen);
-  cli::AddBoundCommand(app, cli::EvalCommandDef(), b)->callback([st, &code] {
+  cli::AddBoundCommand(app, cli::EvalCommandDef(), b)->callback([st, &run] {
     if (!st->generate) {
-      code = RunEval(st->o);
+      run = [st] { return RunEval(st->o); };
       return;
     }
     GenerateCommandOptions& g = st->gen;
@@ -255,11 +260,11 @@ void AddEvalCommand(CLI::App& app, int& code) {
     g.tokenizer = st->o.tokenizer;
     g.device = st->o.device;
     g.batch_size = st->o.batch_size;
-    code = RunEvalGenerate(g, st->samples_out);
+    run = [st] { return RunEvalGenerate(st->gen, st->samples_out); };
   });
 }
 
-void AddExportCommand(CLI::App& app, int& code) {
+void AddExportCommand(CLI::App& app, Command& run) {
   struct State {
     ExportOptions hf;
     GgufExportOptions gguf;
@@ -274,21 +279,44 @@ void AddExportCommand(CLI::App& app, int& code) {
   b.Bind(flag::kDtype, &st->hf.dtype);
   b.Bind(flag::kMaxShardSize, &st->hf.max_shard_bytes);
   b.Bind(flag::kType, &st->gguf.type);
-  cli::AddBoundCommand(app, cli::ExportCommandDef(), b)->callback([st, &code] {
+  cli::AddBoundCommand(app, cli::ExportCommandDef(), b)->callback([st, &run] {
     st->gguf.model_dir = st->hf.model_dir;
     st->gguf.adapter_dir = st->hf.adapter_dir;
     st->gguf.merge = st->hf.merge;
-    code = RunExport(st->hf, st->gguf);
+    run = [st] { return RunExport(st->hf, st->gguf); };
   });
+}
+
+// `train --events-fd N`'s N, read before the parse so that a refusal to start reaches the agent as
+// the job's reason; -1 when absent or not a number.
+int EventsFdBeforeParse(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) != "--events-fd") continue;
+    char* end = nullptr;
+    const long fd = std::strtol(argv[i + 1], &end, 10);
+    return end != argv[i + 1] && *end == '\0' && fd >= 0 && fd < 65536 ? static_cast<int>(fd) : -1;
+  }
+  return -1;
+}
+
+// check-runtime: what the start-up check found, for bench/gpu/run.sh and a person on a new host.
+int RunCheckRuntime() {
+  std::printf("ok: built with %s\n", BuildToolchainSummary().c_str());
+  for (const FunctionBinding& b : FilesystemBindings())
+    std::printf("  %s -> %s\n", b.function.c_str(), b.object.c_str());
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First of all (the parse may touch std::filesystem too): a trainer whose std::filesystem calls
+  // bind into LibTorch would crash at its first checkpoint rotation (trainer/runtime/cxx_runtime_check.h).
+  if (Status s = CheckCxxRuntimeBinding(); !s.ok()) return Fail(s, EventsFdBeforeParse(argc, argv));
   CLI::App app{"sftctl-trainer: the LibTorch trainer behind `sftctl run` and the sftd agent"};
   app.set_version_flag("--version", std::string("sftctl-trainer ") + kVersion);
   app.require_subcommand(1);
-  int code = 0;
+  Command run;
 
   auto* train = app.add_subcommand("train", "Train from a resolved JSON spec (written by `sftctl run`)");
   std::string spec_path;
@@ -296,13 +324,15 @@ int main(int argc, char** argv) {
   train->add_option("--spec", spec_path, "The job spec in canonical JSON")->required();
   train->add_option("--events-fd", events_fd,
                     "Also write metric records (JSON lines) to this file descriptor");
-  train->callback([&] { code = RunTrain(spec_path, events_fd); });
+  train->callback([&] { run = [&] { return RunTrain(spec_path, events_fd); }; });
 
   // generate, eval and export: the flags `sftctl` offers too, from one table (common/cli/trainer_flags.h).
-  AddGenerateCommand(app, code);
-  AddEvalCommand(app, code);
-  AddExportCommand(app, code);
+  AddGenerateCommand(app, run);
+  AddEvalCommand(app, run);
+  AddExportCommand(app, run);
+  app.add_subcommand("check-runtime", "Say where std::filesystem binds (every command checks it first)")
+      ->callback([&] { run = RunCheckRuntime; });
 
   CLI11_PARSE(app, argc, argv);
-  return code;
+  return run ? run() : 0;
 }
