@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -266,6 +267,44 @@ TEST(ShardedCheckpoint, ManifestErrorsNameTheField) {
   outside["params"][0]["numel"] = 100000;
   EXPECT_THAT(OptimizerShardManifest::FromJson(outside, "m.json"),
               StatusIs(StatusCode::kDataLoss, HasSubstr("params[0]: the parameter lies outside its group")));
+}
+
+// Hostile manifests (issue 47): an offset whose sum with the size wraps past 2^63, and ranges that
+// overlap yet reach the group's end. Both passed before, and left moments unread (uninitialised).
+TEST(ShardedCheckpoint, WrappingOffsetsAndOverlapsAreRefused) {
+  auto p = MakeParams();
+  FlatAdamW o(p, AdamSpec(), Decays, AdamWKernel::kAuto, Sharding{0, 2});
+  const nlohmann::json j = o.ShardManifest().ToJson();
+  nlohmann::json wrap = j;
+  wrap["params"][0]["offset"] = std::numeric_limits<int64_t>::max() - 2;
+  EXPECT_THAT(OptimizerShardManifest::FromJson(wrap, "m.json"),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("params[0]: the parameter lies outside its group")));
+  nlohmann::json overlap = j;  // rank 0 claims the whole group, rank 1 its own half again
+  overlap["files"][0]["ranges"][0]["end"] = j["groups"][0]["numel"];
+  EXPECT_THAT(OptimizerShardManifest::FromJson(overlap, "m.json"),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("do not cover group 0 exactly once (an overlap")));
+}
+
+// A read of a span the parameter does not have fails instead of leaving `out` as it was.
+TEST(ShardedCheckpoint, ReadOutsideTheParameterFails) {
+  auto whole_p = MakeParams();
+  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> rank_p = {Clone(whole_p), Clone(whole_p)};
+  std::vector<std::unique_ptr<FlatAdamW>> two;
+  for (int r = 0; r < 2; ++r)
+    two.push_back(
+        std::make_unique<FlatAdamW>(rank_p[r], AdamSpec(), Decays, AdamWKernel::kAuto, Sharding{r, 2}));
+  const std::string dir = MakeTempDir("zero-read") + "/checkpoint-000001";
+  WriteShards(two, dir);
+  auto opened = ShardedMoments::Open(dir);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  const auto& param = (*opened)->manifest().params[0];
+  torch::Tensor out = torch::full({4}, 7.0f);
+  EXPECT_THAT((*opened)->Reader()("exp_avg", param.name, param.numel, param.numel - 2, 4, out),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("lie outside")));
+  EXPECT_THAT((*opened)->Reader()("exp_avg", param.name, param.numel, std::numeric_limits<int64_t>::max() - 1,
+                                  4, out),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("lie outside")));
+  EXPECT_TRUE((*opened)->Reader()("exp_avg", param.name, param.numel, 0, 4, out).ok());
 }
 
 TEST(ShardSpec, StagesParseAndOthersAreRefusedNamingTheField) {

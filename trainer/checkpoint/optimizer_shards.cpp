@@ -60,10 +60,33 @@ Status ReadParams(const nlohmann::json& j, const std::string& source, OptimizerS
     if (group < 0 || group >= static_cast<int64_t>(m->groups.size()))
       return DataLossError(where + ": field 'group': no such group");
     p.group = static_cast<int>(group);
-    if (p.offset < 0 || p.numel < 0 || p.offset + p.numel > m->groups[p.group].numel)
+    // (offset + numel could wrap: compared as numel - offset, both checked non-negative first)
+    if (p.offset < 0 || p.numel < 0 || p.offset > m->groups[p.group].numel ||
+        p.numel > m->groups[p.group].numel - p.offset)
       return DataLossError(where + ": the parameter lies outside its group");
     if (!names.insert(p.name).second) return DataLossError(where + ": parameter '" + p.name + "' repeats");
     m->params.push_back(std::move(p));
+  }
+  return OkStatus();
+}
+
+// Each group's ranges, sorted, must follow one another with neither a gap nor an overlap from 0 to
+// the group's size: every element is in exactly one file.
+Status CheckCoverage(std::vector<std::vector<std::pair<int64_t, int64_t>>>& cover, const std::string& source,
+                     const OptimizerShardManifest& m) {
+  for (size_t g = 0; g < cover.size(); ++g) {
+    std::sort(cover[g].begin(), cover[g].end());
+    int64_t at = 0;
+    for (const auto& [b, e] : cover[g]) {
+      if (b != at) {
+        return DataLossError(
+            fmt::format("{}: the files do not cover group {} exactly once ({} at element {})", source, g,
+                        b < at ? "an overlap" : "a gap", std::min(b, at)));
+      }
+      at = e;
+    }
+    if (at != m.groups[g].numel)
+      return DataLossError(fmt::format("{}: the files do not cover group {} exactly once", source, g));
   }
   return OkStatus();
 }
@@ -98,17 +121,7 @@ Status ReadFiles(const nlohmann::json& j, const std::string& source, OptimizerSh
     }
     m->files.push_back(std::move(f));
   }
-  for (size_t g = 0; g < cover.size(); ++g) {
-    std::sort(cover[g].begin(), cover[g].end());
-    int64_t at = 0;
-    for (const auto& [b, e] : cover[g]) {
-      if (b != at) break;
-      at = e;
-    }
-    if (at != m->groups[g].numel)
-      return DataLossError(fmt::format("{}: the files do not cover group {} exactly once", source, g));
-  }
-  return OkStatus();
+  return CheckCoverage(cover, source, *m);
 }
 
 }  // namespace
@@ -201,6 +214,10 @@ Status ShardedMoments::Read(const std::string& kind, const std::string& name, in
     return DataLossError(
         fmt::format("{}: parameter '{}' has {} elements, this run's has {}", where, name, p.numel, numel));
   }
+  if (begin < 0 || count < 0 || begin > numel || count > numel - begin) {
+    return DataLossError(fmt::format("{}: elements [{}, +{}) of parameter '{}' lie outside its {}", where,
+                                     begin, count, name, numel));
+  }
   torch::Tensor host = torch::empty({count}, torch::kFloat32);
   SFT_RETURN_IF_ERROR(
       ReadGroupRange(kind, p.group, p.offset + begin, p.offset + begin + count, host.data_ptr<float>()));
@@ -212,6 +229,7 @@ Status ShardedMoments::Read(const std::string& kind, const std::string& name, in
 Status ShardedMoments::ReadGroupRange(const std::string& kind, int group, int64_t begin, int64_t end,
                                       float* out) {
   const std::string key = fmt::format("{}.{}", kind, group);
+  int64_t copied = 0;  // the manifest's ranges do not overlap (FromJson): each element is copied once
   for (const auto& f : manifest_.files) {
     for (const auto& r : f.ranges) {
       if (r.group != group || r.end <= begin || r.begin >= end) continue;
@@ -226,7 +244,12 @@ Status ShardedMoments::ReadGroupRange(const std::string& kind, int group, int64_
       const int64_t lo = std::max(begin, r.begin), hi = std::min(end, r.end);
       std::memcpy(out + (lo - begin), file->data(*info) + (lo - r.begin) * sizeof(float),
                   static_cast<size_t>(hi - lo) * sizeof(float));
+      copied += hi - lo;
     }
+  }
+  if (copied != end - begin) {
+    return DataLossError(fmt::format("{}: the shard files hold {} of elements [{}, {}) of '{}'",
+                                     JoinPath(dir_, kOptimizerShardManifest), copied, begin, end, key));
   }
   return OkStatus();
 }
