@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/json_parse.h"
 #include "common/sha256.h"
 #include "common/terminal_text.h"
 
@@ -141,16 +142,25 @@ StatusOr<ApiResponse> ProviderApi::Send(const ApiRequest& req) const {
                                             std::to_string(attempt) +
                                             (attempt == 1 ? " attempt)" : " attempts)"));
       }
-      ApiResponse out;
-      out.status = r->status;
-      out.headers = std::move(r->headers);
-      out.body = nlohmann::json::parse(r->body, nullptr, false);
-      if (out.body.is_discarded()) out.body = nullptr;
-      return out;
+      return ReadAnswer(req, std::move(*r));
     }
     clock_->SleepFor(*pause);
     paused += *pause;
   }
+}
+
+StatusOr<ApiResponse> ProviderApi::ReadAnswer(const ApiRequest& req, HttpResponse r) const {
+  ApiResponse out;
+  out.status = r.status;
+  out.headers = std::move(r.headers);
+  if (r.body.find_first_not_of(" \t\r\n") == std::string::npos) return out;  // no body: null
+  StatusOr<nlohmann::json> body = ParseJson(r.body, "the answer");
+  if (body.ok()) {
+    out.body = std::move(*body);
+  } else if (r.status >= 200 && r.status <= 299) {
+    return DataLoss(req, ProviderText(body.status().message()));
+  }  // an error status's page that is not JSON (a proxy's HTML): null, HttpError says the status
+  return out;
 }
 
 Status ProviderApi::Error(StatusCode code, const std::string& message) const {

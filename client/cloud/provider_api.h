@@ -1,8 +1,10 @@
 // ProviderApi: the HTTP + JSON layer every CloudProvider speaks through (lambda_cloud.h, runpod.h).
 //
 // One request: `Authorization: Bearer <key>` (both providers accept it), a JSON body when there is one,
-// the answer's status and its body parsed as JSON without exceptions (a body that is not JSON is kept
-// as null: the provider decides whether that is DATA_LOSS).
+// the answer's status and its body parsed by ParseJson (common/json_parse.h: no exceptions, at most 64
+// levels deep, so nothing that copies or walks the answer later can recurse without bound). A 2xx
+// answer whose body is not such JSON (nested deeper, not JSON at all) is DATA_LOSS naming the request;
+// an empty body, or an error status's body that is not JSON (a proxy's HTML page), is kept as null.
 //
 // The one retry policy (RetryPolicy): HTTP 429, any 5xx and UNAVAILABLE (the API could not be
 // reached) are sent again after a pause on the injected Clock: the answer's `Retry-After` (seconds)
@@ -57,7 +59,7 @@ ApiRequest ApiPost(std::string path, nlohmann::json body, std::string what);
 
 struct ApiResponse {
   long status = 0;
-  nlohmann::json body;                         // null when the body was empty or not JSON
+  nlohmann::json body;                         // at most 64 deep; null: empty, or an error page
   std::map<std::string, std::string> headers;  // names lower-case
 };
 
@@ -67,7 +69,8 @@ class ProviderApi {
   ProviderApi(ProviderProfile profile, HttpClient* http, const Clock* clock, RetryPolicy policy = {});
 
   // Sends `req` under the retry policy. Returns the final answer whatever its HTTP status (the
-  // caller maps an error status with HttpError), or UNAVAILABLE / INVALID_ARGUMENT from HttpClient.
+  // caller maps an error status with HttpError), UNAVAILABLE / INVALID_ARGUMENT from HttpClient, or
+  // DATA_LOSS for a 2xx answer that is not JSON within the depth bound (above).
   StatusOr<ApiResponse> Send(const ApiRequest& req) const;
 
   // The Status of an answer with an error status: 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404
@@ -85,6 +88,8 @@ class ProviderApi {
 
  private:
   std::string Url(const std::string& path) const;
+  // The final answer `r` to `req` as an ApiResponse, its body parsed as the header says.
+  StatusOr<ApiResponse> ReadAnswer(const ApiRequest& req, HttpResponse r) const;
   // How long to wait before the next send after `r` (the attempt-th), or nullopt to stop retrying.
   std::optional<std::chrono::seconds> PauseAfter(const ApiRequest& req, const StatusOr<HttpResponse>& r,
                                                  int attempt, std::chrono::seconds paused) const;

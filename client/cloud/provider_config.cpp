@@ -11,7 +11,9 @@
 #include "client/remote/job_registry.h"
 #include "client/remote/rented_hosts.h"
 #include "common/hub/http_client.h"
+#include "common/json_parse.h"
 #include "common/os/file_system.h"
+#include "common/os/net_addr.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client::cloud {
@@ -31,6 +33,56 @@ std::vector<ProviderProfile> BuiltInProfiles() {
 
 std::string ConfigDir(const ProviderConfig& c) {
   return c.config_dir.empty() ? ClientConfigDir() : c.config_dir;
+}
+
+// Whether the user opted in, on this machine, to profile `name` sending its key where its defaults
+// would not (kProviderOverridesVariable lists such names, comma-separated).
+bool OptedIn(const std::string& name) {
+  const char* v = std::getenv(kProviderOverridesVariable);
+  if (v == nullptr) return false;
+  const std::string list = std::string(",") + v + ",";
+  return list.find("," + name + ",") != std::string::npos;
+}
+
+// The key goes with every request: https, or http only to this machine (the tests' stand-ins).
+Status CheckApiUrl(const std::string& file, const std::string& field, const std::string& url) {
+  const std::string origin = UrlOrigin(url);
+  if (!IsHttpUrl(url) || origin.empty()) return FieldError(file, field, "must be an https:// URL");
+  const std::string authority = origin.substr(origin.find("://") + 3);
+  if (authority.find('@') != std::string::npos) return FieldError(file, field, "must not hold a user name");
+  if (origin.rfind("https://", 0) == 0) return OkStatus();
+  const std::string host = authority[0] == '[' ? authority.substr(0, authority.find(']') + 1)
+                                               : authority.substr(0, authority.find(':'));
+  if (IsLoopbackHost(host)) return OkStatus();
+  return FieldError(file, field,
+                    "must be an https:// URL (http:// only to this machine: 127.0.0.1, [::1], localhost): "
+                    "the API key goes with every request");
+}
+
+// Where profile `name`'s key goes and which variable it is read from, once its entry was applied:
+// its own variable, and a built-in profile's own server, unless the user opted in (OptedIn).
+Status CheckWhereTheKeyGoes(const std::string& file, const std::string& name, const ProviderProfile& p,
+                            const std::string& builtin_url, const std::string& key_env) {
+  const std::string where = "providers." + name;
+  SFT_RETURN_IF_ERROR(CheckApiUrl(file, where + ".api_url", p.api_url));
+  if (OptedIn(name)) return OkStatus();
+  const std::string own = DefaultKeyVariable(name);
+  const std::string opt_in =
+      "; a file that may have come from someone else cannot decide that: if you mean "
+      "it, opt in on this machine with " +
+      std::string(kProviderOverridesVariable) + "=" + name + " (docs/remote.md)";
+  if (!key_env.empty() && key_env != own) {
+    return FieldError(file, where + ".api_key_env",
+                      "'" + EscapeForTerminal(key_env) + "' is not this profile's own variable " + own +
+                          ": it would send that variable's secret to " + EscapeForTerminal(p.api_url) +
+                          opt_in);
+  }
+  if (!builtin_url.empty() && p.api_url != builtin_url) {
+    return FieldError(file, where + ".api_url",
+                      "sends the built-in profile's key (" + own + ") to " + EscapeForTerminal(p.api_url) +
+                          " instead of " + builtin_url + opt_in + ", or add a profile of your own name");
+  }
+  return OkStatus();
 }
 
 // Applies one entry of providers.json to `p` (a built-in one, or a new one named `name`).
@@ -71,8 +123,6 @@ Status ApplyEntry(const std::string& file, const std::string& name, const json& 
     return FieldError(file, where + ".type",
                       "'" + EscapeForTerminal(p->type) + "' is not one of lambda, runpod");
   }
-  if (!IsHttpUrl(p->api_url))
-    return FieldError(file, where + ".api_url", "must be an http:// or https:// URL");
   while (!p->api_url.empty() && p->api_url.back() == '/') p->api_url.pop_back();
   return OkStatus();
 }
@@ -113,8 +163,10 @@ StatusOr<std::vector<ProviderProfile>> LoadProviderProfiles(const ProviderConfig
   FileSystem* fs = FileSystem::Default();
   if (fs->Exists(file)) {
     SFT_ASSIGN_OR_RETURN(std::string text, fs->ReadFile(file));
-    json doc = json::parse(text, nullptr, false);
-    if (doc.is_discarded() || !doc.is_object()) return DataLossError(file + ": not a JSON object");
+    StatusOr<json> parsed = ParseJson(text, file);
+    if (!parsed.ok()) return DataLossError(parsed.status().message());
+    json doc = std::move(*parsed);
+    if (!doc.is_object()) return DataLossError(file + ": not a JSON object");
     if (doc.contains("providers") && !doc["providers"].is_object()) {
       return FieldError(file, "providers", "must be an object of profiles");
     }
@@ -127,13 +179,16 @@ StatusOr<std::vector<ProviderProfile>> LoadProviderProfiles(const ProviderConfig
                           "a profile name is letters, digits, '.', '_' and '-', starting with a letter");
       }
       auto it = std::find_if(profiles.begin(), profiles.end(), [&](const auto& p) { return p.name == name; });
+      const std::string builtin_url = it == profiles.end() ? "" : it->api_url;
       if (it == profiles.end()) {
         profiles.push_back(ProviderProfile{});
         profiles.back().name = name;
         key_envs.emplace_back();
         it = profiles.end() - 1;
       }
-      SFT_RETURN_IF_ERROR(ApplyEntry(file, name, entry, &*it, &key_envs[it - profiles.begin()]));
+      std::string& key_env = key_envs[it - profiles.begin()];
+      SFT_RETURN_IF_ERROR(ApplyEntry(file, name, entry, &*it, &key_env));
+      SFT_RETURN_IF_ERROR(CheckWhereTheKeyGoes(file, name, *it, builtin_url, key_env));
     }
   }
   for (size_t i = 0; i < profiles.size(); ++i) {

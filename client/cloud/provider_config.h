@@ -5,9 +5,15 @@
 // https://api.runpod.io). $XDG_CONFIG_HOME/sftctl/providers.json (default ~/.config/sftctl/) may
 // change their api_url or add profiles of the user's own (another account, a test server):
 //   {"providers": {"fake-lambda": {"type": "lambda", "api_url": "http://127.0.0.1:8080/api/v1",
-//                                  "api_key_env": "FAKE_LAMBDA_KEY", "ssh_port": 2222,
-//                                  "ssh_user": "root", "image": ""}}}
-// That file holds no key: an "api_key" field is refused, so the file can be shared or committed.
+//                                  "ssh_port": 2222, "ssh_user": "root", "image": ""}}}
+// That file holds no key: an "api_key" field is refused, so the file can be shared or committed. And
+// as a copied file must not decide where a key goes, it is held to this (INVALID_ARGUMENT naming the
+// file and the field otherwise):
+//   * api_url is https:// (http:// only to this machine: 127.0.0.1/8, [::1], localhost), no user name;
+//   * unless the user opted in on this machine, by naming the profile in the environment variable
+//     SFTCTL_PROVIDER_OVERRIDES (comma-separated: "lambda,team-lambda"): api_key_env, if given, is the
+//     profile's own variable (DefaultKeyVariable), and a built-in profile keeps its api_url.
+// The file is read with ParseJson (common/json_parse.h).
 //
 // A profile's key comes from, in order: the environment variable api_key_env (default: the name
 // upper-cased, '-' as '_', then "_API_KEY": LAMBDA_API_KEY, RUNPOD_API_KEY, FAKE_LAMBDA_API_KEY),
@@ -24,6 +30,9 @@
 #include "common/status.h"
 
 namespace sftctl::client::cloud {
+
+// The opt-in above: profiles whose providers.json entry may read another variable or move a built-in.
+constexpr const char* kProviderOverridesVariable = "SFTCTL_PROVIDER_OVERRIDES";
 
 struct ProviderConfig {
   std::string config_dir;  // empty: ClientConfigDir() (client/remote/job_registry.h)

@@ -1,5 +1,8 @@
 #include "client/cloud/rental.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -12,6 +15,7 @@
 #include "client/bootstrap/bootstrap.h"
 #include "client/remote/remote_options.h"
 #include "client/remote/ssh/remote_agent.h"
+#include "client/remote/ssh/ssh_config.h"
 #include "common/os/file_system.h"
 #include "common/terminal_text.h"
 
@@ -25,26 +29,99 @@ std::string Lower(std::string s) {
 
 }  // namespace
 
+namespace {
+
+constexpr size_t kMaxHostName = 63;  // CheckRentedHostName's limit
+
+// `base` cut short so that `base + suffix` fits kMaxHostName.
+std::string FitHostName(const std::string& base, const std::string& suffix) {
+  return base.substr(0, kMaxHostName > suffix.size() ? kMaxHostName - suffix.size() : 0) + suffix;
+}
+
+}  // namespace
+
 std::string DefaultHostName(const std::string& provider, const std::string& gpu) {
   std::string g;
   for (char c : Lower(gpu)) {
     if (std::isalnum(static_cast<unsigned char>(c))) g += c;
   }
-  return provider + "-" + (g.empty() ? "gpu" : g.substr(0, 16)) + "-" + RandomHex(2);
+  return FitHostName(provider, "-" + (g.empty() ? "gpu" : g.substr(0, 16)) + "-" + RandomHex(2));
+}
+
+std::string ReplacementHostName(const std::string& first, int n) {
+  const std::string suffix = "-" + std::to_string(n);
+  std::string name = FitHostName(first, suffix);
+  // A first name of 63 characters that ends as its replacement would ("...-2"): one character less.
+  if (name == first) name = first.substr(0, kMaxHostName - suffix.size() - 1) + suffix;
+  return name;
+}
+
+Status CheckReplaceable(const std::string& lost, const Status& given_back) {
+  if (given_back.ok()) return OkStatus();
+  return FailedPreconditionError("no replacement is rented while " + lost +
+                                 " may still bill (giving it back failed: " + given_back.message() +
+                                 "): `sftctl down " + lost + "` ends it");
 }
 
 namespace {
 
-// An address from the provider: a host name or an IPv4/IPv6 literal, nothing a shell or ssh would
-// read as syntax (it becomes ConnectOptions::host and a known_hosts name).
-Status CheckAddress(const std::string& provider, const std::string& addr) {
+bool IsIpLiteral(const std::string& addr) {
+  unsigned char buf[sizeof(struct in6_addr)];
+  return ::inet_pton(AF_INET, addr.c_str(), buf) == 1 || ::inet_pton(AF_INET6, addr.c_str(), buf) == 1;
+}
+
+// What the ssh config says of `name`, with `name` itself written as %h (so a `Host *` block's
+// "HostName %h.corp" reads the same for every name).
+std::string WhatConfigSays(const ssh::SshConfigEntry& e, const std::string& name) {
+  auto generic = [&](std::string v) {
+    for (size_t at = v.find(name); !name.empty() && at != std::string::npos; at = v.find(name, at + 2))
+      v.replace(at, name.size(), "%h");
+    return v;
+  };
+  std::string s = generic(e.hostname.empty() ? name : e.hostname) + "\n" + e.user + "\n" +
+                  (e.port ? std::to_string(*e.port) : "") + "\n" + (e.proxy_set ? "proxy " : "") +
+                  generic(e.proxy_command) + "\n";
+  for (const auto& f : e.identity_files) s += generic(f) + "\n";
+  for (const auto& j : e.proxy_jump)
+    s += j.user + "@" + j.host + ":" + std::to_string(j.port.value_or(22)) + "\n";
+  return s;
+}
+
+}  // namespace
+
+Status CheckProviderAddress(const std::string& provider, const std::string& addr,
+                            const std::string& ssh_config_file) {
   bool ok = !addr.empty() && addr.size() <= 253 && addr[0] != '-';
   for (char c : addr)
     ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':');
-  if (ok) return OkStatus();
-  return DataLossError(provider + ": the instance's address '" + EscapeForTerminal(addr) +
-                       "' is not a host name");
+  if (!ok) {
+    return DataLossError(provider + ": the instance's address '" + EscapeForTerminal(addr) +
+                         "' is not a host name");
+  }
+  if (IsIpLiteral(addr)) return OkStatus();
+  if (addr.find(':') != std::string::npos) {
+    return DataLossError(provider + ": the instance's address '" + EscapeForTerminal(addr) +
+                         "' is neither an IP address nor a host name");
+  }
+  const char* home_env = std::getenv("HOME");
+  const std::string home = home_env != nullptr ? home_env : "";
+  const std::string config =
+      ssh_config_file.empty() ? home + "/.ssh/config" : ssh::ExpandTilde(ssh_config_file, home);
+  FileSystem* fs = FileSystem::Default();
+  if (!fs->Exists(config)) return OkStatus();
+  SFT_ASSIGN_OR_RETURN(std::string text, fs->ReadFile(config));
+  // A name the config picks out (a Host or Match block that a name of nowhere does not get) is the
+  // user's own alias: connecting to it would set up one of the user's machines as the rented host.
+  const std::string nowhere = "sftctl-no-such-host.invalid";
+  SFT_ASSIGN_OR_RETURN(ssh::SshConfigEntry named, ssh::LookupSshConfig(text, addr, home, config));
+  SFT_ASSIGN_OR_RETURN(ssh::SshConfigEntry other, ssh::LookupSshConfig(text, nowhere, home, config));
+  if (WhatConfigSays(named, addr) == WhatConfigSays(other, nowhere)) return OkStatus();
+  return DataLossError(provider + ": the instance's address '" + EscapeForTerminal(addr) + "' is a name " +
+                       config + " knows (a Host or Match block picks it out): refused, as it would reach " +
+                       "a host of yours, not the rented one");
 }
+
+namespace {
 
 bool NotYet(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
@@ -89,7 +166,7 @@ StatusOr<Instance> WaitUntilReachable(CloudProvider* p, const std::string& id, c
                                      " before it became reachable");
     }
     if (inst.ok() && inst->state == InstanceState::kRunning && !inst->ssh_host.empty()) {
-      SFT_RETURN_IF_ERROR(CheckAddress(p->profile().name, inst->ssh_host));
+      SFT_RETURN_IF_ERROR(CheckProviderAddress(p->profile().name, inst->ssh_host, opts->ssh_config_file));
       if (p->profile().ssh_port > 0) inst->ssh_port = p->profile().ssh_port;
       if (!p->profile().ssh_user.empty()) inst->ssh_user = p->profile().ssh_user;
       RentedHost probe;
@@ -273,28 +350,39 @@ StatusOr<RentedHost> Up(CloudProvider* p, const RentedHosts& registry, const UpO
   return h;
 }
 
-Status Down(CloudProvider* p, const RentedHosts& registry, RentedHost h, const Clock* clock,
-            std::ostream& err, std::chrono::seconds limit, std::chrono::seconds poll) {
-  if (h.state == "down") return OkStatus();
+Status TerminateAndWait(CloudProvider* p, const std::string& id, const std::string& name, const Clock* clock,
+                        std::ostream& err, std::chrono::seconds limit, std::chrono::seconds poll) {
+  const std::string label = name.empty() ? "instance " + EscapeForTerminal(id) : name;
   // An instance the provider removed already (preempted, terminated by hand) is as good as ended.
-  if (Status t = p->Terminate(h.instance_id); !t.ok() && t.code() != StatusCode::kNotFound) return t;
+  if (Status t = p->Terminate(id); !t.ok() && t.code() != StatusCode::kNotFound) return t;
   const auto deadline = clock->Now() + limit;
   while (true) {
-    auto inst = p->GetInstance(h.instance_id);
+    auto inst = p->GetInstance(id);
     if ((inst.ok() && inst->state == InstanceState::kTerminated) ||
         (!inst.ok() && inst.status().code() == StatusCode::kNotFound)) {
-      break;
+      return OkStatus();
     }
     if (!inst.ok() && !NotYet(inst.status())) return inst.status();
-    err << "down: waiting for " << h.name << " to go ("
+    err << "down: waiting for " << label << " to go ("
         << (inst.ok() ? EscapeForTerminal(inst->status) : inst.status().message()) << ")\n";
     if (clock->Now() + poll > deadline) {
-      return DeadlineExceededError(p->profile().name + ": instance " + h.instance_id + " (" + h.name +
-                                   ") still not gone " + std::to_string(limit.count()) +
+      return DeadlineExceededError(p->profile().name + ": instance " + id +
+                                   (name.empty() ? "" : " (" + name + ")") + " still not gone " +
+                                   std::to_string(limit.count()) +
                                    " s after terminating it; check the provider's console");
     }
     clock->SleepFor(poll);
   }
+}
+
+Status Down(CloudProvider* p, const RentedHosts& registry, RentedHost h, const Clock* clock,
+            std::ostream& err, std::chrono::seconds limit, std::chrono::seconds poll) {
+  if (h.state == "down") return OkStatus();
+  // Recorded before the provider is asked, so whatever happens next (an error, a crash, a kill), the
+  // record says the host may still bill and `down` / `hosts` find it again.
+  h.state = "terminating";
+  SFT_RETURN_IF_ERROR(registry.Put(h));
+  SFT_RETURN_IF_ERROR(TerminateAndWait(p, h.instance_id, h.name, clock, err, limit, poll));
   h.state = "down";
   h.ended_unix_ms = NowUnixMs();
   if (!h.known_hosts.empty()) (void)FileSystem::Default()->RemoveAll(h.known_hosts);  // the key died with it
@@ -337,7 +425,7 @@ LostHostVerdict DecideOnLostHost(const RentedHost& host, const StatusOr<std::opt
 }
 
 std::vector<HostRow> ListRentedHosts(const std::vector<CloudProvider*>& providers,
-                                     const RentedHosts& registry) {
+                                     const RentedHosts& registry, std::vector<Status>* unanswered) {
   std::vector<HostRow> rows;
   auto records = registry.Load();
   std::vector<RentedHost> live;
@@ -348,6 +436,7 @@ std::vector<HostRow> ListRentedHosts(const std::vector<CloudProvider*>& provider
   }
   for (CloudProvider* p : providers) {
     auto instances = p->ListInstances();
+    if (!instances.ok() && unanswered != nullptr) unanswered->push_back(instances.status());
     for (const RentedHost& r : live) {
       if (r.provider != p->profile().name) continue;
       HostRow row{r, std::nullopt, r.provider, false, instances.ok() ? "" : instances.status().message()};

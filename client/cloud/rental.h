@@ -10,8 +10,14 @@
 // the record marked "up". Anything that fails after the launch terminates the instance (unless
 // keep_on_failure) and says so, so a failed `up` leaves nothing billing.
 //
-// Down: the provider asked to terminate, then asked again until it reports the instance gone (or
-// forgot it), within a time limit; the record keeps its price and times ("down") for cost reports.
+// Down: the record marked "terminating" (before the provider is asked: whatever happens after, the
+// record says the host may still bill), the provider asked to terminate, then asked again until it
+// reports the instance gone (or forgot it), within a time limit; then the record is "down" and keeps
+// its price and times for cost reports.
+//
+// What the provider says is checked before it is used: its answers are depth-bounded JSON
+// (provider_api.h), and an instance's address becomes an SSH target only when it is an IP literal or
+// a host name the user's ssh config does not know (CheckProviderAddress).
 //
 // The seams (RentalSeams) are what touches the host: tests replace them, `sftctl` uses
 // DefaultRentalSeams (real SSH, real bootstrap).
@@ -70,8 +76,28 @@ struct RentalSeams {
 };
 RentalSeams DefaultRentalSeams();
 
-// "lambda-h100-3f2a": the profile, the GPU asked for (letters and digits only), 4 random hex digits.
+// "lambda-h100-3f2a": the profile, the GPU asked for (letters and digits only), 4 random hex digits;
+// the profile's name cut short where the whole would pass CheckRentedHostName's 63 characters.
 std::string DefaultHostName(const std::string& provider, const std::string& gpu);
+
+// The name of the n-th host (n >= 2) of a run that began on the host `first` (--replace-lost):
+// "<first>-<n>", with `first` cut short so that the name stays within 63 characters, and never `first`
+// itself. Valid (CheckRentedHostName) whenever `first` is.
+std::string ReplacementHostName(const std::string& first, int n);
+
+// Whether a replacement for the lost host `lost` may be rented, once giving it back ended with
+// `given_back`: only when that worked, as a host that may still bill is not doubled. Else
+// FAILED_PRECONDITION naming the host, the give-back's error and `sftctl down <lost>`.
+Status CheckReplaceable(const std::string& lost, const Status& given_back);
+
+// Whether `addr`, the address a provider gave for an instance of profile `provider`, may become an SSH
+// target (ConnectOptions::host, a known_hosts name): an IPv4 or IPv6 literal, or a host name (letters,
+// digits, '.', '-') that the ssh config (`ssh_config_file`, else ~/.ssh/config; a missing file is none)
+// does not pick out: a name a Host or Match block applies to, and that a name of nowhere would not get
+// the same from, is the user's alias (`prod`) and would set up one of the user's own machines.
+// DATA_LOSS naming the profile and the address otherwise; the config's own errors as LookupSshConfig's.
+Status CheckProviderAddress(const std::string& provider, const std::string& addr,
+                            const std::string& ssh_config_file);
 
 // "$2.49": how renting prints dollars (`up`, `down`, `hosts`).
 std::string FormatUsd(double usd);
@@ -90,9 +116,19 @@ StatusOr<std::string> ReadPublicKey(const std::string& identity_file);
 StatusOr<RentedHost> Up(CloudProvider* provider, const RentedHosts& registry, const UpOptions& o,
                         const RentalSeams& seams, const Clock* clock, std::ostream& err);
 
-// Terminates `host`'s instance and waits (up to `limit`) until the provider reports it gone; then
-// marks the record "down" with its end time. A record already "down" is OK at once; an instance the
-// provider no longer knows (preempted and removed) counts as gone.
+// Asks the provider to terminate instance `id` and waits (up to `limit`, asking every `poll`) until it
+// reports it gone or no longer knows it (preempted and removed: as good as gone); progress lines on
+// `err` call it `name` (the rented host's; "" for an instance no record names: "instance <id>"). The
+// one wait of `down NAME` (Down) and `down --provider P --instance ID`. Errors: the provider's (the
+// instance's answer unreadable: DATA_LOSS), DEADLINE_EXCEEDED after `limit`.
+Status TerminateAndWait(CloudProvider* provider, const std::string& id, const std::string& name,
+                        const Clock* clock, std::ostream& err,
+                        std::chrono::seconds limit = std::chrono::seconds(300),
+                        std::chrono::seconds poll = std::chrono::seconds(3));
+
+// Marks `host`'s record "terminating", then TerminateAndWait; then marks it "down" with its end time.
+// A record already "down" is OK at once. On an error the record stays "terminating" (live: `down`
+// finishes it).
 Status Down(CloudProvider* provider, const RentedHosts& registry, RentedHost host, const Clock* clock,
             std::ostream& err, std::chrono::seconds limit = std::chrono::seconds(300),
             std::chrono::seconds poll = std::chrono::seconds(3));
@@ -127,9 +163,10 @@ struct HostRow {
   std::string error;  // the provider could not be asked (its status message)
 };
 // Every live record of the given providers plus their orphans; records of providers not given are
-// listed without a live view.
+// listed without a live view. A provider that could not be asked (its listing failed) has its error
+// on its records' rows, and in *unanswered (when given), one per provider: its orphans are unknown.
 std::vector<HostRow> ListRentedHosts(const std::vector<CloudProvider*>& providers,
-                                     const RentedHosts& registry);
+                                     const RentedHosts& registry, std::vector<Status>* unanswered = nullptr);
 
 // The `sftd start` flags for a rented host: --price-per-hour, --billing-since, --max-cost, and the
 // stop policy of down_when_done (--stop-action lambda|runpod when the host can terminate itself).

@@ -136,7 +136,7 @@ StatusOr<json> RunPod::Call(const ApiRequest& req) {
   SFT_ASSIGN_OR_RETURN(ApiResponse r, api_.Send(req));
   if (r.status < 200 || r.status > 299) return ErrorOf(req, r);
   if (r.status != 204 && !r.body.is_object()) return api_.DataLoss(req, "the body is not a JSON object");
-  return r.body;
+  return std::move(r.body);  // (at most 64 deep: Send's bounded parse)
 }
 
 StatusOr<std::vector<Offer>> RunPod::ListOffers(const std::string& gpu, int gpu_count) {

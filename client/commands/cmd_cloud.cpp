@@ -149,10 +149,9 @@ int Down(const DownArgs& a) {
   if (!a.instance.empty()) {
     auto providers = ProvidersFor(a.provider);
     if (!providers.ok()) return ReportError(providers.status(), a.json);
-    Status s = providers->front()->Terminate(a.instance);
+    Status s = cloud::TerminateAndWait(providers->front().get(), a.instance, "", Clock::Real(), std::cerr);
     if (!s.ok()) return ReportError(s, a.json);
-    std::cerr << "down: asked " << a.provider << " to terminate instance " << EscapeForTerminal(a.instance)
-              << "\n";
+    std::cerr << "down: " << a.provider << " reports instance " << EscapeForTerminal(a.instance) << " gone\n";
     return kExitOk;
   }
   RentedHosts registry;
@@ -259,12 +258,17 @@ int Hosts(const std::string& provider_name, bool as_json) {
   for (auto& p : owned) providers.push_back(p.get());
   const int64_t now = NowUnixMs();
   std::vector<HostLine> rows;
-  for (const auto& r : cloud::ListRentedHosts(providers, RentedHosts())) rows.push_back(MakeHostLine(r, now));
+  std::vector<Status> unanswered;
+  for (const auto& r : cloud::ListRentedHosts(providers, RentedHosts(), &unanswered))
+    rows.push_back(MakeHostLine(r, now));
+  // A provider that could not be asked may bill instances no row shows: the listing is incomplete.
+  int rc = kExitOk;
+  for (const Status& s : unanswered) rc = ReportError(s, /*json=*/false);
   if (as_json) {
     json out = json::array();
     for (const HostLine& row : rows) out.push_back(HostLineJson(row));
     std::cout << out.dump(2) << "\n";
-    return kExitOk;
+    return rc;
   }
   std::printf("%-24s %-12s %-12s %8s %9s %9s\n", "NAME", "PROVIDER", "STATE", "$/HOUR", "UPTIME", "SPENT");
   for (const HostLine& row : rows) {
@@ -273,7 +277,7 @@ int Hosts(const std::string& provider_name, bool as_json) {
                 row.price_per_hour, Uptime(row.uptime_s * 1000).c_str(), cloud::FormatUsd(row.spent).c_str(),
                 HostLineNote(row).c_str());
   }
-  return kExitOk;
+  return rc;
 }
 
 }  // namespace
@@ -302,8 +306,8 @@ void RegisterCloudCommands(CLI::App& app, CommandContext& ctx) {
   up->callback([ua, &ctx] { ctx.exit_code = Up(*ua); });
 
   auto da = std::make_shared<DownArgs>();
-  auto* down =
-      app.add_subcommand("down", "Terminate rented hosts and wait until the provider reports them gone");
+  auto* down = app.add_subcommand(
+      "down", "Terminate rented hosts (or --instance) and wait until the provider reports them gone");
   down->add_option("name", da->names, "Rented host names (`sftctl hosts`)");
   down->add_flag("--all", da->all, "Every rented host that is up");
   down->add_option("--provider", da->provider, "With --instance: the provider of an orphan");
@@ -320,7 +324,9 @@ void RegisterCloudCommands(CLI::App& app, CommandContext& ctx) {
   });
 
   auto ha = std::make_shared<std::pair<std::string, bool>>();
-  auto* hosts = app.add_subcommand("hosts", "Rented hosts: state, uptime, money spent; flags orphans");
+  auto* hosts = app.add_subcommand("hosts",
+                                   "Rented hosts: state, uptime, money spent; flags orphans (exit non-zero "
+                                   "when a provider cannot be asked)");
   hosts->add_option("--provider", ha->first, "Only this provider (default: every one with an API key)");
   hosts->add_flag("--json", ha->second, "Machine-readable output");
   hosts->callback([ha, &ctx] { ctx.exit_code = Hosts(ha->first, ha->second); });

@@ -515,13 +515,13 @@ std::optional<std::string> ReplacementResume(SubmitArgs* a, const RemoteSpec& sp
 }
 
 // Gives `name` back (rent_flags.h's ReturnHost on its current record); an error is reported, and
-// returned as the exit code unless `code` already is one.
-int GiveBack(const std::string& name, int code, bool json) {
+// returned as the exit code unless `code` already is one. *down: how giving it back ended.
+int GiveBack(const std::string& name, int code, bool json, Status* down) {
   auto now = RentedHosts().Get(name);
-  Status down = now.ok() ? ReturnHost(*now) : now.status();
-  if (!down.ok()) {
-    ReportError(down, json);
-    return code != kExitOk ? code : ExitCodeFor(down);
+  *down = now.ok() ? ReturnHost(*now) : now.status();
+  if (!down->ok()) {
+    ReportError(*down, json);
+    return code != kExitOk ? code : ExitCodeFor(*down);
   }
   std::cerr << "submit: " << name << " was given back\n";
   return code;
@@ -575,7 +575,12 @@ int RunOnRentedHosts(SubmitArgs a, const RemoteSpec& spec, RentedHost host, Host
     a.ro.hosts = {host.name};
     const auto [code, action] = SubmitAndFollow(a, host, replaced);
     bool replace = action == cloud::LostHostAction::kReplace;
-    const int given_back = GiveBack(host.name, code, json);
+    Status down;
+    const int given_back = GiveBack(host.name, code, json, &down);
+    if (Status may = cloud::CheckReplaceable(host.name, down); replace && !may.ok()) {
+      std::cerr << "submit: " << EscapeForTerminal(may.message()) << "\n";
+      return given_back;
+    }
     if (replace && max_cost > 0) {
       auto ended = RentedHosts().Get(host.name);
       spent += ended.ok() ? ended->SpentUsd(NowUnixMs()) : 0;
@@ -586,7 +591,7 @@ int RunOnRentedHosts(SubmitArgs a, const RemoteSpec& spec, RentedHost host, Host
     }
     if (!replace) return given_back;
     const std::optional<std::string> from = ReplacementResume(&a, spec, host.name);
-    a.rent.name = first_name + "-" + std::to_string(replaced + 2);
+    a.rent.name = cloud::ReplacementHostName(first_name, replaced + 2);
     std::cerr << "submit: renting " << a.rent.name << " to continue "
               << (from ? "from " + EscapeForTerminal(*from)
                        : std::string("from the start (no checkpoint survived)"))

@@ -6,6 +6,7 @@
 
 #include "client/remote/job_registry.h"
 #include "client/remote/registry_file.h"
+#include "common/json_parse.h"
 #include "common/os/file_system.h"
 #include "common/terminal_text.h"
 
@@ -78,8 +79,10 @@ RentedHost FromJson(const json& j) {
 StatusOr<std::vector<RentedHost>> Parse(const std::string& text, const std::string& path) {
   std::vector<RentedHost> out;
   if (text.empty()) return out;
-  json doc = json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("hosts") || !doc["hosts"].is_array()) {
+  StatusOr<json> parsed = ParseJson(text, path);
+  if (!parsed.ok()) return DataLossError(parsed.status().message());
+  const json& doc = *parsed;
+  if (!doc.is_object() || !doc.contains("hosts") || !doc["hosts"].is_array()) {
     return DataLossError(path + ": not a hosts registry (expected {\"version\": 1, \"hosts\": [...]})");
   }
   for (const auto& e : doc["hosts"]) {
@@ -94,7 +97,8 @@ StatusOr<std::vector<RentedHost>> Parse(const std::string& text, const std::stri
 
 std::string RentedHost::SshTarget() const {
   if (ssh_host.empty()) return "";
-  std::string t = ssh_user.empty() ? ssh_host : ssh_user + "@" + ssh_host;
+  const std::string host = ssh_host.find(':') != std::string::npos ? "[" + ssh_host + "]" : ssh_host;
+  std::string t = ssh_user.empty() ? host : ssh_user + "@" + host;
   return ssh_port == 22 ? t : t + ":" + std::to_string(ssh_port);
 }
 

@@ -11,8 +11,11 @@
 //     "max_cost": 25, "down_when_done": false}]}
 // No API key, token or other secret is ever part of a record. A record is written the moment the
 // provider accepted the launch (state "starting"), before anything else can fail, so an instance
-// this sftctl started is never an orphan to it. Updates take an exclusive flock on hosts.json.lock,
-// read, modify, and replace the file atomically, as jobs.json (job_registry.h).
+// this sftctl started is never an orphan to it; and `down` writes "terminating" before it asks the
+// provider, "down" once the provider reports it gone, so an interrupted `down` leaves a true record.
+// The file is read with ParseJson (common/json_parse.h): one edited by hand nests at most 64 deep. Updates
+// take an exclusive flock on hosts.json.lock, read, modify, and replace the file atomically, as jobs.json
+// (job_registry.h).
 //
 // Host names: letters, digits, '.', '_' and '-', starting with a letter (at most 63); they never
 // contain '@', ':' or '/', so a name cannot be mistaken for "user@host:port" or a job reference.
@@ -39,8 +42,9 @@ struct RentedHost {
   double price_per_hour = 0;
   int64_t launched_unix_ms = 0;
   int64_t ended_unix_ms = 0;  // when `down` saw it gone; 0 while it may bill
-  // "starting" (launched, not ready), "up" (bootstrapped), "failed" (up gave up; it was terminated or
-  // the error says why not), "down" (terminated, confirmed gone).
+  // "starting" (launched, not ready), "up" (bootstrapped), "terminating" (`down` is asking the
+  // provider to end it, or asked and did not see it gone: it may still bill), "failed" (up gave up
+  // and kept it: --keep-on-failure), "down" (terminated, confirmed gone).
   std::string state = "starting";
   std::string ssh_user, ssh_host;
   int ssh_port = 22;
@@ -53,11 +57,13 @@ struct RentedHost {
   double max_cost = 0;  // --max-cost; 0: none
   bool down_when_done = false;
 
-  // "user@host:port" (ConnectOptions::host); "" until the provider gave an address.
+  // "user@host:port" (ConnectOptions::host; an IPv6 address in brackets: "root@[2001:db8::7]:22022",
+  // "root@[2001:db8::7]"); "" until the provider gave an address.
   std::string SshTarget() const;
   // Hours billed so far (until ended_unix_ms, else `now_unix_ms`) x price_per_hour.
   double SpentUsd(int64_t now_unix_ms) const;
-  bool Live() const { return state == "starting" || state == "up"; }
+  // May still bill: "starting", "up" or "terminating".
+  bool Live() const { return state == "starting" || state == "up" || state == "terminating"; }
 };
 
 // INVALID_ARGUMENT naming the name when it breaks the rule above.

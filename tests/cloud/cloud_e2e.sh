@@ -45,9 +45,19 @@ fail() {
   done
   exit 1
 }
+# stop_fake: the fake goes, and its profile with it (`hosts` asks every profile with a key, and exits
+# non-zero when one cannot be asked).
 stop_fake() {
   if [ -n "$FAKE_PID" ]; then kill "$FAKE_PID" 2>/dev/null || true; wait "$FAKE_PID" 2>/dev/null || true; fi
   FAKE_PID=""
+  [ -n "${FAKE_NAME:-}" ] && [ -f "$XDG_CONFIG_HOME/sftctl/providers.json" ] &&
+    python3 - "$XDG_CONFIG_HOME/sftctl/providers.json" "$FAKE_NAME" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+doc["providers"].pop(sys.argv[2], None)
+json.dump(doc, open(sys.argv[1], "w"), indent=2)
+PY
+  FAKE_NAME=""
 }
 cleanup() {
   stop_fake
@@ -83,6 +93,7 @@ start_fake() {
     --state-dir "$dir" --ssh-port "$SSH_PORT" --launch-interval 1 \
     --instance-command "exec sh $SRC/tests/cloud/fake_instance.sh" >"$dir/out" 2>"$TMP/fake-$FAKES-$name.err" &
   FAKE_PID=$!
+  FAKE_NAME=$name
   for _ in $(seq 1 300); do grep -q '^PORT' "$dir/out" 2>/dev/null && break; sleep 0.1; done
   FAKE_PORT=$(awk '/^PORT/ {print $2}' "$dir/out")
   [ -n "$FAKE_PORT" ] || fail "fake_cloud.py ($dialect) did not start within 30 s (running: $(kill -0 $FAKE_PID 2>&1 && echo yes))"

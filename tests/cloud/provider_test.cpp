@@ -564,6 +564,28 @@ TEST_F(ProviderTest, AMalformedAnswerIsDataLoss) {
   }
 }
 
+// An answer nested 150,000 deep (300 KB) is refused by the bounded parse before anything copies or
+// walks it: DATA_LOSS naming the profile and the nesting, for every call that reads an answer.
+TEST_F(ProviderTest, AnAnswerNestedTooDeepIsDataLossNotACrash) {
+  for (const std::string dialect : {"lambda", "runpod"}) {
+    SCOPED_TRACE(dialect);
+    json config = dialect == "lambda" ? LambdaCatalog() : RunPodCatalog();
+    config["deep"] = {"catalog", "instance", "list", "terminate"};
+    fake_.Stop();
+    Start(dialect, config);
+    const auto deep = StatusIs(StatusCode::kDataLoss, AllOf(StartsWith("fake-" + dialect + ": "),
+                                                            HasSubstr("JSON nested more than 64 levels deep"),
+                                                            Not(HasSubstr(kKey))));
+    EXPECT_THAT(provider_->ListOffers("", 0), deep);
+    EXPECT_THAT(provider_->ListInstances(), deep);
+    const std::string id = fake_.AddOrphan("sftctl-deep");
+    ASSERT_FALSE(id.empty());
+    EXPECT_THAT(provider_->GetInstance(id), deep);
+    EXPECT_THAT(provider_->Terminate(id), deep);
+    EXPECT_EQ(fake_.State()["instances"][0]["phase"], "terminating") << "the terminate itself went out";
+  }
+}
+
 TEST(NewProviderTest, KnowsLambdaAndRunPodOnly) {
   ProviderProfile p = Profile("vast", "");
   p.name = "mine";

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "client/remote/job_target.h"
 #include "client/remote/remote_options.h"
 #include "client/remote/rented_hosts.h"
+#include "client/remote/ssh/ssh_config.h"
 #include "tests/util/file_util.h"
 #include "tests/util/offset_clock.h"
 #include "tests/util/status_matchers.h"
@@ -29,7 +31,9 @@ namespace {
 using ::sftctl::testing::ManualClock;
 using ::sftctl::testing::StatusIs;
 using ::sftctl::testing::TempDir;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -75,12 +79,14 @@ class MemoryProvider : public CloudProvider {
     return i;
   }
   StatusOr<std::vector<Instance>> ListInstances() override {
+    if (fail_list) return UnavailableError("lambda: connection refused");
     std::vector<Instance> out;
     for (auto& [id, i] : instances) out.push_back(i);
     return out;
   }
   Status Terminate(const std::string& id) override {
     terminated.push_back(id);
+    if (on_terminate) on_terminate();
     auto it = instances.find(id);
     if (it == instances.end()) return NotFoundError("lambda: no instance " + id);
     it->second.state = InstanceState::kStopping, it->second.status = "terminating";
@@ -94,7 +100,8 @@ class MemoryProvider : public CloudProvider {
   std::map<std::string, Instance> instances;
   std::map<std::string, int> polls, gone;
   int boot_polls = 2, gone_polls = 1;
-  bool fail_get = false;
+  bool fail_get = false, fail_list = false;
+  std::function<void()> on_terminate;  // called as each terminate is asked for
   std::string address = "192.0.2.7";
 };
 
@@ -329,6 +336,15 @@ TEST_F(RentalTest, APreemptedHostIsGoneAndDownStillEndsItsRecord) {
 // Losing the connection is not losing the host: a host the provider still runs (or that cannot be
 // asked: this machine may be the one offline) has its job followed again; a replacement is rented
 // only when the provider says the host is gone, and only as often as --replace-lost allows.
+// A lost host that could not be given back may still bill: it is not doubled by a replacement.
+TEST(LostHostTest, NoReplacementWhileTheLostHostMayStillBill) {
+  EXPECT_TRUE(CheckReplaceable("box", OkStatus()).ok());
+  EXPECT_THAT(CheckReplaceable("box", UnavailableError("lambda: connection refused")),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("no replacement is rented while box may still bill"),
+                             HasSubstr("lambda: connection refused"), HasSubstr("`sftctl down box`"))));
+}
+
 TEST(LostHostTest, FollowAgainUnlessTheProviderSaysGoneThenReplaceWhileAllowed) {
   RentedHost h;
   h.name = "box", h.provider = "lambda";
@@ -358,7 +374,124 @@ TEST_F(RentalTest, DownGivesUpAfterItsLimit) {
   provider_.gone_polls = 1000;
   EXPECT_THAT(Down(&provider_, registry_, *h, &clock_, err_, std::chrono::seconds(30)),
               StatusIs(StatusCode::kDeadlineExceeded, HasSubstr("still not gone")));
-  EXPECT_EQ(registry_.Get("box")->state, "up");  // still billing as far as anyone knows
+  // Asked to go, not seen gone: it may still bill, so it stays live for `hosts` and `down`.
+  EXPECT_EQ(registry_.Get("box")->state, "terminating");
+  EXPECT_TRUE(registry_.Get("box")->Live());
+}
+
+// The record says "terminating" before the provider is asked (a crash or kill after that leaves a
+// true record), and "down" once the provider reports the instance gone.
+TEST_F(RentalTest, DownRecordsTerminatingBeforeAskingTheProvider) {
+  auto h = RunUp();
+  ASSERT_TRUE(h.ok());
+  std::string when_asked;
+  provider_.on_terminate = [&] {
+    auto rec = registry_.Get("box");
+    when_asked = rec.ok() ? rec->state : rec.status().message();
+  };
+  ASSERT_TRUE(Down(&provider_, registry_, *h, &clock_, err_).ok()) << err_.str();
+  EXPECT_EQ(when_asked, "terminating");
+  EXPECT_EQ(registry_.Get("box")->state, "down");
+}
+
+// `down --provider P --instance ID` (an orphan) waits as `down NAME` does, with the same helper.
+TEST_F(RentalTest, TerminateAndWaitWaitsUntilTheProviderReportsTheInstanceGone) {
+  auto id = provider_.Launch(LaunchRequest{provider_.offers[0], "stray", "", ""});
+  ASSERT_TRUE(id.ok());
+  provider_.gone_polls = 2;
+  ASSERT_TRUE(
+      TerminateAndWait(&provider_, *id, "", &clock_, err_, std::chrono::seconds(300), std::chrono::seconds(5))
+          .ok())
+      << err_.str();
+  EXPECT_TRUE(provider_.instances.empty());
+  EXPECT_THAT(err_.str(), HasSubstr("waiting for instance i-1 to go (terminating)"));
+  EXPECT_EQ(clock_.Now().time_since_epoch(), std::chrono::seconds(10));  // two polls while terminating
+  provider_.gone_polls = 1000;
+  auto again = provider_.Launch(LaunchRequest{provider_.offers[0], "stray2", "", ""});
+  ASSERT_TRUE(again.ok());
+  EXPECT_THAT(
+      TerminateAndWait(&provider_, *again, "stray2", &clock_, err_, std::chrono::seconds(20),
+                       std::chrono::seconds(5)),
+      StatusIs(StatusCode::kDeadlineExceeded, HasSubstr("lambda: instance i-2 (stray2) still not gone")));
+}
+
+TEST_F(RentalTest, HostsSaysWhichProviderCouldNotBeAskedEvenWithoutRecords) {
+  provider_.fail_list = true;
+  std::vector<Status> unanswered;
+  EXPECT_TRUE(ListRentedHosts({&provider_}, registry_, &unanswered).empty());
+  ASSERT_EQ(unanswered.size(), 1u);
+  EXPECT_THAT(unanswered[0], StatusIs(StatusCode::kUnavailable, HasSubstr("lambda: connection refused")));
+}
+
+TEST_F(RentalTest, AnIpv6AddressBecomesABracketedSshTarget) {
+  provider_.address = "2001:db8::7";
+  auto h = RunUp();
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_EQ(h->SshTarget(), "ubuntu@[2001:db8::7]");
+  ASSERT_FALSE(ready_hosts_.empty());
+  EXPECT_EQ(ready_hosts_[0], "ubuntu@[2001:db8::7] (accept-new)");
+  h->ssh_port = 40022;
+  EXPECT_EQ(h->SshTarget(), "ubuntu@[2001:db8::7]:40022");
+  auto spec = ssh::ParseHostSpec(h->SshTarget());  // what connecting makes of it
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->user, "ubuntu");
+  EXPECT_EQ(spec->host, "2001:db8::7");
+  EXPECT_EQ(spec->port.value_or(0), 40022);
+}
+
+// A name the user's ssh config picks out (an alias such as `prod`) is never taken from a provider:
+// it would bootstrap one of the user's own machines. IP literals and names the config has nothing
+// particular for are fine.
+TEST_F(RentalTest, AProviderAddressTheSshConfigKnowsIsRefused) {
+  const std::string config = home_.path() + "/.ssh/config";
+  testing::WriteWholeFile(config,
+                          "Host *\n  IdentityFile ~/.ssh/id_ed25519\n\n"
+                          "Host prod\n  HostName 10.0.0.5\n  User admin\n\n"
+                          "Host *.corp.example\n  ProxyJump bastion\n");
+  EXPECT_TRUE(CheckProviderAddress("lambda", "192.0.2.7", "").ok());
+  EXPECT_TRUE(CheckProviderAddress("lambda", "2001:db8::7", "").ok());
+  EXPECT_TRUE(CheckProviderAddress("lambda", "gpu-7.cloud.example", "").ok());  // only `Host *` applies
+  const auto known = [&](const std::string& addr) {
+    return StatusIs(StatusCode::kDataLoss, AllOf(HasSubstr("lambda: the instance's address '" + addr +
+                                                           "' is a name " + config + " knows"),
+                                                 HasSubstr("refused")));
+  };
+  EXPECT_THAT(CheckProviderAddress("lambda", "prod", ""), known("prod"));
+  EXPECT_THAT(CheckProviderAddress("lambda", "PROD", ""), known("PROD"));  // as ssh matches: any case
+  EXPECT_THAT(CheckProviderAddress("lambda", "db.corp.example", ""), known("db.corp.example"));
+  EXPECT_THAT(CheckProviderAddress("lambda", "1:2:3", ""),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("neither an IP address nor a host name")));
+  // Another config file (--ssh-config) is the one asked.
+  testing::WriteWholeFile(home_.path() + "/other_config", "Host gpu-7.cloud.example\n  User me\n");
+  EXPECT_THAT(CheckProviderAddress("lambda", "gpu-7.cloud.example", home_.path() + "/other_config"),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("other_config knows")));
+  // `up`: refused before any SSH; the instance is given back.
+  provider_.address = "prod";
+  EXPECT_THAT(RunUp(), StatusIs(StatusCode::kDataLoss, HasSubstr("'prod' is a name")));
+  EXPECT_TRUE(ready_hosts_.empty());
+  EXPECT_THAT(provider_.terminated, ElementsAre("i-1"));
+}
+
+// --replace-lost names the replacements <name>-2, -3, ...: always a valid name, however long the
+// first, and never the first's own.
+TEST(HostNamesTest, ReplacementsAndDefaultsStayWithin63Characters) {
+  EXPECT_EQ(ReplacementHostName("box", 2), "box-2");
+  EXPECT_EQ(ReplacementHostName("box", 11), "box-11");
+  const std::string ends_like_a_replacement = "b" + std::string(60, 'x') + "-2";  // 63 characters
+  for (const std::string& first : {std::string(62, 'a'), std::string(63, 'c'), ends_like_a_replacement}) {
+    ASSERT_TRUE(CheckRentedHostName(first).ok());
+    std::set<std::string> names = {first};
+    for (int n = 2; n <= 12; ++n) {
+      const std::string name = ReplacementHostName(first, n);
+      SCOPED_TRACE(name);
+      EXPECT_TRUE(CheckRentedHostName(name).ok());
+      EXPECT_THAT(name, EndsWith("-" + std::to_string(n)));
+      EXPECT_TRUE(names.insert(name).second) << "a name used before";
+    }
+  }
+  const std::string long_default = DefaultHostName(std::string(63, 'p'), "H100 SXM");
+  EXPECT_TRUE(CheckRentedHostName(long_default).ok()) << long_default;
+  EXPECT_THAT(long_default.substr(0, long_default.size() - 4), EndsWith("-h100sxm-"));
 }
 
 TEST_F(RentalTest, HostsListsRecordsAndFlagsOrphans) {
@@ -437,8 +570,9 @@ class ProviderConfigTest : public ::testing::Test {
     config_.config_dir = dir_.path();
   }
   void TearDown() override {
-    ::unsetenv("LAMBDA_API_KEY");
-    ::unsetenv("FAKE_LAMBDA_API_KEY");
+    for (const char* v : {"LAMBDA_API_KEY", "FAKE_LAMBDA_API_KEY", "MINE_API_KEY", "AWS_SECRET_ACCESS_KEY",
+                          kProviderOverridesVariable})
+      ::unsetenv(v);
   }
   void WriteConfig(const std::string& text) {
     testing::WriteWholeFile(dir_.path() + "/providers.json", text);
@@ -490,6 +624,64 @@ TEST_F(ProviderConfigTest, TheFileAddsProfilesAndNeverHoldsKeys) {
   EXPECT_THAT(LoadProviderProfiles(config_), StatusIs(StatusCode::kInvalidArgument, HasSubstr("api_url")));
   WriteConfig("not json");
   EXPECT_THAT(LoadProviderProfiles(config_), StatusIs(StatusCode::kDataLoss, HasSubstr("providers.json")));
+}
+
+// The key goes with every request: https, or http only to this machine (the tests' stand-ins).
+TEST_F(ProviderConfigTest, AKeyGoesOnlyOverHttpsOrToThisMachine) {
+  ::setenv("MINE_API_KEY", "k", 1);
+  const std::string file = dir_.path() + "/providers.json";
+  WriteConfig(R"({"providers": {"mine": {"type": "lambda", "api_url": "http://api.example.com/v1"}}})");
+  EXPECT_THAT(LoadProviderProfiles(config_),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(file + ": field 'providers.mine.api_url'"), HasSubstr("https://"))));
+  WriteConfig(R"({"providers": {"mine": {"type": "lambda", "api_url": "http://127.0.0.1@evil.example/"}}})");
+  EXPECT_THAT(LoadProviderProfiles(config_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("field 'providers.mine.api_url'")));
+  for (const std::string url :
+       {"http://127.0.0.1:9/api/v1", "http://[::1]:9", "http://localhost:9", "https://api.example.com/v1"}) {
+    WriteConfig(R"({"providers": {"mine": {"type": "lambda", "api_url": ")" + url + R"("}}})");
+    auto p = FindProviderProfile("mine", config_);
+    EXPECT_TRUE(p.ok()) << url << ": " << p.status().message();
+  }
+}
+
+// providers.json is meant to be shared: a copy of someone else's must not decide which secret is
+// sent (api_key_env) or where a built-in profile's key goes (its api_url), unless the user opted in
+// on this machine (SFTCTL_PROVIDER_OVERRIDES).
+TEST_F(ProviderConfigTest, ACopiedFileCannotPickTheSecretOrMoveABuiltInKeyWithoutTheUsersOptIn) {
+  ::setenv("AWS_SECRET_ACCESS_KEY", "aws-secret", 1);
+  ::setenv("LAMBDA_API_KEY", "lambda-key", 1);
+  const std::string file = dir_.path() + "/providers.json";
+  const std::string other_variable =
+      R"({"providers": {"mine": {"type": "lambda", "api_url": "https://api.example.com",
+                                 "api_key_env": "AWS_SECRET_ACCESS_KEY"}}})";
+  const std::string moved_builtin =
+      R"({"providers": {"lambda": {"api_url": "https://evil.example/api/v1"}}})";
+  WriteConfig(other_variable);
+  EXPECT_THAT(
+      LoadProviderProfiles(config_),
+      StatusIs(StatusCode::kInvalidArgument, AllOf(HasSubstr(file + ": field 'providers.mine.api_key_env'"),
+                                                   HasSubstr("not this profile's own variable MINE_API_KEY"),
+                                                   HasSubstr("SFTCTL_PROVIDER_OVERRIDES=mine"))));
+  WriteConfig(moved_builtin);
+  EXPECT_THAT(LoadProviderProfiles(config_),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(file + ": field 'providers.lambda.api_url'"),
+                             HasSubstr("LAMBDA_API_KEY"), HasSubstr("SFTCTL_PROVIDER_OVERRIDES=lambda"))));
+  // Naming the profile's own variable is no override.
+  WriteConfig(R"({"providers": {"mine": {"type": "lambda", "api_url": "https://api.example.com",
+                                         "api_key_env": "MINE_API_KEY"}}})");
+  EXPECT_TRUE(LoadProviderProfiles(config_).ok());
+  // The user's own opt-in, outside the file.
+  ::setenv(kProviderOverridesVariable, "other,mine,lambda", 1);
+  WriteConfig(other_variable);
+  auto mine = FindProviderProfile("mine", config_);
+  ASSERT_TRUE(mine.ok()) << mine.status().message();
+  EXPECT_EQ(mine->api_key, "aws-secret");
+  WriteConfig(moved_builtin);
+  auto lambda = FindProviderProfile("lambda", config_);
+  ASSERT_TRUE(lambda.ok()) << lambda.status().message();
+  EXPECT_EQ(lambda->api_url, "https://evil.example/api/v1");
 }
 
 TEST(ProviderConfigNames, KeyVariables) {

@@ -25,6 +25,9 @@ CONFIG (JSON):
    "rate_limit_once": true,         # the first authorized API request answers 429, Retry-After: 1
    "boot_polls": 2,                 # a new instance is booting / PROVISIONING for its first N GETs
    "malformed": ["catalog", "instance"],  # those answers come in a shape no client can read
+   "deep": ["catalog", "instance", "list", "terminate"],  # those answers (status 200) hold an array
+                                    # nested 150,000 deep (300 KB) where the client reads a field;
+                                    # a terminate is carried out before its deep answer
    "ssh_keys": [{"name", "public_key"}]}  # lambda: keys registered at the start
 
 Served (lambda, under /api/v1): GET /instance-types, GET|POST /ssh-keys, POST
@@ -91,6 +94,7 @@ STATE = {"instances": {}, "order": [], "ssh_keys": [], "last_launch": None, "lau
 STATE_DIR = None
 API_URL = ""  # the API root, once listening (FAKE_API_URL of instance commands)
 OWN_STATE_DIR = False
+DEEP_NESTING = 150000  # config "deep": how deep those answers nest
 
 
 def offers():
@@ -297,6 +301,20 @@ class Handler(BaseHTTPRequestHandler):
         if data:
             self.wfile.write(data)
 
+    def reply_deep(self, field):
+        """A 200 answer whose `field` holds an array nested DEEP_NESTING deep (written by hand: json.dumps
+        would recurse)."""
+        self.record(200)
+        data = ('{"%s": ' % field + "[" * DEEP_NESTING + "]" * DEEP_NESTING + "}").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def deep(self, answer):
+        return answer in CONFIG.get("deep", [])
+
     def error(self, status, code, message, headers=None):
         """The dialect's error shape; `code` is Lambda's error code (RunPod has none)."""
         if ARGS.dialect == "lambda":
@@ -400,6 +418,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.error(404, "global/not-found", "The requested resource was not found.")
         p = path[len("/api/v1"):]
         if method == "GET" and p == "/instance-types":
+            if self.deep("catalog"):
+                return self.reply_deep("data")
             if "catalog" in CONFIG.get("malformed", []):
                 return self.reply(200, {"data": {"broken": {"instance_type": "oops"}}})
             data = {}
@@ -424,6 +444,8 @@ class Handler(BaseHTTPRequestHandler):
         if method == "POST" and p == "/instance-operations/launch":
             return self.lambda_launch(body)
         if method == "GET" and p == "/instances":
+            if self.deep("list"):
+                return self.reply_deep("data")
             return self.reply(200, {"data": [lambda_instance_json(STATE["instances"][i], listed_phase(STATE["instances"][i]))
                                              for i in STATE["order"] if STATE["instances"][i]["phase"] != "gone"]})
         if method == "GET" and p.startswith("/instances/"):
@@ -431,6 +453,8 @@ class Handler(BaseHTTPRequestHandler):
             phase = poll(inst) if inst else None
             if phase is None:
                 return self.error(404, "global/object-does-not-exist", "Specified instance does not exist.")
+            if self.deep("instance"):
+                return self.reply_deep("data")
             if "instance" in CONFIG.get("malformed", []):
                 return self.reply(200, {"data": {"id": 7, "status": ["active"]}})
             return self.reply(200, {"data": lambda_instance_json(inst, phase)})
@@ -443,6 +467,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.error(404, "global/object-does-not-exist", "Specified instance does not exist.")
             for inst in found:
                 terminate(inst)
+            if self.deep("terminate"):
+                return self.reply_deep("data")
             return self.reply(200, {"data": {"terminated_instances": [lambda_instance_json(i, "terminating")
                                                                       for i in found]}})
         return self.error(404, "global/not-found", "The requested resource was not found.")
@@ -480,6 +506,8 @@ class Handler(BaseHTTPRequestHandler):
         if method == "POST" and path == "/v2/pods":
             return self.runpod_create(body)
         if method == "GET" and path == "/v2/pods":
+            if self.deep("list"):
+                return self.reply_deep("pods")
             return self.reply(200, {"pods": [runpod_pod_json(STATE["instances"][i], listed_phase(STATE["instances"][i]))
                                              for i in STATE["order"]
                                              if STATE["instances"][i]["phase"] in ("booting", "active")]})
@@ -490,6 +518,8 @@ class Handler(BaseHTTPRequestHandler):
                 phase = poll(inst) if inst else None
                 if phase is None:
                     return self.error(404, "", "pod not found")
+                if self.deep("instance"):
+                    return self.reply_deep("gpu")
                 if "instance" in CONFIG.get("malformed", []):
                     return self.reply(200, {"id": 7, "status": ["RUNNING"]})
                 return self.reply(200, runpod_pod_json(inst, phase))
@@ -501,10 +531,14 @@ class Handler(BaseHTTPRequestHandler):
                 if inst is None or inst["phase"] in ("terminating", "gone"):
                     return self.error(404, "", "pod not found")
                 terminate(inst)
+                if self.deep("terminate"):
+                    return self.reply_deep("detail")
                 return self.reply(204)
         return self.error(404, "", "resource not found")
 
     def runpod_catalog(self, query):
+        if self.deep("catalog"):
+            return self.reply_deep("gpus")
         if "catalog" in CONFIG.get("malformed", []):
             return self.reply(200, {"gpus": "oops"})
         with_availability = "AVAILABILITY" in ",".join(query.get("include", []))
