@@ -13,6 +13,7 @@
 #include "client/bootstrap/smoke_job.h"
 #include "client/remote/remote_options.h"
 #include "client/remote/ssh/remote_agent.h"
+#include "common/json_parse.h"
 #include "common/os/file_system.h"
 #include "common/os/self_exe.h"
 #include "common/sha256.h"
@@ -100,8 +101,9 @@ Status UploadBytes(HostShell* shell, const std::string& what, const std::string&
 
 // True when the agent that `sftd status --json` describes runs and was built from `source_id`.
 bool AgentRuns(const std::string& status_json, const std::string& source_id) {
-  nlohmann::json j = nlohmann::json::parse(status_json, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return false;
+  StatusOr<nlohmann::json> parsed = ParseJson(status_json, "`sftd status --json`");  // the host's
+  if (!parsed.ok() || !parsed->is_object()) return false;
+  const nlohmann::json& j = *parsed;
   auto running = j.find("running");
   auto id = j.find("source_id");
   return running != j.end() && running->is_boolean() && running->get<bool>() && id != j.end() &&

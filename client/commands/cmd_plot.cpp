@@ -11,6 +11,7 @@
 #include "client/metrics/plot.h"
 #include "client/remote/job_target.h"
 #include "client/remote/log_follower.h"
+#include "common/json_parse.h"
 
 namespace sftctl::client {
 namespace {
@@ -35,8 +36,8 @@ std::vector<nlohmann::json> ParseLines(const std::string& text) {
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
-    auto rec = nlohmann::json::parse(text.substr(start, end - start), nullptr, false);
-    if (rec.is_object()) out.push_back(std::move(rec));
+    auto rec = ParseJson(std::string_view(text).substr(start, end - start), "metrics.jsonl");
+    if (rec.ok() && rec->is_object()) out.push_back(std::move(*rec));
     start = end + 1;
   }
   return out;
@@ -76,8 +77,8 @@ StatusOr<std::vector<nlohmann::json>> FetchMetrics(Reconnector* rc, const std::s
   std::vector<nlohmann::json> records;
   auto r = FollowEvents(rc, job_id, 0, /*follow=*/false, [&](const v1::Event& e) {
     if (e.kind() != v1::Event::METRIC || e.rank() > 0) return;
-    auto rec = nlohmann::json::parse(e.text(), nullptr, false);
-    if (rec.is_object()) records.push_back(std::move(rec));
+    auto rec = ParseJson(e.text(), "metric");
+    if (rec.ok() && rec->is_object()) records.push_back(std::move(*rec));
   });
   if (!r.ok()) return r.status();
   return records;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/commands/commands.h"
+#include "common/json_parse.h"
 #include "common/status.h"
 #include "common/tokenizer/bpe_tokenizer.h"
 #include "common/tokenizer/tokenizer_loader.h"
@@ -45,9 +46,9 @@ Status ParseIds(const Tokenizer& tok, const std::string& line, size_t line_no, s
   std::vector<nlohmann::json> values;
   const size_t first = line.find_first_not_of(" \t\r");
   if (first != std::string::npos && line[first] == '[') {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_array()) return InvalidArgumentError(where + "not a JSON array of token ids");
-    for (const auto& v : j) {
+    StatusOr<nlohmann::json> j = ParseJson(line, "line " + std::to_string(line_no));
+    if (!j.ok() || !j->is_array()) return InvalidArgumentError(where + "not a JSON array of token ids");
+    for (const auto& v : *j) {
       if (!v.is_number_integer()) return InvalidArgumentError(where + "'" + v.dump() + "' is not a token id");
       values.push_back(v);
     }

@@ -95,9 +95,8 @@ StatusOr<FollowResult> FollowToTensorBoard(Reconnector* rc, const std::string& j
   v1::Job job;
   SFT_RETURN_IF_ERROR(GetJob(rc, job_id, &job));
   SFT_ASSIGN_OR_RETURN(auto writer, tensorboard::EventFileWriter::Open(dir));
-  auto spec = nlohmann::json::parse(job.spec_json(), nullptr, /*allow_exceptions=*/false);
-  if (!spec.is_discarded()) {
-    SFT_RETURN_IF_ERROR(writer->WriteTextOnce(tensorboard::kSpecTag, tensorboard::SpecText(spec),
+  if (auto spec = ParseJson(job.spec_json(), "the job's spec"); spec.ok()) {
+    SFT_RETURN_IF_ERROR(writer->WriteTextOnce(tensorboard::kSpecTag, tensorboard::SpecText(*spec),
                                               job.created_unix_ms() / 1000.0));
   }
   EventPrinter printer;

@@ -9,6 +9,7 @@
 #include "client/remote/remote_options.h"
 #include "client/remote/rented_hosts.h"
 #include "client/remote/ssh/ssh_config.h"
+#include "common/json_parse.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -80,8 +81,13 @@ bool AllIdsValid(const JobRecord& r) {
 StatusOr<std::vector<JobRecord>> Parse(const std::string& text, const std::string& path) {
   std::vector<JobRecord> out;
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) return out;
+  StatusOr<json> parsed = ParseJson(text, path);
+  if (!parsed.ok()) {
+    return DataLossError("job registry '" + path + "' is damaged (" + parsed.status().message() +
+                         "); fix or remove it");
+  }
   try {
-    json j = json::parse(text);
+    const json& j = *parsed;
     for (const auto& e : j.at("jobs")) {
       JobRecord r;
       r.host = e.at("host").get<std::string>();

@@ -15,6 +15,7 @@
 
 #include "client/local/trainer_exec.h"
 #include "client/remote/ssh/agent_identity_check.h"
+#include "common/json_parse.h"
 #include "common/os/fd_util.h"
 #include "common/os/file_system.h"
 #include "common/rpc_limits.h"
@@ -126,8 +127,8 @@ StatusOr<nlohmann::json> LocalAgentInfo(const std::string& sftd, const std::stri
   args.insert(args.end(), dd.begin(), dd.end());
   SFT_ASSIGN_OR_RETURN(Captured st, RunCapture(sftd, args));
   if (st.exit_code == 0) {
-    nlohmann::json info = nlohmann::json::parse(Trim(st.out), nullptr, false);
-    if (info.is_discarded()) {
+    StatusOr<nlohmann::json> info = ParseJson(Trim(st.out), "`sftd status --json`");
+    if (!info.ok()) {
       return UnavailableError(host + ": `sftd status --json` printed no JSON: " + Trim(st.out + st.err));
     }
     return info;
@@ -150,8 +151,8 @@ StatusOr<nlohmann::json> LocalAgentInfo(const std::string& sftd, const std::stri
   }
   std::string line = started.out.substr(at + 11);
   line = line.substr(0, line.find('\n'));
-  nlohmann::json info = nlohmann::json::parse(line, nullptr, false);
-  if (info.is_discarded()) return UnavailableError(host + ": unreadable SFTD_READY line: " + line);
+  StatusOr<nlohmann::json> info = ParseJson(line, "SFTD_READY");
+  if (!info.ok()) return UnavailableError(host + ": unreadable SFTD_READY line: " + line);
   return info;
 }
 

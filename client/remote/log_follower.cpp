@@ -5,6 +5,7 @@
 #include <iostream>
 #include <vector>
 
+#include "common/json_parse.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -200,8 +201,9 @@ std::string EventPrinter::FormatUnchecked(const v1::Event& e) {
     default:
       return "";
   }
-  nlohmann::json rec = nlohmann::json::parse(e.text(), nullptr, /*allow_exceptions=*/false);
-  if (!rec.is_object()) return "metric: " + e.text();
+  StatusOr<nlohmann::json> parsed = ParseJson(e.text(), "metric");  // the agent's: at most 64 deep
+  if (!parsed.ok() || !parsed->is_object()) return "metric: " + e.text();
+  const nlohmann::json& rec = *parsed;
   const std::string ev = rec.value("event", "");
   const std::string step = rec.contains("step") ? rec["step"].dump() : "?";
   const std::string prefix = e.rank() > 0 ? "[rank " + std::to_string(e.rank()) + "] " : "";
@@ -251,8 +253,7 @@ nlohmann::json EventToJson(const v1::Event& e) {
                       {"text", e.text()}};
   if (e.kind() == v1::Event::STATE) j["state"] = StateName(e.state());
   if (e.kind() == v1::Event::METRIC) {
-    nlohmann::json rec = nlohmann::json::parse(e.text(), nullptr, false);
-    if (!rec.is_discarded()) j["record"] = rec;
+    if (auto rec = ParseJson(e.text(), "metric"); rec.ok()) j["record"] = std::move(*rec);
   }
   return j;
 }

@@ -60,8 +60,9 @@ StatusOr<std::string> ReadPrefix(const std::string& path, uint64_t n) {
 
 // The Hub's own message of an error answer ({"error": "..."}), "" if it has none.
 std::string HubMessage(const HttpResponse& r) {
-  nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
-  if (j.is_object() && j.contains("error") && j["error"].is_string()) return j["error"].get<std::string>();
+  StatusOr<nlohmann::json> j = ParseJson(r.body, "the Hub's error");
+  if (j.ok() && j->is_object() && j->contains("error") && (*j)["error"].is_string())
+    return (*j)["error"].get<std::string>();
   return "";
 }
 
@@ -377,9 +378,9 @@ StatusOr<HubCommitResult> HubCommitter::Commit(const std::string& repo_id, const
   req.body = std::move(ndjson);
   SFT_ASSIGN_OR_RETURN(HttpResponse r, Send(req, "hf://" + repo_id + ": commit"));
   if (r.status != 200 && r.status != 201) return HttpError(repo_id, r, "commit '" + message + "'");
-  nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
-  if (j.is_object() && j.contains("commitOid") && j["commitOid"].is_string())
-    result.commit = j["commitOid"].get<std::string>();
+  StatusOr<nlohmann::json> j = ParseJson(r.body, "hf://" + repo_id + ": the commit answer");
+  if (j.ok() && j->is_object() && j->contains("commitOid") && (*j)["commitOid"].is_string())
+    result.commit = (*j)["commitOid"].get<std::string>();
   return result;
 }
 

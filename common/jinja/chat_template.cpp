@@ -342,9 +342,9 @@ StatusOr<ChatTemplate> ChatTemplate::LoadUnchecked(const std::string& setting,
   } else {
     label = setting;
     SFT_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(setting));
-    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object()) {
-      SFT_RETURN_IF_ERROR(FromConfig(j, label, &tmpl, &tool_use, &bos, &eos));
+    // A tokenizer_config.json, else (not JSON, or not an object) the template's own text.
+    if (StatusOr<json> j = ParseJson(text, label); j.ok() && j->is_object()) {
+      SFT_RETURN_IF_ERROR(FromConfig(*j, label, &tmpl, &tool_use, &bos, &eos));
     } else {
       tmpl = std::move(text);
     }
