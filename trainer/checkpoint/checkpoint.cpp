@@ -117,9 +117,9 @@ bool IsComplete(FileSystem* fs, const std::string& dir) { return fs->Exists(Join
 StatusOr<TrainerState> ReadTrainerState(const std::string& dir) {
   const std::string path = JoinPath(dir, "trainer_state.json");
   SFT_ASSIGN_OR_RETURN(std::string text, FileSystem::Default()->ReadFile(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return DataLossError(path + ": invalid JSON");
-  return TrainerState::FromJson(j, path);
+  StatusOr<nlohmann::json> j = ParseJson(text, path);
+  if (!j.ok()) return DataLossError(j.status().message());
+  return TrainerState::FromJson(*j, path);
 }
 
 CheckpointManager::CheckpointManager(FileSystem* fs, std::string run_dir, int64_t keep)

@@ -5,6 +5,8 @@
 #include <map>
 #include <memory>
 
+#include "common/json_parse.h"
+
 namespace sftctl::trainer {
 namespace {
 
@@ -43,8 +45,10 @@ StatusOr<WeightFiles> OpenWeightFiles(const std::string& dir) {
   }
   w.index_path = index;
   SFT_ASSIGN_OR_RETURN(std::string text, fs->ReadFile(index));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return DataLossError(index + ": invalid JSON");
+  StatusOr<json> parsed = ParseJson(text, index);
+  if (!parsed.ok()) return DataLossError(parsed.status().message());
+  json j = std::move(*parsed);
+  if (!j.is_object()) return DataLossError(index + ": expected a JSON object");
   auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object())
     return DataLossError(index + ": field 'weight_map' is missing or not an object");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/json_parse.h"
+
 namespace sftctl::trainer {
 namespace {
 
@@ -175,8 +177,7 @@ Status SaveAdapter(FileSystem* fs, const std::string& dir, CausalLM& model, cons
 StatusOr<Adapter> LoadAdapter(const std::string& dir) {
   const std::string config_path = JoinPath(dir, "adapter_config.json");
   SFT_ASSIGN_OR_RETURN(std::string text, FileSystem::Default()->ReadFile(config_path));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgumentError(config_path + ": invalid JSON");
+  SFT_ASSIGN_OR_RETURN(json j, ParseJson(text, config_path));
   Adapter a;
   SFT_ASSIGN_OR_RETURN(a.spec, ParseAdapterConfig(j, config_path, &a.base_model));
   const std::string path = JoinPath(dir, "adapter_model.safetensors");

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/cli/trainer_flags.h"
+#include "common/json_parse.h"
 #include "common/version.h"
 #include "trainer/runtime/cxx_runtime_check.h"
 #include "trainer/runtime/device.h"
@@ -65,8 +66,7 @@ StatusOr<JobSpec> ReadSpecJson(const std::string& path) {
   if (!in) return NotFoundError("cannot read spec '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgumentError(path + ": invalid JSON");
+  SFT_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(ss.str(), path));
   return ParseSpec(j, "", [&path](const std::string&) { return path; });
 }
 
