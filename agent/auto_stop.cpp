@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "agent/stop_action.h"
 #include "common/checkpoint_name.h"
 #include "common/os/file_system.h"
 
@@ -230,11 +231,11 @@ void AutoStop::Fire(const StopDecision& d, const std::vector<std::string>& ended
     view_.state = "stopping";
     view_.detail = d.why;
   }
-  auto cmd = ActionCommand(action_, policy_);
-  StatusOr<CommandOutcome> out =
-      cmd.ok() ? deps_.runner->Run(*cmd, deps_.action_timeout) : StatusOr<CommandOutcome>(cmd.status());
-  const bool ok = out.ok() && out->ok();
-  const std::string result = out.ok() ? out->Describe() : out.status().ToString();
+  StatusOr<StopActionOutcome> out =
+      RunStopAction(action_, policy_, deps_.env, deps_.runner, deps_.http ? deps_.http : CurlHttpClient(),
+                    deps_.action_timeout);
+  const bool ok = out.ok() && out->ok;
+  const std::string result = out.ok() ? out->result : out.status().ToString();
   if (ok) {
     spdlog::warn("auto-stop: {}: the {} action ran: {}", d.why, action_, result);
   } else {

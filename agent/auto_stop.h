@@ -1,8 +1,9 @@
 // AutoStop: carries out the stop policy (agent/stop_policy.h). On a thread of its own, every `check`,
 // it gathers a snapshot (active jobs from the supervisor, open client calls and the last client contact
 // from ClientActivity, stop-when-done jobs from the StateStore, their final checkpoints from the job
-// folders), asks DecideStop, and when the answer is "stop now" runs the action's shell command once
-// through the CommandRunner seam, logging its output and storing the outcome (setting
+// folders), asks DecideStop, and when the answer is "stop now" runs the action once (agent/stop_action.h:
+// a shell command through the CommandRunner seam, or Lambda's API request in this process through the
+// HttpClient seam, so no secret is on a command line), logging its output and storing the outcome (setting
 // "auto_stop.last_action"). Nothing here runs on the supervisor's event thread or in a gRPC reaction;
 // Health reads View(), a copy under a mutex.
 //
@@ -50,6 +51,7 @@
 #include "agent/command_runner.h"
 #include "agent/state_store.h"
 #include "agent/stop_policy.h"
+#include "common/hub/http_client.h"
 #include "common/mutex.h"
 #include "common/os/clock.h"
 #include "common/os/periodic_thread.h"
@@ -69,7 +71,8 @@ struct AutoStopDeps {
   StateStore* store = nullptr;
   ClientActivity* activity = nullptr;
   std::function<uint32_t()> active_jobs;  // running, cancelling and queued jobs
-  CommandRunner* runner = nullptr;        // REQUIRES: set, outliving the AutoStop (runs the stop action)
+  CommandRunner* runner = nullptr;        // REQUIRES: set, outliving the AutoStop (runs a shell stop action)
+  HttpClient* http = nullptr;  // the "lambda" action's request (agent/stop_action.h); null: libcurl's
   const Clock* clock = Clock::Real();
   std::string data_dir;
   StopEnv env;

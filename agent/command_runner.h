@@ -1,5 +1,8 @@
-// CommandRunner: the process seam of the agent's own shell commands (the stop action of
-// agent/auto_stop.h). Tests substitute a recording runner; the real one runs `/bin/sh -c`.
+// CommandRunner: the process seam of the agent's own shell commands (the shell stop actions of
+// agent/stop_action.h, Slurm's commands). Tests substitute a recording runner; the real one runs
+// `/bin/sh -c COMMAND`: the command text is on the shell's command line, which every user of the host
+// can read (/proc/<pid>/cmdline), so no command may hold a secret: secrets reach a command only through
+// its environment (the allowlist below), and the "lambda" action is no command at all.
 //
 // Thread safety: Run may be called from any thread; it blocks until the command ends or times out, so
 // never call it on the supervisor's event thread or inside a gRPC reaction.

@@ -61,6 +61,11 @@ StopEnv StopEnv::FromProcess() {
   // RunPod keeps its variables in /etc/rp_environment, loaded only by login shells.
   env.runpod = EnvSet("RUNPOD_POD_ID") || ::access("/etc/rp_environment", R_OK) == 0;
   env.lambda = EnvSet("LAMBDA_API_KEY") && EnvSet("LAMBDA_INSTANCE_ID");
+  auto value = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v == nullptr ? "" : v);
+  };
+  env.lambda_api = {value("LAMBDA_API_KEY"), value("LAMBDA_INSTANCE_ID"), value("LAMBDA_API_URL")};
   return env;
 }
 
@@ -81,11 +86,9 @@ StatusOr<std::string> ActionCommand(const std::string& action, const StopPolicy&
     return std::string(
         "[ -r /etc/rp_environment ] && . /etc/rp_environment; runpodctl remove pod \"$RUNPOD_POD_ID\"");
   }
-  if (action == "lambda") {
-    return std::string(
-        "curl -fsS --max-time 60 -X POST -H \"Authorization: Bearer $LAMBDA_API_KEY\" "
-        "-H 'Content-Type: application/json' -d \"{\\\"instance_ids\\\": [\\\"$LAMBDA_INSTANCE_ID\\\"]}\" "
-        "\"${LAMBDA_API_URL:-https://cloud.lambdalabs.com/api/v1}/instance-operations/terminate\"");
+  if (action == "lambda") {  // never a command: its key would be on curl's command line
+    return InternalError(
+        "the lambda stop action is an HTTPS request made by the agent (agent/stop_action.h)");
   }
   if (action == "shutdown") {
     return std::string("if [ \"$(id -u)\" = 0 ]; then shutdown -h now; else sudo -n shutdown -h now; fi");

@@ -49,18 +49,31 @@ struct StopPolicyFlags {
 // `base` with the given flags applied (a --stop-command alone implies --stop-action command).
 StopPolicy ApplyStopFlags(StopPolicy base, const StopPolicyFlags& flags);
 
+// What the "lambda" stop action needs (agent/stop_action.h), from the agent's environment (which
+// ~/.config/sftd/env fills; `sftctl up --terminate-from-host` writes it there): LAMBDA_API_KEY, a secret
+// the agent never logs, stores, shows or puts on a command line; LAMBDA_INSTANCE_ID; LAMBDA_API_URL
+// ("": kLambdaApiUrl, common/lambda_api.h).
+struct LambdaApi {
+  std::string api_key;
+  std::string instance_id;
+  std::string api_url;
+};
+
 // What the process environment says about the host (StopEnv::FromProcess reads it).
 struct StopEnv {
   bool runpod = false;  // RUNPOD_POD_ID set, or /etc/rp_environment exists
   bool lambda = false;  // LAMBDA_API_KEY and LAMBDA_INSTANCE_ID set
+  LambdaApi lambda_api;
   static StopEnv FromProcess();
 };
 
 // The action `policy` resolves to on `env`: policy.action, or for "" the detected one; "" when none.
 std::string ResolveAction(const StopPolicy& policy, const StopEnv& env);
-// The shell command of an action (docs/agent.md lists them). Secrets (LAMBDA_API_KEY) stay shell
-// variables, expanded only when the command runs, so they are never logged or stored.
-// Errors: FAILED_PRECONDITION when there is no action ("" or "command" without a command).
+// The shell command of an action that is one: runpod, runpod-terminate, shutdown, command
+// (docs/agent.md lists them). None names a secret: runpodctl reads its key from its environment.
+// "lambda" is no shell command (agent/stop_action.h makes its request in this process, so the key is on
+// no command line): INTERNAL. Errors: FAILED_PRECONDITION when there is no action ("" or "command"
+// without a command).
 StatusOr<std::string> ActionCommand(const std::string& action, const StopPolicy& policy);
 // INVALID_ARGUMENT naming the flag: an unknown action or storage, "command" without a command,
 // negative durations, price, cost cap or billing start; a cost cap without a price (naming --max-cost

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "agent/stop_action.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/util/offset_clock.h"
 #include "tests/util/status_matchers.h"
@@ -24,6 +25,7 @@ using ::sftctl::testing::StatusIs;
 using ::sftctl::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // ---- DecideStop ---------------------------------------------------------------------------------
 
@@ -117,9 +119,8 @@ TEST(StopPolicyTest, ActionsAndValidation) {
   p.action = "runpod-terminate";
   EXPECT_TRUE(ValidateStopPolicy(p).ok());
   p.action = "";
-  // The Lambda key stays a shell variable: never in a log line or the database.
-  EXPECT_THAT(*ActionCommand("lambda", p), HasSubstr("Bearer $LAMBDA_API_KEY"));
-  EXPECT_THAT(*ActionCommand("lambda", p), HasSubstr("instance-operations/terminate"));
+  // Lambda's is no shell command: its key would be on curl's command line (LambdaTerminateRequest below).
+  EXPECT_THAT(ActionCommand("lambda", p), StatusIs(StatusCode::kInternal, HasSubstr("agent/stop_action.h")));
   EXPECT_THAT(*ActionCommand("shutdown", p), HasSubstr("sudo -n shutdown -h now"));
   p.action = "reboot";
   EXPECT_THAT(ValidateStopPolicy(p), StatusIs(StatusCode::kInvalidArgument, HasSubstr("--stop-action")));
@@ -758,6 +759,76 @@ TEST_F(CostCapTest, ARestartWithTheCapSpentRefusesAtOnceAndStopsAgain) {
   EXPECT_TRUE(uncapped.AdmitSubmission().ok());
   EXPECT_EQ(uncapped.CheckOnce().verdict, StopVerdict::kOff);
   EXPECT_EQ(cancels.size(), 2u);
+}
+
+// The "lambda" action's one request, made by the agent itself: the key in a header (to the API's origin
+// only: no redirect is followed), the instance in a JSON body, Lambda's API root when none is set.
+TEST(StopActionTest, LambdaTerminateRequestCarriesTheKeyInAHeaderOnly) {
+  LambdaApi api{"secret_key", "i-\"1", ""};
+  auto req = LambdaTerminateRequest(api, 120s);
+  ASSERT_TRUE(req.ok()) << req.status().ToString();
+  EXPECT_EQ(req->method, "POST");
+  EXPECT_EQ(req->url, "https://cloud.lambda.ai/api/v1/instance-operations/terminate");
+  EXPECT_EQ(req->body, R"({"instance_ids":["i-\"1"]})");
+  EXPECT_THAT(req->headers, ::testing::Contains(std::make_pair(std::string("Authorization"),
+                                                               std::string("Bearer secret_key"))));
+  EXPECT_FALSE(req->follow_redirects);
+  EXPECT_EQ(req->stall_timeout, 60s);
+  api.api_url = "http://127.0.0.1:9/api/v1/";
+  EXPECT_EQ(LambdaTerminateRequest(api, 5s)->url, "http://127.0.0.1:9/api/v1/instance-operations/terminate");
+  EXPECT_EQ(LambdaTerminateRequest(api, 5s)->stall_timeout, 5s);
+  api.api_url = "file:///etc/passwd";
+  EXPECT_THAT(LambdaTerminateRequest(api, 5s).status(),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("LAMBDA_API_URL")));
+  api = LambdaApi{"", "i-1", ""};
+  EXPECT_THAT(LambdaTerminateRequest(api, 5s).status(),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("LAMBDA_API_KEY and LAMBDA_INSTANCE_ID")));
+}
+
+// An HttpClient that records the request and answers with `status` and `body`.
+class AnsweringHttp : public HttpClient {
+ public:
+  AnsweringHttp(long status, std::string body) : status_(status), body_(std::move(body)) {}
+  StatusOr<HttpResponse> Send(const HttpRequest& req, const HttpSink& sink,
+                              const HttpHeadersCheck&) override {
+    sent.push_back(req);
+    HttpResponse r;
+    r.status = status_;
+    if (sink && !sink(body_)) return CancelledError("stopped by the sink");
+    if (!sink) r.body = body_;
+    return r;
+  }
+  std::vector<HttpRequest> sent;
+
+ private:
+  long status_;
+  std::string body_;
+};
+
+// The lambda action runs no command (the runner is never asked); Lambda's refusal is its outcome, in
+// Lambda's words, and the key is in none of it.
+TEST(StopActionTest, LambdaRunsNoCommandAndReportsTheApisAnswer) {
+  StopEnv env;
+  env.lambda_api = {"secret_key", "i-1", "http://127.0.0.1:9/api/v1"};
+  AnsweringHttp refused(401,
+                        R"({"error": {"code": "global/invalid-api-key", "message": "API key was invalid"}})");
+  auto out = RunStopAction("lambda", StopPolicy(), env, /*runner=*/nullptr, &refused, 120s);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_FALSE(out->ok);
+  EXPECT_EQ(out->result, "HTTP 401 global/invalid-api-key: API key was invalid");
+  ASSERT_EQ(refused.sent.size(), 1u);
+  EXPECT_EQ(refused.sent[0].url, "http://127.0.0.1:9/api/v1/instance-operations/terminate");
+  AnsweringHttp done(200, R"({"data": {"terminated_instances": []}})");
+  out = RunStopAction("lambda", StopPolicy(), env, nullptr, &done, 120s);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(out->ok);
+  EXPECT_EQ(out->result, "HTTP 200");
+  for (const std::string& text : {out->result, out->output}) EXPECT_THAT(text, Not(HasSubstr("secret_key")));
+  AnsweringHttp garbage(502, "<html>\x1b[31mbad gateway</html>");
+  out = RunStopAction("lambda", StopPolicy(), env, nullptr, &garbage, 120s);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->result, "HTTP 502");
+  EXPECT_THAT(out->output, Not(HasSubstr("\x1b")));  // escaped before a log or `status` shows it
 }
 
 // The stop command gets the cloud API variables it uses and the basics, never the other secrets of the
