@@ -131,7 +131,11 @@ void CheckpointUploads::Stop() {
     credentials_.clear();
     hub_tokens_.clear();
   }
-  for (auto& [id, f] : resuming) *f.cancel = true;
+  for (auto& [id, f] : resuming) {
+    *f.cancel = true;
+    if (!*f.ended)
+      spdlog::info("{}: resume download stopped (the agent stops; it starts again with the agent)", id);
+  }
   for (auto& [dir, up] : running) up->Stop();
   for (std::thread& t : finishing) t.join();
   for (auto& [id, f] : resuming) f.thread.join();

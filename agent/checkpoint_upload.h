@@ -57,9 +57,12 @@ class CheckpointUploads {
   void SetCredentials(const JobSpec& spec, AwsCredentials credentials);
   // The client's Hub token for the job whose spec is `spec`, when it uploads to hf:// (memory only).
   void SetHubToken(const JobSpec& spec, std::string token);
-  // The client's run keys for the job's s3:// prefixes, by "s3://bucket/prefix" (memory only;
-  // common/object_store/manifest_key.h): its uploads sign with them, its resume takes only a
-  // checkpoint signed with them.
+  // The client's run keys for the job's s3:// prefixes, by "s3://bucket/prefix"
+  // (common/object_store/manifest_key.h): its uploads sign with them, its resume takes only a
+  // checkpoint signed with them. Unlike credentials they outlive an agent restart: the Supervisor saves
+  // them with the job in agent.db (StateStore::InsertJob, before the submit is answered) and sets them
+  // here again when it recovers the job, before its resume download or uploader starts, so a restarted
+  // agent neither resumes from an unsigned (planted) checkpoint nor uploads unsigned ones.
   void SetCheckpointKeys(const JobSpec& spec, std::map<std::string, std::string> keys);
   // Starts the job's uploader when its spec has checkpoint.upload_to (else does nothing); `hub`: the
   // agent's Hub options (endpoint, its own token). Errors (credentials, no Hub token, a repository that

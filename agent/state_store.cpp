@@ -32,6 +32,10 @@ class Stmt {
     sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
     return *this;
   }
+  Stmt& BindBlob(int i, const std::string& v) {
+    sqlite3_bind_blob(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
   // SQLITE_ROW, SQLITE_DONE or an error code.
   int Step() { return sqlite3_step(s_); }
   int64_t Int(int col) { return sqlite3_column_int64(s_, col); }
@@ -39,6 +43,10 @@ class Stmt {
   std::string Text(int col) {
     const unsigned char* p = sqlite3_column_text(s_, col);
     return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(s_, col)) : std::string();
+  }
+  std::string Blob(int col) {
+    const void* p = sqlite3_column_blob(s_, col);
+    return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(s_, col)) : std::string();
   }
   Status Error(const char* what) const {
     return InternalError(std::string("sqlite ") + what + ": " + sqlite3_errmsg(db_));
@@ -199,6 +207,12 @@ CREATE TABLE IF NOT EXISTS settings (
   key TEXT PRIMARY KEY,
   value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS checkpoint_keys (
+  job_id TEXT NOT NULL,
+  url TEXT NOT NULL,
+  key BLOB NOT NULL,
+  PRIMARY KEY (job_id, url)
+);
 CREATE TABLE IF NOT EXISTS blobs (
   sha256 TEXT PRIMARY KEY,
   size INTEGER NOT NULL
@@ -291,7 +305,7 @@ Status StateStore::Exec(const char* sql) {
   return OkStatus();
 }
 
-StatusOr<JobRecord> StateStore::InsertJob(JobRecord rec) {
+StatusOr<JobRecord> StateStore::InsertJob(JobRecord rec, const CheckpointKeys& checkpoint_keys) {
   MutexLock lock(&mu_);
   SFT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   auto fail = [&](Status s) REQUIRES(mu_) {
@@ -319,6 +333,11 @@ StatusOr<JobRecord> StateStore::InsertJob(JobRecord rec) {
     Stmt sw(db_, "INSERT INTO stop_when_done (job_id, status) VALUES (?1, 0)");
     sw.Bind(1, rec.id);
     if (sw.Step() != SQLITE_DONE) return fail(sw.Error("insert stop_when_done"));
+  }
+  for (const auto& [url, key] : checkpoint_keys) {
+    Stmt k(db_, "INSERT INTO checkpoint_keys (job_id, url, key) VALUES (?1, ?2, ?3)");
+    k.Bind(1, rec.id).Bind(2, url).BindBlob(3, key);
+    if (k.Step() != SQLITE_DONE) return fail(k.Error("insert checkpoint key"));
   }
   Stmt h(db_, "INSERT INTO history (job_id, time_ms, state, reason) VALUES (?1, ?2, ?3, ?4)");
   h.Bind(1, rec.id).Bind(2, rec.created_ms).Bind(3, static_cast<int64_t>(rec.state)).Bind(4, rec.reason);
@@ -365,6 +384,11 @@ Status StateStore::SaveJob(const JobRecord& rec, const HistoryRecord* change) {
     h.Bind(1, rec.id).Bind(2, change->time_ms).Bind(3, static_cast<int64_t>(change->state));
     h.Bind(4, change->reason);
     if (h.Step() != SQLITE_DONE) return fail(h.Error("insert history"));
+  }
+  if (IsFinal(rec.state)) {  // nothing signs or resumes for the job any more
+    Stmt del(db_, "DELETE FROM checkpoint_keys WHERE job_id=?1");
+    del.Bind(1, rec.id);
+    if (del.Step() != SQLITE_DONE) return fail(del.Error("delete checkpoint keys"));
   }
   return Commit();
 }
@@ -468,6 +492,17 @@ StatusOr<std::vector<HistoryRecord>> StateStore::History(const std::string& id) 
     out.push_back({static_cast<JobState>(q.Int(0)), q.Text(1), q.Int(2)});
   }
   if (rc != SQLITE_DONE) return q.Error("query history");
+  return out;
+}
+
+StatusOr<CheckpointKeys> StateStore::GetCheckpointKeys(const std::string& job_id) {
+  MutexLock lock(&mu_);
+  Stmt q(db_, "SELECT url, key FROM checkpoint_keys WHERE job_id=?1");
+  q.Bind(1, job_id);
+  CheckpointKeys out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) out[q.Text(0)] = q.Blob(1);
+  if (rc != SQLITE_DONE) return q.Error("query checkpoint keys");
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,6 +92,10 @@ struct StopWhenDoneRecord {
   StopWhenDone status = StopWhenDone::kArmed;
 };
 
+// A job's checkpoint run keys (SubmitJobRequest.checkpoint_keys; common/object_store/manifest_key.h):
+// raw key bytes by "s3://bucket/prefix".
+using CheckpointKeys = std::map<std::string, std::string>;
+
 // Multi-node when the rendezvous spans more than one node.
 inline bool IsMultiNode(const JobRecord& rec) { return rec.rendezvous.num_nodes() > 1; }
 
@@ -102,11 +107,16 @@ class StateStore {
   ~StateStore();
 
   // Assigns num and id ("job-<num>") and inserts the job with a first history entry (and, with
-  // rec.stop_when_done, its kArmed stop_when_done row).
-  StatusOr<JobRecord> InsertJob(JobRecord rec);
+  // rec.stop_when_done, its kArmed stop_when_done row), and its `checkpoint_keys`, in one transaction:
+  // once it returns, a restarted agent holds the keys of every job it recovers.
+  StatusOr<JobRecord> InsertJob(JobRecord rec, const CheckpointKeys& checkpoint_keys = {});
   // Writes every mutable column (job_dir too) and the ranks; with `change`, appends it to the history
-  // in the same transaction.
+  // in the same transaction. A final state deletes the job's checkpoint keys in it too.
   Status SaveJob(const JobRecord& rec, const HistoryRecord* change);
+  // The checkpoint keys InsertJob stored for a job that is not final (empty: none were given). They are
+  // a secret: the database lives in the agent's 0700 data dir, and no JobRecord, RPC answer or log line
+  // carries them (docs/object-storage.md, "Whose checkpoints a resume takes").
+  StatusOr<CheckpointKeys> GetCheckpointKeys(const std::string& job_id);
   // Only last_step and last_loss, and only while the job is RUNNING or CANCELLING: a progress save
   // that lands after the job's final state was saved changes nothing.
   Status SaveProgress(const std::string& id, int64_t last_step, double last_loss);

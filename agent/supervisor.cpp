@@ -334,9 +334,9 @@ void Supervisor::PrepareSubmit(const ::sftctl::v1::SubmitJobRequest& req, const 
                              {c.access_key_id(), c.secret_access_key(), c.session_token(), "the client"});
   }
   if (rec.ok() && created) uploads_->SetHubToken(*rec->spec, req.hf_token());  // hf://
-  if (rec.ok() && created) {  // s3://: the run keys that sign and check its manifests (memory only)
-    uploads_->SetCheckpointKeys(*rec->spec, std::map<std::string, std::string>(req.checkpoint_keys().begin(),
-                                                                               req.checkpoint_keys().end()));
+  if (rec.ok() && created) {  // s3://: the run keys that sign and check its manifests (agent.db too)
+    uploads_->SetCheckpointKeys(*rec->spec,
+                                CheckpointKeys(req.checkpoint_keys().begin(), req.checkpoint_keys().end()));
   }
   if (rec.ok() && created && rec->slurm) {  // its uploads watch the run folder in the shared dir
     auto journal = JournalFor(rec->id);
@@ -502,7 +502,10 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
   rec.created_ms = NowMs();
   rec.job_dir = (sl ? slurm_jobs_dir_ : config_.data_dir + "/jobs") + "/";  // InsertJob appends the id
   rec.slurm = sl.has_value();
-  SFT_ASSIGN_OR_RETURN(rec, store_->InsertJob(std::move(rec)));
+  // The run keys are saved with the job, before it is acknowledged: a restarted agent still signs its
+  // uploads and resumes only from its own checkpoints (Recover).
+  SFT_ASSIGN_OR_RETURN(rec, store_->InsertJob(std::move(rec), CheckpointKeys(req.checkpoint_keys().begin(),
+                                                                             req.checkpoint_keys().end())));
   SFT_RETURN_IF_ERROR(CreateJobFolder(&rec));
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/logs"));
   SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/run"));
@@ -997,6 +1000,7 @@ Status Supervisor::Recover() {
         } else {
           st = DataLossError("its spec does not read back: " + spec.status().message());
         }
+        if (st.ok()) st = RestoreCheckpointKeys(rec);
         if (st.ok()) st = RecoverJob(&rec);
       } catch (const std::exception& e) {  // the edge: nothing read from disk may stop the agent
         st = InternalError(e.what());
@@ -1004,6 +1008,16 @@ Status Supervisor::Recover() {
     }
     if (!st.ok()) FailUnrecoverable(&rec, st);
   }
+  return OkStatus();
+}
+
+// The run keys the job was submitted with (agent.db), back in uploads_ before its resume download or
+// its uploader starts again. A job whose keys cannot be read is failed (Recover), never resumed from, or
+// uploading, unsigned checkpoints.
+Status Supervisor::RestoreCheckpointKeys(const JobRecord& rec) {
+  StatusOr<CheckpointKeys> keys = store_->GetCheckpointKeys(rec.id);
+  if (!keys.ok()) return DataLossError("its checkpoint keys do not read back: " + keys.status().message());
+  uploads_->SetCheckpointKeys(*rec.spec, std::move(*keys));
   return OkStatus();
 }
 
@@ -1039,7 +1053,8 @@ Status Supervisor::RecoverJob(JobRecord* rec_ptr) {
         raw, {JobState::FAILED, "agent-restart: rank " + dead_rank + " died while the agent was down", true});
   }
   spdlog::info("{}: recovered after agent restart: {}/{} rank(s) alive", rec.id, alive, raw->ranks.size());
-  StartUploads(rec, raw->journal.get());  // with the host's credentials: the client's are forgotten
+  // With the host's credentials (the client's are forgotten) and the job's run keys (RestoreCheckpointKeys).
+  StartUploads(rec, raw->journal.get());
   WatchExits(raw);
   ArmTimer(raw);
   return OkStatus();

@@ -210,6 +210,9 @@ class Supervisor {
   // record, an unreadable journal, anything thrown) is FailUnrecoverable'd and the rest go on. Errors:
   // only the store's listing.
   Status Recover();
+  // REQUIRES: rec.spec set. The job's checkpoint keys from the store into uploads_; DATA_LOSS when
+  // they cannot be read.
+  Status RestoreCheckpointKeys(const JobRecord& rec);
   // REQUIRES: rec->spec set.
   Status RecoverJob(JobRecord* rec);
   void FailUnrecoverable(JobRecord* rec, const Status& why);
