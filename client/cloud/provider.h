@@ -1,7 +1,7 @@
 // CloudProvider: renting GPU hosts through a provider's HTTP API (`sftctl offers`, `up`, `down`,
 // `hosts`; docs/remote.md, "Renting a host"). One implementation per provider, one file each:
 // lambda_cloud.h (Lambda Cloud API v1), runpod.h (RunPod REST API v2). A third provider is one more
-// file and one line in NewProvider.
+// file and one line in NewProvider (provider_factory.h, the one file that knows them all).
 //
 // The provider is not trusted more than any server: its JSON is parsed without exceptions, strings it
 // sends are shown only through EscapeForTerminal, and the API key goes only to the profile's api_url
@@ -120,10 +120,5 @@ class CloudProvider {
   // An instance already gone is OK.
   virtual Status Terminate(const std::string& id) = 0;
 };
-
-// The implementation of profile.type; INVALID_ARGUMENT naming the type when there is none. `http`
-// and `clock` (rate limits, retry pauses) are not owned and must outlive the provider.
-StatusOr<std::unique_ptr<CloudProvider>> NewProvider(const ProviderProfile& profile, HttpClient* http,
-                                                     const Clock* clock = Clock::Real());
 
 }  // namespace sftctl::client::cloud

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "client/remote/job_registry.h"
+#include "client/remote/registry_file.h"
 #include "client/remote/rented_hosts.h"
 #include "common/hub/http_client.h"
 #include "common/json_parse.h"

@@ -35,7 +35,7 @@ namespace sftctl::client::cloud {
 constexpr const char* kProviderOverridesVariable = "SFTCTL_PROVIDER_OVERRIDES";
 
 struct ProviderConfig {
-  std::string config_dir;  // empty: ClientConfigDir() (client/remote/job_registry.h)
+  std::string config_dir;  // empty: ClientConfigDir() (client/remote/registry_file.h)
 };
 
 // Every profile (built-in first, then the file's, in name order), keys filled where one is found.

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cloud/provider_config.h"
+#include "client/cloud/provider_factory.h"
 #include "client/commands/commands.h"
 #include "client/commands/rent_flags.h"
 #include "client/remote/job_target.h"

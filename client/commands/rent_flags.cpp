@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "client/cloud/provider_config.h"
+#include "client/cloud/provider_factory.h"
 #include "common/cli/duration_option.h"
 #include "common/hub/http_client.h"
 

@@ -1,7 +1,6 @@
 #include "client/remote/job_registry.h"
 
 #include <cctype>
-#include <cstdlib>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -173,13 +172,6 @@ std::optional<std::pair<std::string, std::string>> SplitJobRef(const std::string
   const size_t slash = ref.rfind('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == ref.size()) return std::nullopt;
   return std::make_pair(ref.substr(0, slash), ref.substr(slash + 1));
-}
-
-std::string ClientConfigDir() {
-  const char* xdg = std::getenv("XDG_CONFIG_HOME");
-  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/sftctl";
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : ".") + "/.config/sftctl";
 }
 
 std::string JobRegistry::DefaultPath() { return ClientConfigDir() + "/jobs.json"; }

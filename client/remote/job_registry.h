@@ -79,11 +79,6 @@ Status CheckJobHost(const std::string& host);
 // Splits "HOST/job-3" at the last '/'. Returns nullopt for a reference without '/'. Checks nothing.
 std::optional<std::pair<std::string, std::string>> SplitJobRef(const std::string& ref);
 
-// This client's configuration folder: $XDG_CONFIG_HOME/sftctl (an absolute one), else
-// $HOME/.config/sftctl. The job registry and the checkpoint key (client/transfer/checkpoint_key.h) live
-// there.
-std::string ClientConfigDir();
-
 class JobRegistry {
  public:
   // $XDG_CONFIG_HOME/sftctl/jobs.json, else $HOME/.config/sftctl/jobs.json.

@@ -1,12 +1,20 @@
 #include "client/remote/registry_file.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 
 #include "common/os/file_lock.h"
 #include "common/os/file_system.h"
 
 namespace sftctl::client {
+
+std::string ClientConfigDir() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/sftctl";
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : ".") + "/.config/sftctl";
+}
 
 StatusOr<std::string> ReadRegistryText(const std::string& path) {
   FileSystem* fs = FileSystem::Default();

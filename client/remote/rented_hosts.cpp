@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "client/remote/job_registry.h"
 #include "client/remote/registry_file.h"
 #include "common/json_parse.h"
 #include "common/os/file_system.h"

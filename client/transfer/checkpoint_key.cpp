@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-#include "client/remote/job_registry.h"
+#include "client/remote/registry_file.h"
 #include "client/remote/remote_options.h"
 #include "common/object_store/manifest_key.h"
 #include "common/os/file_system.h"

@@ -15,6 +15,7 @@
 
 #include "client/cloud/lambda_cloud.h"
 #include "client/cloud/provider_api.h"
+#include "client/cloud/provider_factory.h"
 #include "client/cloud/runpod.h"
 #include "tests/util/fake_cloud.h"
 #include "tests/util/file_util.h"
