@@ -1,6 +1,7 @@
 #include "client/remote/ssh/agent_identity_check.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <iostream>
 
@@ -29,12 +30,12 @@ Status CheckAgentIdentity(const AgentConnection& conn, const std::string& expect
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(std::max(1, timeout_s)));
   grpc::Status gs = conn.NewStub()->Identify(&ctx, req, &resp);
   if (gs.error_code() == grpc::StatusCode::UNIMPLEMENTED && allow_legacy) {
-    static bool warned = false;  // once per process: reconnects would repeat it
-    if (!warned) {
+    // Once per process (reconnects would repeat it); connections on several threads may get here.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
       std::cerr << "warning: " << context << ": the agent predates Identify and cannot prove itself before "
                 << "it receives its token; update the host with `sftctl bootstrap`\n";
     }
-    warned = true;
     return OkStatus();
   }
   if (!gs.ok()) {

@@ -6,6 +6,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -214,9 +215,9 @@ Status CheckAgentSource(const std::string& display, const ConnectOptions& opts, 
                           "). Update the host with `sftctl bootstrap --host " + opts.host +
                           "`, or add --bootstrap to `sftctl submit`";
   if (opts.require_same_source) return FailedPreconditionError(msg);
-  static bool warned = false;  // once per process: reconnects would repeat it
-  if (!warned) std::cerr << "warning: " << msg << "\n";
-  warned = true;
+  // Once per process (reconnects would repeat it); connections on several threads may get here.
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) std::cerr << "warning: " << msg << "\n";
   return OkStatus();
 }
 
