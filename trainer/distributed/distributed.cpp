@@ -703,12 +703,12 @@ GradBuckets::GradBuckets(ProcessGroup* pg, const FlatAdamW& optimizer, double bu
 }
 
 GradBuckets::~GradBuckets() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   armed_ = false;
 }
 
 void GradBuckets::Arm() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   armed_ = true;
   next_ = 0;
   pending_.clear();
@@ -716,7 +716,7 @@ void GradBuckets::Arm() {
 }
 
 void GradBuckets::OnGradReady(size_t slot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!armed_) return;
   if (to_owner_) {
     // The gradient moves into the bucket and is freed: autograd makes a new one next time.
@@ -801,7 +801,7 @@ void GradBuckets::DrainLocked(size_t keep) {
 Status GradBuckets::Finish(double* wait_s) {
   std::vector<std::shared_ptr<ProcessGroup::Pending>> pending;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // A rank whose shard of this window was empty ran no backward and was never armed: it still
     // all-reduces every bucket (its zero gradients), in the same order as the other ranks.
     if (!armed_) {

@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "trainer/distributed/optimizer.h"
 
@@ -233,13 +234,13 @@ class GradBuckets {
     std::vector<std::shared_ptr<ProcessGroup::Pending>> pieces;
   };
   void OnGradReady(size_t slot);
-  void LaunchReadyLocked();
+  void LaunchReadyLocked() REQUIRES(mu_);
   // ZeRO-2: the bucket's staging buffer (zeros when first asked for in a round).
-  torch::Tensor& StagingLocked(size_t bucket);
-  void LaunchToOwnersLocked(size_t bucket);
+  torch::Tensor& StagingLocked(size_t bucket) REQUIRES(mu_);
+  void LaunchToOwnersLocked(size_t bucket) REQUIRES(mu_);
   // Waits for in-flight buckets, oldest first, until at most `keep` remain; adds this rank's
   // pieces into its gradient shard and frees the staging buffers. The first error is kept.
-  void DrainLocked(size_t keep);
+  void DrainLocked(size_t keep) REQUIRES(mu_);
 
   ProcessGroup* pg_;
   std::vector<ParamSlot> slots_;
@@ -249,20 +250,22 @@ class GradBuckets {
   // ZeRO-2.
   bool to_owner_ = false;
   int rank_ = 0;
-  std::vector<torch::Tensor> params_;   // per slot
-  std::vector<ShardLayout> layouts_;    // per group
-  std::vector<torch::Tensor> staging_;  // per bucket; undefined when not in use
-  std::deque<InFlight> in_flight_;
-  Status first_error_;
+  std::vector<torch::Tensor> params_;  // per slot
+  std::vector<ShardLayout> layouts_;   // per group
+  // The hooks run on autograd's threads, Arm and Finish on the training thread: what they share is
+  // guarded by mu_.
+  Mutex mu_;
+  std::vector<torch::Tensor> staging_ GUARDED_BY(mu_);  // per bucket; undefined when not in use
+  std::deque<InFlight> in_flight_ GUARDED_BY(mu_);
+  Status first_error_ GUARDED_BY(mu_);
   // Keeps the hooked grad accumulators alive: each holds the owning pointer grad_accumulator()
   // returned (a std::shared_ptr or, from LibTorch 2.14, a c10::intrusive_ptr).
   std::vector<std::shared_ptr<void>> accumulators_;
 
-  std::mutex mu_;
-  bool armed_ = false;
-  std::vector<int64_t> remaining_;  // per bucket: slots whose gradient is not final yet
-  size_t next_ = 0;                 // next bucket to launch
-  std::vector<std::shared_ptr<ProcessGroup::Pending>> pending_;
+  bool armed_ GUARDED_BY(mu_) = false;
+  std::vector<int64_t> remaining_ GUARDED_BY(mu_);  // per bucket: slots whose gradient is not final yet
+  size_t next_ GUARDED_BY(mu_) = 0;                 // next bucket to launch
+  std::vector<std::shared_ptr<ProcessGroup::Pending>> pending_ GUARDED_BY(mu_);
 };
 
 }  // namespace sftctl::trainer

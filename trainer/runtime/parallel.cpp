@@ -15,6 +15,8 @@
 #include <system_error>
 #include <thread>
 
+#include "common/mutex.h"
+
 // INTRA_OP_PARALLEL is ATen's own signal that at::parallel_for runs in parallel: always with its
 // native pool, and with OpenMP only where this file is compiled with OpenMP (_OPENMP). CMake
 // (trainer/runtime/parallel.cmake) defines SFTCTL_PARALLEL_ATEN when it chose that backend; a mismatch
@@ -104,33 +106,34 @@ class Pool {
   // Runs `job` on the calling thread with up to job.helpers workers and returns once every
   // subrange has run; false (nothing run) while another thread's job holds the pool.
   bool TryRun(Job& job) {
-    std::unique_lock<std::mutex> run(run_mu_, std::try_to_lock);
-    if (!run.owns_lock()) return false;
+    if (!run_mu_.TryLock()) return false;
     {
-      std::lock_guard<std::mutex> lk(mu_);
+      MutexLock lk(&mu_);
       StartWorkers(job.helpers);
       job.helpers = std::min(job.helpers, workers_);
       job_ = &job;
       generation_.fetch_add(1, std::memory_order_release);
     }
-    wake_cv_.notify_all();
+    wake_cv_.NotifyAll();
     t_inside = true;
-    Work(job);
+    Work(job);  // (catches what the chunks throw: nothing leaves run_mu_ held)
     t_inside = false;
-    std::unique_lock<std::mutex> lk(mu_);
+    MutexLock lk(&mu_);
     job_ = nullptr;  // workers that have not joined yet stay out
-    lk.unlock();
+    lk.Unlock();
     SpinUntil([&] { return job.active.load(std::memory_order_acquire) == 0; });
-    lk.lock();
-    done_cv_.wait(lk, [&] { return job.active.load(std::memory_order_acquire) == 0; });
+    lk.Lock();
+    done_cv_.Wait(&mu_, [&] { return job.active.load(std::memory_order_acquire) == 0; });
+    lk.Unlock();
+    run_mu_.Unlock();
     return true;
   }
 
  private:
   Pool() = default;
 
-  // REQUIRES: mu_ held. Fewer workers than asked if the OS refuses threads.
-  void StartWorkers(int n) {
+  // Fewer workers than asked if the OS refuses threads.
+  void StartWorkers(int n) REQUIRES(mu_) {
     for (; workers_ < n; ++workers_) {
       try {
         std::thread(&Pool::WorkerLoop, this, workers_, generation_.load()).detach();
@@ -146,8 +149,8 @@ class Pool {
       SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });
       Job* job = nullptr;
       {
-        std::unique_lock<std::mutex> lk(mu_);
-        wake_cv_.wait(lk, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
+        MutexLock lk(&mu_);
+        wake_cv_.Wait(&mu_, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
         seen = generation_.load(std::memory_order_relaxed);
         if (job_ != nullptr && index < job_->helpers) {
           job = job_;
@@ -158,18 +161,18 @@ class Pool {
       Work(*job);
       // The caller may return (and free the job) as soon as `active` reaches 0.
       if (job->active.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lk(mu_);
-        done_cv_.notify_all();
+        MutexLock lk(&mu_);
+        done_cv_.NotifyAll();
       }
     }
   }
 
-  std::mutex run_mu_;  // held by the thread whose job runs
-  std::mutex mu_;
-  std::condition_variable wake_cv_, done_cv_;
+  Mutex run_mu_;  // held by the thread whose job runs
+  Mutex mu_;
+  CondVar wake_cv_, done_cv_;
   std::atomic<uint64_t> generation_{0};  // bumped (under mu_) for each job
-  Job* job_ = nullptr;                   // guarded by mu_
-  int workers_ = 0;                      // guarded by mu_
+  Job* job_ GUARDED_BY(mu_) = nullptr;
+  int workers_ GUARDED_BY(mu_) = 0;
 };
 
 void PoolFor(int64_t begin, int64_t end, int64_t grain, ChunkFn fn) {
