@@ -35,12 +35,13 @@
 
 #include "client/cloud/provider.h"
 #include "client/cloud/provider_api.h"
+#include "common/lambda_api.h"
 
 namespace sftctl::client::cloud {
 
 class LambdaCloud final : public CloudProvider {
  public:
-  static constexpr const char* kDefaultApiUrl = "https://cloud.lambda.ai/api/v1";
+  static constexpr const char* kDefaultApiUrl = kLambdaApiUrl;  // common/lambda_api.h, the agent's too
   static constexpr std::chrono::seconds kLaunchInterval{12};
 
   // `http` and `clock` are not owned and must outlive this object.

@@ -12,6 +12,7 @@
 #include "client/remote/rented_hosts.h"
 #include "common/hub/http_client.h"
 #include "common/json_parse.h"
+#include "common/lambda_api.h"
 #include "common/os/file_system.h"
 #include "common/os/net_addr.h"
 #include "common/terminal_text.h"
@@ -24,7 +25,7 @@ using nlohmann::json;
 std::vector<ProviderProfile> BuiltInProfiles() {
   ProviderProfile lambda;
   lambda.name = lambda.type = "lambda";
-  lambda.api_url = "https://cloud.lambda.ai/api/v1";
+  lambda.api_url = kLambdaApiUrl;  // common/lambda_api.h, shared with the agent's stop action
   ProviderProfile runpod;
   runpod.name = runpod.type = "runpod";
   runpod.api_url = "https://api.runpod.io";
