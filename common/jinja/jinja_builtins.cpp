@@ -9,6 +9,8 @@
 #include <map>
 #include <optional>
 
+#include "common/markup_escape.h"
+
 namespace sftctl::jinja {
 namespace {
 
@@ -704,31 +706,11 @@ Value Extreme(const Value& v, const Args& a, int sign) {
   return best;
 }
 
+// Jinja's `escape` (markupsafe's entities), refused before it is built when it would exceed the
+// string limit.
 std::string HtmlEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    CheckStringSize(out.size());
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
+  CheckStringSize(EscapedMarkupSize(s, MarkupQuotes::kNumeric));
+  return EscapeMarkup(s, MarkupQuotes::kNumeric);
 }
 
 int64_t Len(const Value& v) {

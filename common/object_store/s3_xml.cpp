@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "common/markup_escape.h"
+
 namespace sftctl {
 
 namespace {
@@ -105,30 +107,6 @@ std::string XmlUnescape(std::string_view s) {
   return out;
 }
 
-std::string XmlEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+std::string XmlEscape(std::string_view s) { return EscapeMarkup(s, MarkupQuotes::kNamed); }
 
 }  // namespace sftctl

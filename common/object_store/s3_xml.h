@@ -17,7 +17,7 @@ std::vector<std::string_view> XmlElements(std::string_view xml, std::string_view
 // The decoded text of the first <tag> element (a whole <![CDATA[...]]> taken as is), "" when there is none.
 std::string XmlText(std::string_view xml, std::string_view tag);
 std::string XmlUnescape(std::string_view s);
-// Escapes & < > " ' for element text.
+// Escapes & < > " ' for element text (&quot; &apos;: common/markup_escape.h).
 std::string XmlEscape(std::string_view s);
 
 }  // namespace sftctl
