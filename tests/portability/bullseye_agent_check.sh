@@ -81,7 +81,7 @@ phase "sftd --version, start --detach, status (an RPC through gRPC $grpc_version
 grep -q '"running":true' "$LOGS/sftd.log" || { cat "$LOGS/sftd.log"; check_fail "run sftd" "sftd status did not report a running agent"; }
 grep -q '"healthy":true' "$LOGS/sftd.log" ||
   { cat "$LOGS/sftd.log"; check_fail "run sftd" "the agent did not answer sftd status's Health RPC"; }
-sed 's/^/  /' "$LOGS/sftd.log" | head -n 6
+sed -n '1,6s/^/  /p' "$LOGS/sftd.log"
 done_phase "sftd runs and answers"
 
 phase "the agent's end-to-end test against sftd (gRPC $grpc_version)"

@@ -71,7 +71,7 @@ in_root bash -c "cd $BUILD && ctest -L trainer -j $jobs --output-on-failure --ti
   >"$LOGS/ctest.log" 2>&1 || { tail -n 60 "$LOGS/ctest.log"; check_fail "ctest -L trainer" "trainer tests failed"; }
 passed=$(grep -E "tests passed" "$LOGS/ctest.log" | tail -n 1 || true)
 skipped=$(grep -c '\*\*\*Skipped' "$LOGS/ctest.log" || true)
-grep -E '\*\*\*Skipped' "$LOGS/ctest.log" | sed 's/^/  /' | head -n 20
+grep -E '\*\*\*Skipped' "$LOGS/ctest.log" | sed -n '1,20s/^/  /p'  # (sed reads to the end: a reader that stops early fails the pipe under pipefail)
 done_phase "ctest -L trainer" "$passed; $skipped skipped"
 
 phase "CUDA without a GPU: clear errors"
