@@ -37,6 +37,9 @@ namespace flag = sftctl::cli::flag;  // each flag's name, written once (common/c
 
 using Command = std::function<int()>;
 
+// train's one flag read before the parse too (EventsFdBeforeParse): written once.
+constexpr char kEventsFdFlag[] = "--events-fd";
+
 int ExitCodeFor(const Status& s) {
   switch (s.code()) {
     case StatusCode::kInvalidArgument:
@@ -291,7 +294,7 @@ void AddExportCommand(CLI::App& app, Command& run) {
 // the job's reason; -1 when absent or not a number.
 int EventsFdBeforeParse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) != "--events-fd") continue;
+    if (std::string(argv[i]) != kEventsFdFlag) continue;
     char* end = nullptr;
     const long fd = std::strtol(argv[i + 1], &end, 10);
     return end != argv[i + 1] && *end == '\0' && fd >= 0 && fd < 65536 ? static_cast<int>(fd) : -1;
@@ -322,7 +325,7 @@ int main(int argc, char** argv) {
   std::string spec_path;
   int events_fd = -1;
   train->add_option("--spec", spec_path, "The job spec in canonical JSON")->required();
-  train->add_option("--events-fd", events_fd,
+  train->add_option(kEventsFdFlag, events_fd,
                     "Also write metric records (JSON lines) to this file descriptor");
   train->callback([&] { run = [&] { return RunTrain(spec_path, events_fd); }; });
 
