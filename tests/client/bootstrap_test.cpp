@@ -19,6 +19,7 @@
 #include "tests/util/offset_clock.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl::client {
 namespace {

@@ -6,6 +6,7 @@
 
 #include "tests/trainer/test_util.h"
 #include "tests/util/command.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl {
 namespace {

@@ -17,6 +17,7 @@
 #include "client/bootstrap/host_probe.h"
 #include "tests/util/command.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl::client {
 namespace {

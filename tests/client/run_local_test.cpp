@@ -7,6 +7,7 @@
 #include "tests/client/tiny_job.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/command.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl {
 namespace {

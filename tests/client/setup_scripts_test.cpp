@@ -10,6 +10,7 @@
 
 #include "tests/util/command.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl::client {
 namespace {

@@ -18,6 +18,7 @@
 #include "tests/remote/remote_test_util.h"
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl {
 namespace {

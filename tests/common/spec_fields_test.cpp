@@ -15,6 +15,7 @@
 #include "common/spec/spec_yaml.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl {
 namespace {

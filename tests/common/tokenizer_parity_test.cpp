@@ -15,6 +15,7 @@
 #include "common/tokenizer/bpe_tokenizer.h"
 #include "common/tokenizer/tokenizer_loader.h"
 #include "common/tokenizer/unicode_normalize.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl {
 namespace {

@@ -15,6 +15,7 @@
 #include "common/os/process_util.h"
 #include "tests/util/command.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl::testing {
 

@@ -12,6 +12,11 @@
 #   only installs zig (a download: .ci/run does it while the main build compiles).
 # Environment:
 #   SFTCTL_MACOS_TARGETS   targets to check (default "aarch64-macos x86_64-macos")
+#   SFTCTL_MACOS_ARCH_ONLY_TARGETS  targets that check only the TUs with code of their own for some
+#                          CPU (a source or a batch member naming __x86_64__, __aarch64__, SSE,
+#                          NEON...; default "x86_64-macos": client/ and common/ have none, and an
+#                          Intel Mac's SDK and libc++ headers are an Apple Silicon Mac's; "" checks
+#                          every TU for every target)
 #   SFTCTL_MACOS_TRAINER_TARGETS  targets for trainer/ TUs (default "aarch64-macos": PyTorch ships no
 #                          Intel-Mac builds since 2.3, and the trainer has no Mac-specific x86 code;
 #                          a LibTorch TU costs ten times a client one, so this halves the check)
@@ -54,6 +59,8 @@ BUILD_DIR=$(cd "${1:?usage: macos_compile_check.sh BUILD_DIR | --install-zig}" &
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 TARGETS=${SFTCTL_MACOS_TARGETS:-aarch64-macos x86_64-macos}
 TRAINER_TARGETS=${SFTCTL_MACOS_TRAINER_TARGETS:-aarch64-macos}
+ARCH_ONLY_TARGETS=${SFTCTL_MACOS_ARCH_ONLY_TARGETS-x86_64-macos}
+ARCH_CODE='__x86_64__|__aarch64__|__arm64__|__i386__|__SSE|__AVX|__ARM_NEON|immintrin|arm_neon'
 JOBS=${SFTCTL_MACOS_JOBS:-2}
 ONLY=${SFTCTL_MACOS_ONLY:-.}
 WORK=$BUILD_DIR/macos-check
@@ -130,10 +137,10 @@ try:
         args = e.get("arguments") or shlex.split(e["command"])
         flags = [a for a in args if a.startswith("-D") and not drop.match(a)]
         defs[os.path.realpath(e["file"])] = flags
-        m = re.search(r"/([^/]+)\.dir/Unity/(unity_\d+)_cxx\.cxx$", e["file"])
+        m = re.search(r"/unity/([^/]+)/(unity_\d+)\.cpp$", e["file"])
         if m and only == ".":
             text = open(e["file"]).read()
-            members = [os.path.realpath(f) for f in re.findall(r'#include "([^"]+)"', text)]
+            members = [os.path.realpath(os.path.join(src, f)) for f in re.findall(r'#include "([^"]+)"', text)]
             batches.append((m.group(1) + "." + m.group(2) + ".cxx", text, members, flags))
 except (OSError, ValueError):
     pass
@@ -171,16 +178,23 @@ export SRC WORK ZIG GEN RESULTS ZIG_VERSION
 
 # dep_key LINE < PATHS: a key for LINE (target, flags, zig) and the files PATHS names, one per line:
 # the project's and the unity batches' by content (a fresh checkout has new mtimes), the others by
-# size and mtime.
+# size and mtime. PATHS and LINE name the checkout and this folder as @SRC@ and @WORK@ (rel_paths),
+# so a pass is kept across checkouts in other folders (CI's checkout moves).
 dep_key() {
   local paths
-  paths=$(cat)
+  paths=$(sed -e "s|^@WORK@/|$WORK/|" -e "s|^@SRC@/|$SRC/|")
   {
-    echo "$1"
-    grep -E "^($SRC|$WORK)/" <<<"$paths" | xargs -r -d '\n' sha256sum 2>&1
+    rel_paths <<<"$1"
+    grep -E "^$WORK/" <<<"$paths" | while read -r f; do  # the unity batches' copies
+      echo "$(rel_paths <"$f" | sha256sum) $(rel_paths <<<"$f")"
+    done
+    grep -E "^$SRC/" <<<"$paths" | grep -vE "^$WORK/" | xargs -r -d '\n' sha256sum 2>&1 | rel_paths
     grep -vE "^($SRC|$WORK)/" <<<"$paths" | xargs -r -d '\n' stat -L -c '%n %s %Y' 2>&1
   } | sha256sum | cut -d' ' -f1
 }
+# rel_paths: the text on stdin with this folder and the checkout named @WORK@ and @SRC@.
+rel_paths() { sed -e "s|$WORK/|@WORK@/|g" -e "s|$SRC/|@SRC@/|g" -e "s|$SRC\b|@SRC@|g"; }
+export -f rel_paths
 export -f dep_key
 
 compile_one() {  # compile_one TARGET REL FLAGS: writes $WORK/log/TARGET/REL.{log,fail}
@@ -215,7 +229,7 @@ compile_one() {  # compile_one TARGET REL FLAGS: writes $WORK/log/TARGET/REL.{lo
     : >"$log.fail"
   elif [ "$RESULTS" != off ] && [ -s "$log.d" ]; then  # keep the pass with the files it read
     mkdir -p "$(dirname "$kept")"
-    sed -e 's/\\$//' -e 's/^[^:]*: *//' "$log.d" | tr ' ' '\n' | grep -v '^$' >"$kept.deps.tmp"
+    sed -e 's/\\$//' -e 's/^[^:]*: *//' "$log.d" | tr ' ' '\n' | grep -v '^$' | rel_paths >"$kept.deps.tmp"
     cp "$log" "$kept.log"
     dep_key "$line" <"$kept.deps.tmp" >"$kept.key"
     mv "$kept.deps.tmp" "$kept.deps"
@@ -223,19 +237,35 @@ compile_one() {  # compile_one TARGET REL FLAGS: writes $WORK/log/TARGET/REL.{lo
 }
 export -f compile_one
 
-for target in $TARGETS; do
+# has_arch_code REL: REL (a source, or a unity batch and its members) has code for some CPU only.
+has_arch_code() {
+  local path=$SRC/$1
+  case $1 in *.cxx) path=$WORK/unity/$1 ;; esac
+  grep -qE "$ARCH_CODE" "$path" && return 0
+  case $1 in
+    *.cxx) grep -oE '#include "[^"]+"' "$path" | cut -d'"' -f2 | sed "s|^|$SRC/|" | xargs -r grep -qE "$ARCH_CODE" ;;
+    *) return 1 ;;
+  esac
+}
+# targets_of REL: the targets REL is checked for.
+targets_of() {
+  local t arch=""
+  for t in $TARGETS; do
+    case $1 in trainer/*) case " $TRAINER_TARGETS " in *" $t "*) ;; *) continue ;; esac ;; esac
+    case " $ARCH_ONLY_TARGETS " in
+      *" $t "*) [ -n "$arch" ] || { has_arch_code "$1" && arch=yes || arch=no; }; [ "$arch" = yes ] || continue ;;
+    esac
+    echo "$t"
+  done
+}
+
+# The (target, TU) pairs to check; a target no TU needs (an arch-only one, today) costs nothing.
+while IFS=$'\t' read -r rel _; do targets_of "$rel" | sed "s|\$|\t$rel|"; done <"$WORK/tus" >"$WORK/pairs"
+for target in $(cut -f1 "$WORK/pairs" | sort -u); do
   # The first compile of a target fills zig's cache (about a minute); do it once, not in parallel.
   echo 'int main() { return 0; }' >"$WORK/warm.cpp"
   "$ZIG" c++ -target "$target" -std=c++17 -fsyntax-only "$WORK/warm.cpp" >/dev/null 2>&1 || true
 done
-
-# targets_of REL: the targets REL is checked for.
-targets_of() {
-  case $1 in
-    trainer/*) for t in $TARGETS; do case " $TRAINER_TARGETS " in *" $t "*) echo "$t" ;; esac; done ;;
-    *) printf '%s\n' $TARGETS ;;
-  esac
-}
 
 while IFS=$'\t' read -r rel flags; do
   for target in $(targets_of "$rel"); do printf '%s\0%s\0%s\0' "$target" "$rel" "$flags"; done
@@ -276,7 +306,8 @@ slowest=$(cd "$WORK/log" && find . -name '*.secs' -exec sh -c 'echo "$(cat "$1")
   sort -rn | awk 'NR <= 3' | sed 's|\./||' | tr '\n' ',' | sed 's/,$//; s/,/, /g')
 cpu=$(find "$WORK/log" -name '*.cpu' -exec cat {} + | awk '{s += $1 + $2} END {printf "%d", s}')
 kept=$(find "$WORK/log" -name '*.kept' | wc -l)
-echo "macos_compile: $((total - failed))/$total TUs compile for [$TARGETS] (trainer/: [$TRAINER_TARGETS]); $failed failed," \
+echo "macos_compile: $((total - failed))/$total TUs compile for [$TARGETS] (trainer/: [$TRAINER_TARGETS];" \
+  "[$ARCH_ONLY_TARGETS]: $(grep -cE "^(${ARCH_ONLY_TARGETS// /|})"$'\t' "$WORK/pairs" || true) TUs with CPU-specific code); $failed failed," \
   "$warned with warnings in our code; $(( $(date +%s) - start )) s with $JOBS jobs, $cpu CPU s" \
   "(slowest wall s: $slowest); $kept unchanged since a kept pass ($RESULTS)"
 [ -z "$retried" ] || echo "macos_compile: failed once, then passed alone (first errors in its .log.first):$retried"

@@ -100,9 +100,9 @@ in_root bash -c "cd $BUILD && SFTCTL_NO_FUSED=1 ctest -L trainer -R 'HfParity|Lo
 done_phase "SFTCTL_NO_FUSED=1 ctest" "$(grep -E 'tests passed' "$LOGS/ctest-sdpa.log" | tail -n 1)"
 
 phase "trainer and common sources with -D_GLIBCXX_USE_CXX11_ABI=0 (-fsyntax-only)"
-# The trainer's unity batches (trainer/CMakeFiles/.../Unity) hold most trainer sources.
+# The trainer's unity batches (trainer/unity/TARGET/unity_N.cpp) hold most trainer sources.
 in_root python3 "$WORK/tests/portability/syntax_check.py" "$BUILD/compile_commands.json" --jobs "$jobs" \
-  --only "^$WORK/(trainer|common)/|/trainer/CMakeFiles/sftctl_trainer[a-z_]*\.dir/Unity/" \
+  --only "^$WORK/(trainer|common)/|/trainer/unity/sftctl_trainer[a-z_]*/" \
   --drop=-D_GLIBCXX_USE_CXX11_ABI --add=-D_GLIBCXX_USE_CXX11_ABI=0 --label "ABI=0 trainer/common" \
   --stamps "$BUILD/abi0-stamps.json" \
   >"$LOGS/abi0.log" 2>&1 ||

@@ -15,6 +15,7 @@
 #include "tests/ssh/sshd_fixture.h"
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl::sshtest {
 namespace {

@@ -58,6 +58,7 @@
 #include "tests/util/command.h"
 #include "tests/util/file_util.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/test_paths.h"
 #include "tests/util/wait_for.h"
 
 namespace sftctl::sshtest {

@@ -11,6 +11,7 @@
 #include "common/tokenizer/bpe_vocab.h"
 #include "tests/trainer/test_util.h"
 #include "tests/util/command.h"
+#include "tests/util/test_paths.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
 #include "trainer/model/lora.h"
 #include "trainer/model/model.h"

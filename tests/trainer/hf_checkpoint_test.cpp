@@ -12,6 +12,7 @@
 
 #include "common/formats/safetensors.h"
 #include "tests/trainer/test_util.h"
+#include "tests/util/test_paths.h"
 #include "trainer/model/fused_ops.h"
 #include "trainer/model/model.h"
 #include "trainer/training/trainer.h"

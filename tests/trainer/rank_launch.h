@@ -20,6 +20,7 @@
 
 #include "tests/trainer/test_util.h"
 #include "tests/util/file_util.h"
+#include "tests/util/test_paths.h"
 #include "tests/util/wait_for.h"
 #include "trainer/distributed/distributed.h"
 #include "trainer/runtime/tensor_io.h"

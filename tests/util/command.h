@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/util/test_paths.h"
+
 extern char** environ;
 
 namespace sftctl::testing {

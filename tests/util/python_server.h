@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/util/test_paths.h"
+
 namespace sftctl::testing {
 
 class PythonServer {

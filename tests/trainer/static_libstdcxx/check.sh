@@ -4,21 +4,24 @@
 # its first checkpoint rotation (issue 46).
 #   1. make_toolchain.sh makes such a compiler from the system GCC (BUILD_DIR/static-libstdcxx/gcc);
 #   2. the trainer-only preset with the trainer's tests is configured with it (configure must say
-#      "libstdc++ static only") and built: every trainer test executable links the wheel stand-in
-#      (tests/trainer/wheel_standin/) in LibTorch's place, and gtest's discovery runs each of them
-#      at build time -- the step that aborted on the GPU image;
-#   3. sftctl-trainer and the test executables name libstdc++ ahead of LibTorch
+#      "libstdc++ static only") and the trainer with the test executables below built: each links
+#      the wheel stand-in (tests/trainer/wheel_standin/) in LibTorch's place, and gtest's discovery
+#      runs each at build time -- the step that aborted on the GPU image;
+#   3. sftctl-trainer and a test executable name libstdc++ ahead of LibTorch
 #      (needed_order_check.sh), the wheel stand-in's tests pass (a checkpoint save, rotation and
 #      exact resume through the poisoned std::filesystem), and cxx_runtime_check_test.sh runs a real
 #      save / rotate / resume job with the stand-in trainer, BUILD_DIR's sftctl writing its spec, and
 #      sees the wrongly linked trainer refuse to start.
 # Compiles through the project's ccache launcher: the copied compiler keeps the real one's size, time
-# and name, so the objects the main build compiled are reused (only links and tests cost time).
+# and name, and the launcher's CCACHE_BASEDIR (CMakeLists.txt) makes every path under the source
+# relative to the build folder; the build goes beside BUILD_DIR (BUILD_DIR/../static-libstdcxx, as
+# deep as BUILD_DIR), so its compile lines are the main build's word for word and every object, the
+# tests' precompiled header among them, comes from the cache: only links and tests cost time.
 # Logs under BUILD_DIR/static-libstdcxx/. Exits non-zero on any failure.
 set -uo pipefail
 src=$(cd "$1" && pwd) main_build=$(cd "$2" && pwd)
 work=$main_build/static-libstdcxx
-build=$work/build
+build=$(dirname "$main_build")/static-libstdcxx
 mkdir -p "$work"
 step() { echo "=== static-libstdcxx: $*"; }
 die() { echo "FAIL: $*"; exit 1; }
@@ -36,9 +39,14 @@ grep -E 'sftctl: executables that link LibTorch' "$work/configure.log"
 grep -q 'libstdc++ static only' "$work/configure.log" ||
   die "configure did not see a static-only libstdc++: the stand-in does not stand in"
 
-step "build (trainer and every trainer test; gtest discovery runs each with the wheel stand-in)"
+# The executables this check runs, and the two test executables whose gtest discovery aborted on the
+# GPU image (fused_ops_test, data_test). Every other trainer test links by the same rule
+# (trainer/libstdcxx_first.cmake) and runs with the wheel stand-in in the main suite already.
+targets=(sftctl-trainer sftctl_trainer_wheel_standin sftctl_trainer_libstdcxx_last wheel_abi_test
+  fused_ops_test data_test)
+step "build (${targets[*]}; gtest discovery runs each test with the wheel stand-in)"
 start=$(date +%s)
-cmake --build "$build" -j "$(nproc)" >"$work/build.log" 2>&1 ||
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$work/build.log" 2>&1 ||
   { grep -E 'error|poisoned|FAILED' "$work/build.log" | head -n 20; tail -n 15 "$work/build.log"; die "build failed"; }
 echo "built in $(($(date +%s) - start)) s"
 
