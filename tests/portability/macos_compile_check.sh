@@ -185,9 +185,9 @@ dep_key() {
   paths=$(sed -e "s|^@WORK@/|$WORK/|" -e "s|^@SRC@/|$SRC/|")
   {
     rel_paths <<<"$1"
-    grep -E "^$WORK/" <<<"$paths" | while read -r f; do  # the unity batches' copies
-      echo "$(rel_paths <"$f" | sha256sum) $(rel_paths <<<"$f")"
-    done
+    # The unity batches' copies and the third-party headers linked under $WORK, by content, one
+    # line each: "HASH  - @WORK@/PATH" (none of them names the checkout in its text).
+    grep -E "^$WORK/" <<<"$paths" | xargs -r -d '\n' sha256sum 2>&1 | sed -E 's/^([0-9a-f]{64})  /\1  - /' | rel_paths
     grep -E "^$SRC/" <<<"$paths" | grep -vE "^$WORK/" | xargs -r -d '\n' sha256sum 2>&1 | rel_paths
     grep -vE "^($SRC|$WORK)/" <<<"$paths" | xargs -r -d '\n' stat -L -c '%n %s %Y' 2>&1
   } | sha256sum | cut -d' ' -f1
