@@ -261,6 +261,8 @@ targets_of() {
 
 # The (target, TU) pairs to check; a target no TU needs (an arch-only one, today) costs nothing.
 while IFS=$'\t' read -r rel _; do targets_of "$rel" | sed "s|\$|\t$rel|"; done <"$WORK/tus" >"$WORK/pairs"
+# checked_for REL: REL's targets, as decided once above (the loops below ask for each TU again).
+checked_for() { awk -F'\t' -v rel="$1" '$2 == rel { print $1 }' "$WORK/pairs"; }
 for target in $(cut -f1 "$WORK/pairs" | sort -u); do
   # The first compile of a target fills zig's cache (about a minute); do it once, not in parallel.
   echo 'int main() { return 0; }' >"$WORK/warm.cpp"
@@ -268,14 +270,14 @@ for target in $(cut -f1 "$WORK/pairs" | sort -u); do
 done
 
 while IFS=$'\t' read -r rel flags; do
-  for target in $(targets_of "$rel"); do printf '%s\0%s\0%s\0' "$target" "$rel" "$flags"; done
+  for target in $(checked_for "$rel"); do printf '%s\0%s\0%s\0' "$target" "$rel" "$flags"; done
 done <"$WORK/tus" | xargs -0 -n3 -P "$JOBS" bash -c 'compile_one "$0" "$1" "$2"'
 
 # A TU that failed is compiled once more, alone: a failure that does not come back was zig's, not
 # the code's (it is still named in the summary), and a real one prints the same errors again.
 retried=""
 while IFS=$'\t' read -r rel flags; do
-  for target in $(targets_of "$rel"); do
+  for target in $(checked_for "$rel"); do
     [ -e "$WORK/log/$target/$rel.log.fail" ] || continue
     cp "$WORK/log/$target/$rel.log" "$WORK/log/$target/$rel.log.first"
     rm -f "$WORK/log/$target/$rel.log.fail"
@@ -288,7 +290,7 @@ done <"$WORK/tus"
 failed=0 warned=0 total=0
 for target in $TARGETS; do
   while IFS=$'\t' read -r rel _; do
-    case " $(targets_of "$rel" | tr '\n' ' ') " in *" $target "*) ;; *) continue ;; esac
+    case " $(checked_for "$rel" | tr '\n' ' ') " in *" $target "*) ;; *) continue ;; esac
     total=$((total + 1))
     log=$WORK/log/$target/$rel.log
     if [ -e "$log.fail" ]; then

@@ -15,8 +15,9 @@
 # Compiles through the project's ccache launcher: the copied compiler keeps the real one's size, time
 # and name, and the launcher's CCACHE_BASEDIR (CMakeLists.txt) makes every path under the source
 # relative to the build folder; the build goes beside BUILD_DIR (BUILD_DIR/../static-libstdcxx, as
-# deep as BUILD_DIR), so its compile lines are the main build's word for word and every object, the
-# tests' precompiled header among them, comes from the cache: only links and tests cost time.
+# deep as BUILD_DIR), so its compile lines are the main build's word for word and the trainer's
+# objects come from the cache (the few tests built here, which use the precompiled LibTorch header,
+# still compile: ccache does not yet serve those across builds, docs/portability.md).
 # Logs under BUILD_DIR/static-libstdcxx/. Exits non-zero on any failure.
 set -uo pipefail
 src=$(cd "$1" && pwd) main_build=$(cd "$2" && pwd)
