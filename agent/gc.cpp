@@ -155,7 +155,7 @@ GarbageCollector::GarbageCollector(std::string data_dir, StateStore* store, Blob
     : data_dir_(std::move(data_dir)), store_(store), blobs_(blobs), specs_(std::move(specs)) {}
 
 std::shared_ptr<const JobSpec> GarbageCollector::SpecOf(const JobRecord& job) const {
-  if (std::shared_ptr<const JobSpec> spec = specs_ ? specs_(job.id) : nullptr) return spec;
+  if (specs_) return specs_(job.id);  // the running agent's: never its text again
   StatusOr<std::shared_ptr<const JobSpec>> parsed = ParseStoredSpec(job.spec_json, job.id + " spec");
   return parsed.ok() ? *parsed : nullptr;
 }

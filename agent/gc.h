@@ -80,15 +80,18 @@ struct GcResult {
 };
 
 // The typed spec of a job that is not final, or null: in a running agent the Supervisor's
-// (Supervisor::SpecOf), which parsed it when it took the job. For a job it has none of (no agent runs:
-// `sftd gc` offline; a submit still being recorded) the collector parses the stored text itself
-// (agent/job_spec.h ParseStoredSpec; a spec that does not parse names no blob).
+// (Supervisor::SpecOf), which parsed it when it took the job; the collector then never parses a
+// spec's text. A job the lookup holds none of is one whose submit is still being recorded (its record
+// has no spec text yet either): its blobs were touched by that submit, so min_age_s keeps them. With
+// no lookup (no agent runs: `sftd gc` offline) the collector parses each stored text itself, once per
+// run (agent/job_spec.h ParseStoredSpec; a spec that does not parse names no blob).
 using JobSpecLookup = std::function<std::shared_ptr<const JobSpec>(const std::string& job_id)>;
 
 class GarbageCollector {
  public:
   // `data_dir` holds jobs/<id>/; `blobs` is the store under it. Both pointers, and whatever `specs`
-  // calls, must outlive this. `specs` may be empty (offline: every spec is parsed from its text).
+  // calls, must outlive this. `specs` may be empty (offline: every spec is parsed from its text); given,
+  // it is the only source of specs.
   GarbageCollector(std::string data_dir, StateStore* store, BlobStore* blobs, JobSpecLookup specs = nullptr);
 
   // Scans the data dir and the job table. Errors: INTERNAL naming the folder that cannot be read.
@@ -103,7 +106,8 @@ class GarbageCollector {
 
  private:
   Status RemoveJobFolder(const GcEntry& job) REQUIRES(run_mu_);
-  // The job's spec from `specs_`, else parsed from its text; null when it does not parse.
+  // The job's spec from `specs_` when given (null when it holds none), else parsed from its text (null
+  // when it does not parse).
   std::shared_ptr<const JobSpec> SpecOf(const JobRecord& job) const;
 
   const std::string data_dir_;

@@ -3,12 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "agent/job_spec.h"
 #include "common/hub/hub_spec.h"
 #include "common/os/file_system.h"
 #include "common/spec/spec.h"
+#include "common/spec/spec_paths.h"
 
 namespace sftctl::agent {
 
@@ -114,18 +114,9 @@ StatusOr<std::shared_ptr<const JobSpec>> HubFetcher::Resolve(const HubFetchTask&
     total_bytes_ = total;
   };
   HubDownloader downloader(std::move(o));
-  // ResolveHubSpec works on the canonical JSON (ToJson: serialised, not parsed); its local paths go
-  // back into a copy of the typed spec at the same fields.
-  nlohmann::json json = ToJson(*task.spec);
-  const std::vector<HubSpecField> fields = HubSpecFields(json);
-  spdlog::info("{}: downloading {} path(s) from the Hugging Face Hub", id, fields.size());
-  SFT_RETURN_IF_ERROR(ResolveHubSpec(&json, &downloader));
   auto resolved = std::make_shared<JobSpec>(*task.spec);
-  for (const HubSpecField& f : fields) {
-    std::string* field = SpecStringAt(resolved.get(), f.json_pointer);
-    if (field == nullptr) return InternalError(id + ": no spec field at " + f.json_pointer);
-    *field = json.at(nlohmann::json::json_pointer(f.json_pointer)).get<std::string>();
-  }
+  spdlog::info("{}: downloading {} path(s) from the Hugging Face Hub", id, HubPaths(*resolved).size());
+  SFT_RETURN_IF_ERROR(ResolveHubSpec(resolved.get(), &downloader));
   SFT_RETURN_IF_ERROR(
       WriteFileAtomic(FileSystem::Default(), task.job_dir + "/spec.json", CanonicalSpecJson(*resolved)));
   return std::shared_ptr<const JobSpec>(std::move(resolved));

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -114,11 +113,10 @@ StatusOr<nlohmann::json> ApplyBlobRefs(
   return spec;
 }
 
-std::atomic<uint64_t> g_spec_text_parses{0};
-
-// The one place the agent turns a spec's text into JSON (SpecTextParses counts it).
-StatusOr<nlohmann::json> ParseSpecText(const std::string& spec_json, const std::string& where) {
-  g_spec_text_parses.fetch_add(1, std::memory_order_relaxed);
+// The one place the agent turns a spec's text into JSON (`parsed` is told of it).
+StatusOr<nlohmann::json> ParseSpecText(const std::string& spec_json, const std::string& where,
+                                       const SpecParseObserver& parsed) {
+  if (parsed) parsed(where);
   return ParseJson(spec_json, where);
 }
 
@@ -139,8 +137,8 @@ Status CheckFolderFields(const std::vector<SpecBlobRef>& refs, const std::vector
 
 StatusOr<JobSpec> ValidateSpec(const std::string& spec_json, const std::vector<SpecBlobRef>& refs,
                                const std::function<StatusOr<std::string>(const std::string&)>& blob_path,
-                               std::vector<SpecFolder>* folders) {
-  SFT_ASSIGN_OR_RETURN(nlohmann::json json, ParseSpecText(spec_json, "spec_json"));
+                               std::vector<SpecFolder>* folders, const SpecParseObserver& parsed) {
+  SFT_ASSIGN_OR_RETURN(nlohmann::json json, ParseSpecText(spec_json, "spec_json", parsed));
   std::vector<SpecFolder> found;
   // A client is trusted no further than its token: whatever its spec holds (a list index past
   // 2^63 in a JSON pointer, a type nobody expected), the answer is INVALID_ARGUMENT, never a throw.
@@ -159,8 +157,9 @@ StatusOr<JobSpec> ValidateSpec(const std::string& spec_json, const std::vector<S
 }
 
 StatusOr<std::shared_ptr<const JobSpec>> ParseStoredSpec(const std::string& spec_json,
-                                                         const std::string& where) {
-  SFT_ASSIGN_OR_RETURN(nlohmann::json json, ParseSpecText(spec_json, where));
+                                                         const std::string& where,
+                                                         const SpecParseObserver& parsed) {
+  SFT_ASSIGN_OR_RETURN(nlohmann::json json, ParseSpecText(spec_json, where, parsed));
   try {
     SFT_ASSIGN_OR_RETURN(JobSpec spec, ParseSpec(json, "", [&where](const std::string&) { return where; }));
     return std::make_shared<const JobSpec>(std::move(spec));
@@ -168,8 +167,6 @@ StatusOr<std::shared_ptr<const JobSpec>> ParseStoredSpec(const std::string& spec
     return InvalidArgumentError(where + ": " + e.what());
   }
 }
-
-uint64_t SpecTextParses() { return g_spec_text_parses.load(std::memory_order_relaxed); }
 
 std::string CanonicalSpecJson(const JobSpec& spec) {
   return ToJson(spec).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -13,10 +13,9 @@
 //     that folder. n counts the folders of the job in order of first appearance.
 // The agent replaces "output_dir" with the job's run folder.
 //
-// Thread safety: plain functions; the parse counter is atomic.
+// Thread safety: plain functions; a SpecParseObserver is called on the caller's thread.
 #pragma once
 
-#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,6 +39,11 @@ struct SpecFolder {
   std::vector<std::pair<std::string, std::string>> entries;  // {dir_entry, blob path}
 };
 
+// Told of each spec text ValidateSpec or ParseStoredSpec parses, as the parse starts, with the name its
+// messages start with ("spec_json", "job-3 spec"): a caller held to one parse per job (the Supervisor:
+// SupervisorConfig::spec_parsed) passes one to every parse it makes. Empty: nobody is told.
+using SpecParseObserver = std::function<void(const std::string& where)>;
+
 // SubmitJob's parse: `spec_json` (at most kMaxJsonDepth levels deep; common/json_parse.h) with the
 // blob references applied, validated as a job spec (ParseSpec; relative paths are left as they
 // are). Folder entries (dir_entry) must pass common/safe_path's CheckRelativePath. `blob_path(sha)`
@@ -48,20 +52,17 @@ struct SpecFolder {
 // SpecStringAt) and appended to `folders` (their fields are set by MaterializeFolders). Never throws.
 // Errors: INVALID_ARGUMENT naming the field ("spec_json: not a JSON object", "spec_json.output_dir: must
 // be a string", "blobs[1].json_pointer: ...", "blobs[2].dir_entry: ...", "spec_json: field 'data':
-// is required ..."), FAILED_PRECONDITION from blob_path.
+// is required ..."), FAILED_PRECONDITION from blob_path. `parsed` is told of the parse.
 StatusOr<JobSpec> ValidateSpec(const std::string& spec_json, const std::vector<SpecBlobRef>& refs,
                                const std::function<StatusOr<std::string>(const std::string&)>& blob_path,
-                               std::vector<SpecFolder>* folders = nullptr);
+                               std::vector<SpecFolder>* folders = nullptr,
+                               const SpecParseObserver& parsed = {});
 
 // Recovery's parse: a spec this agent stored (CanonicalSpecJson), validated again. `where` starts
-// the messages ("job-3 spec"). Errors: INVALID_ARGUMENT naming the field.
+// the messages ("job-3 spec"). Errors: INVALID_ARGUMENT naming the field. `parsed` is told of the parse.
 StatusOr<std::shared_ptr<const JobSpec>> ParseStoredSpec(const std::string& spec_json,
-                                                         const std::string& where);
-
-// How many spec texts ValidateSpec and ParseStoredSpec have parsed in this process: the one place
-// the agent turns a spec's JSON text into JSON (tests hold the agent to one parse per submit and per
-// recovery with it).
-uint64_t SpecTextParses();
+                                                         const std::string& where,
+                                                         const SpecParseObserver& parsed = {});
 
 // The text kept and sent for `spec`: ToJson, indented by 2, invalid UTF-8 replaced.
 std::string CanonicalSpecJson(const JobSpec& spec);

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "common/json_parse.h"
 #include "common/os/fd_util.h"
 
 namespace sftctl::agent {
@@ -68,18 +67,8 @@ std::string ReadRankOutput(const std::string& path, uint64_t off, bool* at_eof, 
   return buf;
 }
 
-StatusOr<TrainerEvent> ParseTrainerEvent(std::string_view line, int rank) {
-  const std::string where = "rank " + std::to_string(rank) + " event";
-  SFT_ASSIGN_OR_RETURN(const nlohmann::json j, ParseJson(line, where));
-  TrainerEvent ev;
-  SFT_ASSIGN_OR_RETURN(ev.kind, JsonField<std::string>(j, "event", where));
-  if (ev.kind == "step") {
-    SFT_ASSIGN_OR_RETURN(ev.step, OptionalJsonField<int64_t>(j, "step", where));
-    SFT_ASSIGN_OR_RETURN(ev.loss, OptionalJsonField<double>(j, "loss", where));
-  } else if (ev.kind == "error") {
-    SFT_ASSIGN_OR_RETURN(ev.message, JsonFieldOr<std::string>(j, "message", "", where));
-  }
-  return ev;
+StatusOr<EventLine> ParseTrainerEvent(std::string_view line, int rank) {
+  return ParseEventLine(line, "rank " + std::to_string(rank) + " event");
 }
 
 size_t SplitRankOutput(int rank, int src, uint64_t off, const std::string& buf, bool last_piece,

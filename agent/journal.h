@@ -14,12 +14,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "common/event_line.h"
 #include "common/mutex.h"
 #include "common/os/file_system.h"
 #include "common/status.h"
@@ -56,18 +56,16 @@ std::string ReadRankOutput(const std::string& path, uint64_t off, bool* at_eof, 
 size_t SplitRankOutput(int rank, int src, uint64_t off, const std::string& buf, bool last_piece,
                        std::vector<JournalEvent>* events);
 
+// A line the journal keeps whole is one the event-line reader takes (common/event_line.h).
+static_assert(kMaxRankLine == kMaxEventLineBytes, "a whole journaled rank line is a readable event line");
+
 // One line of a trainer's event stream (source 2), {"event":"<kind>",...}, as the agent reads it: the one
 // reader for the supervisor (its ranks, and the journal of a job recovered after a restart) and the
-// Slurm runner. The line is the trainer's, so untrusted: INVALID_ARGUMENT (ParseJson's, or a field of
-// the wrong type, common/json_parse.h: "rank 0 event: field 'event': expected a string, got number 7")
-// is returned, never thrown; callers skip such a line (the journal keeps it as it was).
-struct TrainerEvent {
-  std::string kind;             // "step", "eval", "done", "error", ...
-  std::optional<int64_t> step;  // of a "step" event
-  std::optional<double> loss;   // of a "step" event (absent when null: a NaN)
-  std::string message;          // of an "error" event
-};
-StatusOr<TrainerEvent> ParseTrainerEvent(std::string_view line, int rank);
+// Slurm runner, through common/event_line.h's ParseEventLine. The line is the trainer's, so untrusted:
+// INVALID_ARGUMENT (ParseEventLine's, every message starting "rank <rank> event": "rank 0 event: field
+// 'event': expected a string, got number 7") is returned, never thrown; callers skip such a line (the
+// journal keeps it as it was).
+StatusOr<EventLine> ParseTrainerEvent(std::string_view line, int rank);
 
 class Journal {
  public:

@@ -19,11 +19,11 @@
 #include "agent/launcher.h"
 #include "agent/slurm/slurm_job.h"
 #include "agent/slurm/slurm_runner.h"
-#include "common/hub/hub_spec.h"
 #include "common/os/file_system.h"
 #include "common/os/net_addr.h"
 #include "common/os/process_util.h"
 #include "common/spec/spec.h"
+#include "common/spec/spec_paths.h"
 
 namespace sftctl::agent {
 
@@ -371,7 +371,7 @@ void Supervisor::StartUploads(const JobRecord& rec, Journal* journal) {
 // job is queued for launch.
 void Supervisor::QueueJob(JobRecord* rec, const std::string& token) {
   if (rec->slurm) return;  // Slurm's queue holds it (SubmitSlurmJob)
-  const std::vector<HubSpecField> fields = HubSpecFields(ToJson(*rec->spec));
+  const std::vector<SpecHubPath> fields = HubPaths(*rec->spec);
   if (fields.empty()) {
     const std::string bucket = CheckpointUploads::ResumeBucket(*rec->spec);
     if (!bucket.empty()) return FetchResume(rec, bucket);
@@ -380,7 +380,7 @@ void Supervisor::QueueJob(JobRecord* rec, const std::string& token) {
     return;
   }
   std::string what;
-  for (const HubSpecField& f : fields) what += (what.empty() ? "" : ", ") + f.value;
+  for (const SpecHubPath& f : fields) what += (what.empty() ? "" : ", ") + f.value;
   auto journal = JournalFor(rec->id);
   Status st = journal.ok() ? Transition(rec, journal->get(), JobState::QUEUED,
                                         "downloading from the Hugging Face Hub: " + what)
@@ -479,7 +479,8 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
     return blobs_->BlobPath(sha);
   };
   std::vector<SpecFolder> folders;
-  SFT_ASSIGN_OR_RETURN(JobSpec spec, ValidateSpec(req.spec_json(), refs, blob_path, &folders));  // the parse
+  SFT_ASSIGN_OR_RETURN(JobSpec spec, ValidateSpec(req.spec_json(), refs, blob_path, &folders,
+                                                  config_.spec_parsed));  // the parse
   SFT_ASSIGN_OR_RETURN(std::optional<slurm::SlurmOptions> sl, SlurmPreflight(spec));
   // `world`: the ranks on this host (all of them unless the job spans several nodes; Slurm's: all).
   uint32_t world = req.gpus() > 0 ? req.gpus() : std::max<uint32_t>(1, req.cpu_ranks());
@@ -775,29 +776,35 @@ size_t Supervisor::SplitLines(Run* run, RankRun* rr, int src, const std::string&
   const size_t first = events->size();
   const size_t used = SplitRankOutput(rr->rank, src, rr->off[src], buf, last_piece, events);
   if (src == 2) {
-    for (size_t k = first; k < events->size(); ++k) NoteTrainerEvent(run, rr, (*events)[k].text);
+    for (size_t k = first; k < events->size(); ++k) NoteTrainerEvent(run, rr, rr->rank, (*events)[k].text);
   }
   return used;
 }
 
-// Progress (step, loss) and the trainer's outcome events ("done", "error") from its event stream.
-void Supervisor::NoteTrainerEvent(Run* run, RankRun* rr, const std::string& line) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-  if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) return;
-  const std::string& kind = j["event"].get_ref<const std::string&>();
-  if (kind == "step") {
-    if (j.contains("step") && j["step"].is_number_integer()) run->rec.last_step = j["step"].get<int64_t>();
-    if (j.contains("loss") && j["loss"].is_number()) run->rec.last_loss = j["loss"].get<double>();
-    run->last_progress = config_.clock->Now();
-    run->progress_dirty = true;
-  } else if (kind == "done") {
-    run->trainer.done = true;
-  } else if (kind == "error") {
-    run->trainer.error = true;
-    if (j.contains("message") && j["message"].is_string()) {
-      if (run->trainer.first_error.empty()) run->trainer.first_error = j["message"];
-      if (rr->trainer_error.empty()) rr->trainer_error = j["message"];
-    }
+// Progress (step, loss) and the trainer's outcome events ("done", "error") from one line of its event
+// stream, read by ParseTrainerEvent (common/event_line.h): the live path (SplitLines) and the journal
+// replay of a recovered job (RecoverRun) both come here. A line that is not a trainer event, or has a
+// field of the wrong type, is none of these (the journal keeps it as it was).
+void Supervisor::NoteTrainerEvent(Run* run, RankRun* rr, int rank, const std::string& line) {
+  StatusOr<EventLine> ev = ParseTrainerEvent(line, rank);
+  if (!ev.ok()) return;
+  switch (ev->type) {
+    case EventKind::kStep:
+      if (ev->step) run->rec.last_step = *ev->step;
+      if (ev->loss) run->rec.last_loss = *ev->loss;
+      run->last_progress = config_.clock->Now();
+      run->progress_dirty = true;
+      break;
+    case EventKind::kDone:
+      run->trainer.done = true;
+      break;
+    case EventKind::kError:
+      run->trainer.error = true;
+      if (!ev->message.empty() && run->trainer.first_error.empty()) run->trainer.first_error = ev->message;
+      if (!ev->message.empty() && rr != nullptr && rr->trainer_error.empty()) rr->trainer_error = ev->message;
+      break;
+    default:
+      break;
   }
 }
 
@@ -993,7 +1000,8 @@ Status Supervisor::Recover() {
     Status st = rec.corrupt.empty() ? OkStatus() : DataLossError("its record is damaged: " + rec.corrupt);
     if (st.ok()) {
       try {
-        StatusOr<std::shared_ptr<const JobSpec>> spec = ParseStoredSpec(rec.spec_json, rec.id + " spec");
+        StatusOr<std::shared_ptr<const JobSpec>> spec =
+            ParseStoredSpec(rec.spec_json, rec.id + " spec", config_.spec_parsed);
         if (spec.ok()) {  // the job's one parse in this agent
           rec.spec = std::move(*spec);
           RememberSpec(rec.id, rec.spec);
@@ -1030,8 +1038,7 @@ Status Supervisor::RecoverJob(JobRecord* rec_ptr) {
   if (rec.state == JobState::QUEUED) {
     SFT_RETURN_IF_ERROR(JournalFor(rec.id).status());  // opened (replayed) now, not at launch
     if (IsMultiNode(rec) && rec.rendezvous.node_rank() == 0) HostName();  // DNS too
-    const bool fetch =
-        !HubSpecFields(ToJson(*rec.spec)).empty() || !CheckpointUploads::ResumeBucket(*rec.spec).empty();
+    const bool fetch = !HubPaths(*rec.spec).empty() || !CheckpointUploads::ResumeBucket(*rec.spec).empty();
     if (fetch) {
       recovered_hub_.push_back(rec.id);  // its download (hf://, s3:// resume) starts with the event thread
     } else {
@@ -1116,13 +1123,16 @@ StatusOr<std::unique_ptr<Supervisor::Run>> Supervisor::RecoverRun(const JobRecor
   }
   uint64_t last = journal->last_seq();
   auto tail = journal->Read(last > Journal::kRingSize ? last - Journal::kRingSize : 0, Journal::kRingSize);
+  // The newest attempt's trainer events, read as the live path read them.
   for (const JournalEvent& ev : tail.ok() ? *tail : std::vector<JournalEvent>()) {
-    if (ev.kind == Event::STATE && ev.state == JobState::RUNNING) run->trainer = TrainerReport();
+    if (ev.kind == Event::STATE && ev.state == JobState::RUNNING) {
+      run->trainer = TrainerReport();
+      for (RankRun& rr : run->ranks) rr.trainer_error.clear();
+    }
     if (ev.kind != Event::METRIC) continue;
-    auto event = ParseTrainerEvent(ev.text, ev.rank);  // a line that is not a trainer event: skipped
-    if (!event.ok()) continue;
-    run->trainer.done |= event->kind == "done";
-    run->trainer.error |= event->kind == "error";
+    RankRun* rr = nullptr;
+    for (RankRun& r : run->ranks) rr = r.rank == ev.rank ? &r : rr;
+    NoteTrainerEvent(run.get(), rr, ev.rank, ev.text);
   }
   run->last_progress = run->last_save = config_.clock->Now();
   return run;

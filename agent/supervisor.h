@@ -50,6 +50,7 @@
 #include "agent/checkpoint_upload.h"
 #include "agent/command_runner.h"
 #include "agent/hub_fetcher.h"
+#include "agent/job_spec.h"
 #include "agent/journal.h"
 #include "agent/launcher.h"
 #include "agent/scheduler.h"
@@ -88,6 +89,10 @@ struct SupervisorConfig {
   // state every slurm_poll.
   std::string shared_dir;
   std::chrono::milliseconds slurm_poll{2000};
+  // Told of every spec text this Supervisor parses (agent/job_spec.h): one per submit, one per job
+  // recovered by Start, none after. Called on the thread that parses (the blocking thread, Start's
+  // caller), so it must be thread-safe. Empty: nobody is told.
+  SpecParseObserver spec_parsed;
 };
 
 struct SupervisorStats {
@@ -236,7 +241,9 @@ class Supervisor {
   // the final drain); returns how many bytes were consumed.
   size_t SplitLines(Run* run, RankRun* rr, int src, const std::string& buf, bool last_piece,
                     std::vector<JournalEvent>* events);
-  void NoteTrainerEvent(Run* run, RankRun* rr, const std::string& line);
+  // Applies one trainer event line of `rank` (ParseTrainerEvent) to the run: its step, loss, done,
+  // error; `rr` (the rank's RankRun, null when the run has none) gets the rank's first error message.
+  void NoteTrainerEvent(Run* run, RankRun* rr, int rank, const std::string& line);
   // Whether run's recorded process group is still its own (see supervisor.cpp), and signalling it
   // only then.
   bool GroupIsOurs(const Run& run) const;

@@ -7,8 +7,8 @@
 #include "agent/slurm/slurm_job.h"
 #include "agent/slurm/slurm_runner.h"
 #include "agent/supervisor.h"
-#include "common/hub/hub_spec.h"
 #include "common/spec/spec.h"
+#include "common/spec/spec_paths.h"
 
 namespace sftctl::agent {
 
@@ -26,7 +26,7 @@ Status Supervisor::PrepareSlurmJobsDir() {
 StatusOr<std::optional<slurm::SlurmOptions>> Supervisor::SlurmPreflight(const JobSpec& spec) {
   if (!spec.slurm) return std::optional<slurm::SlurmOptions>();
   SFT_ASSIGN_OR_RETURN(slurm::SlurmOptions options, slurm::SlurmOptionsFromSpec(*spec.slurm));
-  if (!HubSpecFields(ToJson(spec)).empty())
+  if (!HubPaths(spec).empty())
     return InvalidArgumentError(
         "slurm: hf:// paths are not supported in a Slurm job yet; `sftctl download` them and submit the "
         "local folder");

@@ -5,9 +5,12 @@
 # machine; under 1 MB); raw logs go to DIR/results/ too (DIR: build/gpu).
 #
 #   bench/gpu/run.sh [--quick] [--python PY] [--jobs N] [--steps N] [--batch B] [--seq T] [--skip-build]
-#                    [--skip-tests] [--peak-tflops X] [--build DIR]
-#   --quick: build + tests + nccl + zero (6 steps) + the train row at 10 steps (both sides): for a GPU machine rented
-#            for a few minutes (the goal: under 5 minutes on 16 cores).
+#                    [--skip-tests] [--peak-tflops X] [--build DIR] [--lora-layers L] [--lora-steps N]
+#                    [--lora-batch B]
+#   --quick: build + tests + kernels + nccl + zero (6 steps) + the train rows at 10 steps (sftctl, HF eager,
+#            HF + torch.compile) + the LoRA rows at 8 steps on 4 of the 7B shape's 28 layers (sftctl,
+#            HF + PEFT eager, HF + PEFT + torch.compile): for a GPU machine rented
+#            for a few minutes (the goal: under 8 minutes on 16 cores).
 #
 # Nothing is preloaded: an LD_PRELOAD in the environment is dropped (and named in the summary), so
 # the rows show what a user's job does.
@@ -27,6 +30,12 @@
 #              tests row says SKIP instead of crashing in every test.
 #   2. tests   ctest -L trainer: trainer runs with device "auto" train on the GPU (on the CPU when
 #              there is none: the row says so).
+#   2b. kernels the GPU kernels' tests (BUILD/bin/cuda_kernels_test, built when CMakeCache.txt has
+#              SFTCTL_CUDA_KERNELS_BUILT:INTERNAL=ON) once more under compute-sanitizer's memcheck (from PATH, the
+#              CUDA toolkit's bin/, or NVIDIA's pip wheel beside torch), with torch's caching allocator
+#              off so that an out-of-bounds access hits a real allocation's edge: ok when every test
+#              passes and memcheck reports 0 errors. FAIL when the option is ON but the binary is
+#              missing; SKIP with a CPU wheel, when the option is not ON, or without compute-sanitizer.
 #   3. nccl    a one-rank NCCL group (distributed_test's NcclOneRank test: every collective with
 #              host and device tensors). NCCL refuses two ranks on one GPU ("Duplicate GPU
 #              detected"), so a 2-rank NCCL job (and the dead-peer check) runs only with >= 2 GPUs.
@@ -44,14 +53,27 @@
 #              resumed run to clear), deterministic: the resumed losses must equal the uninterrupted
 #              run's (hf_train.py --write-resume-specs, --compare-resume). Without a GPU the resume
 #              check runs on the CPU, and the row stays "skipped (no GPU)" unless it fails.
+#   4a. hf+compile the same HF reference with torch.compile(loss_fn) (the model's forward and the
+#              loss compiled together; the optimizer step eager), timed after >= 3 warm-up steps so
+#              that compilation is not timed: tok/s, step ms, peak GiB, sftctl's ratio to it. SKIP
+#              with the reason when torch.compile cannot run (no triton, no compiler).
+#   4b. lora   LoRA r 16, alpha 32, no dropout, on q/k/v/o/gate/up/down of the Qwen2.5-7B architecture
+#              (inline config, random init; all 28 layers, 4 with --quick), frozen bf16 base, fp32
+#              adapters, AdamW, bf16 autocast, batch B x seq T: sftctl-trainer (its spec's lora
+#              section) in the lora row, HF + PEFT eager (peft row) and HF + PEFT + torch.compile
+#              (peft+compile row), each with tok/s, step ms, peak GiB; the peft rows with sftctl's
+#              ratio to them. The HF base is made in bf16 directly on the GPU. No peft: those rows
+#              SKIP with the reason. On a GPU under 110 GiB the 28-layer rows use half the batch
+#              (the plan needs about 96 GiB at batch 4) unless --lora-batch is given. An HF side
+#              (here or in 4a) that runs out of GPU memory gets an OOM row, not a FAIL.
 set -uo pipefail
 
 usage() {
-  sed -n '/^#   bench\/gpu\/run.sh/,/^#            for a few/p' "$0" >&2
+  sed -n '/^#   bench\/gpu\/run.sh/,/^#$/p' "$0" | sed '$d' >&2
   exit 2
 }
 py=${PYTHON:-python3} jobs=$(nproc) steps=20 batch=4 seq=2048 skip_build=0 skip_tests=0 peak_tflops='' build=''
-quick=0
+quick=0 lora_layers='' lora_steps='' lora_batch=''
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) quick=1 steps=10 ;;
@@ -64,10 +86,18 @@ while [[ $# -gt 0 ]]; do
     --skip-tests) skip_tests=1 ;;
     --peak-tflops) peak_tflops=${2:?}; shift ;;
     --build) build=${2:?}; shift ;;
+    --lora-layers) lora_layers=${2:?}; shift ;;
+    --lora-steps) lora_steps=${2:?}; shift ;;
+    --lora-batch) lora_batch=${2:?}; shift ;;
     *) usage ;;
   esac
   shift
 done
+# The LoRA rows: the 7B shape's 28 layers and the train rows' steps; --quick: 4 layers, 8 steps.
+lora_layers=${lora_layers:-$((quick == 1 ? 4 : 28))}
+lora_steps=${lora_steps:-$((quick == 1 ? 8 : steps))}
+lora_batch_note=''
+if [[ -z $lora_batch ]]; then lora_batch=$batch; else lora_batch_note="--lora-batch $lora_batch"; fi
 
 preload_note="none"
 if [[ -n ${LD_PRELOAD:-} ]]; then
@@ -82,18 +112,20 @@ cd "$src" || exit 1  # (the presets are read from the current folder)
 out=$build/results
 mkdir -p "$out" "$build"
 declare -a rows=()
-row() { rows+=("$(printf '%-8s %-18s %s' "$1" "$2" "$3")"); }
+row() { rows+=("$(printf '%-12s %-18s %s' "$1" "$2" "$3")"); }
 say() { echo "== $* ($((SECONDS)) s)" >&2; }
 NO_GPU="skipped (no GPU)"
 
 # ---- The machine -------------------------------------------------------------------------------
 py=$(command -v "$py" || echo "$py")
-read -r torch_prefix torch_site torch_version torch_cuda abi cuda_ok gpu_name gpus < <("$py" - <<'PY' 2>/dev/null
+read -r torch_prefix torch_site torch_version torch_cuda abi cuda_ok gpu_name gpus gpu_mib < <("$py" - <<'PY' 2>/dev/null
 import os, torch
-name = torch.cuda.get_device_name(0).replace(" ", "_") if torch.cuda.is_available() else "none"
+ok = torch.cuda.is_available()
+name = torch.cuda.get_device_name(0).replace(" ", "_") if ok else "none"
+mib = torch.cuda.get_device_properties(0).total_memory // 2**20 if ok else 0
 print(torch.utils.cmake_prefix_path, os.path.dirname(os.path.dirname(torch.__file__)), torch.__version__,
-      torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI), int(torch.cuda.is_available()), name,
-      torch.cuda.device_count())
+      torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI), int(ok), name,
+      torch.cuda.device_count(), mib)
 PY
 ) || true
 if [[ -z ${torch_prefix:-} ]]; then
@@ -101,6 +133,12 @@ if [[ -z ${torch_prefix:-} ]]; then
   exit 1
 fi
 say "torch $torch_version (CUDA $torch_cuda, C++11 ABI $abi), GPU: $gpu_name x $gpus"
+# The 28-layer LoRA plan needs about 96 GiB at batch 4 x 2048 (the trainer's estimate; HF's more): a
+# smaller GPU (80 GiB) gets half the batch, said in the rows, unless --lora-batch chose one.
+if [[ -z $lora_batch_note && $cuda_ok == 1 && $lora_layers -ge 20 && ${gpu_mib:-0} -lt 112640 && $lora_batch -gt 1 ]]; then
+  lora_batch=$((lora_batch / 2))
+  lora_batch_note="batch $lora_batch, half of $batch: the GPU has $((gpu_mib / 1024)) GiB"
+fi
 [[ $cuda_ok == 1 ]] || echo "run.sh: torch sees no GPU: the GPU phases are skipped, the tests run on the CPU" >&2
 
 # ---- Dependencies from bench/gpu/deps (prepare.sh) ---------------------------------------------
@@ -141,7 +179,7 @@ build_gtest() {
 # no toolkit. Order: CUDA_HOME, /usr/local/cuda, nvcc on PATH (a distribution's toolkit), NVIDIA's
 # pip wheels beside torch (CUDA 13: nvidia/cu13/{bin,include,lib}; CUDA 12: nvidia/cuda_nvcc, ...),
 # then the same wheels installed by pip into build/gpu/cuda-pip (needs the package index).
-cuda_args=() cuda_note='' nvcc_used=''
+cuda_args=() cuda_note='' nvcc_used='' cuda_root=''
 pip_toolkit_root() {  # pip_toolkit_root SITE -> the folder with bin/nvcc, include, lib; or nothing
   local site=$1 major=${torch_cuda%%.*}
   if [[ -x $site/nvidia/cu$major/bin/nvcc ]]; then echo "$site/nvidia/cu$major"; return; fi
@@ -179,7 +217,7 @@ find_cuda_toolkit() {
     nvcc=$root/bin/nvcc
   fi
   cuda_args=(-DCMAKE_CUDA_COMPILER="$nvcc")
-  nvcc_used=$nvcc
+  nvcc_used=$nvcc cuda_root=$root
   if [[ -n $root ]]; then
     cuda_args+=(-DCUDAToolkit_ROOT="$root" -DCUDA_TOOLKIT_ROOT_DIR="$root")
     # FindCUDAToolkit looks for an unversioned libcudart.so, which the pip wheels do not ship.
@@ -263,6 +301,67 @@ elif [[ $skip_tests == 0 && -x $trainer ]]; then
   fi
   skipped=$(grep -c "Skipped\|SKIPPED" "$out/ctest.log")
   [[ $skipped -gt 0 ]] && row "" "" "$skipped skip lines in ctest.log (e.g. multi-rank CPU tests without Gloo)"
+fi
+
+# ---- 2b. kernels: the GPU kernels' tests under compute-sanitizer ----------------------------------
+# cuda_kernels_test (a trainer test, built when the cache has SFTCTL_CUDA_KERNELS_BUILT:INTERNAL=ON) ran plainly
+# in the tests row; here once more under memcheck, with torch's caching allocator off
+# (PYTORCH_NO_CUDA_MEMORY_CACHING=1: each tensor its own cudaMalloc, so a kernel that reads past
+# its tensor leaves the allocation memcheck knows). API errors are not reported: LibTorch's own
+# probing calls return some by design; a failed launch fails the tests themselves.
+find_compute_sanitizer() {
+  local c d cache_nvcc
+  c=$(command -v compute-sanitizer 2>/dev/null) && { echo "$c"; return 0; }
+  cache_nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
+  for d in "$cuda_root" "${nvcc_used:+$(dirname "$(dirname "$nvcc_used")")}" \
+      "${cache_nvcc:+$(dirname "$(dirname "$cache_nvcc")")}" "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    [[ -n $d && -x $d/bin/compute-sanitizer ]] && { echo "$d/bin/compute-sanitizer"; return 0; }
+  done
+  # NVIDIA's pip wheel (nvidia-cuda-sanitizer-api) beside torch.
+  c=$(find "$torch_site/nvidia" -maxdepth 4 -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -n 1)
+  [[ -n $c ]] && echo "$c"
+}
+kernels_bin=$build/bin/cuda_kernels_test
+if [[ $skip_tests == 0 ]]; then
+  if [[ -z $torch_cuda || $torch_cuda == None ]]; then
+    row kernels SKIP "CPU wheel: no CUDA kernels are built"
+  elif [[ ! -x $kernels_bin ]]; then
+    if grep -qs '^SFTCTL_CUDA_KERNELS_BUILT:INTERNAL=ON' "$build/CMakeCache.txt"; then
+      row kernels FAIL "no bin/cuda_kernels_test although CMakeCache.txt has SFTCTL_CUDA_KERNELS_BUILT:INTERNAL=ON; see $out/build.log"
+    else
+      row kernels SKIP "not built: CMakeCache.txt has no SFTCTL_CUDA_KERNELS_BUILT:INTERNAL=ON"
+    fi
+  elif [[ $runtime_ok == 0 ]]; then
+    row kernels SKIP "the runtime row failed"
+  elif [[ $cuda_ok != 1 ]]; then
+    row kernels "$NO_GPU" "cuda_kernels_test under compute-sanitizer memcheck"
+  elif ! sanitizer=$(find_compute_sanitizer) || [[ -z $sanitizer ]]; then
+    row kernels SKIP "no compute-sanitizer (PATH, the CUDA toolkit's bin/, NVIDIA's pip wheel beside torch)"
+  else
+    say "GPU kernels' tests under compute-sanitizer memcheck"
+    t0=$SECONDS
+    krc=0
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 600 "$sanitizer" --tool memcheck --report-api-errors no \
+      --error-exitcode 3 "$kernels_bin" > "$out/kernels.log" 2>&1 || krc=$?
+    errors=$(grep -o 'ERROR SUMMARY: [0-9]* error' "$out/kernels.log" | tail -n 1)
+    passed=$(grep -o '\[  PASSED  \] [0-9]* test' "$out/kernels.log" | tail -n 1 | grep -o '[0-9]*')
+    skips=$(grep -o '\[  SKIPPED \] [0-9]* test' "$out/kernels.log" | tail -n 1 | grep -o '[0-9]*')
+    failed=$(grep -o '\[  FAILED  \] [0-9]* test' "$out/kernels.log" | tail -n 1 | grep -o '[0-9]*')
+    errors=${errors#ERROR SUMMARY: }
+    [[ -n $errors ]] && errors="${errors}s" || errors="no error summary"
+    what="${passed:-0} tests passed${skips:+, $skips skipped}${failed:+, $failed FAILED}; memcheck: $errors"
+    if [[ $krc == 0 ]]; then
+      row kernels ok "$what ($((SECONDS - t0)) s, $sanitizer)"
+    elif [[ -z $failed ]] && grep -q 'terminated before first instrumented API call' "$out/kernels.log"; then
+      # (Every test skipped before touching the GPU: nothing for memcheck to watch.)
+      row kernels SKIP "the tests made no CUDA call for memcheck to watch (${passed:-0} passed${skips:+, $skips skipped}); see $out/kernels.log"
+    elif [[ $krc == 124 ]]; then
+      row kernels FAIL "timed out after 600 s under memcheck; see $out/kernels.log"
+    else
+      row kernels FAIL "exit $krc: $what; see $out/kernels.log"
+      grep -m 10 -E '^========= (Invalid|Program hit|  at )|\[  FAILED  \]' "$out/kernels.log" >&2
+    fi
+  fi
 fi
 
 # ---- 3. NCCL -----------------------------------------------------------------------------------
@@ -361,10 +460,58 @@ throughput() {
   [[ $ok == 1 ]]
 }
 
-rm -f "$out/sftctl.json" "$out/hf.json" "$out/sftctl-metrics.jsonl"
+# add_row PHASE SIDE.json [SFTCTL.json]: hf_train.py --row's line (ok / SKIP, the side's tok/s, step ms,
+# peak GiB and sftctl's ratio to it) as a row of the table; EXTRA (when set) is added to its detail.
+add_row() {
+  local p r d
+  if IFS=$'\t' read -r p r d < <("$py" "$here/hf_train.py" --row "$@" 2>/dev/null); then
+    row "$p" "$r" "$d${extra:+; $extra}"
+  else
+    row "$1" FAIL "no row from $2"
+  fi
+}
+
+# hf_side PHASE JSON LOG SFTCTL.json ARGS...: one reference side (hf_train.py ARGS) and its row: its figures
+# and sftctl's ratio to them; SKIP with hf_train.py's reason (no peft, torch.compile unavailable);
+# FAIL when it failed (a crash, out of memory).
+hf_side() {
+  local phase=$1 json=$2 log=$3 base=$4
+  shift 4
+  if "$py" "$here/hf_train.py" "$@" ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$json" 2> "$log"; then
+    extra='' add_row "$phase" "$json" "$base"
+  else
+    rm -f "$json"
+    row "$phase" FAIL "hf_train.py $* failed: $(tail -n 1 "$log" | cut -c1-120); see $log"
+  fi
+}
+
+# lora_sftctl: the LoRA job (hf_train.py --write-spec --lora: the spec's lora section, base_dtype bf16)
+# in $build/lora-run, its metrics summarised into results/sftctl-lora.json; its checkpoint (with a
+# model.config run, the base weights too: 15 GB or more for 28 layers) removed once the run ends.
+lora_args=(--lora --layers "$lora_layers" --batch "$lora_batch" --seq "$seq" --steps "$lora_steps")
+lora_sftctl() {
+  local work=$build/lora-run rc=0
+  rm -rf "$work" && mkdir -p "$work"
+  "$py" "$here/hf_train.py" --write-spec "$work" "${lora_args[@]}" ${peak_tflops:+--peak-tflops "$peak_tflops"} \
+    --trainer-out "$work/run" > "$work/spec.json" || { lora_note="hf_train.py --write-spec --lora failed"; return 1; }
+  "$trainer" train --spec "$work/spec.json" > "$out/sftctl-lora.log" 2>&1 || rc=$?
+  rm -rf "$work/run"/checkpoint-*
+  if [[ $rc != 0 ]]; then
+    lora_note="sftctl-trainer exited $rc: $( (grep -m1 '^error' "$out/sftctl-lora.log" || tail -n 1 "$out/sftctl-lora.log") | cut -c1-120); see $out/sftctl-lora.log"
+    return 1
+  fi
+  cp "$work/run/metrics.jsonl" "$out/sftctl-lora-metrics.jsonl"
+  "$py" "$here/hf_train.py" --summarise "$out/sftctl-lora-metrics.jsonl" "${lora_args[@]}" --impl "sftctl lora" \
+    ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$out/sftctl-lora.json" ||
+    { lora_note="summarising the LoRA run's metrics.jsonl failed"; return 1; }
+}
+
+rm -f "$out"/sftctl.json "$out"/hf.json "$out"/hf-compile.json "$out"/sftctl-metrics.jsonl "$out"/sftctl-lora.json \
+  "$out"/sftctl-lora-metrics.jsonl "$out"/peft.json "$out"/peft-compile.json
 train_fail=() resume_note=
 if [[ ! -x $trainer ]]; then
   row train FAIL "no sftctl-trainer (the build row failed)"
+  row hf+compile SKIP "no sftctl-trainer to compare with (the build row failed)"
 else
   dev=$([[ $cuda_ok == 1 ]] && echo cuda || echo cpu)
   say "save, rotate (keep 1) and resume: $resume_steps steps, on the $dev"
@@ -377,11 +524,37 @@ else
     fails=$(printf '%s; ' "${train_fail[@]}")
     row train FAIL "${fails%; }"
   elif [[ $cuda_ok == 1 ]]; then
-    row train ok "throughput table below ($steps steps each); save, rotate, resume on the GPU"
+    row train ok "$("$py" "$here/hf_train.py" --pair "$out/sftctl.json" "$out/hf.json") ($steps steps each, table below); save, rotate, resume on the GPU"
   else
     row train "$NO_GPU" "bf16 throughput, MFU, peak memory vs the HF reference; resume check ran on the CPU"
   fi
   row "" "" "$resume_note"
+  if [[ $cuda_ok == 1 ]]; then
+    say "the same with torch.compile on the HF side, $steps steps"
+    hf_side hf+compile "$out/hf-compile.json" "$out/hf-compile.log" "$out/sftctl.json" \
+      --compile --batch "$batch" --seq "$seq" --steps "$steps"
+  else
+    row hf+compile "$NO_GPU" "the HF reference with torch.compile(loss_fn): forward + loss"
+  fi
+fi
+
+# ---- 4b. LoRA on the Qwen2.5-7B shape: sftctl-trainer, HF + PEFT, HF + PEFT + torch.compile ------
+lora_what="LoRA r 16, alpha 32, q/k/v/o/gate/up/down, bf16 base, fp32 adapters"
+if [[ $cuda_ok != 1 ]]; then
+  row lora "$NO_GPU" "$lora_what: sftctl-trainer, HF + PEFT eager, HF + PEFT + torch.compile"
+elif [[ ! -x $trainer ]]; then
+  row lora FAIL "no sftctl-trainer (the build row failed)"
+else
+  say "LoRA, Qwen2.5-7B architecture ($lora_layers layers), batch $lora_batch x seq $seq, $lora_steps steps"
+  lora_note=''
+  if lora_sftctl; then
+    extra="$lora_what${lora_batch_note:+; $lora_batch_note}" add_row lora "$out/sftctl-lora.json"
+  else
+    row lora FAIL "$lora_note"
+  fi
+  say "LoRA: HF + PEFT, eager and with torch.compile"
+  hf_side peft "$out/peft.json" "$out/peft.log" "$out/sftctl-lora.json" "${lora_args[@]}"
+  hf_side peft+compile "$out/peft-compile.json" "$out/peft-compile.log" "$out/sftctl-lora.json" "${lora_args[@]}" --compile
 fi
 
 # ---- The summary: the table, the failing tests, the environment ----------------------------------
@@ -418,25 +591,32 @@ environment() {
 
 summary() {
   echo "GPU checklist: $gpu_name x $gpus, torch $torch_version (CUDA $torch_cuda), $jobs jobs, $SECONDS s$([[ $quick == 1 ]] && echo ", --quick")"
-  printf '%-8s %-18s %s\n' phase result detail
+  printf '%-12s %-18s %s\n' phase result detail
   for r in "${rows[@]}"; do echo "$r"; done
-  if [[ -s $out/sftctl.json || -s $out/hf.json ]]; then
+  if [[ -s $out/sftctl.json || -s $out/hf.json || -s $out/hf-compile.json ]]; then
     echo
-    "$py" "$here/hf_train.py" --table "$out/sftctl.json" "$out/hf.json"
+    "$py" "$here/hf_train.py" --table "$out/sftctl.json" "$out/hf.json" "$out/hf-compile.json"
+  fi
+  if [[ -s $out/sftctl-lora.json || -s $out/peft.json || -s $out/peft-compile.json ]]; then
+    echo
+    echo "LoRA (${lora_what#LoRA }) on $lora_layers of the Qwen2.5-7B shape's 28 layers, batch $lora_batch:"
+    "$py" "$here/hf_train.py" --table "$out/sftctl-lora.json" "$out/peft.json" "$out/peft-compile.json"
   fi
   # The trainer's own resource figures (trainer/training/gpu_metrics.h: CUDA allocator, NVML through dlopen,
   # MFU) from its last step record: absent fields mean that source was not available on this machine.
-  if [[ -s $out/sftctl-metrics.jsonl ]]; then
-    "$py" - "$out/sftctl-metrics.jsonl" <<'PY'
+  for m in "$out/sftctl-metrics.jsonl" "$out/sftctl-lora-metrics.jsonl"; do
+    [[ -s $m ]] || continue
+    "$py" - "$m" <<'PY'
 import json, sys
 steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "step"]
 keys = ("gpu_mem_allocated_mb", "gpu_mem_reserved_mb", "gpu_mem_peak_mb", "gpu_util_pct", "gpu_power_w",
         "mfu", "rss_mb")
+what = "the LoRA run's last step" if "lora" in sys.argv[1] else "last step"
 if steps:
     s = steps[-1]
-    print("trainer metrics, last step: " + (", ".join("%s %s" % (k, s[k]) for k in keys if k in s) or "none"))
+    print("trainer metrics, %s: " % what + (", ".join("%s %s" % (k, s[k]) for k in keys if k in s) or "none"))
 PY
-  fi
+  done
   echo
   echo "failing tests (from $out/ctest.log):"
   failing_tests

@@ -62,21 +62,8 @@ StatusOr<std::vector<Offer>> ParseInstanceType(const std::string& provider, cons
   return out;
 }
 
-}  // namespace
-
-InstanceState LambdaState(const std::string& status) {
-  if (status == "booting") return InstanceState::kStarting;
-  if (status == "active") return InstanceState::kRunning;
-  if (status == "unhealthy") return InstanceState::kUnhealthy;
-  if (status == "terminating") return InstanceState::kStopping;
-  if (status == "terminated" || status == "preempted") return InstanceState::kTerminated;
-  return InstanceState::kOther;
-}
-
-LambdaCloud::LambdaCloud(ProviderProfile profile, HttpClient* http, const Clock* clock)
-    : api_(std::move(profile), http, clock), spacer_(clock, kLaunchInterval) {}
-
-Status LambdaCloud::ErrorOf(const ApiRequest& req, const ApiResponse& r) const {
+// Lambda's error answer {"error": {"code", "message", "suggestion"?}}, read by its code.
+Status LambdaErrorOf(const ProviderApi& api, const ApiRequest& req, const ApiResponse& r) {
   std::string code, message;
   const json* err = r.body.is_object() && r.body.contains("error") ? &r.body["error"] : nullptr;
   if (err != nullptr && err->is_object()) {
@@ -89,22 +76,36 @@ Status LambdaCloud::ErrorOf(const ApiRequest& req, const ApiResponse& r) const {
   const std::string said = message.empty() ? "" : ": " + ProviderText(message);
   const std::string tag = code.empty() ? "" : " [" + ProviderText(code, 80) + "]";
   if (code == kCapacityCode || code == "global/quota-exceeded")
-    return api_.Error(StatusCode::kResourceExhausted, req.what + ": no capacity now" + tag + said);
+    return api.Error(StatusCode::kResourceExhausted, req.what + ": no capacity now" + tag + said);
   if (code == "global/object-does-not-exist" || code == "global/not-found")
-    return api_.Error(StatusCode::kNotFound, req.what + ": not found" + tag + said);
-  return api_.HttpError(req, r.status, message.empty() ? code : message + tag);
+    return api.Error(StatusCode::kNotFound, req.what + ": not found" + tag + said);
+  return api.HttpError(req, r.status, message.empty() ? code : message + tag);
 }
 
-StatusOr<json> LambdaCloud::Call(const ApiRequest& req) {
-  SFT_ASSIGN_OR_RETURN(ApiResponse r, api_.Send(req));
-  if (r.status < 200 || r.status > 299) return ErrorOf(req, r);
-  if (!r.body.is_object() || !r.body.contains("data")) return api_.DataLoss(req, "no 'data' object");
-  return std::move(r.body["data"]);  // (at most 64 deep: Send's bounded parse)
+// Every 2xx answer of Lambda's is {"data": ...}.
+StatusOr<json> LambdaDataOf(const ProviderApi& api, const ApiRequest& req, ApiResponse r) {
+  if (!r.body.is_object() || !r.body.contains("data")) return api.DataLoss(req, "no 'data' object");
+  return std::move(r.body["data"]);
 }
+
+}  // namespace
+
+InstanceState LambdaState(const std::string& status) {
+  if (status == "booting") return InstanceState::kStarting;
+  if (status == "active") return InstanceState::kRunning;
+  if (status == "unhealthy") return InstanceState::kUnhealthy;
+  if (status == "terminating") return InstanceState::kStopping;
+  if (status == "terminated" || status == "preempted") return InstanceState::kTerminated;
+  return InstanceState::kOther;
+}
+
+LambdaCloud::LambdaCloud(ProviderProfile profile, HttpClient* http, const Clock* clock)
+    : api_(std::move(profile), ApiDialect{LambdaErrorOf, LambdaDataOf}, http, clock),
+      spacer_(clock, kLaunchInterval) {}
 
 StatusOr<std::vector<Offer>> LambdaCloud::ListOffers(const std::string& gpu, int gpu_count) {
   const ApiRequest req = ApiGet("/instance-types", "listing instance types");
-  SFT_ASSIGN_OR_RETURN(json data, Call(req));
+  SFT_ASSIGN_OR_RETURN(json data, api_.Call(req));
   if (!data.is_object()) return api_.DataLoss(req, "'data' is not an object of instance types");
   std::vector<Offer> offers;
   for (auto it = data.begin(); it != data.end(); ++it) {
@@ -121,7 +122,7 @@ StatusOr<std::string> LambdaCloud::EnsureSshKey(const std::string& public_key) {
   if (material.empty())
     return api_.Error(StatusCode::kInvalidArgument, "not an OpenSSH public key line (\"<type> <base64>\")");
   const ApiRequest list = ApiGet("/ssh-keys", "listing SSH keys");
-  SFT_ASSIGN_OR_RETURN(json keys, Call(list));
+  SFT_ASSIGN_OR_RETURN(json keys, api_.Call(list));
   if (!keys.is_array()) return api_.DataLoss(list, "'data' is not an array of keys");
   for (const json& k : keys) {
     StatusOr<std::string> name = JsonField<std::string>(k, "name", "data[]");
@@ -132,7 +133,7 @@ StatusOr<std::string> LambdaCloud::EnsureSshKey(const std::string& public_key) {
   const std::string name = SshKeyName(material);
   const ApiRequest add =
       ApiPost("/ssh-keys", {{"name", name}, {"public_key", public_key}}, "adding SSH key " + name);
-  SFT_ASSIGN_OR_RETURN(json added, Call(add));
+  SFT_ASSIGN_OR_RETURN(json added, api_.Call(add));
   StatusOr<std::string> got = JsonField<std::string>(added, "name", "data");
   if (!got.ok()) return api_.DataLoss(add, got.status().message());
   return *got;
@@ -152,7 +153,7 @@ StatusOr<std::string> LambdaCloud::Launch(const LaunchRequest& req) {
       "launching " + ProviderText(req.offer.instance_type, 80) + " in " + ProviderText(req.offer.region, 80));
   call.idempotent = false;
   spacer_.Wait();
-  SFT_ASSIGN_OR_RETURN(json data, Call(call));
+  SFT_ASSIGN_OR_RETURN(json data, api_.Call(call));
   StatusOr<json> ids = JsonField<json>(data, "instance_ids", "data");
   if (!ids.ok()) return api_.DataLoss(call, ids.status().message());
   if (!ids->is_array() || ids->empty() || !(*ids)[0].is_string() || (*ids)[0].get<std::string>().empty())
@@ -188,13 +189,13 @@ StatusOr<Instance> LambdaCloud::ParseInstance(const ApiRequest& req, const json&
 StatusOr<Instance> LambdaCloud::GetInstance(const std::string& id) {
   const ApiRequest req =
       ApiGet("/instances/" + UrlEncode(id, false), "getting instance " + ProviderText(id, 80));
-  SFT_ASSIGN_OR_RETURN(json data, Call(req));
+  SFT_ASSIGN_OR_RETURN(json data, api_.Call(req));
   return ParseInstance(req, data);
 }
 
 StatusOr<std::vector<Instance>> LambdaCloud::ListInstances() {
   const ApiRequest req = ApiGet("/instances", "listing instances");
-  SFT_ASSIGN_OR_RETURN(json data, Call(req));
+  SFT_ASSIGN_OR_RETURN(json data, api_.Call(req));
   if (!data.is_array()) return api_.DataLoss(req, "'data' is not an array of instances");
   std::vector<Instance> out;
   for (const json& j : data) {
@@ -207,7 +208,7 @@ StatusOr<std::vector<Instance>> LambdaCloud::ListInstances() {
 Status LambdaCloud::Terminate(const std::string& id) {
   const ApiRequest req = ApiPost("/instance-operations/terminate", {{"instance_ids", json::array({id})}},
                                  "terminating instance " + ProviderText(id, 80));
-  StatusOr<json> data = Call(req);
+  StatusOr<json> data = api_.Call(req);
   if (!data.ok() && data.status().code() == StatusCode::kNotFound) return OkStatus();  // already gone
   return data.status();
 }

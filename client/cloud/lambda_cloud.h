@@ -56,9 +56,6 @@ class LambdaCloud final : public CloudProvider {
   Status Terminate(const std::string& id) override;
 
  private:
-  // Sends `req`; the answer's `data` on a 2xx, else the error its code and status mean.
-  StatusOr<nlohmann::json> Call(const ApiRequest& req);
-  Status ErrorOf(const ApiRequest& req, const ApiResponse& r) const;
   StatusOr<Instance> ParseInstance(const ApiRequest& req, const nlohmann::json& j) const;
 
   ProviderApi api_;

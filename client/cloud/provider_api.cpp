@@ -91,8 +91,9 @@ std::optional<std::chrono::seconds> ParseRetryAfter(const std::map<std::string, 
   return std::chrono::seconds(std::stoll(v));
 }
 
-ProviderApi::ProviderApi(ProviderProfile profile, HttpClient* http, const Clock* clock, RetryPolicy policy)
-    : profile_(std::move(profile)), http_(http), clock_(clock), policy_(policy) {
+ProviderApi::ProviderApi(ProviderProfile profile, ApiDialect dialect, HttpClient* http, const Clock* clock,
+                         RetryPolicy policy)
+    : profile_(std::move(profile)), dialect_(dialect), http_(http), clock_(clock), policy_(policy) {
   if (policy_.max_attempts < 1) policy_.max_attempts = 1;
 }
 
@@ -147,6 +148,12 @@ StatusOr<ApiResponse> ProviderApi::Send(const ApiRequest& req) const {
     clock_->SleepFor(*pause);
     paused += *pause;
   }
+}
+
+StatusOr<nlohmann::json> ProviderApi::Call(const ApiRequest& req) const {
+  SFT_ASSIGN_OR_RETURN(ApiResponse r, Send(req));
+  if (r.status < 200 || r.status > 299) return dialect_.error_of(*this, req, r);
+  return dialect_.payload_of(*this, req, std::move(r));  // (at most 64 deep: Send's bounded parse)
 }
 
 StatusOr<ApiResponse> ProviderApi::ReadAnswer(const ApiRequest& req, HttpResponse r) const {

@@ -18,6 +18,9 @@
 // message passes through RedactSecret, text from the provider is escaped (EscapeForTerminal) and cut
 // to a few hundred bytes.
 //
+// What differs between providers is how an answer is read (ApiDialect): ProviderApi::Call sends a
+// request and reads its answer in the provider's dialect, the one place both do so.
+//
 // LaunchSpacer: the client side of a provider's launch rate limit (Lambda: one launch per 12 s).
 //
 // Thread safety: a ProviderApi or LaunchSpacer may be used from one thread at a time.
@@ -63,10 +66,28 @@ struct ApiResponse {
   std::map<std::string, std::string> headers;  // names lower-case
 };
 
+class ProviderApi;
+
+// How one provider's API words its answers. Plain functions (no state; any thread may call them):
+struct ApiDialect {
+  // The Status of `r`, an answer to `req` with an error status: the provider's own error codes and
+  // words read from its body, api.HttpError for the rest.
+  Status (*error_of)(const ProviderApi& api, const ApiRequest& req, const ApiResponse& r) = nullptr;
+  // What `r`, a 2xx answer to `req`, carries (Lambda's {"data": ...}, RunPod's body itself), or
+  // api.DataLoss when it is not of the documented shape.
+  StatusOr<nlohmann::json> (*payload_of)(const ProviderApi& api, const ApiRequest& req,
+                                         ApiResponse r) = nullptr;
+};
+
 class ProviderApi {
  public:
-  // `http` and `clock` are not owned and must outlive this object.
-  ProviderApi(ProviderProfile profile, HttpClient* http, const Clock* clock, RetryPolicy policy = {});
+  // `http` and `clock` are not owned and must outlive this object; both functions of `dialect` are set.
+  ProviderApi(ProviderProfile profile, ApiDialect dialect, HttpClient* http, const Clock* clock,
+              RetryPolicy policy = {});
+
+  // Sends `req` (Send) and reads the answer in the provider's dialect: the payload of a 2xx answer,
+  // else the Status error_of gives it; Send's errors as they are.
+  StatusOr<nlohmann::json> Call(const ApiRequest& req) const;
 
   // Sends `req` under the retry policy. Returns the final answer whatever its HTTP status (the
   // caller maps an error status with HttpError), UNAVAILABLE / INVALID_ARGUMENT from HttpClient, or
@@ -95,6 +116,7 @@ class ProviderApi {
                                                  int attempt, std::chrono::seconds paused) const;
 
   ProviderProfile profile_;
+  ApiDialect dialect_;
   HttpClient* http_;
   const Clock* clock_;
   RetryPolicy policy_;

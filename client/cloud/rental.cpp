@@ -424,6 +424,19 @@ LostHostVerdict DecideOnLostHost(const RentedHost& host, const StatusOr<std::opt
           lost + (allowed == 0 ? "" : "; --replace-lost " + std::to_string(allowed) + " used up")};
 }
 
+ReplacementCost RunCostCap::ChargeLostHost(const RentedHosts& registry, const std::string& name,
+                                           int64_t now_unix_ms) {
+  ReplacementCost cost;
+  if (max_cost_ <= 0) return cost;
+  auto ended = registry.Get(name);
+  spent_ += ended.ok() ? ended->SpentUsd(now_unix_ms) : 0;
+  cost.max_cost = max_cost_ - spent_;
+  cost.allowed = cost.max_cost >= 0.01;
+  cost.why = FormatUsd(spent_) + " of --max-cost " + FormatUsd(max_cost_) + " spent" +
+             (cost.allowed ? "; the replacement may cost the rest" : ": no replacement");
+  return cost;
+}
+
 std::vector<HostRow> ListRentedHosts(const std::vector<CloudProvider*>& providers,
                                      const RentedHosts& registry, std::vector<Status>* unanswered) {
   std::vector<HostRow> rows;

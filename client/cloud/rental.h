@@ -153,6 +153,30 @@ struct LostHostVerdict {
 LostHostVerdict DecideOnLostHost(const RentedHost& host, const StatusOr<std::optional<std::string>>& gone,
                                  int replaced, int allowed, bool can_follow_again);
 
+// --max-cost across the hosts of one run (submit --replace-lost): the host rented first and its
+// replacements share the one cap. Each lost host given back is charged what it cost (its record's
+// RentedHost::SpentUsd: the price from launch to its end, or to `now_unix_ms` when the record has no end;
+// nothing when its record cannot be read); the next replacement may cost what is left, and is rented only
+// while at least a cent ($0.01) is left. Without a cap (max_cost 0) nothing is read or counted: every
+// replacement is allowed, uncapped.
+struct ReplacementCost {
+  bool allowed = true;
+  double max_cost = 0;  // the replacement's --max-cost: what is left of the cap; 0 without a cap
+  // For the user, with a cap: "$1.20 of --max-cost $5.00 spent; the replacement may cost the rest", or
+  // "...: no replacement"; empty without one.
+  std::string why;
+};
+class RunCostCap {
+ public:
+  explicit RunCostCap(double max_cost) : max_cost_(max_cost) {}
+  // Charges the lost host `name` (its record in `registry`) and says whether a replacement may follow.
+  ReplacementCost ChargeLostHost(const RentedHosts& registry, const std::string& name, int64_t now_unix_ms);
+
+ private:
+  double max_cost_;
+  double spent_ = 0;  // by the hosts charged so far
+};
+
 // One line of `sftctl hosts`: a registry record with what its provider says now, or an instance the
 // provider bills that the registry does not know (orphan: only `instance` is set).
 struct HostRow {

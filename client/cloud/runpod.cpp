@@ -75,6 +75,32 @@ Status ReadSshEndpoint(const json& pod, Instance* in) {
   return OkStatus();
 }
 
+// RunPod's problem+json {"title", "status", "detail", "errors"?}; a launch's 400 and 402 are its own.
+Status RunPodErrorOf(const ProviderApi& api, const ApiRequest& req, const ApiResponse& r) {
+  std::string detail;
+  if (r.body.is_object()) {
+    if (r.body.contains("detail") && r.body["detail"].is_string())
+      detail = r.body["detail"].get<std::string>();
+    if (r.body.contains("errors") && r.body["errors"].is_array())
+      for (const json& e : r.body["errors"])
+        if (e.is_string()) detail += (detail.empty() ? "" : "; ") + e.get<std::string>();
+  }
+  const std::string said = detail.empty() ? "" : ": " + ProviderText(detail);
+  if (req.method == "POST" && req.path == "/v2/pods") {
+    if (r.status == 400)
+      return api.Error(StatusCode::kResourceExhausted, req.what + ": HTTP 400: not placed" + said);
+    if (r.status == 402)
+      return api.Error(StatusCode::kFailedPrecondition, req.what + ": HTTP 402: insufficient balance" + said);
+  }
+  return api.HttpError(req, r.status, detail);
+}
+
+// A 2xx answer of RunPod's is the object itself (null for a 204).
+StatusOr<json> RunPodBodyOf(const ProviderApi& api, const ApiRequest& req, ApiResponse r) {
+  if (r.status != 204 && !r.body.is_object()) return api.DataLoss(req, "the body is not a JSON object");
+  return std::move(r.body);
+}
+
 }  // namespace
 
 InstanceState RunPodState(const std::string& status) {
@@ -110,41 +136,14 @@ int64_t ParseRfc3339Millis(const std::string& text) {
 }
 
 RunPod::RunPod(ProviderProfile profile, HttpClient* http, const Clock* clock)
-    : api_(std::move(profile), http, clock) {}
-
-Status RunPod::ErrorOf(const ApiRequest& req, const ApiResponse& r) const {
-  std::string detail;
-  if (r.body.is_object()) {
-    if (r.body.contains("detail") && r.body["detail"].is_string())
-      detail = r.body["detail"].get<std::string>();
-    if (r.body.contains("errors") && r.body["errors"].is_array())
-      for (const json& e : r.body["errors"])
-        if (e.is_string()) detail += (detail.empty() ? "" : "; ") + e.get<std::string>();
-  }
-  const std::string said = detail.empty() ? "" : ": " + ProviderText(detail);
-  if (req.method == "POST" && req.path == "/v2/pods") {
-    if (r.status == 400)
-      return api_.Error(StatusCode::kResourceExhausted, req.what + ": HTTP 400: not placed" + said);
-    if (r.status == 402)
-      return api_.Error(StatusCode::kFailedPrecondition,
-                        req.what + ": HTTP 402: insufficient balance" + said);
-  }
-  return api_.HttpError(req, r.status, detail);
-}
-
-StatusOr<json> RunPod::Call(const ApiRequest& req) {
-  SFT_ASSIGN_OR_RETURN(ApiResponse r, api_.Send(req));
-  if (r.status < 200 || r.status > 299) return ErrorOf(req, r);
-  if (r.status != 204 && !r.body.is_object()) return api_.DataLoss(req, "the body is not a JSON object");
-  return std::move(r.body);  // (at most 64 deep: Send's bounded parse)
-}
+    : api_(std::move(profile), ApiDialect{RunPodErrorOf, RunPodBodyOf}, http, clock) {}
 
 StatusOr<std::vector<Offer>> RunPod::ListOffers(const std::string& gpu, int gpu_count) {
   const int count = gpu_count > 0 ? gpu_count : 1;
   const ApiRequest req =
       ApiGet("/v2/catalog/gpus?include=AVAILABILITY&product=POD&cloud=SECURE&count=" + std::to_string(count),
              "listing GPU types");
-  SFT_ASSIGN_OR_RETURN(json body, Call(req));
+  SFT_ASSIGN_OR_RETURN(json body, api_.Call(req));
   StatusOr<json> gpus = JsonField<json>(body, "gpus", "answer");
   if (!gpus.ok()) return api_.DataLoss(req, gpus.status().message());
   if (!gpus->is_array()) return api_.DataLoss(req, "'gpus' is not an array");
@@ -182,7 +181,7 @@ StatusOr<std::string> RunPod::Launch(const LaunchRequest& req) {
               "launching " + std::to_string(count) + " x " + ProviderText(req.offer.instance_type, 80) +
                   (req.offer.region.empty() ? "" : " in " + ProviderText(req.offer.region, 80)));
   call.idempotent = false;
-  SFT_ASSIGN_OR_RETURN(json pod, Call(call));
+  SFT_ASSIGN_OR_RETURN(json pod, api_.Call(call));
   StatusOr<std::string> id = JsonField<std::string>(pod, "id", "pod");
   if (!id.ok()) return api_.DataLoss(call, id.status().message());
   if (id->empty()) return api_.DataLoss(call, "the pod has an empty id");
@@ -214,13 +213,13 @@ StatusOr<Instance> RunPod::ParsePod(const ApiRequest& req, const json& j) const 
 
 StatusOr<Instance> RunPod::GetInstance(const std::string& id) {
   const ApiRequest req = ApiGet("/v2/pods/" + UrlEncode(id, false), "getting pod " + ProviderText(id, 80));
-  SFT_ASSIGN_OR_RETURN(json pod, Call(req));
+  SFT_ASSIGN_OR_RETURN(json pod, api_.Call(req));
   return ParsePod(req, pod);
 }
 
 StatusOr<std::vector<Instance>> RunPod::ListInstances() {
   const ApiRequest req = ApiGet("/v2/pods", "listing pods");
-  SFT_ASSIGN_OR_RETURN(json body, Call(req));
+  SFT_ASSIGN_OR_RETURN(json body, api_.Call(req));
   StatusOr<json> pods = JsonField<json>(body, "pods", "answer");
   if (!pods.ok()) return api_.DataLoss(req, pods.status().message());
   if (!pods->is_array()) return api_.DataLoss(req, "'pods' is not an array");
@@ -235,7 +234,7 @@ StatusOr<std::vector<Instance>> RunPod::ListInstances() {
 Status RunPod::Terminate(const std::string& id) {
   const ApiRequest req = ApiPost("/v2/pods/" + UrlEncode(id, false) + "/action", {{"action", "terminate"}},
                                  "terminating pod " + ProviderText(id, 80));
-  StatusOr<json> r = Call(req);
+  StatusOr<json> r = api_.Call(req);
   if (!r.ok() && r.status().code() == StatusCode::kNotFound) return OkStatus();  // already gone
   return r.status();
 }

@@ -62,9 +62,6 @@ class RunPod final : public CloudProvider {
   Status Terminate(const std::string& id) override;
 
  private:
-  // Sends `req`; the answer's body on a 2xx (null for a 204), else the error its status means.
-  StatusOr<nlohmann::json> Call(const ApiRequest& req);
-  Status ErrorOf(const ApiRequest& req, const ApiResponse& r) const;
   StatusOr<Instance> ParsePod(const ApiRequest& req, const nlohmann::json& j) const;
 
   ProviderApi api_;

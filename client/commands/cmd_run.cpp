@@ -1,7 +1,7 @@
-// `sftctl run [--local] [--ranks N|auto] [SPEC]`: train on this machine (run is always local; --local
-// is accepted for the scripts and docs that spell it out). Without SPEC, the built-in demo.
-// With --ranks N > 1 the trainer runs as N torch.distributed ranks (client/local/local_launcher.h); auto =
-// one rank per GPU that `nvidia-smi -L` lists, else 1.
+// `sftctl run [--local] [--ranks N|auto] [--profile DIR [--profile-steps N]] [SPEC]`: train on this machine
+// (run is always local; --local is accepted for the scripts and docs that spell it out). Without SPEC, the
+// built-in demo. With --ranks N > 1 the trainer runs as N torch.distributed ranks
+// (client/local/local_launcher.h); auto = one rank per GPU that `nvidia-smi -L` lists, else 1.
 //
 // The client resolves the YAML spec (defaults, relative paths, validation), downloads its hf:// paths
 // into the Hugging Face cache (client/transfer/hub_download.h), writes the
@@ -9,6 +9,7 @@
 // binary the agent runs on GPU hosts, so local and remote runs behave the same.
 #include <algorithm>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 
 #include "client/commands/commands.h"
@@ -20,6 +21,7 @@
 #include "client/transfer/bucket_transfer.h"
 #include "client/transfer/hub_download.h"
 #include "client/transfer/hub_upload.h"
+#include "common/cli/train_flags.h"
 #include "common/os/file_system.h"
 #include "common/spec/hub_path.h"
 #include "common/spec/spec_yaml.h"
@@ -34,7 +36,26 @@ struct RunArgs {
   int events_fd = -1;
   std::string ranks = "1";  // a positive number or "auto"
   std::string tensorboard;  // --tensorboard DIR (client/metrics/tensorboard_export.h)
+  std::string profile;      // --profile DIR: the trainer writes DIR/trace-rank<R>.json
+  int64_t profile_steps = cli::kProfileStepsDefault;
 };
+
+// --profile DIR and --profile-steps for the trainer (every rank traces itself), DIR made absolute and
+// made now: a file in its place or a folder that cannot be made fails before anything else is
+// done. The trainer checks that the folder takes a file before it trains.
+StatusOr<std::vector<std::string>> ProfileArgs(const RunArgs& a) {
+  if (a.profile.empty()) return std::vector<std::string>();
+  std::error_code ec;
+  const std::string dir = std::filesystem::absolute(a.profile, ec).lexically_normal().string();
+  if (ec) return InvalidArgumentError("--profile: '" + a.profile + "': " + ec.message());
+  FileSystem* fs = FileSystem::Default();
+  if (fs->Exists(dir) && !fs->IsDirectory(dir))
+    return FailedPreconditionError("--profile: '" + a.profile + "' is not a folder");
+  if (Status s = fs->CreateDirs(dir); !s.ok())
+    return FailedPreconditionError("--profile: cannot make the folder '" + a.profile + "': " + s.message());
+  return std::vector<std::string>{cli::kProfileFlag, dir, cli::kProfileStepsFlag,
+                                  std::to_string(a.profile_steps)};
+}
 
 // --ranks: a positive number, or "auto" (GPUs listed by nvidia-smi, else 1).
 StatusOr<int> ParseRanks(const std::string& s) {
@@ -93,6 +114,8 @@ int Run(const RunArgs& a) {
     PrintDryRunSpec(ToJson(spec));
     return 0;
   }
+  auto profile_args = ProfileArgs(a);
+  if (!profile_args.ok()) return fail(profile_args.status());
   // hf:// paths: downloaded into the Hugging Face cache here, as the agent does on a host.
   if (Status s = ResolveHubPathsLocally(&spec); !s.ok()) return fail(s);
 
@@ -116,6 +139,7 @@ int Run(const RunArgs& a) {
   auto trainer = FindSiblingBinary("sftctl-trainer");
   if (!trainer.ok()) return fail(trainer.status());
   std::vector<std::string> args = {"train", "--spec", spec_json};
+  args.insert(args.end(), profile_args->begin(), profile_args->end());
   std::vector<std::string> events_args;
   if (a.events_fd >= 0) events_args = {"--events-fd", std::to_string(a.events_fd)};
   std::unique_ptr<MetricsFileExport> tb;
@@ -176,6 +200,12 @@ void RegisterRunCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--tensorboard", args->tensorboard,
                   "Also write the run's metrics as TensorBoard event files into DIR while it trains")
       ->type_name("DIR");
+  auto* profile = cmd->add_option(cli::kProfileFlag, args->profile, cli::kProfileHelp)->type_name("DIR");
+  cmd->add_option(cli::kProfileStepsFlag, args->profile_steps, cli::kProfileStepsHelp)
+      ->type_name("N")
+      ->needs(profile)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--events-fd", args->events_fd,
                   "Also write metric records (JSON lines) to this descriptor");
   cmd->callback([args, &ctx] { ctx.exit_code = Run(*args); });

@@ -11,10 +11,9 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/json_parse.h"
+#include "common/event_line.h"
 #include "common/os/child_exit_watch.h"
 #include "common/os/file_system.h"
 #include "common/os/parent_death.h"
@@ -60,11 +59,8 @@ std::string LastErrorEvent(const std::string& path, uint64_t from) {
   f.seekg(static_cast<std::streamoff>(from));
   std::string line, msg;
   while (std::getline(f, line)) {
-    auto j = ParseJson(line, "trainer event");
-    if (!j.ok()) continue;
-    auto event = JsonFieldOr<std::string>(*j, "event", "", "trainer event");
-    auto message = JsonFieldOr<std::string>(*j, "message", "", "trainer event");
-    if (event.ok() && *event == "error" && message.ok() && !message->empty()) msg = *message;
+    auto ev = ParseEventLine(line, "trainer event");  // not an event line, or of the wrong shape: skipped
+    if (ev.ok() && ev->type == EventKind::kError && !ev->message.empty()) msg = std::move(ev->message);
   }
   return msg;
 }

@@ -10,9 +10,10 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string_view>
 
-#include "common/json_parse.h"
+#include "common/event_line.h"
 #include "common/os/file_system.h"
 
 namespace sftctl::client {
@@ -22,14 +23,11 @@ struct Point {
   double x, y;
 };
 
-// A number from a record field, if present and finite.
-bool Finite(const nlohmann::json& rec, const char* key, double* out) {
+// Field `key` of a record, when it is a number (not a bool).
+std::optional<double> Number(const nlohmann::json& rec, const std::string& key) {
   auto it = rec.find(key);
-  if (it == rec.end() || !it->is_number()) return false;
-  double v = it->get<double>();
-  if (!std::isfinite(v)) return false;
-  *out = v;
-  return true;
+  if (it == rec.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
 }
 
 // Tick spacing of 1, 2 or 5 times a power of ten giving about `target` intervals over [lo, hi].
@@ -79,9 +77,8 @@ StatusOr<std::vector<nlohmann::json>> ReadMetricsFile(const std::string& path) {
   std::string line;
   for (int n = 1; std::getline(f, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    SFT_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(line, path + ":" + std::to_string(n)));
-    if (!j.is_object()) return InvalidArgumentError(path + ":" + std::to_string(n) + ": not a JSON object");
-    out.push_back(std::move(j));
+    SFT_ASSIGN_OR_RETURN(EventLine ev, ParseEventLine(line, path + ":" + std::to_string(n)));
+    out.push_back(std::move(ev.json));
   }
   if (f.bad()) return ErrnoError("cannot read metrics file", path, errno);
   return out;
@@ -101,8 +98,11 @@ struct Series {
 std::vector<Series> BuildSeries(const std::vector<PlotRun>& runs, const PlotOptions& o) {
   std::vector<Series> out;
   const bool several = runs.size() > 1;
-  auto keep = [&](const nlohmann::json& rec, const char* key, Point* p) {
-    return Finite(rec, "step", &p->x) && Finite(rec, key, &p->y) && (!o.log_y || p->y > 0);
+  // A point at the record's step, when `y` is a finite number (with log_y: above 0).
+  auto keep = [&](const EventLine& ev, std::optional<double> y, Point* p) {
+    if (!ev.step || !y || !std::isfinite(*y) || (o.log_y && *y <= 0)) return false;
+    *p = {static_cast<double>(*ev.step), *y};
+    return true;
   };
   for (size_t i = 0; i < runs.size(); ++i) {
     const PlotRgb color = kRunColors[i % (sizeof(kRunColors) / sizeof(kRunColors[0]))];
@@ -116,15 +116,14 @@ std::vector<Series> BuildSeries(const std::vector<PlotRun>& runs, const PlotOpti
     eval.line = false;
     eval.markers = true;
     for (const nlohmann::json& rec : runs[i].records) {
-      if (!rec.is_object()) continue;
-      auto ev = rec.find("event");
-      if (ev == rec.end() || !ev->is_string()) continue;
+      StatusOr<EventLine> ev = ReadEventLine(rec, "metric record");
+      if (!ev.ok()) continue;  // not a trainer record, or a field of the wrong type
       Point p{};
       if (o.metric != "loss") {
-        if (keep(rec, o.metric.c_str(), &p)) train.points.push_back(p);
-      } else if (*ev == "step" && keep(rec, "loss", &p)) {
+        if (keep(*ev, Number(ev->json, o.metric), &p)) train.points.push_back(p);
+      } else if (ev->type == EventKind::kStep && keep(*ev, ev->loss, &p)) {
         train.points.push_back(p);
-      } else if (*ev == "eval" && keep(rec, "eval_loss", &p)) {
+      } else if (ev->type == EventKind::kEval && keep(*ev, ev->eval_loss, &p)) {
         eval.points.push_back(p);
       }
     }

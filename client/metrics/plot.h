@@ -46,8 +46,10 @@ struct PlotRun {
   std::vector<nlohmann::json> records;
 };
 
-// Reads a JSON-lines metrics file (blank lines skipped). Errors: NOT_FOUND / errno errors naming the
-// path; INVALID_ARGUMENT "<path>:<line>: not valid JSON: ..." or "<path>:<line>: not a JSON object".
+// Reads a JSON-lines metrics file (blank lines skipped); every line must read as an event line
+// (common/event_line.h). Errors: NOT_FOUND / errno errors naming the path; INVALID_ARGUMENT
+// "<path>:<line>: ..." with ParseEventLine's reason (not JSON, not an object, no "event", a field of
+// the wrong type).
 StatusOr<std::vector<nlohmann::json>> ReadMetricsFile(const std::string& path);
 
 // Renders the plot and writes it to `png_path` atomically (a temporary file in the same folder, fsynced,

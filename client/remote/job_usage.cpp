@@ -6,7 +6,7 @@
 
 #include "client/remote/host_summary.h"
 #include "client/remote/log_follower.h"
-#include "common/json_parse.h"
+#include "common/event_line.h"
 
 namespace sftctl::client {
 namespace {
@@ -85,11 +85,10 @@ std::optional<JobUsage> FetchJobUsage(Reconnector* rc, const std::string& job_id
 
 StatusOr<std::optional<StepRecord>> ParseStepRecord(std::string_view text) {
   const std::string where = "metric record";
-  SFT_ASSIGN_OR_RETURN(nlohmann::json rec, ParseJson(text, where));
-  SFT_ASSIGN_OR_RETURN(const std::string event, JsonField<std::string>(rec, "event", where));
-  if (event != "step") return std::optional<StepRecord>();
-  SFT_ASSIGN_OR_RETURN(const int64_t step, JsonField<int64_t>(rec, "step", where));
-  return std::optional<StepRecord>(StepRecord{step, std::move(rec)});
+  SFT_ASSIGN_OR_RETURN(EventLine ev, ParseEventLine(text, where));
+  if (ev.type != EventKind::kStep) return std::optional<StepRecord>();
+  if (!ev.step) return FieldError(where, "step", "missing (expected an integer)");
+  return std::optional<StepRecord>(StepRecord{*ev.step, std::move(ev.json)});
 }
 
 StatusOr<std::optional<StepRecord>> LatestStepRecord(Reconnector* rc, const std::string& job_id,

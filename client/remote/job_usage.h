@@ -47,9 +47,10 @@ struct StepRecord {
   nlohmann::json record;
 };
 // One metric event's text as a step record: nullopt for a record of another event. The text is what
-// the agent journaled from the trainer, so untrusted: INVALID_ARGUMENT (common/json_parse.h) for text
-// that is not a JSON object, an "event" that is not a string ({"event":7}) or a step record whose
-// "step" is not an integer.
+// the agent journaled from the trainer, so untrusted: it is read by common/event_line.h's
+// ParseEventLine, whose INVALID_ARGUMENT errors (text that is not a JSON object, an "event" that is
+// not a string, any field of the wrong type or a negative count, in a record of any kind) are
+// returned as they are; a step record without "step" is INVALID_ARGUMENT too.
 StatusOr<std::optional<StepRecord>> ParseStepRecord(std::string_view text);
 
 // The newest rank-0 step record among the job's last events (up to `window` before `last_seq`); records

@@ -5,7 +5,7 @@
 #include <iostream>
 #include <vector>
 
-#include "common/json_parse.h"
+#include "common/event_line.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -172,22 +172,64 @@ StatusOr<FollowResult> PrintEventsTail(Reconnector* rc, const std::string& job_i
 
 namespace {
 
-std::string Num(const nlohmann::json& rec, const char* key, const char* fmt) {
-  if (!rec.contains(key) || !rec[key].is_number()) return "?";
+// `v` as `fmt` formats it; "?" when the record has no such number.
+std::string Num(const std::optional<double>& v, const char* fmt) {
+  if (!v) return "?";
   char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, rec[key].get<double>());
+  std::snprintf(buf, sizeof(buf), fmt, *v);
   return buf;
+}
+
+std::string Count(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "?"; }
+
+std::string TextOr(const std::string& s, const char* absent) { return s.empty() ? absent : s; }
+
+// The readable line of a trainer record read by ParseEventLine (`text`: the line as the agent sent it);
+// *total_steps is the run's step count, from its "start" record.
+std::string FormatRecord(const EventLine& ev, const std::string& prefix, const std::string& text,
+                         int64_t* total_steps) {
+  const std::string step = Count(ev.step);
+  switch (ev.type) {
+    case EventKind::kStart: {
+      *total_steps = ev.total_steps.value_or(0);
+      std::string s = prefix + "start: " + Count(ev.parameters) + " parameters, " +
+                      std::to_string(*total_steps) + " steps on " + TextOr(ev.device, "?") + " (" +
+                      TextOr(ev.precision, "?") + ")";
+      if (!ev.resumed_from.empty()) s += ", resuming at step " + step + " from " + ev.resumed_from;
+      return s;
+    }
+    case EventKind::kStep:
+      return prefix + "step " + step + (*total_steps > 0 ? "/" + std::to_string(*total_steps) : "") +
+             ": loss " + Num(ev.loss, "%.4f") + ", lr " + Num(ev.lr, "%.2e") + ", grad norm " +
+             Num(ev.grad_norm, "%.3f") + ", " + Num(ev.tokens_per_s, "%.0f") + " tok/s";
+    case EventKind::kEval: {
+      std::string s = prefix + "eval at step " + step + ": loss " + Num(ev.eval_loss, "%.4f");
+      if (ev.exact_match) {
+        s += ", exact match " + Num(ev.exact_match, "%.3f") + " (" +
+             std::to_string(ev.exact_correct.value_or(0)) + "/" + std::to_string(ev.exact_total.value_or(0)) +
+             ")";
+      }
+      return s;
+    }
+    case EventKind::kCheckpoint:
+      return prefix + "checkpoint at step " + step + ": " + ev.path;
+    case EventKind::kDone: {
+      std::string s = prefix + "done at step " + step + ": loss " + Num(ev.loss, "%.4f");
+      if (ev.eval_loss) s += ", eval loss " + Num(ev.eval_loss, "%.4f");
+      if (ev.exact_match) s += ", exact match " + Num(ev.exact_match, "%.3f");
+      return s;
+    }
+    case EventKind::kError:
+      return prefix + "error: " + ev.code + " " + ev.message;
+    default:  // "skipped", "stopped", and kinds a newer trainer writes: the record as it is
+      return prefix + ev.kind + ": " + text;
+  }
 }
 
 }  // namespace
 
-std::string EventPrinter::Format(const v1::Event& e) {
-  try {
-    return FormatUnchecked(e);
-  } catch (const nlohmann::json::exception&) {  // a metric whose fields have unexpected types
-    return "metric: " + e.text();
-  }
-}
+// Nothing below throws: a metric is read by ParseEventLine, and one it refuses is shown raw.
+std::string EventPrinter::Format(const v1::Event& e) { return FormatUnchecked(e); }
 
 std::string EventPrinter::FormatUnchecked(const v1::Event& e) {
   switch (e.kind()) {
@@ -201,46 +243,10 @@ std::string EventPrinter::FormatUnchecked(const v1::Event& e) {
     default:
       return "";
   }
-  StatusOr<nlohmann::json> parsed = ParseJson(e.text(), "metric");  // the agent's: at most 64 deep
-  if (!parsed.ok() || !parsed->is_object()) return "metric: " + e.text();
-  const nlohmann::json& rec = *parsed;
-  const std::string ev = rec.value("event", "");
-  const std::string step = rec.contains("step") ? rec["step"].dump() : "?";
+  StatusOr<EventLine> ev = ParseEventLine(e.text(), "metric");  // the trainer's, through the agent: untrusted
+  if (!ev.ok()) return "metric: " + e.text();
   const std::string prefix = e.rank() > 0 ? "[rank " + std::to_string(e.rank()) + "] " : "";
-  if (ev == "start") {
-    total_steps_ = rec.value("total_steps", int64_t{0});
-    std::string s = prefix + "start: " + (rec.contains("parameters") ? rec["parameters"].dump() : "?") +
-                    " parameters, " + std::to_string(total_steps_) + " steps on " + rec.value("device", "?") +
-                    " (" + rec.value("precision", "?") + ")";
-    const nlohmann::json from = rec.value("resumed_from", nlohmann::json(""));
-    if (from.is_string() && !from.get<std::string>().empty()) {
-      s += ", resuming at step " + step + " from " + from.get<std::string>();
-    }
-    return s;
-  }
-  if (ev == "step") {
-    return prefix + "step " + step + (total_steps_ > 0 ? "/" + std::to_string(total_steps_) : "") +
-           ": loss " + Num(rec, "loss", "%.4f") + ", lr " + Num(rec, "lr", "%.2e") + ", grad norm " +
-           Num(rec, "grad_norm", "%.3f") + ", " + Num(rec, "tokens_per_s", "%.0f") + " tok/s";
-  }
-  if (ev == "eval") {
-    std::string s = prefix + "eval at step " + step + ": loss " + Num(rec, "eval_loss", "%.4f");
-    if (rec.contains("exact_match")) {
-      s += ", exact match " + Num(rec, "exact_match", "%.3f") + " (" +
-           rec.value("exact_correct", nlohmann::json(0)).dump() + "/" +
-           rec.value("exact_total", nlohmann::json(0)).dump() + ")";
-    }
-    return s;
-  }
-  if (ev == "checkpoint") return prefix + "checkpoint at step " + step + ": " + rec.value("path", "");
-  if (ev == "done") {
-    std::string s = prefix + "done at step " + step + ": loss " + Num(rec, "loss", "%.4f");
-    if (rec.contains("eval_loss")) s += ", eval loss " + Num(rec, "eval_loss", "%.4f");
-    if (rec.contains("exact_match")) s += ", exact match " + Num(rec, "exact_match", "%.3f");
-    return s;
-  }
-  if (ev == "error") return prefix + "error: " + rec.value("code", "") + " " + rec.value("message", "");
-  return prefix + ev + ": " + e.text();
+  return FormatRecord(*ev, prefix, e.text(), &total_steps_);
 }
 
 nlohmann::json EventToJson(const v1::Event& e) {
@@ -253,7 +259,7 @@ nlohmann::json EventToJson(const v1::Event& e) {
                       {"text", e.text()}};
   if (e.kind() == v1::Event::STATE) j["state"] = StateName(e.state());
   if (e.kind() == v1::Event::METRIC) {
-    if (auto rec = ParseJson(e.text(), "metric"); rec.ok()) j["record"] = std::move(*rec);
+    if (auto ev = ParseEventLine(e.text(), "metric"); ev.ok()) j["record"] = std::move(ev->json);
   }
   return j;
 }

@@ -56,8 +56,9 @@ int ExitCodeForState(v1::JobState s);
 // The text is the agent's, unescaped: print it through EscapeForTerminal (PrintEvents does).
 class EventPrinter {
  public:
-  // The line for `e` (no newline); empty when the event shows nothing. A metric record whose
-  // fields have unexpected types is shown raw ("metric: ...") instead of throwing.
+  // The line for `e` (no newline); empty when the event shows nothing. A metric record that
+  // common/event_line.h's ParseEventLine refuses (fields of unexpected types) is shown raw
+  // ("metric: ...") instead of throwing.
   std::string Format(const v1::Event& e);
 
  private:

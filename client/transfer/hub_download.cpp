@@ -6,6 +6,7 @@
 #include "client/remote/remote_options.h"  // StderrIsTty
 #include "client/transfer/progress.h"
 #include "common/hub/hub_spec.h"
+#include "common/spec/spec_paths.h"
 #include "common/terminal_text.h"
 
 namespace sftctl::client {
@@ -39,19 +40,20 @@ StatusOr<HubSnapshot> DownloadFromHub(const HubRef& ref, const std::vector<std::
 }
 
 Status ResolveHubPathsLocally(JobSpec* spec, bool tokenizer_only) {
-  nlohmann::json j = ToJson(*spec);
-  const std::vector<HubSpecField> fields = HubSpecFields(j);
-  if (fields.empty()) return OkStatus();
+  const std::vector<SpecHubPath> paths = HubPaths(*spec);
+  if (paths.empty()) return OkStatus();
   auto bar = std::make_shared<std::unique_ptr<Progress>>();
   const HubOptions options = LocalOptions(bar);
-  for (const HubSpecField& f : fields)
-    std::cerr << "sftctl: " << EscapeForTerminal(f.field + ": " + f.value + " -> " + options.cache_dir)
+  for (const SpecHubPath& p : paths)
+    std::cerr << "sftctl: " << EscapeForTerminal(p.field + ": " + p.value + " -> " + options.cache_dir)
               << std::endl;  // the spec's text
   HubDownloader downloader(options);
-  Status st = ResolveHubSpec(&j, &downloader, tokenizer_only);
+  // On a copy: `spec` changes only when every path downloaded.
+  JobSpec resolved = *spec;
+  Status st = ResolveHubSpec(&resolved, &downloader, tokenizer_only);
   if (*bar) (*bar)->Finish();
   SFT_RETURN_IF_ERROR(st);
-  SFT_ASSIGN_OR_RETURN(*spec, ParseSpec(j));
+  *spec = std::move(resolved);
   return OkStatus();
 }
 

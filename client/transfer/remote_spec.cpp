@@ -10,6 +10,7 @@
 #include "common/hub/hub_spec.h"
 #include "common/object_store/s3_location.h"
 #include "common/sha256.h"
+#include "common/spec/spec_paths.h"
 #include "common/spec/spec_yaml.h"
 
 namespace sftctl::client {
@@ -86,8 +87,8 @@ Status AddFile(const std::string& pointer, const std::string& field, const std::
 }
 
 // The spec's hf:// references must parse; they are not uploaded: the agent downloads them.
-Status CheckHubPaths(const nlohmann::json& spec, std::vector<std::string>* notes) {
-  for (const HubSpecField& f : HubSpecFields(spec)) {
+Status CheckHubPaths(const JobSpec& spec, std::vector<std::string>* notes) {
+  for (const SpecHubPath& f : HubPaths(spec)) {
     StatusOr<HubRef> ref = ParseHubRef(f.value);
     if (!ref.ok()) return ref.status().WithContext("field '" + f.field + "'");
     notes->push_back(f.field + " " + f.value + " is downloaded by the agent from the Hugging Face Hub");
@@ -108,7 +109,7 @@ StatusOr<RemoteSpec> LoadRemoteSpec(const std::string& path, const std::vector<s
   r.json = ToJson(r.spec);
   r.hosts = SpecHosts(r.spec);
   const JobSpec& s = r.spec;
-  SFT_RETURN_IF_ERROR(CheckHubPaths(r.json, &r.notes));
+  SFT_RETURN_IF_ERROR(CheckHubPaths(r.spec, &r.notes));
   for (size_t i = 0; i < s.data.train.size(); ++i) {
     if (IsHubPath(s.data.train[i])) continue;
     SFT_RETURN_IF_ERROR(AddFile("/data/train/" + std::to_string(i), "data.train", s.data.train[i], &r.files));

@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "common/json_parse.h"
+#include "common/event_line.h"
 #include "common/os/file_system.h"
 
 namespace sftctl::tensorboard {
@@ -252,22 +252,31 @@ std::string TextEvent(double wall_time, int64_t step, std::string_view tag, std:
   return EventWithValue(wall_time, step, v);
 }
 
-std::vector<std::pair<std::string, double>> ScalarsOf(const nlohmann::json& record) {
+namespace {
+
+// The scalars of a record read by ReadEventLine (see ScalarsOf).
+std::vector<std::pair<std::string, double>> ScalarsOfLine(const EventLine& ev) {
   std::vector<std::pair<std::string, double>> out;
-  auto event = JsonFieldOr<std::string>(record, "event", "", "metric record");
-  if (!event.ok()) return out;  // not an object, or an "event" that is not a string ({"event":7})
-  const std::string& ev = *event;
-  if (ev != "step" && ev != "eval") return out;
-  for (const auto& [key, value] : record.items()) {
+  if (ev.type != EventKind::kStep && ev.type != EventKind::kEval) return out;
+  const bool eval = ev.type == EventKind::kEval;
+  for (const auto& [key, value] : ev.json.items()) {
     if (key == "step" || key == "time" || !value.is_number()) continue;
     const double d = value.get<double>();
     if (!std::isfinite(d)) continue;
     std::string name = key;
-    if (ev == "eval" && name.rfind("eval_", 0) == 0) name = name.substr(5);
-    out.emplace_back((ev == "step" ? "train/" : "eval/") + name, d);
+    if (eval && name.rfind("eval_", 0) == 0) name = name.substr(5);
+    out.emplace_back((eval ? "eval/" : "train/") + name, d);
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, double>> ScalarsOf(const nlohmann::json& record) {
+  StatusOr<EventLine> ev = ReadEventLine(record, "metric record");
+  if (!ev.ok()) return {};  // not an event line, or a field of the wrong type ({"event":7})
+  return ScalarsOfLine(*ev);
 }
 
 std::string SpecText(const nlohmann::json& spec) {
@@ -365,13 +374,12 @@ Status EventFileWriter::Append(const std::vector<Pending>& events) {
 }
 
 Status EventFileWriter::WriteMetrics(const nlohmann::json& record) {
-  if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer())
-    return OkStatus();
-  const int64_t step = record["step"].get<int64_t>();
-  const double wall =
-      record.contains("time") && record["time"].is_number() ? record["time"].get<double>() : Now();
+  StatusOr<EventLine> ev = ReadEventLine(record, "metric record");
+  if (!ev.ok() || !ev->step) return OkStatus();
+  const int64_t step = *ev->step;
+  const double wall = ev->time.value_or(Now());
   std::vector<Pending> events;
-  for (const auto& [tag, value] : ScalarsOf(record))
+  for (const auto& [tag, value] : ScalarsOfLine(*ev))
     events.push_back({tag, step, ScalarEvent(wall, step, tag, static_cast<float>(value))});
   if (events.empty()) return OkStatus();
   return Append(events);

@@ -49,8 +49,9 @@ std::string TextEvent(double wall_time, int64_t step, std::string_view tag, std:
 
 // The scalars TensorBoard gets from one metrics.jsonl record: every finite number (not a bool) of a
 // "step" record as "train/<field>", of an "eval" record as "eval/<field without its eval_ prefix>";
-// "step", "time" and other records give none, and so does a record that is not an object or whose
-// "event" is not a string (the records come from the trainer through the agent: untrusted). Sorted by tag.
+// "step", "time" and other records give none, and so does a record that common/event_line.h's
+// ReadEventLine refuses (not an object, "event" not a string, a field of the wrong type, a negative
+// step: the records come from the trainer through the agent, untrusted). Sorted by tag.
 std::vector<std::pair<std::string, double>> ScalarsOf(const nlohmann::json& record);
 
 // The "spec" text: the spec's JSON as a Markdown code block (TensorBoard's text plugin renders Markdown).
@@ -81,7 +82,8 @@ class EventFileWriter {
   EventFileWriter& operator=(const EventFileWriter&) = delete;
 
   // Appends ScalarsOf(record) at record["step"] with wall time record["time"] (else now), each tag only
-  // when the step is above its last one. Records without an integer step write nothing.
+  // when the step is above its last one. Records without a step, or that ReadEventLine refuses (a
+  // negative step, a "time" that is not a number, ...), write nothing.
   Status WriteMetrics(const nlohmann::json& record);
   // Appends `text` under `tag` at step 0 unless the tag is already in the file.
   Status WriteTextOnce(std::string_view tag, std::string_view text, double wall_time);

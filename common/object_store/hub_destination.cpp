@@ -8,6 +8,7 @@
 
 #include "common/hub/hub_commit.h"
 #include "common/object_store/checkpoint_store.h"
+#include "common/spec/upload_to.h"
 
 namespace sftctl {
 namespace {
@@ -107,7 +108,8 @@ class HubDestination final : public CheckpointDestination {
 StatusOr<HubRef> ParseHubUploadTarget(const std::string& url) {
   StatusOr<HubRef> ref = ParseHubRef(url);
   if (!ref.ok()) return ref.status().WithContext("checkpoint.upload_to");
-  if (ref->dataset || !ref->path.empty()) {
+  // The repository's shape is checkpoint.upload_to's rule, written once (common/spec/upload_to.h).
+  if (StatusOr<UploadTo> target = ReadUploadTo(url); !target.ok() || target->kind != UploadTo::Kind::kHub) {
     return InvalidArgumentError("checkpoint.upload_to: " + url +
                                 ": must name a model repository, hf://ORG/NAME[@REVISION], without a path");
   }

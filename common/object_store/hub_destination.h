@@ -27,8 +27,9 @@
 
 namespace sftctl {
 
-// The model repository `url` names. Errors (INVALID_ARGUMENT, prefixed "checkpoint.upload_to: "):
-// not an hf:// reference, a dataset, a path inside the repository.
+// The model repository `url` names: ParseHubRef's reading, in the shape checkpoint.upload_to's rules
+// allow (common/spec/upload_to.h). Errors (INVALID_ARGUMENT, prefixed "checkpoint.upload_to: "): not
+// an hf:// reference, a dataset, a path inside the repository.
 StatusOr<HubRef> ParseHubUploadTarget(const std::string& url);
 
 // Checks `url` as above and that `hub.token` is set (FAILED_PRECONDITION naming the repository and

@@ -3,23 +3,10 @@
 #include <algorithm>
 
 #include "common/hub/http_client.h"
+#include "common/spec/upload_to.h"
 #include "common/terminal_text.h"
 
 namespace sftctl {
-
-namespace {
-
-// S3's bucket naming rules, loosely: 3-63 of [a-z0-9.-_], starting and ending alphanumeric (the
-// underscore and upper case are allowed by some S3-compatible services, so accepted).
-bool ValidBucket(std::string_view b) {
-  if (b.size() < 3 || b.size() > 63) return false;
-  for (char c : b)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_')) return false;
-  return std::isalnum(static_cast<unsigned char>(b.front())) &&
-         std::isalnum(static_cast<unsigned char>(b.back()));
-}
-
-}  // namespace
 
 bool IsS3Url(std::string_view s) { return s.substr(0, 5) == "s3://"; }
 
@@ -30,26 +17,15 @@ std::string S3Location::Key(std::string_view name) const {
 }
 
 StatusOr<S3Location> ParseS3Url(std::string_view url) {
-  auto bad = [&](const std::string& why) {
-    return InvalidArgumentError("'" + std::string(url) + "': not an s3://BUCKET[/PREFIX] reference: " + why);
-  };
-  if (!IsS3Url(url)) return bad("it must start with s3://");
-  std::string_view rest = url.substr(5);
-  const size_t slash = rest.find('/');
-  S3Location loc;
-  loc.bucket = std::string(rest.substr(0, slash));
-  if (!ValidBucket(loc.bucket)) return bad("bucket name '" + loc.bucket + "' is not 3-63 of a-z 0-9 . - _");
-  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
-  for (size_t start = 0; !path.empty() && start <= path.size();) {
-    const size_t end = std::min(path.find('/', start), path.size());
-    const std::string_view seg = path.substr(start, end - start);
-    if (seg.empty() || seg == "." || seg == "..") return bad("empty, '.' or '..' path segment");
-    for (char c : seg)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return bad("control character in the prefix");
-    start = end + 1;
+  // The rules are checkpoint.upload_to's, written once (common/spec/upload_to.h).
+  StatusOr<S3Url> read = ReadS3Url(url);
+  if (!read.ok()) {
+    return InvalidArgumentError("'" + std::string(url) +
+                                "': not an s3://BUCKET[/PREFIX] reference: " + read.status().message());
   }
-  loc.prefix = std::string(path);
+  S3Location loc;
+  loc.bucket = std::move(read->bucket);
+  loc.prefix = std::move(read->prefix);
   return loc;
 }
 

@@ -23,8 +23,9 @@ struct S3Location {
   std::string Key(std::string_view name) const;
 };
 
-// "s3://BUCKET[/PREFIX][/]". Errors: INVALID_ARGUMENT naming `url` (another scheme, an empty or
-// malformed bucket name, an empty path segment such as "a//b", "." or "..").
+// "s3://BUCKET[/PREFIX][/]", by the rules of common/spec/upload_to.h (ReadS3Url: written once, for
+// checkpoint.upload_to and every other s3:// reference). Errors: INVALID_ARGUMENT naming `url` (another
+// scheme, an empty or malformed bucket name, an empty path segment such as "a//b", "." or "..").
 StatusOr<S3Location> ParseS3Url(std::string_view url);
 // True when `s` starts with "s3://".
 bool IsS3Url(std::string_view s);

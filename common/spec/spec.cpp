@@ -10,6 +10,7 @@
 
 #include "common/spec/hub_path.h"
 #include "common/spec/spec_fields.h"
+#include "common/spec/spec_paths.h"
 
 namespace sftctl {
 namespace {
@@ -298,7 +299,86 @@ json WriteFields(const std::vector<SpecField>& fields, JobSpec& s) {
   return out;
 }
 
+// Calls fn(field, dotted path, JSON pointer, value) for each string of every path field (SpecField::
+// is_path) of `s` under `fields`, in table order; an absent optional section is skipped. A list's
+// entries are "/data/train/0", ... as ToJson writes them.
+template <typename Fn>
+void ForEachPathString(const std::vector<SpecField>& fields, JobSpec& s, const std::string& prefix, Fn&& fn) {
+  for (const auto& f : fields) {
+    const std::string path = prefix.empty() ? f.name : prefix + "." + f.name;
+    if (f.kind == SpecKind::kSection) {
+      if (f.present == nullptr || f.present(s)) ForEachPathString(*f.fields, s, path, fn);
+      continue;
+    }
+    if (!f.is_path) continue;
+    std::string pointer = "/" + path;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    const SpecValue value = f.value(s);
+    if (f.kind == SpecKind::kString) fn(f, path, pointer, *std::get<std::string*>(value));
+    if (f.kind != SpecKind::kList) continue;
+    std::vector<std::string>& list = *std::get<std::vector<std::string>*>(value);
+    for (size_t i = 0; i < list.size(); ++i) fn(f, path, pointer + "/" + std::to_string(i), list[i]);
+  }
+}
+
+// ResolveSpecPaths's walk: the path fields of `fields` in `j`, a section's JSON.
+void ResolveJsonPaths(const std::vector<SpecField>& fields, json* j, const std::string& base_dir) {
+  for (const auto& f : fields) {
+    auto it = j->find(f.name);
+    if (it == j->end()) continue;
+    if (f.kind == SpecKind::kSection) {
+      if (it->is_object()) ResolveJsonPaths(*f.fields, &*it, base_dir);
+      continue;
+    }
+    if (!f.is_path) continue;
+    const bool one = it->is_string() &&
+                     (f.kind == SpecKind::kList ? f.one_string_ok : !KeptAsIs(f, it->get<std::string>()));
+    if (one) *it = ObjectReader::Resolve(it->get<std::string>(), base_dir);
+    if (f.kind != SpecKind::kList || !it->is_array()) continue;
+    for (json& e : *it) {
+      if (e.is_string()) e = ObjectReader::Resolve(e.get<std::string>(), base_dir);
+    }
+  }
+}
+
 }  // namespace
+
+void ResolveSpecPaths(json* j, const std::string& base_dir) {
+  if (!j->is_object() || base_dir.empty()) return;
+  ResolveJsonPaths(SpecFields(), j, base_dir);
+  // ParseSpec's default output_dir, runs/<name>, from the name as it is now.
+  auto out = j->find("output_dir");
+  if (out != j->end() && !out->is_null() && !(out->is_string() && out->get_ref<const std::string&>().empty()))
+    return;
+  auto name = j->find("name");
+  if (name != j->end() && !name->is_null() && !name->is_string()) return;  // ParseSpec reports it
+  const bool named = name != j->end() && name->is_string() && !name->get_ref<const std::string&>().empty();
+  (*j)["output_dir"] = ObjectReader::Resolve("runs/" + (named ? name->get<std::string>() : "run"), base_dir);
+}
+
+std::vector<SpecHubPath> HubPaths(const JobSpec& spec) {
+  std::vector<SpecHubPath> out;
+  // Read only: the table's accessors return pointers into it.
+  ForEachPathString(
+      SpecFields(), const_cast<JobSpec&>(spec), "",
+      [&out](const SpecField& f, const std::string& path, const std::string& pointer, const std::string& v) {
+        if (f.hub != SpecHub::kNone && IsHubPath(v)) out.push_back({path, pointer, v, f.hub});
+      });
+  return out;
+}
+
+Status ReplaceHubPath(JobSpec* spec, const SpecHubPath& path, const std::string& local) {
+  bool replaced = false;
+  ForEachPathString(
+      SpecFields(), *spec, "",
+      [&](const SpecField& f, const std::string&, const std::string& pointer, std::string& v) {
+        if (replaced || pointer != path.json_pointer || f.hub == SpecHub::kNone || !IsHubPath(v)) return;
+        v = local;
+        replaced = true;
+      });
+  if (!replaced) return InternalError("the spec holds no hf:// path at " + path.json_pointer);
+  return OkStatus();
+}
 
 StatusOr<JobSpec> ParseSpec(const json& j, const std::string& base_dir, const FieldLocator& locate) {
   if (!j.is_object()) {
@@ -322,8 +402,16 @@ StatusOr<std::string> RunSpecJson(const JobSpec& spec) {
   std::error_code ec;
   const std::filesystem::path cwd = std::filesystem::current_path(ec);
   if (ec) return InternalError("cannot read the working directory (for spec.json's paths): " + ec.message());
-  // ParseSpec resolves exactly the path fields (common/spec/spec_fields.cpp) and keeps the rest as they are.
-  SFT_ASSIGN_OR_RETURN(JobSpec absolute, ParseSpec(ToJson(spec), cwd.string()));
+  // The path fields resolved as ParseSpec resolves them against a spec's folder (a list's every
+  // entry; a string unless it is one of the values its field keeps as written), hf:// kept.
+  JobSpec absolute = spec;
+  if (absolute.name.empty()) absolute.name = "run";  // ParseSpec's defaults, for a spec made in code
+  if (absolute.output_dir.empty()) absolute.output_dir = "runs/" + absolute.name;
+  ForEachPathString(SpecFields(), absolute, "",
+                    [&cwd](const SpecField& f, const std::string&, const std::string&, std::string& v) {
+                      if (f.kind == SpecKind::kList || !KeptAsIs(f, v))
+                        v = ObjectReader::Resolve(v, cwd.string());
+                    });
   return ToJson(absolute).dump(2) + "\n";
 }
 

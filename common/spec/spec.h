@@ -44,8 +44,9 @@ Status CheckSpecFiles(const JobSpec& spec);
 // directory, which is what a relative path in `spec` means to the process holding it. The file
 // then reads back to the same spec from any folder (ParseSpec with its folder, LoadSpecFile and
 // `sftctl inspect-data RUN/spec.json` resolve a relative path against the file's own folder).
-// `sftctl run` and the trainer both write spec.json through this. Errors: the working directory
-// cannot be read, or `spec` does not validate.
+// `sftctl run` and the trainer both write spec.json through this. The paths are made absolute on a
+// copy of `spec` (the table's path fields, the values they keep as written left alone): no parse.
+// Errors: the working directory cannot be read.
 StatusOr<std::string> RunSpecJson(const JobSpec& spec);
 
 }  // namespace sftctl

@@ -4,7 +4,7 @@
 #include <sstream>
 #include <utility>
 
-#include "common/spec/hub_path.h"
+#include "common/spec/upload_to.h"
 
 namespace sftctl {
 namespace {
@@ -48,6 +48,10 @@ class Def {
   Def& Path(std::vector<std::string> keep = {}) {
     f_.is_path = true;
     f_.keep = std::move(keep);
+    return *this;
+  }
+  Def& Hub(SpecHub what) {
+    f_.hub = what;
     return *this;
   }
   Def& Items(std::string item, std::string items) {
@@ -132,13 +136,9 @@ std::string DeviceProblem(const std::string& d) {
   return "must be auto, cpu, cuda, cuda:N or mps, got '" + d + "'";
 }
 
+// checkpoint.upload_to's rules are written once, in common/spec/upload_to.h.
 std::string UploadToProblem(const std::string& up) {
-  if (up.empty() || (up.rfind("s3://", 0) == 0 && up.size() > 5 && up[5] != '/')) return "";
-  // hf://ORG/NAME[@REVISION]: a model repository (the rest is checked by common/hub/hf_hub.h).
-  const size_t slash = up.find('/', 5);
-  if (IsHubPath(up) && up.rfind("hf://datasets/", 0) != 0 && slash != std::string::npos && slash > 5 &&
-      slash + 1 < up.size() && up.find('/', slash + 1) == std::string::npos)
-    return "";
+  if (ReadUploadTo(up).ok()) return "";
   return "must be s3://BUCKET[/PREFIX] or hf://ORG/NAME[@REVISION] (a model repository), got '" + up + "'";
 }
 
@@ -156,6 +156,7 @@ const std::vector<SpecField>& ModelFields() {
   static const std::vector<SpecField> kFields = {
       String("path", SPEC_MEMBER(model.path))
           .Path()
+          .Hub(SpecHub::kModel)
           .WhenSet()
           .Default("—")
           .Doc("a Hugging Face model folder (config.json + model.safetensors), or a Hub model "
@@ -176,6 +177,7 @@ const std::vector<SpecField>& DataFields() {
           .Items("file name", "file names")
           .OneStringOk()
           .Path()
+          .Hub(SpecHub::kFile)
           .Required("is required: list at least one JSONL file")
           .Default("required")
           .Doc("a JSONL file or a list of them; a Hub file is `hf://datasets/ORG/NAME[@REVISION]/FILE` "
@@ -184,6 +186,7 @@ const std::vector<SpecField>& DataFields() {
           .Items("file name", "file names")
           .OneStringOk()
           .Path()
+          .Hub(SpecHub::kFile)
           .Doc("held-out JSONL files (local or hf://)"),
       Number("eval_fraction", SPEC_MEMBER(data.eval_fraction), 0.0, 0.5)
           .Doc("without `data.eval`: the fraction of training samples held out (seeded)"),
@@ -361,6 +364,12 @@ const std::vector<SpecField>& MetricsFields() {
           .WhenSet()
           .Doc("the GPU's dense bf16 peak in TFLOP/s used for MFU; `0`: the trainer's table of common GPUs "
                "(no MFU for a GPU it does not know)"),
+      Bool("phase_times", SPEC_MEMBER(metrics.phase_times))
+          .WhenSet()
+          .Doc(
+              "add `forward_ms`, `loss_ms`, `backward_ms` and `optimizer_ms` to every step record: where the "
+              "step's time goes (CUDA events on a GPU, the host clock elsewhere; micro-batches summed; "
+              "[observability.md](observability.md))"),
   };
   return kFields;
 }
@@ -421,6 +430,7 @@ const std::vector<SpecField>& SpecFields() {
           .Doc("LibTorch CPU threads; 0 = all cores (divided by the ranks on the host in a multi-rank job)"),
       String("tokenizer", SPEC_MEMBER(tokenizer))
           .Path({"auto", "byte"})
+          .Hub(SpecHub::kTokenizer)
           .Doc("`auto` (the model folder's tokenizer.json, else `byte`), `byte`, or a folder with "
                "tokenizer.json"),
       Section("model", ModelFields())

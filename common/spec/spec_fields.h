@@ -31,6 +31,11 @@ enum class SpecKind {
 using SpecValue =
     std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*, nlohmann::json*>;
 
+// What an hf:// path (common/spec/hub_path.h) in a field names, so that one downloader
+// (common/hub/hub_spec.h) knows what to fetch: a whole model repository (model.path), only a
+// tokenizer's files (tokenizer), or one file (data.train, data.eval).
+enum class SpecHub { kNone, kModel, kTokenizer, kFile };
+
 // When ToJson writes a field (or a section): always, or only when it differs from its default
 // (a section: only when something in it is written). The second is for knobs added after the
 // first release, so that an older trainer still takes a spec that does not use them.
@@ -58,6 +63,9 @@ struct SpecField {
   // entry ending in "://" keeps every value with that prefix) and hf:// paths.
   bool is_path = false;
   std::vector<std::string> keep;
+  // kString, kList path fields: what an hf:// value in it is (common/spec/spec_paths.h HubPaths); kNone: the
+  // field never holds one.
+  SpecHub hub = SpecHub::kNone;
 
   // kList. `item`/`items` name an entry in messages ("file name"/"file names").
   std::string item, items;

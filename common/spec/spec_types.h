@@ -107,6 +107,7 @@ struct MetricsSpec {
   bool tensorboard = false;  // also write TensorBoard event files into <run>/tb/
   // The GPU's dense bf16 peak in TFLOP/s for MFU; 0: from the trainer's table of common GPUs.
   double gpu_peak_tflops = 0;
+  bool phase_times = false;  // forward/loss/backward/optimizer ms in each step record
 };
 
 // A Slurm job (docs/slurm.md): the agent submits the ranks through sbatch instead of starting them.

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/spec/spec_fields.h"
+#include "common/spec/spec_paths.h"
 #include "common/tokenizer/unicode_normalize.h"
 
 namespace sftctl {
@@ -117,11 +118,16 @@ json AsText(const std::string& text, const json& value) {
   return value.is_number() || value.is_boolean() ? json(text) : value;
 }
 
+// SpecDefaults(), for reading a default list (the table's accessors point into the spec; only read).
+JobSpec& DefaultsForAdd() { return const_cast<JobSpec&>(SpecDefaults()); }
+
 // `--set PATH+=VALUE` at `node`: VALUE's entries after a list's, or VALUE's fields over a section's.
 Status AddTo(const std::string& path, const SpecField* field, const std::string& text, const json& value,
              json* node) {
   if (field != nullptr && field->kind == SpecKind::kList && !value.is_null() && !value.is_object()) {
-    if (node->is_null()) *node = json::array();
+    // A file's JSON may leave the list out (its default) or give its all-alias ("all-linear").
+    if (node->is_null()) *node = *std::get<std::vector<std::string>*>(field->value(DefaultsForAdd()));
+    if (node->is_string() && !field->all_alias.empty() && *node == field->all_alias) *node = field->choices;
     if (node->is_string()) *node = json::array({*node});  // one string: a list of one
     if (!node->is_array()) return InvalidArgumentError("--set " + path + "+=: the field is not a list");
     if (!value.is_array()) {
@@ -142,6 +148,29 @@ Status AddTo(const std::string& path, const SpecField* field, const std::string&
                               "': += adds entries to a list field or fields to a section ({name: value})");
 }
 
+// The FIELD of each `--set FIELD=VALUE` / `FIELD+=VALUE` (malformed ones are ApplySetOverrides'
+// to report).
+std::vector<std::string> OverriddenFields(const std::vector<std::string>& overrides) {
+  std::vector<std::string> out;
+  for (const std::string& s : overrides) {
+    size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    if (eq > 1 && s[eq - 1] == '+') --eq;
+    out.push_back(s.substr(0, eq));
+  }
+  return out;
+}
+
+// A field an override set: one of `overridden`, or inside one ("lora.r" after `--set lora+={r: 4}`).
+bool IsOverridden(const std::vector<std::string>& overridden, const std::string& field) {
+  for (const std::string& o : overridden) {
+    if (field == o ||
+        (field.size() > o.size() && field.compare(0, o.size(), o) == 0 && field[o.size()] == '.'))
+      return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 StatusOr<YamlDocument> YamlToJson(const std::string& text, const std::string& file_name) {
@@ -156,7 +185,9 @@ StatusOr<YamlDocument> YamlToJson(const std::string& text, const std::string& fi
   return doc;
 }
 
-StatusOr<JobSpec> LoadSpecFile(const std::string& path) {
+StatusOr<JobSpec> LoadSpecFile(const std::string& path) { return LoadSpecFile(path, {}); }
+
+StatusOr<JobSpec> LoadSpecFile(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError("cannot read spec file '" + path + "'");
   std::stringstream ss;
@@ -164,7 +195,9 @@ StatusOr<JobSpec> LoadSpecFile(const std::string& path) {
   SFT_ASSIGN_OR_RETURN(YamlDocument doc, YamlToJson(ss.str(), path));
   if (doc.value.is_null()) return InvalidArgumentError(path + ": the spec file is empty");
   const auto& lines = doc.lines;
-  FieldLocator locate = [&lines, &path](const std::string& field) {
+  const std::vector<std::string> overridden = OverriddenFields(overrides);
+  FieldLocator locate = [&lines, &path, &overridden](const std::string& field) {
+    if (IsOverridden(overridden, field)) return std::string("command line");
     // The field itself, or its nearest enclosing field that exists.
     std::string f = field;
     for (;;) {
@@ -176,18 +209,19 @@ StatusOr<JobSpec> LoadSpecFile(const std::string& path) {
     }
   };
   std::filesystem::path p(path);
-  std::string base = p.has_parent_path() ? p.parent_path().string() : ".";
+  std::string base = std::filesystem::absolute(p.has_parent_path() ? p.parent_path().string() : ".").string();
   if (!doc.value.contains("name") && doc.value.is_object()) doc.value["name"] = p.stem().string();
-  SFT_ASSIGN_OR_RETURN(JobSpec spec, ParseSpec(doc.value, std::filesystem::absolute(base).string(), locate));
-  return spec;
-}
-
-StatusOr<JobSpec> LoadSpecFile(const std::string& path, const std::vector<std::string>& overrides) {
-  SFT_ASSIGN_OR_RETURN(JobSpec loaded, LoadSpecFile(path));
-  return OverrideSpec(loaded, overrides);
+  if (!overrides.empty() && doc.value.is_object()) {
+    // The file's paths mean what they mean in its folder; an override's, what they mean here.
+    ResolveSpecPaths(&doc.value, base);
+    base.clear();
+    SFT_RETURN_IF_ERROR(ApplySetOverrides(overrides, &doc.value));
+  }
+  return ParseSpec(doc.value, base, locate);  // the one parse
 }
 
 StatusOr<JobSpec> OverrideSpec(const JobSpec& spec, const std::vector<std::string>& overrides) {
+  if (overrides.empty()) return spec;
   json j = ToJson(spec);
   SFT_RETURN_IF_ERROR(ApplySetOverrides(overrides, &j));
   return ParseSpec(j, "", [](const std::string&) { return std::string("command line"); });

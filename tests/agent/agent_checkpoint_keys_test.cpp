@@ -16,8 +16,8 @@
 #include "common/object_store/manifest_key.h"  // SignatureMatches
 #include "common/object_store/s3_client.h"
 #include "tests/agent/agent_test_util.h"
-#include "tests/agent/hold_relay.h"
 #include "tests/object_store/s3_server.h"
+#include "tests/util/tcp_relay.h"
 
 namespace sftctl::agent::testing {
 namespace {
@@ -127,7 +127,7 @@ TEST_P(AgentCheckpointKeysTest, AQueuedResumeNeverTakesAnUnsignedCheckpointAfter
   PutCheckpoint("run", 6, key);
   PutCheckpoint("run", 99, "");  // planted: consistent with its files, not signed
   const std::string endpoint = server_->endpoint();
-  ::sftctl::testing::HoldRelay relay(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+  ::sftctl::testing::TcpRelay relay(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
   ASSERT_GT(relay.port(), 0);
   const std::string log = dir_.path() + "/sftd.log";
   Agent a(dir_.path() + "/data");

@@ -368,6 +368,30 @@ TEST_F(AgentE2E, ABadRankRecordInARecoveredJournalDoesNotStopTheRestartedAgent) 
   b.WaitState(other.id(), v1::SUCCEEDED);
 }
 
+// Issue 49: the journal replay of a recovered job reads the trainer's event lines as the live tail does
+// (common/event_line.h, through NoteTrainerEvent): the error event a rank sent before the agent went
+// down names the trainer's error in the recovered job's reason, as it would have live.
+TEST_F(AgentE2E, ARecoveredJobsReasonCarriesTheTrainerErrorItsJournalHolds) {
+  Agent a(dir_.path());
+  ASSERT_TRUE(a.Start());
+  v1::Job j;
+  const nlohmann::json error = nlohmann::json::array(
+      {{{"event", "error"}, {"code", "INTERNAL"}, {"message", "stub error before the restart"}}});
+  ASSERT_TRUE(a.Submit(StubSpec({{"mode", "sleep"}, {"step_ms", 20}, {"extra_events", error}}), &j).ok());
+  v1::Job r = a.WaitJob(j.id(), [](const v1::Job& x) { return x.last_step() >= 2; });
+  Track(r);
+  a.Kill();
+  const pid_t pgid = static_cast<pid_t>(r.ranks(0).pid());
+  KillGroup(pgid);
+  ASSERT_TRUE(WaitFor([&] { return GroupMembers(pgid).empty(); }));
+
+  Agent b(dir_.path());
+  ASSERT_TRUE(b.Start());
+  EXPECT_EQ(
+      b.WaitState(j.id(), v1::FAILED).reason(),
+      "agent-restart: ranks ended while the agent was down (trainer error: stub error before the restart)");
+}
+
 // Issue 37, item 4, the record itself: a job whose database row is damaged (a rendezvous whose
 // num_nodes is a string; it threw while the jobs were listed) or whose journal cannot be opened (a
 // folder in its place) is failed with the reason; the agent starts and serves the other jobs.

@@ -703,17 +703,19 @@ TEST(JobSpec, SpecStringAtNamesTheStringsOfTheCanonicalJson) {
   EXPECT_EQ(SpecStringAt(&spec, "/data/train"), &spec.data.train[0]);
 }
 
-TEST(JobSpec, AStoredSpecReadsBackAndEveryParseOfATextIsCounted) {
+TEST(JobSpec, AStoredSpecReadsBackAndItsObserverIsToldOfEveryParse) {
   auto path_of = [](const std::string& sha) -> StatusOr<std::string> { return "/blobs/" + sha; };
-  uint64_t before = SpecTextParses();
-  auto spec =
-      ValidateSpec(R"({"model": {"path": "/m"}, "data": {"train": ["/a.jsonl"]}, "seed": 7})", {}, path_of);
+  std::vector<std::string> parsed;
+  const SpecParseObserver observer = [&parsed](const std::string& where) { parsed.push_back(where); };
+  auto spec = ValidateSpec(R"({"model": {"path": "/m"}, "data": {"train": ["/a.jsonl"]}, "seed": 7})", {},
+                           path_of, nullptr, observer);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_EQ(SpecTextParses(), before + 1);
-  before = SpecTextParses();
-  auto stored = ParseStoredSpec(CanonicalSpecJson(*spec), "job-1 spec");
+  EXPECT_EQ(parsed, std::vector<std::string>{"spec_json"});
+  auto stored = ParseStoredSpec(CanonicalSpecJson(*spec), "job-1 spec", observer);
   ASSERT_TRUE(stored.ok()) << stored.status().ToString();
-  EXPECT_EQ(SpecTextParses(), before + 1);
+  EXPECT_EQ(parsed, (std::vector<std::string>{"spec_json", "job-1 spec"}));
+  EXPECT_FALSE(ValidateSpec("{", {}, path_of, nullptr, observer).ok());
+  EXPECT_EQ(parsed.size(), 3u) << "a text that does not parse is a parse too";
   EXPECT_EQ((*stored)->seed, 7);
   EXPECT_EQ(CanonicalSpecJson(**stored), CanonicalSpecJson(*spec));
   EXPECT_THAT(ParseStoredSpec("{}", "job-1 spec"),

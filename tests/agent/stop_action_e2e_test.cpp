@@ -2,7 +2,7 @@
 // (tests/util/fake_cloud.py, which answers only a request that carries the planted key in its
 // Authorization header), on every path by which the agent stops its host: idle (the laptop went away),
 // a stop-when-done job (`submit --down-when-done`), and the cost cap (`--max-cost`). The terminate
-// request is held in flight (tests/agent/hold_relay.h) while every process of the agent's tree is read:
+// request is held in flight (tests/util/tcp_relay.h) while every process of the agent's tree is read:
 // the key is on no command line (/proc/<pid>/cmdline, which any user of the host can read), and in no
 // log line or status the agent gives.
 #include <gmock/gmock.h>
@@ -13,8 +13,8 @@
 #include <map>
 
 #include "tests/agent/agent_test_util.h"
-#include "tests/agent/hold_relay.h"
 #include "tests/util/fake_cloud.h"
+#include "tests/util/tcp_relay.h"
 
 namespace sftctl::agent::testing {
 namespace {
@@ -67,7 +67,7 @@ class StopActionE2eTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(fake_.Start(dir_.path(), "lambda", kKey, nlohmann::json::object())) << "fake_cloud.py";
     const std::string base = fake_.base_url();
-    relay_ = std::make_unique<::sftctl::testing::HoldRelay>(std::stoi(base.substr(base.rfind(':') + 1)));
+    relay_ = std::make_unique<::sftctl::testing::TcpRelay>(std::stoi(base.substr(base.rfind(':') + 1)));
     ASSERT_GT(relay_->port(), 0);
   }
 
@@ -127,7 +127,7 @@ class StopActionE2eTest : public ::testing::Test {
 
   TempDir dir_;
   ::sftctl::testing::FakeCloud fake_;
-  std::unique_ptr<::sftctl::testing::HoldRelay> relay_;
+  std::unique_ptr<::sftctl::testing::TcpRelay> relay_;
 };
 
 TEST_F(StopActionE2eTest, IdleStopKeepsTheKeyOffEveryCommandLine) {

@@ -7,6 +7,9 @@
 #include <signal.h>
 
 #include <future>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "agent/job_spec.h"
 #include "tests/agent/agent_test_util.h"
@@ -43,6 +46,10 @@ class SupervisorClock : public ::testing::Test {
     cfg.kill_grace = kill_grace;
     cfg.poll = 20ms;
     cfg.clock = &clock_;
+    cfg.spec_parsed = [this](const std::string& where) {
+      std::lock_guard<std::mutex> l(parsed_mu_);
+      parsed_.push_back(where);
+    };
     supervisor_ = std::make_unique<Supervisor>(cfg, store_.get(), blobs_.get(), &uploads_);
     ASSERT_TRUE(supervisor_->Start().ok());
   }
@@ -71,6 +78,12 @@ class SupervisorClock : public ::testing::Test {
     return seen;
   }
 
+  // The names of the spec texts every supervisor of this test parsed, in order (spec_parsed).
+  std::vector<std::string> Parsed() {
+    std::lock_guard<std::mutex> l(parsed_mu_);
+    return parsed_;
+  }
+
   // Returns once the supervisor has read the clock `n` more times: its timer has run (and judged the
   // time it saw) at least n - 1 times since the call.
   void WaitForClockReads(uint64_t n) {
@@ -84,6 +97,8 @@ class SupervisorClock : public ::testing::Test {
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<BlobStore> blobs_;
   CheckpointUploads uploads_;  // outlives supervisor_
+  std::mutex parsed_mu_;       // guards parsed_ (the blocking thread appends at submit)
+  std::vector<std::string> parsed_;
   std::unique_ptr<Supervisor> supervisor_;
   std::vector<pid_t> groups_;
 };
@@ -119,25 +134,24 @@ TEST_F(SupervisorClock, ARankIgnoringSigtermIsKilledWhenTheGracePassesOnTheClock
 }
 
 // The done-when of issue 38: one parse of the spec's text per submit and one per recovery, however
-// many steps (queue, launch, uploads, ticks, cancel) read it. SpecTextParses counts every parse of a
-// spec text in the process (agent/job_spec.h), so a second parse anywhere on these paths fails this.
+// many steps (queue, launch, uploads, ticks, cancel) read it. The supervisor tells its spec_parsed of
+// every parse of a spec text (agent/job_spec.h), so a second parse anywhere on these paths fails this.
 TEST_F(SupervisorClock, TheSpecIsParsedOnceAtSubmitAndOnceAtRecovery) {
   StartSupervisor(10s);
-  uint64_t before = SpecTextParses();
   const JobRecord job = Submit({{"mode", "sleep"}, {"step_ms", 5}});
   ASSERT_NE(job.spec, nullptr) << "the record carries the typed spec";
   EXPECT_EQ(job.spec->output_dir, job.job_dir + "/run");
   WaitForJob(job.id, [](const JobRecord& r) { return r.state == JobState::RUNNING && r.last_step >= 1; });
   WaitForClockReads(5);  // a few ticks of the running job
-  EXPECT_EQ(SpecTextParses() - before, 1u) << "submit, queue, launch, uploads, ticks";
+  EXPECT_EQ(Parsed(), std::vector<std::string>{"spec_json"}) << "submit, queue, launch, uploads, ticks";
   EXPECT_EQ(supervisor_->SpecOf(job.id), job.spec);
 
   // A restarted agent (the ranks run on): recovery parses the stored text once.
   supervisor_->Stop();
   supervisor_.reset();
-  before = SpecTextParses();
   StartSupervisor(10s);
-  EXPECT_EQ(SpecTextParses() - before, 1u);
+  const std::vector<std::string> both = {"spec_json", job.id + " spec"};
+  EXPECT_EQ(Parsed(), both);
   const std::shared_ptr<const JobSpec> recovered = supervisor_->SpecOf(job.id);
   ASSERT_NE(recovered, nullptr);
   EXPECT_EQ(CanonicalSpecJson(*recovered), CanonicalSpecJson(*job.spec));
@@ -149,7 +163,7 @@ TEST_F(SupervisorClock, TheSpecIsParsedOnceAtSubmitAndOnceAtRecovery) {
   EXPECT_EQ(cancelling->spec, recovered);
   EXPECT_EQ(WaitForJob(job.id, [](const JobRecord& r) { return IsFinal(r.state); }).state,
             JobState::CANCELLED);
-  EXPECT_EQ(SpecTextParses() - before, 1u) << "recovery, ticks, cancel, the end";
+  EXPECT_EQ(Parsed(), both) << "recovery, ticks, cancel, the end";
   EXPECT_TRUE(WaitFor([&] { return supervisor_->SpecOf(job.id) == nullptr; })) << "dropped once final";
 }
 

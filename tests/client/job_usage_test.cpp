@@ -110,9 +110,20 @@ TEST(ParseStepRecord, RefusesRecordsOfTheWrongShapeNamingTheField) {
   ASSERT_TRUE(ok.ok() && ok->has_value()) << ok.status().message();
   EXPECT_EQ((*ok)->step, 12);
   EXPECT_EQ((*ok)->record["rss_mb"], 1024);
-  auto other = ParseStepRecord(R"({"event":"eval","step":"x"})");
+  auto other = ParseStepRecord(R"({"event":"eval","step":3,"eval_loss":0.5})");
   ASSERT_TRUE(other.ok());
   EXPECT_FALSE(other->has_value());
+  // Issue 49: read by the one event-line reader (common/event_line.h), so a record of any kind with a
+  // field of the wrong type is refused, and a step record needs its step.
+  EXPECT_THAT(
+      ParseStepRecord(R"({"event":"eval","step":"x"})"),
+      StatusIs(StatusCode::kInvalidArgument, "metric record: field 'step': expected an integer, got string"));
+  EXPECT_THAT(
+      ParseStepRecord(R"({"event":"step","loss":0.5})"),
+      StatusIs(StatusCode::kInvalidArgument, "metric record: field 'step': missing (expected an integer)"));
+  EXPECT_THAT(
+      ParseStepRecord(R"({"event":"step","step":2,"loss":"low"})"),
+      StatusIs(StatusCode::kInvalidArgument, "metric record: field 'loss': expected a number, got string"));
   EXPECT_THAT(ParseStepRecord(R"({"event":7,"step":1})"),
               StatusIs(StatusCode::kInvalidArgument,
                        "metric record: field 'event': expected a string, got number 7"));

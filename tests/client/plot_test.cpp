@@ -180,7 +180,14 @@ TEST(Plot, ReadMetricsFileNamesTheBadLine) {
   EXPECT_EQ(bad.status().message().rfind(path + ":2: invalid JSON: ", 0), 0u) << bad.status().message();
 
   std::ofstream(path) << "{\"event\": \"start\"}\n[1, 2]\n";
-  EXPECT_EQ(ReadMetricsFile(path).status().message(), path + ":2: not a JSON object");
+  EXPECT_EQ(ReadMetricsFile(path).status().message(), path + ":2: expected a JSON object, got array");
+  // Issue 49: each line is read as an event line (common/event_line.h), the field named.
+  std::ofstream(path) << "{\"event\": \"start\"}\n{\"event\": \"step\", \"step\": \"1\"}\n";
+  EXPECT_EQ(ReadMetricsFile(path).status().message(),
+            path + ":2: field 'step': expected an integer, got string");
+  std::ofstream(path) << "{\"step\": 1, \"loss\": 2}\n";
+  EXPECT_EQ(ReadMetricsFile(path).status().message(),
+            path + ":1: field 'event': missing (expected a string)");
 
   auto missing = ReadMetricsFile(dir + "/nope.jsonl");
   EXPECT_THAT(missing, StatusIs(StatusCode::kNotFound, HasSubstr(dir + "/nope.jsonl")));

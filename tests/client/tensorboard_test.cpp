@@ -145,6 +145,28 @@ TEST(TensorBoard, ScalarsOfStepAndEvalRecordsOnly) {
   EXPECT_TRUE(tensorboard::ScalarsOf({{"event", "done"}, {"step", 3}, {"loss", 1.0}}).empty());
 }
 
+// Issue 49: records are read by the one event-line reader (common/event_line.h): keys beyond its typed
+// fields (per-phase times, resource figures) become scalars too, and a record with a typed field of the
+// wrong type gives none, nor does the writer write it.
+TEST(TensorBoard, ScalarsOfRecordsReadAsEventLines) {
+  auto s = tensorboard::ScalarsOf({{"event", "step"}, {"step", 3}, {"loss", 1.5}, {"forward_ms", 12.5}});
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0], std::make_pair(std::string("train/forward_ms"), 12.5));
+  EXPECT_TRUE(tensorboard::ScalarsOf({{"event", "step"}, {"step", 3}, {"loss", "1.5"}, {"lr", 0.1}}).empty());
+  EXPECT_TRUE(tensorboard::ScalarsOf({{"event", "step"}, {"step", -3}, {"loss", 1.5}}).empty());
+  TempDir tmp("tb-typed");
+  auto w = tensorboard::EventFileWriter::Open(tmp.path());
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_TRUE((*w)->WriteMetrics({{"event", "step"}, {"step", 4}, {"loss", 2.0}, {"time", "now"}}).ok());
+  EXPECT_TRUE((*w)->WriteMetrics({{"event", "step"}, {"step", 5}, {"loss", 2.0}, {"time", 7.0}}).ok());
+  size_t end = 0;
+  auto events = tensorboard::ParseRecords(ReadWholeFile((*w)->path()), 0, &end, "events");
+  ASSERT_TRUE(events.ok()) << events.status().message();
+  ASSERT_EQ(events->size(), 2u);  // the file version and step 5's loss, at the record's time
+  EXPECT_EQ((*events)[1].step, 5);
+  EXPECT_EQ((*events)[1].wall_time, 7.0);
+}
+
 // Issue 37, item 5: an agent-supplied record whose "event" is not a string made `logs --tensorboard`
 // abort (type_error, exit 134). Such records give no scalars, and the writer writes nothing for them.
 TEST(TensorBoard, ARecordWhoseEventIsNotAStringIsSkipped) {

@@ -5,7 +5,9 @@
 # runs $FAKE_AGENT_STOP (the test's `sftd stop --data-dir ...`): what ran on the instance goes with it.
 # Paused (SIGUSR1: the fake's /_fake/pause) it is off the network for a while and what runs on it runs
 # on. Its sessions get a configuration folder of their own (XDG_CONFIG_HOME under the instance's
-# folder), as a fresh host has. Run it with `exec`, so that the signals reach this shell.
+# folder), as a fresh host has. Run it with `exec`, so that the signals reach this shell. What its
+# sessions start (the detached sftd) carries the test's SFTCTL_TEST_OWNER (sshd's SetEnv), so that it
+# dies with the test however the test ends (tests/util/owned_processes.h).
 set -eu
 dir=$(mktemp -d "${FAKE_INSTANCE_ROOT:-${TMPDIR:-/tmp}}/fake-instance.XXXXXX")
 ssh-keygen -q -t ed25519 -N '' -C fake-instance -f "$dir/host_key"
@@ -40,7 +42,7 @@ PermitRootLogin prohibit-password
 AllowTcpForwarding yes
 MaxStartups 64
 MaxSessions 64
-SetEnv XDG_CONFIG_HOME=$dir/config $pod_env
+SetEnv XDG_CONFIG_HOME=$dir/config $pod_env${SFTCTL_TEST_OWNER:+ SFTCTL_TEST_OWNER=$SFTCTL_TEST_OWNER}
 CONFIG
 # sshd in a session of its own: a signal to the instance's group reaches this shell (whose trap then
 # ends sshd's connections and sshd), not sshd before its connections could be found.

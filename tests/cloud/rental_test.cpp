@@ -368,6 +368,62 @@ TEST(LostHostTest, FollowAgainUnlessTheProviderSaysGoneThenReplaceWhileAllowed) 
   EXPECT_THAT(v.why, HasSubstr("stayed out of reach; giving it back"));
 }
 
+// --max-cost covers a run's replacements too: each lost host is charged what it cost, the next one may
+// cost the rest, and none is rented once less than a cent is left.
+TEST(RunCostCapTest, ReplacementsStopWhenTheNextWouldPassMaxCost) {
+  TempDir dir("cost-cap");
+  RentedHosts registry(dir.path() + "/hosts.json");
+  constexpr int64_t kHourMs = 3600 * 1000;
+  auto put = [&](const std::string& name, double price, int64_t launched, int64_t ended) {
+    RentedHost h;
+    h.name = name, h.provider = "lambda", h.price_per_hour = price, h.state = "down";
+    h.launched_unix_ms = launched, h.ended_unix_ms = ended;
+    ASSERT_TRUE(registry.Put(h).ok());
+  };
+  put("box", 2.0, kHourMs, 2 * kHourMs);              // $2.00
+  put("box-2", 2.0, kHourMs, kHourMs + kHourMs / 2);  // $1.00
+  put("box-3", 3.0, kHourMs, 0);                      // no end yet: charged until `now`
+  RunCostCap cap(5.0);
+  ReplacementCost c = cap.ChargeLostHost(registry, "box", 10 * kHourMs);
+  EXPECT_TRUE(c.allowed);
+  EXPECT_DOUBLE_EQ(c.max_cost, 3.0);
+  EXPECT_EQ(c.why, "$2.00 of --max-cost $5.00 spent; the replacement may cost the rest");
+  c = cap.ChargeLostHost(registry, "box-2", 10 * kHourMs);  // the spend adds up across the run
+  EXPECT_TRUE(c.allowed);
+  EXPECT_DOUBLE_EQ(c.max_cost, 2.0);
+  EXPECT_EQ(c.why, "$3.00 of --max-cost $5.00 spent; the replacement may cost the rest");
+  // 40 minutes at $3/hour: $2.00 more leaves nothing for a next host.
+  c = cap.ChargeLostHost(registry, "box-3", kHourMs + 2 * kHourMs / 3);
+  EXPECT_FALSE(c.allowed);
+  EXPECT_EQ(c.why, "$5.00 of --max-cost $5.00 spent: no replacement");
+
+  // Less than a cent left: no replacement; two cents: one, capped at what is left.
+  put("cheap", 3.6, kHourMs, kHourMs + 4980 * 1000);  // $4.98
+  RunCostCap near(5.0);
+  c = near.ChargeLostHost(registry, "cheap", 0);
+  EXPECT_TRUE(c.allowed);
+  EXPECT_NEAR(c.max_cost, 0.02, 1e-9);
+  put("dear", 3.6, kHourMs, kHourMs + 4995 * 1000);  // $4.995
+  RunCostCap over(5.0);
+  c = over.ChargeLostHost(registry, "dear", 0);
+  EXPECT_FALSE(c.allowed);
+  EXPECT_THAT(c.why, EndsWith(": no replacement"));
+
+  // A record that cannot be read is charged nothing.
+  RunCostCap unknown(5.0);
+  c = unknown.ChargeLostHost(registry, "nowhere", 10 * kHourMs);
+  EXPECT_TRUE(c.allowed);
+  EXPECT_DOUBLE_EQ(c.max_cost, 5.0);
+  EXPECT_EQ(c.why, "$0.00 of --max-cost $5.00 spent; the replacement may cost the rest");
+
+  // No cap: every replacement, uncapped, and nothing said.
+  RunCostCap none(0);
+  c = none.ChargeLostHost(registry, "box", 10 * kHourMs);
+  EXPECT_TRUE(c.allowed);
+  EXPECT_EQ(c.max_cost, 0);
+  EXPECT_EQ(c.why, "");
+}
+
 TEST_F(RentalTest, DownGivesUpAfterItsLimit) {
   auto h = RunUp();
   ASSERT_TRUE(h.ok());

@@ -18,6 +18,7 @@
 #include "common/hub/hub_spec.h"
 #include "common/os/file_lock.h"
 #include "common/sha256.h"
+#include "common/spec/spec.h"
 #include "tests/util/fake_hub.h"
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
@@ -314,23 +315,31 @@ TEST_F(HfHubTest, NotFoundNamesRepositoryRevisionOrFile) {
                        "in org/data at revision 'main'"));
 }
 
+// A spec as the table's parse reads it (no folder: paths as written).
+JobSpec SpecFrom(const nlohmann::json& j) {
+  auto spec = ParseSpec(j);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  return spec.ok() ? *spec : JobSpec();
+}
+
 TEST_F(HfHubTest, DatasetFileAndSpecFieldsResolveToCachedPaths) {
   StartHub();
-  nlohmann::json spec = {
-      {"model", {{"path", "hf://org/tiny"}}},
-      {"data", {{"train", {"hf://datasets/org/data/sft/train.jsonl", "/local/eval.jsonl"}}}}};
-  const auto fields = HubSpecFields(spec);
-  ASSERT_EQ(fields.size(), 2u);
-  EXPECT_EQ(fields[0].json_pointer, "/model/path");
-  EXPECT_EQ(fields[1].json_pointer, "/data/train/0");
+  JobSpec spec =
+      SpecFrom({{"model", {{"path", "hf://org/tiny"}}},
+                {"data", {{"train", {"hf://datasets/org/data/sft/train.jsonl", "/local/eval.jsonl"}}}}});
+  const auto paths = HubPaths(spec);
+  ASSERT_EQ(paths.size(), 2u);
+  EXPECT_EQ(paths[0].json_pointer, "/model/path");
+  EXPECT_EQ(paths[1].json_pointer, "/data/train/0");
   HubDownloader d(Options());
   ASSERT_TRUE(ResolveHubSpec(&spec, &d).ok());
+  EXPECT_TRUE(HubPaths(spec).empty());
   const std::string data_commit = Sha1Hex("datasets/org/data");
-  EXPECT_EQ(spec["model"]["path"], cache_ + "/models--org--tiny/snapshots/" + Sha1Hex("models/org/tiny"));
-  EXPECT_EQ(spec["data"]["train"][0],
+  EXPECT_EQ(spec.model.path, cache_ + "/models--org--tiny/snapshots/" + Sha1Hex("models/org/tiny"));
+  EXPECT_EQ(spec.data.train[0],
             cache_ + "/datasets--org--data/snapshots/" + data_commit + "/sft/train.jsonl");
-  EXPECT_EQ(spec["data"]["train"][1], "/local/eval.jsonl");
-  EXPECT_EQ(ReadWholeFile(spec["data"]["train"][0]), "{\"text\": \"hi\"}\n");
+  EXPECT_EQ(spec.data.train[1], "/local/eval.jsonl");
+  EXPECT_EQ(ReadWholeFile(spec.data.train[0]), "{\"text\": \"hi\"}\n");
   EXPECT_EQ(fs::read_symlink(cache_ + "/datasets--org--data/snapshots/" + data_commit + "/sft/train.jsonl")
                 .string(),
             "../../../blobs/" + Sha256Hex("{\"text\": \"hi\"}\n"));
@@ -340,16 +349,20 @@ TEST_F(HfHubTest, DatasetFileAndSpecFieldsResolveToCachedPaths) {
 // no weights (`inspect-data`).
 TEST_F(HfHubTest, TokenizerReferencesTakeOnlyTheTokenizersFiles) {
   StartHub();
-  nlohmann::json spec = {{"model", {{"path", "hf://org/tiny"}}}, {"tokenizer", "hf://org/tiny"}};
-  const auto fields = HubSpecFields(spec);
-  ASSERT_EQ(fields.size(), 2u);
-  EXPECT_EQ(fields[1].json_pointer, "/tokenizer");
-  EXPECT_EQ(fields[1].field, "tokenizer");
+  JobSpec spec = SpecFrom({{"model", {{"path", "hf://org/tiny"}}},
+                           {"tokenizer", "hf://org/tiny"},
+                           {"data", {{"train", "t.jsonl"}}}});
+  const auto paths = HubPaths(spec);
+  ASSERT_EQ(paths.size(), 2u);
+  EXPECT_EQ(paths[0].json_pointer, "/tokenizer");  // the table's order: tokenizer before the model section
+  EXPECT_EQ(paths[0].field, "tokenizer");
+  EXPECT_EQ(paths[0].what, SpecHub::kTokenizer);
+  EXPECT_EQ(paths[1].what, SpecHub::kModel);
   HubDownloader d(Options());
   ASSERT_TRUE(ResolveHubSpec(&spec, &d, /*tokenizer_only=*/true).ok());
   const std::string snapshot = cache_ + "/models--org--tiny/snapshots/" + Sha1Hex("models/org/tiny");
-  EXPECT_EQ(spec["tokenizer"], snapshot);
-  EXPECT_EQ(spec["model"]["path"], snapshot);
+  EXPECT_EQ(spec.tokenizer, snapshot);
+  EXPECT_EQ(spec.model.path, snapshot);
   EXPECT_EQ(ReadWholeFile(snapshot + "/tokenizer.json"), kTokenizer);
   EXPECT_EQ(ReadWholeFile(snapshot + "/config.json"), kConfig);
   EXPECT_FALSE(fs::exists(snapshot + "/model.safetensors"));

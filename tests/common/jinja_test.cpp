@@ -211,6 +211,10 @@ const Case kCases[] = {
      "}}",
      "{\"d\": {\"a\": 1, \"b\": 2}}", "1 def None ['a', 'b'] [1, 2]"},
     {"f_format", "{{ '%s-%d' | format('a', 3) }}", "{}", "a-3"},
+    // markupsafe's entities (common/markup_escape.h): quotes as &#39; and &#34;, every other byte kept.
+    {"f_escape", "{{ s | escape }}|{{ s | e }}", R"({"s": "<a href='x'>\"&\" \u00e9</a>"})",
+     "&lt;a href=&#39;x&#39;&gt;&#34;&amp;&#34; \u00e9&lt;/a&gt;|&lt;a href=&#39;x&#39;&gt;&#34;&amp;&#34; "
+     "\u00e9&lt;/a&gt;"},
     {"string_percent", "{{ '%s is %d' % ('x', 3) }} {{ '%.2f' % 3.14159 }}", "{}", "x is 3 3.14"},
     {"str_of_values", "{{ none }} {{ true }} {{ 3 }} {{ 2.0 }} {{ [none, false] }}", "{}",
      "None True 3 2.0 [None, False]"},

@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/spec/spec_fields.h"
+#include "common/spec/spec_paths.h"
 #include "common/spec/spec_yaml.h"
+#include "common/spec/upload_to.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_paths.h"
@@ -363,6 +366,186 @@ TEST(Spec, MissingDataFileNamesFieldAndFile) {
   Status s = CheckSpecFiles(*spec);
   EXPECT_THAT(s, StatusIs(StatusCode::kNotFound, AllOf(HasSubstr("field 'data.train': file '"),
                                                        HasSubstr("data/train.jsonl' does not exist"))));
+}
+
+// The fields that may hold hf:// paths are the ones the table marks (SpecField::hub), and HubPaths
+// reads them from the typed spec: no JSON pointer is written down anywhere else.
+TEST(Spec, HubPathsAreTheFieldsTheTableMarks) {
+  const std::vector<std::pair<std::string, SpecHub>> marked = {{"tokenizer", SpecHub::kTokenizer},
+                                                               {"model.path", SpecHub::kModel},
+                                                               {"data.train", SpecHub::kFile},
+                                                               {"data.eval", SpecHub::kFile}};
+  size_t hub_fields = 0;
+  for (const SpecFieldRow& row : SpecFieldRows()) {
+    const SpecField* f = FindSpecField(row.path);
+    ASSERT_NE(f, nullptr) << row.path;
+    if (f->hub == SpecHub::kNone) continue;
+    ++hub_fields;
+    EXPECT_TRUE(f->is_path) << row.path << ": only a path field holds an hf:// path";
+  }
+  EXPECT_EQ(hub_fields, marked.size());
+  for (const auto& [path, what] : marked) EXPECT_EQ(FindSpecField(path)->hub, what) << path;
+
+  auto spec = ParseSpec(nlohmann::json::parse(R"({
+    "model": {"path": "hf://org/m@v1"}, "tokenizer": "hf://org/t", "resume": "never",
+    "data": {"train": ["hf://datasets/o/d/a.jsonl", "/abs/b.jsonl", "hf://datasets/o/d/c.jsonl"],
+             "eval": "hf://datasets/o/d/e.jsonl", "chat_template": "chatml"}})"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const std::vector<SpecHubPath> paths = HubPaths(*spec);
+  std::vector<std::string> got;
+  for (const SpecHubPath& p : paths) got.push_back(p.field + " " + p.json_pointer + " " + p.value);
+  EXPECT_EQ(got, (std::vector<std::string>{"tokenizer /tokenizer hf://org/t",
+                                           "model.path /model/path hf://org/m@v1",
+                                           "data.train /data/train/0 hf://datasets/o/d/a.jsonl",
+                                           "data.train /data/train/2 hf://datasets/o/d/c.jsonl",
+                                           "data.eval /data/eval/0 hf://datasets/o/d/e.jsonl"}));
+  JobSpec resolved = *spec;
+  for (const SpecHubPath& p : paths)
+    ASSERT_TRUE(ReplaceHubPath(&resolved, p, "/cache" + p.json_pointer).ok());
+  EXPECT_TRUE(HubPaths(resolved).empty());
+  EXPECT_EQ(resolved.data.train,
+            (std::vector<std::string>{"/cache/data/train/0", "/abs/b.jsonl", "/cache/data/train/2"}));
+  EXPECT_EQ(resolved.model.path, "/cache/model/path");
+  EXPECT_THAT(ReplaceHubPath(&resolved, paths[0], "/again"),
+              StatusIs(StatusCode::kInternal, "the spec holds no hf:// path at /tokenizer"));
+  auto local = ParseSpec(nlohmann::json::parse(R"({"model": {"path": "/m"}, "data": {"train": "t.jsonl"}})"));
+  ASSERT_TRUE(local.ok());
+  EXPECT_TRUE(HubPaths(*local).empty());
+}
+
+// `--set` overrides go into the file's JSON before its one parse, and make the spec that applying them
+// to the loaded spec's canonical JSON made (OverrideSpec): the file's relative paths mean its folder,
+// an override's the working directory; a list left out of the file grows from its default.
+TEST(Spec, OverridesApplyToTheFileBeforeItsOneParse) {
+  const std::string path =
+      TempFile("over.yaml", std::string(kMinimal) + "  eval: [e.jsonl]\nlora: {r: 4}\ntokenizer: tok\n");
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  auto loaded = LoadSpecFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const std::vector<std::vector<std::string>> cases = {
+      {},
+      {"train.lr=1e-3", "name=renamed"},
+      {"data.train+=more.jsonl", "data.eval=[x.jsonl, /abs/y.jsonl]", "output_dir=runs/here"},
+      {"lora.target_modules+=o_proj", "resume=ckpt/checkpoint-000010", "data.chat_template=t.jinja"},
+      {"lora.target_modules=all-linear", "lora.target_modules+=q_proj", "slurm.extra_args+=--exclusive"},
+      {"lora=null", "model.config.hidden_size=64", "tokenizer=byte", "checkpoint.upload_to=s3://bkt/p"}};
+  for (const auto& overrides : cases) {
+    auto once = LoadSpecFile(path, overrides);
+    ASSERT_TRUE(once.ok()) << ::testing::PrintToString(overrides) << ": " << once.status().ToString();
+    auto round_trip = OverrideSpec(*loaded, overrides);
+    ASSERT_TRUE(round_trip.ok()) << round_trip.status().ToString();
+    EXPECT_EQ(ToJson(*once), ToJson(*round_trip)) << ::testing::PrintToString(overrides);
+  }
+  auto spec = LoadSpecFile(path, {"data.train+=more.jsonl", "name=renamed"});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->data.train, (std::vector<std::string>{dir + "/data/train.jsonl", "more.jsonl"}));
+  EXPECT_EQ(spec->tokenizer, dir + "/tok");
+  EXPECT_EQ(spec->output_dir, dir + "/runs/over") << "the file's own output_dir, as before the rename";
+
+  // A problem in an overridden field is the command line's; one in the file's own, the file's line.
+  EXPECT_THAT(LoadSpecFile(path, {"train.lr=fast"}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "command line: field 'train.lr': must be a number, got a string"));
+  EXPECT_THAT(
+      LoadSpecFile(path, {"lora+={r: 0}"}),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("command line: field 'lora.r': must be >= 1")));
+  const std::string bad = TempFile("over-bad.yaml", std::string(kMinimal) + "seed: -1\n");
+  EXPECT_THAT(
+      LoadSpecFile(bad, {"train.lr=1e-3"}),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("over-bad.yaml:5: field 'seed': must be >= 0")));
+  EXPECT_TRUE(LoadSpecFile(bad, {"seed=3"}).ok()) << "an override may mend the file";
+  EXPECT_THAT(LoadSpecFile(path, {"train.nope=1"}),
+              StatusIs(StatusCode::kInvalidArgument, "--set: unknown field 'train.nope' (see docs/spec.md)"));
+}
+
+// A spec made in code (the demo's) with no override is returned as it is: no round trip.
+TEST(Spec, OverrideSpecWithoutOverridesIsTheSpecItself) {
+  JobSpec spec;
+  spec.name = "made";
+  spec.data.train = {"relative.jsonl"};
+  spec.model.config = nlohmann::json::object();
+  spec.train.batch_size = 0;  // not valid as a spec: a parse would refuse it
+  auto same = OverrideSpec(spec, {});
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(ToJson(*same), ToJson(spec));
+  EXPECT_THAT(OverrideSpec(spec, {"seed=2"}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("command line: field 'train.batch_size'")));
+}
+
+// RunSpecJson makes the paths absolute on the type, as the parse it replaced (ParseSpec of the
+// canonical JSON against the working directory) did: every path field, the values kept as written kept.
+TEST(Spec, RunSpecJsonResolvesWhatTheParseResolved) {
+  for (const char* text : {
+           R"({"model": {"path": "m"}, "tokenizer": "tok", "resume": "ckpt/c-1", "output_dir": "o",
+               "data": {"train": ["a.jsonl", "/b.jsonl"], "eval": "e.jsonl", "chat_template": "t.jinja"}})",
+           R"({"model": {"path": "hf://o/m"}, "tokenizer": "auto", "resume": "s3://bkt/p",
+               "data": {"train": "hf://datasets/o/d/a.jsonl", "chat_template": "auto"}, "lora": {}})",
+           R"({"model": {"config": {}}, "tokenizer": "byte", "resume": "never", "name": "n",
+               "data": {"train": "a.jsonl", "chat_template": "llama3"}, "slurm": {}})"}) {
+    auto spec = ParseSpec(nlohmann::json::parse(text));
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    auto reparsed = ParseSpec(ToJson(*spec), std::filesystem::current_path().string());
+    ASSERT_TRUE(reparsed.ok()) << reparsed.status().ToString();
+    auto written = RunSpecJson(*spec);
+    ASSERT_TRUE(written.ok()) << written.status().ToString();
+    EXPECT_EQ(*written, ToJson(*reparsed).dump(2) + "\n") << text;
+  }
+}
+
+// checkpoint.upload_to's rules are written once (common/spec/upload_to.h): the spec's check accepts
+// exactly what ReadUploadTo reads, which is what the S3 and Hub code read (ParseS3Url,
+// ParseHubUploadTarget ask it too).
+TEST(Spec, UploadToHasOneSetOfRules) {
+  struct Case {
+    std::string url;
+    UploadTo::Kind kind;
+    std::string problem;  // "" when it reads
+  };
+  const std::vector<Case> cases = {
+      {"", UploadTo::Kind::kNone, ""},
+      {"s3://bucket", UploadTo::Kind::kS3, ""},
+      {"s3://my.bucket_1/runs/a/", UploadTo::Kind::kS3, ""},
+      {"hf://org/name", UploadTo::Kind::kHub, ""},
+      {"hf://org/name@v2", UploadTo::Kind::kHub, ""},
+      {"s3://", UploadTo::Kind::kNone, "bucket name '' is not 3-63 of a-z 0-9 . - _"},
+      {"s3:///p", UploadTo::Kind::kNone, "bucket name '' is not 3-63 of a-z 0-9 . - _"},
+      {"s3://ab/p", UploadTo::Kind::kNone, "bucket name 'ab' is not 3-63 of a-z 0-9 . - _"},
+      {"s3://bucket/a//b", UploadTo::Kind::kNone, "empty, '.' or '..' path segment"},
+      {"s3://bucket/../b", UploadTo::Kind::kNone, "empty, '.' or '..' path segment"},
+      {"s3://bucket/a\tb", UploadTo::Kind::kNone, "control character in the prefix"},
+      {"hf://datasets/org/name", UploadTo::Kind::kNone,
+       "not a model repository hf://ORG/NAME[@REVISION] without a path"},
+      {"hf://org/name/sub", UploadTo::Kind::kNone,
+       "not a model repository hf://ORG/NAME[@REVISION] without a path"},
+      {"hf://org", UploadTo::Kind::kNone, "not a model repository hf://ORG/NAME[@REVISION] without a path"},
+      {"hf://org/", UploadTo::Kind::kNone, "not a model repository hf://ORG/NAME[@REVISION] without a path"},
+      {"gs://bucket/x", UploadTo::Kind::kNone, "neither s3:// nor hf://"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<UploadTo> read = ReadUploadTo(c.url);
+    if (c.problem.empty()) {
+      ASSERT_TRUE(read.ok()) << c.url << ": " << read.status().ToString();
+      EXPECT_EQ(read->kind, c.kind) << c.url;
+    } else {
+      EXPECT_THAT(read, StatusIs(StatusCode::kInvalidArgument, c.problem)) << c.url;
+    }
+    nlohmann::json j = {{"model", {{"path", "/m"}}},
+                        {"data", {{"train", "t.jsonl"}}},
+                        {"checkpoint", {{"upload_to", c.url}}}};
+    auto spec = ParseSpec(j);
+    EXPECT_EQ(spec.ok(), c.problem.empty()) << c.url << ": " << spec.status().ToString();
+    if (!c.problem.empty()) {
+      EXPECT_THAT(spec, StatusIs(StatusCode::kInvalidArgument,
+                                 "field 'checkpoint.upload_to': must be s3://BUCKET[/PREFIX] or "
+                                 "hf://ORG/NAME[@REVISION] (a model repository), got '" +
+                                     c.url + "'"));
+    }
+  }
+  auto s3 = ReadUploadTo("s3://my.bucket_1/runs/a/");
+  ASSERT_TRUE(s3.ok());
+  EXPECT_EQ(s3->s3.bucket, "my.bucket_1");
+  EXPECT_EQ(s3->s3.prefix, "runs/a");
+  EXPECT_THAT(ReadS3Url("hf://org/name"), StatusIs(StatusCode::kInvalidArgument, "it must start with s3://"));
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
 // Fuzz target: a job spec as users write it (job.yaml), through LoadSpecFile (yaml-cpp → JSON with
 // line numbers → ParseSpec), then what `sftctl run` / `sftctl submit` do with it: ToJson, the
-// `--set FIELD=VALUE` overrides (ApplySetOverrides), ParseSpec again, and dump() to spec.json.
+// `--set FIELD=VALUE` overrides (ApplySetOverrides), ParseSpec again, and dump() to spec.json; and the
+// same overrides applied before the file's one parse (LoadSpecFile(path, sets)) make the same spec.
 //
 // Input: the YAML text. Lines "#set FIELD=VALUE" (YAML comments, so they do not change the
 // document) are also applied as --set overrides, in order.
 //
 // Properties checked: an accepted spec's canonical JSON dumps (as `sftctl run` writes it, strict
-// UTF-8) and the text parses again (as the trainer reads spec.json) to itself.
+// UTF-8) and the text parses again (as the trainer reads spec.json) to itself; with overrides, the
+// one-parse path and the round trip agree.
 #include "common/spec/spec.h"
 #include "common/spec/spec_yaml.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -46,5 +48,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Log("ParseSpec after --set", canonical.status());
   if (!canonical.ok()) return 0;
   (void)ToJson(*canonical).dump(2);
+  // What `run` and `submit` do: the overrides go into the file's JSON before its one parse, and make
+  // the spec that applying them to the canonical JSON made.
+  auto once = LoadSpecFile(path, sets);
+  FUZZ_CHECK(once.ok(), "the overrides applied before the parse fail where the canonical JSON took them: " +
+                            once.status().ToString());
+  FUZZ_CHECK(ToJson(*once) == ToJson(*canonical),
+             "the overrides applied before the parse make another spec:\n" + ToJson(*once).dump(2) + "\n" +
+                 ToJson(*canonical).dump(2));
   return 0;
 }

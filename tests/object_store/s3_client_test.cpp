@@ -1,6 +1,6 @@
 // The S3 client (common/object_store/) against a real S3-compatible server: moto_server on
 // 127.0.0.1 in strict mode (every SigV4 signature checked), cross-checked with Debian's awscli; a
-// relay in front of it drops the link mid-download (tests/object_store/drop_relay.h).
+// relay in front of it drops the link mid-download (tests/util/tcp_relay.h).
 #include "common/object_store/s3_client.h"
 
 #include <gmock/gmock.h>
@@ -16,11 +16,11 @@
 #include "common/os/process_util.h"
 #include "common/range_log.h"
 #include "common/sha256.h"
-#include "tests/object_store/drop_relay.h"
 #include "tests/object_store/s3_server.h"
 #include "tests/util/command.h"
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/tcp_relay.h"
 #include "tests/util/temp_dir.h"
 
 namespace sftctl {
@@ -323,7 +323,7 @@ TEST_F(S3ServerTest, DroppedConnectionMidDownloadIsClearAndTheNextDownloadResume
   opt.parallel = 1;  // ranges in order: the first is whole before the link drops
   ASSERT_TRUE(UploadFile(s3(), "drop", "m.bin", src, opt).ok());
   const std::string& ep = server_->endpoint();
-  testing::DropRelay relay(std::stoi(ep.substr(ep.rfind(':') + 1)), 7u << 20);
+  testing::TcpRelay relay(std::stoi(ep.substr(ep.rfind(':') + 1)), 7u << 20);
   ASSERT_GT(relay.port(), 0);
   S3Client cut(S3Endpoint{"http://127.0.0.1:" + std::to_string(relay.port()), "us-east-1"},
                AwsCredentials{server_->access_key(), server_->secret_key(), "", "test"});

@@ -4,8 +4,11 @@
 # copy of the tree, in one `--quick` run (what a rented GPU machine runs) with an LD_PRELOAD that
 # run.sh must drop, it must reach its table with
 #   build  ok (NCCL compiled in)      tests  ok (on the CPU)
+#   kernels skipped (no GPU), or SKIP when SFTCTL_CUDA_KERNELS is not ON in the cache (FAIL when it
+#          is ON and bin/cuda_kernels_test is missing)
 #   nccl   skipped (no GPU)           train  skipped (no GPU), its save / rotate (keep 1) / resume
 #                                     check run on the CPU: "resume ok"
+#   hf+compile, lora   skipped (no GPU)
 # and exit 0: nothing fails for a reason that is not the missing GPU; and it must write its summary
 # (results/summary.txt: the table, the failing tests, the environment; under 1 MB). What this cannot
 # show: the GPU rows themselves, and the pip-wheel CUDA toolkit (the root's nvcc is on PATH).
@@ -39,9 +42,12 @@ expect() {  # expect PHASE REGEX: the table's row for PHASE matches REGEX
 grep -q '^GPU checklist:' "$LOG" || { tail -n 40 "$LOG" >&2; echo "gpu_checklist_check: run.sh printed no table" >&2; exit 1; }
 expect build 'ok .*NCCL compiled in: yes'
 expect tests 'ok .*tests passed.*CPU: no GPU'
+expect kernels '(skipped \(no GPU\) +cuda_kernels_test under compute-sanitizer|SKIP +not built: CMakeCache.txt has no SFTCTL_CUDA_KERNELS)'
 expect nccl 'skipped \(no GPU\)'
 expect zero 'skipped \(no GPU\)'
 expect train 'skipped \(no GPU\) .*resume check ran on the CPU'
+expect 'hf\+compile' 'skipped \(no GPU\) +the HF reference with torch.compile'
+expect lora 'skipped \(no GPU\) +LoRA r 16, alpha 32'
 grep -qE '^ +resume ok: steps 6-10 after resuming at step 5 equal' "$LOG" ||
   { echo "gpu_checklist_check: no 'resume ok' line under the train row" >&2; bad=1; }
 grep -q '^GPU checklist: .*, --quick$' "$LOG" || { echo "gpu_checklist_check: not a --quick run" >&2; bad=1; }

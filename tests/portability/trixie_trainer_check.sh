@@ -41,12 +41,15 @@ done_phase "root is wheel-like (no gloo/OpenSSL/yaml/gRPC)"
 
 phase "configure: trainer-only preset, -Werror, tests on"
 in_root bash -c "cd $WORK && cmake --preset trainer-only -B $BUILD -DSFTCTL_BUILD_TESTS=ON -DSFTCTL_WERROR=ON \
-  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" \
+  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache" \
   >"$LOGS/configure.log" 2>&1 || { tail -n 40 "$LOGS/configure.log"; check_fail "configure" "configure failed"; }
 grep -E '^-- sftctl:|sftctl:' "$LOGS/configure.log" || true
 grep -q 'sftctl: NCCL process groups on' "$LOGS/configure.log" ||
   check_fail "configure" "configure did not say 'NCCL process groups on' (CUDA LibTorch + libnccl-dev): the NCCL code is not compiled"
-done_phase "configure (trainer-only preset, NCCL on)"
+# The fused CUDA kernels (trainer/model/kernels/) compile here with nvcc, -Werror, for sm_80 and sm_90.
+grep -q 'sftctl: fused CUDA kernels on' "$LOGS/configure.log" ||
+  check_fail "configure" "configure did not say 'fused CUDA kernels on' (CUDA LibTorch + nvcc): the kernels are not compiled"
+done_phase "configure (trainer-only preset, NCCL and CUDA kernels on)"
 
 phase "build (-j$jobs, -Werror, CUDA LibTorch 2.6)"
 in_root cmake --build "$BUILD" -j "$jobs" >"$LOGS/build.log" 2>&1 ||
@@ -100,9 +103,11 @@ in_root bash -c "cd $BUILD && SFTCTL_NO_FUSED=1 ctest -L trainer -R 'HfParity|Lo
 done_phase "SFTCTL_NO_FUSED=1 ctest" "$(grep -E 'tests passed' "$LOGS/ctest-sdpa.log" | tail -n 1)"
 
 phase "trainer and common sources with -D_GLIBCXX_USE_CXX11_ABI=0 (-fsyntax-only)"
-# The trainer's unity batches (trainer/unity/TARGET/unity_N.cpp) hold most trainer sources.
+# The trainer's unity batches (trainer/unity/TARGET/unity_N.cpp) hold most trainer sources. The CUDA
+# kernels (.cu, nvcc) are left out: they take no C++ library type across their interface
+# (trainer/model/kernels/cuda_kernels.h), and nvcc has no -fsyntax-only.
 in_root python3 "$WORK/tests/portability/syntax_check.py" "$BUILD/compile_commands.json" --jobs "$jobs" \
-  --only "^$WORK/(trainer|common)/|/trainer/unity/sftctl_trainer[a-z_]*/" \
+  --only "^$WORK/(trainer|common)/|/trainer/unity/sftctl_trainer[a-z_]*/" --skip '\.cu$' \
   --drop=-D_GLIBCXX_USE_CXX11_ABI --add=-D_GLIBCXX_USE_CXX11_ABI=0 --label "ABI=0 trainer/common" \
   --stamps "$BUILD/abi0-stamps.json" \
   >"$LOGS/abi0.log" 2>&1 ||

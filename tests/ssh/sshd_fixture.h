@@ -57,6 +57,7 @@
 #include "common/status.h"
 #include "tests/util/command.h"
 #include "tests/util/file_util.h"
+#include "tests/util/owned_processes.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_paths.h"
 #include "tests/util/wait_for.h"
@@ -330,6 +331,10 @@ class SshdFixture {
     c += "LogLevel " + opts_.log_level + "\n";
     c += "MaxStartups 64\nMaxSessions 64\n";
     c += "Subsystem sftp " + sftp + "\n";
+    // What the sessions start (a detached sftd) is the test's: the guard finds it by this variable.
+    if (const char* owner = std::getenv(::sftctl::testing::kTestOwnerVar)) {
+      c += std::string("SetEnv ") + ::sftctl::testing::kTestOwnerVar + "=" + owner + "\n";
+    }
     WriteWholeFile(dir_ + "/sshd_config", c);
   }
 

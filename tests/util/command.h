@@ -5,14 +5,21 @@
 //     commands whose output is parsed (e.g. `sftd status --json`).
 //   RunShell(command): `bash -c command` (so $'...' quoting works), stdout and stderr together.
 //   Bin(name): the path of a binary this build made (SFTCTL_BIN_DIR).
-// Each waits for the command to end. Thread-compatible (fork + exec; the child only execs).
+// Each waits for the command to end. Thread-compatible (fork + exec; the child only execs). The
+// command gets SIGKILL if the thread that ran it dies first (PR_SET_PDEATHSIG, Linux: a killed test
+// takes it along); what it leaves running in the background is the guard's (tests/util/owned_processes.h).
 #pragma once
 
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 #include <cerrno>
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -41,8 +48,13 @@ inline CommandResult Run(const std::vector<std::string>& argv, const std::vector
   args.push_back(nullptr);
   int p[2];
   if (argv.empty() || ::pipe2(p, O_CLOEXEC) != 0) return r;
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
+#if defined(__linux__)
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+    if (::getppid() != parent) ::_exit(127);  // the test died before the signal was armed
     ::dup2(p[1], 1);
     if (with_stderr) ::dup2(p[1], 2);
     const int devnull = ::open("/dev/null", O_RDONLY);

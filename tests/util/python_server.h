@@ -1,12 +1,19 @@
 // A test server written in Python (tests/util/fake_*.py) run as a child process: it prints one line
 // naming its ports on stdout, serves until SIGTERM, and logs the requests it served as JSON lines.
-// PythonServer starts it and reads that line; Stop (or the destructor) sends SIGTERM and reaps it.
-// One thread at a time.
+// PythonServer starts it in a process group of its own and reads that line; Stop (or the destructor)
+// sends SIGTERM to the group, reaps the server and SIGKILLs what is left of the group. The server gets
+// SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG, Linux: a killed test takes it along;
+// what it started in sessions of their own is the guard's, tests/util/owned_processes.h). One thread
+// at a time.
 #pragma once
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include <cstdio>
 #include <fstream>
@@ -32,8 +39,15 @@ class PythonServer {
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     int p[2];
     if (::pipe(p) != 0) return "";
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
+    if (pid_ > 0) ::setpgid(pid_, pid_);
     if (pid_ == 0) {
+#if defined(__linux__)
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+#endif
+      if (::getppid() != parent) ::_exit(127);  // the test died before the signal was armed
+      ::setpgid(0, 0);
       ::dup2(p[1], 1);
       ::close(p[0]);
       ::close(p[1]);
@@ -54,11 +68,13 @@ class PythonServer {
     return line;
   }
 
-  // SIGTERM, then reaped. Nothing when not running.
+  // SIGTERM to its group, the server reaped, then SIGKILL to what is left of the group. Nothing when
+  // not running.
   void Stop() {
     if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
+    ::kill(-pid_, SIGTERM);
     ::waitpid(pid_, nullptr, 0);
+    ::kill(-pid_, SIGKILL);
     pid_ = -1;
   }
 

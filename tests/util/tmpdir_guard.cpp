@@ -6,30 +6,39 @@
 // an entry there that no live TempDir or MakeTempDir (tests/util/temp_dir.h) owns. When the tests end
 // it fails the program, naming each such entry and the test after which it appeared, removes the
 // litter, and at exit removes the folder with everything left in it (SFTCTL_KEEP_TEST_DIRS=1 keeps
-// it). $TMPDIR is <build>/test-tmp under ctest (sftctl_add_test) and when it is not set, so even a
-// test program that is killed leaves nothing in /tmp; the next one removes what it left.
+// it). $TMPDIR is <build>/test-tmp under ctest (sftctl_add_test) and when it is not set (TestTmpDir,
+// tests/util/test_paths.h), so even a test program that is killed leaves nothing in /tmp; the next one
+// removes what it left.
+//
+// Processes (tests/util/owned_processes.h): before the first test it marks the program's children
+// (SFTCTL_TEST_OWNER) and starts its watchdog, which kills what they left running once the program is
+// gone, however it ended (ctest's SIGKILL at a timeout too). When the tests end it waits up to 3 s for
+// the processes they started to end, then names those still running on stderr and kills them. It
+// first kills and names what an earlier, killed test program left (the next run's log says what
+// leaked).
 //
 // Not thread-safe, nor needs to be: GoogleTest calls it between tests, on the main thread.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <string>
 #include <system_error>
+#include <vector>
 
+#include "tests/util/owned_processes.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/test_paths.h"
 
 namespace sftctl::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr char kPrefix[] = "sftctl-proc-";
 
 bool KeepDirs() {
   const char* keep = std::getenv("SFTCTL_KEEP_TEST_DIRS");
@@ -38,8 +47,9 @@ bool KeepDirs() {
 
 // The guard's state; never destroyed, so that the exit handler may still read it.
 struct GuardState {
-  std::string dir;  // "" when there is no folder to guard
-  pid_t owner = 0;  // the process that made it (a forked child's exit removes nothing)
+  std::string dir;    // "" when there is no folder to guard
+  pid_t owner = 0;    // the process that made it (a forked child's exit removes nothing)
+  std::string token;  // its owner token (tests/util/owned_processes.h); "" off Linux
   std::map<std::string, std::string> litter;  // path -> the test after which it was first seen
 };
 
@@ -65,20 +75,6 @@ void RemoveAtExit() {
   fs::remove_all(st.dir, ec);
 }
 
-// Removes the folders of guards whose programs died before their exit handler ran (killed at a
-// timeout): sftctl-proc-<pid>-XXXXXX whose pid no longer runs. One whose pid was reused stays.
-void RemoveOrphans(const fs::path& base) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(base, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(kPrefix, 0) != 0) continue;
-    const long pid = std::strtol(name.c_str() + sizeof(kPrefix) - 1, nullptr, 10);
-    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    std::error_code rm;
-    fs::remove_all(e.path(), rm);
-  }
-}
-
 // Up to five of the files under `dir`, to tell who left it (a folder still being written after its
 // TempDir was removed holds what its writer made last).
 std::string SomeContents(const fs::path& dir) {
@@ -93,6 +89,17 @@ std::string SomeContents(const fs::path& dir) {
   return out;
 }
 
+// The processes the tests started that still run once they all ended (a daemon nobody stopped):
+// given a few seconds to go, then named on stderr and killed.
+void NameSurvivors(const std::string& token) {
+  if (token.empty()) return;
+  if (WaitOwnedGone(token, std::chrono::seconds(3)).empty()) return;
+  const std::vector<OwnedProcess> killed = KillOwned(token);
+  if (killed.empty()) return;
+  std::cerr << "sftctl test guard: the tests left these processes running; killed them:\n"
+            << DescribeProcesses(killed);
+}
+
 class TmpDirEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
@@ -100,18 +107,22 @@ class TmpDirEnvironment : public ::testing::Environment {
     std::error_code ec;
     const fs::path base = fs::temp_directory_path(ec);
     if (ec) return;  // no usable $TMPDIR: the tests run as they would without the guard
-    RemoveOrphans(base);
-    std::string tmpl = (base / (kPrefix + std::to_string(::getpid()) + "-XXXXXX")).string();
-    if (::mkdtemp(tmpl.data()) == nullptr) return;
-    st.dir = tmpl;
+    SweepLeftovers(base.string(), "sftctl test guard");
+    RemoveOrphanFolders(base.string());
+    st.dir = MakeProgramFolder(base.string());
+    if (st.dir.empty()) return;
     st.owner = ::getpid();
+    ::unsetenv("TMPDIR");  // every copy: an environment may name a variable twice (the last may win)
     ::setenv("TMPDIR", st.dir.c_str(), 1);
     std::atexit(&RemoveAtExit);
+    st.token = MarkChildren();
+    StartWatchdog(st.token, base.string());
   }
 
   void TearDown() override {
     GuardState& st = State();
     if (st.dir.empty()) return;
+    NameSurvivors(st.token);
     Scan("the last test");
     std::string found;
     for (const auto& [path, after] : st.litter) {
@@ -140,7 +151,7 @@ class TmpDirListener : public ::testing::EmptyTestEventListener {
 // made first: std::filesystem::temp_directory_path() throws on a missing one.
 [[maybe_unused]] const bool kRegistered = [] {
   const char* tmp = std::getenv("TMPDIR");
-  if (tmp == nullptr || *tmp == '\0') ::setenv("TMPDIR", SFTCTL_TEST_TMPDIR, 1);
+  if (tmp == nullptr || *tmp == '\0') ::setenv("TMPDIR", TestTmpDir(), 1);
   std::error_code ec;
   fs::create_directories(std::getenv("TMPDIR"), ec);
   ::testing::AddGlobalTestEnvironment(new TmpDirEnvironment());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "trainer/model/cuda_ops.h"
 #include "trainer/model/projection.h"
 #include "trainer/runtime/cuda_capability.h"
 
@@ -88,6 +89,11 @@ int64_t LossChunkTokens(int64_t requested, int64_t vocab_size, const LossChunkDe
 
 Tensor LinearCrossEntropySum(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
                              int64_t chunk_tokens) {
+  if (cuda_ops::Supported(hidden) && hidden.size(0) > 0) {
+    // CUDA: the fused path, also for a batch that fits one chunk (it never makes fp32 logits).
+    const int64_t rows = chunk_tokens > 0 ? std::min(chunk_tokens, hidden.size(0)) : hidden.size(0);
+    return cuda_ops::LinearCrossEntropySum(hidden, weight, targets, rows, LinearComputeDtype(hidden, weight));
+  }
   if (chunk_tokens <= 0 || hidden.size(0) <= chunk_tokens) {
     const Tensor logits = MixedLinear(hidden, weight).to(torch::kFloat32);
     return torch::nn::functional::cross_entropy(

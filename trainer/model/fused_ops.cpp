@@ -445,6 +445,8 @@ std::atomic<bool>& Enabled() {
 
 void SetEnabled(bool enabled) { Enabled() = enabled; }
 
+bool IsEnabled() { return Enabled(); }
+
 bool Supported(const torch::Tensor& t) {
   return Enabled() && t.device().is_cpu() &&
          (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16);

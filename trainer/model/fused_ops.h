@@ -25,6 +25,8 @@ bool Supported(const torch::Tensor& t);
 // Turns the fused kernels off (the model then uses its composite ATen path). They are on by
 // default unless the environment sets SFTCTL_NO_FUSED=1. For tests and as an escape hatch.
 void SetEnabled(bool enabled);
+// Whether they are on (this switch also governs the CUDA kernels of trainer/model/cuda_ops.h).
+bool IsEnabled();
 
 // RMSNorm as transformers computes it: y = weight * (x * rsqrt(mean(x^2) + eps)).to(x.dtype),
 // returned in `out_dtype` (the dtype the next matmul wants). x: [..., C], weight: [C] fp32.

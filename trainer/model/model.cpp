@@ -7,6 +7,7 @@
 
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/chunked_loss.h"
+#include "trainer/model/cuda_ops.h"
 #include "trainer/model/fused_ops.h"
 #include "trainer/model/kv_cache.h"
 #include "trainer/runtime/device.h"
@@ -15,10 +16,7 @@ namespace sftctl::trainer {
 namespace {
 
 // The dtype a matmul consuming `x` will run in: the autocast dtype when autocast is on.
-torch::ScalarType MatmulDtype(const torch::Tensor& x) {
-  if (x.device().is_cpu() && AutocastEnabled(at::kCPU)) return AutocastDtype(at::kCPU);
-  return x.scalar_type();
-}
+torch::ScalarType MatmulDtype(const torch::Tensor& x) { return AttentionMaskDtype(x); }
 
 Projection MakeProjection(int64_t in, int64_t out, bool bias, bool initialise) {
   return Projection(in, out, bias, initialise);
@@ -67,6 +65,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, bool initialise) : eps_(eps) {
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   if (fused::Supported(x)) return fused::RmsNorm(x, weight, eps_, MatmulDtype(x));
+  if (cuda_ops::Supported(x)) return cuda_ops::RmsNorm(x, weight, eps_, MatmulDtype(x));
   // As transformers: normalise in fp32, cast back to the input dtype, then scale.
   torch::Tensor xf = x.to(torch::kFloat32);
   torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
@@ -171,6 +170,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::ProjectQkv(
     const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions) {
   const int64_t B = x.size(0), T = x.size(1);
+  if (cuda_ops::Supported(x)) {
+    // CUDA: the three projections go through one kernel that applies RoPE and writes the heads
+    // in SDPA's layout (Qwen3's q/k norms before it, as in the composite path).
+    torch::Tensor q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
+    if (q_norm) {
+      q = q_norm->forward(q.view({B, T, heads_, head_dim_})).view({B, T, -1});
+      k = k_norm->forward(k.view({B, T, kv_heads_, head_dim_})).view({B, T, -1});
+    }
+    if (k.scalar_type() != q.scalar_type()) k = k.to(q.scalar_type());
+    if (v.scalar_type() != q.scalar_type()) v = v.to(q.scalar_type());
+    return cuda_ops::QkvRope(q, k, v, rope.cos_table(), rope.sin_table(), positions, heads_, kv_heads_,
+                             head_dim_);
+  }
   auto [cos, sin] = rope.Get(T, positions);
   torch::Tensor q = q_proj->forward(x).view({B, T, heads_, head_dim_});
   torch::Tensor k = k_proj->forward(x).view({B, T, kv_heads_, head_dim_});
@@ -262,6 +274,8 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
                            : MixedLinear(x, torch::cat({gate_proj->weight, up_proj->weight}));
     return down_proj->forward(fused::SwiGlu(gu));
   }
+  if (cuda_ops::Supported(x))
+    return down_proj->forward(cuda_ops::SwiGlu(gate_proj->forward(x), up_proj->forward(x)));
   return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
@@ -275,7 +289,14 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, bool init) {
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
                                         const torch::Tensor& positions, const torch::Tensor& attn_mask) {
-  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, positions, attn_mask);
+  const torch::Tensor a = self_attn->forward(input_layernorm->forward(x), rope, positions, attn_mask);
+  if (cuda_ops::Supported(x) && x.scalar_type() == torch::kFloat32) {
+    // CUDA: the residual add and the next norm in one pass over the row.
+    auto [h, y] = cuda_ops::AddRmsNorm(x, a, post_attention_layernorm->weight,
+                                       post_attention_layernorm->eps(), MatmulDtype(x));
+    return h + mlp->forward(y);
+  }
+  torch::Tensor h = x + a;
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -387,7 +408,11 @@ torch::Tensor CausalLMImpl::Logits(const torch::Tensor& hidden) {
 torch::Tensor CausalLMImpl::LossSum(const torch::Tensor& input_ids, const torch::Tensor& labels,
                                     const torch::Tensor& positions, const torch::Tensor& attn_mask,
                                     const torch::Tensor& target_index) {
-  torch::Tensor hidden = Hidden(input_ids, positions, attn_mask);
+  return LossFromHidden(Hidden(input_ids, positions, attn_mask), labels, target_index);
+}
+
+torch::Tensor CausalLMImpl::LossFromHidden(const torch::Tensor& hidden, const torch::Tensor& labels,
+                                           const torch::Tensor& target_index) {
   if (target_index.defined()) {
     // Flat position r * T + t predicts label r * T + t + 1: gathered by index, so no step
     // depends on how many targets there are (a boolean mask would make the host wait for it).

@@ -45,6 +45,7 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps, bool initialise = true);
   torch::Tensor forward(const torch::Tensor& x);
+  double eps() const { return eps_; }
   torch::Tensor weight;
 
  private:
@@ -185,6 +186,10 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor LossSum(const torch::Tensor& input_ids, const torch::Tensor& labels,
                         const torch::Tensor& positions = {}, const torch::Tensor& attn_mask = {},
                         const torch::Tensor& target_index = {});
+  // LossSum's second half: the loss head over final hidden states (Hidden's result). LossSum is
+  // LossFromHidden(Hidden(...)); the trainer times the two halves apart (metrics.phase_times).
+  torch::Tensor LossFromHidden(const torch::Tensor& hidden, const torch::Tensor& labels,
+                               const torch::Tensor& target_index = {});
 
   const ModelConfig& config() const { return config_; }
   // Activation (gradient) checkpointing per decoder layer (train.gradient_checkpointing): while

@@ -1,7 +1,7 @@
 // sftctl-trainer: the only sftctl binary that links LibTorch. The same binary trains locally
 // (exec'd by `sftctl run --local`) and on GPU hosts (spawned by sftd, one per rank).
 //
-//   sftctl-trainer train --spec RUN/spec.json [--events-fd N]
+//   sftctl-trainer train --spec RUN/spec.json [--events-fd N] [--profile DIR [--profile-steps N]]
 //   sftctl-trainer generate|eval|export ...   (the flags of `sftctl generate|eval|export`, which
 //                                             passes them on: common/cli/trainer_flags.h)
 #include <spdlog/spdlog.h>
@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/cli/train_flags.h"
 #include "common/cli/trainer_flags.h"
 #include "common/json_parse.h"
 #include "common/version.h"
@@ -91,7 +92,7 @@ class SlowFirstCheckpoint : public ForwardingFileSystem {
   bool slept_ = false;
 };
 
-int RunTrain(const std::string& spec_path, int events_fd) {
+int RunTrain(const std::string& spec_path, int events_fd, const ProfileOptions& profile) {
   auto spec = ReadSpecJson(spec_path);
   if (!spec.ok()) return Fail(spec.status(), events_fd);
   TrainOptions options;
@@ -101,6 +102,7 @@ int RunTrain(const std::string& spec_path, int events_fd) {
     options.hooks.fs = slow_fs.get();
   }
   options.events_fd = events_fd;
+  options.profile = profile;
   options.progress_bar = events_fd < 0 && StderrIsTty();
   auto result = Train(*spec, options);
   if (!result.ok()) return Fail(result.status(), events_fd);
@@ -327,7 +329,14 @@ int main(int argc, char** argv) {
   train->add_option("--spec", spec_path, "The job spec in canonical JSON")->required();
   train->add_option(kEventsFdFlag, events_fd,
                     "Also write metric records (JSON lines) to this file descriptor");
-  train->callback([&] { run = [&] { return RunTrain(spec_path, events_fd); }; });
+  ProfileOptions profile;
+  auto* profile_dir = train->add_option(cli::kProfileFlag, profile.dir, cli::kProfileHelp)->type_name("DIR");
+  train->add_option(cli::kProfileStepsFlag, profile.steps, cli::kProfileStepsHelp)
+      ->type_name("N")
+      ->needs(profile_dir)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  train->callback([&] { run = [&] { return RunTrain(spec_path, events_fd, profile); }; });
 
   // generate, eval and export: the flags `sftctl` offers too, from one table (common/cli/trainer_flags.h).
   AddGenerateCommand(app, run);

@@ -1,7 +1,8 @@
 // MetricsSink: where the trainer reports progress.
 //
 // Every record is one JSON object per line ("event": start | step | eval | checkpoint |
-// skipped | done | error, plus step, epoch, loss, lr, grad_norm, tokens_per_s, elapsed_s...)
+// skipped | stopped | done, plus step, epoch, loss, lr, grad_norm, tokens_per_s, elapsed_s...: the
+// event line of common/event_line.h, which every reader uses; "error" goes to --events-fd only)
 // appended to <run>/metrics.jsonl, and, when a supervisor passes --events-fd, written to that
 // descriptor too. On a terminal (and without --events-fd) a one-line progress bar with ETA,
 // loss and tokens/s is drawn on stderr; otherwise a log line is printed every few steps.

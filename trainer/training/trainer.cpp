@@ -299,12 +299,15 @@ class TrainRun {
     std::vector<Batch> batches;
     int64_t targets = 0, tokens = 0;
     double allreduce_s = 0;
-    double step_s = 0;  // from drawing the window to reporting the step (the step's MFU)
+    double step_s = 0;                 // from drawing the window to reporting the step (the step's MFU)
+    std::optional<PhaseTimes> phases;  // metrics.phase_times
   };
   StatusOr<Window> DrawWindow();
   StatusOr<torch::Tensor> ForwardBackward(Window& w, double scale);
   StatusOr<torch::Tensor> GlobalGradNorm();
+  Status StartPhaseTimesAndProfile();
   Status TrainStep();
+  double UpdateParameters(torch::Tensor norm_t, double scale);
   Status SkipBadStep(double loss, double grad_norm);
   void SkipOverflow(double grad_norm);
   void ReportStep(double loss, double lr, double grad_norm, const Window& w);
@@ -344,6 +347,8 @@ class TrainRun {
   std::unique_ptr<Sampler> sampler_;
   int64_t total_steps_ = 0;
   std::optional<DynamicLossScaler> scaler_;  // fp16 only
+  std::unique_ptr<PhaseTimer> phases_;       // metrics.phase_times, rank 0 only
+  std::unique_ptr<StepProfiler> profiler_;   // --profile
 
   // The loop's clock and counters (this session only; state_.elapsed_s spans sessions).
   SteadyClock::time_point t_loop_;
@@ -374,11 +379,23 @@ Status TrainRun::JoinRanksAndPickDevice() {
   MakeDeviceCurrent(plan_);
   result_.precision = plan_.precision();
   result_.device = plan_.device.str();
+  SFT_RETURN_IF_ERROR(StartPhaseTimesAndProfile());
   if (env_.distributed() && options_.hooks.process_group) {
     pg_ = options_.hooks.process_group(env_, plan_.device);
   } else if (env_.distributed()) {
     SFT_ASSIGN_OR_RETURN(pg_, ProcessGroup::Join(env_, plan_.device, spec_.distributed.timeout_s));
   }
+  return OkStatus();
+}
+
+// metrics.phase_times (rank 0, which reports) and --profile (every rank, its own trace); the
+// profile's folder is checked here, before anything is loaded.
+Status TrainRun::StartPhaseTimesAndProfile() {
+  if (spec_.metrics.phase_times && lead_) phases_ = std::make_unique<PhaseTimer>(plan_.device);
+  if (options_.profile.dir.empty()) return OkStatus();
+  SFT_ASSIGN_OR_RETURN(profiler_,
+                       StepProfiler::Open(options_.profile, env_.rank, plan_.device,
+                                          [this](const std::string& line) { metrics_->Say(line); }));
   return OkStatus();
 }
 
@@ -634,10 +651,13 @@ Status TrainRun::Loop() {
   t_loop_ = SteadyClock::now();
   elapsed_before_ = state_.elapsed_s;
   last_saved_ = resume_dir_ ? state_.step : -1;
-  while (state_.step < total_steps_) {
+  for (int64_t session_step = 0; state_.step < total_steps_; ++session_step) {
     if (options_.hooks.stop_after_step && state_.step >= *options_.hooks.stop_after_step) break;
+    if (profiler_) SFT_RETURN_IF_ERROR(profiler_->BeforeStep(session_step, state_.step + 1));
     SFT_RETURN_IF_ERROR(TrainStep());
+    if (profiler_) SFT_RETURN_IF_ERROR(profiler_->AfterStep(session_step));
   }
+  if (profiler_) SFT_RETURN_IF_ERROR(profiler_->Finish());
   metrics_->Finish();
   result_.steps = state_.step;
   return OkStatus();
@@ -695,6 +715,7 @@ StatusOr<torch::Tensor> TrainRun::ForwardBackward(Window& w, double scale) {
     wo.before_last_backward = [&] { buckets_->Arm(); };
   }
   wo.loss_scale = scale;
+  wo.phases = phases_.get();
   torch::Tensor loss_t = AccumulateWindowLoss(model_, w.batches, plan_, wo).reshape({1});
   if (pg_) {
     // Wait for the gradient buckets still in flight, then add up the loss (on the device). A
@@ -724,6 +745,7 @@ StatusOr<torch::Tensor> TrainRun::GlobalGradNorm() {
 
 Status TrainRun::TrainStep() {
   const auto t_step = SteadyClock::now();
+  if (phases_) phases_->Collect();  // drops what a skipped step left
   SFT_ASSIGN_OR_RETURN(Window w, DrawWindow());
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   SFT_ASSIGN_OR_RETURN(torch::Tensor loss_t, ForwardBackward(w, scale));
@@ -747,23 +769,18 @@ Status TrainRun::TrainStep() {
   }
   if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return SkipBadStep(loss, grad_norm);
   state_.bad_steps = 0;
-  if (scaler_) {
-    optimizer_->ScaleGrads(1.0 / scale);
-    norm_t = norm_t / scale;
-    scaler_->OnGoodStep();
-    state_.loss_scale = scaler_->scale();
-    state_.loss_scale_good_steps = scaler_->good_steps();
-  }
-  if (spec_.train.clip_grad_norm > 0) optimizer_->ClipGradNorm(norm_t, spec_.train.clip_grad_norm);
-  const double lr = LearningRate(spec_.train, state_.step - 1, total_steps_);
-  optimizer_->Step(lr);
+  const double lr = UpdateParameters(norm_t, scale);
   if (pg_ && optimizer_->sharded()) {
     // Each rank updated its shard of the parameters: every rank gets all of them back.
     const auto t_gather = SteadyClock::now();
     SFT_RETURN_IF_ERROR(GatherParameters(*pg_, *optimizer_));
     w.allreduce_s += Seconds(t_gather);
   }
-  optimizer_->ZeroGrad();
+  {
+    PhaseScope zero(phases_.get(), Phase::kOptimizer);
+    optimizer_->ZeroGrad();
+  }
+  if (phases_) w.phases = phases_->Collect();  // before step_s: on CUDA it waits for the update
   w.step_s = Seconds(t_step);
   ReportStep(loss, lr, grad_norm, w);
   if (spec_.eval.interval > 0 && state_.step % spec_.eval.interval == 0 && state_.step < total_steps_ &&
@@ -775,6 +792,23 @@ Status TrainRun::TrainStep() {
     last_saved_ = state_.step;
   }
   return OkStatus();
+}
+
+// The optimizer phase of a good step: fp16 gradients unscaled, clipped, the AdamW update. Returns
+// the step's learning rate.
+double TrainRun::UpdateParameters(torch::Tensor norm_t, double scale) {
+  PhaseScope optimizer_phase(phases_.get(), Phase::kOptimizer);
+  if (scaler_) {
+    optimizer_->ScaleGrads(1.0 / scale);
+    norm_t = norm_t / scale;
+    scaler_->OnGoodStep();
+    state_.loss_scale = scaler_->scale();
+    state_.loss_scale_good_steps = scaler_->good_steps();
+  }
+  if (spec_.train.clip_grad_norm > 0) optimizer_->ClipGradNorm(norm_t, spec_.train.clip_grad_norm);
+  const double lr = LearningRate(spec_.train, state_.step - 1, total_steps_);
+  optimizer_->Step(lr);
+  return lr;
 }
 
 // A non-finite loss or gradient: no update; ABORTED after train.max_bad_steps of them in a row.
@@ -831,6 +865,7 @@ void TrainRun::ReportStep(double loss, double lr, double grad_norm, const Window
                  {"elapsed_s", state_.elapsed_s}};
   if (scaler_) record["loss_scale"] = scaler_->scale();
   if (pg_) record["allreduce_s"] = w.allreduce_s;  // time this rank spent waiting on all-reduces
+  if (w.phases) w.phases->AddTo(&record);          // metrics.phase_times (phase_timer.h)
   metrics_->Emit(record);
   metrics_->ShowStep(record, total_steps_);
 }
@@ -1016,18 +1051,39 @@ torch::Tensor AccumulateWindowLoss(CausalLM& model, const std::vector<Batch>& wi
       // built on the device.
       torch::Tensor segments = to_device(b.segments);
       torch::Tensor mask = segments.defined() ? PackedAttentionMask(segments) : torch::Tensor();
-      ls = model->LossSum(to_device(b.input_ids), to_device(b.labels), to_device(b.positions), mask,
-                          to_device(b.target_index));
+      if (options.phases) {
+        ls = LossSumInPhases(model, to_device(b.input_ids), to_device(b.labels), to_device(b.positions), mask,
+                             to_device(b.target_index), *options.phases);
+      } else {
+        ls = model->LossSum(to_device(b.input_ids), to_device(b.labels), to_device(b.positions), mask,
+                            to_device(b.target_index));
+      }
     }
     if (options.on_loss) options.on_loss(ls);
     if (i + 1 == window.size() && options.before_last_backward) options.before_last_backward();
     if (options.before_backward) options.before_backward();
-    (ls * (options.loss_scale / static_cast<double>(window_targets))).backward();
+    {
+      PhaseScope backward(options.phases, Phase::kBackward);
+      (ls * (options.loss_scale / static_cast<double>(window_targets))).backward();
+    }
     if (options.after_backward) options.after_backward();
     loss_sum = loss_sum + ls.detach().to(torch::kFloat64);
   }
   ClearAutocastCache();
   return loss_sum;
+}
+
+// CausalLMImpl::LossSum split where it splits itself: Hidden, then LossFromHidden.
+torch::Tensor LossSumInPhases(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& labels,
+                              const torch::Tensor& positions, const torch::Tensor& attn_mask,
+                              const torch::Tensor& target_index, PhaseTimer& timer) {
+  torch::Tensor hidden;
+  {
+    PhaseScope forward(&timer, Phase::kForward);
+    hidden = model->Hidden(input_ids, positions, attn_mask);
+  }
+  PhaseScope loss(&timer, Phase::kLoss);
+  return model->LossFromHidden(hidden, labels, target_index);
 }
 
 double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,

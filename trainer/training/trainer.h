@@ -26,6 +26,8 @@
 #include "trainer/runtime/device.h"
 #include "trainer/training/data.h"
 #include "trainer/training/memory_estimate.h"
+#include "trainer/training/phase_timer.h"
+#include "trainer/training/step_profiler.h"
 
 namespace sftctl::trainer {
 
@@ -53,6 +55,9 @@ struct TrainHooks {
 struct TrainOptions {
   int events_fd = -1;         // also write metric records to this descriptor
   bool progress_bar = false;  // draw a TTY progress bar
+  // --profile DIR: a Chrome trace of profile.steps steps after the first (step_profiler.h); the
+  // folder is checked before anything else is done.
+  ProfileOptions profile;
   TrainHooks hooks;
 };
 
@@ -86,6 +91,9 @@ struct WindowOptions {
   std::function<void()> after_backward;
   // Backward runs on the loss times this (fp16 loss scaling); the returned loss is unscaled.
   double loss_scale = 1.0;
+  // Not null (metrics.phase_times): each micro-batch's forward, loss and backward are timed on it
+  // (LossSumInPhases for the first two). Not owned.
+  PhaseTimer* phases = nullptr;
 };
 
 // Runs forward and backward over one accumulation window, adding into the parameters'
@@ -102,6 +110,14 @@ double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const
                         const WindowOptions& options);
 double AccumulateWindow(CausalLM& model, const std::vector<Batch>& window, const DevicePlan& plan,
                         const std::function<void(torch::Tensor&)>& on_loss = nullptr);
+
+// model->LossSum(...) in two timed phases: the decoder's hidden states (Phase::kForward), then the
+// loss head's cross-entropy from them (Phase::kLoss). The same operations as CausalLMImpl::LossSum,
+// so the same loss and gradients (tests/trainer/phase_times_test.cpp holds them equal).
+// REQUIRES: no phase of `timer` is open; none is when it returns.
+torch::Tensor LossSumInPhases(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& labels,
+                              const torch::Tensor& positions, const torch::Tensor& attn_mask,
+                              const torch::Tensor& target_index, PhaseTimer& timer);
 
 // Opens the tokenizer named by spec.tokenizer ("auto": the model folder's tokenizer.json if
 // any, else the byte tokenizer). `source` receives what checkpoints should copy.

@@ -1,0 +1,69 @@
+// The model's memory-bound steps on CUDA: autograd functions around the fused kernels of
+// trainer/model/kernels/ (one kernel per memory pass, each checked against its CPU reference by
+// tests/trainer/kernel_math_test.cpp and, on a GPU, tests/trainer/cuda_kernels_test.cpp). The CPU
+// has its own fused kernels (trainer/model/fused_ops.h); the composite ATen formulations in
+// model.cpp and chunked_loss.cpp stay the reference for both.
+//
+// The CUDA kernels are built where the trainer's LibTorch has CUDA and a CUDA compiler is found
+// (CMake option SFTCTL_CUDA_KERNELS). Every function below also runs on CPU tensors, through the
+// kernels' host reference (kernels/host_kernels.h: the same kernel bodies in plain loops, slow);
+// the model takes that path only when SetHostReference(true), so tests prove the CUDA path's
+// composition -- its autograd plumbing, its numbers, its kernel count -- on a machine without a GPU.
+//
+// Thread safety: pure functions (each launches on the current CUDA stream of its tensors' device).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <tuple>
+#include <utility>
+
+namespace sftctl::trainer::cuda_ops {
+
+// Whether the CUDA kernels are compiled in (SFTCTL_CUDA_KERNELS).
+bool Compiled();
+
+// Whether the model runs its CUDA path on CPU tensors too, through the host reference (off by
+// default; for tests: tests/trainer/kernel_math_test.cpp). Process-wide.
+void SetHostReference(bool on);
+
+// Whether the model should use these functions for `t` (float or bf16): a CUDA tensor when the
+// kernels are compiled in, CUDA autocast is off or in bf16 (fp16 runs take the composite path)
+// and the fused kernels are enabled (fused::SetEnabled; SFTCTL_NO_FUSED=1 turns the CPU and CUDA
+// ones off); a CPU tensor when SetHostReference(true).
+bool Supported(const torch::Tensor& t);
+
+// RMSNorm as fused::RmsNorm: y = weight * (x * rsqrt(mean(x^2) + eps)).to(x.dtype) in `out_dtype`.
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                      torch::ScalarType out_dtype);
+
+// The residual add fused with the next RMSNorm: h = x + d (x: the fp32 residual stream [..., C],
+// d: a sublayer's output of the same shape), y = RmsNorm(h) in `out_dtype`. Returns {h, y}; both
+// are differentiable (h feeds the next residual add).
+std::pair<torch::Tensor, torch::Tensor> AddRmsNorm(const torch::Tensor& x, const torch::Tensor& d,
+                                                   const torch::Tensor& weight, double eps,
+                                                   torch::ScalarType out_dtype);
+
+// The q, k and v projections [B, T, H*D] / [B, T, Hkv*D] (each row contiguous; they may be column
+// slices of one fused projection) to q [B, H, T, D], k and v [B, Hkv, T, D] (contiguous), with
+// rotate-half RoPE on q and k from the fp32 tables cos/sin [P, D] at `positions` ([B, T] int64, or
+// undefined for 0..T-1). All three of one dtype.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> QkvRope(
+    const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& cos,
+    const torch::Tensor& sin, const torch::Tensor& positions, int64_t heads, int64_t kv_heads,
+    int64_t head_dim);
+
+// silu(gate) * up for gate, up [..., I] of one dtype (rows contiguous; column slices of a fused
+// gate/up projection are fine).
+torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up);
+
+// chunked_loss.h's LinearCrossEntropySum on CUDA, in chunks of `chunk_tokens` rows (> 0): each
+// chunk's logits are made once in the matmul dtype `dtype` and never in fp32; one kernel per
+// chunk gives each row's log-sum-exp and target logit; backward recomputes a chunk's logits,
+// turns them into the loss's gradient in place (one kernel), and accumulates the weight's
+// gradient into one fp32 buffer inside the GEMM (no add kernel per chunk).
+torch::Tensor LinearCrossEntropySum(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                    const torch::Tensor& targets, int64_t chunk_tokens,
+                                    torch::ScalarType dtype);
+
+}  // namespace sftctl::trainer::cuda_ops
