@@ -31,7 +31,7 @@ using torch::Tensor;
 // way: they are not what a GPU runs).
 class HostReferenceScope {
  public:
-  explicit HostReferenceScope(bool on) : on_(on) {
+  explicit HostReferenceScope(bool on) {
     fused::SetEnabled(false);
     cuda_ops::SetHostReference(on);
   }
@@ -39,9 +39,6 @@ class HostReferenceScope {
     cuda_ops::SetHostReference(false);
     fused::SetEnabled(true);
   }
-
- private:
-  bool on_;
 };
 
 ModelConfig TinyConfig(const std::string& type, int64_t layers) {

@@ -112,16 +112,6 @@ __global__ void CrossEntropyGradKernel(T* logits, const int64_t* targets, const 
   if (idx < total) CrossEntropyGradElement(logits, targets, lse, scale, V, idx);
 }
 
-// Calls f(T{}) with T the element type of `t`.
-template <typename Fn>
-void Typed(DType t, Fn&& f) {
-  if (t == DType::kBFloat16) {
-    f(Bf16{});
-  } else {
-    f(float{});
-  }
-}
-
 unsigned Blocks(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 int LastError() { return static_cast<int>(cudaGetLastError()); }
@@ -132,11 +122,11 @@ int LaunchAddRmsNormForward(const void* x, DType x_dtype, const void* d, DType d
                             float* h_out, void* y, DType y_dtype, float* rstd_out, int64_t N, int64_t C,
                             float eps, void* stream) {
   if (N == 0) return 0;
-  Typed(x_dtype, [&](auto ht) {
+  WithElementType(x_dtype, [&](auto ht) {
     using H = decltype(ht);
-    Typed(d_dtype, [&](auto dt) {
+    WithElementType(d_dtype, [&](auto dt) {
       using D = decltype(dt);
-      Typed(y_dtype, [&](auto yt) {
+      WithElementType(y_dtype, [&](auto yt) {
         using Out = decltype(yt);
         const AddRmsNormArgs<H, D, Out> a{static_cast<const H*>(x),
                                           static_cast<const D*>(d),
@@ -158,11 +148,11 @@ int LaunchAddRmsNormBackward(const void* h, DType h_dtype, const float* w, const
                              float* dw, float* scratch, int64_t N, int64_t C, void* stream) {
   if (N == 0) return 0;
   cudaStream_t s = AsStream(stream);
-  Typed(h_dtype, [&](auto ht) {
+  WithElementType(h_dtype, [&](auto ht) {
     using H = decltype(ht);
-    Typed(dy_dtype, [&](auto yt) {
+    WithElementType(dy_dtype, [&](auto yt) {
       using Out = decltype(yt);
-      Typed(dd_dtype, [&](auto dt) {
+      WithElementType(dd_dtype, [&](auto dt) {
         using GD = decltype(dt);
         const RmsNormBackwardArgs<H, Out, GD> a{
             static_cast<const H*>(h), w, static_cast<const Out*>(dy), dh_in, rstd, static_cast<H*>(dx),
@@ -187,7 +177,7 @@ int LaunchQkvRope(void* q_src, int64_t q_stride, void* k_src, int64_t k_stride, 
                   void* stream) {
   const int64_t total = B * T * (H + 2 * Hk) * (D / 2);
   if (total == 0) return 0;
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     const QkvRopeArgs<X> a{static_cast<X*>(q_src),
                            static_cast<X*>(k_src),
@@ -238,7 +228,7 @@ int LaunchSwiGluForward(const void* g, int64_t g_stride, const void* u, int64_t 
                         DType dtype, int64_t N, int64_t I, void* stream) {
   const int64_t total = N * I;
   if (total == 0) return 0;
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     const SwiGluArgs<X> a{static_cast<const X*>(g),
                           g_stride,
@@ -261,7 +251,7 @@ int LaunchSwiGluBackward(const void* g, int64_t g_stride, const void* u, int64_t
                          int64_t I, void* stream) {
   const int64_t total = N * I;
   if (total == 0) return 0;
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     const SwiGluArgs<X> a{static_cast<const X*>(g),
                           g_stride,
@@ -282,7 +272,7 @@ int LaunchSwiGluBackward(const void* g, int64_t g_stride, const void* u, int64_t
 int LaunchCrossEntropyForward(const void* logits, DType dtype, const int64_t* targets, float* lse,
                               float* picked, int64_t N, int64_t V, void* stream) {
   if (N == 0) return 0;
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     CrossEntropyForwardKernel<<<static_cast<unsigned>(N), kRowThreads, 0, AsStream(stream)>>>(
         static_cast<const X*>(logits), targets, lse, picked, V);
@@ -294,7 +284,7 @@ int LaunchCrossEntropyGradInPlace(void* logits, DType dtype, const int64_t* targ
                                   const float* scale, int64_t N, int64_t V, void* stream) {
   const int64_t total = N * V;
   if (total == 0) return 0;
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     CrossEntropyGradKernel<<<Blocks(total, kElementThreads), kElementThreads, 0, AsStream(stream)>>>(
         static_cast<X*>(logits), targets, lse, scale, V, total);

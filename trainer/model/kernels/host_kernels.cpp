@@ -7,15 +7,6 @@
 namespace sftctl::trainer::kernels::host {
 namespace {
 
-template <typename Fn>
-void Typed(DType t, Fn&& f) {
-  if (t == DType::kBFloat16) {
-    f(Bf16{});
-  } else {
-    f(float{});
-  }
-}
-
 // A row kernel on the host: phase 1 for each emulated thread, the partials combined in thread
 // order (where the GPU's BlockReduce combines them), then phase 2 for each thread.
 template <typename P1, typename P2>
@@ -32,11 +23,11 @@ void Rows(int64_t N, P1 phase1, P2 phase2) {
 int LaunchAddRmsNormForward(const void* x, DType x_dtype, const void* d, DType d_dtype, const float* w,
                             float* h_out, void* y, DType y_dtype, float* rstd_out, int64_t N, int64_t C,
                             float eps, void*) {
-  Typed(x_dtype, [&](auto ht) {
+  WithElementType(x_dtype, [&](auto ht) {
     using H = decltype(ht);
-    Typed(d_dtype, [&](auto dt) {
+    WithElementType(d_dtype, [&](auto dt) {
       using D = decltype(dt);
-      Typed(y_dtype, [&](auto yt) {
+      WithElementType(y_dtype, [&](auto yt) {
         using Out = decltype(yt);
         const AddRmsNormArgs<H, D, Out> a{static_cast<const H*>(x),
                                           static_cast<const D*>(d),
@@ -58,11 +49,11 @@ int LaunchAddRmsNormForward(const void* x, DType x_dtype, const void* d, DType d
 int LaunchAddRmsNormBackward(const void* h, DType h_dtype, const float* w, const void* dy, DType dy_dtype,
                              const float* dh_in, const float* rstd, void* dx, void* dd, DType dd_dtype,
                              float* dw, float* scratch, int64_t N, int64_t C, void*) {
-  Typed(h_dtype, [&](auto ht) {
+  WithElementType(h_dtype, [&](auto ht) {
     using H = decltype(ht);
-    Typed(dy_dtype, [&](auto yt) {
+    WithElementType(dy_dtype, [&](auto yt) {
       using Out = decltype(yt);
-      Typed(dd_dtype, [&](auto dt) {
+      WithElementType(dd_dtype, [&](auto dt) {
         using GD = decltype(dt);
         const RmsNormBackwardArgs<H, Out, GD> a{
             static_cast<const H*>(h), w, static_cast<const Out*>(dy), dh_in, rstd, static_cast<H*>(dx),
@@ -87,7 +78,7 @@ namespace {
 int QkvRope(void* q_src, int64_t q_stride, void* k_src, int64_t k_stride, void* v_src, int64_t v_stride,
             const float* cos, const float* sin, const int64_t* positions, void* q, void* k, void* v,
             DType dtype, int64_t B, int64_t T, int64_t H, int64_t Hk, int64_t D, bool backward) {
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     const QkvRopeArgs<X> a{static_cast<X*>(q_src),
                            static_cast<X*>(k_src),
@@ -132,7 +123,7 @@ int LaunchQkvRopeBackward(const void* gq, const void* gk, const void* gv, const 
 
 int LaunchSwiGluForward(const void* g, int64_t g_stride, const void* u, int64_t u_stride, void* y,
                         DType dtype, int64_t N, int64_t I, void*) {
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     const SwiGluArgs<X> a{static_cast<const X*>(g),
                           g_stride,
@@ -153,7 +144,7 @@ int LaunchSwiGluForward(const void* g, int64_t g_stride, const void* u, int64_t 
 int LaunchSwiGluBackward(const void* g, int64_t g_stride, const void* u, int64_t u_stride, const void* dy,
                          void* dg, int64_t dg_stride, void* du, int64_t du_stride, DType dtype, int64_t N,
                          int64_t I, void*) {
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     const SwiGluArgs<X> a{static_cast<const X*>(g),
                           g_stride,
@@ -173,7 +164,7 @@ int LaunchSwiGluBackward(const void* g, int64_t g_stride, const void* u, int64_t
 
 int LaunchCrossEntropyForward(const void* logits, DType dtype, const int64_t* targets, float* lse,
                               float* picked, int64_t N, int64_t V, void*) {
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     const X* l = static_cast<const X*>(logits);
     for (int64_t r = 0; r < N; ++r) {
@@ -188,7 +179,7 @@ int LaunchCrossEntropyForward(const void* logits, DType dtype, const int64_t* ta
 
 int LaunchCrossEntropyGradInPlace(void* logits, DType dtype, const int64_t* targets, const float* lse,
                                   const float* scale, int64_t N, int64_t V, void*) {
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     for (int64_t i = 0; i < N * V; ++i)
       CrossEntropyGradElement(static_cast<X*>(logits), targets, lse, scale, V, i);
@@ -198,7 +189,7 @@ int LaunchCrossEntropyGradInPlace(void* logits, DType dtype, const int64_t* targ
 
 std::string GemmTransposedAccumulateF32(const void* a, const void* b, float* out, DType dtype, int64_t M,
                                         int64_t N, int64_t K, int, void*) {
-  Typed(dtype, [&](auto tt) {
+  WithElementType(dtype, [&](auto tt) {
     using X = decltype(tt);
     const X* ap = static_cast<const X*>(a);
     const X* bp = static_cast<const X*>(b);

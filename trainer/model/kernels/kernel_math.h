@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "trainer/model/kernels/cuda_kernels.h"
+
 #if defined(__CUDACC__)
 #define SFT_HD __host__ __device__ __forceinline__
 #else
@@ -48,6 +50,17 @@ SFT_HD float FloatOf(uint32_t u) {
   std::memcpy(&f, &u, sizeof(f));
   return f;
 #endif
+}
+
+// Calls f(T{}) with T the element type behind `t` (Bf16 or float): the one dtype dispatch of the
+// CUDA launchers (cuda_kernels.cu) and their host reference (host_kernels.cpp). Host code only.
+template <typename Fn>
+void WithElementType(DType t, Fn&& f) {
+  if (t == DType::kBFloat16) {
+    f(Bf16{});
+  } else {
+    f(float{});
+  }
 }
 
 SFT_HD float Load(float v) { return v; }
