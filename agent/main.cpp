@@ -1,4 +1,4 @@
-// sftd: the sftctl agent daemon. See agent/daemon.h and docs/agent.md.
+// sftd: the sftctl agent daemon. See agent/serving/daemon.h and docs/agent.md.
 #include <malloc.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -7,7 +7,7 @@
 #include <iostream>
 #include <map>
 
-#include "agent/daemon.h"
+#include "agent/serving/daemon.h"
 #include "common/cli/duration_option.h"
 #include "common/source_id.h"
 

@@ -4,7 +4,7 @@
 // (trainer/training/metrics.h) writes every record to <run>/metrics.jsonl and to `--events-fd`, adding
 // "time"; a trainer that fails writes {"event":"error","code","message"} to `--events-fd` alone
 // (trainer/tools/main.cpp). The kinds and their fields are listed in docs/observability.md ("The event
-// line"). Everything that reads these lines reads them here: the agent (agent/journal.h
+// line"). Everything that reads these lines reads them here: the agent (agent/state/journal.h
 // ParseTrainerEvent: the supervisor's live path, its journal replay after a restart, the Slurm follow
 // thread), the client (`run --local --ranks N`'s rank failures, `logs`, `status`, `plot`) and the
 // TensorBoard writer (common/formats/tensorboard.h, the trainer's and the client's).
@@ -35,7 +35,7 @@
 namespace sftctl {
 
 // The longest line ParseEventLine reads, in bytes (a trailing newline counts). The agent's journal
-// keeps a rank's line whole up to the same length (agent/journal.h kMaxRankLine) and splits a longer
+// keeps a rank's line whole up to the same length (agent/state/journal.h kMaxRankLine) and splits a longer
 // one into pieces, which are then no event lines.
 inline constexpr size_t kMaxEventLineBytes = 64 * 1024;
 // The deepest nesting of objects and arrays in a line (the trainer's records are flat: depth 1).

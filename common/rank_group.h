@@ -1,5 +1,5 @@
 // The launch policy for the trainer ranks of one job on one host, in one place. Two launchers use
-// it: the agent's supervisor (agent/supervisor.cpp, ranks that outlive an agent restart) and
+// it: the agent's supervisor (agent/jobs/supervisor.cpp, ranks that outlive an agent restart) and
 // `sftctl run --local --ranks N` (client/local/local_launcher.cpp, ranks that die with sftctl). Each keeps
 // only its own event loop: how it learns that a rank exited, when it wakes, what it tells the user.
 //

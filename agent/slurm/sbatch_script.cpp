@@ -59,7 +59,7 @@ std::string KeepOnlyRankEnvironment(const std::string& extra) {
 
 // The rank command srun runs: the environment narrowed again (whatever the node added: a login
 // environment, a TaskProlog's), the torch.distributed variables from Slurm's, then the trainer with
-// its three log files (names as agent/launcher.h's RankFile).
+// its three log files (names as agent/process/launcher.h's RankFile).
 std::string RankCommand(const SlurmOptions& o) {
   return KeepOnlyRankEnvironment("MASTER_ADDR|MASTER_PORT") +
          "; export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID LOCAL_WORLD_SIZE=" +

@@ -20,7 +20,7 @@
 //   * Each rank: RANK, WORLD_SIZE, LOCAL_RANK from SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and
 //     LOCAL_WORLD_SIZE = ranks per node; runs `<trainer> train --spec <job_dir>/spec.json
 //     --events-fd 3` in the job folder with stdout, stderr and fd 3 appended to logs/rank-R.{stdout,
-//     stderr,events} (agent/launcher.h's RankFile names, so the agent tails them as for any job).
+//     stderr,events} (agent/process/launcher.h's RankFile names, so the agent tails them as for any job).
 //   * slurm/batch.out (appended) gets the batch script's and srun's own output; one line per run is
 //     appended to slurm/runs (ExitRecord below): the Slurm job id, the restart count and srun's exit
 //     code, the job folder's own record of how each run ended when Slurm keeps none.

@@ -1,5 +1,5 @@
 // SlurmCli: the agent's Slurm commands (sbatch, squeue, sacct, scontrol, scancel) through the
-// CommandRunner seam (agent/command_runner.h), so unit tests inject recorded outputs and the real
+// CommandRunner seam (agent/process/command_runner.h), so unit tests inject recorded outputs and the real
 // runner runs them as the agent's user on the login node.
 //
 // Every command gets explicit output fields (slurm_state.h) and runs in the environment the runner
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/command_runner.h"
+#include "agent/process/command_runner.h"
 #include "agent/slurm/slurm_options.h"
 #include "agent/slurm/slurm_state.h"
 #include "common/status.h"

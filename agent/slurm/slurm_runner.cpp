@@ -13,9 +13,9 @@
 #include <limits>
 #include <random>
 
-#include "agent/job_spec.h"
-#include "agent/launcher.h"
+#include "agent/process/launcher.h"
 #include "agent/slurm/slurm_job.h"
+#include "agent/state/job_spec.h"
 #include "common/os/file_system.h"
 #include "common/os/process_util.h"
 
@@ -68,7 +68,7 @@ void NoteProgress(int rank, const std::string& line, SlurmUpdate* update) {
 }
 
 // Splits what was read from one rank file at `off` into journal events (the journal's one rule,
-// agent/journal.h) and notes the trainer's progress; returns the bytes consumed.
+// agent/state/journal.h) and notes the trainer's progress; returns the bytes consumed.
 size_t SplitLines(int rank, int src, uint64_t off, const std::string& buf, bool last_piece,
                   std::vector<JournalEvent>* events, SlurmUpdate* update) {
   const size_t first = events->size();

@@ -33,10 +33,10 @@
 #include <thread>
 #include <vector>
 
-#include "agent/command_runner.h"
-#include "agent/journal.h"
+#include "agent/process/command_runner.h"
 #include "agent/slurm/slurm_cli.h"
 #include "agent/slurm/slurm_options.h"
+#include "agent/state/journal.h"
 #include "common/mutex.h"
 #include "common/spec/spec.h"
 #include "common/status.h"
@@ -53,9 +53,9 @@ StatusOr<SlurmOptions> SlurmOptionsFromSpec(const SlurmSpec& spec);
 StatusOr<std::optional<SlurmOptions>> SlurmOptionsFromSpecJson(const nlohmann::json& spec);
 
 // Makes a Slurm job's inputs visible from the compute nodes: every field named by `file_pointers`
-// (JSON pointers of blob paths in the agent's own data dir; agent/job_spec.h SpecStringAt) is linked,
+// (JSON pointers of blob paths in the agent's own data dir; agent/state/job_spec.h SpecStringAt) is linked,
 // or copied where a hard link is impossible, into <job_dir>/inputs/files/ and the field set to it;
-// symlinks under <job_dir>/inputs/ (a folder's entries, agent/job_spec.h) are replaced by copies.
+// symlinks under <job_dir>/inputs/ (a folder's entries, agent/state/job_spec.h) are replaced by copies.
 // Errors: INTERNAL naming the path.
 Status MoveInputsIntoJobFolder(const std::string& job_dir, const std::vector<std::string>& file_pointers,
                                JobSpec* spec);

@@ -57,6 +57,11 @@
 #              loss compiled together; the optimizer step eager), timed after >= 3 warm-up steps so
 #              that compilation is not timed: tok/s, step ms, peak GiB, sftctl's ratio to it. SKIP
 #              with the reason when torch.compile cannot run (no triton, no compiler).
+#   4a'. casts  sftctl-trainer's same run with SFTCTL_NO_WORKING_WEIGHTS=1 (autocast casting the fp32
+#              weights at every step, as before bf16 working weights: docs/precision.md): its tok/s,
+#              step ms, peak GiB, the working weights' ratio to them, and the largest relative
+#              difference between the two runs' step losses; the train row's log says how many
+#              matrices read the working weights.
 #   4b. lora   LoRA r 16, alpha 32, no dropout, on q/k/v/o/gate/up/down of the Qwen2.5-7B architecture
 #              (inline config, random init; all 28 layers, 4 with --quick), frozen bf16 base, fp32
 #              adapters, AdamW, bf16 autocast, batch B x seq T: sftctl-trainer (its spec's lora
@@ -460,6 +465,36 @@ throughput() {
   [[ $ok == 1 ]]
 }
 
+# loss_diff A.jsonl B.jsonl: the largest |a - b| / |a| over the step losses two metrics.jsonl share.
+loss_diff() {
+  "$py" - "$1" "$2" <<'PY'
+import json, sys
+def losses(path):
+    return [r["loss"] for r in map(json.loads, filter(str.strip, open(path))) if r.get("event") == "step"]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+n = min(len(a), len(b))
+print("%.2g over %d steps" % (max((abs(x - y) / abs(x) for x, y in zip(a[:n], b[:n])), default=0.0), n))
+PY
+}
+
+# casts_side: the throughput run again with SFTCTL_NO_WORKING_WEIGHTS=1 (phase 4a'), as the casts row.
+casts_side() {
+  local work=$build/casts-run used
+  rm -rf "$work" && mkdir -p "$work"
+  used=$(grep -m1 -o 'bf16 working weights: [0-9]* matrices' "$out/sftctl-train.log" || echo 'working weights NOT used')
+  "$py" "$here/hf_train.py" --write-spec "$work" --batch "$batch" --seq "$seq" --steps "$steps" ${peak_tflops:+--peak-tflops "$peak_tflops"} \
+    --trainer-out "$work/run" > "$work/spec.json"
+  if SFTCTL_NO_WORKING_WEIGHTS=1 "$trainer" train --spec "$work/spec.json" > "$out/sftctl-casts.log" 2>&1 &&
+    "$py" "$here/hf_train.py" --summarise "$work/run/metrics.jsonl" --batch "$batch" --seq "$seq" --impl "sftctl casts" \
+      ${peak_tflops:+--peak-tflops "$peak_tflops"} > "$out/sftctl-casts.json"; then
+    extra="$used; step losses differ by at most $(loss_diff "$out/sftctl-metrics.jsonl" "$work/run/metrics.jsonl")" \
+      add_row casts "$out/sftctl-casts.json" "$out/sftctl.json"
+  else
+    row casts FAIL "the SFTCTL_NO_WORKING_WEIGHTS=1 run failed; see $out/sftctl-casts.log"
+  fi
+  rm -rf "$work"
+}
+
 # add_row PHASE SIDE.json [SFTCTL.json]: hf_train.py --row's line (ok / SKIP, the side's tok/s, step ms,
 # peak GiB and sftctl's ratio to it) as a row of the table; EXTRA (when set) is added to its detail.
 add_row() {
@@ -506,7 +541,7 @@ lora_sftctl() {
     { lora_note="summarising the LoRA run's metrics.jsonl failed"; return 1; }
 }
 
-rm -f "$out"/sftctl.json "$out"/hf.json "$out"/hf-compile.json "$out"/sftctl-metrics.jsonl "$out"/sftctl-lora.json \
+rm -f "$out"/sftctl.json "$out"/hf.json "$out"/hf-compile.json "$out"/sftctl-casts.json "$out"/sftctl-metrics.jsonl "$out"/sftctl-lora.json \
   "$out"/sftctl-lora-metrics.jsonl "$out"/peft.json "$out"/peft-compile.json
 train_fail=() resume_note=
 if [[ ! -x $trainer ]]; then
@@ -533,8 +568,15 @@ else
     say "the same with torch.compile on the HF side, $steps steps"
     hf_side hf+compile "$out/hf-compile.json" "$out/hf-compile.log" "$out/sftctl.json" \
       --compile --batch "$batch" --seq "$seq" --steps "$steps"
+    if [[ -s $out/sftctl.json ]]; then
+      say "sftctl without bf16 working weights (SFTCTL_NO_WORKING_WEIGHTS=1), $steps steps"
+      casts_side
+    else
+      row casts SKIP "the train row's sftctl run failed"
+    fi
   else
     row hf+compile "$NO_GPU" "the HF reference with torch.compile(loss_fn): forward + loss"
+    row casts "$NO_GPU" "sftctl without bf16 working weights: tok/s and step losses side by side"
   fi
 fi
 

@@ -336,7 +336,7 @@ StatusOr<RentedHost> Up(CloudProvider* p, const RentedHosts& registry, const UpO
 
   opts.accept_new_host_key = false;
   if (o.terminate_from_host && profile.type == "lambda") {
-    // What the agent's "lambda" stop action reads from its environment (agent/stop_policy.h).
+    // What the agent's "lambda" stop action reads from its environment (agent/stopping/stop_policy.h).
     Status sent = seams.set_agent_env(
         opts, {"LAMBDA_API_KEY=" + ShellQuote(profile.api_key), "LAMBDA_INSTANCE_ID=" + ShellQuote(id),
                "LAMBDA_API_URL=" + ShellQuote(profile.api_url)});

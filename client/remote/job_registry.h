@@ -63,7 +63,7 @@ struct JobRecord {
   std::string Ref() const { return host + "/" + id; }
 };
 
-// Whether `id` is a job id: "job-" and 1-20 digits (agent/state_store.cpp makes them so).
+// Whether `id` is a job id: "job-" and 1-20 digits (agent/state/state_store.cpp makes them so).
 bool IsJobId(const std::string& id);
 
 // OK when `id` (as an agent reported it) is a job id. The id becomes a folder name (`pull`'s default

@@ -1,5 +1,5 @@
 // Range uploads: one large file sent to the agent as fixed-size blocks over several connections at
-// once (UploadBlob with offset + length + block; agent/blob_store.h "Ranged uploads").
+// once (UploadBlob with offset + length + block; agent/state/blob_store.h "Ranged uploads").
 //
 // The blocks the agent already holds (StatBlob's blocks_held, when its block size is ours) are not sent
 // again. Each worker, on its own SSH connection (the first through the caller's Reconnector, the others

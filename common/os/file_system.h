@@ -31,7 +31,7 @@ class WritableFile {
 };
 
 // An open file that keeps its content, is appended to at its end and read back at offsets: an
-// append-only log (agent/journal.h) or a resumable upload (agent/blob_store.h). Append writes at the
+// append-only log (agent/state/journal.h) or a resumable upload (agent/state/blob_store.h). Append writes at the
 // end of the file (O_APPEND), also after Truncate. Close() must be called; the destructor closes
 // silently (dropping errors) if it was not.
 //

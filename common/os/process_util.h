@@ -13,7 +13,7 @@ namespace sftctl {
 // The children that get a filtered copy of their launcher's environment.
 enum class ChildKind {
   kRank,          // a trainer rank (the agent's, and `sftctl run --local --ranks N`)
-  kStopCommand,   // the agent's stop action (`/bin/sh -c`, agent/command_runner.h)
+  kStopCommand,   // the agent's stop action (`/bin/sh -c`, agent/process/command_runner.h)
   kSlurmCommand,  // the agent's Slurm commands (sbatch, srun, squeue, ...; agent/slurm/slurm_cli.h)
 };
 // Whether the variable `name` passes to a child of `kind`: the one allowlist of names and name

@@ -165,8 +165,8 @@ const std::vector<SpecField>& ModelFields() {
           .WhenSet()
           .Default("—")
           .Doc("an inline config.json for a from-scratch model (`model_type` llama, qwen2, qwen3 (needs "
-               "`head_dim`) or mistral; `vocab_size` defaults to the tokenizer's). Exactly one of `path` / "
-               "`config`"),
+               "`head_dim`), mistral, gemma2 or gemma3_text; `vocab_size` defaults to the tokenizer's). Exactly "
+               "one of `path` / `config`"),
   };
   return kFields;
 }
@@ -324,7 +324,7 @@ const std::vector<SpecField>& LoraFields() {
       List("target_modules", SPEC_MEMBER(lora->target_modules))
           .Items("module name", "module names")
           .Choices({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
-          .AllAlias("all-linear", "is not a projection of llama/qwen2/qwen3/mistral")
+          .AllAlias("all-linear", "is not a projection of llama/qwen2/qwen3/mistral/gemma")
           .ListNonEmpty()
           .Dedupe()
           .Doc("projections to adapt; `all-linear`: all seven"),

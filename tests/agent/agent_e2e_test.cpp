@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "agent/state_store.h"
+#include "agent/state/state_store.h"
 #include "agent_test_util.h"
 #include "common/sha256.h"
 #include "common/source_id.h"

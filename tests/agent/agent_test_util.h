@@ -344,7 +344,7 @@ inline std::map<int, std::vector<std::string>> StdoutByRank(const std::vector<v1
 }
 
 // A job spec for the stub trainer (stub_trainer.cpp): a valid one, as the agent takes no other
-// (agent/job_spec.h), with the stub's requests in model.config.stub.
+// (agent/state/job_spec.h), with the stub's requests in model.config.stub.
 inline nlohmann::json StubSpec(nlohmann::json stub) {
   nlohmann::json spec = nlohmann::json::object();
   spec["model"]["config"]["stub"] = std::move(stub);

@@ -1,6 +1,6 @@
 // The stop policy: DecideStop (pure) and AutoStop in-process with a real StateStore, a clock the test
 // moves (tests/util/offset_clock.h) and a recording CommandRunner, so no test waits for a grace.
-#include "agent/auto_stop.h"
+#include "agent/stopping/auto_stop.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "agent/stop_action.h"
+#include "agent/stopping/stop_action.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/util/offset_clock.h"
 #include "tests/util/status_matchers.h"
@@ -120,7 +120,8 @@ TEST(StopPolicyTest, ActionsAndValidation) {
   EXPECT_TRUE(ValidateStopPolicy(p).ok());
   p.action = "";
   // Lambda's is no shell command: its key would be on curl's command line (LambdaTerminateRequest below).
-  EXPECT_THAT(ActionCommand("lambda", p), StatusIs(StatusCode::kInternal, HasSubstr("agent/stop_action.h")));
+  EXPECT_THAT(ActionCommand("lambda", p),
+              StatusIs(StatusCode::kInternal, HasSubstr("agent/stopping/stop_action.h")));
   EXPECT_THAT(*ActionCommand("shutdown", p), HasSubstr("sudo -n shutdown -h now"));
   p.action = "reboot";
   EXPECT_THAT(ValidateStopPolicy(p), StatusIs(StatusCode::kInvalidArgument, HasSubstr("--stop-action")));

@@ -1,4 +1,4 @@
-// Ranged uploads into the BlobStore (agent/blob_store.h): blocks in any order and at once, the
+// Ranged uploads into the BlobStore (agent/state/blob_store.h): blocks in any order and at once, the
 // blocks held across a restart, a whole that does not verify, bad ranges, and what a sequential
 // upload and garbage collection do to a ranged one.
 #include <gmock/gmock.h>
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "agent/blob_store.h"
-#include "agent/state_store.h"
+#include "agent/state/blob_store.h"
+#include "agent/state/state_store.h"
 #include "common/sha256.h"
 #include "tests/util/file_util.h"
 #include "tests/util/status_matchers.h"

@@ -1,6 +1,6 @@
-// Garbage collection of the agent's data dir (agent/gc.h): the pure plan, the collector on a real
+// Garbage collection of the agent's data dir (agent/state/gc.h): the pure plan, the collector on a real
 // SQLite store and blob folder, and `sftd gc` / automatic collection with the real sftd binary.
-#include "agent/gc.h"
+#include "agent/state/gc.h"
 
 #include <sys/stat.h>
 
@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <set>
 
-#include "agent/blob_store.h"
-#include "agent/job_spec.h"
-#include "agent/state_store.h"
+#include "agent/state/blob_store.h"
+#include "agent/state/job_spec.h"
+#include "agent/state/state_store.h"
 #include "agent_test_util.h"
 #include "common/sha256.h"
 #include "tests/util/status_matchers.h"

@@ -1,7 +1,7 @@
-// agent/hub_fetcher.h against a fake Hub (tests/util/fake_hub.py): the rewritten spec, and the
+// agent/jobs/hub_fetcher.h against a fake Hub (tests/util/fake_hub.py): the rewritten spec, and the
 // progress a job's status shows while it waits for its download (here: for the blob's lock, held by
 // the test as another Hugging Face client would hold it).
-#include "agent/hub_fetcher.h"
+#include "agent/jobs/hub_fetcher.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <memory>
 #include <optional>
 
-#include "agent/job_spec.h"
+#include "agent/state/job_spec.h"
 #include "common/os/file_lock.h"
 #include "common/sha256.h"
 #include "tests/util/fake_hub.h"

@@ -1,7 +1,7 @@
 // The Supervisor in-process with the stub trainer and a clock the test moves forward: the step
 // heartbeat and the kill grace are seen to expire without waiting for them. And the job spec: parsed
 // once when the job is submitted and once when a restarted supervisor recovers it, never again.
-#include "agent/supervisor.h"
+#include "agent/jobs/supervisor.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/job_spec.h"
+#include "agent/state/job_spec.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/util/offset_clock.h"
 
@@ -135,7 +135,7 @@ TEST_F(SupervisorClock, ARankIgnoringSigtermIsKilledWhenTheGracePassesOnTheClock
 
 // The done-when of issue 38: one parse of the spec's text per submit and one per recovery, however
 // many steps (queue, launch, uploads, ticks, cancel) read it. The supervisor tells its spec_parsed of
-// every parse of a spec text (agent/job_spec.h), so a second parse anywhere on these paths fails this.
+// every parse of a spec text (agent/state/job_spec.h), so a second parse anywhere on these paths fails this.
 TEST_F(SupervisorClock, TheSpecIsParsedOnceAtSubmitAndOnceAtRecovery) {
   StartSupervisor(10s);
   const JobRecord job = Submit({{"mode", "sleep"}, {"step_ms", 5}});
@@ -167,7 +167,7 @@ TEST_F(SupervisorClock, TheSpecIsParsedOnceAtSubmitAndOnceAtRecovery) {
   EXPECT_TRUE(WaitFor([&] { return supervisor_->SpecOf(job.id) == nullptr; })) << "dropped once final";
 }
 
-// The cost cap's cancel (agent/auto_stop.h): every job that is not final, running or queued, ends
+// The cost cap's cancel (agent/stopping/auto_stop.h): every job that is not final, running or queued, ends
 // CANCELLED with the reason (its state history says it once); a finished job is left alone, and
 // a second call while the running job is still stopping changes nothing.
 TEST_F(SupervisorClock, CancelAllCancelsRunningAndQueuedJobsWithTheReason) {

@@ -9,8 +9,8 @@
 #include <map>
 #include <optional>
 
-#include "agent/checkpoint_upload.h"
-#include "agent/supervisor.h"
+#include "agent/jobs/checkpoint_upload.h"
+#include "agent/jobs/supervisor.h"
 #include "common/object_store/checkpoint_store.h"
 #include "common/object_store/s3_client.h"
 #include "tests/agent/agent_test_util.h"

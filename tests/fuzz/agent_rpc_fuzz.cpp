@@ -21,13 +21,13 @@
 #include <chrono>
 #include <filesystem>
 
-#include "agent/artifacts.h"
-#include "agent/auth.h"
-#include "agent/blob_store.h"
-#include "agent/gc.h"
-#include "agent/service.h"
-#include "agent/state_store.h"
-#include "agent/supervisor.h"
+#include "agent/jobs/supervisor.h"
+#include "agent/serving/auth.h"
+#include "agent/serving/service.h"
+#include "agent/state/artifacts.h"
+#include "agent/state/blob_store.h"
+#include "agent/state/gc.h"
+#include "agent/state/state_store.h"
 #include "common/sha256.h"
 #include "common/tokenizer/unicode_normalize.h"
 #include "tests/fuzz/fuzz_util.h"

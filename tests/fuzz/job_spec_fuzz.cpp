@@ -1,4 +1,4 @@
-// Fuzz target: the agent's validation of a SubmitJob request from a client (agent/job_spec.h):
+// Fuzz target: the agent's validation of a SubmitJob request from a client (agent/state/job_spec.h):
 // ValidateSpec over the request's spec_json and blob references (the agent's one parse of it), then
 // what the supervisor does with an accepted one — MaterializeFolders in a job folder, the run folder
 // as output_dir and CanonicalSpecJson.
@@ -12,7 +12,7 @@
 // materialised beneath the job folder; the accepted spec's canonical text reads back to the same spec.
 #include <filesystem>
 
-#include "agent/job_spec.h"
+#include "agent/state/job_spec.h"
 #include "common/safe_path.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -1,4 +1,4 @@
-// Fuzz target: one line of a trainer's event stream as the agent reads it (agent/journal.h
+// Fuzz target: one line of a trainer's event stream as the agent reads it (agent/state/journal.h
 // ParseTrainerEvent; the supervisor, its recovery after a restart and the Slurm runner all use it).
 // Issue 37: {"event":7} made value("event", "") throw in the recovery path and the agent abort on
 // every start. Since issue 49 it reads through common/event_line.h's ParseEventLine (which has a target
@@ -6,7 +6,7 @@
 // the rank; an accepted event's step and loss, of any kind, are what the line holds.
 #include <nlohmann/json.hpp>
 
-#include "agent/journal.h"
+#include "agent/state/journal.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace sftctl;

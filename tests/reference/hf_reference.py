@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Golden reference for sftctl's Hugging Face parity tests (llm.c style).
 
-An independent PyTorch re-implementation of transformers' Llama / Qwen2 / Qwen3 / Mistral
-forward pass (modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py, modeling_mistral.py,
-eager attention), written from ../shared/notes/formats.md and the published modelling code,
+An independent PyTorch re-implementation of transformers' Llama / Qwen2 / Qwen3 / Mistral /
+Gemma2 / Gemma3 (text) forward pass (modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py,
+modeling_mistral.py, modeling_gemma2.py, modeling_gemma3.py, eager attention), written from ../shared/notes/formats.md and the published modelling code,
 plus a tiny pure-Python safetensors reader/writer (the `transformers`, `safetensors` and `peft`
 packages are not available here).
 
@@ -18,6 +18,13 @@ For each family it writes a random HF-format checkpoint and the reference output
   OUT/qwen3_untied/  Qwen3, untied lm_head, "layer_types" all full_attention, BF16
   OUT/mistral/ config.json (sliding_window 7 < the test's 24 positions, GQA, untied), BF16
   OUT/mistral_full/  Mistral with "sliding_window": null (full attention), tied, F32
+  OUT/gemma2/  Gemma2: (1 + w) norms, four per layer, GeGLU, scaled embeddings, query_pre_attn_scalar
+               != head_dim, attention and final logit soft-capping small enough to cap, sliding
+               window 5 < 24 positions on the even layers (no layer_types: the default), tied, F32
+  OUT/gemma3_text/  Gemma3 text: q/k norms, sliding_window_pattern 2, rope_local_base_freq for the
+               sliding layers, linear rope_scaling for the full ones, MQA, untied, BF16
+  OUT/gemma3_nested/  Gemma3 text in transformers 5's form: explicit layer_types and per-layer-type
+               "rope_parameters", tied, F32
   OUT/<family>/reference.safetensors: input_ids [B,T] I64, labels [B,T] I64 (-100 on
                "prompt" positions), logits [B,T,V] F32, loss [] F32 (mean CE over
                shifted targets != -100), all computed in fp32.
@@ -148,13 +155,12 @@ def sliding_window(cfg):
     return cfg.get("sliding_window", 4096)
 
 
-def attention_mask(cfg, T, dtype):
+def attention_mask(window, T, dtype):
     """Additive mask: causal, and with a sliding window key j is visible from query i only when
     j > i - window (transformers' sliding_window_overlay)."""
     i = torch.arange(T)[:, None]
     j = torch.arange(T)[None, :]
     allowed = j <= i
-    window = sliding_window(cfg)
     if window is not None:
         allowed = allowed & (j > i - window)
     mask = torch.zeros(T, T, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
@@ -162,6 +168,8 @@ def attention_mask(cfg, T, dtype):
 
 
 def forward(cfg, sd, ids):
+    if is_gemma(cfg):
+        return gemma_forward(cfg, sd, ids)
     B, T = ids.shape
     H, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     D = cfg.get("head_dim") or cfg["hidden_size"] // H
@@ -174,7 +182,7 @@ def forward(cfg, sd, ids):
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos()[:, None], emb.sin()[:, None]  # attention_scaling = 1
     dtype = h.dtype
-    mask = attention_mask(cfg, T, dtype)
+    mask = attention_mask(sliding_window(cfg), T, dtype)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         res = h
@@ -205,6 +213,104 @@ def forward(cfg, sd, ids):
     return h @ head.t()
 
 
+# ---- Gemma 2 / Gemma 3 (text) -----------------------------------------------------------------
+def is_gemma(cfg):
+    return cfg["model_type"] in ("gemma2", "gemma3_text")
+
+
+def gemma_rms_norm(x, w, eps):
+    """Gemma2RMSNorm: normalise and scale by (1 + w) in fp32, then cast back once."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h * (1.0 + w.float())).to(x.dtype)
+
+
+def gemma_layer_types(cfg):
+    """Gemma2Config: even layers slide; Gemma3TextConfig: all but every sliding_window_pattern-th."""
+    if cfg.get("layer_types") is not None:
+        return cfg["layer_types"]
+    L = cfg["num_hidden_layers"]
+    if cfg["model_type"] == "gemma2":
+        return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(L)]
+    pattern = cfg.get("sliding_window_pattern", 6)
+    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(L)]
+
+
+def gemma_rope(cfg, layer_type):
+    """inv_freq of a layer type: gemma3's sliding layers use rope_local_base_freq (default RoPE);
+    the newer form nests {"sliding_attention": {...}, "full_attention": {...}} in rope_parameters."""
+    D = cfg.get("head_dim", 256)
+    gemma2 = cfg["model_type"] == "gemma2"
+    params = cfg.get("rope_parameters") or {}
+    if "full_attention" in params:
+        p = params[layer_type]
+        return rope_inv_freq({"head_dim": D, "rope_parameters": p})
+    if not gemma2 and layer_type == "sliding_attention":
+        return rope_inv_freq({"head_dim": D, "rope_theta": cfg.get("rope_local_base_freq", 10000.0)})
+    theta = cfg.get("rope_theta", 10000.0 if gemma2 else 1000000.0)
+    return rope_inv_freq({"head_dim": D, "rope_theta": theta, "rope_scaling": cfg.get("rope_scaling")})
+
+
+def softcap(x, cap):
+    return torch.tanh(x / cap) * cap
+
+
+def gemma_attention(cfg, sd, p, x, cos, sin, mask):
+    B, T, _ = x.shape
+    H, KV, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg.get("head_dim", 256)
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    q = linear(x, sd, p + "self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
+    k = linear(x, sd, p + "self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
+    v = linear(x, sd, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
+    if cfg["model_type"] == "gemma3_text":  # Gemma3: q/k norms over head_dim before RoPE
+        q = gemma_rms_norm(q, sd[p + "self_attn.q_norm.weight"], eps)
+        k = gemma_rms_norm(k, sd[p + "self_attn.k_norm.weight"], eps)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    rep = H // KV
+    k = k[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
+    v = v[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
+    default_scalar = 256
+    w = torch.matmul(q, k.transpose(2, 3)) * cfg.get("query_pre_attn_scalar", default_scalar) ** -0.5
+    cap = cfg.get("attn_logit_softcapping", 50.0 if cfg["model_type"] == "gemma2" else None)
+    if cap is not None:
+        w = softcap(w, cap)
+    w = torch.softmax(w + mask, dim=-1, dtype=torch.float32).to(q.dtype)
+    o = torch.matmul(w, v).transpose(1, 2).reshape(B, T, H * D)
+    return linear(o, sd, p + "self_attn.o_proj")
+
+
+def gemma_forward(cfg, sd, ids):
+    B, T = ids.shape
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    h = sd["model.embed_tokens.weight"][ids]
+    h = h * torch.tensor(cfg["hidden_size"] ** 0.5, dtype=h.dtype)
+    pos = torch.arange(T)[None, :].expand(B, T).float()
+    tables = {}
+    for kind in ("sliding_attention", "full_attention"):
+        freqs = (gemma_rope(cfg, kind)[None, :, None].float().expand(B, -1, 1) @ pos[:, None, :]).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        tables[kind] = (emb.cos()[:, None], emb.sin()[:, None])
+    window = cfg.get("sliding_window", 4096)
+    masks = {"full_attention": attention_mask(None, T, h.dtype),
+             "sliding_attention": attention_mask(window, T, h.dtype)}
+    for i, kind in enumerate(gemma_layer_types(cfg)):
+        p = f"model.layers.{i}."
+        cos, sin = tables[kind]
+        x = gemma_rms_norm(h, sd[p + "input_layernorm.weight"], eps)
+        a = gemma_attention(cfg, sd, p, x, cos, sin, masks[kind])
+        h = h + gemma_rms_norm(a, sd[p + "post_attention_layernorm.weight"], eps)
+        x = gemma_rms_norm(h, sd[p + "pre_feedforward_layernorm.weight"], eps)
+        gate = torch.nn.functional.gelu(linear(x, sd, p + "mlp.gate_proj"), approximate="tanh")
+        mlp = linear(gate * linear(x, sd, p + "mlp.up_proj"), sd, p + "mlp.down_proj")
+        h = h + gemma_rms_norm(mlp, sd[p + "post_feedforward_layernorm.weight"], eps)
+    h = gemma_rms_norm(h, sd["model.norm.weight"], eps)
+    head = sd["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", True) else sd["lm_head.weight"]
+    logits = h @ head.t()
+    cap = cfg.get("final_logit_softcapping", 30.0 if cfg["model_type"] == "gemma2" else None)
+    return softcap(logits, cap) if cap is not None else logits
+
+
 def loss_fn(logits, labels):
     logits = logits.float()
     shift_logits = logits[..., :-1, :].contiguous().view(-1, logits.shape[-1])
@@ -215,22 +321,28 @@ def loss_fn(logits, labels):
 # ---- random checkpoints -----------------------------------------------------------------
 def random_state(cfg, gen):
     H, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
-    D = cfg.get("head_dim") or cfg["hidden_size"] // H
     C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     family = cfg["model_type"]
     # q/k/v biases: always for qwen2; with attention_bias for llama and qwen3, which then bias
     # o_proj too; never for mistral.
     bias = family == "qwen2" or (family in ("llama", "qwen3") and cfg.get("attention_bias", False))
     o_bias = family in ("llama", "qwen3") and cfg.get("attention_bias", False)
+    gemma = family in ("gemma2", "gemma3_text")
+    D = cfg.get("head_dim") or (256 if gemma else C // H)
+    norm_mean = 0.0 if gemma else 1.0  # Gemma's norms scale by (1 + w)
 
     def rnd(*shape, std=0.08):
         return torch.randn(*shape, generator=gen) * std
 
-    sd = {"model.embed_tokens.weight": rnd(V, C, std=0.5), "model.norm.weight": 1 + rnd(C, std=0.1)}
+    emb_std = 0.5 / math.sqrt(C) if gemma else 0.5  # Gemma multiplies the embeddings by sqrt(C)
+    sd = {"model.embed_tokens.weight": rnd(V, C, std=emb_std), "model.norm.weight": norm_mean + rnd(C, std=0.1)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        sd[p + "input_layernorm.weight"] = 1 + rnd(C, std=0.1)
-        sd[p + "post_attention_layernorm.weight"] = 1 + rnd(C, std=0.1)
+        norms = ["input_layernorm", "post_attention_layernorm"]
+        if gemma:
+            norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+        for n in norms:
+            sd[p + n + ".weight"] = norm_mean + rnd(C, std=0.1)
         for n, out in (("q_proj", H * D), ("k_proj", KV * D), ("v_proj", KV * D)):
             sd[p + "self_attn." + n + ".weight"] = rnd(out, C, std=0.15)
             if bias:
@@ -238,13 +350,13 @@ def random_state(cfg, gen):
         sd[p + "self_attn.o_proj.weight"] = rnd(C, H * D)
         if o_bias:
             sd[p + "self_attn.o_proj.bias"] = rnd(C, std=0.3)
-        if family == "qwen3":
-            sd[p + "self_attn.q_norm.weight"] = 1 + rnd(D, std=0.3)
-            sd[p + "self_attn.k_norm.weight"] = 1 + rnd(D, std=0.3)
+        if family in ("qwen3", "gemma3_text"):
+            sd[p + "self_attn.q_norm.weight"] = norm_mean + rnd(D, std=0.3)
+            sd[p + "self_attn.k_norm.weight"] = norm_mean + rnd(D, std=0.3)
         sd[p + "mlp.gate_proj.weight"] = rnd(I, C, std=0.15)
         sd[p + "mlp.up_proj.weight"] = rnd(I, C, std=0.15)
         sd[p + "mlp.down_proj.weight"] = rnd(C, I)
-    if not cfg.get("tie_word_embeddings"):
+    if not cfg.get("tie_word_embeddings", gemma):
         sd["lm_head.weight"] = rnd(V, C, std=0.15)
     return sd
 
@@ -294,6 +406,49 @@ MISTRAL = {
 MISTRAL_FULL = dict(MISTRAL, sliding_window=None, tie_word_embeddings=True, head_dim=16, torch_dtype="float32")
 
 
+GEMMA2 = {
+    "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "vocab_size": 160, "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 24, "query_pre_attn_scalar": 20, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0, "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0, "sliding_window": 5,
+    "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+    "attention_bias": False, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "float32",
+}
+GEMMA3 = {
+    "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "vocab_size": 152, "hidden_size": 48,
+    "intermediate_size": 80, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1,
+    "head_dim": 16, "query_pre_attn_scalar": 32, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+    "sliding_window": 6, "sliding_window_pattern": 2, "attn_logit_softcapping": None,
+    "final_logit_softcapping": None, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": False,
+    "bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0, "torch_dtype": "bfloat16",
+}
+GEMMA3_NESTED = {
+    "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "vocab_size": 136, "hidden_size": 64,
+    "intermediate_size": 72, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "query_pre_attn_scalar": 16, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention"], "sliding_window": 7,
+    "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                        "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}},
+    "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1,
+    "torch_dtype": "float32",
+}
+
+
+def check_gemma_ablations(name, cfg, sd, ids, logits):
+    """Soft-capping and the window must change the result, or the parity test could not tell."""
+    ablations = {"sliding window": dict(cfg, sliding_window=10**6)}
+    if cfg.get("attn_logit_softcapping"):
+        ablations["attention soft-cap"] = dict(cfg, attn_logit_softcapping=None)
+    if cfg.get("final_logit_softcapping"):
+        ablations["final soft-cap"] = dict(cfg, final_logit_softcapping=None)
+    for what, changed in ablations.items():
+        with torch.no_grad():
+            diff = (forward(changed, sd, ids) - logits).abs().max().item()
+        assert diff > 1e-2, f"{name}: the {what} does not change the logits ({diff})"
+        print(f"{name}: the {what} changes logits by up to {diff:.3f}")
+
+
 def make(out, name, cfg, dtype, shards, seed):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
@@ -334,6 +489,8 @@ def make(out, name, cfg, dtype, shards, seed):
              {"input_ids": ids, "labels": labels, "logits": logits.float().contiguous(),
               "loss": loss.float().reshape(())}, {"format": "pt"})
     print(f"{name}: loss {loss.item():.6f}, logits |max| {logits.abs().max().item():.3f} -> {d}")
+    if is_gemma(cfg):
+        check_gemma_ablations(name, cfg, sd, ids, logits)
     window = sliding_window(cfg)
     if window is not None and window < T:
         # The window must change the result, or the parity test could not tell it apart.
@@ -355,6 +512,9 @@ def main():
     make(a.out, "qwen3_untied", QWEN3_UNTIED, torch.bfloat16, 1, 8765)
     make(a.out, "mistral", MISTRAL, torch.bfloat16, 1, 2468)
     make(a.out, "mistral_full", MISTRAL_FULL, torch.float32, 1, 1357)
+    make(a.out, "gemma2", GEMMA2, torch.float32, 1, 2024)
+    make(a.out, "gemma3_text", GEMMA3, torch.bfloat16, 1, 2025)
+    make(a.out, "gemma3_nested", GEMMA3_NESTED, torch.float32, 1, 3025)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@
 #include <map>
 #include <mutex>
 
-#include "agent/blob_store.h"
-#include "agent/state_store.h"
+#include "agent/state/blob_store.h"
+#include "agent/state/state_store.h"
 #include "common/sha256.h"
 #include "tests/remote/remote_test_util.h"
 #include "tests/util/in_process_agent.h"

@@ -17,7 +17,7 @@
 #include <set>
 #include <vector>
 
-#include "agent/command_runner.h"
+#include "agent/process/command_runner.h"
 #include "agent/slurm/sbatch_script.h"
 #include "agent/slurm/slurm_cli.h"
 #include "agent/slurm/slurm_job.h"

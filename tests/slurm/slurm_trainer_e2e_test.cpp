@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "agent/command_runner.h"
+#include "agent/process/command_runner.h"
 #include "agent/slurm/sbatch_script.h"
 #include "agent/slurm/slurm_cli.h"
 #include "common/formats/safetensors.h"

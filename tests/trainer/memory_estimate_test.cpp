@@ -32,9 +32,9 @@ ModelConfig Qwen15B() {
 }
 
 TEST(MemoryEstimate, ParameterCountsEqualTheBuiltModel) {
-  for (const std::string type : {"llama", "qwen2", "qwen3"}) {
+  for (const std::string type : {"llama", "qwen2", "qwen3", "gemma2", "gemma3_text"}) {
     json j = sftctl::testing::TinyDecoderConfig(type, 97, 32, 48, type != "llama");
-    if (type == "qwen3") j["head_dim"] = 12;
+    if (type != "llama" && type != "qwen2") j["head_dim"] = 12;
     const ModelConfig c = *ParseModelConfig(j, "test");
     for (bool lora : {false, true}) {
       CausalLM m(c);

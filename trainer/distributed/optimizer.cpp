@@ -7,6 +7,7 @@
 #include <map>
 
 #include "trainer/model/fused_ops.h"
+#include "trainer/model/working_weights.h"
 
 namespace sftctl::trainer {
 
@@ -213,6 +214,9 @@ void FlatAdamW::Step(double lr) {
       default:
         OpsStep(g, lr, bc1, bc2);
     }
+    // The CPU kernel writes through raw pointers: copies made from the parameters (the working
+    // weights, trainer/model/working_weights.h) learn from the version counter that they are stale.
+    MarkChanged(g.data);
   }
 }
 

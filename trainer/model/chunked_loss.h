@@ -23,6 +23,8 @@
 
 #include <cstdint>
 
+#include "trainer/model/working_weights.h"
+
 namespace sftctl::trainer {
 
 // Where the loss head runs, as far as the automatic chunk size cares.
@@ -57,8 +59,13 @@ int64_t LossChunkTokens(int64_t requested, int64_t vocab_size, const LossChunkDe
 // The summed cross-entropy above as an fp32 scalar. hidden [N, C] (any float dtype), weight
 // [V, C], targets [N] int64 in [0, V) (no ignore index: pass only labelled rows). chunk_tokens
 // 0 or >= N: the plain path (logits of all rows at once); else chunks of chunk_tokens rows.
-// Differentiable in hidden and weight.
+// Differentiable in hidden and weight. `softcap` > 0 (Gemma's final_logit_softcapping): the
+// logits are tanh(z / softcap) * softcap in fp32 before the softmax, on every path (on CUDA the
+// fused loss, which cannot cap, gives way to the composite plain or chunked path). `working`
+// bound (trainer/model/working_weights.h): the fused CUDA loss reads the weight's working copy
+// when it is in the matmul dtype and adds the weight's gradient into weight.grad() itself.
 torch::Tensor LinearCrossEntropySum(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                    const torch::Tensor& targets, int64_t chunk_tokens);
+                                    const torch::Tensor& targets, int64_t chunk_tokens, double softcap = 0,
+                                    const WorkingWeight& working = {});
 
 }  // namespace sftctl::trainer

@@ -283,14 +283,30 @@ struct SwiGluFn : public torch::autograd::Function<SwiGluFn> {
 
 // ---- Linear cross-entropy -------------------------------------------------------------------
 
+// The master weight, passed so that autograd does not take it for an input (no edge to its
+// AccumulateGrad: its gradient is written by the GEMM, not returned).
+struct MasterWeight {
+  Tensor tensor;
+};
+
+// The fp32 gradient a working weight's GEMM adds into: master.grad(), checked.
+Tensor MasterGrad(const Tensor& master, at::IntArrayRef sizes, const char* what) {
+  const Tensor g = master.grad();
+  TORCH_CHECK(g.defined() && g.scalar_type() == torch::kFloat32 && g.is_contiguous() && g.sizes() == sizes,
+              what, ": the master weight's gradient must be the optimizer's fp32 view of its flat buffer");
+  return g;
+}
+
 // Logits of rows [b, e) of h (already in `dt`) against w (in `dt`): [e - b, V] in `dt`.
 Tensor ChunkLogits(const Tensor& h, const Tensor& w, int64_t b, int64_t e) {
   return at::mm(h.slice(0, b, e), w.t());
 }
 
 struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntropyFn> {
+  // master defined: `weight` is its working copy in `dtype` and the weight's gradient goes into
+  // master.grad() (none is returned).
   static Tensor forward(AutogradContext* ctx, const Tensor& hidden, const Tensor& weight,
-                        const Tensor& targets, int64_t chunk, int64_t dtype) {
+                        const Tensor& targets, int64_t chunk, int64_t dtype, const MasterWeight& master) {
     const c10::DeviceGuard guard(hidden.device());
     const auto dt = static_cast<torch::ScalarType>(dtype);
     const Tensor h = hidden.to(dt).contiguous(), w = weight.to(dt).contiguous();
@@ -312,6 +328,7 @@ struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntrop
     ctx->save_for_backward({hidden, weight, t, lse});
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["dtype"] = dtype;
+    ctx->saved_data["master"] = master.tensor;
     return (lse - picked).sum();
   }
 
@@ -321,12 +338,18 @@ struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntrop
     const c10::DeviceGuard guard(hidden.device());
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const auto dt = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
-    const bool want_h = ctx->needs_input_grad(0), want_w = ctx->needs_input_grad(1);
+    const Tensor master = ctx->saved_data["master"].toTensor();
+    const bool want_h = ctx->needs_input_grad(0), want_w = ctx->needs_input_grad(1) || master.defined();
     const Tensor scale = grads[0].to(torch::kFloat32).reshape({1}).contiguous();  // stays on the device
     const Tensor h = hidden.to(dt).contiguous(), w = weight.to(dt).contiguous();
     const int64_t N = h.size(0), V = w.size(0), C = h.size(1);
     Tensor dh = want_h ? torch::empty({N, C}, h.options()) : Tensor();
-    Tensor dw = want_w ? torch::zeros({V, C}, h.options().dtype(torch::kFloat32)) : Tensor();
+    Tensor dw;  // fp32: master's gradient itself, or a buffer returned as the weight's
+    if (master.defined()) {
+      dw = MasterGrad(master, weight.sizes(), "the lm_head's weight gradient");
+    } else if (want_w) {
+      dw = torch::zeros({V, C}, h.options().dtype(torch::kFloat32));
+    }
     for (int64_t b = 0; b < N; b += chunk) {
       const int64_t e = std::min(N, b + chunk);
       Tensor logits = ChunkLogits(h, w, b, e);
@@ -350,8 +373,55 @@ struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntrop
       }
     }
     if (want_h && dh.scalar_type() != hidden.scalar_type()) dh = dh.to(hidden.scalar_type());
+    if (master.defined()) return {dh, Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
     if (want_w && weight.scalar_type() != torch::kFloat32) dw = dw.to(weight.scalar_type());
-    return {dh, dw, Tensor(), Tensor(), Tensor()};
+    return {dh, dw, Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+// ---- A linear layer on the working weights ---------------------------------------------------
+
+struct WorkingLinearFn : public torch::autograd::Function<WorkingLinearFn> {
+  // bias empty: none (autograd functions take no undefined tensors).
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
+                        const MasterWeight& master) {
+    const c10::DeviceGuard guard(x.device());
+    const torch::ScalarType dt = w.scalar_type();
+    const Tensor xc = x.scalar_type() == dt ? x : x.to(dt);
+    const bool has_bias = bias.numel() > 0;
+    Tensor y = at::linear(xc, w, has_bias ? bias.to(dt) : Tensor());
+    ctx->save_for_backward({xc, w});
+    ctx->saved_data["master"] = master.tensor;
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["bias"] = has_bias;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &w = saved[1];
+    if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor(), Tensor()};
+    const c10::DeviceGuard guard(w.device());
+    const Tensor dy = grads[0].to(w.scalar_type());
+    const int64_t out = w.size(0), in = w.size(1);
+    const Tensor dy2 = dy.reshape({-1, out}).contiguous();
+    Tensor dx;
+    if (ctx->needs_input_grad(0)) {
+      dx = at::matmul(dy, w).to(static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt()));
+    }
+    const Tensor g = MasterGrad(ctx->saved_data["master"].toTensor(), w.sizes(), "WorkingLinear");
+    {
+      SFT_KERNEL_SCOPE("gemm_accumulate");
+      const Tensor x2 = x.reshape({-1, in}).contiguous();
+      const std::string err =
+          For(dy2).gemm_accumulate(dy2.data_ptr(), x2.data_ptr(), g.data_ptr<float>(), Dt(w), out, in,
+                                   dy2.size(0), w.device().index(), Stream(dy2));
+      TORCH_CHECK(err.empty(), "a weight gradient: ", err);
+    }
+    Tensor db;
+    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2))
+      db = at::sum(dy2, {0}, false, torch::kFloat32);
+    return {dx, Tensor(), db, Tensor()};
   }
 };
 
@@ -404,9 +474,21 @@ torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) { retur
 
 torch::Tensor LinearCrossEntropySum(const torch::Tensor& hidden, const torch::Tensor& weight,
                                     const torch::Tensor& targets, int64_t chunk_tokens,
-                                    torch::ScalarType dtype) {
+                                    torch::ScalarType dtype, const torch::Tensor& master) {
   TORCH_CHECK(chunk_tokens > 0, "LinearCrossEntropySum: chunk_tokens must be positive");
-  return LinearCrossEntropyFn::apply(hidden, weight, targets, chunk_tokens, static_cast<int64_t>(dtype));
+  TORCH_CHECK(
+      !master.defined() || (weight.scalar_type() == dtype && master.sizes() == weight.sizes()),
+      "LinearCrossEntropySum: a working weight must be in the matmul dtype and of its master's shape");
+  return LinearCrossEntropyFn::apply(hidden, weight, targets, chunk_tokens, static_cast<int64_t>(dtype),
+                                     MasterWeight{master});
+}
+
+torch::Tensor WorkingLinear(const torch::Tensor& x, const torch::Tensor& w_work, const torch::Tensor& bias,
+                            const torch::Tensor& master) {
+  TORCH_CHECK(w_work.dim() == 2 && master.sizes() == w_work.sizes(), "WorkingLinear: W ", w_work.sizes(),
+              " and its master ", master.sizes(), " differ");
+  return WorkingLinearFn::apply(x, w_work, bias.defined() ? bias : torch::empty({0}, x.options()),
+                                MasterWeight{master});
 }
 
 }  // namespace sftctl::trainer::cuda_ops

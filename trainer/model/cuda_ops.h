@@ -61,9 +61,23 @@ torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up);
 // chunk's logits are made once in the matmul dtype `dtype` and never in fp32; one kernel per
 // chunk gives each row's log-sum-exp and target logit; backward recomputes a chunk's logits,
 // turns them into the loss's gradient in place (one kernel), and accumulates the weight's
-// gradient into one fp32 buffer inside the GEMM (no add kernel per chunk).
+// gradient into one fp32 buffer inside the GEMM (no add kernel per chunk). With `master` (the
+// fp32 weight whose working copy `weight` is, in `dtype`: trainer/model/working_weights.h) that
+// buffer is master.grad() itself and no gradient is returned for `weight` (REQUIRES then: as for
+// WorkingLinear's master).
 torch::Tensor LinearCrossEntropySum(const torch::Tensor& hidden, const torch::Tensor& weight,
                                     const torch::Tensor& targets, int64_t chunk_tokens,
-                                    torch::ScalarType dtype);
+                                    torch::ScalarType dtype, const torch::Tensor& master = {});
+
+// x W^T + b with W read from its working copy `w_work` (trainer/model/working_weights.h) rather
+// than cast from the fp32 master weight `master` at each step. The product runs in w_work's dtype
+// (x and b cast to it; the result in that dtype, as autocast's linear). Backward returns x's
+// gradient (in x's dtype) and the bias's (fp32 sum over rows), and adds dW = dy^T x in fp32
+// straight into master.grad() inside the GEMM: no gradient comes back for W, so nothing else sees
+// it arrive (no AccumulateGrad hook fires). `bias` may be undefined.
+// REQUIRES: master.grad() is defined, fp32, contiguous and of W's shape (the optimizer's view of
+// its flat gradient buffer) whenever backward runs.
+torch::Tensor WorkingLinear(const torch::Tensor& x, const torch::Tensor& w_work, const torch::Tensor& bias,
+                            const torch::Tensor& master);
 
 }  // namespace sftctl::trainer::cuda_ops

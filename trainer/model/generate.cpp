@@ -20,8 +20,10 @@ class BatchStepper {
         pad_(torch::tensor(pad, torch::kInt64).to(ids_.device())),
         padded_(std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p > 0; })) {
     if (use_cache) {
-      cache_.emplace(model->config().num_hidden_layers, pad, capacity, model->config().sliding_window,
-                     ids_.device());
+      const ModelConfig& c = model->config();
+      // Per-layer windows (gemma): the cache keeps a mask for the full-attention layers too.
+      cache_.emplace(c.num_hidden_layers, pad, capacity, c.sliding_window, ids_.device(),
+                     !c.sliding_layers.empty());
     }
   }
 
@@ -43,7 +45,8 @@ class BatchStepper {
   torch::Tensor Recompute() {
     if (!padded_) return Last(model_->Hidden(ids_));
     const int64_t T = ids_.size(1);
-    auto [positions, mask] = LeftPadAttention(pad_, 0, T, T, model_->config().sliding_window);
+    // Without the window when only some layers have it: Hidden adds it to theirs.
+    auto [positions, mask] = LeftPadAttention(pad_, 0, T, T, model_->config().SharedWindow());
     return Last(model_->Hidden(ids_, positions, mask));
   }
 

@@ -21,18 +21,20 @@ std::pair<torch::Tensor, torch::Tensor> LeftPadAttention(const torch::Tensor& le
 }
 
 KvCache::KvCache(int64_t layers, const std::vector<int64_t>& left_pad, int64_t capacity, int64_t window,
-                 torch::Device device)
+                 torch::Device device, bool full_layers)
     : k_(static_cast<size_t>(layers)),
       v_(static_cast<size_t>(layers)),
       left_pad_(torch::tensor(left_pad, torch::kInt64).to(device)),
       capacity_(capacity),
-      window_(window) {}
+      window_(window),
+      full_layers_(full_layers && window > 0) {}
 
 void KvCache::Begin(int64_t T) {
   TORCH_CHECK(length_ + T <= capacity_, "KV cache full: ", length_, " + ", T, " slots > capacity ",
               capacity_);
   pending_ = T;
   std::tie(positions_, mask_) = LeftPadAttention(left_pad_, length_, T, length_ + T, window_);
+  if (full_layers_) full_mask_ = LeftPadAttention(left_pad_, length_, T, length_ + T, 0).second;
 }
 
 std::pair<torch::Tensor, torch::Tensor> KvCache::Append(int64_t layer, const torch::Tensor& k,

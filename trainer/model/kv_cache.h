@@ -9,7 +9,9 @@
 // Visibility. A query in slot t sees key slot j when j is a real token of the row (j >= pad),
 // j <= t, and, with a sliding window W > 0 (Mistral), t - j < W: the same rule as the training
 // path's causal (band) mask, so the cache changes no result. A query in a pad slot sees only
-// itself, which keeps its (unused) outputs finite.
+// itself, which keeps its (unused) outputs finite. A model whose layers differ (Gemma: some
+// sliding, some full) builds the cache with `full_layers`: mask(false) is then the same rule
+// without the window, for its full-attention layers.
 //
 // Use: Begin(T) before running T new tokens through the layers (it sets positions() and
 // mask() for them), Append(layer, k, v) once per layer, End() after the last layer.
@@ -36,7 +38,7 @@ class KvCache {
  public:
   // REQUIRES: capacity >= the longest row's prompt plus the tokens to generate; layers > 0.
   KvCache(int64_t layers, const std::vector<int64_t>& left_pad, int64_t capacity, int64_t window,
-          torch::Device device);
+          torch::Device device, bool full_layers = false);
 
   int64_t batch() const { return left_pad_.size(0); }
   int64_t capacity() const { return capacity_; }
@@ -47,7 +49,11 @@ class KvCache {
   void Begin(int64_t T);
   // Positions [B, T] (int64) and mask [B, 1, T, length()+T] of the tokens since Begin.
   const torch::Tensor& positions() const { return positions_; }
-  const torch::Tensor& mask() const { return mask_; }
+  // `windowed` false: the mask of a full-attention layer (REQUIRES: built with full_layers, or
+  // no window).
+  const torch::Tensor& mask(bool windowed = true) const {
+    return windowed || window_ == 0 ? mask_ : full_mask_;
+  }
   // Stores layer `layer`'s k and v ([B, Hkv, T, D], RoPE applied) in the new slots and returns
   // K and V over all slots so far, [B, Hkv, length()+T, D] (views into the cache).
   std::pair<torch::Tensor, torch::Tensor> Append(int64_t layer, const torch::Tensor& k,
@@ -58,8 +64,9 @@ class KvCache {
  private:
   std::vector<torch::Tensor> k_, v_;
   torch::Tensor left_pad_;  // [B] int64
-  torch::Tensor positions_, mask_;
+  torch::Tensor positions_, mask_, full_mask_;
   int64_t capacity_ = 0, window_ = 0, length_ = 0, pending_ = 0;
+  bool full_layers_ = false;
 };
 
 }  // namespace sftctl::trainer

@@ -96,7 +96,7 @@ StatusOr<LoraSpec> ParseAdapterConfig(const json& j, const std::string& source, 
       const std::string m = e.get<std::string>();
       if (std::find(KnownModules().begin(), KnownModules().end(), m) == KnownModules().end())
         return FieldError(source, "target_modules",
-                          "'" + m + "' is not a projection of llama/qwen2/qwen3/mistral");
+                          "'" + m + "' is not a projection of llama/qwen2/qwen3/mistral/gemma2/gemma3_text");
       s.target_modules.push_back(m);
     }
   } else {
@@ -110,7 +110,8 @@ StatusOr<LoraSpec> ParseAdapterConfig(const json& j, const std::string& source, 
   if ((v = get("bias")) && !(v->is_string() && *v == "none"))
     return FieldError(source, "bias", "must be \"none\", got " + v->dump());
   if ((v = get("fan_in_fan_out")) && !(v->is_boolean() && !v->get<bool>()))
-    return FieldError(source, "fan_in_fan_out", "must be false for llama/qwen2/qwen3/mistral");
+    return FieldError(source, "fan_in_fan_out",
+                      "must be false for llama/qwen2/qwen3/mistral/gemma2/gemma3_text");
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {
     if ((v = get(key)) && !(v->is_object() && v->empty()))
       return FieldError(source, key, "per-module ranks/alphas are not supported");

@@ -59,11 +59,29 @@ torch::Tensor AdditiveAttentionMask(const torch::Tensor& attn_mask, int64_t wind
 
 bool SdpaNativeGqa(const std::optional<ComputeCapability>& cc) { return cc && cc->major >= 8; }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps, bool initialise) : eps_(eps) {
-  weight = register_parameter("weight", initialise ? torch::ones({dim}) : torch::empty({dim}));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, bool initialise, bool unit_offset)
+    : eps_(eps), unit_offset_(unit_offset) {
+  torch::Tensor w = !initialise   ? torch::empty({dim})
+                    : unit_offset ? torch::zeros({dim})
+                                  : torch::ones({dim});
+  weight = register_parameter("weight", w);
+}
+
+torch::Tensor RMSNormImpl::GemmaForward(const torch::Tensor& x) {
+  const torch::Tensor scale = weight.to(torch::kFloat32) + 1.0;
+  // The fused kernels round x * rstd to x's dtype before the weight multiplies (Llama's order);
+  // for an fp32 x that rounding is none, so they compute Gemma's (x * rstd * (1 + w)) exactly.
+  if (x.scalar_type() == torch::kFloat32) {
+    if (fused::Supported(x)) return fused::RmsNorm(x, scale, eps_, MatmulDtype(x));
+    if (cuda_ops::Supported(x)) return cuda_ops::RmsNorm(x, scale, eps_, MatmulDtype(x));
+  }
+  torch::Tensor xf = x.to(torch::kFloat32);
+  torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_) * scale;
+  return y.to(x.scalar_type());
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (unit_offset_) return GemmaForward(x);
   if (fused::Supported(x)) return fused::RmsNorm(x, weight, eps_, MatmulDtype(x));
   if (cuda_ops::Supported(x)) return cuda_ops::RmsNorm(x, weight, eps_, MatmulDtype(x));
   // As transformers: normalise in fp32, cast back to the input dtype, then scale.
@@ -97,19 +115,22 @@ std::pair<torch::Tensor, torch::Tensor> RotaryTables::Get(int64_t seq_len,
   return {cos_.index({positions}).unsqueeze(1), sin_.index({positions}).unsqueeze(1)};
 }
 
-AttentionImpl::AttentionImpl(const ModelConfig& c, bool init)
+AttentionImpl::AttentionImpl(const ModelConfig& c, bool init, int64_t layer)
     : heads_(c.num_attention_heads),
       kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim),
-      window_(c.sliding_window) {
+      window_(c.LayerWindow(layer)),
+      scale_(c.AttentionScale()),
+      custom_scale_(c.query_pre_attn_scalar > 0),
+      softcap_(c.attn_logit_softcapping) {
   const int64_t C = c.hidden_size, q_dim = heads_ * head_dim_, kv_dim = kv_heads_ * head_dim_;
   q_proj = register_module("q_proj", MakeProjection(C, q_dim, c.attention_bias, init));
   k_proj = register_module("k_proj", MakeProjection(C, kv_dim, c.attention_bias, init));
   v_proj = register_module("v_proj", MakeProjection(C, kv_dim, c.attention_bias, init));
   o_proj = register_module("o_proj", MakeProjection(q_dim, C, c.o_proj_bias, init));
   if (c.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, init));
-    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, init));
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, init, c.gemma));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, init, c.gemma));
   }
 }
 
@@ -125,46 +146,59 @@ torch::Tensor AttentionImpl::NormQkHeads(const torch::Tensor& qkv) {
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
                                      const torch::Tensor& positions, const torch::Tensor& attn_mask) {
-  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t T = x.size(1);
   TORCH_CHECK(T <= rope.max_positions(), "sequence length ", T, " exceeds max_position_embeddings ",
               rope.max_positions());
   TORCH_CHECK(
       !attn_mask.defined() || attn_mask.scalar_type() == torch::kBool || attn_mask.is_floating_point(),
       "attention masks are boolean (true: may attend) or additive");
+  if (!attn_mask.defined() && fused::Supported(x)) return FusedForward(x, rope, positions);
   const bool windowed = window_ > 0 && T > window_;
-  if (!attn_mask.defined() && fused::Supported(x)) {
-    // CPU: one projection GEMM, fused split + RoPE, GQA without repeating K/V (the query heads
-    // of each KV head are stacked as rows), fused causal (sliding-window) softmax.
-    // A projection that carries an adapter (LoRA) runs its own forward; the kernels below only
-    // need the [B, T, (H + 2*Hkv) * D] layout. The same holds for gate/up in MLPImpl::forward.
-    torch::Tensor qkv;
-    if (q_proj->has_lora() || k_proj->has_lora() || v_proj->has_lora()) {
-      qkv = torch::cat({q_proj->forward(x), k_proj->forward(x), v_proj->forward(x)}, -1);
-    } else {
-      torch::Tensor w = torch::cat({q_proj->weight, k_proj->weight, v_proj->weight});
-      torch::Tensor bias =
-          q_proj->bias.defined() ? torch::cat({q_proj->bias, k_proj->bias, v_proj->bias}) : torch::Tensor();
-      qkv = MixedLinear(x, w, bias);
-    }
-    if (q_norm) qkv = NormQkHeads(qkv);
-    auto [q, k, v] =
-        fused::QkvRope(qkv, rope.cos_table(), rope.sin_table(), positions, heads_, kv_heads_, head_dim_);
-    const int64_t rep = heads_ / kv_heads_;
-    torch::Tensor q3 = q.view({B * kv_heads_, rep * T, head_dim_});
-    torch::Tensor k3 = k.view({B * kv_heads_, T, head_dim_});
-    torch::Tensor v3 = v.view({B * kv_heads_, T, head_dim_});
-    torch::Tensor scores = torch::bmm(q3, k3.transpose(1, 2));
-    torch::Tensor probs = fused::CausalSoftmax(scores, 1.0 / std::sqrt(static_cast<double>(head_dim_)),
-                                               v3.scalar_type(), windowed ? window_ : 0);
-    torch::Tensor out = torch::bmm(probs, v3).view({B, heads_, T, head_dim_}).transpose(1, 2);
-    return o_proj->forward(out.reshape({B, T, heads_ * head_dim_}));
-  }
   auto [q, k, v] = ProjectQkv(x, rope, positions);
   torch::Tensor mask = attn_mask;
   if (windowed && !mask.defined()) mask = SlidingWindowMask(T, window_, x.device());
   // A boolean mask becomes additive here (an additive one passes through with its window).
   if (mask.defined()) mask = AdditiveAttentionMask(mask, window_, q.scalar_type());
   return o_proj->forward(CompositeAttention(q, k, v, mask));
+}
+
+torch::Tensor AttentionImpl::SoftCap(const torch::Tensor& scores, double scale) const {
+  return torch::tanh(scores.to(torch::kFloat32) * (scale / softcap_)) * softcap_;
+}
+
+torch::Tensor AttentionImpl::FusedForward(const torch::Tensor& x, const RotaryTables& rope,
+                                          const torch::Tensor& positions) {
+  // CPU: one projection GEMM, fused split + RoPE, GQA without repeating K/V (the query heads
+  // of each KV head are stacked as rows), fused causal (sliding-window) softmax.
+  // A projection that carries an adapter (LoRA) runs its own forward; the kernels below only
+  // need the [B, T, (H + 2*Hkv) * D] layout. The same holds for gate/up in MLPImpl::forward.
+  const int64_t B = x.size(0), T = x.size(1);
+  const bool windowed = window_ > 0 && T > window_;
+  torch::Tensor qkv;
+  if (q_proj->has_lora() || k_proj->has_lora() || v_proj->has_lora()) {
+    qkv = torch::cat({q_proj->forward(x), k_proj->forward(x), v_proj->forward(x)}, -1);
+  } else {
+    torch::Tensor w = torch::cat({q_proj->weight, k_proj->weight, v_proj->weight});
+    torch::Tensor bias =
+        q_proj->bias.defined() ? torch::cat({q_proj->bias, k_proj->bias, v_proj->bias}) : torch::Tensor();
+    qkv = MixedLinear(x, w, bias);
+  }
+  if (q_norm) qkv = NormQkHeads(qkv);
+  auto [q, k, v] =
+      fused::QkvRope(qkv, rope.cos_table(), rope.sin_table(), positions, heads_, kv_heads_, head_dim_);
+  const int64_t rep = heads_ / kv_heads_;
+  torch::Tensor q3 = q.view({B * kv_heads_, rep * T, head_dim_});
+  torch::Tensor k3 = k.view({B * kv_heads_, T, head_dim_});
+  torch::Tensor v3 = v.view({B * kv_heads_, T, head_dim_});
+  torch::Tensor scores = torch::bmm(q3, k3.transpose(1, 2));
+  double scale = scale_;
+  if (softcap_ > 0) {  // the fused softmax reads the capped fp32 scores, already scaled
+    scores = SoftCap(scores, scale_);
+    scale = 1.0;
+  }
+  torch::Tensor probs = fused::CausalSoftmax(scores, scale, v3.scalar_type(), windowed ? window_ : 0);
+  torch::Tensor out = torch::bmm(probs, v3).view({B, heads_, T, head_dim_}).transpose(1, 2);
+  return o_proj->forward(out.reshape({B, T, heads_ * head_dim_}));
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::ProjectQkv(
@@ -210,9 +244,9 @@ torch::Tensor AttentionImpl::ForwardCached(const torch::Tensor& x, const RotaryT
   torch::Tensor q3 = q.reshape({B, kv_heads_, rep * T, head_dim_});
   torch::Tensor scores =
       torch::matmul(q3, K.transpose(2, 3)).to(torch::kFloat32).view({B, kv_heads_, rep, T, S});
-  scores = scores.mul(1.0 / std::sqrt(static_cast<double>(head_dim_)))
-               .masked_fill(cache.mask().view({B, 1, 1, T, S}).logical_not(),
-                            -std::numeric_limits<float>::infinity());
+  scores = softcap_ > 0 ? SoftCap(scores, scale_) : scores.mul(scale_);
+  scores = scores.masked_fill(cache.mask(window_ > 0).view({B, 1, 1, T, S}).logical_not(),
+                              -std::numeric_limits<float>::infinity());
   torch::Tensor probs = torch::softmax(scores, -1).to(V.scalar_type()).view({B, kv_heads_, rep * T, S});
   torch::Tensor out = torch::matmul(probs, V).view({B, heads_, T, head_dim_}).transpose(1, 2);
   return o_proj->forward(out.reshape({B, T, heads_ * head_dim_}));
@@ -221,15 +255,18 @@ torch::Tensor AttentionImpl::ForwardCached(const torch::Tensor& x, const RotaryT
 torch::Tensor AttentionImpl::CompositeAttention(torch::Tensor q, torch::Tensor k, torch::Tensor v,
                                                 const torch::Tensor& attn_mask) {
   const int64_t B = q.size(0), T = q.size(2);
+  // SDPA cannot soft-cap the scores (attn_logit_softcapping): those take the explicit path.
+  const bool sdpa = softcap_ == 0;
+  const std::optional<double> scale = custom_scale_ ? std::optional<double>(scale_) : std::nullopt;
   torch::Tensor out;
 #if defined(TORCH_VERSION_MAJOR) && \
     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
   // Causal GQA on CUDA: SDPA's flash kernel takes the KV heads as they are. (With a mask the
   // memory-efficient kernel is the one that applies, and it needs repeated heads; the CPU keeps
   // one path, so its results do not depend on the LibTorch version.)
-  if (kv_heads_ != heads_ && !attn_mask.defined() && q.is_cuda() && native_gqa_) {
+  if (sdpa && kv_heads_ != heads_ && !attn_mask.defined() && q.is_cuda() && native_gqa_) {
     out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                           /*scale=*/std::nullopt, /*enable_gqa=*/true);
+                                           scale, /*enable_gqa=*/true);
     return out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
   }
 #endif
@@ -238,16 +275,42 @@ torch::Tensor AttentionImpl::CompositeAttention(torch::Tensor q, torch::Tensor k
     k = k.unsqueeze(2).expand({B, kv_heads_, rep, T, head_dim_}).reshape({B, heads_, T, head_dim_});
     v = v.unsqueeze(2).expand({B, kv_heads_, rep, T, head_dim_}).reshape({B, heads_, T, head_dim_});
   }
-#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
-  // LibTorch 2.x: fused attention (flash / memory-efficient kernels on CUDA).
-  if (attn_mask.defined()) {
-    out = at::scaled_dot_product_attention(q, k, v, attn_mask);
-  } else {
-    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#if defined(TORCH_VERSION_MAJOR) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
+  // LibTorch 2.1+: fused attention (flash / memory-efficient kernels on CUDA), with the scale.
+  // (The scale goes in as a double or not at all: c10::optional is std::optional only from 2.4.)
+  if (sdpa && scale) {
+    out = attn_mask.defined()
+              ? at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, false, *scale)
+              : at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true, *scale);
+    return out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
   }
-#else
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
-  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) * scale;
+  if (sdpa) {
+    out = attn_mask.defined() ? at::scaled_dot_product_attention(q, k, v, attn_mask)
+                              : at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                                 /*is_causal=*/true);
+    return out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+  }
+#elif defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+  // LibTorch 2.0: SDPA without a scale argument (the default 1/sqrt(head_dim) only).
+  if (sdpa && !scale) {
+    out = attn_mask.defined() ? at::scaled_dot_product_attention(q, k, v, attn_mask)
+                              : at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                                 /*is_causal=*/true);
+    return out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+  }
+#endif
+  (void)sdpa;  // unused where LibTorch has no SDPA (1.x)
+  (void)scale;
+  out = ExplicitAttention(q, k, v, attn_mask);
+  return out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+}
+
+torch::Tensor AttentionImpl::ExplicitAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                               const torch::Tensor& v, const torch::Tensor& attn_mask) {
+  const int64_t T = q.size(2);
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1));
+  scores = softcap_ > 0 ? SoftCap(scores, scale_) : scores.to(torch::kFloat32) * scale_;
   if (attn_mask.defined()) {
     scores = scores + attn_mask.to(torch::kFloat32);
   } else {
@@ -256,18 +319,18 @@ torch::Tensor AttentionImpl::CompositeAttention(torch::Tensor q, torch::Tensor k
     scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
   }
   torch::Tensor probs = torch::softmax(scores, -1).to(v.scalar_type());
-  out = torch::matmul(probs, v);
-#endif
-  return out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+  return torch::matmul(probs, v);
 }
 
-MLPImpl::MLPImpl(const ModelConfig& c, bool init) {
+MLPImpl::MLPImpl(const ModelConfig& c, bool init) : gelu_(c.hidden_activation == "gelu_pytorch_tanh") {
   gate_proj = register_module("gate_proj", MakeProjection(c.hidden_size, c.intermediate_size, false, init));
   up_proj = register_module("up_proj", MakeProjection(c.hidden_size, c.intermediate_size, false, init));
   down_proj = register_module("down_proj", MakeProjection(c.intermediate_size, c.hidden_size, false, init));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  // GeGLU (Gemma): the composite path on every device (the fused kernels are SwiGLU's).
+  if (gelu_) return down_proj->forward(torch::gelu(gate_proj->forward(x), "tanh") * up_proj->forward(x));
   if (fused::Supported(x)) {
     torch::Tensor gu = gate_proj->has_lora() || up_proj->has_lora()
                            ? torch::cat({gate_proj->forward(x), up_proj->forward(x)}, -1)
@@ -279,17 +342,28 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, bool init) {
-  self_attn = register_module("self_attn", Attention(c, init));
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, bool init, int64_t layer) {
+  self_attn = register_module("self_attn", Attention(c, init, layer));
   mlp = register_module("mlp", MLP(c, init));
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, init));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, init));
+  auto norm = [&](const char* name) {
+    return register_module(name, RMSNorm(c.hidden_size, c.rms_norm_eps, init, c.gemma));
+  };
+  input_layernorm = norm("input_layernorm");
+  post_attention_layernorm = norm("post_attention_layernorm");
+  if (c.gemma) {
+    pre_feedforward_layernorm = norm("pre_feedforward_layernorm");
+    post_feedforward_layernorm = norm("post_feedforward_layernorm");
+  }
+}
+
+torch::Tensor DecoderLayerImpl::GemmaMlp(const torch::Tensor& h) {
+  return h + post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
                                         const torch::Tensor& positions, const torch::Tensor& attn_mask) {
   const torch::Tensor a = self_attn->forward(input_layernorm->forward(x), rope, positions, attn_mask);
+  if (pre_feedforward_layernorm) return GemmaMlp(x + post_attention_layernorm->forward(a));
   if (cuda_ops::Supported(x) && x.scalar_type() == torch::kFloat32) {
     // CUDA: the residual add and the next norm in one pass over the row.
     auto [h, y] = cuda_ops::AddRmsNorm(x, a, post_attention_layernorm->weight,
@@ -302,7 +376,9 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTabl
 
 torch::Tensor DecoderLayerImpl::ForwardCached(const torch::Tensor& x, const RotaryTables& rope,
                                               KvCache& cache, int64_t layer) {
-  torch::Tensor h = x + self_attn->ForwardCached(input_layernorm->forward(x), rope, cache, layer);
+  const torch::Tensor a = self_attn->ForwardCached(input_layernorm->forward(x), rope, cache, layer);
+  if (pre_feedforward_layernorm) return GemmaMlp(x + post_attention_layernorm->forward(a));
+  torch::Tensor h = x + a;
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -312,8 +388,8 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, bool init) {
   if (!init) options._weight(torch::empty({c.vocab_size, c.hidden_size}));
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(options));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, init));
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, init));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, init, i));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, init, c.gemma));
 }
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& c, Init init) : config_(c) {
@@ -322,6 +398,8 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c, Init init) : config_(c) {
   if (!c.tie_word_embeddings)
     lm_head = register_module("lm_head", MakeProjection(c.hidden_size, c.vocab_size, false, initialise));
   rope_ = RotaryTables(c, c.max_position_embeddings, torch::kCPU);
+  if (c.rope_local_theta > 0)
+    rope_local_ = RotaryTables(LocalRopeConfig(c), c.max_position_embeddings, torch::kCPU);
   if (!initialise) return;
   torch::NoGradGuard no_grad;
   for (auto& p : named_parameters()) {
@@ -329,7 +407,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c, Init init) : config_(c) {
     if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
       p.value().zero_();
     } else if (name.find("norm") != std::string::npos) {
-      p.value().fill_(1.0);
+      p.value().fill_(c.gemma ? 0.0 : 1.0);  // Gemma's norms scale by (1 + weight)
     } else {
       p.value().normal_(0.0, c.initializer_range);
     }
@@ -348,6 +426,8 @@ void CausalLMImpl::AllocateUninitialised(torch::Device device, torch::ScalarType
 void CausalLMImpl::ToDevice(torch::Device device) {
   to(device);
   rope_ = RotaryTables(config_, config_.max_position_embeddings, device);
+  if (config_.rope_local_theta > 0)
+    rope_local_ = RotaryTables(LocalRopeConfig(config_), config_.max_position_embeddings, device);
   const bool native_gqa =
       device.is_cuda() && SdpaNativeGqa(CudaComputeCapability(device.has_index() ? device.index() : 0));
   for (const auto& module : *model->layers) module->as<DecoderLayer>()->self_attn->set_native_gqa(native_gqa);
@@ -361,26 +441,50 @@ int64_t CausalLMImpl::LossChunkRows(const torch::Device& device) {
   return chunk_device_->second;
 }
 
+torch::Tensor CausalLMImpl::Embed(const torch::Tensor& input_ids) {
+  torch::Tensor h = model->embed_tokens->forward(input_ids);
+  if (config_.gemma) {
+    // transformers: embeddings * sqrt(hidden_size), the factor a tensor of the model's dtype.
+    const torch::Tensor factor = torch::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)),
+                                                      h.options().dtype(torch::kFloat32))
+                                     .to(h.scalar_type());
+    h = h * factor;
+  }
+  if (h.scalar_type() != torch::kFloat32) h = h.to(torch::kFloat32);  // a bf16 frozen table: fp32 residual
+  return h;
+}
+
+const RotaryTables& CausalLMImpl::LayerRope(int64_t layer) const {
+  return config_.rope_local_theta > 0 && config_.LayerWindow(layer) > 0 ? rope_local_ : rope_;
+}
+
 torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions,
                                    const torch::Tensor& attn_mask) {
-  torch::Tensor h = model->embed_tokens->forward(input_ids);
-  if (h.scalar_type() != torch::kFloat32) h = h.to(torch::kFloat32);  // a bf16 frozen table: fp32 residual
-  // One additive mask for all layers, in the attention's dtype (with the window, if any).
+  torch::Tensor h = Embed(input_ids);
+  // One additive mask per kind of layer, in the attention's dtype: [0] for the full-attention
+  // layers, [1] for the sliding ones (with the window).
   const int64_t T = input_ids.size(1), window = config_.sliding_window;
-  torch::Tensor mask = attn_mask;
-  if (!mask.defined() && window > 0 && T > window && !fused::Supported(h))
-    mask = SlidingWindowMask(T, window, h.device());
-  if (mask.defined()) mask = AdditiveAttentionMask(mask, window, AttentionMaskDtype(h));
+  torch::Tensor masks[2];
+  if (attn_mask.defined()) {
+    bool kinds[2] = {false, false};
+    for (int64_t i = 0; i < config_.num_hidden_layers; ++i) kinds[config_.LayerWindow(i) > 0 ? 1 : 0] = true;
+    if (kinds[0]) masks[0] = AdditiveAttentionMask(attn_mask, 0, AttentionMaskDtype(h));
+    if (kinds[1]) masks[1] = AdditiveAttentionMask(attn_mask, window, AttentionMaskDtype(h));
+  } else if (window > 0 && T > window && !fused::Supported(h)) {
+    masks[1] = AdditiveAttentionMask(SlidingWindowMask(T, window, h.device()), window, AttentionMaskDtype(h));
+  }
+  int64_t i = 0;
   for (const auto& module : *model->layers) {
     DecoderLayerImpl* layer = module->as<DecoderLayer>();
+    const torch::Tensor& mask = masks[layer->self_attn->window() > 0 ? 1 : 0];
+    const RotaryTables* rope = &LayerRope(i++);
     if (gradient_checkpointing_) {
-      // Keeps only each layer's input; the model (and so the layer and rope_) outlives backward.
-      const RotaryTables* rope = &rope_;
+      // Keeps only each layer's input; the model (and so the layer and its tables) outlives backward.
       h = CheckpointedCall([layer, rope, positions, mask](
                                const torch::Tensor& x) { return layer->forward(x, *rope, positions, mask); },
                            h, layer->parameters());
     } else {
-      h = layer->forward(h, rope_, positions, mask);
+      h = layer->forward(h, *rope, positions, mask);
     }
   }
   return model->norm->forward(h);
@@ -390,19 +494,33 @@ const torch::Tensor& CausalLMImpl::LmHeadWeight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
+void CausalLMImpl::BindHeadWorkingWeight(WorkingWeight working) {
+  if (working) {
+    TORCH_CHECK(
+        LmHeadWeight().data_ptr() == working.copies->master(working.group).data_ptr<float>() + working.offset,
+        "BindHeadWorkingWeight: the LM head's weight is not the view of buffer ", working.group, " at ",
+        working.offset);
+  }
+  head_working_ = std::move(working);
+}
+
 torch::Tensor CausalLMImpl::HiddenCached(const torch::Tensor& input_ids, KvCache& cache) {
   cache.Begin(input_ids.size(1));
-  torch::Tensor h = model->embed_tokens->forward(input_ids);
-  if (h.scalar_type() != torch::kFloat32) h = h.to(torch::kFloat32);  // as Hidden: an fp32 residual
+  torch::Tensor h = Embed(input_ids);
   int64_t layer = 0;
-  for (const auto& module : *model->layers)
-    h = module->as<DecoderLayer>()->ForwardCached(h, rope_, cache, layer++);
+  for (const auto& module : *model->layers) {
+    h = module->as<DecoderLayer>()->ForwardCached(h, LayerRope(layer), cache, layer);
+    ++layer;
+  }
   cache.End();
   return model->norm->forward(h);
 }
 
 torch::Tensor CausalLMImpl::Logits(const torch::Tensor& hidden) {
-  return MixedLinear(hidden, LmHeadWeight());
+  torch::Tensor logits = MixedLinear(hidden, LmHeadWeight());
+  const double cap = config_.final_logit_softcapping;
+  if (cap > 0) logits = torch::tanh(logits.to(torch::kFloat32) / cap) * cap;
+  return logits;
 }
 
 torch::Tensor CausalLMImpl::LossSum(const torch::Tensor& input_ids, const torch::Tensor& labels,
@@ -418,13 +536,14 @@ torch::Tensor CausalLMImpl::LossFromHidden(const torch::Tensor& hidden, const to
     // depends on how many targets there are (a boolean mask would make the host wait for it).
     torch::Tensor h = hidden.reshape({-1, hidden.size(-1)}).index_select(0, target_index);  // [N, C]
     return LinearCrossEntropySum(h, LmHeadWeight(), labels.reshape({-1}).index_select(0, target_index + 1),
-                                 LossChunkRows(h.device()));
+                                 LossChunkRows(h.device()), config_.final_logit_softcapping, head_working_);
   }
   // Position t predicts token t+1: pair hidden[:, :-1] with labels[:, 1:].
   torch::Tensor targets = labels.slice(1, 1);
   torch::Tensor mask = targets.ne(-100);
   torch::Tensor h = hidden.slice(1, 0, hidden.size(1) - 1).index({mask});  // [N, C]
-  return LinearCrossEntropySum(h, LmHeadWeight(), targets.index({mask}), LossChunkRows(h.device()));
+  return LinearCrossEntropySum(h, LmHeadWeight(), targets.index({mask}), LossChunkRows(h.device()),
+                               config_.final_logit_softcapping, head_working_);
 }
 
 bool DecaysWeight(const std::string& name, const torch::Tensor& p) {

@@ -1,6 +1,15 @@
 // CausalLM: a Llama-family decoder-only transformer in LibTorch (model_type llama, qwen2, qwen3,
-// mistral), numerically following Hugging Face transformers (RMSNorm in fp32, rotate-half RoPE,
-// softmax in fp32, GQA, SwiGLU; Qwen3's per-head q/k RMSNorm; Mistral's sliding window).
+// mistral, gemma2, gemma3_text), numerically following Hugging Face transformers (RMSNorm in fp32,
+// rotate-half RoPE, softmax in fp32, GQA, SwiGLU; Qwen3's per-head q/k RMSNorm; Mistral's sliding
+// window; Gemma's (1 + w) norms, four norms per layer, GeGLU, scaled embeddings, per-layer sliding
+// windows and RoPE bases, and attention / final logit soft-capping).
+//
+// Attention paths. Without soft-capping: the fused CPU causal softmax, or SDPA (LibTorch 2.x;
+// with query_pre_attn_scalar's scale from 2.1). With attn_logit_softcapping (gemma2) SDPA cannot
+// apply tanh(x / cap) * cap to the scores, so attention is an explicit matmul-softmax: on the CPU
+// the fused causal softmax over fp32 capped scores, elsewhere scores = q k^T in fp32, capped,
+// masked, softmaxed, times v. Both hold [B, H, T, T] fp32 scores (and the capped copy) per layer
+// for backward, where SDPA's kernels hold O(T) per row.
 //
 // Parameter names equal the HF checkpoint keys ("model.layers.0.self_attn.q_proj.weight"),
 // so weights load and save by name. With tie_word_embeddings, lm_head uses
@@ -43,13 +52,18 @@ bool SdpaNativeGqa(const std::optional<ComputeCapability>& cc);
 // never written and drawing nothing, for a caller that overwrites every parameter (a load).
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps, bool initialise = true);
+  // `unit_offset` (Gemma): y = (x * rsqrt(mean(x^2) + eps) * (1 + weight)) in fp32, cast to x's
+  // dtype once; the weight starts at zeros. Otherwise transformers' Llama RMSNorm, weight ones.
+  RMSNormImpl(int64_t dim, double eps, bool initialise = true, bool unit_offset = false);
   torch::Tensor forward(const torch::Tensor& x);
   double eps() const { return eps_; }
+  bool unit_offset() const { return unit_offset_; }
   torch::Tensor weight;
 
  private:
+  torch::Tensor GemmaForward(const torch::Tensor& x);
   double eps_;
+  bool unit_offset_;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -73,7 +87,8 @@ class RotaryTables {
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const ModelConfig& c, bool initialise = true);
+  // `layer`: the layer's index, for its sliding window (ModelConfig::LayerWindow).
+  explicit AttentionImpl(const ModelConfig& c, bool initialise = true, int64_t layer = 0);
   // x: [B, T, C]. `positions`: [B, T] or undefined for 0..T-1. `attn_mask`: bool mask (true:
   // may attend) broadcastable to [B, H, T, T] (PackedAttentionMask), or its
   // AdditiveAttentionMask (window included), or undefined for plain causal attention. With a sliding window
@@ -90,10 +105,11 @@ class AttentionImpl : public torch::nn::Module {
                               int64_t layer);
   // Linear layers that can carry a LoRA adapter (trainer/model/projection.h, trainer/model/lora.h).
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  // Qwen3's per-head RMSNorms over head_dim, applied to q and k before RoPE; null otherwise.
+  // Qwen3's / Gemma 3's per-head RMSNorms over head_dim, applied to q and k before RoPE; null otherwise.
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
   // See forward; CausalLMImpl::ToDevice sets it from SdpaNativeGqa.
   void set_native_gqa(bool on) { native_gqa_ = on; }
+  int64_t window() const { return window_; }
 
  private:
   // Applies q_norm / k_norm to the q and k heads of a fused projection [B, T, (H + 2*Hkv) * D].
@@ -106,31 +122,56 @@ class AttentionImpl : public torch::nn::Module {
   // The composite (ATen) attention of q [B, H, T, D], k and v [B, Hkv, T, D] -> [B, T, H * D].
   torch::Tensor CompositeAttention(torch::Tensor q, torch::Tensor k, torch::Tensor v,
                                    const torch::Tensor& attn_mask);
+  // The explicit matmul-softmax attention of q, k, v [B, H, T, D] (K/V heads repeated) -> [B, H,
+  // T, D]: fp32 scores, scaled, soft-capped, masked (additive `attn_mask`, else causal).
+  torch::Tensor ExplicitAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  const torch::Tensor& attn_mask);
+  // The fused CPU path (no mask): one projection GEMM, fused split + RoPE, fused causal softmax.
+  torch::Tensor FusedForward(const torch::Tensor& x, const RotaryTables& rope,
+                             const torch::Tensor& positions);
+  // tanh(scores * scale / cap) * cap in fp32 (attn_logit_softcapping).
+  torch::Tensor SoftCap(const torch::Tensor& scores, double scale) const;
 
   int64_t heads_, kv_heads_, head_dim_, window_;
+  double scale_;       // ModelConfig::AttentionScale
+  bool custom_scale_;  // query_pre_attn_scalar set (gemma): SDPA is told the scale
+  double softcap_;     // attn_logit_softcapping; 0: none
   bool native_gqa_ = false;
 };
 TORCH_MODULE(Attention);
 
+// SwiGLU, or GeGLU (gelu with the tanh approximation) when hidden_activation is gelu_pytorch_tanh.
 class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelConfig& c, bool initialise = true);
   torch::Tensor forward(const torch::Tensor& x);
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  bool gelu_ = false;
 };
 TORCH_MODULE(MLP);
 
+// Gemma's layer normalises the attention and MLP outputs too, before each residual add:
+// h = x + post_attention_layernorm(attn(input_layernorm(x))),
+// out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const ModelConfig& c, bool initialise = true);
+  explicit DecoderLayerImpl(const ModelConfig& c, bool initialise = true, int64_t layer = 0);
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
                         const torch::Tensor& attn_mask);
   // The same layer over the next tokens of cached sequences (AttentionImpl::ForwardCached).
   torch::Tensor ForwardCached(const torch::Tensor& x, const RotaryTables& rope, KvCache& cache,
                               int64_t layer);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  // Gemma only (null otherwise).
+  RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
+
+ private:
+  // Gemma's second half: h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
+  torch::Tensor GemmaMlp(const torch::Tensor& h);
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -173,10 +214,14 @@ class CausalLMImpl : public torch::nn::Module {
   // T tokens `input_ids` [B, T] of the sequences in `cache` (the whole left-padded prompts first,
   // then one token per step), which stores their keys and values. Call under NoGradGuard.
   torch::Tensor HiddenCached(const torch::Tensor& input_ids, KvCache& cache);
-  // Logits for hidden states of any leading shape: [..., C] -> [..., V].
+  // Logits for hidden states of any leading shape: [..., C] -> [..., V]; with
+  // final_logit_softcapping, tanh(logits / cap) * cap in fp32.
   torch::Tensor Logits(const torch::Tensor& hidden);
   // lm_head's weight [V, C]: model.embed_tokens.weight when tied.
   const torch::Tensor& LmHeadWeight() const;
+  // The loss reads LmHeadWeight from its working copy (chunked_loss.h's LinearCrossEntropySum);
+  // unbound: not. REQUIRES: as ProjectionImpl::BindWorkingWeight, for LmHeadWeight.
+  void BindHeadWorkingWeight(WorkingWeight working);
   // Sum of next-token cross-entropy over positions whose label is not -100, computed in fp32
   // with logits formed only at those positions, in chunks of LossChunkRows(device) rows when
   // that is > 0 (trainer/model/chunked_loss.h). `labels` is aligned with `input_ids` (HF
@@ -218,8 +263,15 @@ class CausalLMImpl : public torch::nn::Module {
   Projection lm_head{nullptr};
 
  private:
+  // The embeddings of `input_ids` as the fp32 residual stream (Gemma: times sqrt(hidden_size),
+  // rounded to the table's dtype, as transformers multiplies in the model's dtype).
+  torch::Tensor Embed(const torch::Tensor& input_ids);
+  // The RoPE tables of layer `layer`: rope_local_ for gemma3's sliding layers, else rope_.
+  const RotaryTables& LayerRope(int64_t layer) const;
+
   ModelConfig config_;
-  RotaryTables rope_;
+  WorkingWeight head_working_;      // BindHeadWorkingWeight
+  RotaryTables rope_, rope_local_;  // rope_local_: only when config_.rope_local_theta > 0
   bool gradient_checkpointing_ = false;
   int64_t loss_chunk_tokens_ = 0;
   std::optional<std::pair<torch::Device, int64_t>> chunk_device_;  // LossChunkRows' last answer

@@ -47,7 +47,7 @@ Status ReadRope(const json& r, const std::string& source, const std::string& key
   if (type.empty()) type = "default";
   RopeScaling& s = c->rope_scaling;
   s.type = type;
-  if (key == "rope_parameters")
+  if (key.rfind("rope_parameters", 0) == 0)
     SFT_RETURN_IF_ERROR(Read(r, source, "rope_theta", &c->rope_theta, false, prefix));
   if (type == "default") return OkStatus();
   if (type != "llama3" && type != "linear") {
@@ -73,9 +73,129 @@ Status ReadRope(const json& r, const std::string& source, const std::string& key
 // transformers' MistralConfig default when config.json has no "sliding_window" key.
 constexpr int64_t kMistralDefaultSlidingWindow = 4096;
 
+bool IsGemma(const std::string& type) { return type == "gemma2" || type == "gemma3_text"; }
+
+// Whether "rope_parameters" is keyed by layer type ({"full_attention": {...}, ...}: an object of
+// objects) rather than holding one RoPE's keys.
+bool IsPerLayerTypeRope(const json& r) {
+  if (!r.is_object()) return false;
+  for (const auto& item : r.items()) {
+    if (item.value().is_object()) return true;
+  }
+  return false;
+}
+
+// Reads an optional positive number whose null means "off" (0); absent keeps `*out`.
+Status ReadOptionalPositive(const json& j, const std::string& source, const std::string& key, double* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return OkStatus();
+  *out = 0;
+  SFT_RETURN_IF_ERROR(Read(j, source, key, out, false));
+  if (!it->is_null() && !(*out > 0)) return FieldError(source, key, "must be > 0 or null, got " + it->dump());
+  return OkStatus();
+}
+
+// Gemma's per-layer attention types: "layer_types" when present, else transformers' default
+// (gemma2: the even layers slide; gemma3_text: all but every sliding_window_pattern-th).
+Status ReadGemmaLayerTypes(const json& j, const std::string& source, ModelConfig* c) {
+  const int64_t L = c->num_hidden_layers;
+  c->sliding_layers.assign(static_cast<size_t>(L), false);
+  auto it = j.find("layer_types");
+  if (it == j.end() || it->is_null()) {
+    int64_t pattern = 6;
+    if (c->model_type == "gemma3_text") {
+      SFT_RETURN_IF_ERROR(Read(j, source, "sliding_window_pattern", &pattern, false));
+      if (pattern <= 0) return FieldError(source, "sliding_window_pattern", "must be > 0");
+    }
+    for (int64_t i = 0; i < L; ++i)
+      c->sliding_layers[static_cast<size_t>(i)] =
+          c->model_type == "gemma2" ? i % 2 == 0 : (i + 1) % pattern != 0;
+    return OkStatus();
+  }
+  if (!it->is_array()) return FieldError(source, "layer_types", "must be a list, got " + it->dump());
+  if (static_cast<int64_t>(it->size()) != L) {
+    return FieldError(
+        source, "layer_types",
+        "has " + std::to_string(it->size()) + " entries, num_hidden_layers is " + std::to_string(L));
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& e = (*it)[i];
+    if (e != "sliding_attention" && e != "full_attention") {
+      return FieldError(source, "layer_types",
+                        e.dump() + " is not supported (sliding_attention, full_attention)");
+    }
+    c->sliding_layers[i] = e == "sliding_attention";
+  }
+  return OkStatus();
+}
+
+// Gemma 3's RoPE: the newer per-layer-type "rope_parameters" ({"sliding_attention": {...},
+// "full_attention": {...}}), else rope_theta + rope_scaling (full layers, read by the caller)
+// and rope_local_base_freq (sliding layers, default RoPE).
+Status ReadGemma3Rope(const json& j, const std::string& source, ModelConfig* c) {
+  ModelConfig local;
+  local.rope_theta = 10000.0;
+  SFT_RETURN_IF_ERROR(Read(j, source, "rope_local_base_freq", &local.rope_theta, false));
+  auto it = j.find("rope_parameters");
+  if (it != j.end() && IsPerLayerTypeRope(*it)) {
+    for (const auto& [type, params] : it->items()) {
+      if (type != "full_attention" && type != "sliding_attention") {
+        return FieldError(source, "rope_parameters",
+                          "'" + type + "' is not a layer type (sliding_attention, full_attention)");
+      }
+      SFT_RETURN_IF_ERROR(
+          ReadRope(params, source, "rope_parameters." + type, type == "full_attention" ? c : &local));
+    }
+  }
+  if (!(local.rope_theta > 0)) return FieldError(source, "rope_local_base_freq", "must be > 0");
+  c->rope_local_theta = local.rope_theta;
+  c->rope_local_scaling = local.rope_scaling;
+  return OkStatus();
+}
+
+// The keys of gemma2 / gemma3_text (see model_config.h).
+Status ReadGemmaKeys(const json& j, const std::string& source, ModelConfig* c) {
+  const bool gemma2 = c->model_type == "gemma2";
+  c->gemma = true;
+  c->hidden_activation = "gelu_pytorch_tanh";
+  SFT_RETURN_IF_ERROR(Read(j, source, "hidden_activation", &c->hidden_activation, false));
+  if (c->hidden_activation != "gelu_pytorch_tanh") {
+    return FieldError(source, "hidden_activation",
+                      "'" + c->hidden_activation + "' is not supported (gelu_pytorch_tanh)");
+  }
+  c->query_pre_attn_scalar = 256;
+  SFT_RETURN_IF_ERROR(Read(j, source, "query_pre_attn_scalar", &c->query_pre_attn_scalar, false));
+  if (!(c->query_pre_attn_scalar > 0)) return FieldError(source, "query_pre_attn_scalar", "must be > 0");
+  c->attn_logit_softcapping = gemma2 ? 50.0 : 0.0;
+  c->final_logit_softcapping = gemma2 ? 30.0 : 0.0;
+  SFT_RETURN_IF_ERROR(ReadOptionalPositive(j, source, "attn_logit_softcapping", &c->attn_logit_softcapping));
+  SFT_RETURN_IF_ERROR(
+      ReadOptionalPositive(j, source, "final_logit_softcapping", &c->final_logit_softcapping));
+  c->sliding_window = 4096;
+  if (auto it = j.find("sliding_window"); it != j.end()) {
+    c->sliding_window = 0;  // null: full attention on every layer
+    SFT_RETURN_IF_ERROR(Read(j, source, "sliding_window", &c->sliding_window, false));
+    if (!it->is_null() && c->sliding_window <= 0)
+      return FieldError(source, "sliding_window", "must be > 0 or null, got " + it->dump());
+  }
+  SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &c->attention_bias, false));
+  c->o_proj_bias = c->attention_bias;
+  c->qk_norm = !gemma2;
+  SFT_RETURN_IF_ERROR(ReadGemmaLayerTypes(j, source, c));
+  if (gemma2) return OkStatus();
+  bool bidirectional = false;
+  SFT_RETURN_IF_ERROR(Read(j, source, "use_bidirectional_attention", &bidirectional, false));
+  if (bidirectional) {
+    return FieldError(source, "use_bidirectional_attention",
+                      "true is not supported (an encoder, not a causal language model)");
+  }
+  return ReadGemma3Rope(j, source, c);
+}
+
 // The keys whose meaning depends on model_type: attention biases, q/k norms, sliding windows.
 Status ReadFamilyKeys(const json& j, const std::string& source, ModelConfig* c) {
   const std::string& type = c->model_type;
+  if (IsGemma(type)) return ReadGemmaKeys(j, source, c);
   if (type == "llama" || type == "qwen3") {
     SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &c->attention_bias, false));
     c->o_proj_bias = c->attention_bias;  // transformers biases o_proj with q/k/v here
@@ -134,9 +254,17 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   c.original = j;
   SFT_RETURN_IF_ERROR(Read(j, source, "model_type", &c.model_type, false));
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
-      c.model_type != "mistral") {
-    return FieldError(source, "model_type",
-                      "'" + c.model_type + "' is not supported (llama, qwen2, qwen3, mistral)");
+      c.model_type != "mistral" && !IsGemma(c.model_type)) {
+    return FieldError(
+        source, "model_type",
+        "'" + c.model_type + "' is not supported (llama, qwen2, qwen3, mistral, gemma2, gemma3_text)");
+  }
+  if (IsGemma(c.model_type)) {  // Gemma2Config's / Gemma3TextConfig's defaults
+    const bool gemma2 = c.model_type == "gemma2";
+    c.head_dim = 256;
+    c.tie_word_embeddings = true;
+    c.max_position_embeddings = gemma2 ? 8192 : 131072;
+    c.rope_theta = gemma2 ? 10000.0 : 1000000.0;
   }
   SFT_RETURN_IF_ERROR(Read(j, source, "vocab_size", &c.vocab_size, true));
   SFT_RETURN_IF_ERROR(Read(j, source, "hidden_size", &c.hidden_size, true));
@@ -153,7 +281,13 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
     SFT_RETURN_IF_ERROR(ReadRope(*it, source, "rope_scaling", &c));
   }
   if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
-    SFT_RETURN_IF_ERROR(ReadRope(*it, source, "rope_parameters", &c));
+    const bool per_layer_type = IsPerLayerTypeRope(*it);
+    if (per_layer_type && c.model_type != "gemma3_text") {
+      return FieldError(
+          source, "rope_parameters",
+          "per-layer-type RoPE (full_attention / sliding_attention) is read for gemma3_text only");
+    }
+    if (!per_layer_type) SFT_RETURN_IF_ERROR(ReadRope(*it, source, "rope_parameters", &c));
   }
   SFT_RETURN_IF_ERROR(Read(j, source, "initializer_range", &c.initializer_range, false));
   SFT_RETURN_IF_ERROR(Read(j, source, "tie_word_embeddings", &c.tie_word_embeddings, false));
@@ -174,7 +308,8 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
       return FieldError(source, "eos_token_id", "must be an integer or a list of integers");
     }
   }
-  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
+  // Gemma's MLP reads hidden_activation (ReadGemmaKeys); transformers ignores its hidden_act.
+  if (auto it = j.find("hidden_act"); !c.gemma && it != j.end() && it->is_string() && *it != "silu") {
     return FieldError(source, "hidden_act", "'" + it->get<std::string>() + "' is not supported (silu)");
   }
 
@@ -225,8 +360,28 @@ std::string ArchitectureName(const std::string& model_type) {
   if (model_type == "qwen2") return "Qwen2ForCausalLM";
   if (model_type == "qwen3") return "Qwen3ForCausalLM";
   if (model_type == "mistral") return "MistralForCausalLM";
+  if (model_type == "gemma2") return "Gemma2ForCausalLM";
+  if (model_type == "gemma3_text") return "Gemma3ForCausalLM";
   return "LlamaForCausalLM";
 }
+
+namespace {
+
+// Gemma's keys of config.json (ModelConfigToJson), as Gemma2Config / Gemma3TextConfig name them.
+void WriteGemmaKeys(const ModelConfig& c, json* j) {
+  auto optional = [](double v) { return v > 0 ? json(v) : json(); };
+  (*j)["hidden_activation"] = c.hidden_activation;
+  (*j)["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+  (*j)["attn_logit_softcapping"] = optional(c.attn_logit_softcapping);
+  (*j)["final_logit_softcapping"] = optional(c.final_logit_softcapping);
+  json types = json::array();
+  for (bool sliding : c.sliding_layers) types.push_back(sliding ? "sliding_attention" : "full_attention");
+  (*j)["layer_types"] = types;
+  const bool nested_rope = j->contains("rope_parameters") && IsPerLayerTypeRope((*j)["rope_parameters"]);
+  if (c.model_type == "gemma3_text" && !nested_rope) (*j)["rope_local_base_freq"] = c.rope_local_theta;
+}
+
+}  // namespace
 
 json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype) {
   json j = c.original.is_object() ? c.original : json::object();
@@ -243,12 +398,17 @@ json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype) {
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["initializer_range"] = c.initializer_range;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["hidden_act"] = "silu";
-  if (c.model_type == "llama" || c.model_type == "qwen3") j["attention_bias"] = c.attention_bias;
-  if (c.model_type == "mistral") j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json();
+  j["hidden_act"] = c.hidden_activation;
+  if (c.model_type == "llama" || c.model_type == "qwen3" || c.gemma) j["attention_bias"] = c.attention_bias;
+  if (c.model_type == "mistral" || c.gemma)
+    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json();
+  if (c.gemma) WriteGemmaKeys(c, &j);
   // RoPE: keep whichever form the source used (rope_parameters for newer transformers);
   // write the legacy form for configs built from scratch.
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+  if (c.gemma && j.contains("rope_parameters") && IsPerLayerTypeRope(j["rope_parameters"])) {
+    j["rope_parameters"]["full_attention"]["rope_theta"] = c.rope_theta;
+    j["rope_parameters"]["sliding_attention"]["rope_theta"] = c.rope_local_theta;
+  } else if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
     j["rope_parameters"]["rope_theta"] = c.rope_theta;
   } else {
     j["rope_theta"] = c.rope_theta;
@@ -268,6 +428,14 @@ json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype) {
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   j["torch_dtype"] = torch_dtype;
   return j;
+}
+
+ModelConfig LocalRopeConfig(const ModelConfig& c) {
+  if (c.rope_local_theta <= 0) return c;
+  ModelConfig local = c;
+  local.rope_theta = c.rope_local_theta;
+  local.rope_scaling = c.rope_local_scaling;
+  return local;
 }
 
 std::vector<float> RopeInvFreq(const ModelConfig& c) {

@@ -1,7 +1,8 @@
 // ModelConfig: the architecture of a Llama-family decoder, read from an HF config.json.
 //
-// Accepted keys follow transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig:
-// model_type (llama | qwen2 | qwen3 | mistral), vocab_size, hidden_size, intermediate_size,
+// Accepted keys follow transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
+// Gemma2Config / Gemma3TextConfig: model_type (llama | qwen2 | qwen3 | mistral | gemma2 |
+// gemma3_text), vocab_size, hidden_size, intermediate_size,
 // num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
 // max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling, rope_parameters,
 // tie_word_embeddings, attention_bias, mlp_bias (false only), hidden_act (silu only),
@@ -17,6 +18,20 @@
 //   mistral  no biases; sliding-window attention over the last `sliding_window` positions
 //            (key j is visible from query t when 0 <= t - j < sliding_window); an absent key
 //            means transformers' default 4096, null means full attention.
+//   gemma2   Gemma's layer (ModelConfig::gemma): RMSNorm scaled by (1 + weight) in fp32, embeddings
+//            times sqrt(hidden_size), four norms per layer (input, post_attention, pre_feedforward,
+//            post_feedforward), GeGLU MLP (hidden_activation gelu_pytorch_tanh only), attention
+//            scale query_pre_attn_scalar**-0.5, attn_logit_softcapping (tanh(x / cap) * cap on the
+//            attention scores before the mask), final_logit_softcapping (the same on the logits),
+//            sliding_window on the layers `layer_types` names "sliding_attention" (absent: the
+//            even layers, as transformers). Defaults as Gemma2Config: head_dim 256,
+//            query_pre_attn_scalar 256, soft-caps 50 / 30, sliding_window 4096, tied embeddings.
+//   gemma3_text  gemma2's layer plus q_norm / k_norm (Gemma RMSNorm over head_dim); soft-capping
+//            only when set (default none); layer_types default from sliding_window_pattern (6:
+//            every sixth layer full); sliding layers use RoPE base rope_local_base_freq (default
+//            10000, no scaling), full layers rope_theta (default 1e6) with rope_scaling. The newer
+//            "rope_parameters": {"sliding_attention": {...}, "full_attention": {...}} form is read
+//            too. use_bidirectional_attention (EmbeddingGemma) is rejected.
 //
 // RoPE: the legacy form ("rope_theta" + "rope_scaling": {"rope_type"|"type": "llama3", factor,
 // low_freq_factor, high_freq_factor, original_max_position_embeddings}) and the newer
@@ -26,6 +41,7 @@
 // Errors are INVALID_ARGUMENT and read "<file>: field '<key>': <problem>".
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -44,7 +60,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type = "llama";  // llama | qwen2 | qwen3 | mistral
+  std::string model_type = "llama";  // llama | qwen2 | qwen3 | mistral | gemma2 | gemma3_text
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -62,6 +78,20 @@ struct ModelConfig {
   bool o_proj_bias = false;     // o_proj bias (llama and qwen3 with attention_bias)
   bool qk_norm = false;         // per-head q_norm / k_norm before RoPE (qwen3)
   int64_t sliding_window = 0;   // attend to the last N positions only (mistral); 0: all
+  // Gemma (gemma2, gemma3_text): the layer described above. The fields below are 0 / empty
+  // for the other families.
+  bool gemma = false;
+  std::string hidden_activation = "silu";  // silu | gelu_pytorch_tanh (gemma)
+  double query_pre_attn_scalar = 0;        // attention scale query_pre_attn_scalar**-0.5; 0: head_dim
+  double attn_logit_softcapping = 0;       // 0: none
+  double final_logit_softcapping = 0;      // 0: none
+  // Per layer, whether it uses sliding_window (gemma's layer_types); empty: every layer does
+  // (mistral, or none when sliding_window is 0).
+  std::vector<bool> sliding_layers;
+  // RoPE of the sliding layers when > 0 (gemma3_text): base and scaling; full layers use
+  // rope_theta and rope_scaling.
+  double rope_local_theta = 0;
+  RopeScaling rope_local_scaling;
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;
   nlohmann::json original;  // the config as read, written back on save with updates
@@ -69,6 +99,17 @@ struct ModelConfig {
   int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
   // Whether a sequence of `seq_len` tokens sees the sliding window (longer than the window).
   bool windowed(int64_t seq_len) const { return sliding_window > 0 && seq_len > sliding_window; }
+  // The window of layer `layer` (0: full attention).
+  int64_t LayerWindow(int64_t layer) const {
+    if (sliding_layers.empty()) return sliding_window;
+    return sliding_layers[static_cast<size_t>(layer)] ? sliding_window : 0;
+  }
+  // The window every layer shares (0 when none, or when the layers differ).
+  int64_t SharedWindow() const { return sliding_layers.empty() ? sliding_window : 0; }
+  // The attention scale: query_pre_attn_scalar**-0.5, else head_dim**-0.5.
+  double AttentionScale() const {
+    return 1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(head_dim));
+  }
 };
 
 // Parses and validates an HF config.json object. `source` names the file for messages.
@@ -85,5 +126,8 @@ nlohmann::json ModelConfigToJson(const ModelConfig& c, const std::string& torch_
 // (_compute_default_rope_parameters, _compute_llama3_parameters, linear scaling).
 // Computed with LibTorch fp32 ops, like the reference, so the values match bit for bit.
 std::vector<float> RopeInvFreq(const ModelConfig& c);
+// The config the sliding layers' RoPE is computed from: `c` with rope_local_theta and
+// rope_local_scaling as its rope_theta and rope_scaling (gemma3_text); `c` itself otherwise.
+ModelConfig LocalRopeConfig(const ModelConfig& c);
 
 }  // namespace sftctl::trainer

@@ -1,7 +1,10 @@
 #include "trainer/model/projection.h"
 
 #include <cmath>
+#include <map>
+#include <utility>
 
+#include "trainer/model/cuda_ops.h"
 #include "trainer/runtime/device.h"
 
 namespace sftctl::trainer {
@@ -36,8 +39,25 @@ ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, bool w
   }
 }
 
+void ProjectionImpl::BindWorkingWeight(WorkingWeight working) {
+  if (working) {
+    TORCH_CHECK(weight.data_ptr() == working.copies->master(working.group).data_ptr<float>() + working.offset,
+                "BindWorkingWeight: the weight is not the view of buffer ", working.group, " at ",
+                working.offset);
+  }
+  working_ = std::move(working);
+}
+
+torch::Tensor ProjectionImpl::Linear(const torch::Tensor& x) {
+  if (working_ && LinearAutocast(x) && AutocastDtype(x.device().type()) == working_.copies->dtype() &&
+      cuda_ops::Supported(x)) {
+    return cuda_ops::WorkingLinear(x, working_.View(weight.sizes()), bias, weight);
+  }
+  return MixedLinear(x, weight, bias);
+}
+
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = MixedLinear(x, weight, bias);
+  torch::Tensor y = Linear(x);
   if (!has_lora()) return y;
   torch::Tensor h = x;
   // Without autocast an fp32 adapter on bf16 activations (a bf16 down_proj input) reads them in fp32.
@@ -63,6 +83,22 @@ void ProjectionImpl::EnableLora(int64_t r, double scale, double dropout) {
   lora_B->to(weight.device());
   lora_scale = scale;
   lora_dropout = dropout;
+}
+
+int BindWorkingWeights(torch::nn::Module& model, const std::shared_ptr<WorkingWeights>& working,
+                       const std::vector<FlatPlace>& places) {
+  std::map<const void*, const FlatPlace*> by_data;
+  for (const FlatPlace& p : places) by_data[p.param.data_ptr()] = &p;
+  int bound = 0;
+  for (const auto& module : model.modules()) {
+    auto* projection = dynamic_cast<ProjectionImpl*>(module.get());
+    if (!projection || !projection->weight.requires_grad()) continue;
+    const auto it = by_data.find(projection->weight.data_ptr());
+    if (it == by_data.end()) continue;
+    projection->BindWorkingWeight({working, it->second->group, it->second->offset});
+    ++bound;
+  }
+  return bound;
 }
 
 }  // namespace sftctl::trainer

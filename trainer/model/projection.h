@@ -11,10 +11,18 @@
 // activations are fp32: MixedLinear is the one rule for that case, used by every matmul of the
 // model's weights.
 //
+// A trainable weight may instead be read from bf16 working weights (trainer/model/working_weights.h,
+// BindWorkingWeight) on the CUDA path.
+//
 // Thread safety: like any torch::nn::Module.
 #pragma once
 
 #include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "trainer/model/working_weights.h"
 
 namespace sftctl::trainer {
 
@@ -46,6 +54,15 @@ class ProjectionImpl : public torch::nn::Module {
   void EnableLora(int64_t r, double scale, double dropout);
   bool has_lora() const { return !lora_A.is_empty(); }
 
+  // Reads the weight from its working copy (trainer/model/working_weights.h) whenever the model
+  // takes its CUDA path (cuda_ops::Supported) under autocast in the copy's dtype, its gradient then
+  // added into weight.grad() inside the GEMM (cuda_ops::WorkingLinear); otherwise as before. An
+  // unbound `working` unbinds. REQUIRES: weight is the view of the master buffer at the place
+  // `working` names, and its .grad() the optimizer's fp32 view of the matching gradient buffer
+  // (trainer/distributed/optimizer.h).
+  void BindWorkingWeight(WorkingWeight working);
+  bool has_working_weight() const { return static_cast<bool>(working_); }
+
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
 
@@ -55,8 +72,23 @@ class ProjectionImpl : public torch::nn::Module {
   double lora_dropout = 0;
 
  private:
+  // x W^T + b, through the working weight where it applies.
+  torch::Tensor Linear(const torch::Tensor& x);
+
   int64_t in_, out_;
+  WorkingWeight working_;
 };
 TORCH_MODULE(Projection);
+
+// Where a parameter lies in the buffers of a WorkingWeights: buffer `group`, from `offset`.
+struct FlatPlace {
+  torch::Tensor param;
+  size_t group = 0;
+  int64_t offset = 0;
+};
+// Binds every Projection of `model` whose weight requires grad and is one of `places`' params to
+// `working` (ProjectionImpl::BindWorkingWeight). Returns how many it bound.
+int BindWorkingWeights(torch::nn::Module& model, const std::shared_ptr<WorkingWeights>& working,
+                       const std::vector<FlatPlace>& places);
 
 }  // namespace sftctl::trainer

@@ -154,7 +154,8 @@ const char* ShardStageName(ShardStage s) {
 
 ParameterCount CountParameters(const ModelConfig& c, const std::optional<LoraSpec>& lora) {
   const int64_t C = c.hidden_size, D = c.head_dim;
-  int64_t layer_vectors = 2 * C + (c.qk_norm ? 2 * D : 0);
+  // Two norms a layer; Gemma's four (pre/post attention, pre/post feed-forward).
+  int64_t layer_vectors = (c.gemma ? 4 : 2) * C + (c.qk_norm ? 2 * D : 0);
   if (c.attention_bias) layer_vectors += (c.num_attention_heads + 2 * c.num_key_value_heads) * D;
   if (c.o_proj_bias) layer_vectors += C;
   int64_t adapters = 0;

@@ -8,17 +8,21 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "common/os/host_memory.h"
 #include "common/tokenizer/tokenizer_loader.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
 #include "trainer/checkpoint/optimizer_shards.h"
+#include "trainer/distributed/bind_working_weights.h"
 #include "trainer/distributed/distributed.h"
 #include "trainer/distributed/loss_scaler.h"
 #include "trainer/distributed/optimizer.h"
 #include "trainer/model/chunked_loss.h"
+#include "trainer/model/cuda_ops.h"
 #include "trainer/model/lora.h"
+#include "trainer/model/working_weights.h"
 #include "trainer/runtime/cuda_capability.h"
 #include "trainer/runtime/device.h"
 #include "trainer/runtime/rng_state.h"
@@ -173,6 +177,23 @@ Status ShareRankRng(ProcessGroup& pg, int r, char has, const RngState& own, cons
   }
   if (pg.rank() == r) RestoreRng(got, device);
   return OkStatus();
+}
+
+// bf16 working weights (trainer/model/working_weights.h) for a bf16 run whose model takes the CUDA
+// path: the projections and the LM head read one bf16 copy of the optimizer's buffers (how many:
+// *bound). Null when they do not apply, or SFTCTL_NO_WORKING_WEIGHTS=1.
+std::shared_ptr<WorkingWeights> MakeWorkingWeights(CausalLM& model, const FlatAdamW& optimizer,
+                                                   const DevicePlan& plan, int* bound) {
+  const char* off = std::getenv("SFTCTL_NO_WORKING_WEIGHTS");
+  const std::vector<FlatAdamW::Slot> slots = optimizer.Slots();
+  if (!plan.bf16 || (off && std::string(off) == "1") || slots.empty() || optimizer.shards_gradients() ||
+      !cuda_ops::Supported(slots.front().param)) {
+    return nullptr;
+  }
+  std::shared_ptr<WorkingWeights> working = BindWorkingWeights(model, optimizer, torch::kBFloat16, bound);
+  if (working)
+    spdlog::info("bf16 working weights: {} matrices read one bf16 copy of the fp32 master weights", *bound);
+  return working;
 }
 
 // A sharded optimizer's moments on resume: rank 0 reads each other rank's shard from the
@@ -340,6 +361,7 @@ class TrainRun {
   CausalLM model_{nullptr};
   std::unique_ptr<FlatAdamW> optimizer_;
   std::unique_ptr<GradBuckets> buckets_;  // gradient all-reduce overlapped with backward (pg_ only)
+  std::shared_ptr<WorkingWeights> working_weights_;  // the bf16 copy the model's matrices read, or null
   std::unique_ptr<CheckpointManager> checkpoints_;
   std::optional<std::string> resume_dir_;
   std::unique_ptr<ShardedMoments> sharded_moments_;  // rank 0, resuming from a sharded checkpoint
@@ -535,6 +557,11 @@ Status TrainRun::Resume() {
                                            optimizer_state, &moments, spec_.checkpoint.save_timeout_s,
                                            plan_.device));
     buckets_ = std::make_unique<GradBuckets>(pg_.get(), *optimizer_, spec_.distributed.bucket_mb);
+  }
+  // (Not with ranks: GradBuckets learns of each gradient from its AccumulateGrad, which the working
+  // weights' GEMM bypasses.)
+  if (!pg_ && options_.hooks.working_weights) {
+    working_weights_ = MakeWorkingWeights(model_, *optimizer_, plan_, &result_.working_weight_matrices);
   }
   if (resume_dir_) result_.resumed_from_step = state_.step;
   const auto train_samples = static_cast<int64_t>(data_.train.size());

@@ -50,6 +50,9 @@ struct TrainHooks {
   std::function<void(int64_t step, CausalLM& model)> after_backward;
   // The memory the pre-training check compares its estimate with, instead of the host's.
   std::optional<int64_t> available_memory;
+  // false: no bf16 working weights (trainer/model/working_weights.h) even where they apply, as
+  // SFTCTL_NO_WORKING_WEIGHTS=1 does. Tests compare the two paths.
+  bool working_weights = true;
 };
 
 struct TrainOptions {
@@ -70,6 +73,9 @@ struct TrainResult {
   double elapsed_s = 0;
   DataStats train_stats, eval_stats;
   std::string precision, device;
+  // How many weight matrices (projections, the LM head) read bf16 working weights
+  // (trainer/model/working_weights.h); 0: none.
+  int working_weight_matrices = 0;
   int64_t resumed_from_step = -1;  // -1: fresh start
   int rank = 0, world_size = 1;
   // Resumed from the checkpoint of its last step: nothing was trained, and last_loss means nothing.
