@@ -1303,7 +1303,7 @@ Value Repeat(const Value& seq, int64_t count) {
     for (size_t i = 0; i < n; ++i) out += seq.str();
     return Value(std::move(out));
   }
-  CheckItemCount(total);
+  CheckNewItems(total);
   std::vector<Value> items;
   items.reserve(total);
   for (size_t i = 0; i < n; ++i) items.insert(items.end(), seq.list().begin(), seq.list().end());
@@ -1446,7 +1446,7 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
       return Value(a.str() + b.str());
     }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
-      CheckItemCount(a.list().size() + b.list().size());
+      CheckNewItems(a.list().size() + b.list().size());
       std::vector<Value> items = a.list();
       items.insert(items.end(), b.list().begin(), b.list().end());
       return Value::List(std::move(items), a.is_tuple());

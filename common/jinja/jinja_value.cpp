@@ -46,6 +46,12 @@ void CheckItemCount(size_t items) {
                " items");
 }
 
+void CheckNewItems(size_t items) {
+  if (current_budget == nullptr) return;
+  CheckItemCount(items);
+  current_budget->CheckRoom(items > SIZE_MAX / Budget::kSlotBytes ? SIZE_MAX : items * Budget::kSlotBytes);
+}
+
 namespace {
 
 // A list or dict of `items` items nested `depth` deep was made: check and charge it.

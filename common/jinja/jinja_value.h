@@ -97,6 +97,10 @@ class Budget {
     bytes_ += static_cast<int64_t>(std::min<size_t>(n, size_t{kMaxBytes}));
     if (bytes_ > kMaxBytes) FailBytes();
   }
+  // Throws when drawing `n` bytes would exceed the budget; draws nothing.
+  void CheckRoom(size_t n) const {
+    if (bytes_ + static_cast<int64_t>(std::min<size_t>(n, size_t{kMaxBytes})) > kMaxBytes) FailBytes();
+  }
 
  private:
   [[noreturn]] static void FailSteps();
@@ -111,6 +115,11 @@ void ChargeBytes(size_t n);
 // exceed the per-value limits: called before building one.
 void CheckStringSize(size_t size);
 void CheckItemCount(size_t items);
+// CheckItemCount, and throw when the slots of `items` items would exceed what is left of the
+// byte budget: called before copying items into a list whose size is known ahead (seq * n,
+// a + b), so that a list the budget refuses is refused before it is built, not after. Draws
+// nothing: Value::List draws the slots when it is made.
+void CheckNewItems(size_t items);
 
 // The arguments of a call: f(a, b, key=c).
 struct Args {

@@ -179,6 +179,21 @@ TEST(CudaKernels, SwiGluForwardAndBackward) {
     EXPECT_LE(Diff(y, yr), Tol(dtype));
     EXPECT_LE(Diff(dg, gr.grad()), 2 * Tol(dtype));
     EXPECT_LE(Diff(du, ur.grad()), 2 * Tol(dtype));
+    // Stacked (one gate/up projection's output [N, 2I], and its gradient in one [N, 2I]): rows at
+    // stride 2I, each half written whole.
+    const Tensor gug = torch::cat({g, u}, -1).to(kGpu);
+    const char* gu_base = static_cast<const char*>(gug.data_ptr());
+    Tensor y2 = Poisoned({N, I}, dtype), dgu = Poisoned({N, 2 * I}, dtype);
+    char* dgu_base = static_cast<char*>(dgu.data_ptr());
+    const int64_t half = I * gug.element_size();
+    ASSERT_EQ(k::LaunchSwiGluForward(gu_base, 2 * I, gu_base + half, 2 * I, y2.data_ptr(), Dt(dtype), N, I,
+                                     Stream()),
+              0);
+    ASSERT_EQ(k::LaunchSwiGluBackward(gu_base, 2 * I, gu_base + half, 2 * I, dyg.data_ptr(), dgu_base, 2 * I,
+                                      dgu_base + half, 2 * I, Dt(dtype), N, I, Stream()),
+              0);
+    EXPECT_LE(Diff(y2, yr), Tol(dtype));
+    EXPECT_LE(Diff(dgu, torch::cat({gr.grad(), ur.grad()}, -1)), 2 * Tol(dtype));
   }
 }
 

@@ -179,19 +179,32 @@ struct AddRmsNormFn : public torch::autograd::Function<AddRmsNormFn> {
 
 // ---- RoPE -----------------------------------------------------------------------------------
 
+// stacked: q_in is q, k and v stacked ([B, T, (H + 2 Hk) D]; k_in and v_in are unused), and
+// backward returns one gradient for it.
 struct QkvRopeFn : public torch::autograd::Function<QkvRopeFn> {
   static variable_list forward(AutogradContext* ctx, const Tensor& q_in, const Tensor& k_in,
                                const Tensor& v_in, const Tensor& cos, const Tensor& sin,
-                               const Tensor& positions, int64_t H, int64_t Hk, int64_t D) {
+                               const Tensor& positions, int64_t H, int64_t Hk, int64_t D, bool stacked) {
     const c10::DeviceGuard guard(q_in.device());
     TORCH_CHECK(D % 2 == 0, "QkvRope: head_dim ", D, " is odd");
-    TORCH_CHECK(q_in.scalar_type() == k_in.scalar_type() && q_in.scalar_type() == v_in.scalar_type(),
-                "QkvRope: q, k and v differ in dtype");
     const int64_t B = q_in.size(0), T = q_in.size(1);
-    TORCH_CHECK(q_in.size(2) == H * D && k_in.size(2) == Hk * D && v_in.size(2) == Hk * D,
-                "QkvRope: projection widths do not match the heads");
     int64_t qs = 0, ks = 0, vs = 0;
-    const Tensor q_src = Rows(q_in, &qs), k_src = Rows(k_in, &ks), v_src = Rows(v_in, &vs);
+    Tensor q_src, k_src, v_src;
+    if (stacked) {
+      TORCH_CHECK(q_in.size(2) == (H + 2 * Hk) * D, "QkvRope: the stacked width does not match the heads");
+      q_src = Rows(q_in, &qs);
+      k_src = q_src.narrow(-1, H * D, Hk * D);
+      v_src = q_src.narrow(-1, (H + Hk) * D, Hk * D);
+      ks = vs = qs;
+    } else {
+      TORCH_CHECK(q_in.scalar_type() == k_in.scalar_type() && q_in.scalar_type() == v_in.scalar_type(),
+                  "QkvRope: q, k and v differ in dtype");
+      TORCH_CHECK(q_in.size(2) == H * D && k_in.size(2) == Hk * D && v_in.size(2) == Hk * D,
+                  "QkvRope: projection widths do not match the heads");
+      q_src = Rows(q_in, &qs);
+      k_src = Rows(k_in, &ks);
+      v_src = Rows(v_in, &vs);
+    }
     const auto opts = q_in.options();
     Tensor q = torch::empty({B, H, T, D}, opts), k = torch::empty({B, Hk, T, D}, opts);
     Tensor v = torch::empty({B, Hk, T, D}, opts);
@@ -207,6 +220,7 @@ struct QkvRopeFn : public torch::autograd::Function<QkvRopeFn> {
     }
     ctx->save_for_backward({c, s, pos.defined() ? pos : torch::empty({0}, opts.dtype(torch::kInt64))});
     ctx->saved_data["dims"] = std::vector<int64_t>{B, T, H, Hk, D};
+    ctx->saved_data["stacked"] = stacked;
     ctx->set_materialize_grads(false);
     return {q, k, v};
   }
@@ -228,29 +242,62 @@ struct QkvRopeFn : public torch::autograd::Function<QkvRopeFn> {
     const Tensor gq = grad(0, H), gk = grad(1, Hk), gv = grad(2, Hk);
     TORCH_CHECK(gk.scalar_type() == gq.scalar_type() && gv.scalar_type() == gq.scalar_type(),
                 "QkvRope: gradients differ in dtype");
-    Tensor dq = torch::empty({B, T, H * D}, gq.options()), dk = torch::empty({B, T, Hk * D}, gq.options());
-    Tensor dv = torch::empty({B, T, Hk * D}, gq.options());
+    // Stacked: the three gradients are column slices of one (row stride (H + 2 Hk) D).
+    const bool stacked = ctx->saved_data["stacked"].toBool();
+    Tensor dq, dk, dv, dqkv;
+    int64_t qs = H * D, ks = Hk * D;
+    if (stacked) {
+      dqkv = torch::empty({B, T, (H + 2 * Hk) * D}, gq.options());
+      dq = dqkv.narrow(-1, 0, H * D);
+      dk = dqkv.narrow(-1, H * D, Hk * D);
+      dv = dqkv.narrow(-1, (H + Hk) * D, Hk * D);
+      qs = ks = (H + 2 * Hk) * D;
+    } else {
+      dq = torch::empty({B, T, H * D}, gq.options());
+      dk = torch::empty({B, T, Hk * D}, gq.options());
+      dv = torch::empty({B, T, Hk * D}, gq.options());
+    }
     {
       SFT_KERNEL_SCOPE("qkv_rope_backward");
       Check(For(gq).qkv_rope_backward(
                 gq.data_ptr(), gk.data_ptr(), gv.data_ptr(), c.data_ptr<float>(), s.data_ptr<float>(),
-                pos.numel() > 0 ? pos.data_ptr<int64_t>() : nullptr, dq.data_ptr(), H * D, dk.data_ptr(),
-                Hk * D, dv.data_ptr(), Hk * D, Dt(gq), B, T, H, Hk, D, Stream(gq)),
+                pos.numel() > 0 ? pos.data_ptr<int64_t>() : nullptr, dq.data_ptr(), qs, dk.data_ptr(), ks,
+                dv.data_ptr(), ks, Dt(gq), B, T, H, Hk, D, Stream(gq)),
             "QkvRopeBackward");
     }
-    return {dq, dk, dv, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    variable_list out(10);  // one per forward argument
+    if (stacked) {
+      out[0] = dqkv;
+    } else {
+      out[0] = dq;
+      out[1] = dk;
+      out[2] = dv;
+    }
+    return out;
   }
 };
 
 // ---- SwiGLU ---------------------------------------------------------------------------------
 
+// stacked: g_in is gate and up stacked ([..., 2 I]; u_in is unused), and backward returns one
+// gradient for it.
 struct SwiGluFn : public torch::autograd::Function<SwiGluFn> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& g_in, const Tensor& u_in) {
+  static Tensor forward(AutogradContext* ctx, const Tensor& g_in, const Tensor& u_in, bool stacked) {
     const c10::DeviceGuard guard(g_in.device());
-    TORCH_CHECK(g_in.scalar_type() == u_in.scalar_type() && g_in.sizes() == u_in.sizes(),
-                "SwiGlu: gate and up differ in dtype or shape");
     int64_t gs = 0, us = 0;
-    const Tensor g = Rows(g_in, &gs), u = Rows(u_in, &us);
+    Tensor g, u;
+    if (stacked) {
+      TORCH_CHECK(g_in.size(-1) % 2 == 0, "SwiGlu: the stacked gate/up width ", g_in.size(-1), " is odd");
+      const Tensor gu = Rows(g_in, &gs);
+      g = gu.narrow(-1, 0, gu.size(-1) / 2);
+      u = gu.narrow(-1, gu.size(-1) / 2, gu.size(-1) / 2);
+      us = gs;
+    } else {
+      TORCH_CHECK(g_in.scalar_type() == u_in.scalar_type() && g_in.sizes() == u_in.sizes(),
+                  "SwiGlu: gate and up differ in dtype or shape");
+      g = Rows(g_in, &gs);
+      u = Rows(u_in, &us);
+    }
     const int64_t I = g.size(-1), N = g.numel() / std::max<int64_t>(I, 1);
     Tensor y = torch::empty(g.sizes(), g.options());
     {
@@ -260,6 +307,7 @@ struct SwiGluFn : public torch::autograd::Function<SwiGluFn> {
     }
     ctx->save_for_backward({g, u});
     ctx->saved_data["strides"] = std::vector<int64_t>{gs, us};
+    ctx->saved_data["stacked"] = stacked;
     return y;
   }
 
@@ -270,14 +318,28 @@ struct SwiGluFn : public torch::autograd::Function<SwiGluFn> {
     const c10::DeviceGuard guard(g.device());
     const Tensor dy = grads[0].to(g.scalar_type()).contiguous();
     const int64_t I = g.size(-1), N = g.numel() / std::max<int64_t>(I, 1);
-    Tensor dg = torch::empty(g.sizes(), g.options()), du = torch::empty(g.sizes(), g.options());
+    // Stacked: dgate and dup are the two halves of one gradient's rows.
+    const bool stacked = ctx->saved_data["stacked"].toBool();
+    Tensor dg, du, dgu;
+    if (stacked) {
+      std::vector<int64_t> sizes = g.sizes().vec();
+      sizes.back() = 2 * I;
+      dgu = torch::empty(sizes, g.options());
+      dg = dgu.narrow(-1, 0, I);
+      du = dgu.narrow(-1, I, I);
+    } else {
+      dg = torch::empty(g.sizes(), g.options());
+      du = torch::empty(g.sizes(), g.options());
+    }
+    const int64_t ds = stacked ? 2 * I : I;
     {
       SFT_KERNEL_SCOPE("swiglu_backward");
       Check(For(g).swiglu_backward(g.data_ptr(), strides[0], u.data_ptr(), strides[1], dy.data_ptr(),
-                                   dg.data_ptr(), I, du.data_ptr(), I, Dt(g), N, I, Stream(g)),
+                                   dg.data_ptr(), ds, du.data_ptr(), ds, Dt(g), N, I, Stream(g)),
             "SwiGluBackward");
     }
-    return {dg, du};
+    if (stacked) return {dgu, Tensor(), Tensor()};
+    return {dg, du, Tensor()};
   }
 };
 
@@ -466,11 +528,29 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> QkvRope(
   // Autograd functions take no undefined tensors: an empty one means 0..T-1.
   const torch::Tensor pos =
       positions.defined() ? positions : torch::empty({0}, q.options().dtype(torch::kInt64));
-  auto out = QkvRopeFn::apply(q, k, v, cos, sin, pos, heads, kv_heads, head_dim);
+  auto out = QkvRopeFn::apply(q, k, v, cos, sin, pos, heads, kv_heads, head_dim, false);
   return {out[0], out[1], out[2]};
 }
 
-torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) { return SwiGluFn::apply(gate, up); }
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> QkvRope(const torch::Tensor& qkv,
+                                                                const torch::Tensor& cos,
+                                                                const torch::Tensor& sin,
+                                                                const torch::Tensor& positions, int64_t heads,
+                                                                int64_t kv_heads, int64_t head_dim) {
+  const torch::Tensor none = torch::empty({0}, qkv.options());
+  const torch::Tensor pos =
+      positions.defined() ? positions : torch::empty({0}, qkv.options().dtype(torch::kInt64));
+  auto out = QkvRopeFn::apply(qkv, none, none, cos, sin, pos, heads, kv_heads, head_dim, true);
+  return {out[0], out[1], out[2]};
+}
+
+torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) {
+  return SwiGluFn::apply(gate, up, false);
+}
+
+torch::Tensor SwiGlu(const torch::Tensor& gate_up) {
+  return SwiGluFn::apply(gate_up, torch::empty({0}, gate_up.options()), true);
+}
 
 torch::Tensor LinearCrossEntropySum(const torch::Tensor& hidden, const torch::Tensor& weight,
                                     const torch::Tensor& targets, int64_t chunk_tokens,

@@ -53,9 +53,21 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> QkvRope(
     const torch::Tensor& sin, const torch::Tensor& positions, int64_t heads, int64_t kv_heads,
     int64_t head_dim);
 
+// The same for q, k and v stacked in one projection's output qkv [B, T, (H + 2 Hkv) D] (rows
+// contiguous): its backward writes one gradient for qkv, so that one GEMM takes it back to the input
+// (StackedWorkingLinear, trainer/model/projection.h) where three would, with two adds.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> QkvRope(const torch::Tensor& qkv,
+                                                                const torch::Tensor& cos,
+                                                                const torch::Tensor& sin,
+                                                                const torch::Tensor& positions, int64_t heads,
+                                                                int64_t kv_heads, int64_t head_dim);
+
 // silu(gate) * up for gate, up [..., I] of one dtype (rows contiguous; column slices of a fused
 // gate/up projection are fine).
 torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up);
+// The same for gate and up stacked in one projection's output gate_up [..., 2 I] (gate first): one
+// gradient for gate_up.
+torch::Tensor SwiGlu(const torch::Tensor& gate_up);
 
 // chunked_loss.h's LinearCrossEntropySum on CUDA, in chunks of `chunk_tokens` rows (> 0): each
 // chunk's logits are made once in the matmul dtype `dtype` and never in fp32; one kernel per

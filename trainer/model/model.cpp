@@ -206,7 +206,14 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::ProjectQk
   const int64_t B = x.size(0), T = x.size(1);
   if (cuda_ops::Supported(x)) {
     // CUDA: the three projections go through one kernel that applies RoPE and writes the heads
-    // in SDPA's layout (Qwen3's q/k norms before it, as in the composite path).
+    // in SDPA's layout (Qwen3's q/k norms before it, as in the composite path); one GEMM makes
+    // all three where their working weights stack.
+    if (!q_norm) {
+      const torch::Tensor qkv = StackedWorkingLinear(x, {q_proj.get(), k_proj.get(), v_proj.get()});
+      if (qkv.defined())
+        return cuda_ops::QkvRope(qkv, rope.cos_table(), rope.sin_table(), positions, heads_, kv_heads_,
+                                 head_dim_);
+    }
     torch::Tensor q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
     if (q_norm) {
       q = q_norm->forward(q.view({B, T, heads_, head_dim_})).view({B, T, -1});
@@ -337,8 +344,11 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
                            : MixedLinear(x, torch::cat({gate_proj->weight, up_proj->weight}));
     return down_proj->forward(fused::SwiGlu(gu));
   }
-  if (cuda_ops::Supported(x))
+  if (cuda_ops::Supported(x)) {
+    const torch::Tensor gu = StackedWorkingLinear(x, {gate_proj.get(), up_proj.get()});
+    if (gu.defined()) return down_proj->forward(cuda_ops::SwiGlu(gu));
     return down_proj->forward(cuda_ops::SwiGlu(gate_proj->forward(x), up_proj->forward(x)));
+  }
   return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
@@ -495,12 +505,7 @@ const torch::Tensor& CausalLMImpl::LmHeadWeight() const {
 }
 
 void CausalLMImpl::BindHeadWorkingWeight(WorkingWeight working) {
-  if (working) {
-    TORCH_CHECK(
-        LmHeadWeight().data_ptr() == working.copies->master(working.group).data_ptr<float>() + working.offset,
-        "BindHeadWorkingWeight: the LM head's weight is not the view of buffer ", working.group, " at ",
-        working.offset);
-  }
+  if (working) working.CheckIsPlaceOf(LmHeadWeight(), "BindHeadWorkingWeight (the LM head)");
   head_working_ = std::move(working);
 }
 

@@ -40,20 +40,66 @@ ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, bool w
 }
 
 void ProjectionImpl::BindWorkingWeight(WorkingWeight working) {
-  if (working) {
-    TORCH_CHECK(weight.data_ptr() == working.copies->master(working.group).data_ptr<float>() + working.offset,
-                "BindWorkingWeight: the weight is not the view of buffer ", working.group, " at ",
-                working.offset);
-  }
+  if (working) working.CheckIsPlaceOf(weight, "BindWorkingWeight");
   working_ = std::move(working);
 }
 
-torch::Tensor ProjectionImpl::Linear(const torch::Tensor& x) {
+const WorkingWeight& ProjectionImpl::WorkingWeightFor(const torch::Tensor& x) const {
+  static const WorkingWeight kUnbound;
   if (working_ && LinearAutocast(x) && AutocastDtype(x.device().type()) == working_.copies->dtype() &&
       cuda_ops::Supported(x)) {
-    return cuda_ops::WorkingLinear(x, working_.View(weight.sizes()), bias, weight);
+    return working_;
   }
+  return kUnbound;
+}
+
+torch::Tensor ProjectionImpl::Linear(const torch::Tensor& x) {
+  if (const WorkingWeight& w = WorkingWeightFor(x))
+    return cuda_ops::WorkingLinear(x, w.View(weight.sizes()), bias, weight);
   return MixedLinear(x, weight, bias);
+}
+
+namespace {
+
+// Whether b starts where a ends in a's storage (a and b contiguous).
+bool Follows(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.defined() && b.defined() && a.is_contiguous() && b.is_contiguous() &&
+         a.scalar_type() == b.scalar_type() &&
+         b.data_ptr() == static_cast<const char*>(a.data_ptr()) + a.numel() * a.element_size();
+}
+
+}  // namespace
+
+torch::Tensor StackedWorkingLinear(const torch::Tensor& x,
+                                   std::initializer_list<ProjectionImpl*> projections) {
+  const ProjectionImpl* first = *projections.begin();
+  const WorkingWeight& w0 = first->WorkingWeightFor(x);
+  if (!w0 || !first->weight.grad().defined()) return {};
+  const bool biased = first->bias.defined();
+  int64_t out = 0;
+  const ProjectionImpl* prev = nullptr;
+  for (const ProjectionImpl* p : projections) {
+    const WorkingWeight& w = p->WorkingWeightFor(x);
+    if (!w || p->has_lora() || p->bias.defined() != biased || p->in_features() != first->in_features() ||
+        w.copies != w0.copies || w.group != w0.group || w.offset != w0.offset + out * first->in_features())
+      return {};
+    if (prev && (!Follows(prev->weight, p->weight) || !Follows(prev->weight.grad(), p->weight.grad())))
+      return {};
+    out += p->out_features();
+    prev = p;
+  }
+  const int64_t in = first->in_features();
+  // The stacked master: a view of the master buffer whose .grad() is the stacked view of the
+  // gradient buffer, where WorkingLinear's backward adds dW.
+  torch::Tensor master = first->weight.detach().as_strided({out, in}, {in, 1});
+  master.mutable_grad() = first->weight.grad().as_strided({out, in}, {in, 1});
+  torch::Tensor bias;
+  if (biased) {
+    std::vector<torch::Tensor> biases;
+    for (const ProjectionImpl* p : projections) biases.push_back(p->bias);
+    bias = torch::cat(biases);
+  }
+  return cuda_ops::WorkingLinear(x, w0.View({out, in}), bias, master);
 }
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {

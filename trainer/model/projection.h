@@ -19,6 +19,7 @@
 
 #include <torch/torch.h>
 
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -63,6 +64,10 @@ class ProjectionImpl : public torch::nn::Module {
   void BindWorkingWeight(WorkingWeight working);
   bool has_working_weight() const { return static_cast<bool>(working_); }
 
+  // The working weight Linear reads x's product from: bound, and autocast on x's device in its
+  // dtype on the CUDA path. Unbound otherwise (the product is then MixedLinear's).
+  const WorkingWeight& WorkingWeightFor(const torch::Tensor& x) const;
+
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
 
@@ -79,6 +84,17 @@ class ProjectionImpl : public torch::nn::Module {
   WorkingWeight working_;
 };
 TORCH_MODULE(Projection);
+
+// x times the weights of `projections` stacked along their outputs, plus their biases: [.., sum of
+// their out_features], the outputs in the given order. One cuda_ops::WorkingLinear over the stacked
+// slice of the working copy -- one GEMM forward, one for dx and one dW GEMM backward, where one
+// by one would take one of each per projection and an add per extra dx -- when every projection
+// reads its working weight (WorkingWeightFor), none carries an adapter, all or none has a bias, and
+// the weights lie next to each other in this order in the master buffer, its gradient buffer and
+// the working copy (as the optimizer lays out q/k/v or gate/up when they share a buffer: with
+// weight decay, or without biases). Otherwise an undefined tensor: the caller runs them one by one.
+torch::Tensor StackedWorkingLinear(const torch::Tensor& x,
+                                   std::initializer_list<ProjectionImpl*> projections);
 
 // Where a parameter lies in the buffers of a WorkingWeights: buffer `group`, from `offset`.
 struct FlatPlace {

@@ -64,6 +64,12 @@ struct WorkingWeight {
   explicit operator bool() const { return copies != nullptr; }
   // The weight's current working copy, shaped `shape`. REQUIRES: bound.
   torch::Tensor View(at::IntArrayRef shape) const { return copies->View(group, offset, shape); }
+  // Throws unless `param` starts at this place of the master buffers (what binding a weight
+  // requires); `what` names the binder in the error. REQUIRES: bound.
+  void CheckIsPlaceOf(const torch::Tensor& param, const char* what) const {
+    TORCH_CHECK(param.data_ptr() == copies->master(group).data_ptr<float>() + offset, what,
+                ": the weight is not the view of buffer ", group, " at ", offset);
+  }
 };
 
 }  // namespace sftctl::trainer
