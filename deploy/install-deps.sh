@@ -15,7 +15,7 @@ BUILD_PKGS=(
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libsqlite3-dev
   libpcre2-dev libutf8proc-dev libcairo2-dev
   ccache  # every build compiles through it when present (CMakeLists.txt SFTCTL_CCACHE)
-  libcurl4-openssl-dev  # the Hugging Face Hub (common/hub/http_client.cpp): hf:// paths, `sftctl download`
+  libcurl4-openssl-dev  # the Hugging Face Hub (common/net/http_client.cpp): hf:// paths, `sftctl download`
 )
 TEST_PKGS=(
   libgtest-dev libgmock-dev openssh-server openssh-client clang libclang-rt-dev

@@ -174,7 +174,7 @@ Supervisor::~Supervisor() { Stop(); }
 std::string Supervisor::JobDir(const std::string& id) const { return config_.data_dir + "/jobs/" + id; }
 
 Status Supervisor::Start() {
-  SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(config_.data_dir + "/jobs"));
+  SFT_RETURN_IF_ERROR(config_.fs->CreateDirs(config_.data_dir + "/jobs"));
   if (!config_.shared_dir.empty()) SFT_RETURN_IF_ERROR(PrepareSlurmJobsDir());
   SFT_RETURN_IF_ERROR(Recover());
   using Guard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
@@ -284,7 +284,7 @@ StatusOr<std::shared_ptr<Journal>> Supervisor::JournalFor(const std::string& job
     }
   }
   SFT_ASSIGN_OR_RETURN(JobRecord rec, store_->GetJob(job_id));
-  SFT_ASSIGN_OR_RETURN(std::shared_ptr<Journal> j, Journal::Open(rec.job_dir + "/journal.jsonl"));
+  SFT_ASSIGN_OR_RETURN(std::shared_ptr<Journal> j, Journal::Open(rec.job_dir + "/journal.jsonl", config_.fs));
   j->SetFinished(IsFinal(rec.state));
   journals_[job_id] = j;
   return j;
@@ -442,8 +442,14 @@ Status Supervisor::CreateJobFolder(JobRecord* rec) {
   // folder of its own in the data dir; where none can be made either, the record alone says why.
   const std::string why = "cannot create the job folder: " + made.message();
   rec->job_dir = JobDir(rec->id);
-  Status st = MakePrivateDir(rec->job_dir, false);
-  if (st.ok()) st = store_->SaveJob(*rec, nullptr);
+  const Status fallback = MakePrivateDir(rec->job_dir, false);
+  if (!fallback.ok()) spdlog::error("{}: {}", rec->id, fallback.ToString());
+  FailNewJob(rec, why);
+  return FailedPreconditionError(rec->id + ": " + why);
+}
+
+void Supervisor::FailNewJob(JobRecord* rec, const std::string& why) {
+  Status st = store_->SaveJob(*rec, nullptr);  // (its folder as it is now: the journal's is read from it)
   StatusOr<std::shared_ptr<Journal>> journal = st.ok() ? JournalFor(rec->id) : st;
   if (journal.ok()) {
     st = Transition(rec, journal->get(), JobState::FAILED, why);
@@ -455,7 +461,27 @@ Status Supervisor::CreateJobFolder(JobRecord* rec) {
     st = store_->SaveJob(*rec, &h).WithContext(journal.status().message());
   }
   if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
-  return FailedPreconditionError(rec->id + ": " + why);
+}
+
+StatusOr<std::shared_ptr<Journal>> Supervisor::FillJobFolder(JobRecord* rec,
+                                                             const std::vector<SpecFolder>& folders,
+                                                             const std::vector<SpecBlobRef>& refs, bool slurm,
+                                                             JobSpec spec) {
+  SFT_RETURN_IF_ERROR(config_.fs->CreateDirs(rec->job_dir + "/logs"));
+  SFT_RETURN_IF_ERROR(config_.fs->CreateDirs(rec->job_dir + "/run"));
+  SFT_RETURN_IF_ERROR(MaterializeFolders(rec->job_dir, folders, &spec));
+  if (slurm) SFT_RETURN_IF_ERROR(slurm::MoveInputsIntoJobFolder(rec->job_dir, FileRefPointers(refs), &spec));
+  spec.output_dir = rec->job_dir + "/run";
+  SetSpec(rec, std::make_shared<const JobSpec>(std::move(spec)));
+  SFT_RETURN_IF_ERROR(WritePrivateFile(rec->job_dir + "/spec.json", rec->spec_json));
+  SFT_RETURN_IF_ERROR(store_->SaveJob(*rec, nullptr));
+  SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(rec->id));
+  JournalEvent ev;
+  ev.kind = Event::STATE;
+  ev.state = JobState::QUEUED;
+  ev.text = "submitted";
+  SFT_RETURN_IF_ERROR(journal->Append({ev}).status());
+  return journal;
 }
 
 // The job's record, folders, spec.json and journal (blocking thread; runs one at a time, so two
@@ -508,20 +534,13 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
   SFT_ASSIGN_OR_RETURN(rec, store_->InsertJob(std::move(rec), CheckpointKeys(req.checkpoint_keys().begin(),
                                                                              req.checkpoint_keys().end())));
   SFT_RETURN_IF_ERROR(CreateJobFolder(&rec));
-  SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/logs"));
-  SFT_RETURN_IF_ERROR(FileSystem::Default()->CreateDirs(rec.job_dir + "/run"));
-  SFT_RETURN_IF_ERROR(MaterializeFolders(rec.job_dir, folders, &spec));
-  if (sl) SFT_RETURN_IF_ERROR(slurm::MoveInputsIntoJobFolder(rec.job_dir, FileRefPointers(refs), &spec));
-  spec.output_dir = rec.job_dir + "/run";
-  SetSpec(&rec, std::make_shared<const JobSpec>(std::move(spec)));
-  SFT_RETURN_IF_ERROR(WritePrivateFile(rec.job_dir + "/spec.json", rec.spec_json));
-  SFT_RETURN_IF_ERROR(store_->SaveJob(rec, nullptr));
-  SFT_ASSIGN_OR_RETURN(auto journal, JournalFor(rec.id));
-  JournalEvent ev;
-  ev.kind = Event::STATE;
-  ev.state = JobState::QUEUED;
-  ev.text = "submitted";
-  SFT_RETURN_IF_ERROR(journal->Append({ev}).status());
+  StatusOr<std::shared_ptr<Journal>> filled =
+      FillJobFolder(&rec, folders, refs, sl.has_value(), std::move(spec));
+  if (!filled.ok()) {
+    FailNewJob(&rec, "cannot set up the job: " + filled.status().message());
+    return Status(filled.status().code(), rec.id + ": cannot set up the job: " + filled.status().message());
+  }
+  const std::shared_ptr<Journal>& journal = *filled;
   if (IsMultiNode(rec)) {
     spdlog::info("{}: submitted node {}/{} of group '{}' ({} GPUs, ranks {}..{} of {}, master {}:{})", rec.id,
                  rdzv.node_rank(), rdzv.num_nodes(), rdzv.group_id(), rec.gpus, rdzv.rank_offset(),
@@ -628,10 +647,10 @@ void Supervisor::Launch(const Allocation& alloc) {
   run->journal = *journal_or;
   JobRecord& rec = run->rec;
   rec.assigned_gpus = alloc.gpus;
-  st = FileSystem::Default()->CreateDirs(rec.job_dir + "/logs");
-  if (st.ok()) st = FileSystem::Default()->CreateDirs(rec.job_dir + "/run");
-  if (st.ok() && !FileSystem::Default()->Exists(rec.job_dir + "/spec.json"))
-    st = WriteFileAtomic(FileSystem::Default(), rec.job_dir + "/spec.json", rec.spec_json);
+  st = config_.fs->CreateDirs(rec.job_dir + "/logs");
+  if (st.ok()) st = config_.fs->CreateDirs(rec.job_dir + "/run");
+  if (st.ok() && !config_.fs->Exists(rec.job_dir + "/spec.json"))
+    st = WriteFileAtomic(config_.fs, rec.job_dir + "/spec.json", rec.spec_json);
   const std::vector<RankEnv> envs = RankEnvs(rec, alloc);
   StatusOr<std::vector<SpawnedRank>> spawned = st.ok()
                                                    ? StartJobRanks(config_.trainer_path, rec.job_dir, envs)

@@ -57,6 +57,7 @@
 #include "agent/state/state_store.h"
 #include "common/mutex.h"
 #include "common/os/clock.h"
+#include "common/os/file_system.h"
 #include "common/rank_group.h"
 #include "common/spec/spec_types.h"
 #include "common/status.h"
@@ -80,6 +81,9 @@ struct SupervisorConfig {
   uint32_t default_heartbeat_s = 1800;
   // The time of the step heartbeat and the kill grace (tests move it forward).
   const Clock* clock = Clock::Real();
+  // The job folders, their spec.json and journals are made through it (tests inject a full disk).
+  // Not owned; must outlive the Supervisor.
+  FileSystem* fs = FileSystem::Default();
   // Multi-node jobs: the master_addr reported for node 0 (see docs/agent.md, "Multi-node jobs").
   std::string rendezvous_addr = "127.0.0.1";
   // hf:// paths: the Hub endpoint, the host's HF cache and token (HubOptionsFromEnvironment()).
@@ -193,6 +197,15 @@ class Supervisor {
   // that exists was not made by this agent). Else FAILED_PRECONDITION naming the job and the folder,
   // the job FAILED with that reason, its record and journal in <data_dir>/jobs/<id> instead.
   Status CreateJobFolder(JobRecord* rec);
+  // What a job needs in its folder after CreateJobFolder: logs/, run/, its input folders (a Slurm
+  // job's inputs moved in), spec.json, the record saved with its spec, and the journal's first line.
+  StatusOr<std::shared_ptr<Journal>> FillJobFolder(JobRecord* rec, const std::vector<SpecFolder>& folders,
+                                                   const std::vector<SpecBlobRef>& refs, bool slurm,
+                                                   JobSpec spec);
+  // A job InsertJob recorded that cannot be set up (`why`): FAILED in the store and, where it can be
+  // written, its journal, so that neither a retried submit (its client request id finds the job) nor
+  // a restarted agent takes it for a queued one.
+  void FailNewJob(JobRecord* rec, const std::string& why);
   // Slurm jobs (agent/slurm/slurm_runner.h). The options of a spec with `slurm:` after the checks
   // made before anything is recorded (nullopt for any other spec; blocking thread).
   StatusOr<std::optional<slurm::SlurmOptions>> SlurmPreflight(const JobSpec& spec);

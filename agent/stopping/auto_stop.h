@@ -51,7 +51,7 @@
 #include "agent/state/state_store.h"
 #include "agent/stopping/client_activity.h"
 #include "agent/stopping/stop_policy.h"
-#include "common/hub/http_client.h"
+#include "common/net/http_client.h"
 #include "common/mutex.h"
 #include "common/os/clock.h"
 #include "common/os/periodic_thread.h"

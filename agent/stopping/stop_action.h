@@ -3,7 +3,7 @@
 // (ActionCommand, agent/stopping/stop_policy.h) run through the CommandRunner seam, with the cloud variables
 // in their environment only. "lambda" is no command at all: its one HTTPS request, POST
 // <LAMBDA_API_URL>/instance-operations/terminate with "Authorization: Bearer $LAMBDA_API_KEY", is made
-// in this process through the HttpClient seam (common/hub/http_client.h), so the account-wide key is in
+// in this process through the HttpClient seam (common/net/http_client.h), so the account-wide key is in
 // no process's argv (/proc/<pid>/cmdline, which every user of the host can read), no log line and no
 // outcome.
 //
@@ -16,7 +16,7 @@
 
 #include "agent/process/command_runner.h"
 #include "agent/stopping/stop_policy.h"
-#include "common/hub/http_client.h"
+#include "common/net/http_client.h"
 #include "common/status.h"
 
 namespace sftctl::agent {

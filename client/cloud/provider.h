@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "common/hub/http_client.h"
+#include "common/net/http_client.h"
 #include "common/os/clock.h"
 #include "common/status.h"
 

@@ -10,7 +10,7 @@
 
 #include "client/remote/registry_file.h"
 #include "client/remote/rented_hosts.h"
-#include "common/hub/http_client.h"
+#include "common/net/http_client.h"
 #include "common/json_parse.h"
 #include "common/lambda_api.h"
 #include "common/os/file_system.h"

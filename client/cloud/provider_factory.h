@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "client/cloud/provider.h"
-#include "common/hub/http_client.h"
+#include "common/net/http_client.h"
 #include "common/os/clock.h"
 #include "common/status.h"
 

@@ -9,7 +9,7 @@
 #include "client/cloud/provider_config.h"
 #include "client/cloud/provider_factory.h"
 #include "common/cli/duration_option.h"
-#include "common/hub/http_client.h"
+#include "common/net/http_client.h"
 
 namespace sftctl::client {
 

@@ -16,7 +16,7 @@
 // A blob already present is not fetched again; a dropped connection resumes from the bytes held; an
 // LFS file's content is verified against its sha256 before it is renamed into place (nothing is
 // kept when it differs). The token goes only to the endpoint's own origin: not with the content GET
-// to a CDN the Hub redirected to, nor (common/hub/http_client.h) across a redirect to another origin; and
+// to a CDN the Hub redirected to, nor (common/net/http_client.h) across a redirect to another origin; and
 // never into messages.
 //
 // Thread safety: a HubDownloader is used by one thread at a time. Two downloads of one blob (two
@@ -31,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/hub/http_client.h"
+#include "common/net/http_client.h"
 #include "common/os/file_system.h"
 #include "common/spec/hub_path.h"
 #include "common/status.h"

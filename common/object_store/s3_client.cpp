@@ -1,11 +1,9 @@
 #include "common/object_store/s3_client.h"
 
-#include <curl/curl.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
 #include <cctype>
-#include <mutex>
 #include <thread>
 
 #include "common/object_store/s3_xml.h"
@@ -14,61 +12,6 @@
 namespace sftctl {
 
 namespace {
-
-constexpr const char* kUnsignedPayload = "x-amz-content-sha256: UNSIGNED-PAYLOAD";
-
-struct Transfer {
-  std::string_view upload;  // remaining request body
-  const S3Sink* sink = nullptr;
-  std::string* collect = nullptr;
-  uint64_t max_body = 0;
-  uint64_t body_bytes = 0;
-  bool overflow = false, sink_stopped = false;
-  long status = 0;
-  std::map<std::string, std::string> headers;
-};
-
-size_t ReadBody(char* buf, size_t size, size_t n, void* user) {
-  auto* t = static_cast<Transfer*>(user);
-  const size_t k = std::min(size * n, t->upload.size());
-  std::copy_n(t->upload.data(), k, buf);
-  t->upload.remove_prefix(k);
-  return k;
-}
-
-size_t WriteBody(char* buf, size_t size, size_t n, void* user) {
-  auto* t = static_cast<Transfer*>(user);
-  const std::string_view data(buf, size * n);
-  if (t->status >= 300 || t->sink == nullptr) {  // error bodies are always collected (bounded)
-    if (t->collect->size() + data.size() > t->max_body) {
-      t->overflow = true;
-      return 0;
-    }
-    t->collect->append(data);
-  } else if (!(*t->sink)(data)) {
-    t->sink_stopped = true;
-    return 0;
-  }
-  t->body_bytes += data.size();
-  return data.size();
-}
-
-size_t ReadHeader(char* buf, size_t size, size_t n, void* user) {
-  auto* t = static_cast<Transfer*>(user);
-  std::string line(buf, size * n);
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-  if (line.rfind("HTTP/", 0) == 0) {  // a new response (after 100 Continue): start over
-    t->headers.clear();
-    const size_t sp = line.find(' ');
-    t->status = sp == std::string::npos ? 0 : std::atol(line.c_str() + sp + 1);
-  } else if (const size_t colon = line.find(':'); colon != std::string::npos) {
-    std::string name = line.substr(0, colon);
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-    const size_t v = line.find_first_not_of(' ', colon + 1);
-    t->headers[name] = v == std::string::npos ? "" : line.substr(v);
-  }
-  return size * n;
-}
 
 std::string Unquote(std::string s) {
   if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
@@ -115,88 +58,56 @@ std::string Md5Base64(std::string_view data) {
   return std::string(reinterpret_cast<char*>(b64), static_cast<size_t>(len));
 }
 
-S3Client::S3Client(S3Endpoint endpoint, AwsCredentials credentials)
-    : endpoint_(std::move(endpoint)), credentials_(std::move(credentials)) {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
+S3Client::S3Client(S3Endpoint endpoint, AwsCredentials credentials, HttpClient* http)
+    : endpoint_(std::move(endpoint)), credentials_(std::move(credentials)), http_(http) {}
 
-StatusOr<S3Client::Response> S3Client::Perform(const Request& r, const S3Sink& sink) const {
+StatusOr<S3Client::Response> S3Client::Perform(const Request& r, const S3Sink& sink,
+                                               uint64_t* delivered) const {
   SFT_ASSIGN_OR_RETURN(const std::string url, S3RequestUrl(endpoint_, r.bucket, r.key, r.query));
-  CURL* curl = curl_easy_init();
-  if (curl == nullptr) return InternalError("curl_easy_init failed");
-  Response resp;
-  Transfer t;
-  t.upload = r.body;
-  t.sink = sink ? &sink : nullptr;
-  t.collect = &resp.body;
-  t.max_body = r.max_body;
-  curl_slist* hdrs = curl_slist_append(nullptr, kUnsignedPayload);
-  // (No "Expect:" to skip 100-continue: libcurl 7.88 would sign the header it then does not send.)
+  HttpRequest req;
+  req.method = r.method;
+  req.url = url;
+  req.headers = {{"x-amz-content-sha256", "UNSIGNED-PAYLOAD"}};
   if (!credentials_.session_token.empty())
-    hdrs = curl_slist_append(hdrs, ("x-amz-security-token: " + credentials_.session_token).c_str());
-  for (const std::string& h : r.headers) hdrs = curl_slist_append(hdrs, h.c_str());
-  const std::string sigv4 = "aws:amz:" + endpoint_.Region() + ":s3";
-  const long stall = static_cast<long>(stall_timeout_.count());
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-#if LIBCURL_VERSION_NUM >= 0x075500
-  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-#else
-  curl_easy_setopt(curl, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-#endif
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-#if LIBCURL_VERSION_NUM >= 0x074B00
-  curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, sigv4.c_str());
-#else  // libcurl signs AWS requests from 7.75 on (Debian 11 has 7.74): no S3 with an older one
-  curl_slist_free_all(hdrs);
-  curl_easy_cleanup(curl);
-  return FailedPreconditionError("s3://" + r.bucket + ": S3 needs libcurl 7.75 or newer (its AWS SigV4 " +
-                                 "signing); this program was built with libcurl " + LIBCURL_VERSION);
-#endif
-  curl_easy_setopt(curl, CURLOPT_USERNAME, credentials_.access_key_id.c_str());
-  curl_easy_setopt(curl, CURLOPT_PASSWORD, credentials_.secret_access_key.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, stall);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, stall);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, WriteBody);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, ReadHeader);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
-  if (r.method == "PUT") {
-    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(curl, CURLOPT_READFUNCTION, ReadBody);
-    curl_easy_setopt(curl, CURLOPT_READDATA, &t);
-    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
-  } else if (r.method == "POST") {
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, r.body.data());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
-  } else if (r.method == "HEAD") {
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-  } else if (r.method != "GET") {
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, r.method.c_str());
-  }
-  if (!r.range.empty()) curl_easy_setopt(curl, CURLOPT_RANGE, r.range.c_str());
-  const CURLcode rc = curl_easy_perform(curl);
-  curl_slist_free_all(hdrs);
-  curl_easy_cleanup(curl);
-  resp.status = t.status;
-  resp.headers = std::move(t.headers);
-  resp.body_bytes = t.body_bytes;
+    req.headers.emplace_back("x-amz-security-token", credentials_.session_token);
+  req.headers.insert(req.headers.end(), r.headers.begin(), r.headers.end());
+  if (!r.range.empty()) req.headers.emplace_back("Range", "bytes=" + r.range);
+  req.body_view = r.body;
+  req.follow_redirects = false;
+  req.stall_timeout = stall_timeout_;
+  req.max_body_bytes = sink ? 0 : r.max_body;
+  req.collect_error_body = true;  // S3 explains an error in its body (Send reads Code and Message)
+  req.aws_sigv4 = AwsSigV4{"aws:amz:" + endpoint_.Region() + ":s3", credentials_.access_key_id,
+                           credentials_.secret_access_key};
+  bool stopped = false;
+  const HttpSink counted = [&](std::string_view data) {
+    if (!sink(data)) {
+      stopped = true;
+      return false;
+    }
+    *delivered += data.size();
+    return true;
+  };
+  StatusOr<HttpResponse> got = http_->Send(req, sink ? counted : HttpSink());
   const std::string what = S3ObjectName(r.bucket, r.key) + ": " + r.method;
-  if (t.sink_stopped) return CancelledError(what + ": stopped by the reader");
-  if (t.overflow)
-    return DataLossError(what + ": response body over " + std::to_string(r.max_body) + " bytes");
-  if (rc != CURLE_OK)
-    return UnavailableError(what + " " + endpoint_.endpoint_url + ": " + curl_easy_strerror(rc) + " (after " +
-                            std::to_string(t.body_bytes) + " body bytes)");
+  if (stopped) return CancelledError(what + ": stopped by the reader");
+  if (!got.ok()) {
+    // (HttpClient's message names the method and the URL, which holds no credential.)
+    return Status(got.status().code(), S3ObjectName(r.bucket, r.key) + ": " + got.status().message());
+  }
+  Response resp;
+  resp.status = got->status;
+  resp.headers = std::move(got->headers);
+  resp.body = std::move(got->body);
+  resp.body_bytes = got->body_bytes;
   return resp;
 }
 
 StatusOr<S3Client::Response> S3Client::Send(const Request& r, const S3Sink& sink) const {
   const std::string what = S3ObjectName(r.bucket, r.key) + ": " + r.method;
+  uint64_t delivered = 0;  // body bytes the sink took, over every attempt
   for (int attempt = 1;; ++attempt) {
-    StatusOr<Response> resp = Perform(r, sink);
+    StatusOr<Response> resp = Perform(r, sink, &delivered);
     Status st = resp.status();
     if (st.ok() && resp->status >= 300) {
       // (The endpoint's words, decoded entities included: escaped before they reach a message.)
@@ -208,8 +119,8 @@ StatusOr<S3Client::Response> S3Client::Send(const Request& r, const S3Sink& sink
       st = Status(CodeOf(resp->status, code), text);
     }
     if (st.ok()) return resp;
-    const bool delivered = sink && resp.ok() && resp->body_bytes > 0;
-    if (st.code() != StatusCode::kUnavailable || attempt >= kAttempts || delivered) return st;
+    // A sink that took bytes would take them again: the caller knows how many arrived.
+    if (st.code() != StatusCode::kUnavailable || attempt >= kAttempts || delivered > 0) return st;
     std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
   }
 }
@@ -226,8 +137,8 @@ Status S3Client::PutBody(const Request& base, std::string_view data, std::string
   Request r = base;
   r.method = "PUT";
   r.body = data;
-  r.headers.push_back("Content-MD5: " + Md5Base64(data));
-  r.headers.push_back("Content-Type: application/octet-stream");
+  r.headers.emplace_back("Content-MD5", Md5Base64(data));
+  r.headers.emplace_back("Content-Type", "application/octet-stream");
   SFT_ASSIGN_OR_RETURN(Response resp, Send(r));
   const std::string got = Unquote(resp.headers["etag"]), want = Md5Hex(data);
   if (IsMd5Hex(got) && got != want)

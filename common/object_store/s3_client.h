@@ -1,8 +1,9 @@
 // S3Client: the S3 REST API calls sftctl makes (objects, ranged reads, listings, multipart uploads)
 // against AWS S3 or an S3-compatible service (R2, B2, MinIO, GCS's S3 API, moto in the tests),
-// signed with AWS SigV4 by libcurl (CURLOPT_AWS_SIGV4). libcurl 7.88 leaves to the caller what this
-// class does: the x-amz-content-sha256 header, a canonical query string, %-encoded keys, an XML
-// content type on POST bodies (docs/object-storage.md).
+// sent through the HTTP seam (common/net/http_client.h) and signed with AWS SigV4 by libcurl
+// (HttpRequest::aws_sigv4). libcurl 7.88 leaves to the caller what this class does: the
+// x-amz-content-sha256 header, a canonical query string, %-encoded keys, an XML content type on
+// POST bodies (docs/object-storage.md).
 //
 // Integrity: every PUT of a body (an object or a multipart part) carries Content-MD5, which the
 // server checks, and the returned ETag, when it is an MD5 (32 hex digits), must equal ours.
@@ -15,8 +16,8 @@
 //   INVALID_ARGUMENT / FAILED_PRECONDITION / OUT_OF_RANGE  other 4xx
 // Credentials never appear in a message.
 //
-// Thread safety: const methods may be called from several threads at once (one libcurl handle per
-// request). The object owns its copy of the credentials.
+// Thread safety: const methods may be called from several threads at once (as HttpClient::Send).
+// The object owns its copy of the credentials, not the HttpClient.
 #pragma once
 
 #include <chrono>
@@ -28,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/net/http_client.h"
 #include "common/object_store/aws_credentials.h"
 #include "common/object_store/s3_location.h"
 #include "common/status.h"
@@ -57,7 +59,8 @@ using S3Sink = std::function<bool(std::string_view)>;
 class S3Client {
  public:
   static constexpr int kAttempts = 3;  // tries of a request that failed with UNAVAILABLE
-  S3Client(S3Endpoint endpoint, AwsCredentials credentials);
+  // `http`: where requests go (tests inject faults there). REQUIRES: it outlives this object.
+  S3Client(S3Endpoint endpoint, AwsCredentials credentials, HttpClient* http = CurlHttpClient());
 
   const S3Endpoint& endpoint() const { return endpoint_; }
   // No byte for this long (connecting included) fails a request with UNAVAILABLE.
@@ -108,10 +111,10 @@ class S3Client {
         : method(std::move(m)), bucket(std::move(b)), key(std::move(k)), query(std::move(q)) {}
     std::string method;  // GET HEAD PUT POST DELETE
     std::string bucket, key, query;
-    std::vector<std::string> headers;  // "Name: value"
-    std::string_view body;             // PUT and POST
-    std::string range;                 // "first-last" for GET
-    uint64_t max_body = 64ull << 20;   // collected body limit
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::string_view body;            // PUT and POST
+    std::string range;                // "first-last" for GET
+    uint64_t max_body = 64ull << 20;  // collected body limit
   };
   struct Response {
     long status = 0;
@@ -119,14 +122,16 @@ class S3Client {
     std::string body;                            // when no sink
     uint64_t body_bytes = 0;
   };
-  // One attempt; an HTTP error status is not an error here.
-  StatusOr<Response> Perform(const Request& r, const S3Sink& sink) const;
+  // One attempt; an HTTP error status is not an error here. *delivered: the body bytes the sink
+  // took, also when the attempt failed.
+  StatusOr<Response> Perform(const Request& r, const S3Sink& sink, uint64_t* delivered) const;
   // Retries UNAVAILABLE, maps an error status to a Status.
   StatusOr<Response> Send(const Request& r, const S3Sink& sink = nullptr) const;
   Status PutBody(const Request& base, std::string_view data, std::string* etag) const;
 
   S3Endpoint endpoint_;
   AwsCredentials credentials_;
+  HttpClient* http_;
   std::chrono::seconds stall_timeout_{60};
 };
 

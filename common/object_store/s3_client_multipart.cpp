@@ -72,7 +72,7 @@ StatusOr<std::vector<S3ObjectInfo>> S3Client::ListObjects(const std::string& buc
 StatusOr<std::string> S3Client::CreateMultipartUpload(const std::string& bucket,
                                                       const std::string& key) const {
   Request r{"POST", bucket, key, CanonicalQuery({{"uploads", ""}})};
-  r.headers.push_back("Content-Type: application/octet-stream");
+  r.headers.emplace_back("Content-Type", "application/octet-stream");
   SFT_ASSIGN_OR_RETURN(Response resp, Send(r));
   std::string id = XmlText(resp.body, "UploadId");
   if (id.empty()) return DataLossError(S3ObjectName(bucket, key) + ": CreateMultipartUpload: no UploadId");
@@ -101,7 +101,7 @@ Status S3Client::CompleteMultipartUpload(const std::string& bucket, const std::s
            "\"</ETag></Part>";
   xml += "</CompleteMultipartUpload>";
   Request r{"POST", bucket, key, CanonicalQuery({{"uploadId", upload_id}})};
-  r.headers.push_back("Content-Type: application/xml");
+  r.headers.emplace_back("Content-Type", "application/xml");
   r.body = xml;
   SFT_ASSIGN_OR_RETURN(Response resp, Send(r));
   // S3 may answer 200 with an <Error> body when the completion fails late.

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/hub/http_client.h"
+#include "common/net/http_client.h"
 #include "common/spec/upload_to.h"
 #include "common/terminal_text.h"
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <future>
 #include <mutex>
 #include <string>
@@ -46,6 +47,7 @@ class SupervisorClock : public ::testing::Test {
     cfg.kill_grace = kill_grace;
     cfg.poll = 20ms;
     cfg.clock = &clock_;
+    cfg.fs = fs_;
     cfg.spec_parsed = [this](const std::string& where) {
       std::lock_guard<std::mutex> l(parsed_mu_);
       parsed_.push_back(where);
@@ -94,6 +96,7 @@ class SupervisorClock : public ::testing::Test {
 
   TempDir dir_;
   OffsetClock clock_;
+  FileSystem* fs_ = FileSystem::Default();  // the supervisor's (a test may inject faults)
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<BlobStore> blobs_;
   CheckpointUploads uploads_;  // outlives supervisor_
@@ -223,6 +226,52 @@ TEST_F(SupervisorClock, AQueuedJobWhoseStoredSpecDoesNotReadBackFailsAtRecovery)
             "agent-restart: cannot recover the job: its spec does not read back: " + inserted->id +
                 " spec: field 'data': is required (data.train lists JSONL files)");
   EXPECT_EQ(supervisor_->SpecOf(inserted->id), nullptr);
+}
+
+// A disk that is full for the folders named `*/run` while `full` is set.
+class FullForRunFolders : public ForwardingFileSystem {
+ public:
+  using ForwardingFileSystem::ForwardingFileSystem;
+  Status CreateDirs(const std::string& path) override {
+    if (full && path.size() >= 4 && path.compare(path.size() - 4, 4, "/run") == 0)
+      return ResourceExhaustedError(path + ": No space left on device");
+    return base()->CreateDirs(path);
+  }
+  std::atomic<bool> full{true};
+};
+
+// The disk fills between the job's record and its folder: the submit fails with the disk's error,
+// and the job it recorded is FAILED with it -- not left QUEUED, for a retried submit (its client
+// request id finds the job) or a restarted agent to take for a queued job.
+TEST_F(SupervisorClock, ADiskFullWhileSettingUpAJobFailsTheJobItRecorded) {
+  FullForRunFolders fs(FileSystem::Default());
+  fs_ = &fs;
+  StartSupervisor(10s);
+  auto submit = [&] {
+    v1::SubmitJobRequest req;
+    req.set_spec_json(StubSpec({}).dump());
+    req.set_client_request_id("request-1");
+    std::promise<StatusOr<JobRecord>> p;
+    supervisor_->Submit(req, [&](StatusOr<JobRecord> r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  };
+  const StatusOr<JobRecord> first = submit();
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(first.status().message().find(": cannot set up the job: "), std::string::npos)
+      << first.status().ToString();
+  EXPECT_NE(first.status().message().find("No space left on device"), std::string::npos)
+      << first.status().ToString();
+  auto jobs = store_->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(jobs->front().state, JobState::FAILED);
+  EXPECT_NE(jobs->front().reason.find("No space left on device"), std::string::npos) << jobs->front().reason;
+  fs.full = false;
+  const StatusOr<JobRecord> again = submit();  // the same request: the job recorded, as it ended
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->id, jobs->front().id);
+  EXPECT_EQ(again->state, JobState::FAILED);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ using ::sftctl::testing::TempDir;
 using ::sftctl::testing::WriteWholeFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 std::string Sha1Hex(const std::string& data) {
@@ -465,6 +466,59 @@ TEST_F(HfHubTest, RedirectsToOtherSchemesAreRefused) {
   direct.url = "file://localhost" + secret;
   EXPECT_THAT(CurlHttpClient()->Send(direct),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("not an http:// or https:// URL")));
+}
+
+// An error response's body goes to HttpResponse::body, not the sink, when the request says so
+// (S3 explains its errors there), and only then.
+TEST_F(HfHubTest, AnErrorBodyIsCollectedInsteadOfSunkWhenAsked) {
+  StartHub();
+  HttpRequest req;
+  req.url = hub_.url() + "/api/models/org/no-such-model";
+  std::string sunk;
+  const HttpSink sink = [&](std::string_view data) {
+    sunk.append(data);
+    return true;
+  };
+  auto plain = CurlHttpClient()->Send(req, sink);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->status, 404);
+  EXPECT_THAT(sunk, HasSubstr("RepoNotFound"));
+  sunk.clear();
+  req.collect_error_body = true;
+  auto collected = CurlHttpClient()->Send(req, sink);
+  ASSERT_TRUE(collected.ok()) << collected.status().ToString();
+  EXPECT_EQ(collected->status, 404);
+  EXPECT_EQ(sunk, "");
+  EXPECT_THAT(collected->body, HasSubstr("RepoNotFound"));
+}
+
+// A SigV4-signed request carries libcurl's AWS4 Authorization header (the key id, never the
+// secret), only to its own origin: a redirect to another one goes unsigned. DELETE is sent as such.
+TEST_F(HfHubTest, SignedRequestsAreSignedOnlyForTheirOrigin) {
+  StartHub();
+  const std::string secret = "wJalrXUtnFEMI-secret";
+  HttpRequest req;
+  req.url =
+      hub_.url() + "/bounce?to=" +
+      UrlEncode("http://127.0.0.1:" + std::to_string(hub_.cdn_port()) + "/cdn/" + Sha256Hex(weights_), false);
+  req.aws_sigv4 = AwsSigV4{"aws:amz:us-east-1:s3", "AKIDEXAMPLE", secret};
+  req.headers = {{"x-amz-content-sha256", "UNSIGNED-PAYLOAD"}};
+  const size_t before = hub_.Log().size();
+  auto r = CurlHttpClient()->Send(req);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, weights_);
+  const auto log = hub_.Log();
+  ASSERT_EQ(log.size(), before + 2);
+  const std::string auth = log[before]["auth"].is_string() ? log[before]["auth"].get<std::string>() : "";
+  EXPECT_THAT(auth, HasSubstr("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"));
+  EXPECT_THAT(auth, Not(HasSubstr(secret)));
+  EXPECT_TRUE(log[before + 1]["auth"].is_null()) << "signed for another origin: " << log[before + 1].dump();
+  HttpRequest del;
+  del.method = "DELETE";
+  del.url = hub_.url() + "/api/models/org/tiny";
+  auto d = CurlHttpClient()->Send(del);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->status, 501) << "the fake answers DELETE as a method it does not implement";
 }
 
 // The Hub's answer for a file points at a local file: refused, and nothing of it reaches the cache.

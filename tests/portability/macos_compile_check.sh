@@ -85,7 +85,7 @@ mkdir -p "$WORK/inc/openssl"
 for f in /usr/include/openssl/* /usr/include/*-linux-gnu/openssl/*; do
   [ -e "$f" ] && ln -sf "$f" "$WORK/inc/openssl/$(basename "$f")"
 done
-# libcurl (common/hub/http_client.cpp; the macOS SDK has its own): Debian keeps it in the multiarch folder.
+# libcurl (common/net/http_client.cpp; the macOS SDK has its own): Debian keeps it in the multiarch folder.
 for d in /usr/include/*-linux-gnu/curl; do
   [ -d "$d" ] && ln -sfn "$d" "$WORK/inc/curl"
 done

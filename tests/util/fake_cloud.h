@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/hub/http_client.h"
+#include "common/net/http_client.h"
 #include "tests/util/python_server.h"
 
 namespace sftctl::testing {

@@ -1,4 +1,4 @@
-#include "common/hub/http_client.h"
+#include "common/net/http_client.h"
 
 #include <curl/curl.h>
 
@@ -48,7 +48,8 @@ struct Transfer {
   bool follow = false;
   const HttpSink* sink = nullptr;
   const HttpHeadersCheck* check = nullptr;
-  uint64_t max_body = 0;  // HttpRequest::max_body_bytes
+  uint64_t max_body = 0;       // HttpRequest::max_body_bytes
+  bool collect_error = false;  // HttpRequest::collect_error_body
   HttpResponse resp;
   bool checked = false;
   bool limited = false;   // `limit` is set (at the final response's first body byte)
@@ -58,7 +59,9 @@ struct Transfer {
 
   // The final response's status and headers are known at its first body byte (or at its end).
   bool Final() const { return !(follow && IsRedirect(resp.status)); }
-  bool HasSink() const { return sink != nullptr && *sink; }
+  // An error response's body is collected rather than sunk when the request says so.
+  bool ErrorCollected() const { return collect_error && resp.status >= 300; }
+  bool HasSink() const { return sink != nullptr && *sink && !ErrorCollected(); }
 
   Status RunCheck() {
     checked = true;
@@ -69,8 +72,13 @@ struct Transfer {
   // The most body bytes the final response may have: what it declared, and what the caller allows.
   void SetLimit() {
     limited = true;
-    limit = max_body > 0 ? max_body : HasSink() ? UINT64_MAX : HttpClient::kMaxCollectedBodyBytes;
-    limit_why = max_body > 0 || !HasSink() ? "the most this request accepts" : "";
+    if (ErrorCollected()) {
+      limit = HttpClient::kMaxErrorBodyBytes;
+      limit_why = "the most an error response's body may have";
+    } else {
+      limit = max_body > 0 ? max_body : HasSink() ? UINT64_MAX : HttpClient::kMaxCollectedBodyBytes;
+      limit_why = max_body > 0 || !HasSink() ? "the most this request accepts" : "";
+    }
     auto cl = resp.headers.find("content-length");
     uint64_t declared = 0;
     if (cl != resp.headers.end() && ParseLength(cl->second, &declared) && declared <= limit) {
@@ -183,8 +191,8 @@ Status SetBody(CURL* curl, const HttpRequest& req, Upload* u) {
     u->size = std::min(req.body_length, end - from);
     std::fseek(u->file, static_cast<long>(from), SEEK_SET);
   } else {
-    u->data = req.body;
-    u->size = req.body.size();
+    u->data = req.body_view.empty() ? std::string_view(req.body) : req.body_view;
+    u->size = u->data.size();
   }
   curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);  // PUT, or the method below
   curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, req.method.c_str());
@@ -202,6 +210,12 @@ class Curl final : public HttpClient {
     std::string url = req.url;
     const std::string origin = UrlOrigin(req.url);
     if (!IsHttpUrl(url)) return InvalidArgumentError("not an http:// or https:// URL: " + url);
+#if LIBCURL_VERSION_NUM < 0x074B00
+    if (req.aws_sigv4) {
+      return FailedPreconditionError(std::string("AWS SigV4 signing (S3) needs libcurl 7.75 or newer; ") +
+                                     "this program was built with libcurl " + LIBCURL_VERSION);
+    }
+#endif
     for (int hop = 0;; ++hop) {
       SFT_ASSIGN_OR_RETURN(HttpResponse r, SendOnce(req, url, UrlOrigin(url) == origin, sink, check));
       if (!req.follow_redirects || !IsRedirect(r.status)) return r;
@@ -219,7 +233,7 @@ class Curl final : public HttpClient {
   }
 
  private:
-  // One hop. The Authorization header goes only to the request's own origin.
+  // One hop. The Authorization header, or the SigV4 signature, goes only to the request's own origin.
   StatusOr<HttpResponse> SendOnce(const HttpRequest& req, const std::string& url, bool same_origin,
                                   const HttpSink& sink, const HttpHeadersCheck& check) {
     Transfer t;
@@ -229,6 +243,7 @@ class Curl final : public HttpClient {
     t.sink = &sink;
     t.check = &check;
     t.max_body = req.max_body_bytes;
+    t.collect_error = req.collect_error_body;
     t.resp.url = url;
     Upload upload;
     if (Status st = SetBody(t.curl, req, &upload); !st.ok()) {
@@ -240,7 +255,8 @@ class Curl final : public HttpClient {
       if (!same_origin && Lower(name) == "authorization") continue;
       headers = curl_slist_append(headers, (name + ": " + value).c_str());
     }
-    if (upload.size > 0) headers = curl_slist_append(headers, "Expect:");  // no 100-continue wait
+    // No 100-continue wait; but not when signing: libcurl 7.88 would sign the header it then leaves out.
+    if (upload.size > 0 && !req.aws_sigv4) headers = curl_slist_append(headers, "Expect:");
     const std::string agent = std::string("sftctl/") + kVersion;
     const long stall = static_cast<long>(req.stall_timeout.count());
     curl_easy_setopt(t.curl, CURLOPT_URL, url.c_str());
@@ -253,6 +269,15 @@ class Curl final : public HttpClient {
     curl_easy_setopt(t.curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(t.curl, CURLOPT_LOW_SPEED_TIME, stall);
     if (req.method == "HEAD") curl_easy_setopt(t.curl, CURLOPT_NOBODY, 1L);
+    if (req.method != "GET" && req.method != "HEAD" && req.method != "POST" && req.method != "PUT")
+      curl_easy_setopt(t.curl, CURLOPT_CUSTOMREQUEST, req.method.c_str());  // DELETE
+#if LIBCURL_VERSION_NUM >= 0x074B00
+    if (req.aws_sigv4 && same_origin) {  // (as the Authorization header: never to another origin)
+      curl_easy_setopt(t.curl, CURLOPT_AWS_SIGV4, req.aws_sigv4->provider.c_str());
+      curl_easy_setopt(t.curl, CURLOPT_USERNAME, req.aws_sigv4->access_key_id.c_str());
+      curl_easy_setopt(t.curl, CURLOPT_PASSWORD, req.aws_sigv4->secret_access_key.c_str());
+    }
+#endif
     curl_easy_setopt(t.curl, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(t.curl, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(t.curl, CURLOPT_WRITEFUNCTION, OnBody);

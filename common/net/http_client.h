@@ -1,4 +1,6 @@
-// HttpClient: the seam through which sftctl speaks HTTP(S) (the Hugging Face Hub, common/hub/hf_hub.h).
+// HttpClient: the one seam through which sftctl speaks HTTP(S): the Hugging Face Hub
+// (common/hub/hf_hub.h), S3 (common/object_store/s3_client.h), the GPU providers' APIs
+// (client/cloud/) and the agent's terminate request (agent/stopping/stop_action.h).
 //
 // One request at a time per call: GET, HEAD, or POST/PUT with a body, extra request headers, the
 // response's status, its headers (names lower-cased) and its body, either collected or streamed to a
@@ -11,6 +13,9 @@
 // what its response declared (Content-Length) or the request allows (max_body_bytes): the bytes
 // past it never reach the sink.
 //
+// A request may instead be signed with AWS Signature V4 (HttpRequest::aws_sigv4, S3's
+// authentication): libcurl computes the signature over the method, URL and headers.
+//
 // CurlHttpClient is the libcurl implementation (TLS verified, HTTP/1.1 or 2, proxies from the usual
 // environment variables). Tests use it against a local server, or wrap the interface to inject faults.
 //
@@ -22,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,12 +37,22 @@
 
 namespace sftctl {
 
+// AWS Signature V4 for one request (libcurl's CURLOPT_AWS_SIGV4): `provider` as libcurl takes it
+// ("aws:amz:<region>:<service>"), the key pair it signs with. Neither key is sent.
+struct AwsSigV4 {
+  std::string provider;
+  std::string access_key_id;
+  std::string secret_access_key;
+};
+
 struct HttpRequest {
-  std::string method = "GET";  // GET | HEAD | POST | PUT
+  std::string method = "GET";  // GET | HEAD | POST | PUT | DELETE
   std::string url;
-  // The body of a POST or PUT: `body`, or the content of the file `body_file` (read as it is sent;
-  // sent again from its start after a redirect) when that is set.
+  // The body of a POST or PUT: `body`, or `body_view` (not copied: it must outlive Send) when that
+  // is not empty, or the content of the file `body_file` (read as it is sent; sent again from its
+  // start after a redirect) when that is set.
   std::string body;
+  std::string_view body_view;
   std::string body_file;
   uint64_t body_offset = 0;           // of body_file: the bytes [offset, offset + length) are sent
   uint64_t body_length = UINT64_MAX;  // (up to the end of the file)
@@ -47,6 +63,13 @@ struct HttpRequest {
   // The most body bytes of the final response accepted (DATA_LOSS past it); 0: no limit of its own
   // when the body goes to a sink, kMaxCollectedBodyBytes when it is collected into HttpResponse::body.
   uint64_t max_body_bytes = 0;
+  // With a sink: the body of an error response (status >= 300) is collected into
+  // HttpResponse::body instead (at most kMaxErrorBodyBytes, DATA_LOSS past it), for a service that
+  // explains its errors there (S3).
+  bool collect_error_body = false;
+  // Signed with AWS SigV4 when set: libcurl adds the Authorization header (the caller sends none).
+  // FAILED_PRECONDITION with a libcurl older than 7.75, which cannot sign.
+  std::optional<AwsSigV4> aws_sigv4;
 };
 
 struct HttpResponse {
@@ -67,6 +90,7 @@ class HttpClient {
  public:
   static constexpr int kMaxRedirects = 10;
   static constexpr uint64_t kMaxCollectedBodyBytes = 256ull << 20;
+  static constexpr uint64_t kMaxErrorBodyBytes = 1ull << 20;
   virtual ~HttpClient() = default;
 
   // Sends `req`. Body bytes of the final response go to `sink` when given (those of redirect
