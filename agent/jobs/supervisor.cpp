@@ -537,8 +537,9 @@ StatusOr<JobRecord> Supervisor::CreateJob(const ::sftctl::v1::SubmitJobRequest& 
   StatusOr<std::shared_ptr<Journal>> filled =
       FillJobFolder(&rec, folders, refs, sl.has_value(), std::move(spec));
   if (!filled.ok()) {
-    FailNewJob(&rec, "cannot set up the job: " + filled.status().message());
-    return Status(filled.status().code(), rec.id + ": cannot set up the job: " + filled.status().message());
+    const std::string why = "cannot set up the job: " + filled.status().message();
+    FailNewJob(&rec, why);
+    return Status(filled.status().code(), rec.id + ": " + why);
   }
   const std::shared_ptr<Journal>& journal = *filled;
   if (IsMultiNode(rec)) {

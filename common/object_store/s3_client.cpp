@@ -95,12 +95,7 @@ StatusOr<S3Client::Response> S3Client::Perform(const Request& r, const S3Sink& s
     // (HttpClient's message names the method and the URL, which holds no credential.)
     return Status(got.status().code(), S3ObjectName(r.bucket, r.key) + ": " + got.status().message());
   }
-  Response resp;
-  resp.status = got->status;
-  resp.headers = std::move(got->headers);
-  resp.body = std::move(got->body);
-  resp.body_bytes = got->body_bytes;
-  return resp;
+  return got;
 }
 
 StatusOr<S3Client::Response> S3Client::Send(const Request& r, const S3Sink& sink) const {
@@ -194,7 +189,8 @@ Status S3Client::GetRange(const std::string& bucket, const std::string& key, uin
   if (too_long)
     return DataLossError(S3ObjectName(bucket, key) + ": GET range " + r.range + ": more than the " +
                          std::to_string(length) + " bytes asked for");
-  SFT_ASSIGN_OR_RETURN(Response resp, std::move(sent));
+  if (!sent.ok()) return sent.status();
+  const Response& resp = *sent;
   if (resp.status != 206 && !(resp.status == 200 && offset == 0))
     return DataLossError(S3ObjectName(bucket, key) + ": GET range " + r.range + ": HTTP " +
                          std::to_string(resp.status) + " instead of 206");

@@ -116,12 +116,9 @@ class S3Client {
     std::string range;                // "first-last" for GET
     uint64_t max_body = 64ull << 20;  // collected body limit
   };
-  struct Response {
-    long status = 0;
-    std::map<std::string, std::string> headers;  // names lower-case
-    std::string body;                            // when no sink
-    uint64_t body_bytes = 0;
-  };
+  // status, headers (names lower-case), the body when there is no sink (or it is an error's),
+  // body_bytes.
+  using Response = HttpResponse;
   // One attempt; an HTTP error status is not an error here. *delivered: the body bytes the sink
   // took, also when the attempt failed.
   StatusOr<Response> Perform(const Request& r, const S3Sink& sink, uint64_t* delivered) const;

@@ -83,8 +83,9 @@ torch::Tensor StackedWorkingLinear(const torch::Tensor& x,
     if (!w || p->has_lora() || p->bias.defined() != biased || p->in_features() != first->in_features() ||
         w.copies != w0.copies || w.group != w0.group || w.offset != w0.offset + out * first->in_features())
       return {};
-    if (prev && (!Follows(prev->weight, p->weight) || !Follows(prev->weight.grad(), p->weight.grad())))
-      return {};
+    // (The weights follow each other in the master buffer as their working places do: binding
+    // checked each one's place. Their gradient views were never checked.)
+    if (prev && !Follows(prev->weight.grad(), p->weight.grad())) return {};
     out += p->out_features();
     prev = p;
   }
