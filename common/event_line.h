@@ -3,7 +3,7 @@
 // sftctl-trainer reports progress as one JSON object per line, {"event": KIND, ...}: MetricsSink
 // (trainer/training/metrics.h) writes every record to <run>/metrics.jsonl and to `--events-fd`, adding
 // "time"; a trainer that fails writes {"event":"error","code","message"} to `--events-fd` alone
-// (trainer/tools/main.cpp). The kinds and their fields are listed in docs/observability.md ("The event
+// (trainer/tools/trainer_cli.cpp). The kinds and their fields are listed in docs/observability.md ("The event
 // line"). Everything that reads these lines reads them here: the agent (agent/state/journal.h
 // ParseTrainerEvent: the supervisor's live path, its journal replay after a restart, the Slurm follow
 // thread), the client (`run --local --ranks N`'s rank failures, `logs`, `status`, `plot`) and the

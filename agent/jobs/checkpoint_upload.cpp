@@ -162,7 +162,6 @@ StatusOr<AwsCredentials> CheckpointUploads::CredentialsFor(const std::string& ru
 }
 
 StatusOr<CheckpointUploads::Resumed> CheckpointUploads::DownloadResume(const std::string& job_id,
-                                                                       const std::string& job_dir,
                                                                        const JobSpec& spec,
                                                                        const std::atomic<bool>* cancel) {
   const std::string& run_dir = spec.output_dir;
@@ -184,17 +183,15 @@ StatusOr<CheckpointUploads::Resumed> CheckpointUploads::DownloadResume(const std
   SFT_RETURN_IF_ERROR(DownloadCheckpoint(s3, loc, m, run_dir, opt).WithContext(what));
   auto resumed = std::make_shared<JobSpec>(spec);
   resumed->resume = "auto";  // the downloaded checkpoint is the run folder's newest (restarts too)
-  SFT_RETURN_IF_ERROR(
-      WriteFileAtomic(FileSystem::Default(), job_dir + "/spec.json", CanonicalSpecJson(*resumed)));
   return Resumed{std::move(resumed), "downloaded " + loc.Url() + "/" + m.name + " to resume from"};
 }
 
-void CheckpointUploads::FetchResume(const std::string& job_id, const std::string& job_dir,
-                                    std::shared_ptr<const JobSpec> spec, ResumeDone done) {
+void CheckpointUploads::FetchResume(const std::string& job_id, std::shared_ptr<const JobSpec> spec,
+                                    ResumeDone done) {
   auto cancel = std::make_shared<std::atomic<bool>>(false),
        ended = std::make_shared<std::atomic<bool>>(false);
-  std::thread t([this, job_id, job_dir, spec = std::move(spec), done = std::move(done), cancel, ended] {
-    StatusOr<Resumed> r = DownloadResume(job_id, job_dir, *spec, cancel.get());
+  std::thread t([this, job_id, spec = std::move(spec), done = std::move(done), cancel, ended] {
+    StatusOr<Resumed> r = DownloadResume(job_id, *spec, cancel.get());
     if (!r.ok()) {
       spdlog::warn("{}: {}", job_id, r.status().message());
       MutexLock l(&mu_);

@@ -83,12 +83,11 @@ class CheckpointUploads {
   };
   using ResumeDone = std::function<void(const std::string& job_id, StatusOr<Resumed> resumed)>;
   // REQUIRES: spec is not null, ResumeBucket(*spec) is not "". Downloads the bucket's newest complete
-  // checkpoint into the spec's output_dir on a new thread, rewrites <job_dir>/spec.json (atomically,
-  // CanonicalSpecJson of Resumed::spec), then calls `done` on that thread (it must not block). Errors
+  // checkpoint into the spec's output_dir on a new thread, then calls `done` on that thread (it must not
+  // block) with the spec that resumes from it (the Supervisor saves it as the job's spec.json). Errors
   // (FAILED_PRECONDITION: no complete checkpoint or no credentials, with what to do; S3's and the
   // download's) name the URL. After an error the job's forwarded credentials are forgotten.
-  void FetchResume(const std::string& job_id, const std::string& job_dir, std::shared_ptr<const JobSpec> spec,
-                   ResumeDone done);
+  void FetchResume(const std::string& job_id, std::shared_ptr<const JobSpec> spec, ResumeDone done);
   // Stops `job_id`'s resume download, if any; its `done` is then not called.
   void CancelResume(const std::string& job_id);
 
@@ -98,7 +97,7 @@ class CheckpointUploads {
     std::shared_ptr<std::atomic<bool>> ended;  // its thread is about to return (joined by the next fetch)
     std::thread thread;
   };
-  StatusOr<Resumed> DownloadResume(const std::string& job_id, const std::string& job_dir, const JobSpec& spec,
+  StatusOr<Resumed> DownloadResume(const std::string& job_id, const JobSpec& spec,
                                    const std::atomic<bool>* cancel);
   // The destinations of StartJob; their errors begin "checkpoint.upload_to: ".
   StatusOr<std::unique_ptr<CheckpointDestination>> S3DestinationFor(const std::string& run_dir,

@@ -117,8 +117,6 @@ StatusOr<std::shared_ptr<const JobSpec>> HubFetcher::Resolve(const HubFetchTask&
   auto resolved = std::make_shared<JobSpec>(*task.spec);
   spdlog::info("{}: downloading {} path(s) from the Hugging Face Hub", id, HubPaths(*resolved).size());
   SFT_RETURN_IF_ERROR(ResolveHubSpec(resolved.get(), &downloader));
-  SFT_RETURN_IF_ERROR(
-      WriteFileAtomic(FileSystem::Default(), task.job_dir + "/spec.json", CanonicalSpecJson(*resolved)));
   return std::shared_ptr<const JobSpec>(std::move(resolved));
 }
 

@@ -3,8 +3,8 @@
 // supervisor's event and blocking threads wait for the network.
 //
 // A job's Hugging Face token travels in its task only: it is used for the download and dropped with
-// the task, never written or logged. On success `done` gets a new JobSpec with the local paths, and the
-// job's spec.json is rewritten (atomically, CanonicalSpecJson) with it before `done` runs.
+// the task, never written or logged. On success `done` gets a new JobSpec with the local paths (the
+// Supervisor saves it as the job's spec.json); the fetcher writes nothing into the job's folder.
 //
 // Thread safety: Fetch and Cancel may be called from any thread. `done` runs on the fetcher's thread
 // and must not block (post it on). Stop cancels the download in progress, drops the queued ones
@@ -32,7 +32,6 @@ std::string ForwardHfTokenAdvice(const std::string& use);
 
 struct HubFetchTask {
   std::string job_id;
-  std::string job_dir;                  // spec.json is rewritten here
   std::shared_ptr<const JobSpec> spec;  // the job's spec, with hf:// paths; not null
   std::string token;                    // the client's token; "" = the host's (HubOptions::token)
 };

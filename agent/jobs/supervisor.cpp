@@ -387,7 +387,7 @@ void Supervisor::QueueJob(JobRecord* rec, const std::string& token) {
                            : journal.status();
   if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
   downloading_.insert(rec->id);
-  hub_.Fetch({rec->id, rec->job_dir, rec->spec, token},
+  hub_.Fetch({rec->id, rec->spec, token},
              [this](const std::string& id, StatusOr<std::shared_ptr<const JobSpec>> spec) {
                boost::asio::post(io_, [this, id, spec = std::move(spec)]() mutable {
                  FinishHubFetch(id, std::move(spec));
@@ -405,7 +405,7 @@ void Supervisor::FetchResume(JobRecord* rec, const std::string& bucket) {
                            : journal.status();
   if (!st.ok()) spdlog::error("{}: {}", rec->id, st.ToString());
   downloading_.insert(rec->id);
-  uploads_->FetchResume(rec->id, rec->job_dir, rec->spec,
+  uploads_->FetchResume(rec->id, rec->spec,
                         [this](const std::string& id, StatusOr<CheckpointUploads::Resumed> r) {
                           boost::asio::post(io_, [this, id, r = std::move(r)]() mutable {
                             if (!r.ok()) return FinishHubFetch(id, r.status());
@@ -427,8 +427,13 @@ void Supervisor::FinishHubFetch(const std::string& job_id, StatusOr<std::shared_
       st = Transition(&*rec, journal->get(), JobState::FAILED, "download: " + spec.status().message());
     } else {
       SetSpec(&*rec, std::move(*spec));  // saved with the transition
-      st = Transition(&*rec, journal->get(), JobState::QUEUED, what);
-      if (st.ok()) QueueJob(&*rec, "");  // next: the bucket's checkpoint to resume from, or the launch
+      // The launch reads spec.json: the resolved spec replaces the submitted one there first.
+      const Status saved = WriteFileAtomic(config_.fs, rec->job_dir + "/spec.json", rec->spec_json);
+      st = saved.ok() ? Transition(&*rec, journal->get(), JobState::QUEUED, what)
+                      : Transition(&*rec, journal->get(), JobState::FAILED,
+                                   "download: cannot save the job's spec.json: " + saved.message());
+      if (st.ok() && saved.ok())
+        QueueJob(&*rec, "");  // next: the bucket's checkpoint to resume from, or the launch
     }
   }
   if (!st.ok()) spdlog::error("{}: {}", job_id, st.ToString());
@@ -660,13 +665,9 @@ void Supervisor::Launch(const Allocation& alloc) {
   auto offsets = run->journal->source_offsets();
   rec.ranks.clear();
   for (const SpawnedRank& s : *spawned) {
-    RankRun rr;
-    rr.rank = s.rank;
-    rr.pid = s.pid;
-    rr.start_time = s.start_time;
-    JournaledUpTo(offsets, rr.rank, rr.off);
-    run->ranks.push_back(rr);
-    rec.ranks.push_back({rr.rank, rr.pid, rr.start_time, true, false, 0, 0});
+    RankRun live;
+    JournaledUpTo(offsets, s.rank, live.off);
+    run->AddRank({s.rank, s.pid, s.start_time, /*running=*/true, RankExit()}, std::move(live));
   }
   rec.pgid = spawned->front().pid;
   rec.first_failed_rank = -1;
@@ -736,9 +737,10 @@ void Supervisor::FailLaunch(JobRecord* rec, Journal* journal, const std::vector<
 }
 
 void Supervisor::WatchExits(Run* run) {
-  for (RankRun& rr : run->ranks) {
-    if (!rr.alive || rr.exit_fd) continue;
-    int fd = OpenPidFd(rr.pid);
+  for (size_t i = 0; i < run->ranks.size(); ++i) {
+    RankRun& rr = run->ranks[i];
+    if (!run->rec.ranks[i].running || rr.exit_fd) continue;
+    int fd = OpenPidFd(static_cast<pid_t>(run->rec.ranks[i].pid));
     if (fd < 0) continue;  // no pidfd: the poll timer notices the exit
     rr.exit_fd = std::make_shared<boost::asio::posix::stream_descriptor>(io_, fd);
     std::string id = run->rec.id;
@@ -766,14 +768,16 @@ bool Supervisor::Drain(Run* run, bool final_drain) {
   std::vector<JournalEvent> events;
   std::vector<std::pair<uint64_t*, uint64_t>> advanced;  // rank-file offsets, applied once journaled
   bool more = false;
-  for (RankRun& rr : run->ranks) {
+  for (size_t i = 0; i < run->ranks.size(); ++i) {
+    RankRun& rr = run->ranks[i];
+    const int rank = run->rec.ranks[i].rank;
     for (int src = 0; src < 3; ++src) {
       bool at_eof = true, beyond = false;
       const std::string buf =
-          ReadRankOutput(RankFile(run->rec.job_dir, rr.rank, src), rr.off[src], &at_eof, &beyond);
+          ReadRankOutput(RankFile(run->rec.job_dir, rank, src), rr.off[src], &at_eof, &beyond);
       if (buf.empty()) continue;
       more |= beyond;
-      const size_t used = SplitLines(run, &rr, src, buf, final_drain && at_eof, &events);
+      const size_t used = SplitLines(run, rank, &rr, src, buf, final_drain && at_eof, &events);
       advanced.push_back({&rr.off[src], rr.off[src] + used});
     }
   }
@@ -791,12 +795,12 @@ bool Supervisor::Drain(Run* run, bool final_drain) {
   return more;
 }
 
-size_t Supervisor::SplitLines(Run* run, RankRun* rr, int src, const std::string& buf, bool last_piece,
-                              std::vector<JournalEvent>* events) {
+size_t Supervisor::SplitLines(Run* run, int rank, RankRun* rr, int src, const std::string& buf,
+                              bool last_piece, std::vector<JournalEvent>* events) {
   const size_t first = events->size();
-  const size_t used = SplitRankOutput(rr->rank, src, rr->off[src], buf, last_piece, events);
+  const size_t used = SplitRankOutput(rank, src, rr->off[src], buf, last_piece, events);
   if (src == 2) {
-    for (size_t k = first; k < events->size(); ++k) NoteTrainerEvent(run, rr, rr->rank, (*events)[k].text);
+    for (size_t k = first; k < events->size(); ++k) NoteTrainerEvent(run, rr, rank, (*events)[k].text);
   }
   return used;
 }
@@ -835,13 +839,13 @@ void Supervisor::NoteTrainerEvent(Run* run, RankRun* rr, int rank, const std::st
 bool Supervisor::GroupIsOurs(const Run& run) const {
   const pid_t pgid = static_cast<pid_t>(run.rec.pgid);
   if (pgid <= 0) return false;
-  for (const RankRun& rr : run.ranks) {
-    if (rr.pid == pgid && rr.own_child) return true;  // not reused before we reap it
+  for (size_t i = 0; i < run.ranks.size(); ++i) {
+    if (run.rec.ranks[i].pid == pgid && run.ranks[i].own_child) return true;  // not reused before we reap it
   }
   const bool pid_in_use = ::kill(pgid, 0) == 0 || errno == EPERM;
   if (!pid_in_use) return true;  // the leader is gone; any member left keeps the number ours
-  for (const RankRun& rr : run.ranks) {
-    if (rr.pid == pgid) return SameProcessAlive(pgid, rr.start_time);
+  for (const RankRecord& k : run.rec.ranks) {
+    if (k.pid == pgid) return SameProcessAlive(pgid, k.start_time);
   }
   return false;
 }
@@ -862,9 +866,7 @@ void Supervisor::BeginStop(Run* run, StopCause cause) {
   if (!run->stop) {
     run->stop = cause;
     run->group.Begin(config_.clock->Now());
-    bool any_alive = false;
-    for (const RankRun& rr : run->ranks) any_alive |= rr.alive;
-    if (any_alive) SignalGroup(run, SIGTERM);
+    if (run->AnyAlive()) SignalGroup(run, SIGTERM);
     spdlog::info("{}: stopping ({}); SIGTERM sent", run->rec.id, cause.reason);
   } else if (cancel && run->stop->state != JobState::CANCELLED) {
     run->stop = cause;
@@ -879,39 +881,32 @@ void Supervisor::BeginStop(Run* run, StopCause cause) {
 
 bool Supervisor::ReapRanks(Run* run) {
   std::vector<EndedRank> reaped;
-  for (RankRun& rr : run->ranks) {
-    if (!rr.alive) continue;
+  for (size_t i = 0; i < run->ranks.size(); ++i) {
+    RankRecord& k = run->rec.ranks[i];
+    RankRun& rr = run->ranks[i];
+    if (!k.running) continue;
+    const auto pid = static_cast<pid_t>(k.pid);
     if (rr.own_child) {
       int wstatus = 0;
-      pid_t r = ::waitpid(rr.pid, &wstatus, WNOHANG);
-      if (r == rr.pid) rr.exit = RankExit::FromWaitStatus(wstatus);
-      rr.alive = r == 0 || (r < 0 && errno != ECHILD);
+      pid_t r = ::waitpid(pid, &wstatus, WNOHANG);
+      if (r == pid) k.exit = RankExit::FromWaitStatus(wstatus);
+      k.running = r == 0 || (r < 0 && errno != ECHILD);
     } else {
-      rr.alive = SameProcessAlive(rr.pid, rr.start_time);
+      k.running = SameProcessAlive(pid, k.start_time);
     }
-    if (rr.alive) continue;
+    if (k.running) continue;
     rr.exit_fd.reset();
-    reaped.push_back({rr.rank, rr.exit});
-    if (!rr.exit.known && run->trainer.error && !run->stop) {
+    reaped.push_back({k.rank, k.exit});
+    if (!k.exit.known && run->trainer.error && !run->stop) {
       BeginStop(run,
                 {JobState::FAILED,
-                 "agent-restart: rank " + std::to_string(rr.rank) + " ended after a trainer error", true});
-    }
-  }
-  for (RankRecord& k : run->rec.ranks) {
-    for (const RankRun& rr : run->ranks) {
-      if (rr.rank != k.rank) continue;
-      k.running = rr.alive;
-      k.exit_known = rr.exit.known;
-      k.exit_code = rr.exit.exit_code;
-      k.signal = rr.exit.signal;
+                 "agent-restart: rank " + std::to_string(k.rank) + " ended after a trainer error", true});
     }
   }
   if (std::optional<EndedRank> first = run->group.FirstFailure(reaped)) {
     run->rec.first_failed_rank = first->rank;
-    const RankRun* rr = nullptr;
-    for (const RankRun& k : run->ranks) rr = k.rank == first->rank ? &k : rr;
-    BeginStop(run, {JobState::FAILED, FirstFailureReason(*first, rr->trainer_error), true});
+    BeginStop(run,
+              {JobState::FAILED, FirstFailureReason(*first, run->Live(first->rank)->trainer_error), true});
   }
   return !reaped.empty();
 }
@@ -919,8 +914,7 @@ bool Supervisor::ReapRanks(Run* run) {
 void Supervisor::Tick(Run* run) {
   Drain(run, false);
   const bool ranks_changed = ReapRanks(run);
-  bool any_alive = false;
-  for (const RankRun& rr : run->ranks) any_alive |= rr.alive;
+  const bool any_alive = run->AnyAlive();
   const Clock::TimePoint now = config_.clock->Now();
   const uint32_t hb = run->rec.heartbeat_s > 0 ? run->rec.heartbeat_s : config_.default_heartbeat_s;
   if (any_alive && !run->stop && now - run->last_progress > std::chrono::seconds(hb))
@@ -972,7 +966,7 @@ Supervisor::StopCause Supervisor::Outcome(const Run& run) const {
     out.requeue = out.requeue && out.state == JobState::FAILED;
   } else {
     bool all_zero = true;
-    for (const RankRun& rr : run.ranks) all_zero &= rr.exit.known && !rr.exit.failed();
+    for (const RankRecord& k : run.rec.ranks) all_zero &= k.exit.known && !k.exit.failed();
     if (all_zero) {
       out = {JobState::SUCCEEDED, "all " + std::to_string(run.ranks.size()) + " rank(s) exited 0", false};
     } else if (run.trainer.done && !run.trainer.error) {
@@ -1126,20 +1120,14 @@ StatusOr<std::unique_ptr<Supervisor::Run>> Supervisor::RecoverRun(const JobRecor
   run->rec = rec;
   run->journal = journal;
   auto offsets = journal->source_offsets();
-  for (const RankRecord& k : rec.ranks) {
+  for (RankRecord& k : run->rec.ranks) {
     RankRun rr;
-    rr.rank = k.rank;
-    rr.pid = static_cast<pid_t>(k.pid);
-    rr.start_time = k.start_time;
     rr.own_child = false;
-    rr.alive = k.running && SameProcessAlive(rr.pid, rr.start_time);
-    rr.exit.known = k.exit_known;
-    rr.exit.exit_code = k.exit_code;
-    rr.exit.signal = k.signal;
-    JournaledUpTo(offsets, rr.rank, rr.off);
-    if (rr.alive) ++*alive;
-    if (!rr.alive && dead_rank->empty()) *dead_rank = std::to_string(rr.rank);
-    run->ranks.push_back(rr);
+    k.running = k.running && SameProcessAlive(static_cast<pid_t>(k.pid), k.start_time);
+    JournaledUpTo(offsets, k.rank, rr.off);
+    if (k.running) ++*alive;
+    if (!k.running && dead_rank->empty()) *dead_rank = std::to_string(k.rank);
+    run->ranks.push_back(std::move(rr));
   }
   uint64_t last = journal->last_seq();
   auto tail = journal->Read(last > Journal::kRingSize ? last - Journal::kRingSize : 0, Journal::kRingSize);
@@ -1150,9 +1138,7 @@ StatusOr<std::unique_ptr<Supervisor::Run>> Supervisor::RecoverRun(const JobRecor
       for (RankRun& rr : run->ranks) rr.trainer_error.clear();
     }
     if (ev.kind != Event::METRIC) continue;
-    RankRun* rr = nullptr;
-    for (RankRun& r : run->ranks) rr = r.rank == ev.rank ? &r : rr;
-    NoteTrainerEvent(run.get(), rr, ev.rank, ev.text);
+    NoteTrainerEvent(run.get(), run->Live(ev.rank), ev.rank, ev.text);
   }
   run->last_progress = run->last_save = config_.clock->Now();
   return run;

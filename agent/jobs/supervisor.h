@@ -137,13 +137,10 @@ class Supervisor {
   std::shared_ptr<const JobSpec> SpecOf(const std::string& job_id) const EXCLUDES(specs_mu_);
 
  private:
+  // What only this agent knows of a running rank; what agent.db keeps of it (pid, start time,
+  // running, how it ended) is its RankRecord in Run::rec.ranks.
   struct RankRun {
-    int rank = 0;
-    pid_t pid = 0;
-    uint64_t start_time = 0;
-    bool alive = true;
     bool own_child = true;  // false after re-attach: not our child, exit status unknowable
-    RankExit exit;
     uint64_t off[3] = {0, 0, 0};
     std::string trainer_error;  // the message of this rank's first "error" event in this attempt
     std::shared_ptr<boost::asio::posix::stream_descriptor> exit_fd;  // pidfd: readable once it exits
@@ -165,7 +162,24 @@ class Supervisor {
     explicit Run(std::chrono::milliseconds kill_grace) : group(kill_grace) {}
     JobRecord rec;
     std::shared_ptr<Journal> journal;
+    // ranks[i] is what only this agent knows of rank rec.ranks[i]: one entry each, in the same
+    // order (AddRank), so that a rank's state is kept once.
     std::vector<RankRun> ranks;
+    void AddRank(RankRecord record, RankRun live) {
+      rec.ranks.push_back(record);
+      ranks.push_back(std::move(live));
+    }
+    bool AnyAlive() const {
+      for (const RankRecord& k : rec.ranks)
+        if (k.running) return true;
+      return false;
+    }
+    // The RankRun of rank number `rank`; null when the run has none.
+    RankRun* Live(int rank) {
+      for (size_t i = 0; i < rec.ranks.size(); ++i)
+        if (rec.ranks[i].rank == rank) return &ranks[i];
+      return nullptr;
+    }
     RankGroupStop group;            // the run's state: running -> terminating -> killed
     std::optional<StopCause> stop;  // set exactly when group.stopping()
     TrainerReport trainer;
@@ -250,9 +264,9 @@ class Supervisor {
   // Journals the ranks' new output, at most kMaxReadPerTick per file. Returns true when a file has
   // more than that unread (the final drain repeats until it returns false).
   bool Drain(Run* run, bool final_drain);
-  // Splits what was read from one rank file into journal events (an unterminated last line only on
-  // the final drain); returns how many bytes were consumed.
-  size_t SplitLines(Run* run, RankRun* rr, int src, const std::string& buf, bool last_piece,
+  // Splits what was read from one file of rank number `rank` (its RankRun `rr`) into journal events
+  // (an unterminated last line only on the final drain); returns how many bytes were consumed.
+  size_t SplitLines(Run* run, int rank, RankRun* rr, int src, const std::string& buf, bool last_piece,
                     std::vector<JournalEvent>* events);
   // Applies one trainer event line of `rank` (ParseTrainerEvent) to the run: its step, loss, done,
   // error; `rr` (the rank's RankRun, null when the run has none) gets the rank's first error message.

@@ -392,9 +392,9 @@ void JobToProto(const JobRecord& rec, const std::vector<HistoryRecord>* history,
     r->set_rank(static_cast<uint32_t>(k.rank));
     r->set_pid(k.pid);
     r->set_running(k.running);
-    r->set_exit_code(k.exit_code);
-    r->set_signal(k.signal);
-    r->set_exit_known(k.exit_known);
+    r->set_exit_code(k.exit.exit_code);
+    r->set_signal(k.exit.signal);
+    r->set_exit_known(k.exit.known);
   }
   if (history) {
     out->set_spec_json(rec.spec_json);

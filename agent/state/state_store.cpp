@@ -375,8 +375,8 @@ Status StateStore::SaveJob(const JobRecord& rec, const HistoryRecord* change) {
              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
     ins.Bind(1, rec.id).Bind(2, static_cast<int64_t>(r.rank)).Bind(3, r.pid);
     ins.Bind(4, static_cast<int64_t>(r.start_time)).Bind(5, static_cast<int64_t>(r.running));
-    ins.Bind(6, static_cast<int64_t>(r.exit_known)).Bind(7, static_cast<int64_t>(r.exit_code));
-    ins.Bind(8, static_cast<int64_t>(r.signal));
+    ins.Bind(6, static_cast<int64_t>(r.exit.known)).Bind(7, static_cast<int64_t>(r.exit.exit_code));
+    ins.Bind(8, static_cast<int64_t>(r.exit.signal));
     if (ins.Step() != SQLITE_DONE) return fail(ins.Error("insert rank"));
   }
   if (change != nullptr) {
@@ -450,9 +450,9 @@ StatusOr<std::vector<JobRecord>> StateStore::QueryJobs(const std::string& where_
       k.pid = rq.Int(1);
       k.start_time = static_cast<uint64_t>(rq.Int(2));
       k.running = rq.Int(3) != 0;
-      k.exit_known = rq.Int(4) != 0;
-      k.exit_code = static_cast<int>(rq.Int(5));
-      k.signal = static_cast<int>(rq.Int(6));
+      k.exit.known = rq.Int(4) != 0;
+      k.exit.exit_code = static_cast<int>(rq.Int(5));
+      k.exit.signal = static_cast<int>(rq.Int(6));
       r.ranks.push_back(k);
     }
     if (rc != SQLITE_DONE) return rq.Error("query ranks");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/rank_group.h"
 #include "common/spec/spec_types.h"
 #include "common/status.h"
 #include "sftctl/v1/agent.pb.h"
@@ -30,9 +31,7 @@ struct RankRecord {
   int64_t pid = 0;
   uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (clock ticks since boot)
   bool running = false;
-  bool exit_known = false;
-  int exit_code = 0;
-  int signal = 0;
+  RankExit exit;  // how it ended (exit.known: it was our child when it did)
 };
 
 struct HistoryRecord {

@@ -188,7 +188,7 @@ void AutoStop::GatherStopWhenDone(StopInputs* in, std::vector<std::string>* ende
 
 std::string AutoStop::FinalCheckpointDone(const std::string& job_id, const std::string& job_dir) {
   if (auto it = final_done_.find(job_id); it != final_done_.end()) return it->second;
-  FileSystem* fs = FileSystem::Default();
+  FileSystem* fs = deps_.fs;
   std::string best;
   int64_t best_step = -1;
   auto names = fs->ListDir(job_dir + "/run");

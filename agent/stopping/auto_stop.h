@@ -51,9 +51,10 @@
 #include "agent/state/state_store.h"
 #include "agent/stopping/client_activity.h"
 #include "agent/stopping/stop_policy.h"
-#include "common/net/http_client.h"
 #include "common/mutex.h"
+#include "common/net/http_client.h"
 #include "common/os/clock.h"
+#include "common/os/file_system.h"
 #include "common/os/periodic_thread.h"
 #include "common/status.h"
 
@@ -75,6 +76,7 @@ struct AutoStopDeps {
   HttpClient* http =
       nullptr;  // the "lambda" action's request (agent/stopping/stop_action.h); null: libcurl's
   const Clock* clock = Clock::Real();
+  FileSystem* fs = FileSystem::Default();  // reads the jobs' run folders (their final checkpoints)
   std::string data_dir;
   StopEnv env;
   std::chrono::milliseconds check{5000};  // real time between evaluations

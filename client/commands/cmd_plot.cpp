@@ -11,7 +11,7 @@
 #include "client/metrics/plot.h"
 #include "client/remote/job_target.h"
 #include "client/remote/log_follower.h"
-#include "common/json_parse.h"
+#include "common/event_line.h"
 
 namespace sftctl::client {
 namespace {
@@ -29,22 +29,22 @@ bool IsDir(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// The records of a JSON-lines text; lines that are not JSON objects are skipped.
-std::vector<nlohmann::json> ParseLines(const std::string& text) {
-  std::vector<nlohmann::json> out;
+// The records of a JSON-lines text; lines that do not read as event lines are skipped.
+std::vector<EventLine> ParseLines(const std::string& text) {
+  std::vector<EventLine> out;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
-    auto rec = ParseJson(std::string_view(text).substr(start, end - start), "metrics.jsonl");
-    if (rec.ok() && rec->is_object()) out.push_back(std::move(*rec));
+    auto ev = ParseEventLine(std::string_view(text).substr(start, end - start), "metrics.jsonl");
+    if (ev.ok()) out.push_back(std::move(*ev));
     start = end + 1;
   }
   return out;
 }
 
 // run/metrics.jsonl of the job, or its METRIC events when the file is not there.
-StatusOr<std::vector<nlohmann::json>> FetchMetrics(Reconnector* rc, const std::string& job_id) {
+StatusOr<std::vector<EventLine>> FetchMetrics(Reconnector* rc, const std::string& job_id) {
   std::string text;
   bool missing = false;
   Status s = WithRetry(rc, [&](AgentSession& a) {
@@ -74,11 +74,11 @@ StatusOr<std::vector<nlohmann::json>> FetchMetrics(Reconnector* rc, const std::s
   });
   if (!s.ok()) return s;
   if (!missing) return ParseLines(text);
-  std::vector<nlohmann::json> records;
+  std::vector<EventLine> records;
   auto r = FollowEvents(rc, job_id, 0, /*follow=*/false, [&](const v1::Event& e) {
     if (e.kind() != v1::Event::METRIC || e.rank() > 0) return;
-    auto rec = ParseJson(e.text(), "metric");
-    if (rec.ok() && rec->is_object()) records.push_back(std::move(*rec));
+    auto ev = ParseEventLine(e.text(), "metric");
+    if (ev.ok()) records.push_back(std::move(*ev));
   });
   if (!r.ok()) return r.status();
   return records;

@@ -70,15 +70,15 @@ cairo_status_t WritePng(void* closure, const unsigned char* data, unsigned int l
 
 }  // namespace
 
-StatusOr<std::vector<nlohmann::json>> ReadMetricsFile(const std::string& path) {
+StatusOr<std::vector<EventLine>> ReadMetricsFile(const std::string& path) {
   std::ifstream f(path);
   if (!f) return ErrnoError("cannot open metrics file", path, errno);
-  std::vector<nlohmann::json> out;
+  std::vector<EventLine> out;
   std::string line;
   for (int n = 1; std::getline(f, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     SFT_ASSIGN_OR_RETURN(EventLine ev, ParseEventLine(line, path + ":" + std::to_string(n)));
-    out.push_back(std::move(ev.json));
+    out.push_back(std::move(ev));
   }
   if (f.bad()) return ErrnoError("cannot read metrics file", path, errno);
   return out;
@@ -115,15 +115,13 @@ std::vector<Series> BuildSeries(const std::vector<PlotRun>& runs, const PlotOpti
     eval.color = several ? color : kEvalColor;
     eval.line = false;
     eval.markers = true;
-    for (const nlohmann::json& rec : runs[i].records) {
-      StatusOr<EventLine> ev = ReadEventLine(rec, "metric record");
-      if (!ev.ok()) continue;  // not a trainer record, or a field of the wrong type
+    for (const EventLine& ev : runs[i].records) {
       Point p{};
       if (o.metric != "loss") {
-        if (keep(*ev, Number(ev->json, o.metric), &p)) train.points.push_back(p);
-      } else if (ev->type == EventKind::kStep && keep(*ev, ev->loss, &p)) {
+        if (keep(ev, Number(ev.json, o.metric), &p)) train.points.push_back(p);
+      } else if (ev.type == EventKind::kStep && keep(ev, ev.loss, &p)) {
         train.points.push_back(p);
-      } else if (ev->type == EventKind::kEval && keep(*ev, ev->eval_loss, &p)) {
+      } else if (ev.type == EventKind::kEval && keep(ev, ev.eval_loss, &p)) {
         eval.points.push_back(p);
       }
     }
@@ -406,7 +404,12 @@ Status RenderPlot(const std::vector<PlotRun>& runs, const std::string& title, co
 
 Status RenderLossPlot(const std::vector<nlohmann::json>& metric_records, const std::string& title,
                       const std::string& png_path, const PlotOptions& options) {
-  return RenderPlot({PlotRun{title, metric_records}}, title, png_path, options);
+  PlotRun run{title, {}};
+  for (const nlohmann::json& rec : metric_records) {
+    StatusOr<EventLine> ev = ReadEventLine(rec, "metric record");
+    if (ev.ok()) run.records.push_back(std::move(*ev));  // else not a trainer record, or a mistyped field
+  }
+  return RenderPlot({std::move(run)}, title, png_path, options);
 }
 
 }  // namespace sftctl::client

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/event_line.h"
 #include "common/status.h"
 
 namespace sftctl::client {
@@ -40,17 +41,17 @@ struct PlotOptions {
   std::string metric = "loss";  // "loss" (train + eval loss) or a record field
 };
 
-// One run's records and its legend label.
+// One run's records, each read once as an event line (common/event_line.h), and its legend label.
 struct PlotRun {
   std::string label;
-  std::vector<nlohmann::json> records;
+  std::vector<EventLine> records;
 };
 
 // Reads a JSON-lines metrics file (blank lines skipped); every line must read as an event line
 // (common/event_line.h). Errors: NOT_FOUND / errno errors naming the path; INVALID_ARGUMENT
 // "<path>:<line>: ..." with ParseEventLine's reason (not JSON, not an object, no "event", a field of
 // the wrong type).
-StatusOr<std::vector<nlohmann::json>> ReadMetricsFile(const std::string& path);
+StatusOr<std::vector<EventLine>> ReadMetricsFile(const std::string& path);
 
 // Renders the plot and writes it to `png_path` atomically (a temporary file in the same folder, fsynced,
 // then renamed over `png_path`; nothing is left behind on failure). Errors: INVALID_ARGUMENT when no
@@ -60,7 +61,8 @@ StatusOr<std::vector<nlohmann::json>> ReadMetricsFile(const std::string& path);
 Status RenderPlot(const std::vector<PlotRun>& runs, const std::string& title, const std::string& png_path,
                   const PlotOptions& options = {});
 
-// RenderPlot of one run.
+// RenderPlot of one run whose records were built in code (each read with ReadEventLine; one that does
+// not read as an event line is left out).
 Status RenderLossPlot(const std::vector<nlohmann::json>& metric_records, const std::string& title,
                       const std::string& png_path, const PlotOptions& options = {});
 

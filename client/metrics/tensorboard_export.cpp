@@ -7,6 +7,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "common/event_line.h"
 #include "common/json_parse.h"
 #include "common/os/file_system.h"
 #include "common/terminal_text.h"
@@ -19,9 +20,9 @@ double NowSeconds() {
 }
 
 Status WriteLine(std::string_view line, tensorboard::EventFileWriter* writer) {
-  auto rec = ParseJson(line, "metric record");
-  if (!rec.ok() || !rec->is_object()) return OkStatus();  // not a record: skipped
-  return writer->WriteMetrics(*rec);
+  StatusOr<EventLine> ev = ParseEventLine(line, "metric record");
+  if (!ev.ok()) return OkStatus();  // not a trainer record: skipped
+  return writer->WriteMetrics(*ev);
 }
 
 }  // namespace

@@ -375,11 +375,15 @@ Status EventFileWriter::Append(const std::vector<Pending>& events) {
 
 Status EventFileWriter::WriteMetrics(const nlohmann::json& record) {
   StatusOr<EventLine> ev = ReadEventLine(record, "metric record");
-  if (!ev.ok() || !ev->step) return OkStatus();
-  const int64_t step = *ev->step;
-  const double wall = ev->time.value_or(Now());
+  return ev.ok() ? WriteMetrics(*ev) : OkStatus();
+}
+
+Status EventFileWriter::WriteMetrics(const EventLine& ev) {
+  if (!ev.step) return OkStatus();
+  const int64_t step = *ev.step;
+  const double wall = ev.time.value_or(Now());
   std::vector<Pending> events;
-  for (const auto& [tag, value] : ScalarsOfLine(*ev))
+  for (const auto& [tag, value] : ScalarsOfLine(ev))
     events.push_back({tag, step, ScalarEvent(wall, step, tag, static_cast<float>(value))});
   if (events.empty()) return OkStatus();
   return Append(events);

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/event_line.h"
 #include "common/status.h"
 
 namespace sftctl::tensorboard {
@@ -85,6 +86,8 @@ class EventFileWriter {
   // when the step is above its last one. Records without a step, or that ReadEventLine refuses (a
   // negative step, a "time" that is not a number, ...), write nothing.
   Status WriteMetrics(const nlohmann::json& record);
+  // The same for a line already read (ParseEventLine: the client's export of a metrics.jsonl).
+  Status WriteMetrics(const EventLine& ev);
   // Appends `text` under `tag` at step 0 unless the tag is already in the file.
   Status WriteTextOnce(std::string_view tag, std::string_view text, double wall_time);
 

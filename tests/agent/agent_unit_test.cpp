@@ -314,7 +314,7 @@ TEST(StateStore, JobsRanksHistoryRoundTrip) {
   JobRecord r = *ins;
   r.state = JobState::RUNNING;
   r.assigned_gpus = {0, 3};
-  r.ranks = {{0, 100, 7, true, false, 0, 0}, {1, 101, 8, false, true, 0, 9}};
+  r.ranks = {{0, 100, 7, true, RankExit()}, {1, 101, 8, false, RankExit{true, 0, 9}}};
   HistoryRecord h{JobState::RUNNING, "launched", 9};
   ASSERT_TRUE((*store)->SaveJob(r, &h).ok());
   auto got = (*store)->GetJob("job-1");
@@ -322,7 +322,10 @@ TEST(StateStore, JobsRanksHistoryRoundTrip) {
   EXPECT_EQ(got->state, JobState::RUNNING);
   EXPECT_EQ(got->assigned_gpus, (std::vector<int>{0, 3}));
   ASSERT_EQ(got->ranks.size(), 2u);
-  EXPECT_EQ(got->ranks[1].signal, 9);
+  EXPECT_EQ(got->ranks[1].exit.signal, 9);
+  EXPECT_TRUE(got->ranks[1].exit.known);
+  EXPECT_FALSE(got->ranks[0].exit.known);
+  EXPECT_FALSE(got->ranks[1].running);
   EXPECT_EQ(got->ranks[0].start_time, 7u);
   auto hist = (*store)->History("job-1");
   ASSERT_EQ(hist->size(), 2u);

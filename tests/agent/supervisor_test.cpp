@@ -133,7 +133,7 @@ TEST_F(SupervisorClock, ARankIgnoringSigtermIsKilledWhenTheGracePassesOnTheClock
   const JobRecord done = WaitForJob(job.id, [](const JobRecord& r) { return IsFinal(r.state); });
   EXPECT_EQ(done.state, JobState::CANCELLED);
   ASSERT_EQ(done.ranks.size(), 1u);
-  EXPECT_EQ(done.ranks[0].signal, SIGKILL);
+  EXPECT_EQ(done.ranks[0].exit.signal, SIGKILL);
 }
 
 // The done-when of issue 38: one parse of the spec's text per submit and one per recovery, however

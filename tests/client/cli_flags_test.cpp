@@ -112,7 +112,8 @@ std::string Parse(CLI::App& app, std::vector<std::string> args) {
   return "";
 }
 
-// What sftctl-trainer stored, flag by flag (bound by kind, as trainer/tools/main.cpp binds its structs).
+// What sftctl-trainer stored, flag by flag (bound by kind, as trainer/tools/trainer_cli.cpp binds its
+// structs).
 struct TrainerSide {
   std::map<std::string, std::string> text;
   std::map<std::string, int64_t> ints;

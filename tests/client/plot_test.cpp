@@ -134,9 +134,12 @@ TEST(Plot, HugeNearlyEqualStepsAndValuesStillPlot) {
 
 TEST(Plot, ErrorsAreSpecific) {
   const std::string dir = MakeTempDir("plot-err");
-  // No data: only records without losses (a non-finite loss does not count).
-  Status none = RenderLossPlot({{{"event", "start"}}, {{"event", "step"}, {"step", 1}, {"loss", "nan"}}}, "t",
-                               dir + "/x.png");
+  // No data: only records without losses (a non-finite loss, written as null, does not count; a record
+  // whose loss is not a number is no trainer record and is not counted at all).
+  Status none = RenderLossPlot({{{"event", "start"}},
+                                {{"event", "step"}, {"step", 1}, {"loss", nullptr}},
+                                {{"event", "step"}, {"step", 2}, {"loss", "nan"}}},
+                               "t", dir + "/x.png");
   EXPECT_EQ(none.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(
       none.message(),
@@ -172,7 +175,8 @@ TEST(Plot, ReadMetricsFileNamesTheBadLine) {
   auto ok = ReadMetricsFile(path);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   ASSERT_EQ(ok->size(), 2u);
-  EXPECT_EQ((*ok)[1]["loss"], 2);
+  EXPECT_EQ((*ok)[1].loss, 2.0);
+  EXPECT_EQ((*ok)[1].json["loss"], 2);
 
   std::ofstream(path) << "{\"event\": \"start\"}\n{\"event\": \"step\", \"step\": 1, \"lo\n";
   auto bad = ReadMetricsFile(path);
@@ -195,7 +199,7 @@ TEST(Plot, ReadMetricsFileNamesTheBadLine) {
 }
 
 // A run whose loss falls as a * exp(-s / 12) + c, with eval exact_match rising (faster with a larger a).
-std::vector<nlohmann::json> DecayRun(double a, double c) {
+std::vector<EventLine> DecayRun(double a, double c) {
   std::vector<nlohmann::json> r;
   for (int s = 1; s <= 50; ++s)
     r.push_back({{"event", "step"}, {"step", s}, {"loss", a * std::exp(-s / 12.0) + c}});
@@ -205,7 +209,13 @@ std::vector<nlohmann::json> DecayRun(double a, double c) {
                  {"eval_loss", a * std::exp(-s / 12.0) + c + 0.2},
                  {"exact_match", s / 60.0 * a / 3}});
   }
-  return r;
+  std::vector<EventLine> lines;
+  for (const nlohmann::json& rec : r) {
+    StatusOr<EventLine> ev = ReadEventLine(rec, "record");
+    EXPECT_TRUE(ev.ok()) << ev.status().ToString();
+    if (ev.ok()) lines.push_back(std::move(*ev));
+  }
+  return lines;
 }
 
 // The mean row of the pixels of colour `c` in column x (-1 when none).

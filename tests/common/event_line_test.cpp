@@ -1,5 +1,5 @@
 // ParseEventLine / ReadEventLine (common/event_line.h): the one reader of the trainer's event lines.
-// Lines of every kind as trainer/training/metrics.cpp and trainer/tools/main.cpp write them, kinds it
+// Lines of every kind as trainer/training/metrics.cpp and trainer/tools/trainer_cli.cpp write them, kinds it
 // does not know, and every way a line from outside can be wrong, each with its message.
 #include "common/event_line.h"
 

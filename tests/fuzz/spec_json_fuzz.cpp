@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The client writes ToJson(spec).dump(2) to spec.json; the trainer parses that text again.
   const std::string text = ToJson(*spec).dump(2);
-  // (trainer/tools/main.cpp ReadSpecJson)
+  // (trainer/tools/trainer_cli.cpp ReadSpecJson)
   nlohmann::json reread = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   FUZZ_CHECK(!reread.is_discarded(), "the canonical JSON does not parse:\n" + text);
   auto again = ParseSpec(reread, "");

@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   nlohmann::json j = ToJson(*spec);
   const std::string dumped = j.dump(2);  // cmd_run.cpp writes ToJson(spec).dump(2) to spec.json
-  // ... and the trainer parses that text (trainer/tools/main.cpp ReadSpecJson)
+  // ... and the trainer parses that text (trainer/tools/trainer_cli.cpp ReadSpecJson)
   nlohmann::json reread = nlohmann::json::parse(dumped, nullptr, /*allow_exceptions=*/false);
   FUZZ_CHECK(!reread.is_discarded(), "the canonical JSON does not parse:\n" + dumped);
   auto again = ParseSpec(reread, "");

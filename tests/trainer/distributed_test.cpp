@@ -29,6 +29,7 @@
 #include "tests/util/status_matchers.h"
 #include "tests/util/wait_for.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/distributed/resume_sharing.h"
 #include "trainer/runtime/tensor_io.h"
 #include "trainer/training/trainer.h"
 
@@ -53,6 +54,39 @@ using ::sftctl::trainer::testing::Weights;
 using ::testing::HasSubstr;
 
 // ---- Units --------------------------------------------------------------------------------
+
+// What rank 0 broadcasts first on resume comes back field for field, the doubles bit for bit.
+TEST(RankZeroHeader, EveryFieldSurvivesPackAndUnpack) {
+  RankZeroHeader h;
+  h.resumed = true;
+  h.base_loaded = true;
+  h.state.step = 7;
+  h.state.epoch = 2;
+  h.state.position = 41;
+  h.state.tokens_seen = 123456789012LL;
+  h.state.bad_steps = 3;
+  h.state.elapsed_s = 1234.5678901234567;
+  h.state.loss_scale = 32768.0;
+  h.state.loss_scale_good_steps = 1999;
+  h.rank_has_rng = {0, RankZeroHeader::kCpuRng, RankZeroHeader::kCpuRng | RankZeroHeader::kCudaRng};
+  const RankZeroHeader back = RankZeroHeader::Unpack(h.Pack());
+  EXPECT_TRUE(back.resumed);
+  EXPECT_TRUE(back.base_loaded);
+  EXPECT_EQ(back.state.step, 7);
+  EXPECT_EQ(back.state.epoch, 2);
+  EXPECT_EQ(back.state.position, 41);
+  EXPECT_EQ(back.state.tokens_seen, 123456789012LL);
+  EXPECT_EQ(back.state.bad_steps, 3);
+  EXPECT_EQ(back.state.elapsed_s, 1234.5678901234567);
+  EXPECT_EQ(back.state.loss_scale, 32768.0);
+  EXPECT_EQ(back.state.loss_scale_good_steps, 1999);
+  EXPECT_EQ(back.rank_has_rng, h.rank_has_rng);
+
+  const RankZeroHeader none = RankZeroHeader::Unpack(RankZeroHeader{}.Pack());
+  EXPECT_FALSE(none.resumed);
+  EXPECT_FALSE(none.base_loaded);
+  EXPECT_TRUE(none.rank_has_rng.empty());
+}
 
 TEST(ShardSlice, RanksTakeConsecutiveSlicesOfTheGlobalBatch) {
   EXPECT_EQ(ShardSlice(8, 4, 0), (std::pair<int64_t, int64_t>{0, 4}));
@@ -515,7 +549,7 @@ TEST(DistributedFailure, MissingRankFailsTheRendezvousWithinTheTimeout) {
 
 // Only rank 0 writes a checkpoint; the others wait for it up to checkpoint.save_timeout_s, however
 // short distributed.timeout_s is (a 3B full fine-tune writes ~36 GB). The first checkpoint is made
-// slow by the trainer's test seam (SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S, trainer/tools/main.cpp).
+// slow by a trainer of the test's own (tests/trainer/slow_checkpoint_trainer.cpp).
 JobSpec SlowSaveSpec(const std::string& dir) {
   JobSpec spec = ProcSpec(dir + "/job", 3, 4, 1);
   spec.checkpoint.interval = 1;  // steps 2 and 3 follow the slow checkpoint of step 1
@@ -529,7 +563,8 @@ TEST(DistributedCheckpointWait, SaveSlowerThanTheCollectiveTimeoutDoesNotFailThe
   SFTCTL_SKIP_WITHOUT_GLOO();
   const std::string dir = MakeTempDir("dist-slow-save");
   const JobSpec spec = SlowSaveSpec(dir);
-  auto ranks = Launch(spec, 2, "slow", {"SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=" + std::to_string(kSlowSaveS)});
+  auto ranks = Launch(spec, 2, "slow", {"SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=" + std::to_string(kSlowSaveS)},
+                      testing::kSlowCheckpointTrainer);
   for (int r = 0; r < 2; ++r) {
     const int code = WaitExit(ranks[r].pid, std::chrono::seconds(240));
     ASSERT_EQ(code, 0) << "rank " << r << ":\n" << ReadWholeFile(ranks[r].log);
@@ -544,7 +579,8 @@ TEST(DistributedCheckpointWait, SaveLongerThanSaveTimeoutFailsTheWaitingRankNami
   const std::string dir = MakeTempDir("dist-save-timeout");
   JobSpec spec = SlowSaveSpec(dir);
   spec.checkpoint.save_timeout_s = 2;
-  auto ranks = Launch(spec, 2, "late", {"SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=" + std::to_string(kSlowSaveS)});
+  auto ranks = Launch(spec, 2, "late", {"SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=" + std::to_string(kSlowSaveS)},
+                      testing::kSlowCheckpointTrainer);
   const int code1 = WaitExit(ranks[1].pid, std::chrono::seconds(120));
   const int code0 = WaitExit(ranks[0].pid, std::chrono::seconds(kSlowSaveS + 60));
   const std::string log1 = ReadWholeFile(ranks[1].log);

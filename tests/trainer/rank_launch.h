@@ -52,11 +52,18 @@ struct Rank {
   std::string events;  // --events-fd 3
 };
 
-// Writes the spec to <dir>/spec-<tag>.json and starts one sftctl-trainer per rank (world 1: no
-// distributed variables at all). Each rank gets 1 thread, its own TMPDIR and an events file, and
-// `extra_env` ("NAME=value") besides.
+// The trainer a test launches by default: the shipped one.
+inline constexpr char kShippedTrainer[] = "sftctl-trainer";
+// The shipped command line whose first checkpoint takes SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S seconds
+// longer (tests/trainer/slow_checkpoint_trainer.cpp).
+inline constexpr char kSlowCheckpointTrainer[] = "sftctl_trainer_slow_checkpoint";
+
+// Writes the spec to <dir>/spec-<tag>.json and starts one `program` (a trainer in the build's bin/)
+// per rank (world 1: no distributed variables at all). Each rank gets 1 thread, its own TMPDIR and
+// an events file, and `extra_env` ("NAME=value") besides.
 inline std::vector<Rank> Launch(const JobSpec& spec, int world, const std::string& tag,
-                                const std::vector<std::string>& extra_env = {}) {
+                                const std::vector<std::string>& extra_env = {},
+                                const std::string& program = kShippedTrainer) {
   const std::string dir = std::filesystem::path(spec.output_dir).parent_path().string();
   const std::string spec_path = dir + "/spec-" + tag + ".json";
   sftctl::testing::WriteWholeFile(spec_path, ToJson(spec).dump(2));
@@ -75,7 +82,7 @@ inline std::vector<Rank> Launch(const JobSpec& spec, int world, const std::strin
                              "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world),
                              "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)});
     }
-    const std::string bin = std::string(SFTCTL_BIN_DIR) + "/sftctl-trainer";
+    const std::string bin = std::string(SFTCTL_BIN_DIR) + "/" + program;
     std::vector<std::string> args = {bin, "train", "--spec", spec_path, "--events-fd", "3"};
     k.pid = ::fork();
     if (k.pid == 0) {

@@ -703,7 +703,8 @@ TEST(ShardedCheckpointWait, SlowSaveDoesNotFailTheJob) {
   spec.distributed.timeout_s = 3;
   spec.eval.exact_match = false;
   spec.distributed.shard = "gradients";
-  auto ranks = testing::Launch(spec, 2, "slow", {"SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=6"});
+  auto ranks = testing::Launch(spec, 2, "slow", {"SFTCTL_TEST_SLOW_FIRST_CHECKPOINT_S=6"},
+                               testing::kSlowCheckpointTrainer);
   for (int r = 0; r < 2; ++r) {
     const int code = testing::WaitExit(ranks[r].pid, std::chrono::seconds(120));
     EXPECT_EQ(code, 0) << "rank " << r << ":\n" << ReadWholeFile(ranks[r].log);

@@ -19,6 +19,7 @@
 #include "trainer/distributed/distributed.h"
 #include "trainer/distributed/loss_scaler.h"
 #include "trainer/distributed/optimizer.h"
+#include "trainer/distributed/resume_sharing.h"
 #include "trainer/model/chunked_loss.h"
 #include "trainer/model/cuda_ops.h"
 #include "trainer/model/lora.h"
@@ -98,87 +99,6 @@ StatusOr<std::string> RankCacheDir(int rank) {
   return std::string(buf.data());
 }
 
-// What rank 0 tells the other ranks before training, packed into one int64 tensor (the
-// elapsed time by its bits): the layout lives here only.
-struct RankZeroHeader {
-  bool resumed = false;
-  bool base_loaded = false;  // rank 0 loaded frozen base weights from the checkpoint
-  TrainerState state;
-  // Per rank: which of its RNG streams the checkpoint holds (kCpuRng | kCudaRng bits).
-  std::vector<char> rank_has_rng;
-  static constexpr char kCpuRng = 1, kCudaRng = 2;
-
-  enum Field {
-    kResumed,
-    kBaseLoaded,
-    kStep,
-    kEpoch,
-    kPosition,
-    kTokensSeen,
-    kBadSteps,
-    kElapsedBits,
-    kLossScaleBits,
-    kLossScaleGoodSteps,
-    kRanks
-  };
-
-  torch::Tensor Pack() const {
-    torch::Tensor t = torch::zeros({kRanks + static_cast<int64_t>(rank_has_rng.size())}, torch::kInt64);
-    auto h = t.accessor<int64_t, 1>();
-    h[kResumed] = resumed;
-    h[kBaseLoaded] = base_loaded;
-    h[kStep] = state.step;
-    h[kEpoch] = state.epoch;
-    h[kPosition] = state.position;
-    h[kTokensSeen] = state.tokens_seen;
-    h[kBadSteps] = state.bad_steps;
-    std::memcpy(&h[kElapsedBits], &state.elapsed_s, sizeof(double));
-    std::memcpy(&h[kLossScaleBits], &state.loss_scale, sizeof(double));
-    h[kLossScaleGoodSteps] = state.loss_scale_good_steps;
-    for (size_t r = 0; r < rank_has_rng.size(); ++r) h[kRanks + static_cast<int64_t>(r)] = rank_has_rng[r];
-    return t;
-  }
-
-  static RankZeroHeader Unpack(const torch::Tensor& packed) {
-    const torch::Tensor t = packed.to(torch::kCPU).contiguous();
-    auto h = t.accessor<int64_t, 1>();
-    RankZeroHeader out;
-    out.resumed = h[kResumed] != 0;
-    out.base_loaded = h[kBaseLoaded] != 0;
-    out.state.step = h[kStep];
-    out.state.epoch = h[kEpoch];
-    out.state.position = h[kPosition];
-    out.state.tokens_seen = h[kTokensSeen];
-    out.state.bad_steps = h[kBadSteps];
-    std::memcpy(&out.state.elapsed_s, &h[kElapsedBits], sizeof(double));
-    std::memcpy(&out.state.loss_scale, &h[kLossScaleBits], sizeof(double));
-    out.state.loss_scale_good_steps = h[kLossScaleGoodSteps];
-    for (int64_t r = kRanks; r < t.size(0); ++r) out.rank_has_rng.push_back(static_cast<char>(h[r]));
-    return out;
-  }
-};
-
-bool SameShape(const torch::Tensor& a, const torch::Tensor& b) {
-  return a.defined() && b.defined() && a.sizes() == b.sizes();
-}
-
-// Sends rank r > 0 its saved RNG streams (the `has` bits of RankZeroHeader) from rank 0.
-Status ShareRankRng(ProcessGroup& pg, int r, char has, const RngState& own, const torch::Device& device,
-                    const std::map<std::string, torch::Tensor>& saved) {
-  RngState got;
-  const RngState from = pg.rank() == 0 ? FindRng(saved, r) : RngState();
-  if (has & RankZeroHeader::kCpuRng) {
-    got.cpu = pg.rank() == 0 ? from.cpu.clone() : torch::empty_like(own.cpu);
-    SFT_RETURN_IF_ERROR(pg.Broadcast(got.cpu, 0, "broadcast (RNG states)"));
-  }
-  if (has & RankZeroHeader::kCudaRng) {
-    got.cuda = pg.rank() == 0 ? from.cuda.clone() : torch::empty_like(own.cuda);
-    SFT_RETURN_IF_ERROR(pg.Broadcast(got.cuda, 0, "broadcast (CUDA RNG states)"));
-  }
-  if (pg.rank() == r) RestoreRng(got, device);
-  return OkStatus();
-}
-
 // bf16 working weights (trainer/model/working_weights.h) for a bf16 run whose model takes the CUDA
 // path: the projections and the LM head read one bf16 copy of the optimizer's buffers (how many:
 // *bound). Null when they do not apply, or SFTCTL_NO_WORKING_WEIGHTS=1.
@@ -194,88 +114,6 @@ std::shared_ptr<WorkingWeights> MakeWorkingWeights(CausalLM& model, const FlatAd
   if (working)
     spdlog::info("bf16 working weights: {} matrices read one bf16 copy of the fp32 master weights", *bound);
   return working;
-}
-
-// A sharded optimizer's moments on resume: rank 0 reads each other rank's shard from the
-// checkpoint (`read`, any layout: trainer/checkpoint/optimizer_shards.h) and broadcasts it; only
-// its owner keeps it. The other ranks wait for each read as for the checkpoint's
-// (checkpoint.save_timeout_s).
-Status ShareMomentShards(ProcessGroup& pg, FlatAdamW& optimizer, const MomentReader* read, double timeout_s) {
-  for (int r = 1; r < pg.world_size(); ++r) {
-    std::vector<torch::Tensor> shard;
-    Status st;
-    if (pg.rank() == 0) {
-      StatusOr<std::vector<torch::Tensor>> got = optimizer.ReadMomentShard(*read, r);
-      if (got.ok()) shard = std::move(*got);
-      st = got.status();
-    }
-    SFT_RETURN_IF_ERROR(pg.AwaitRoot(st, timeout_s, fmt::format("reading optimizer shard {}", r),
-                                     "checkpoint.save_timeout_s"));
-    if (pg.rank() != 0) {
-      shard = optimizer.MomentBuffers();  // rank r receives in place; the others into scratch
-      if (pg.rank() != r)
-        for (auto& t : shard) t = torch::empty_like(t);
-    }
-    for (auto& t : shard) SFT_RETURN_IF_ERROR(pg.Broadcast(t, 0, "broadcast (optimizer shards)"));
-  }
-  return OkStatus();
-}
-
-// Makes every rank's model, optimizer, trainer state and RNG equal to rank 0's (which alone
-// read the checkpoint, so ranks need no shared folder). Each rank r > 0 gets its own saved
-// RNG streams (trainer/runtime/rng_state.h) when the checkpoint has them, and with a sharded
-// optimizer its own shard of the moments (`moments`: rank 0's reader of the checkpoint's).
-Status ShareRankZeroState(ProcessGroup& pg, CausalLM& model, FlatAdamW& optimizer, TrainerState* state,
-                          std::optional<std::string>* resume_dir, bool base_loaded,
-                          const std::map<std::string, torch::Tensor>& optimizer_state,
-                          const MomentReader* moments, double read_timeout_s, const torch::Device& device) {
-  torch::NoGradGuard no_grad;
-  const int rank = pg.rank(), world = pg.world_size();
-  const RngState own = CaptureRng(device);
-  RankZeroHeader mine;
-  mine.rank_has_rng.assign(world, 0);
-  if (rank == 0) {
-    mine.resumed = resume_dir->has_value();
-    mine.base_loaded = base_loaded;
-    mine.state = *state;
-    for (int r = 1; r < world; ++r) {
-      const RngState saved = FindRng(optimizer_state, r);
-      mine.rank_has_rng[r] =
-          static_cast<char>((SameShape(saved.cpu, own.cpu) ? RankZeroHeader::kCpuRng : 0) |
-                            (SameShape(saved.cuda, own.cuda) ? RankZeroHeader::kCudaRng : 0));
-    }
-  }
-  torch::Tensor packed = mine.Pack();
-  SFT_RETURN_IF_ERROR(pg.Broadcast(packed, 0, "broadcast (resume state)"));
-  const RankZeroHeader h = RankZeroHeader::Unpack(packed);
-  const bool resumed = h.resumed;
-  if (rank != 0) {
-    *state = h.state;
-    if (resumed) *resume_dir = "(rank 0's checkpoint)";
-  }
-  // Trainable parameters always (the seeded init already agrees; this makes it certain), the
-  // moments when resumed, frozen weights when rank 0 loaded them from the checkpoint.
-  std::vector<torch::Tensor> buffers = optimizer.ParamBuffers();
-  if (resumed && !optimizer.sharded()) {
-    for (auto& m : optimizer.MomentBuffers()) buffers.push_back(m);
-  }
-  for (auto& b : buffers)
-    SFT_RETURN_IF_ERROR(pg.Broadcast(b, 0, "broadcast (parameters and optimizer state)"));
-  if (resumed && optimizer.sharded())
-    SFT_RETURN_IF_ERROR(ShareMomentShards(pg, optimizer, moments, read_timeout_s));
-  if (h.base_loaded) {
-    for (const auto& p : model->parameters()) {
-      if (p.requires_grad()) continue;
-      torch::Tensor t = p.data();
-      SFT_RETURN_IF_ERROR(pg.Broadcast(t, 0, "broadcast (frozen weights)"));
-    }
-  }
-  optimizer.set_steps(state->step);
-  for (int r = 1; r < world; ++r) {
-    if (h.rank_has_rng[r] == 0) continue;
-    SFT_RETURN_IF_ERROR(ShareRankRng(pg, r, h.rank_has_rng[r], own, device, optimizer_state));
-  }
-  return OkStatus();
 }
 
 json EvalRecord(int64_t step, const EvalResult& r, bool exact) {
@@ -553,9 +391,9 @@ Status TrainRun::Resume() {
   if (pg_) {
     const MomentReader moments =
         sharded_moments_ ? sharded_moments_->Reader() : PerParameterMoments(&optimizer_state);
-    SFT_RETURN_IF_ERROR(ShareRankZeroState(*pg_, model_, *optimizer_, &state_, &resume_dir_, base_loaded,
-                                           optimizer_state, &moments, spec_.checkpoint.save_timeout_s,
-                                           plan_.device));
+    const RankZeroResume from{base_loaded, &optimizer_state, &moments};
+    SFT_RETURN_IF_ERROR(ShareRankZeroState(*pg_, model_, *optimizer_, from, spec_.checkpoint.save_timeout_s,
+                                           plan_.device, &state_, &resume_dir_));
     buckets_ = std::make_unique<GradBuckets>(pg_.get(), *optimizer_, spec_.distributed.bucket_mb);
   }
   // (Not with ranks: GradBuckets learns of each gradient from its AccumulateGrad, which the working
@@ -997,7 +835,7 @@ Status TrainRun::WriteCheckpoint(const std::vector<RngState>& rank_rngs) {
     // A PEFT adapter; base weights only when the base exists nowhere else (model.config).
     c.weights = spec_.model.config.is_null() ? NamedTensors() : BaseParameters(model_);
     c.adapter = AdapterTensors(model_);
-    c.adapter_config = AdapterConfigJson(*spec_.lora, spec_.model.path);
+    c.adapter_config = AdapterConfigJson(LoraSpecFor(*spec_.lora, model_->config()), spec_.model.path);
   }
   // A sharded run's moments are already in the staged folder (SaveOptimizerShards).
   if (optimizer_->sharded()) {
