@@ -164,9 +164,10 @@ const std::vector<SpecField>& ModelFields() {
       Def("config", SpecKind::kJson, SPEC_MEMBER(model.config))
           .WhenSet()
           .Default("—")
-          .Doc("an inline config.json for a from-scratch model (`model_type` llama, qwen2, qwen3 (needs "
-               "`head_dim`), mistral, gemma2 or gemma3_text; `vocab_size` defaults to the tokenizer's). Exactly "
-               "one of `path` / `config`"),
+          .Doc(
+              "an inline config.json for a from-scratch model (`model_type` llama, qwen2, qwen3 (needs "
+              "`head_dim`), mistral, gemma2, gemma3_text or phi3; `vocab_size` defaults to the tokenizer's). "
+              "Exactly one of `path` / `config`"),
   };
   return kFields;
 }
@@ -324,10 +325,11 @@ const std::vector<SpecField>& LoraFields() {
       List("target_modules", SPEC_MEMBER(lora->target_modules))
           .Items("module name", "module names")
           .Choices({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
-          .AllAlias("all-linear", "is not a projection of llama/qwen2/qwen3/mistral/gemma")
+          .AllAlias("all-linear", "is not a projection of llama/qwen2/qwen3/mistral/gemma/phi3")
           .ListNonEmpty()
           .Dedupe()
-          .Doc("projections to adapt; `all-linear`: all seven"),
+          .Doc("projections to adapt; `all-linear`: all seven (phi3 fuses them as PEFT does: `q_proj`, "
+               "`k_proj` or `v_proj` adapt its `qkv_proj`, `gate_proj` or `up_proj` its `gate_up_proj`)"),
   };
   return kFields;
 }

@@ -2,8 +2,9 @@
 """Golden reference for sftctl's Hugging Face parity tests (llm.c style).
 
 An independent PyTorch re-implementation of transformers' Llama / Qwen2 / Qwen3 / Mistral /
-Gemma2 / Gemma3 (text) forward pass (modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py,
-modeling_mistral.py, modeling_gemma2.py, modeling_gemma3.py, eager attention), written from ../shared/notes/formats.md and the published modelling code,
+Gemma2 / Gemma3 (text) / Phi3 forward pass (modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py,
+modeling_mistral.py, modeling_gemma2.py, modeling_gemma3.py, modeling_phi3.py and
+modeling_rope_utils.py's longrope, eager attention), written from ../shared/notes/formats.md and the published modelling code,
 plus a tiny pure-Python safetensors reader/writer (the `transformers`, `safetensors` and `peft`
 packages are not available here).
 
@@ -25,6 +26,12 @@ For each family it writes a random HF-format checkpoint and the reference output
                sliding layers, linear rope_scaling for the full ones, MQA, untied, BF16
   OUT/gemma3_nested/  Gemma3 text in transformers 5's form: explicit layer_types and per-layer-type
                "rope_parameters", tied, F32
+  OUT/phi3/    Phi-3: fused qkv_proj / gate_up_proj, full rotary, no rope_scaling, GQA, untied, BF16
+  OUT/phi3_longrope/  Phi-3 / Phi-4-mini style: partial_rotary_factor 0.75, longrope with distinct
+               short/long factors (original_max_position_embeddings 16 < the 24 positions: the
+               long factors; reference.safetensors also holds short_input_ids / short_logits for
+               the first 16 tokens, which take the short ones), attention_factor derived from
+               max_position_embeddings / original_max_position_embeddings, sliding_window 7, tied, F32
   OUT/<family>/reference.safetensors: input_ids [B,T] I64, labels [B,T] I64 (-100 on
                "prompt" positions), logits [B,T,V] F32, loss [] F32 (mean CE over
                shifted targets != -100), all computed in fp32.
@@ -103,13 +110,21 @@ def load_folder(d):
 
 
 # ---- transformers' math -----------------------------------------------------------------
-def rope_inv_freq(cfg):
+def rope_inv_freq(cfg, seq_len=None):
+    """transformers' inv_freq; `seq_len` picks longrope's factors (long when > original_max)."""
     dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    dim = int(dim * cfg.get("partial_rotary_factor", 1.0))  # Phi3: RoPE on the first dims only
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     base = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
     rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type == "linear":
+    if rope_type == "longrope":  # _compute_longrope_parameters
+        original = cfg.get("original_max_position_embeddings", 4096)
+        long = seq_len is not None and seq_len > original
+        ext = torch.tensor(params["long_factor"] if long else params["short_factor"], dtype=torch.float32)
+        assert ext.numel() == dim // 2
+        inv_freq = 1.0 / (ext * base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    elif rope_type == "linear":
         inv_freq = inv_freq / params["factor"]
     elif rope_type == "llama3":
         factor = params["factor"]
@@ -149,10 +164,53 @@ def linear(x, sd, name):
 
 
 def sliding_window(cfg):
-    """Mistral's window (MistralConfig default 4096 when the key is absent; null: none)."""
+    """Mistral's window (MistralConfig default 4096 when the key is absent; null: none); Phi3's
+    (Phi3Config default None)."""
+    if cfg["model_type"] == "phi3":
+        return cfg.get("sliding_window")
     if cfg["model_type"] != "mistral":
         return None
     return cfg.get("sliding_window", 4096)
+
+
+def rope_attention_scaling(cfg):
+    """longrope's attention_factor: given, else sqrt(1 + ln(s) / ln(original)) with s =
+    max_position_embeddings / original_max_position_embeddings (1 when s <= 1)."""
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if params.get("rope_type", params.get("type")) != "longrope":
+        return 1.0
+    if params.get("attention_factor") is not None:
+        return params["attention_factor"]
+    original = cfg.get("original_max_position_embeddings", 4096)
+    factor = cfg["max_position_embeddings"] / original
+    return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+def apply_rope(x, cos, sin):
+    """apply_rotary_pos_emb: rotate the first cos.shape[-1] values of each head, pass the rest."""
+    rd = cos.shape[-1]
+    rot, rest = x[..., :rd], x[..., rd:]
+    return torch.cat([rot * cos + rotate_half(rot) * sin, rest], dim=-1)
+
+
+def qkv(cfg, sd, p, x, B, T, H, KV, D):
+    """q [B, T, H, D], k and v [B, T, KV, D]: Phi3's one qkv_proj (q rows, k rows, v rows), or three."""
+    if cfg["model_type"] == "phi3":
+        fused = linear(x, sd, p + "self_attn.qkv_proj")
+        q, k, v = fused[..., :H * D], fused[..., H * D:(H + KV) * D], fused[..., (H + KV) * D:]
+        return q.reshape(B, T, H, D), k.reshape(B, T, KV, D), v.reshape(B, T, KV, D)
+    return (linear(x, sd, p + "self_attn.q_proj").view(B, T, H, D),
+            linear(x, sd, p + "self_attn.k_proj").view(B, T, KV, D),
+            linear(x, sd, p + "self_attn.v_proj").view(B, T, KV, D))
+
+
+def mlp(cfg, sd, p, x):
+    """SwiGLU; Phi3: gate and up are the two halves of gate_up_proj (gate first)."""
+    if cfg["model_type"] == "phi3":
+        gate, up = linear(x, sd, p + "mlp.gate_up_proj").chunk(2, dim=-1)
+        return linear(up * torch.nn.functional.silu(gate), sd, p + "mlp.down_proj")
+    return linear(torch.nn.functional.silu(linear(x, sd, p + "mlp.gate_proj")) * linear(x, sd, p + "mlp.up_proj"),
+                  sd, p + "mlp.down_proj")
 
 
 def attention_mask(window, T, dtype):
@@ -177,25 +235,24 @@ def forward(cfg, sd, ids):
     qk_norm = cfg["model_type"] == "qwen3"
     h = sd["model.embed_tokens.weight"][ids]
     pos = torch.arange(T)[None, :].expand(B, T)
-    inv_freq = rope_inv_freq(cfg)
+    inv_freq = rope_inv_freq(cfg, seq_len=int(pos.max()) + 1)  # longrope: transformers' per-call rule
     freqs = (inv_freq[None, :, None].float().expand(B, -1, 1) @ pos[:, None, :].float()).transpose(1, 2)
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos()[:, None], emb.sin()[:, None]  # attention_scaling = 1
+    scaling = rope_attention_scaling(cfg)
+    cos, sin = (emb.cos() * scaling)[:, None], (emb.sin() * scaling)[:, None]
     dtype = h.dtype
     mask = attention_mask(sliding_window(cfg), T, dtype)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         res = h
         x = rms_norm(h, sd[p + "input_layernorm.weight"], eps)
-        q = linear(x, sd, p + "self_attn.q_proj").view(B, T, H, D)
-        k = linear(x, sd, p + "self_attn.k_proj").view(B, T, KV, D)
+        q, k, v = qkv(cfg, sd, p, x, B, T, H, KV, D)
         if qk_norm:  # Qwen3: RMSNorm over each head's D values, before the transpose and RoPE
             q = rms_norm(q, sd[p + "self_attn.q_norm.weight"], eps)
             k = rms_norm(k, sd[p + "self_attn.k_norm.weight"], eps)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = linear(x, sd, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
         rep = H // KV
         k = k[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
         v = v[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
@@ -205,9 +262,7 @@ def forward(cfg, sd, ids):
         h = res + linear(o, sd, p + "self_attn.o_proj")
         res = h
         x = rms_norm(h, sd[p + "post_attention_layernorm.weight"], eps)
-        mlp = linear(torch.nn.functional.silu(linear(x, sd, p + "mlp.gate_proj")) * linear(x, sd, p + "mlp.up_proj"),
-                     sd, p + "mlp.down_proj")
-        h = res + mlp
+        h = res + mlp(cfg, sd, p, x)
     h = rms_norm(h, sd["model.norm.weight"], eps)
     head = sd["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else sd["lm_head.weight"]
     return h @ head.t()
@@ -343,7 +398,10 @@ def random_state(cfg, gen):
             norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
         for n in norms:
             sd[p + n + ".weight"] = norm_mean + rnd(C, std=0.1)
-        for n, out in (("q_proj", H * D), ("k_proj", KV * D), ("v_proj", KV * D)):
+        fused = family == "phi3"  # one qkv_proj [(H + 2 KV) D, C], one gate_up_proj [2 I, C]
+        if fused:
+            sd[p + "self_attn.qkv_proj.weight"] = rnd((H + 2 * KV) * D, C, std=0.15)
+        for n, out in (("q_proj", H * D), ("k_proj", KV * D), ("v_proj", KV * D)) if not fused else ():
             sd[p + "self_attn." + n + ".weight"] = rnd(out, C, std=0.15)
             if bias:
                 sd[p + "self_attn." + n + ".bias"] = rnd(out, std=0.3)
@@ -353,8 +411,11 @@ def random_state(cfg, gen):
         if family in ("qwen3", "gemma3_text"):
             sd[p + "self_attn.q_norm.weight"] = norm_mean + rnd(D, std=0.3)
             sd[p + "self_attn.k_norm.weight"] = norm_mean + rnd(D, std=0.3)
-        sd[p + "mlp.gate_proj.weight"] = rnd(I, C, std=0.15)
-        sd[p + "mlp.up_proj.weight"] = rnd(I, C, std=0.15)
+        if fused:
+            sd[p + "mlp.gate_up_proj.weight"] = rnd(2 * I, C, std=0.15)
+        else:
+            sd[p + "mlp.gate_proj.weight"] = rnd(I, C, std=0.15)
+            sd[p + "mlp.up_proj.weight"] = rnd(I, C, std=0.15)
         sd[p + "mlp.down_proj.weight"] = rnd(C, I)
     if not cfg.get("tie_word_embeddings", gemma):
         sd["lm_head.weight"] = rnd(V, C, std=0.15)
@@ -435,6 +496,42 @@ GEMMA3_NESTED = {
 }
 
 
+PHI3 = {
+    "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_size": 144, "hidden_size": 64,
+    "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 64, "original_max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0, "rope_scaling": None, "partial_rotary_factor": 1.0, "sliding_window": None,
+    "hidden_act": "silu", "tie_word_embeddings": False, "attention_dropout": 0.0, "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0, "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000,
+    "torch_dtype": "bfloat16",
+}
+# head_dim 16 x 0.75: rotary_dim 12, six factors each; original 16 < 24 positions: the long factors
+# for the reference input, the short ones for its first 16 tokens; attention_factor sqrt(1 + ln 4 / ln 16).
+PHI3_LONGROPE = dict(
+    PHI3, vocab_size=136, num_hidden_layers=3, partial_rotary_factor=0.75, original_max_position_embeddings=16,
+    rope_theta=250000.0, sliding_window=7, tie_word_embeddings=True, torch_dtype="float32",
+    rope_scaling={"type": "longrope", "short_factor": [1.0, 1.3, 1.9, 2.6, 3.8, 5.0],
+                  "long_factor": [1.1, 2.5, 4.0, 7.5, 12.0, 20.0]})
+
+
+def check_phi3_ablations(name, cfg, sd, ids, logits):
+    """longrope, its long factors, partial rotary and the window must each change the result."""
+    rs = cfg["rope_scaling"]
+    no_rope_scaling = dict(cfg, rope_scaling=None)
+    ablations = {"longrope": no_rope_scaling,
+                 "long factors": dict(cfg, rope_scaling=dict(rs, long_factor=rs["short_factor"])),
+                 "sliding window": dict(cfg, sliding_window=None)}
+    with torch.no_grad():
+        for what, changed in ablations.items():
+            diff = (forward(changed, sd, ids) - logits).abs().max().item()
+            assert diff > 1e-2, f"{name}: the {what} does not change the logits ({diff})"
+            print(f"{name}: the {what} changes logits by up to {diff:.3f}")
+        diff = (forward(dict(no_rope_scaling, partial_rotary_factor=1.0), sd, ids) -
+                forward(no_rope_scaling, sd, ids)).abs().max().item()
+        assert diff > 1e-2, f"{name}: partial rotary does not change the logits ({diff})"
+        print(f"{name}: partial rotary (0.75 vs 1.0) changes logits by up to {diff:.3f}")
+
+
 def check_gemma_ablations(name, cfg, sd, ids, logits):
     """Soft-capping and the window must change the result, or the parity test could not tell."""
     ablations = {"sliding window": dict(cfg, sliding_window=10**6)}
@@ -485,12 +582,21 @@ def make(out, name, cfg, dtype, shards, seed):
     with torch.no_grad():
         logits = forward(cfg, sd, ids)
         loss = loss_fn(logits, labels)
-    st_write(os.path.join(d, "reference.safetensors"),
-             {"input_ids": ids, "labels": labels, "logits": logits.float().contiguous(),
-              "loss": loss.float().reshape(())}, {"format": "pt"})
+    outputs = {"input_ids": ids, "labels": labels, "logits": logits.float().contiguous(),
+               "loss": loss.float().reshape(())}
+    original = cfg.get("original_max_position_embeddings")
+    if cfg["model_type"] == "phi3" and cfg.get("rope_scaling") and original < T:
+        # A forward of at most original positions takes longrope's short factors.
+        short_ids = ids[:, :original].contiguous()
+        with torch.no_grad():
+            outputs["short_logits"] = forward(cfg, sd, short_ids).float().contiguous()
+        outputs["short_input_ids"] = short_ids
+    st_write(os.path.join(d, "reference.safetensors"), outputs, {"format": "pt"})
     print(f"{name}: loss {loss.item():.6f}, logits |max| {logits.abs().max().item():.3f} -> {d}")
     if is_gemma(cfg):
         check_gemma_ablations(name, cfg, sd, ids, logits)
+    if cfg["model_type"] == "phi3" and cfg.get("rope_scaling"):
+        check_phi3_ablations(name, cfg, sd, ids, logits)
     window = sliding_window(cfg)
     if window is not None and window < T:
         # The window must change the result, or the parity test could not tell it apart.
@@ -515,6 +621,8 @@ def main():
     make(a.out, "gemma2", GEMMA2, torch.float32, 1, 2024)
     make(a.out, "gemma3_text", GEMMA3, torch.bfloat16, 1, 2025)
     make(a.out, "gemma3_nested", GEMMA3_NESTED, torch.float32, 1, 3025)
+    make(a.out, "phi3", PHI3, torch.bfloat16, 1, 3141)
+    make(a.out, "phi3_longrope", PHI3_LONGROPE, torch.float32, 1, 2718)
 
 
 if __name__ == "__main__":

@@ -482,7 +482,7 @@ TEST(HfConfig, ErrorsNameFileAndField) {
   j = BaseConfig();
   j["model_type"] = "gpt2";
   EXPECT_EQ(err(j),
-            "/m/config.json: field 'model_type': 'gpt2' is not supported (llama, qwen2, qwen3, mistral, gemma2, gemma3_text)");
+            "/m/config.json: field 'model_type': 'gpt2' is not supported (llama, qwen2, qwen3, mistral, gemma2, gemma3_text, phi3)");
   j = BaseConfig();
   j["model_type"] = "qwen3";
   EXPECT_EQ(err(j),

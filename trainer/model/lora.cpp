@@ -11,9 +11,18 @@ namespace {
 using nlohmann::json;
 
 const std::vector<std::string>& KnownModules() {
-  static const std::vector<std::string> kModules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                    "gate_proj", "up_proj", "down_proj"};
+  static const std::vector<std::string> kModules = {"q_proj",    "k_proj",    "v_proj",
+                                                    "o_proj",    "gate_proj", "up_proj",
+                                                    "down_proj", "qkv_proj",  "gate_up_proj"};
   return kModules;
+}
+
+// The module of a model with fused projections (phi3) that `name` names: q/k/v_proj are parts of
+// qkv_proj, gate/up_proj of gate_up_proj.
+std::string FusedModuleName(const std::string& name) {
+  if (name == "q_proj" || name == "k_proj" || name == "v_proj") return "qkv_proj";
+  if (name == "gate_proj" || name == "up_proj") return "gate_up_proj";
+  return name;
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -95,8 +104,9 @@ StatusOr<LoraSpec> ParseAdapterConfig(const json& j, const std::string& source, 
         return FieldError(source, "target_modules", "must list module names, found " + e.dump());
       const std::string m = e.get<std::string>();
       if (std::find(KnownModules().begin(), KnownModules().end(), m) == KnownModules().end())
-        return FieldError(source, "target_modules",
-                          "'" + m + "' is not a projection of llama/qwen2/qwen3/mistral/gemma2/gemma3_text");
+        return FieldError(
+            source, "target_modules",
+            "'" + m + "' is not a projection of llama/qwen2/qwen3/mistral/gemma2/gemma3_text/phi3");
       s.target_modules.push_back(m);
     }
   } else {
@@ -111,7 +121,7 @@ StatusOr<LoraSpec> ParseAdapterConfig(const json& j, const std::string& source, 
     return FieldError(source, "bias", "must be \"none\", got " + v->dump());
   if ((v = get("fan_in_fan_out")) && !(v->is_boolean() && !v->get<bool>()))
     return FieldError(source, "fan_in_fan_out",
-                      "must be false for llama/qwen2/qwen3/mistral/gemma2/gemma3_text");
+                      "must be false for llama/qwen2/qwen3/mistral/gemma2/gemma3_text/phi3");
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {
     if ((v = get(key)) && !(v->is_object() && v->empty()))
       return FieldError(source, key, "per-module ranks/alphas are not supported");
@@ -123,8 +133,24 @@ StatusOr<LoraSpec> ParseAdapterConfig(const json& j, const std::string& source, 
   return s;
 }
 
+std::vector<std::string> LoraTargetsFor(const std::vector<std::string>& requested, const ModelConfig& c) {
+  if (!c.fused_projections) return requested;
+  std::vector<std::string> out;
+  for (const std::string& name : requested) {
+    const std::string module = FusedModuleName(name);
+    if (std::find(out.begin(), out.end(), module) == out.end()) out.push_back(module);
+  }
+  return out;
+}
+
+LoraSpec LoraSpecFor(const LoraSpec& spec, const ModelConfig& c) {
+  LoraSpec out = spec;
+  out.target_modules = LoraTargetsFor(spec.target_modules, c);
+  return out;
+}
+
 Status ApplyLora(CausalLM& model, const LoraSpec& spec) {
-  const auto& targets = spec.target_modules;
+  const std::vector<std::string> targets = LoraTargetsFor(spec.target_modules, model->config());
   int64_t adapted = 0;
   for (const auto& item : model->named_modules()) {
     auto* proj = item.value()->as<ProjectionImpl>();
@@ -172,7 +198,7 @@ Status SaveAdapter(FileSystem* fs, const std::string& dir, CausalLM& model, cons
                    const std::string& base_model) {
   SFT_RETURN_IF_ERROR(SaveTensors(fs, JoinPath(dir, "adapter_model.safetensors"), AdapterTensors(model)));
   return WriteFileAtomic(fs, JoinPath(dir, "adapter_config.json"),
-                         AdapterConfigJson(spec, base_model).dump(2) + "\n");
+                         AdapterConfigJson(LoraSpecFor(spec, model->config()), base_model).dump(2) + "\n");
 }
 
 StatusOr<Adapter> LoadAdapter(const std::string& dir) {

@@ -42,7 +42,16 @@ nlohmann::json AdapterConfigJson(const LoraSpec& spec, const std::string& base_m
 StatusOr<LoraSpec> ParseAdapterConfig(const nlohmann::json& j, const std::string& source,
                                       std::string* base_model = nullptr);
 
-// Adds adapters to every projection named in spec.target_modules, freezes all other
+// The model's module names for the target_modules `requested` (the spec's names, PEFT's
+// names for llama): unchanged, except with fused projections (phi3) q_proj / k_proj / v_proj
+// become qkv_proj and gate_proj / up_proj become gate_up_proj (each once, in first-named order),
+// PEFT's modules for phi3 (one A [r, C] and one B over the whole fused output). So the spec's
+// default (q_proj, v_proj) adapts phi3's qkv_proj, which is PEFT's default for phi3.
+std::vector<std::string> LoraTargetsFor(const std::vector<std::string>& requested, const ModelConfig& c);
+// `spec` with LoraTargetsFor's target_modules: what adapter_config.json must name for `c`.
+LoraSpec LoraSpecFor(const LoraSpec& spec, const ModelConfig& c);
+
+// Adds adapters to every projection named in LoraTargetsFor(spec.target_modules), freezes all other
 // parameters (requires_grad false) and initialises A and B as PEFT does (uses the global
 // torch RNG). INVALID_ARGUMENT if no projection matches.
 Status ApplyLora(CausalLM& model, const LoraSpec& spec);
@@ -64,7 +73,8 @@ int64_t StoreFrozenBase(CausalLM& model, torch::ScalarType dtype);
 // The adapter parameters of a LoRA model, keyed as in adapter_model.safetensors.
 NamedTensors AdapterTensors(CausalLM& model);
 
-// Writes adapter_model.safetensors + adapter_config.json into `dir` (which must exist).
+// Writes adapter_model.safetensors + adapter_config.json into `dir` (which must exist); the
+// config names the model's modules (LoraSpecFor).
 Status SaveAdapter(FileSystem* fs, const std::string& dir, CausalLM& model, const LoraSpec& spec,
                    const std::string& base_model);
 

@@ -90,16 +90,30 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return weight * y.to(x.scalar_type());
 }
 
-RotaryTables::RotaryTables(const ModelConfig& c, int64_t max_positions, torch::Device device) {
+RotaryTables::RotaryTables(const ModelConfig& c, int64_t max_positions, torch::Device device,
+                           bool long_factors) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  // transformers' fp32 inv_freq, with llama3 / linear scaling applied (model_config.h).
-  const std::vector<float> freq = RopeInvFreq(c);
+  // transformers' fp32 inv_freq, with llama3 / linear / longrope scaling applied (model_config.h).
+  const std::vector<float> freq = RopeInvFreq(c, long_factors);
   torch::Tensor inv_freq = torch::tensor(freq, f32);
   torch::Tensor t = torch::arange(max_positions, f32);
   torch::Tensor freqs = torch::outer(t, inv_freq);
   torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-  cos_ = emb.cos().to(device);
-  sin_ = emb.sin().to(device);
+  cos_ = emb.cos();
+  sin_ = emb.sin();
+  if (c.longrope()) {  // transformers: emb.cos() * attention_scaling, in fp32
+    cos_ = cos_ * c.rope_scaling.attention_factor;
+    sin_ = sin_ * c.rope_scaling.attention_factor;
+  }
+  cos_ = cos_.to(device);
+  sin_ = sin_.to(device);
+}
+
+torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t rotary_dim = cos.size(-1), D = x.size(-1);
+  if (rotary_dim == D) return x * cos + RotateHalf(x) * sin;
+  const torch::Tensor rot = x.narrow(-1, 0, rotary_dim);
+  return torch::cat({rot * cos + RotateHalf(rot) * sin, x.narrow(-1, rotary_dim, D - rotary_dim)}, -1);
 }
 
 std::pair<torch::Tensor, torch::Tensor> RotaryTables::Get(int64_t seq_len,
@@ -120,13 +134,18 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, bool init, int64_t layer)
       kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim),
       window_(c.LayerWindow(layer)),
+      rotary_dim_(c.RotaryDim()),
       scale_(c.AttentionScale()),
       custom_scale_(c.query_pre_attn_scalar > 0),
       softcap_(c.attn_logit_softcapping) {
   const int64_t C = c.hidden_size, q_dim = heads_ * head_dim_, kv_dim = kv_heads_ * head_dim_;
-  q_proj = register_module("q_proj", MakeProjection(C, q_dim, c.attention_bias, init));
-  k_proj = register_module("k_proj", MakeProjection(C, kv_dim, c.attention_bias, init));
-  v_proj = register_module("v_proj", MakeProjection(C, kv_dim, c.attention_bias, init));
+  if (c.fused_projections) {
+    qkv_proj = register_module("qkv_proj", MakeProjection(C, q_dim + 2 * kv_dim, c.attention_bias, init));
+  } else {
+    q_proj = register_module("q_proj", MakeProjection(C, q_dim, c.attention_bias, init));
+    k_proj = register_module("k_proj", MakeProjection(C, kv_dim, c.attention_bias, init));
+    v_proj = register_module("v_proj", MakeProjection(C, kv_dim, c.attention_bias, init));
+  }
   o_proj = register_module("o_proj", MakeProjection(q_dim, C, c.o_proj_bias, init));
   if (c.qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, init, c.gemma));
@@ -152,7 +171,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   TORCH_CHECK(
       !attn_mask.defined() || attn_mask.scalar_type() == torch::kBool || attn_mask.is_floating_point(),
       "attention masks are boolean (true: may attend) or additive");
-  if (!attn_mask.defined() && fused::Supported(x)) return FusedForward(x, rope, positions);
+  // The fused RoPE kernel rotates whole heads: a partial rotary dimension takes the composite path.
+  if (!attn_mask.defined() && fused::Supported(x) && rotary_dim_ == head_dim_)
+    return FusedForward(x, rope, positions);
   const bool windowed = window_ > 0 && T > window_;
   auto [q, k, v] = ProjectQkv(x, rope, positions);
   torch::Tensor mask = attn_mask;
@@ -174,15 +195,7 @@ torch::Tensor AttentionImpl::FusedForward(const torch::Tensor& x, const RotaryTa
   // need the [B, T, (H + 2*Hkv) * D] layout. The same holds for gate/up in MLPImpl::forward.
   const int64_t B = x.size(0), T = x.size(1);
   const bool windowed = window_ > 0 && T > window_;
-  torch::Tensor qkv;
-  if (q_proj->has_lora() || k_proj->has_lora() || v_proj->has_lora()) {
-    qkv = torch::cat({q_proj->forward(x), k_proj->forward(x), v_proj->forward(x)}, -1);
-  } else {
-    torch::Tensor w = torch::cat({q_proj->weight, k_proj->weight, v_proj->weight});
-    torch::Tensor bias =
-        q_proj->bias.defined() ? torch::cat({q_proj->bias, k_proj->bias, v_proj->bias}) : torch::Tensor();
-    qkv = MixedLinear(x, w, bias);
-  }
+  torch::Tensor qkv = FusedQkv(x);
   if (q_norm) qkv = NormQkHeads(qkv);
   auto [q, k, v] =
       fused::QkvRope(qkv, rope.cos_table(), rope.sin_table(), positions, heads_, kv_heads_, head_dim_);
@@ -201,13 +214,27 @@ torch::Tensor AttentionImpl::FusedForward(const torch::Tensor& x, const RotaryTa
   return o_proj->forward(out.reshape({B, T, heads_ * head_dim_}));
 }
 
+torch::Tensor AttentionImpl::FusedQkv(const torch::Tensor& x) {
+  if (qkv_proj) return qkv_proj->forward(x);
+  if (q_proj->has_lora() || k_proj->has_lora() || v_proj->has_lora())
+    return torch::cat({q_proj->forward(x), k_proj->forward(x), v_proj->forward(x)}, -1);
+  torch::Tensor w = torch::cat({q_proj->weight, k_proj->weight, v_proj->weight});
+  torch::Tensor bias =
+      q_proj->bias.defined() ? torch::cat({q_proj->bias, k_proj->bias, v_proj->bias}) : torch::Tensor();
+  return MixedLinear(x, w, bias);
+}
+
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::ProjectQkv(
     const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions) {
   const int64_t B = x.size(0), T = x.size(1);
-  if (cuda_ops::Supported(x)) {
+  // The CUDA kernel rotates whole heads: a partial rotary dimension (phi3) runs composite.
+  if (cuda_ops::Supported(x) && rotary_dim_ == head_dim_) {
     // CUDA: the three projections go through one kernel that applies RoPE and writes the heads
     // in SDPA's layout (Qwen3's q/k norms before it, as in the composite path); one GEMM makes
-    // all three where their working weights stack.
+    // all three where their working weights stack (phi3's qkv_proj is one already).
+    if (qkv_proj)
+      return cuda_ops::QkvRope(qkv_proj->forward(x), rope.cos_table(), rope.sin_table(), positions, heads_,
+                               kv_heads_, head_dim_);
     if (!q_norm) {
       const torch::Tensor qkv = StackedWorkingLinear(x, {q_proj.get(), k_proj.get(), v_proj.get()});
       if (qkv.defined())
@@ -225,20 +252,27 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::ProjectQk
                              head_dim_);
   }
   auto [cos, sin] = rope.Get(T, positions);
-  torch::Tensor q = q_proj->forward(x).view({B, T, heads_, head_dim_});
-  torch::Tensor k = k_proj->forward(x).view({B, T, kv_heads_, head_dim_});
+  torch::Tensor q, k, v;
+  if (qkv_proj) {  // phi3: q, k, v are column blocks of one projection
+    auto parts = qkv_proj->forward(x).split_with_sizes(
+        {heads_ * head_dim_, kv_heads_ * head_dim_, kv_heads_ * head_dim_}, -1);
+    q = parts[0], k = parts[1], v = parts[2];
+  } else {
+    q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
+  }
+  q = q.reshape({B, T, heads_, head_dim_});
+  k = k.reshape({B, T, kv_heads_, head_dim_});
   if (q_norm) {  // as transformers: per head, before the transpose and RoPE
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
-  torch::Tensor v = v_proj->forward(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
-  // RoPE in the projections' dtype, like transformers (cos/sin cast to q's dtype).
+  v = v.reshape({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  // RoPE in the projections' dtype, like transformers (cos/sin cast to q's dtype), on the first
+  // rotary_dim values of each head.
   torch::Tensor c = cos.to(q.scalar_type()), s = sin.to(q.scalar_type());
-  q = q * c + RotateHalf(q) * s;
-  k = k * c + RotateHalf(k) * s;
-  return {q, k, v};
+  return {ApplyRope(q, c, s), ApplyRope(k, c, s), v};
 }
 
 torch::Tensor AttentionImpl::ForwardCached(const torch::Tensor& x, const RotaryTables& rope, KvCache& cache,
@@ -330,14 +364,26 @@ torch::Tensor AttentionImpl::ExplicitAttention(const torch::Tensor& q, const tor
 }
 
 MLPImpl::MLPImpl(const ModelConfig& c, bool init) : gelu_(c.hidden_activation == "gelu_pytorch_tanh") {
-  gate_proj = register_module("gate_proj", MakeProjection(c.hidden_size, c.intermediate_size, false, init));
-  up_proj = register_module("up_proj", MakeProjection(c.hidden_size, c.intermediate_size, false, init));
+  if (c.fused_projections) {
+    gate_up_proj =
+        register_module("gate_up_proj", MakeProjection(c.hidden_size, 2 * c.intermediate_size, false, init));
+  } else {
+    gate_proj = register_module("gate_proj", MakeProjection(c.hidden_size, c.intermediate_size, false, init));
+    up_proj = register_module("up_proj", MakeProjection(c.hidden_size, c.intermediate_size, false, init));
+  }
   down_proj = register_module("down_proj", MakeProjection(c.intermediate_size, c.hidden_size, false, init));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   // GeGLU (Gemma): the composite path on every device (the fused kernels are SwiGLU's).
   if (gelu_) return down_proj->forward(torch::gelu(gate_proj->forward(x), "tanh") * up_proj->forward(x));
+  if (gate_up_proj) {  // phi3: [gate, up] from one projection
+    const torch::Tensor gu = gate_up_proj->forward(x);
+    if (fused::Supported(x)) return down_proj->forward(fused::SwiGlu(gu));
+    if (cuda_ops::Supported(x)) return down_proj->forward(cuda_ops::SwiGlu(gu));
+    auto parts = gu.chunk(2, -1);
+    return down_proj->forward(parts[1] * torch::silu(parts[0]));
+  }
   if (fused::Supported(x)) {
     torch::Tensor gu = gate_proj->has_lora() || up_proj->has_lora()
                            ? torch::cat({gate_proj->forward(x), up_proj->forward(x)}, -1)
@@ -410,6 +456,8 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c, Init init) : config_(c) {
   rope_ = RotaryTables(c, c.max_position_embeddings, torch::kCPU);
   if (c.rope_local_theta > 0)
     rope_local_ = RotaryTables(LocalRopeConfig(c), c.max_position_embeddings, torch::kCPU);
+  if (c.longrope())
+    rope_long_ = RotaryTables(c, c.max_position_embeddings, torch::kCPU, /*long_factors=*/true);
   if (!initialise) return;
   torch::NoGradGuard no_grad;
   for (auto& p : named_parameters()) {
@@ -438,6 +486,7 @@ void CausalLMImpl::ToDevice(torch::Device device) {
   rope_ = RotaryTables(config_, config_.max_position_embeddings, device);
   if (config_.rope_local_theta > 0)
     rope_local_ = RotaryTables(LocalRopeConfig(config_), config_.max_position_embeddings, device);
+  if (config_.longrope()) rope_long_ = RotaryTables(config_, config_.max_position_embeddings, device, true);
   const bool native_gqa =
       device.is_cuda() && SdpaNativeGqa(CudaComputeCapability(device.has_index() ? device.index() : 0));
   for (const auto& module : *model->layers) module->as<DecoderLayer>()->self_attn->set_native_gqa(native_gqa);
@@ -464,8 +513,15 @@ torch::Tensor CausalLMImpl::Embed(const torch::Tensor& input_ids) {
   return h;
 }
 
-const RotaryTables& CausalLMImpl::LayerRope(int64_t layer) const {
+const RotaryTables& CausalLMImpl::LayerRope(int64_t layer, bool long_rope) const {
+  if (long_rope) return rope_long_;
   return config_.rope_local_theta > 0 && config_.LayerWindow(layer) > 0 ? rope_local_ : rope_;
+}
+
+bool CausalLMImpl::UsesLongRope(int64_t seq_len, const torch::Tensor& positions) const {
+  if (!config_.longrope()) return false;
+  if (!positions.defined()) return config_.UsesLongFactors(seq_len);
+  return config_.UsesLongFactors(positions.max().item<int64_t>() + 1);
 }
 
 torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::Tensor& positions,
@@ -484,10 +540,11 @@ torch::Tensor CausalLMImpl::Hidden(const torch::Tensor& input_ids, const torch::
     masks[1] = AdditiveAttentionMask(SlidingWindowMask(T, window, h.device()), window, AttentionMaskDtype(h));
   }
   int64_t i = 0;
+  const bool long_rope = UsesLongRope(T, positions);
   for (const auto& module : *model->layers) {
     DecoderLayerImpl* layer = module->as<DecoderLayer>();
     const torch::Tensor& mask = masks[layer->self_attn->window() > 0 ? 1 : 0];
-    const RotaryTables* rope = &LayerRope(i++);
+    const RotaryTables* rope = &LayerRope(i++, long_rope);
     if (gradient_checkpointing_) {
       // Keeps only each layer's input; the model (and so the layer and its tables) outlives backward.
       h = CheckpointedCall([layer, rope, positions, mask](
@@ -512,9 +569,11 @@ void CausalLMImpl::BindHeadWorkingWeight(WorkingWeight working) {
 torch::Tensor CausalLMImpl::HiddenCached(const torch::Tensor& input_ids, KvCache& cache) {
   cache.Begin(input_ids.size(1));
   torch::Tensor h = Embed(input_ids);
+  // longrope: the factors of this call's positions (the keys already cached keep theirs).
+  const bool long_rope = UsesLongRope(input_ids.size(1), cache.positions());
   int64_t layer = 0;
   for (const auto& module : *model->layers) {
-    h = module->as<DecoderLayer>()->ForwardCached(h, LayerRope(layer), cache, layer);
+    h = module->as<DecoderLayer>()->ForwardCached(h, LayerRope(layer, long_rope), cache, layer);
     ++layer;
   }
   cache.End();

@@ -1,8 +1,9 @@
 // CausalLM: a Llama-family decoder-only transformer in LibTorch (model_type llama, qwen2, qwen3,
-// mistral, gemma2, gemma3_text), numerically following Hugging Face transformers (RMSNorm in fp32,
-// rotate-half RoPE, softmax in fp32, GQA, SwiGLU; Qwen3's per-head q/k RMSNorm; Mistral's sliding
-// window; Gemma's (1 + w) norms, four norms per layer, GeGLU, scaled embeddings, per-layer sliding
-// windows and RoPE bases, and attention / final logit soft-capping).
+// mistral, gemma2, gemma3_text, phi3), numerically following Hugging Face transformers (RMSNorm in
+// fp32, rotate-half RoPE, softmax in fp32, GQA, SwiGLU; Qwen3's per-head q/k RMSNorm; Mistral's
+// sliding window; Gemma's (1 + w) norms, four norms per layer, GeGLU, scaled embeddings, per-layer
+// sliding windows and RoPE bases, and attention / final logit soft-capping; Phi-3's fused qkv_proj
+// and gate_up_proj, partial rotary and longrope).
 //
 // Attention paths. Without soft-capping: the fused CPU causal softmax, or SDPA (LibTorch 2.x;
 // with query_pre_attn_scalar's scale from 2.1). With attn_logit_softcapping (gemma2) SDPA cannot
@@ -67,12 +68,15 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
-// Precomputed RoPE cos/sin tables (fp32), in HF's rotate-half layout: [max_pos, head_dim].
-// Frequencies from RopeInvFreq (default, llama3 and linear rope scaling).
+// Precomputed RoPE cos/sin tables (fp32), in HF's rotate-half layout: [max_pos, rotary_dim]
+// (ModelConfig::RotaryDim: head_dim unless phi3's partial_rotary_factor < 1; RoPE then rotates the
+// first rotary_dim values of each head and passes the rest through). Frequencies from RopeInvFreq
+// (default, llama3, linear; longrope's short or long factors by `long_factors`, and cos/sin times
+// its attention_factor, as transformers scales them).
 class RotaryTables {
  public:
   RotaryTables() = default;
-  RotaryTables(const ModelConfig& c, int64_t max_positions, torch::Device device);
+  RotaryTables(const ModelConfig& c, int64_t max_positions, torch::Device device, bool long_factors = false);
   // cos/sin for `positions` ([B, T] int64) or for 0..T-1 when `positions` is undefined,
   // shaped to broadcast over [B, H, T, D].
   std::pair<torch::Tensor, torch::Tensor> Get(int64_t seq_len, const torch::Tensor& positions) const;
@@ -80,10 +84,16 @@ class RotaryTables {
   const torch::Tensor& cos_table() const { return cos_; }
   const torch::Tensor& sin_table() const { return sin_; }
   int64_t max_positions() const { return cos_.size(0); }
+  int64_t rotary_dim() const { return cos_.size(1); }
 
  private:
   torch::Tensor cos_, sin_;
 };
+
+// x [..., D] with rotate-half RoPE (cos/sin broadcastable to [..., rotary_dim], in x's dtype)
+// applied to its first rotary_dim values; the others pass through (transformers'
+// apply_rotary_pos_emb with a partial rotary dimension).
+torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -104,7 +114,10 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor ForwardCached(const torch::Tensor& x, const RotaryTables& rope, KvCache& cache,
                               int64_t layer);
   // Linear layers that can carry a LoRA adapter (trainer/model/projection.h, trainer/model/lora.h).
+  // phi3 (ModelConfig::fused_projections): qkv_proj [(H + 2 Hkv) D, C] instead of q/k/v_proj (null),
+  // as its checkpoints store it and PEFT adapts it (one A, one B).
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Projection qkv_proj{nullptr};
   // Qwen3's / Gemma 3's per-head RMSNorms over head_dim, applied to q and k before RoPE; null otherwise.
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
   // See forward; CausalLMImpl::ToDevice sets it from SdpaNativeGqa.
@@ -114,6 +127,9 @@ class AttentionImpl : public torch::nn::Module {
  private:
   // Applies q_norm / k_norm to the q and k heads of a fused projection [B, T, (H + 2*Hkv) * D].
   torch::Tensor NormQkHeads(const torch::Tensor& qkv);
+  // x's q, k and v projections side by side, [B, T, (H + 2*Hkv) * D]: qkv_proj's output, or the
+  // three projections' (one GEMM over their concatenated weights when none carries an adapter).
+  torch::Tensor FusedQkv(const torch::Tensor& x);
   // The composite projections: q [B, H, T, D], k and v [B, Hkv, T, D], q_norm/k_norm and RoPE
   // (at `positions`, or 0..T-1 when undefined) applied.
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ProjectQkv(const torch::Tensor& x,
@@ -133,19 +149,22 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor SoftCap(const torch::Tensor& scores, double scale) const;
 
   int64_t heads_, kv_heads_, head_dim_, window_;
-  double scale_;       // ModelConfig::AttentionScale
-  bool custom_scale_;  // query_pre_attn_scalar set (gemma): SDPA is told the scale
-  double softcap_;     // attn_logit_softcapping; 0: none
+  int64_t rotary_dim_;  // ModelConfig::RotaryDim; < head_dim_: the composite path (no fused RoPE kernel)
+  double scale_;        // ModelConfig::AttentionScale
+  bool custom_scale_;   // query_pre_attn_scalar set (gemma): SDPA is told the scale
+  double softcap_;      // attn_logit_softcapping; 0: none
   bool native_gqa_ = false;
 };
 TORCH_MODULE(Attention);
 
 // SwiGLU, or GeGLU (gelu with the tanh approximation) when hidden_activation is gelu_pytorch_tanh.
+// phi3: one gate_up_proj [2 I, C] (gate rows first) instead of gate_proj and up_proj (null).
 class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelConfig& c, bool initialise = true);
   torch::Tensor forward(const torch::Tensor& x);
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Projection gate_up_proj{nullptr};
 
  private:
   bool gelu_ = false;
@@ -266,12 +285,18 @@ class CausalLMImpl : public torch::nn::Module {
   // The embeddings of `input_ids` as the fp32 residual stream (Gemma: times sqrt(hidden_size),
   // rounded to the table's dtype, as transformers multiplies in the model's dtype).
   torch::Tensor Embed(const torch::Tensor& input_ids);
-  // The RoPE tables of layer `layer`: rope_local_ for gemma3's sliding layers, else rope_.
-  const RotaryTables& LayerRope(int64_t layer) const;
+  // The RoPE tables of layer `layer`: rope_local_ for gemma3's sliding layers, else rope_, or
+  // rope_long_ when `long_rope` (longrope's long factors, UsesLongRope).
+  const RotaryTables& LayerRope(int64_t layer, bool long_rope = false) const;
+  // Whether a forward over `seq_len` tokens at `positions` (undefined: 0..seq_len-1) takes
+  // longrope's long factors: its largest position + 1 exceeds original_max_position_embeddings,
+  // transformers' rule per forward call. Reads `positions` back from its device (longrope only).
+  bool UsesLongRope(int64_t seq_len, const torch::Tensor& positions) const;
 
   ModelConfig config_;
   WorkingWeight head_working_;      // BindHeadWorkingWeight
   RotaryTables rope_, rope_local_;  // rope_local_: only when config_.rope_local_theta > 0
+  RotaryTables rope_long_;          // longrope's long factors: only when config_.longrope()
   bool gradient_checkpointing_ = false;
   int64_t loss_chunk_tokens_ = 0;
   std::optional<std::pair<torch::Device, int64_t>> chunk_device_;  // LossChunkRows' last answer

@@ -37,6 +37,40 @@ Status Read(const json& j, const std::string& source, const std::string& key, T*
   return OkStatus();
 }
 
+// Reads a list of positive numbers r[key] (longrope's factors) into `out`.
+Status ReadFactors(const json& r, const std::string& source, const std::string& prefix, const char* key,
+                   std::vector<double>* out) {
+  auto it = r.find(key);
+  if (it == r.end() || it->is_null()) return FieldError(source, prefix + key, "is required");
+  if (!it->is_array())
+    return FieldError(source, prefix + key, "must be a list of numbers, got " + it->dump());
+  out->clear();
+  for (const auto& e : *it) {
+    if (!e.is_number() || !(e.get<double>() > 0))
+      return FieldError(source, prefix + key, "must hold numbers > 0, found " + e.dump());
+    out->push_back(e.get<double>());
+  }
+  return OkStatus();
+}
+
+// phi3's RoPE: "default" or "longrope" (short_factor, long_factor, optional attention_factor and
+// original_max_position_embeddings). The factors' lengths are checked by CheckPhi3Rope once
+// head_dim is known; attention_factor 0 until then means "derive it".
+Status ReadLongRope(const json& r, const std::string& source, const std::string& prefix,
+                    const std::string& type, RopeScaling* s) {
+  if (type != "longrope") {
+    return FieldError(source, prefix + (r.contains("rope_type") ? "rope_type" : "type"),
+                      "'" + type + "' is not supported for phi3 (default, longrope)");
+  }
+  SFT_RETURN_IF_ERROR(ReadFactors(r, source, prefix, "short_factor", &s->short_factor));
+  SFT_RETURN_IF_ERROR(ReadFactors(r, source, prefix, "long_factor", &s->long_factor));
+  s->attention_factor = 0;
+  SFT_RETURN_IF_ERROR(Read(r, source, "attention_factor", &s->attention_factor, false, prefix));
+  if (r.contains("attention_factor") && !r["attention_factor"].is_null() && !(s->attention_factor > 0))
+    return FieldError(source, prefix + "attention_factor", "must be > 0");
+  return OkStatus();
+}
+
 // Reads a rope scaling object (legacy "rope_scaling" or "rope_parameters").
 Status ReadRope(const json& r, const std::string& source, const std::string& key, ModelConfig* c) {
   if (!r.is_object()) return FieldError(source, key, "must be an object, got " + r.dump());
@@ -50,6 +84,7 @@ Status ReadRope(const json& r, const std::string& source, const std::string& key
   if (key.rfind("rope_parameters", 0) == 0)
     SFT_RETURN_IF_ERROR(Read(r, source, "rope_theta", &c->rope_theta, false, prefix));
   if (type == "default") return OkStatus();
+  if (c->model_type == "phi3") return ReadLongRope(r, source, prefix, type, &s);
   if (type != "llama3" && type != "linear") {
     return FieldError(source, prefix + "rope_type",
                       "'" + type + "' is not supported (default, llama3, linear)");
@@ -192,10 +227,69 @@ Status ReadGemmaKeys(const json& j, const std::string& source, ModelConfig* c) {
   return ReadGemma3Rope(j, source, c);
 }
 
+// phi3's keys besides RoPE's (see model_config.h): fused projections, partial_rotary_factor,
+// original_max_position_embeddings (Phi3Config's default 4096), sliding_window (absent or null:
+// full attention), no biases.
+Status ReadPhi3Keys(const json& j, const std::string& source, ModelConfig* c) {
+  c->fused_projections = true;
+  SFT_RETURN_IF_ERROR(Read(j, source, "partial_rotary_factor", &c->partial_rotary_factor, false));
+  if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1))
+    return FieldError(source, "partial_rotary_factor",
+                      "must be in (0, 1], got " + j.at("partial_rotary_factor").dump());
+  c->original_max_position_embeddings = 4096;
+  SFT_RETURN_IF_ERROR(
+      Read(j, source, "original_max_position_embeddings", &c->original_max_position_embeddings, false));
+  if (c->original_max_position_embeddings <= 0)
+    return FieldError(source, "original_max_position_embeddings", "must be > 0");
+  bool bias = false;  // not a Phi3Config key: transformers builds no biases
+  SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &bias, false));
+  if (bias) return FieldError(source, "attention_bias", "true is not supported for phi3 (it has no biases)");
+  if (auto it = j.find("sliding_window"); it != j.end() && !it->is_null()) {
+    SFT_RETURN_IF_ERROR(Read(j, source, "sliding_window", &c->sliding_window, false));
+    if (c->sliding_window <= 0)
+      return FieldError(source, "sliding_window", "must be > 0 or null, got " + it->dump());
+  }
+  return OkStatus();
+}
+
+// phi3, once head_dim is known: an even rotary dimension, longrope's factor lengths
+// (rotary_dim / 2 each) and its default attention_factor (transformers'
+// _compute_longrope_parameters, with max_position_embeddings / original_max_position_embeddings).
+Status CheckPhi3Rope(const std::string& source, ModelConfig* c) {
+  const int64_t rotary_dim = c->RotaryDim();
+  if (rotary_dim <= 0 || rotary_dim % 2 != 0) {
+    return FieldError(source, "partial_rotary_factor",
+                      "gives a rotary dimension of " + std::to_string(rotary_dim) + " (head_dim " +
+                          std::to_string(c->head_dim) + "), which must be even and > 0");
+  }
+  RopeScaling& s = c->rope_scaling;
+  if (!c->longrope()) return OkStatus();
+  const std::string key = c->original.contains("rope_parameters") && !c->original["rope_parameters"].is_null()
+                              ? "rope_parameters."
+                              : "rope_scaling.";
+  for (const auto& [name, factors] :
+       {std::pair<const char*, const std::vector<double>*>{"short_factor", &s.short_factor},
+        {"long_factor", &s.long_factor}}) {
+    if (static_cast<int64_t>(factors->size()) != rotary_dim / 2) {
+      return FieldError(source, key + name,
+                        "has " + std::to_string(factors->size()) + " entries, rotary_dim / 2 is " +
+                            std::to_string(rotary_dim / 2) + " (head_dim " + std::to_string(c->head_dim) +
+                            " x partial_rotary_factor)");
+    }
+  }
+  if (s.attention_factor == 0) {
+    const double orig = static_cast<double>(c->original_max_position_embeddings);
+    const double scale = static_cast<double>(c->max_position_embeddings) / orig;
+    s.attention_factor = scale <= 1.0 ? 1.0 : std::sqrt(1 + std::log(scale) / std::log(orig));
+  }
+  return OkStatus();
+}
+
 // The keys whose meaning depends on model_type: attention biases, q/k norms, sliding windows.
 Status ReadFamilyKeys(const json& j, const std::string& source, ModelConfig* c) {
   const std::string& type = c->model_type;
   if (IsGemma(type)) return ReadGemmaKeys(j, source, c);
+  if (type == "phi3") SFT_RETURN_IF_ERROR(ReadPhi3Keys(j, source, c));
   if (type == "llama" || type == "qwen3") {
     SFT_RETURN_IF_ERROR(Read(j, source, "attention_bias", &c->attention_bias, false));
     c->o_proj_bias = c->attention_bias;  // transformers biases o_proj with q/k/v here
@@ -254,10 +348,10 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   c.original = j;
   SFT_RETURN_IF_ERROR(Read(j, source, "model_type", &c.model_type, false));
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
-      c.model_type != "mistral" && !IsGemma(c.model_type)) {
+      c.model_type != "mistral" && !IsGemma(c.model_type) && c.model_type != "phi3") {
     return FieldError(
         source, "model_type",
-        "'" + c.model_type + "' is not supported (llama, qwen2, qwen3, mistral, gemma2, gemma3_text)");
+        "'" + c.model_type + "' is not supported (llama, qwen2, qwen3, mistral, gemma2, gemma3_text, phi3)");
   }
   if (IsGemma(c.model_type)) {  // Gemma2Config's / Gemma3TextConfig's defaults
     const bool gemma2 = c.model_type == "gemma2";
@@ -340,6 +434,7 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
     return FieldError(source, "head_dim", "must be even and > 0 for RoPE, got " + std::to_string(c.head_dim));
   if (!(c.rms_norm_eps > 0)) return FieldError(source, "rms_norm_eps", "must be > 0");
   if (!(c.rope_theta > 0)) return FieldError(source, "rope_theta", "must be > 0");
+  if (c.model_type == "phi3") SFT_RETURN_IF_ERROR(CheckPhi3Rope(source, &c));
   return c;
 }
 
@@ -362,6 +457,7 @@ std::string ArchitectureName(const std::string& model_type) {
   if (model_type == "mistral") return "MistralForCausalLM";
   if (model_type == "gemma2") return "Gemma2ForCausalLM";
   if (model_type == "gemma3_text") return "Gemma3ForCausalLM";
+  if (model_type == "phi3") return "Phi3ForCausalLM";
   return "LlamaForCausalLM";
 }
 
@@ -379,6 +475,21 @@ void WriteGemmaKeys(const ModelConfig& c, json* j) {
   (*j)["layer_types"] = types;
   const bool nested_rope = j->contains("rope_parameters") && IsPerLayerTypeRope((*j)["rope_parameters"]);
   if (c.model_type == "gemma3_text" && !nested_rope) (*j)["rope_local_base_freq"] = c.rope_local_theta;
+}
+
+// phi3's keys of config.json, as Phi3Config names them; a longrope config built from scratch gets
+// its rope_scaling (one read from a file is written back as it came).
+void WritePhi3Keys(const ModelConfig& c, json* j) {
+  (*j)["partial_rotary_factor"] = c.partial_rotary_factor;
+  (*j)["original_max_position_embeddings"] = c.original_max_position_embeddings;
+  (*j)["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json();
+  const bool has_rope = (j->contains("rope_scaling") && !(*j)["rope_scaling"].is_null()) ||
+                        (j->contains("rope_parameters") && !(*j)["rope_parameters"].is_null());
+  if (c.longrope() && !has_rope) {
+    (*j)["rope_scaling"] = {{"type", "longrope"},
+                            {"short_factor", c.rope_scaling.short_factor},
+                            {"long_factor", c.rope_scaling.long_factor}};
+  }
 }
 
 }  // namespace
@@ -403,6 +514,7 @@ json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype) {
   if (c.model_type == "mistral" || c.gemma)
     j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json();
   if (c.gemma) WriteGemmaKeys(c, &j);
+  if (c.model_type == "phi3") WritePhi3Keys(c, &j);
   // RoPE: keep whichever form the source used (rope_parameters for newer transformers);
   // write the legacy form for configs built from scratch.
   if (c.gemma && j.contains("rope_parameters") && IsPerLayerTypeRope(j["rope_parameters"])) {
@@ -438,16 +550,23 @@ ModelConfig LocalRopeConfig(const ModelConfig& c) {
   return local;
 }
 
-std::vector<float> RopeInvFreq(const ModelConfig& c) {
+std::vector<float> RopeInvFreq(const ModelConfig& c, bool long_factors) {
   torch::NoGradGuard no_grad;
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  const int64_t dim = c.RotaryDim();
   // transformers: 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
   torch::Tensor exponent =
-      torch::arange(0, c.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat32) /
-      static_cast<double>(c.head_dim);
+      torch::arange(0, dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat32) /
+      static_cast<double>(dim);
   torch::Tensor inv_freq = 1.0 / torch::pow(c.rope_theta, exponent);
   const RopeScaling& s = c.rope_scaling;
-  if (s.type == "linear") {
+  if (s.type == "longrope") {
+    // 1.0 / (ext_factors * base ** (arange(0, dim, 2) / dim)), ext_factors an fp32 tensor.
+    const std::vector<double>& ext = long_factors ? s.long_factor : s.short_factor;
+    const torch::Tensor factors =
+        torch::tensor(ext, torch::TensorOptions().dtype(torch::kFloat64)).to(torch::kFloat32);
+    inv_freq = 1.0 / (factors * torch::pow(c.rope_theta, exponent));
+  } else if (s.type == "linear") {
     inv_freq = inv_freq / s.factor;
   } else if (s.type == "llama3") {
     const double old_len = static_cast<double>(s.original_max_position_embeddings);

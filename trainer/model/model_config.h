@@ -1,13 +1,14 @@
 // ModelConfig: the architecture of a Llama-family decoder, read from an HF config.json.
 //
 // Accepted keys follow transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
-// Gemma2Config / Gemma3TextConfig: model_type (llama | qwen2 | qwen3 | mistral | gemma2 |
-// gemma3_text), vocab_size, hidden_size, intermediate_size,
+// Gemma2Config / Gemma3TextConfig / Phi3Config: model_type (llama | qwen2 | qwen3 | mistral |
+// gemma2 | gemma3_text | phi3), vocab_size, hidden_size, intermediate_size,
 // num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
 // max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling, rope_parameters,
 // tie_word_embeddings, attention_bias, mlp_bias (false only), hidden_act (silu only),
-// bos_token_id, eos_token_id (int or list), sliding_window (mistral), use_sliding_window
-// (qwen2/qwen3: false only), layer_types (full_attention only).
+// bos_token_id, eos_token_id (int or list), sliding_window (mistral, phi3), use_sliding_window
+// (qwen2/qwen3: false only), layer_types (full_attention only), partial_rotary_factor and
+// original_max_position_embeddings (phi3).
 //
 // What each model_type means, as transformers builds it:
 //   llama    q/k/v and o_proj biases when attention_bias (default false).
@@ -32,11 +33,25 @@
 //            10000, no scaling), full layers rope_theta (default 1e6) with rope_scaling. The newer
 //            "rope_parameters": {"sliding_attention": {...}, "full_attention": {...}} form is read
 //            too. use_bidirectional_attention (EmbeddingGemma) is rejected.
+//   phi3     (Phi-3, Phi-3.5, Phi-4; Phi3ForCausalLM) Llama's layer with fused projections
+//            (ModelConfig::fused_projections): self_attn.qkv_proj [(H + 2 Hkv) D, C] (q, k, v rows
+//            in that order) and mlp.gate_up_proj [2 I, C] (gate rows, then up); no biases.
+//            partial_rotary_factor (default 1.0, in (0, 1]): RoPE on the first rotary_dim =
+//            int(head_dim * factor) values of each head (even), the rest pass through.
+//            rope_scaling null or {"type"|"rope_type": "longrope", short_factor, long_factor
+//            (rotary_dim / 2 numbers each), attention_factor (optional)}: inv_freq[i] = 1 /
+//            (ext[i] * theta^(2i / rotary_dim)) with ext = long_factor when a forward's longest
+//            position + 1 exceeds original_max_position_embeddings (default 4096), else
+//            short_factor; cos and sin are scaled by attention_factor, by default
+//            sqrt(1 + ln(s) / ln(original_max_position_embeddings)) with s =
+//            max_position_embeddings / original_max_position_embeddings (1 when s <= 1).
+//            sliding_window null (absent) or > 0, as mistral's.
 //
 // RoPE: the legacy form ("rope_theta" + "rope_scaling": {"rope_type"|"type": "llama3", factor,
 // low_freq_factor, high_freq_factor, original_max_position_embeddings}) and the newer
 // "rope_parameters" ({"rope_type", "rope_theta", ...the same scaling keys}) are both read;
-// rope types default, llama3 and linear are supported, others are rejected by name.
+// rope types default, llama3 and linear are supported, and longrope for phi3 (only default and
+// longrope there); others are rejected by name.
 //
 // Errors are INVALID_ARGUMENT and read "<file>: field '<key>': <problem>".
 #pragma once
@@ -52,15 +67,19 @@
 namespace sftctl::trainer {
 
 struct RopeScaling {
-  std::string type = "default";  // default | llama3 | linear
+  std::string type = "default";  // default | llama3 | linear | longrope (phi3)
   double factor = 1.0;
   double low_freq_factor = 1.0;                     // llama3
   double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
+  // longrope: the per-frequency divisors [rotary_dim / 2] for short and long sequences, and the
+  // factor cos/sin are scaled by (set by ParseModelConfig, defaulted as described above).
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
 };
 
 struct ModelConfig {
-  std::string model_type = "llama";  // llama | qwen2 | qwen3 | mistral | gemma2 | gemma3_text
+  std::string model_type = "llama";  // llama | qwen2 | qwen3 | mistral | gemma2 | gemma3_text | phi3
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -92,11 +111,25 @@ struct ModelConfig {
   // rope_theta and rope_scaling.
   double rope_local_theta = 0;
   RopeScaling rope_local_scaling;
+  // Phi-3 (phi3): one qkv_proj and one gate_up_proj per layer instead of q/k/v_proj and
+  // gate_proj/up_proj; RoPE on the first RotaryDim() values of each head; longrope's switch point.
+  bool fused_projections = false;
+  double partial_rotary_factor = 1.0;
+  int64_t original_max_position_embeddings = 0;  // phi3: longrope's short/long switch point
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;
   nlohmann::json original;  // the config as read, written back on save with updates
 
   int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
+  // The values of each head RoPE rotates: int(head_dim * partial_rotary_factor), as transformers.
+  int64_t RotaryDim() const {
+    return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+  }
+  bool longrope() const { return rope_scaling.type == "longrope"; }
+  // Whether a forward whose longest position + 1 is `seq_len` uses longrope's long factors.
+  bool UsesLongFactors(int64_t seq_len) const {
+    return longrope() && seq_len > original_max_position_embeddings;
+  }
   // Whether a sequence of `seq_len` tokens sees the sliding window (longer than the window).
   bool windowed(int64_t seq_len) const { return sliding_window > 0 && seq_len > sliding_window; }
   // The window of layer `layer` (0: full attention).
@@ -122,10 +155,11 @@ std::string ArchitectureName(const std::string& model_type);
 // `torch_dtype` is the dtype the weights are stored in ("float32", "bfloat16", "float16").
 nlohmann::json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype = "float32");
 
-// RoPE inverse frequencies [head_dim / 2] as transformers computes them in fp32
-// (_compute_default_rope_parameters, _compute_llama3_parameters, linear scaling).
+// RoPE inverse frequencies [RotaryDim() / 2] as transformers computes them in fp32
+// (_compute_default_rope_parameters, _compute_llama3_parameters, linear scaling,
+// _compute_longrope_parameters with the long factors when `long_factors`, else the short ones).
 // Computed with LibTorch fp32 ops, like the reference, so the values match bit for bit.
-std::vector<float> RopeInvFreq(const ModelConfig& c);
+std::vector<float> RopeInvFreq(const ModelConfig& c, bool long_factors = false);
 // The config the sliding layers' RoPE is computed from: `c` with rope_local_theta and
 // rope_local_scaling as its rope_theta and rope_scaling (gemma3_text); `c` itself otherwise.
 ModelConfig LocalRopeConfig(const ModelConfig& c);

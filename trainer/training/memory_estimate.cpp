@@ -8,6 +8,7 @@
 
 #include "trainer/distributed/distributed.h"
 #include "trainer/model/chunked_loss.h"
+#include "trainer/model/lora.h"
 #include "trainer/training/evaluate.h"
 
 namespace sftctl::trainer {
@@ -15,12 +16,16 @@ namespace {
 
 constexpr int64_t kBucketsInFlight = static_cast<int64_t>(GradBuckets::kMaxBucketsInFlight);
 
-bool Targets(const std::optional<LoraSpec>& lora, const std::string& module) {
-  return lora && std::find(lora->target_modules.begin(), lora->target_modules.end(), module) !=
-                     lora->target_modules.end();
+// Whether LoRA adapts `module` of the model of `c` (the spec's names as ApplyLora reads them:
+// LoraTargetsFor, so phi3's qkv_proj for q_proj).
+bool Targets(const ModelConfig& c, const std::optional<LoraSpec>& lora, const std::string& module) {
+  if (!lora) return false;
+  const std::vector<std::string> targets = LoraTargetsFor(lora->target_modules, c);
+  return std::find(targets.begin(), targets.end(), module) != targets.end();
 }
 
-// The seven projections of a decoder layer: (name, in, out).
+// The projections of a decoder layer: (name, in, out): seven, or phi3's four (fused qkv_proj and
+// gate_up_proj).
 struct Proj {
   const char* name;
   int64_t in, out;
@@ -28,6 +33,8 @@ struct Proj {
 std::vector<Proj> LayerProjections(const ModelConfig& c) {
   const int64_t C = c.hidden_size, I = c.intermediate_size;
   const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  if (c.fused_projections)
+    return {{"qkv_proj", C, q + 2 * kv}, {"o_proj", q, C}, {"gate_up_proj", C, 2 * I}, {"down_proj", I, C}};
   return {{"q_proj", C, q},    {"k_proj", C, kv}, {"v_proj", C, kv},  {"o_proj", q, C},
           {"gate_proj", C, I}, {"up_proj", C, I}, {"down_proj", I, C}};
 }
@@ -43,7 +50,7 @@ int64_t LargestLayerTrainable(const ModelConfig& c, const std::optional<LoraSpec
   int64_t n = 0;
   for (const Proj& p : LayerProjections(c)) {
     if (!lora) n = std::max(n, p.in * p.out);
-    if (Targets(lora, p.name)) n = std::max(n, lora->r * std::max(p.in, p.out));
+    if (Targets(c, lora, p.name)) n = std::max(n, lora->r * std::max(p.in, p.out));
   }
   return n;
 }
@@ -58,13 +65,15 @@ int64_t BucketsInFlight(const MemoryPlan& p) {
 }
 
 // Weight elements of one layer whose matmul runs over a concatenated copy on the CPU path
-// (q/k/v without any adapter; gate/up without any adapter), which autograd then keeps.
+// (q/k/v without any adapter; gate/up without any adapter), which autograd then keeps. None with
+// fused projections (phi3): their weights are one parameter each already.
 int64_t ConcatenatedElements(const ModelConfig& c, const std::optional<LoraSpec>& lora) {
+  if (c.fused_projections) return 0;
   const int64_t C = c.hidden_size;
   const int64_t qkv = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim * C;
   int64_t n = 0;
-  if (!Targets(lora, "q_proj") && !Targets(lora, "k_proj") && !Targets(lora, "v_proj")) n += qkv;
-  if (!Targets(lora, "gate_proj") && !Targets(lora, "up_proj")) n += 2 * C * c.intermediate_size;
+  if (!Targets(c, lora, "q_proj") && !Targets(c, lora, "k_proj") && !Targets(c, lora, "v_proj")) n += qkv;
+  if (!Targets(c, lora, "gate_proj") && !Targets(c, lora, "up_proj")) n += 2 * C * c.intermediate_size;
   return n;
 }
 
@@ -76,7 +85,7 @@ int64_t LoraSaved(const MemoryPlan& p) {
   const int64_t a = p.activation_bytes;
   int64_t n = 0;
   for (const Proj& proj : LayerProjections(p.config)) {
-    if (!Targets(p.lora, proj.name)) continue;
+    if (!Targets(p.config, p.lora, proj.name)) continue;
     n += (a == 2 ? 2 * proj.in : 0) + a * p.lora->r + (p.lora->dropout > 0 ? 5 * proj.in : 0);
   }
   return n;
@@ -160,7 +169,7 @@ ParameterCount CountParameters(const ModelConfig& c, const std::optional<LoraSpe
   if (c.o_proj_bias) layer_vectors += C;
   int64_t adapters = 0;
   for (const Proj& p : LayerProjections(c)) {
-    if (Targets(lora, p.name)) adapters += lora->r * (p.in + p.out);
+    if (Targets(c, lora, p.name)) adapters += lora->r * (p.in + p.out);
   }
   const int64_t L = c.num_hidden_layers;
   const int64_t matrices = L * LayerMatrixElements(c) + c.vocab_size * C * (c.tie_word_embeddings ? 1 : 2);
