@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/formats/safetensors.h"
+#include "tests/trainer/hf_parity.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_paths.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
@@ -24,69 +25,15 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const std::string kRefDir = std::string(SFTCTL_BUILD_DIR) + "/hf-reference";
-
-struct Reference {
-  CausalLM model{nullptr};
-  std::map<std::string, torch::Tensor> tensors;  // input_ids, labels, logits, loss
-};
-
-Reference LoadReference(const std::string& family) {
-  const std::string dir = kRefDir + "/" + family;
-  EXPECT_TRUE(fs::exists(dir + "/reference.safetensors"))
-      << "run the hf_reference fixture (ctest) or tests/reference/hf_reference.py --out " << kRefDir;
-  Reference r;
-  auto ref = LoadTensors(dir + "/reference.safetensors");
-  EXPECT_TRUE(ref.ok()) << ref.status().ToString();
-  if (ref.ok()) r.tensors.insert(ref->begin(), ref->end());
-  auto loaded = LoadModelDir(dir);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
-  if (loaded.ok()) r.model = *loaded;
-  return r;
-}
-
-double MaxAbs(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>();
-}
-
-// The model of `c` holding `from`'s weights.
-CausalLM CopyWithConfig(CausalLM& from, const ModelConfig& c) {
-  CausalLM to(c);
-  torch::NoGradGuard no_grad;
-  auto params = from->named_parameters();
-  for (auto& p : to->named_parameters()) p.value().copy_(params[p.key()]);
-  to->eval();
-  return to;
-}
+using testing::CheckParity;
+using testing::ConfigError;
+using testing::CopyWithConfig;
+using testing::LoadReference;
+using testing::LogitsOf;
+using testing::MaxAbs;
+using testing::Reference;
 
 // ---- Parity -------------------------------------------------------------------------------
-
-void CheckParity(const std::string& family) {
-  Reference r = LoadReference(family);
-  ASSERT_TRUE(r.model);
-  const torch::Tensor ids = r.tensors.at("input_ids"), labels = r.tensors.at("labels");
-  const int64_t targets = labels.slice(1, 1).ne(-100).sum().item<int64_t>();
-  const double ref_loss = r.tensors.at("loss").item<double>();
-  for (bool fused_on : {true, false}) {
-    fused::SetEnabled(fused_on);
-    torch::NoGradGuard no_grad;
-    const torch::Tensor logits = r.model->Logits(r.model->Hidden(ids));
-    const double max_abs = MaxAbs(logits, r.tensors.at("logits"));
-    // The plain loss head and the chunked one (7 rows per chunk), both soft-capped.
-    for (int64_t chunk : {0, 7}) {
-      r.model->SetLossChunkTokens(chunk);
-      const double loss = r.model->LossSum(ids, labels).item<double>() / static_cast<double>(targets);
-      const double rel = std::abs(loss - ref_loss) / std::abs(ref_loss);
-      std::printf("[parity] %s (%s, chunk %lld): logits max-abs error %.3g, loss %.7f vs %.7f\n",
-                  family.c_str(), fused_on ? "fused" : "composite", static_cast<long long>(chunk), max_abs,
-                  loss, ref_loss);
-      EXPECT_LE(rel, 1e-5) << family << " chunk " << chunk;
-    }
-    r.model->SetLossChunkTokens(0);
-    EXPECT_LE(max_abs, 1e-4) << family << (fused_on ? " fused" : " composite");
-  }
-  fused::SetEnabled(true);
-}
 
 TEST(GemmaParity, Gemma2SoftCapsSlidingWindowTiedF32) { CheckParity("gemma2"); }
 TEST(GemmaParity, Gemma3QkNormLocalRopeLinearScalingUntiedBf16) { CheckParity("gemma3_text"); }
@@ -159,11 +106,6 @@ json TinyGemma(const std::string& type) {
           {"query_pre_attn_scalar", 8}};
 }
 
-std::string Error(const json& j) {
-  auto c = ParseModelConfig(j, "cfg.json");
-  return c.ok() ? "ok" : c.status().message();
-}
-
 TEST(GemmaConfig, DefaultsFollowTransformers) {
   json j = TinyGemma("gemma2");
   for (const char* key : {"head_dim", "query_pre_attn_scalar", "sliding_window"}) j.erase(key);
@@ -193,44 +135,45 @@ TEST(GemmaConfig, DefaultsFollowTransformers) {
 TEST(GemmaConfig, ErrorsNameTheField) {
   json j = TinyGemma("gemma2");
   j["layer_types"] = {"sliding_attention", "full_attention", "chunked_attention", "full_attention"};
-  EXPECT_EQ(Error(j),
+  EXPECT_EQ(ConfigError(j),
             "cfg.json: field 'layer_types': \"chunked_attention\" is not supported (sliding_attention, "
             "full_attention)");
   j["layer_types"] = {"sliding_attention"};
-  EXPECT_EQ(Error(j), "cfg.json: field 'layer_types': has 1 entries, num_hidden_layers is 4");
+  EXPECT_EQ(ConfigError(j), "cfg.json: field 'layer_types': has 1 entries, num_hidden_layers is 4");
   j.erase("layer_types");
   j["hidden_activation"] = "gelu";
-  EXPECT_EQ(Error(j), "cfg.json: field 'hidden_activation': 'gelu' is not supported (gelu_pytorch_tanh)");
+  EXPECT_EQ(ConfigError(j),
+            "cfg.json: field 'hidden_activation': 'gelu' is not supported (gelu_pytorch_tanh)");
   j.erase("hidden_activation");
   j["hidden_act"] = "gelu";  // transformers' Gemma ignores hidden_act
-  EXPECT_EQ(Error(j), "ok");
+  EXPECT_EQ(ConfigError(j), "ok");
   j["attn_logit_softcapping"] = -1.0;
-  EXPECT_EQ(Error(j), "cfg.json: field 'attn_logit_softcapping': must be > 0 or null, got -1.0");
+  EXPECT_EQ(ConfigError(j), "cfg.json: field 'attn_logit_softcapping': must be > 0 or null, got -1.0");
   j["attn_logit_softcapping"] = nullptr;
   EXPECT_EQ(ParseModelConfig(j, "cfg.json")->attn_logit_softcapping, 0);
   json g3 = TinyGemma("gemma3_text");
   g3["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
-  EXPECT_EQ(Error(g3),
+  EXPECT_EQ(ConfigError(g3),
             "cfg.json: field 'rope_scaling.rope_type': 'yarn' is not supported (default, llama3, linear)");
   g3.erase("rope_scaling");
   g3["rope_parameters"] = {{"full_attention", {{"rope_type", "dynamic"}, {"factor", 2.0}}}};
   EXPECT_EQ(
-      Error(g3),
+      ConfigError(g3),
       "cfg.json: field 'rope_parameters.full_attention.rope_type': 'dynamic' is not supported (default, "
       "llama3, linear)");
   g3["rope_parameters"] = {{"global_attention", {{"rope_type", "default"}}}};
-  EXPECT_EQ(Error(g3),
+  EXPECT_EQ(ConfigError(g3),
             "cfg.json: field 'rope_parameters': 'global_attention' is not a layer type (sliding_attention, "
             "full_attention)");
   g3.erase("rope_parameters");
   g3["use_bidirectional_attention"] = true;
-  EXPECT_EQ(Error(g3),
+  EXPECT_EQ(ConfigError(g3),
             "cfg.json: field 'use_bidirectional_attention': true is not supported (an encoder, not a causal "
             "language model)");
   json llama = TinyGemma("llama");
   llama["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}}}};
   EXPECT_EQ(
-      Error(llama),
+      ConfigError(llama),
       "cfg.json: field 'rope_parameters': per-layer-type RoPE (full_attention / sliding_attention) is read "
       "for gemma3_text only");
 }
@@ -305,7 +248,7 @@ TEST(GemmaModel, CachedAndPaddedGenerationMatchTheFullForward) {
 
 TEST(GemmaModel, SaveAndLoadKeepTheHfLayout) {
   for (const std::string family : {"gemma2", "gemma3_text", "gemma3_nested"}) {
-    const std::string src = kRefDir + "/" + family;
+    const std::string src = testing::HfReferenceDir() + "/" + family;
     Reference r = LoadReference(family);
     ASSERT_TRUE(r.model);
     auto reader = safetensors::Reader::Open(src + "/model.safetensors");

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "common/formats/safetensors.h"
+#include "tests/trainer/hf_parity.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_paths.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -28,81 +29,15 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const std::string kRefDir = std::string(SFTCTL_BUILD_DIR) + "/hf-reference";
-
-struct Reference {
-  CausalLM model{nullptr};
-  std::map<std::string, torch::Tensor> tensors;  // input_ids, labels, logits, loss (+ short_*)
-};
-
-Reference LoadReference(const std::string& family) {
-  const std::string dir = kRefDir + "/" + family;
-  EXPECT_TRUE(fs::exists(dir + "/reference.safetensors"))
-      << "run the hf_reference fixture (ctest) or tests/reference/hf_reference.py --out " << kRefDir;
-  Reference r;
-  auto ref = LoadTensors(dir + "/reference.safetensors");
-  EXPECT_TRUE(ref.ok()) << ref.status().ToString();
-  if (ref.ok()) r.tensors.insert(ref->begin(), ref->end());
-  auto loaded = LoadModelDir(dir);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
-  if (loaded.ok()) r.model = *loaded;
-  return r;
-}
-
-double MaxAbs(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>();
-}
-
-// The model of `c` holding `from`'s weights.
-CausalLM CopyWithConfig(CausalLM& from, const ModelConfig& c) {
-  CausalLM to(c);
-  torch::NoGradGuard no_grad;
-  auto params = from->named_parameters();
-  for (auto& p : to->named_parameters()) p.value().copy_(params[p.key()]);
-  to->eval();
-  return to;
-}
-
-torch::Tensor LogitsOf(CausalLM& m, const torch::Tensor& ids) {
-  torch::NoGradGuard no_grad;
-  return m->Logits(m->Hidden(ids));
-}
+using testing::CheckParity;
+using testing::ConfigError;
+using testing::CopyWithConfig;
+using testing::LoadReference;
+using testing::LogitsOf;
+using testing::MaxAbs;
+using testing::Reference;
 
 // ---- Parity -------------------------------------------------------------------------------
-
-// Logits max-abs error <= 1e-4 and loss relative error <= 1e-5 (plain and chunked loss head), on
-// the fused CPU kernels and on the composite path (gemma_test's bounds).
-void CheckParity(const std::string& family) {
-  Reference r = LoadReference(family);
-  ASSERT_TRUE(r.model);
-  const torch::Tensor ids = r.tensors.at("input_ids"), labels = r.tensors.at("labels");
-  const int64_t targets = labels.slice(1, 1).ne(-100).sum().item<int64_t>();
-  const double ref_loss = r.tensors.at("loss").item<double>();
-  for (bool fused_on : {true, false}) {
-    fused::SetEnabled(fused_on);
-    torch::NoGradGuard no_grad;
-    const double max_abs = MaxAbs(LogitsOf(r.model, ids), r.tensors.at("logits"));
-    for (int64_t chunk : {0, 7}) {
-      r.model->SetLossChunkTokens(chunk);
-      const double loss = r.model->LossSum(ids, labels).item<double>() / static_cast<double>(targets);
-      const double rel = std::abs(loss - ref_loss) / std::abs(ref_loss);
-      std::printf("[parity] %s (%s, chunk %lld): logits max-abs error %.3g, loss %.7f vs %.7f\n",
-                  family.c_str(), fused_on ? "fused" : "composite", static_cast<long long>(chunk), max_abs,
-                  loss, ref_loss);
-      EXPECT_LE(rel, 1e-5) << family << " chunk " << chunk;
-    }
-    r.model->SetLossChunkTokens(0);
-    EXPECT_LE(max_abs, 1e-4) << family << (fused_on ? " fused" : " composite");
-    if (r.tensors.count("short_logits")) {  // at most original_max_position_embeddings: short factors
-      const double short_abs =
-          MaxAbs(LogitsOf(r.model, r.tensors.at("short_input_ids")), r.tensors.at("short_logits"));
-      std::printf("[parity] %s (%s) short factors: logits max-abs error %.3g\n", family.c_str(),
-                  fused_on ? "fused" : "composite", short_abs);
-      EXPECT_LE(short_abs, 1e-4) << family << " short factors";
-    }
-  }
-  fused::SetEnabled(true);
-}
 
 TEST(Phi3Parity, PlainFusedLayoutUntiedBf16) {
   CheckParity("phi3");
@@ -206,11 +141,6 @@ json TinyPhi3() {
           {"tie_word_embeddings", true}};
 }
 
-std::string Error(const json& j) {
-  auto c = ParseModelConfig(j, "cfg.json");
-  return c.ok() ? "ok" : c.status().message();
-}
-
 TEST(Phi3Config, ReadsPhi3Keys) {
   auto c = ParseModelConfig(TinyPhi3(), "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -253,62 +183,64 @@ TEST(Phi3Config, ReadsPhi3Keys) {
 TEST(Phi3Config, ErrorsNameTheField) {
   json j = TinyPhi3();
   j["rope_scaling"]["type"] = "yarn";
-  EXPECT_EQ(Error(j),
+  EXPECT_EQ(ConfigError(j),
             "cfg.json: field 'rope_scaling.type': 'yarn' is not supported for phi3 (default, longrope)");
   j = TinyPhi3();
   j["rope_scaling"].erase("type");
   j["rope_scaling"]["rope_type"] = "dynamic";
   EXPECT_EQ(
-      Error(j),
+      ConfigError(j),
       "cfg.json: field 'rope_scaling.rope_type': 'dynamic' is not supported for phi3 (default, longrope)");
   j = TinyPhi3();
   j["rope_scaling"]["short_factor"] = {1.0, 2.0, 3.0, 4.0,
                                        5.0, 6.0, 7.0, 8.0};  // head_dim / 2, not rotary_dim / 2
-  EXPECT_EQ(Error(j),
+  EXPECT_EQ(ConfigError(j),
             "cfg.json: field 'rope_scaling.short_factor': has 8 entries, rotary_dim / 2 is 6 (head_dim 16 x "
             "partial_rotary_factor)");
   j = TinyPhi3();
   j["rope_scaling"]["long_factor"] = {1.0, 2.0};
-  EXPECT_EQ(Error(j),
+  EXPECT_EQ(ConfigError(j),
             "cfg.json: field 'rope_scaling.long_factor': has 2 entries, rotary_dim / 2 is 6 (head_dim 16 x "
             "partial_rotary_factor)");
   j = TinyPhi3();
   j["rope_scaling"].erase("long_factor");
-  EXPECT_EQ(Error(j), "cfg.json: field 'rope_scaling.long_factor': is required");
+  EXPECT_EQ(ConfigError(j), "cfg.json: field 'rope_scaling.long_factor': is required");
   j = TinyPhi3();
   j["rope_scaling"]["short_factor"][2] = "x";
-  EXPECT_EQ(Error(j), "cfg.json: field 'rope_scaling.short_factor': must hold numbers > 0, found \"x\"");
+  EXPECT_EQ(ConfigError(j),
+            "cfg.json: field 'rope_scaling.short_factor': must hold numbers > 0, found \"x\"");
   for (double bad : {0.0, -0.5, 1.5}) {
     j = TinyPhi3();
     j["partial_rotary_factor"] = bad;
-    EXPECT_EQ(Error(j),
+    EXPECT_EQ(ConfigError(j),
               "cfg.json: field 'partial_rotary_factor': must be in (0, 1], got " + json(bad).dump());
   }
   j = TinyPhi3();
   j["partial_rotary_factor"] = 0.5625;  // 16 * 0.5625 = 9: odd
   j["rope_scaling"] = nullptr;
   EXPECT_EQ(
-      Error(j),
+      ConfigError(j),
       "cfg.json: field 'partial_rotary_factor': gives a rotary dimension of 9 (head_dim 16), which must "
       "be even and > 0");
   j = TinyPhi3();
   j["sliding_window"] = 0;
-  EXPECT_EQ(Error(j), "cfg.json: field 'sliding_window': must be > 0 or null, got 0");
+  EXPECT_EQ(ConfigError(j), "cfg.json: field 'sliding_window': must be > 0 or null, got 0");
   j = TinyPhi3();
   j["attention_bias"] = true;
-  EXPECT_EQ(Error(j), "cfg.json: field 'attention_bias': true is not supported for phi3 (it has no biases)");
+  EXPECT_EQ(ConfigError(j),
+            "cfg.json: field 'attention_bias': true is not supported for phi3 (it has no biases)");
   j = TinyPhi3();
   j["hidden_act"] = "gelu";
-  EXPECT_EQ(Error(j), "cfg.json: field 'hidden_act': 'gelu' is not supported (silu)");
+  EXPECT_EQ(ConfigError(j), "cfg.json: field 'hidden_act': 'gelu' is not supported (silu)");
   j["model_type"] = "phi";
-  EXPECT_EQ(Error(j),
+  EXPECT_EQ(ConfigError(j),
             "cfg.json: field 'model_type': 'phi' is not supported (llama, qwen2, qwen3, mistral, gemma2, "
             "gemma3_text, phi3)");
   // longrope stays phi3's: other families keep their list.
   j = TinyPhi3();
   j["model_type"] = "llama";
   EXPECT_EQ(
-      Error(j),
+      ConfigError(j),
       "cfg.json: field 'rope_scaling.rope_type': 'longrope' is not supported (default, llama3, linear)");
 }
 
@@ -482,7 +414,7 @@ TEST(Phi3Model, CachedGenerationMatchesTheFullForward) {
 
 TEST(Phi3Model, SaveAndLoadKeepTheFusedHfLayout) {
   for (const std::string family : {"phi3", "phi3_longrope"}) {
-    const std::string src = kRefDir + "/" + family;
+    const std::string src = testing::HfReferenceDir() + "/" + family;
     Reference r = LoadReference(family);
     ASSERT_TRUE(r.model);
     auto reader = safetensors::Reader::Open(src + "/model.safetensors");
