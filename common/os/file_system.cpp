@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -274,7 +275,10 @@ std::string JoinPath(std::string_view a, std::string_view b) {
 }
 
 Status WriteFileAtomic(FileSystem* fs, const std::string& path, std::string_view data) {
-  const std::string tmp = path + ".tmp";
+  // A name of this writer's own: two writers of one path (two processes sharing a Hub cache, two
+  // threads) never write into or rename each other's temporary file.
+  static std::atomic<uint64_t> writes{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(writes++);
   SFT_ASSIGN_OR_RETURN(auto file, fs->NewWritableFile(tmp));
   Status s = file->Append(data);
   if (s.ok()) s = file->Sync();

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -290,6 +292,28 @@ TEST(WriteFullyTest, ErrorNamesThePath) {
   Status s = WriteFully(-1, "data", "/some/file");
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_EQ(s.message(), "cannot write '/some/file': Bad file descriptor");
+}
+
+// Two writers of one path at once (two processes sharing a Hub cache's refs/main, seen failing
+// with one temporary name for both): each write succeeds, the file holds one whole value, and no
+// temporary file is left behind.
+TEST(WriteFileAtomic, ConcurrentWritersOfOnePathEachSucceed) {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/main";
+  std::vector<std::thread> writers;
+  std::vector<int> failures(4, 0);
+  for (int w = 0; w < 4; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 50; ++i)
+        failures[w] += WriteFileAtomic(FileSystem::Default(), path, std::string(4096, 'a' + w)).ok() ? 0 : 1;
+    });
+  }
+  for (auto& t : writers) t.join();
+  EXPECT_EQ(failures, std::vector<int>(4, 0));
+  const std::string got = *FileSystem::Default()->ReadFile(path);
+  ASSERT_EQ(got.size(), 4096u);
+  EXPECT_EQ(got, std::string(4096, got[0]));
+  EXPECT_EQ(*FileSystem::Default()->ListDir(tmp.path()), std::vector<std::string>{"main"});
 }
 
 // The private-file policy: a file behind a planted link is never written, the mode is explicit.
