@@ -31,9 +31,9 @@ class WritableFile {
 };
 
 // An open file that keeps its content, is appended to at its end and read back at offsets: an
-// append-only log (agent/state/journal.h) or a resumable upload (agent/state/blob_store.h). Append writes at
-// the end of the file (O_APPEND), also after Truncate. Close() must be called; the destructor closes silently
-// (dropping errors) if it was not.
+// append-only log (agent/state/journal.h) or a resumable upload (agent/state/blob_store.h). Append writes at the
+// end of the file (O_APPEND), also after Truncate. Close() must be called; the destructor closes
+// silently (dropping errors) if it was not.
 //
 // Thread safety: Append, Sync, Truncate, Size and Close are used by one thread at a time. ReadAt may
 // run concurrently with them (except Close) and with other ReadAt calls.
@@ -104,10 +104,8 @@ class ForwardingFileSystem : public FileSystem {
   FileSystem* base_;
 };
 
-// Writes `data` to `path` through a temporary sibling file ("<path>.tmp.<pid>.<n>", this call's
-// own), fsyncs and renames it into place, so readers see either the old or the new content, never a
-// mix. Thread safety: concurrent writers of one path (threads or processes) each succeed; the last
-// rename wins.
+// Writes `data` to `path` through a temporary sibling file, fsyncs and renames it into
+// place, so readers see either the old or the new content, never a mix.
 Status WriteFileAtomic(FileSystem* fs, const std::string& path, std::string_view data);
 
 // Files and folders that only this user may read, for what the agent writes into a folder other
