@@ -23,12 +23,15 @@ SUITE=forky
 # trainer's header-only and C dependencies, GoogleTest, OpenBLAS's OpenMP flavour (the tests' speed)
 # and ccache; and, unlike the trixie root (which stands in for a wheel's layout), gloo's headers, so
 # the Gloo code path -- the gradient buckets' hooks on LibTorch's grad accumulators, one of the APIs
-# 2.14 changed -- compiles and its multi-rank tests run against the new LibTorch. No Python torch
-# (~600 MB with networkx, sympy, numpy and libtorch-test): the HF parity tests' reference needs it,
-# and only the check's --full mode runs those (it installs FULL_PKGS into the root then).
+# 2.14 changed -- compiles and its multi-rank tests run against the new LibTorch. And the real
+# software the trainer's outputs must work with (about 110 MB more to download: Python torch reuses
+# libtorch2.14): transformers 5 (with torch, numpy, safetensors, tokenizers), whose models the
+# parity test compares with sftctl's (tests/reference/transformers_reference.py), and llama.cpp's
+# tools, which load sftctl's GGUF exports (tests/reference/llama_cpp_greedy.sh).
 PKGS=(ca-certificates g++ cmake ninja-build pkg-config libtorch-dev libopenblas0-openmp
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libutf8proc-dev libgloo-dev
-  libgtest-dev libgmock-dev ccache)
+  libgtest-dev libgmock-dev ccache python3-torch python3-numpy python3-transformers llama.cpp-tools
+  python3-gguf)
 want="${PKGS[*]}"
 
 root_begin

@@ -10,10 +10,15 @@
 #     ranks of the real trainer) and activation_checkpoint_test (autograd nodes owned by
 #     intrusive_ptr);
 #   - compile every other trainer test source at syntax level (-fsyntax-only with the build's own
-#     flags, -Werror included: tests/portability/syntax_check.py).
+#     flags, -Werror included: tests/portability/syntax_check.py);
+#   - parity with the real transformers package (the root's python3-transformers 5): every model
+#     family built, saved and run by transformers (tests/reference/transformers_reference.py),
+#     loaded and compared by transformers_parity_test, which saves each model again for
+#     transformers to load (the same logits, bit for bit);
+#   - llama.cpp (the root's llama.cpp-tools) loads sftctl's GGUF export of every family it knows and
+#     answers 20 prompts greedily as `sftctl-trainer generate` does (tests/reference/llama_cpp_greedy.sh).
 # --full (or SFTCTL_FORKY_FULL=1) builds everything instead and runs every trainer test (ctest -L
-# trainer), the HF parity ones included: it installs Python torch into the root for their reference
-# (FULL_PKGS, from the Debian registry) the first time.
+# trainer), the HF parity ones and transformers_parity_test included.
 #
 # Usage: tests/portability/forky_trainer_check.sh [--full]   (root or sudo; the root is made when
 # missing). The source is copied into ROOT/work/src by content and the build folder
@@ -33,21 +38,14 @@ esac
 BUILD=/work/build-trainer
 # The tests built and run in the default mode (tests/trainer/<name>.cpp each).
 RUN_TESTS=(distributed_test activation_checkpoint_test)
-FULL_PKGS=(python3-torch python3-numpy)
+# Built in full and run after their reference is made (the phases below).
+REFERENCE_TESTS=(transformers_parity_test)
 check_enter tests/portability/forky_root.sh
 
 phase "copying the source into $ROOT$WORK"
 copy_source
 select_openblas_openmp
 done_phase "copy source"
-
-if [ "$full" = 1 ]; then
-  phase "Python torch for the HF parity reference (--full)"
-  in_root bash -c "dpkg -s ${FULL_PKGS[*]} >/dev/null 2>&1 || { apt-get update -qq &&
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${FULL_PKGS[*]}; }" \
-    >"$LOGS/full-pkgs.log" 2>&1 || { tail -n 20 "$LOGS/full-pkgs.log"; check_fail "full packages" "installing ${FULL_PKGS[*]} failed"; }
-  done_phase "${FULL_PKGS[*]}"
-fi
 
 phase "configure: trainer-only preset, -Werror, tests on"
 # -O1, not the preset's -O3 (but for fused_ops.cpp, which sets its own): what this check proves is that
@@ -88,10 +86,11 @@ if [ "$full" = 1 ]; then
   skipped=$(grep -c '\*\*\*Skipped' "$LOGS/ctest.log" || true)
   done_phase "ctest -L trainer" "$passed; $skipped skipped"
 else
-  build_targets "sftctl-trainer, ${RUN_TESTS[*]}" sftctl-trainer "${RUN_TESTS[@]}"
+  build_targets "sftctl-trainer, ${RUN_TESTS[*]} ${REFERENCE_TESTS[*]}" sftctl-trainer "${RUN_TESTS[@]}" \
+    "${REFERENCE_TESTS[@]}"
 
   phase "the other trainer test sources (-fsyntax-only, -Werror)"
-  skip=$(IFS='|'; echo "/tests/trainer/(${RUN_TESTS[*]})\.cpp$")
+  skip=$(IFS='|'; echo "/tests/trainer/(${RUN_TESTS[*]}|${REFERENCE_TESTS[*]})\.cpp$")
   in_root python3 "$WORK/tests/portability/syntax_check.py" "$BUILD/compile_commands.json" --jobs "$jobs" \
     --only "^$WORK/tests/" --skip "$skip" --label "test sources" --stamps "$BUILD/syntax-stamps.json" \
     >"$LOGS/syntax.log" 2>&1 ||
@@ -111,5 +110,23 @@ else
     check_fail "run tests" "the trainer was built without Gloo (libgloo-dev is in the root): the Gloo path is unchecked"
   done_phase "run ${RUN_TESTS[*]}" "passed: $ran"
 fi
+
+phase "parity with transformers (the root's python3-transformers)"
+# (Never passes by skipping: the root's packages include transformers.)
+tref=$BUILD/transformers-reference
+in_root python3 "$WORK/tests/reference/transformers_reference.py" --out "$tref" >"$LOGS/transformers.log" 2>&1 ||
+  { tail -n 30 "$LOGS/transformers.log"; check_fail "transformers reference" "transformers_reference.py failed"; }
+in_root env SFTCTL_TRANSFORMERS_REFERENCE="$tref" timeout 600 "$BUILD/bin/transformers_parity_test" \
+  >>"$LOGS/transformers.log" 2>&1 ||
+  { grep -E '^\[  FAILED|Failure|\[transformers\]' "$LOGS/transformers.log" | head -n 40
+    check_fail "transformers parity" "sftctl's logits or loss differ from transformers'"; }
+# And back: transformers loads what the test saved of each family, with the same logits.
+in_root python3 "$WORK/tests/reference/transformers_reference.py" --out "$tref" --check-saved \
+  >>"$LOGS/transformers.log" 2>&1 ||
+  { grep -E 'sftctl.s save|check-saved' "$LOGS/transformers.log" | tail -n 15
+    check_fail "transformers loads sftctl's save" "transformers cannot load what sftctl saved"; }
+done_phase "parity with $(grep -m 1 -E "^transformers [0-9]" "$LOGS/transformers.log" | cut -d, -f1)" \
+  "$(grep -E '^\[  PASSED  \]' "$LOGS/transformers.log" | sed 's/.*PASSED  \] //; s/\.$//');\
+ $(grep -c "loads sftctl's save as" "$LOGS/transformers.log") saves load back"
 
 check_summary "$(in_root g++ -dumpfullversion), ${line#-- sftctl: }, $jobs cores"

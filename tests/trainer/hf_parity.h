@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/formats/safetensors.h"
 #include "tests/util/test_paths.h"
@@ -29,10 +30,9 @@ struct Reference {
   std::map<std::string, torch::Tensor> tensors;
 };
 
-inline Reference LoadReference(const std::string& family) {
-  const std::string dir = HfReferenceDir() + "/" + family;
-  EXPECT_TRUE(std::filesystem::exists(dir + "/reference.safetensors"))
-      << "run the hf_reference fixture (ctest) or tests/reference/hf_reference.py --out " << HfReferenceDir();
+// The reference in folder `dir`; `how` says how to make it when it is missing.
+inline Reference LoadReferenceFrom(const std::string& dir, const std::string& how) {
+  EXPECT_TRUE(std::filesystem::exists(dir + "/reference.safetensors")) << dir << ": " << how;
   Reference r;
   auto ref = LoadTensors(dir + "/reference.safetensors");
   EXPECT_TRUE(ref.ok()) << ref.status().ToString();
@@ -43,8 +43,36 @@ inline Reference LoadReference(const std::string& family) {
   return r;
 }
 
+inline Reference LoadReference(const std::string& family) {
+  return LoadReferenceFrom(
+      HfReferenceDir() + "/" + family,
+      "run the hf_reference fixture (ctest) or tests/reference/hf_reference.py --out " + HfReferenceDir());
+}
+
 inline double MaxAbs(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>();
+}
+
+// Name -> shape of every tensor of safetensors file `path` (empty, with a failure, when unreadable).
+inline std::map<std::string, std::vector<int64_t>> TensorShapes(const std::string& path) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  auto reader = safetensors::Reader::Open(path);
+  EXPECT_TRUE(reader.ok()) << path << ": " << reader.status().ToString();
+  if (reader.ok()) {
+    for (const auto& t : (*reader)->tensors()) shapes[t.name] = t.shape;
+  }
+  return shapes;
+}
+
+// Saves `model` as an HF folder `out` (SaveHfModel, dtypes as they are) and returns the shapes its
+// model.safetensors holds.
+inline std::map<std::string, std::vector<int64_t>> SaveAndListTensors(CausalLM& model,
+                                                                      const std::string& out) {
+  NamedTensors params;
+  for (const auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());
+  const Status st = SaveHfModel(FileSystem::Default(), out, model->config(), params);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return TensorShapes(out + "/model.safetensors");
 }
 
 // The model of `c` holding `from`'s weights.

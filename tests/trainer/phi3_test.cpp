@@ -417,30 +417,16 @@ TEST(Phi3Model, SaveAndLoadKeepTheFusedHfLayout) {
     const std::string src = testing::HfReferenceDir() + "/" + family;
     Reference r = LoadReference(family);
     ASSERT_TRUE(r.model);
-    auto reader = safetensors::Reader::Open(src + "/model.safetensors");
-    ASSERT_TRUE(reader.ok());
-    std::set<std::string> source_names;
-    for (const auto& t : (*reader)->tensors()) source_names.insert(t.name);
     const std::string out = sftctl::testing::MakeTempDir("phi3-save") + "/" + family;
-    NamedTensors params;
-    for (const auto& p : r.model->named_parameters()) params.emplace_back(p.key(), p.value());
-    ASSERT_TRUE(SaveHfModel(FileSystem::Default(), out, r.model->config(), params).ok());
-    auto saved = safetensors::Reader::Open(out + "/model.safetensors");
-    ASSERT_TRUE(saved.ok());
-    std::set<std::string> saved_names;
-    for (const auto& t : (*saved)->tensors()) {
-      saved_names.insert(t.name);
-      if (t.name == "model.layers.0.self_attn.qkv_proj.weight") {
-        EXPECT_EQ(t.shape, std::vector<int64_t>({(4 + 2 * 2) * 16, 64})) << family;
-      }
-      if (t.name == "model.layers.0.mlp.gate_up_proj.weight") {
-        EXPECT_EQ(t.shape, std::vector<int64_t>({2 * 80, 64})) << family;
-      }
-    }
-    EXPECT_EQ(saved_names, source_names) << family;
-    EXPECT_TRUE(saved_names.count("model.layers.1.self_attn.qkv_proj.weight")) << family;
-    EXPECT_TRUE(saved_names.count("model.layers.1.mlp.gate_up_proj.weight")) << family;
-    EXPECT_FALSE(saved_names.count("model.layers.1.self_attn.q_proj.weight")) << family;
+    const auto saved = testing::SaveAndListTensors(r.model, out);
+    EXPECT_EQ(saved, testing::TensorShapes(src + "/model.safetensors")) << family;
+    // Fused as the checkpoint has them: [(H + 2 KV) D, C] and [2 F, C], no q_proj.
+    EXPECT_EQ(saved.at("model.layers.0.self_attn.qkv_proj.weight"),
+              std::vector<int64_t>({(4 + 2 * 2) * 16, 64}));
+    EXPECT_EQ(saved.at("model.layers.0.mlp.gate_up_proj.weight"), std::vector<int64_t>({2 * 80, 64}));
+    EXPECT_TRUE(saved.count("model.layers.1.self_attn.qkv_proj.weight")) << family;
+    EXPECT_TRUE(saved.count("model.layers.1.mlp.gate_up_proj.weight")) << family;
+    EXPECT_FALSE(saved.count("model.layers.1.self_attn.q_proj.weight")) << family;
     const json cfg = json::parse(std::ifstream(out + "/config.json"));
     const json ref_cfg = json::parse(std::ifstream(src + "/config.json"));
     for (const char* key : {"architectures", "model_type", "partial_rotary_factor", "rope_scaling",

@@ -349,6 +349,12 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   SFT_RETURN_IF_ERROR(Read(j, source, "model_type", &c.model_type, false));
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
       c.model_type != "mistral" && !IsGemma(c.model_type) && c.model_type != "phi3") {
+    if (c.model_type == "gemma3") {  // Gemma 3 4B and larger: Gemma3ForConditionalGeneration
+      return FieldError(source, "model_type",
+                        "'gemma3' is a vision checkpoint (Gemma3ForConditionalGeneration); loading its text "
+                        "tower (weights under language_model.) is not supported yet: use a text-only "
+                        "checkpoint (model_type gemma3_text, Gemma3ForCausalLM)");
+    }
     return FieldError(
         source, "model_type",
         "'" + c.model_type + "' is not supported (llama, qwen2, qwen3, mistral, gemma2, gemma3_text, phi3)");
@@ -467,7 +473,10 @@ namespace {
 void WriteGemmaKeys(const ModelConfig& c, json* j) {
   auto optional = [](double v) { return v > 0 ? json(v) : json(); };
   (*j)["hidden_activation"] = c.hidden_activation;
-  (*j)["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+  // An int in Gemma2Config / Gemma3TextConfig: transformers 5 refuses a config.json holding 256.0.
+  const double scalar = c.query_pre_attn_scalar;
+  (*j)["query_pre_attn_scalar"] =
+      std::floor(scalar) == scalar ? json(static_cast<int64_t>(scalar)) : json(scalar);
   (*j)["attn_logit_softcapping"] = optional(c.attn_logit_softcapping);
   (*j)["final_logit_softcapping"] = optional(c.final_logit_softcapping);
   json types = json::array();
