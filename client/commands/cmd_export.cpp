@@ -1,5 +1,5 @@
 // `sftctl export --model DIR [--merge --adapter DIR] -o OUT`: write a Hugging Face model folder,
-// optionally with a LoRA adapter merged into the weights; `--gguf OUT.gguf [--type f16|q8_0]`
+// optionally with a LoRA adapter merged into the weights; `--gguf OUT.gguf [--type f16|q8_0|f32]`
 // writes one GGUF file instead (llama.cpp, ollama). Runs sftctl-trainer export; its flags come from
 // common/cli/trainer_flags.h, checked here and passed on as given.
 #include "client/commands/commands.h"

@@ -131,7 +131,7 @@ TrainerCommandDef MakeExport() {
           Default(Flag(flag::kMaxShardSize, "Shard the weights above this many bytes", K::kInt, C::kPositive),
                   "5000000000"),
           flag::kOutput),
-      Needs(Default(Flag(flag::kType, "GGUF weight type: f16 or q8_0", K::kString), "f16"), flag::kGguf),
+      Needs(Default(Flag(flag::kType, "GGUF weight type: f16, q8_0 or f32", K::kString), "f16"), flag::kGguf),
   };
   return d;
 }

@@ -1,5 +1,6 @@
 #include "common/tokenizer/bpe_merges.h"
 
+#include <algorithm>
 #include <functional>
 #include <queue>
 
@@ -11,14 +12,11 @@ constexpr size_t kMaxLinearMergeSymbols = 96;
 
 // Few symbols: keep them in an array with the rank of each adjacent pair, and merge the
 // lowest-ranked (leftmost on ties) pair until none merges.
-void MergeFewSymbols(std::string_view word, const std::array<int32_t, 256>& byte_ids,
-                     const MergeTable& merges, std::vector<int32_t>* out) {
-  const size_t n = word.size();
-  int32_t sym[kMaxLinearMergeSymbols];
+// REQUIRES: n <= kMaxLinearMergeSymbols; `sym` is merged in place.
+void MergeFewSymbols(int32_t* sym, size_t n, const MergeTable& merges, std::vector<int32_t>* out) {
   int32_t rank[kMaxLinearMergeSymbols];
   int32_t merged[kMaxLinearMergeSymbols] = {};
   size_t count = n;
-  for (size_t i = 0; i < n; ++i) sym[i] = byte_ids[static_cast<unsigned char>(word[i])];
   for (size_t i = 0; i + 1 < n; ++i) rank[i] = merges.Find(sym[i], sym[i + 1], &merged[i]);
   while (count > 1) {
     size_t best = 0;
@@ -45,8 +43,7 @@ void MergeFewSymbols(std::string_view word, const std::array<int32_t, 256>& byte
 }
 
 // Many symbols: doubly linked list + priority queue keyed by (rank, position).
-void MergeManySymbols(std::string_view word, const std::array<int32_t, 256>& byte_ids,
-                      const MergeTable& merges, std::vector<int32_t>* out) {
+void MergeManySymbols(const int32_t* symbols, size_t n, const MergeTable& merges, std::vector<int32_t>* out) {
   struct Node {
     int32_t id;
     int32_t prev, next;
@@ -57,11 +54,9 @@ void MergeManySymbols(std::string_view word, const std::array<int32_t, 256>& byt
     int32_t left_id, right_id, merged;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  const size_t n = word.size();
   std::vector<Node> nodes(n);
   for (size_t i = 0; i < n; ++i) {
-    nodes[i] = Node{byte_ids[static_cast<unsigned char>(word[i])], static_cast<int32_t>(i) - 1,
-                    i + 1 < n ? static_cast<int32_t>(i + 1) : -1};
+    nodes[i] = Node{symbols[i], static_cast<int32_t>(i) - 1, i + 1 < n ? static_cast<int32_t>(i + 1) : -1};
   }
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
   auto push = [&](int32_t pos) {
@@ -76,7 +71,8 @@ void MergeManySymbols(std::string_view word, const std::array<int32_t, 256>& byt
     const Candidate c = queue.top();
     queue.pop();
     Node& left = nodes[c.pos];
-    if (left.id != c.left_id || left.next < 0 || nodes[left.next].id != c.right_id) continue;  // stale
+    // Stale (a dead node has id -1, and candidates only join ids >= 0).
+    if (left.id != c.left_id || left.next < 0 || nodes[left.next].id != c.right_id) continue;
     const int32_t right = left.next;
     left.id = c.merged;
     left.next = nodes[right].next;
@@ -92,10 +88,25 @@ void MergeManySymbols(std::string_view word, const std::array<int32_t, 256>& byt
 
 void MergeWord(std::string_view word, const std::array<int32_t, 256>& byte_ids, const MergeTable& merges,
                std::vector<int32_t>* out) {
-  if (word.size() <= kMaxLinearMergeSymbols) {
-    MergeFewSymbols(word, byte_ids, merges, out);
+  const size_t n = word.size();
+  if (n <= kMaxLinearMergeSymbols) {
+    int32_t sym[kMaxLinearMergeSymbols];
+    for (size_t i = 0; i < n; ++i) sym[i] = byte_ids[static_cast<unsigned char>(word[i])];
+    MergeFewSymbols(sym, n, merges, out);
   } else {
-    MergeManySymbols(word, byte_ids, merges, out);
+    std::vector<int32_t> sym(n);
+    for (size_t i = 0; i < n; ++i) sym[i] = byte_ids[static_cast<unsigned char>(word[i])];
+    MergeManySymbols(sym.data(), n, merges, out);
+  }
+}
+
+void MergeSymbols(const int32_t* symbols, size_t n, const MergeTable& merges, std::vector<int32_t>* out) {
+  if (n <= kMaxLinearMergeSymbols) {
+    int32_t sym[kMaxLinearMergeSymbols];
+    std::copy(symbols, symbols + n, sym);
+    MergeFewSymbols(sym, n, merges, out);
+  } else {
+    MergeManySymbols(symbols, n, merges, out);
   }
 }
 

@@ -1,5 +1,6 @@
 // The BPE model's merges: the table (left id, right id) -> (rank, merged id), and the merge loop
-// that turns the bytes of one pre-tokenized word into token ids.
+// that turns the symbols of one pre-tokenized word (its bytes for byte-level BPE, its characters
+// for SentencePiece-style BPE: bpe_byte_fallback.h) into token ids.
 //
 // Thread safety: a MergeTable is immutable after loading; Find and MergeWord may be called
 // concurrently.
@@ -37,8 +38,10 @@ class MergeTable {
       }
     }
   }
-  // Returns the rank (INT32_MAX when the pair does not merge) and sets *merged.
+  // Returns the rank (INT32_MAX when the pair does not merge) and sets *merged. A negative id
+  // (a character missing from the vocabulary) never merges.
   int32_t Find(int32_t a, int32_t b, int32_t* merged) const {
+    if ((a | b) < 0) return INT32_MAX;
     const uint64_t key = Key(a, b);
     for (size_t i = Hash(key) & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
@@ -72,6 +75,9 @@ class MergeTable {
 // REQUIRES: every byte of `word` has an id in byte_ids.
 void MergeWord(std::string_view word, const std::array<int32_t, 256>& byte_ids, const MergeTable& merges,
                std::vector<int32_t>* out);
+
+// Appends `symbols` (ids; negative ones never merge) merged pair by pair as MergeWord does.
+void MergeSymbols(const int32_t* symbols, size_t n, const MergeTable& merges, std::vector<int32_t>* out);
 
 }  // namespace bpe_internal
 }  // namespace sftctl

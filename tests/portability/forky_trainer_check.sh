@@ -13,8 +13,8 @@
 #     flags, -Werror included: tests/portability/syntax_check.py);
 #   - parity with the real transformers package (the root's python3-transformers 5): every model
 #     family built, saved and run by transformers (tests/reference/transformers_reference.py),
-#     loaded and compared by transformers_parity_test, which saves each model again for
-#     transformers to load (the same logits, bit for bit);
+#     loaded and compared by transformers_parity_test, which saves each model and a LoRA adapter
+#     of it for transformers to load (the same logits, bit for bit; the adapter by PEFT's names);
 #   - llama.cpp (the root's llama.cpp-tools) loads sftctl's GGUF export of every family it knows and
 #     answers 20 prompts greedily as `sftctl-trainer generate` does (tests/reference/llama_cpp_greedy.sh).
 # --full (or SFTCTL_FORKY_FULL=1) builds everything instead and runs every trainer test (ctest -L
@@ -120,13 +120,21 @@ in_root env SFTCTL_TRANSFORMERS_REFERENCE="$tref" timeout 600 "$BUILD/bin/transf
   >>"$LOGS/transformers.log" 2>&1 ||
   { grep -E '^\[  FAILED|Failure|\[transformers\]' "$LOGS/transformers.log" | head -n 40
     check_fail "transformers parity" "sftctl's logits or loss differ from transformers'"; }
-# And back: transformers loads what the test saved of each family, with the same logits.
+# And back: transformers loads what the test saved of each family, with the same logits, and each
+# family's LoRA adapter applies to transformers' modules by its PEFT key names.
 in_root python3 "$WORK/tests/reference/transformers_reference.py" --out "$tref" --check-saved \
   >>"$LOGS/transformers.log" 2>&1 ||
   { grep -E 'sftctl.s save|check-saved' "$LOGS/transformers.log" | tail -n 15
     check_fail "transformers loads sftctl's save" "transformers cannot load what sftctl saved"; }
 done_phase "parity with $(grep -m 1 -E "^transformers [0-9]" "$LOGS/transformers.log" | cut -d, -f1)" \
   "$(grep -E '^\[  PASSED  \]' "$LOGS/transformers.log" | sed 's/.*PASSED  \] //; s/\.$//');\
- $(grep -c "loads sftctl's save as" "$LOGS/transformers.log") saves load back"
+ $(grep -c "loads sftctl's save as" "$LOGS/transformers.log") saves load back,\
+ $(grep -c "LoRA adapter on transformers' modules" "$LOGS/transformers.log") LoRA adapters apply"
+
+phase "llama.cpp answers as sftctl does on its GGUF exports (the root's llama.cpp-tools)"
+in_root bash "$WORK/tests/reference/llama_cpp_greedy.sh" "$BUILD/bin/sftctl-trainer" "$BUILD/llama-cpp-greedy" \
+  >"$LOGS/llama-cpp.log" 2>&1 ||
+  { tail -n 30 "$LOGS/llama-cpp.log"; check_fail "llama.cpp greedy" "llama.cpp's greedy answers differ from sftctl's"; }
+done_phase "llama.cpp greedy" "$(tail -n 1 "$LOGS/llama-cpp.log")"
 
 check_summary "$(in_root g++ -dumpfullversion), ${line#-- sftctl: }, $jobs cores"

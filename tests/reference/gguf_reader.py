@@ -4,14 +4,17 @@
 
   gguf_reader.py dump FILE
       prints the metadata and tensor infos as JSON.
-  gguf_reader.py check --gguf FILE --model DIR [--adapter DIR] --type f16|q8_0 --pre NAME --name NAME
+  gguf_reader.py check --gguf FILE --model DIR [--adapter DIR] --type f16|q8_0|f32 --pre NAME --name NAME
       checks FILE against the source model folder (config.json, *.safetensors, tokenizer.json,
       tokenizer_config.json; with --adapter, the PEFT adapter merged as W + (alpha/r) B A):
       layout (magic, version 3, offsets aligned to general.alignment, tensors inside the file and
       not overlapping), every metadata value, every tensor's name, dims (innermost first), type and
       values (F32 exact; F16 equal to the source rounded to fp16, within one fp16 step for merged
       weights; Q8_0 blocks within d/2 per value, d = max|x|/127 to fp16 precision), llama's q/k
-      rows reordered to adjacent RoPE pairs. Prints a JSON summary on success; exits 1 with the
+      rows reordered to adjacent RoPE pairs, Gemma's norms written as 1 + w, phi3's fused
+      attn_qkv / ffn_up and longrope factors, and the gemma2 / gemma3 / phi3 keys (soft-capping,
+      sliding window and its period, local RoPE base, partial rotary dimension count, longrope's
+      original context and attention factor) derived from config.json. Prints a JSON summary on success; exits 1 with the
       first mismatch otherwise.
 """
 import argparse
@@ -202,10 +205,18 @@ LAYER_NAMES = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
     "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    # phi3's fused projections: llama.cpp's attn_qkv, and ffn_up holding the gate rows then the up rows.
+    "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
 }
+# Gemma's four norms per layer (llama.cpp's gemma2 / gemma3 tensor names).
+GEMMA_LAYER_NAMES = {
+    "post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+    "post_feedforward_layernorm": "post_ffw_norm",
+}
+GEMMA = ("gemma2", "gemma3")
 
 
-def gguf_name(hf):
+def gguf_name(hf, arch=None):
     fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
     if hf in fixed:
@@ -213,14 +224,41 @@ def gguf_name(hf):
     parts = hf.split(".")
     expect(parts[0] == "model" and parts[1] == "layers", "unexpected source tensor " + hf)
     module = ".".join(parts[3:-1])
+    if arch in GEMMA and module in GEMMA_LAYER_NAMES:
+        return "blk.%s.%s.%s" % (parts[2], GEMMA_LAYER_NAMES[module], parts[-1])
     return "blk.%s.%s.%s" % (parts[2], LAYER_NAMES[module], parts[-1])
 
 
 def hparams(cfg):
-    arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama"}[cfg["model_type"]]
+    arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama", "gemma2": "gemma2",
+            "gemma3_text": "gemma3", "phi3": "phi3"}[cfg["model_type"]]
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     return arch, heads, cfg.get("num_key_value_heads", heads), head_dim
+
+
+def sliding_pattern(cfg, arch):
+    """llama.cpp's sliding-window period p (layer i slides when i % p < p - 1; 0: all slide) for the
+    config's layer types (default: gemma2's even layers, gemma3's all but every sliding_window_pattern-th)."""
+    n = cfg["num_hidden_layers"]
+    if cfg.get("layer_types"):
+        slides = [t == "sliding_attention" for t in cfg["layer_types"]]
+    elif arch == "gemma2":
+        slides = [i % 2 == 0 for i in range(n)]
+    else:
+        slides = [(i + 1) % cfg.get("sliding_window_pattern", 6) != 0 for i in range(n)]
+    if not cfg.get("sliding_window"):
+        slides = [False] * n
+    preferred = 2 if arch == "gemma2" else 6
+    for p in [preferred] + list(range(n + 2)):
+        if all(s == (p == 0 or i % p < p - 1) for i, s in enumerate(slides)):
+            return p
+    raise Fail("no sliding-window period for %s" % slides)
+
+
+def longrope(cfg):
+    rs = cfg.get("rope_scaling") or {}
+    return rs if (rs.get("rope_type") or rs.get("type")) == "longrope" else None
 
 
 def pair_halves(vals, rows, cols, heads):
@@ -330,25 +368,42 @@ def check_metadata(kv, args, cfg, tok_dir):
                       p["single"][0].get("SpecialToken", {}).get("id") == tokens[bos] for p in procs) if bos is not None else False
     want = {
         "general.architecture": (8, arch), "general.name": (8, args.name), "general.alignment": (4, 32),
-        "general.file_type": (4, 7 if args.type == "q8_0" else 1), "general.quantization_version": (4, 2),
+        "general.file_type": (4, {"q8_0": 7, "f16": 1, "f32": 0}[args.type]), "general.quantization_version": (4, 2),
         arch + ".vocab_size": (4, n_vocab), arch + ".context_length": (4, cfg.get("max_position_embeddings", 2048)),
         arch + ".embedding_length": (4, cfg["hidden_size"]), arch + ".block_count": (4, cfg["num_hidden_layers"]),
         arch + ".feed_forward_length": (4, cfg["intermediate_size"]),
         arch + ".attention.head_count": (4, heads), arch + ".attention.head_count_kv": (4, kv_heads),
         arch + ".attention.layer_norm_rms_epsilon": (6, struct.unpack("<f", struct.pack("<f", cfg.get("rms_norm_eps", 1e-6)))[0]),
         arch + ".rope.freq_base": (6, float(cfg.get("rope_theta", 10000.0))),
-        arch + ".rope.dimension_count": (4, head_dim),
+        arch + ".rope.dimension_count": (4, int(head_dim * cfg.get("partial_rotary_factor", 1.0))),
         "tokenizer.ggml.model": (8, "gpt2"), "tokenizer.ggml.pre": (8, args.pre),
         "tokenizer.ggml.tokens": (9, 8, tokens), "tokenizer.ggml.token_type": (9, 5, types),
         "tokenizer.ggml.merges": (9, 8, merges), "tokenizer.ggml.add_bos_token": (7, add_bos),
     }
-    if cfg["model_type"] == "qwen3" or head_dim * heads != cfg["hidden_size"]:
+    if arch in GEMMA or cfg["model_type"] == "qwen3" or head_dim * heads != cfg["hidden_size"]:
         want[arch + ".attention.key_length"] = (4, head_dim)
         want[arch + ".attention.value_length"] = (4, head_dim)
     rs = cfg.get("rope_scaling") or {}
     if (rs.get("rope_type") or rs.get("type")) == "linear":
         want[arch + ".rope.scaling.type"] = (8, "linear")
         want[arch + ".rope.scaling.factor"] = (6, float(rs["factor"]))
+    if arch in GEMMA:
+        want[arch + ".attention.sliding_window"] = (4, cfg.get("sliding_window") or cfg["max_position_embeddings"])
+        want[arch + ".attention.sliding_window_pattern"] = (4, sliding_pattern(cfg, arch))
+        if arch == "gemma3":
+            want[arch + ".rope.freq_base_swa"] = (6, float(cfg.get("rope_local_base_freq", 10000.0)))
+        else:
+            want[arch + ".attn_logit_softcapping"] = (6, float(cfg.get("attn_logit_softcapping", 50.0)))
+            want[arch + ".final_logit_softcapping"] = (6, float(cfg.get("final_logit_softcapping", 30.0)))
+    if arch == "phi3":
+        orig = cfg.get("original_max_position_embeddings", 4096)
+        want[arch + ".rope.scaling.original_context_length"] = (4, orig)
+        want[arch + ".attention.sliding_window"] = (4, cfg.get("sliding_window") or 0)
+        lr = longrope(cfg)
+        if lr:
+            scale = cfg["max_position_embeddings"] / orig
+            factor = lr.get("attention_factor") or (math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0)
+            want[arch + ".rope.scaling.attn_factor"] = (6, struct.unpack("<f", struct.pack("<f", factor))[0])
     for key, value in (("bos", bos), ("eos", eos), ("padding", pad)):
         if value is not None:
             want["tokenizer.ggml.%s_token_id" % key] = (4, value)
@@ -379,21 +434,28 @@ def check(args):
     for hf, (shape, vals) in weights.items():
         if hf == "lm_head.weight" and tied:
             continue
-        name = gguf_name(hf)
+        name = gguf_name(hf, arch)
+        if arch in GEMMA and name.endswith("norm.weight"):
+            vals = [v + 1.0 for v in vals]  # Gemma's (1 + w) RMSNorm, folded as llama.cpp's converter does
         if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
             n = heads if ".attn_q." in name else kv_heads
             vals = pair_halves(vals, shape[0], shape[1] if len(shape) == 2 else 1, n)
-        if len(shape) == 1:
+        if len(shape) == 1 or args.type == "f32":
             ttype = GGML_F32
         else:
             ttype = GGML_Q8_0 if args.type == "q8_0" and shape[1] % 32 == 0 else GGML_F16
         expected[name] = (list(reversed(shape)), ttype, vals, hf in merged)
     if cfg.get("rope_scaling") and (cfg["rope_scaling"].get("rope_type") or cfg["rope_scaling"].get("type")) == "llama3":
         expected["rope_freqs.weight"] = ([head_dim // 2], GGML_F32, llama3_factors(cfg, head_dim), True)
+    lr = longrope(cfg) if arch == "phi3" else None
+    if lr:
+        for kind in ("long", "short"):
+            f = lr[kind + "_factor"]
+            expected["rope_factors_%s.weight" % kind] = ([len(f)], GGML_F32, f, False)
     got = {t["name"]: t for t in tensors}
     expect(sorted(got) == sorted(expected), "tensors %s, expected %s" % (sorted(got), sorted(expected)))
     summary = {"tensors": len(tensors), "q8_0_tensors": 0, "f16_tensors": 0, "f32_tensors": 0, "q8_0_blocks": 0,
-               "max_q8_0_err_over_d": 0.0, "merged": sorted(gguf_name(m) for m in merged)}
+               "max_q8_0_err_over_d": 0.0, "merged": sorted(gguf_name(m, arch) for m in merged)}
     for name, (dims, ttype, vals, approx) in sorted(expected.items()):
         t = got[name]
         expect(t["dims"] == dims, "%s: dims %s, expected %s" % (name, t["dims"], dims))
@@ -423,7 +485,7 @@ def main():
     c.add_argument("--model", required=True, help="the folder with config.json and the base weights")
     c.add_argument("--adapter", help="a PEFT adapter merged into the weights")
     c.add_argument("--tokenizer", help="the folder with tokenizer.json (default: --model)")
-    c.add_argument("--type", required=True, choices=["f16", "q8_0"])
+    c.add_argument("--type", required=True, choices=["f16", "q8_0", "f32"])
     c.add_argument("--pre", required=True)
     c.add_argument("--name", required=True)
     args = p.parse_args()

@@ -179,6 +179,51 @@ def margin(logits):
     return (top[..., 0] - top[..., 1]).min().item()
 
 
+def check_lora(family, d, ids):
+    """sftctl's adapter (transformers_parity_test writes OUT/<family>/sftctl-lora) applied to
+    transformers' model as PEFT would: each key base_model.model.<module>.lora_A/B.weight names a
+    module of transformers' model, whose weight gains s * B @ A (s = lora_alpha / r, or / sqrt(r)
+    with use_rslora); the logits must be sftctl's adapted ones. Without PEFT installed (Debian has
+    none), this is PEFT's documented layout checked against the real module names."""
+    from safetensors.torch import load_file
+    lora = os.path.join(d, "sftctl-lora")
+    with open(os.path.join(lora, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    tensors = load_file(os.path.join(lora, "adapter_model.safetensors"))
+    want = load_file(os.path.join(lora, "sftctl_logits.safetensors"))["logits"]
+    model = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+    r = cfg["r"]
+    scale = cfg["lora_alpha"] / (math.sqrt(r) if cfg.get("use_rslora") else r)
+    problems = [f"{k} is {cfg.get(k)!r}" for k, v in (("peft_type", "LORA"), ("task_type", "CAUSAL_LM")) if cfg.get(k) != v]
+    modules = set()
+    for key in tensors:
+        prefix, _, rest = key.partition("base_model.model.")
+        module, _, suffix = rest.rpartition(".lora_")
+        if prefix or suffix not in ("A.weight", "B.weight"):
+            problems.append(f"'{key}' is not a PEFT LoRA key")
+            continue
+        modules.add(module)
+    with torch.no_grad():
+        for module in sorted(modules):
+            try:
+                linear = model.get_submodule(module)
+            except AttributeError:
+                problems.append(f"'{module}' is not a module of transformers' {type(model).__name__}")
+                continue
+            if module.rsplit(".", 1)[-1] not in cfg["target_modules"]:
+                problems.append(f"'{module}' is not named by target_modules {cfg['target_modules']}")
+            a, b = tensors[f"base_model.model.{module}.lora_A.weight"], tensors[f"base_model.model.{module}.lora_B.weight"]
+            if a.shape[0] != r or b.shape[1] != r:
+                problems.append(f"'{module}': A {list(a.shape)}, B {list(b.shape)} for r {r}")
+                continue
+            linear.weight += scale * (b.float() @ a.float())
+    diff = (forward(model, ids)[0] - want).abs().max().item() if not problems else float("inf")
+    print(f"{family}: sftctl's LoRA adapter on transformers' modules ({len(modules)} of them, "
+          f"target_modules {cfg['target_modules']}, scale {scale:.3g}): logits differ by {diff:.3g}"
+          + (f"; {'; '.join(problems)}" if problems else ""))
+    return not problems and diff <= 5e-5
+
+
 def check_saved(out_dir, families):
     """transformers loads what sftctl saved of each family (transformers_parity_test writes
     OUT/<family>/sftctl-saved): every tensor used, none left over, and the same logits as its own
@@ -202,6 +247,8 @@ def check_saved(out_dir, families):
               + (f"; loading info {problems}" if problems else ""))
         if problems or diff != 0.0:
             failures.append(family)
+        if os.path.isdir(os.path.join(d, "sftctl-lora")) and not check_lora(family, d, ref["input_ids"]):
+            failures.append(family + " (LoRA)")
     if failures:
         sys.exit(f"transformers_reference.py --check-saved: sftctl's saved {', '.join(failures)} "
                  "do not load in transformers as the checkpoints they came from")

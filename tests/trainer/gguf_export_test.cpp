@@ -137,6 +137,29 @@ json Config(const std::string& type, bool tied) {
             {"eos_token_id", 263}};
   if (type != "llama") j["bos_token_id"] = 261;
   if (type == "qwen3") j["head_dim"] = 32;  // != 64 / 4: key_length / value_length written
+  if (type == "gemma2") {  // llama.cpp's defaults: sliding window on the even layers (period 2)
+    j.update({{"head_dim", 16},
+              {"query_pre_attn_scalar", 16},
+              {"sliding_window", 32},
+              {"attn_logit_softcapping", 50.0},
+              {"final_logit_softcapping", 30.0}});
+  }
+  if (type == "gemma3_text") {  // head_dim 32 (not 64 / 4), period 2 (not gemma3's 6), local RoPE base
+    j.update({{"head_dim", 32},
+              {"query_pre_attn_scalar", 32},
+              {"sliding_window", 16},
+              {"layer_types", {"sliding_attention", "full_attention"}},
+              {"rope_theta", 1000000.0},
+              {"rope_local_base_freq", 10000.0}});
+  }
+  if (type == "phi3") {  // fused projections, partial rotary (8 of 16), longrope
+    j.update({{"partial_rotary_factor", 0.5},
+              {"original_max_position_embeddings", 64},
+              {"rope_scaling",
+               {{"type", "longrope"},
+                {"short_factor", {1.0, 1.5, 2.0, 4.0}},
+                {"long_factor", {2.0, 3.0, 5.0, 9.0}}}}});
+  }
   if (type == "llama") {
     j["rope_theta"] = 500000.0;
     j["rope_scaling"] = {{"rope_type", "llama3"},
@@ -220,15 +243,19 @@ TEST_P(GgufExport, ReaderFindsEveryTensorAndKey) {
   EXPECT_FALSE(fs::exists(out + ".tmp-gguf"));
 }
 
-// Per layer: 2 norms + q, k, v, o + gate, up, down (+ q/k/v biases for qwen2, q/k norms for qwen3);
-// plus token_embd, output_norm, output (untied) and rope_freqs (llama's llama3 scaling).
-// Q8_0 with rows of 64: q, k, v, gate, up (o's rows are heads * head_dim: 64 or 128), token_embd,
-// output; down (rows of 80) stays F16.
+// Per layer: 2 norms + q, k, v, o + gate, up, down (+ q/k/v biases for qwen2, q/k norms for qwen3,
+// 2 more norms for Gemma and q/k norms for gemma3; phi3: 2 norms + qkv, o, gate_up, down); plus
+// token_embd, output_norm, output (untied), rope_freqs (llama's llama3 scaling) and phi3's
+// rope_factors_long / rope_factors_short. Q8_0 with rows of 64: q, k, v, gate, up (o's rows are
+// heads * head_dim: 64 or 128), token_embd, output; down (rows of 80) stays F16; f32: all F32.
 INSTANTIATE_TEST_SUITE_P(
     Families, GgufExport,
     ::testing::Values(Case{"llama", false, "q8_0", "llama-bpe", 2 * 9 + 4, 2 * 6 + 2, 2 * 1, 2 * 2 + 2},
                       Case{"qwen2", true, "f16", "qwen2", 2 * 12 + 2, 0, 2 * 7 + 1, 2 * 5 + 1},
-                      Case{"qwen3", false, "q8_0", "qwen2", 2 * 11 + 3, 2 * 6 + 2, 2 * 1, 2 * 4 + 1}),
+                      Case{"qwen3", false, "q8_0", "qwen2", 2 * 11 + 3, 2 * 6 + 2, 2 * 1, 2 * 4 + 1},
+                      Case{"gemma2", true, "f16", "qwen2", 2 * 11 + 2, 0, 2 * 7 + 1, 2 * 4 + 1},
+                      Case{"gemma3_text", false, "q8_0", "qwen2", 2 * 13 + 3, 2 * 6 + 2, 2 * 1, 2 * 6 + 1},
+                      Case{"phi3", false, "f32", "qwen2", 2 * 6 + 5, 0, 0, 2 * 6 + 5}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.type + "_" + i.param.weights; });
 
 // A LoRA adapter merged into a llama base: the reader recomputes W + (alpha/r)·B·A from the two
@@ -287,7 +314,7 @@ TEST(GgufExportErrors, NameTheProblem) {
   const std::string qwen = tmp.path() + "/qwen2";
   WriteModel(qwen, Config("qwen2", true), 3);
   ExpectRefused({"--model", qwen, "--gguf", out, "--type", "q4_0"}, out,
-                "--type must be f16 or q8_0, got 'q4_0'");
+                "--type must be f16, q8_0 or f32, got 'q4_0'");
 
   json mistral = Config("qwen2", false);
   mistral["model_type"] = "mistral";
@@ -299,7 +326,35 @@ TEST(GgufExportErrors, NameTheProblem) {
       {"--model", mdir, "--gguf", out}, out,
       mdir +
           "/config.json: field 'sliding_window': 16 is shorter than max_position_embeddings 128: GGUF "
-          "export writes the llama, qwen2 and qwen3 architectures");
+          "export writes mistral as llama.cpp's llama architecture, which has no sliding-window attention");
+
+  // What llama.cpp's gemma2 / gemma3 / phi3 would compute differently is refused naming the field.
+  auto refused = [&](const std::string& name, json config, const std::string& message) {
+    const std::string dir = tmp.path() + "/" + name;
+    WriteModel(dir, config, 8);
+    ExpectRefused({"--model", dir, "--gguf", out}, out, dir + "/config.json: field " + message);
+  };
+  json g2 = Config("gemma2", true);
+  g2["tie_word_embeddings"] = false;
+  refused("gemma2-untied", g2, "'tie_word_embeddings': false: llama.cpp's gemma2 has no output tensor");
+  g2 = Config("gemma2", true);
+  g2["query_pre_attn_scalar"] = 24;
+  refused("gemma2-scalar", g2,
+          "'query_pre_attn_scalar': 24: llama.cpp's gemma2 reads no attention scale and uses 1/sqrt(16)");
+  g2 = Config("gemma2", true);
+  g2["final_logit_softcapping"] = nullptr;
+  refused("gemma2-nocap", g2, "'final_logit_softcapping': null: llama.cpp's gemma2 always soft-caps");
+  json g3 = Config("gemma3_text", true);
+  g3["final_logit_softcapping"] = 30.0;
+  refused("gemma3-cap", g3, "'final_logit_softcapping': 30: llama.cpp's gemma3");
+  g3 = Config("gemma3_text", true);
+  g3["layer_types"] = {"full_attention", "sliding_attention"};
+  refused("gemma3-layers", g3, "'layer_types': the sliding layers follow no period llama.cpp can express");
+  json p3 = Config("phi3", false);
+  p3["sliding_window"] = 32;
+  refused("phi3-window", p3,
+          "'sliding_window': 32 is shorter than max_position_embeddings 128: llama.cpp's phi3 ignores the "
+          "sliding window");
 
   // Qwen3 with attention biases: llama.cpp's qwen3 loader refuses it ("wrong number of tensors").
   json q3 = Config("qwen3", false);

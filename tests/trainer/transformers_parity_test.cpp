@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tests/trainer/hf_parity.h"
+#include "trainer/model/lora.h"
 
 namespace sftctl::trainer {
 namespace {
@@ -104,6 +105,41 @@ TEST_P(TransformersParity, LogitsArgmaxAndLossMatchTransformers) {
   const std::string saved = ReferenceDir() + "/" + family + "/sftctl-saved";
   const Status st = SaveHfModel(FileSystem::Default(), saved, r.model->config(), params);
   EXPECT_TRUE(st.ok()) << st.ToString();
+}
+
+// A LoRA adapter on every projection, B drawn non-zero (PEFT starts it at zero), saved as the trainer
+// saves one (SaveAdapter: PEFT's key names and adapter_config.json) into <family>/sftctl-lora with
+// sftctl's adapted logits; transformers_reference.py --check-saved applies the adapter's tensors to
+// transformers' model by their PEFT names (W + s B A on the module each names) and must get them.
+// Odd families use rsLoRA's scale (alpha / sqrt(r)).
+TEST_P(TransformersParity, LoraAdapterSavedForTransformersModules) {
+  const std::string family = GetParam();
+  const std::string dir = ReferenceDir() + "/" + family;
+  Reference r = testing::LoadReferenceFrom(dir, "run tests/reference/transformers_reference.py first");
+  ASSERT_TRUE(r.model);
+  LoraSpec spec;
+  spec.r = 4;
+  spec.alpha = 6;
+  spec.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  spec.use_rslora = family.size() % 2 == 1;
+  torch::manual_seed(17);
+  ASSERT_TRUE(ApplyLora(r.model, spec).ok());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : r.model->named_parameters()) {
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.2);
+    }
+  }
+  r.model->eval();
+  const torch::Tensor ids = r.tensors.at("input_ids");
+  const torch::Tensor adapted = LogitsOf(r.model, ids);
+  EXPECT_GT(MaxAbs(adapted, r.tensors.at("logits")), 1e-2) << "the adapter must change the logits";
+  const std::string out = dir + "/sftctl-lora";
+  ASSERT_TRUE(FileSystem::Default()->CreateDirs(out).ok());
+  const Status saved = SaveAdapter(FileSystem::Default(), out, r.model, spec, dir);
+  ASSERT_TRUE(saved.ok()) << saved.ToString();
+  ASSERT_TRUE(
+      SaveTensors(FileSystem::Default(), out + "/sftctl_logits.safetensors", {{"logits", adapted}}).ok());
 }
 
 // The families of transformers_reference.py's FAMILIES, each a checkpoint transformers wrote.

@@ -1,7 +1,9 @@
 #include "trainer/tools/gguf_export.h"
 
 #include <map>
+#include <memory>
 #include <optional>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -18,7 +20,48 @@ using gguf::TensorType;
 StatusOr<TensorType> WeightType(const std::string& type) {
   if (type == "f16") return TensorType::kF16;
   if (type == "q8_0") return TensorType::kQ8_0;
-  return InvalidArgumentError("--type must be f16 or q8_0, got '" + type + "'");
+  if (type == "f32") return TensorType::kF32;
+  return InvalidArgumentError("--type must be f16, q8_0 or f32, got '" + type + "'");
+}
+
+// GGUF's general.file_type (llama.cpp's LLAMA_FTYPE): 0 all F32, 1 mostly F16, 7 mostly Q8_0.
+uint32_t FileType(TensorType weight_type) {
+  if (weight_type == TensorType::kQ8_0) return 7;
+  return weight_type == TensorType::kF16 ? 1 : 0;
+}
+
+// llama.cpp's Gemma attention scale: 1/sqrt(head_dim), except for the layer count it takes for
+// the 27B model (gemma2: 46 layers, gemma3: 62), where it is 1/sqrt(hidden_size / heads). It reads
+// no query_pre_attn_scalar, so that is the scalar the file stands for.
+double LlamaCppGemmaScalar(const ModelConfig& c) {
+  const int64_t big_layers = c.model_type == "gemma2" ? 46 : 62;
+  if (c.num_hidden_layers == big_layers) return static_cast<double>(c.hidden_size / c.num_attention_heads);
+  return static_cast<double>(c.head_dim);
+}
+
+// The period p of llama.cpp's sliding-window layer pattern (layer i slides when i % p < p - 1; 0:
+// every layer slides, 1: none) that gives `c`'s layers, preferring the architecture's default
+// (gemma2: 2, gemma3: 6); nullopt when no period does.
+std::optional<int64_t> SlidingPattern(const ModelConfig& c, int64_t preferred) {
+  const int64_t L = c.num_hidden_layers;
+  auto fits = [&](int64_t p) {
+    for (int64_t i = 0; i < L; ++i) {
+      const bool slides = p == 0 || i % p < p - 1;
+      if (slides != (c.LayerWindow(i) > 0)) return false;
+    }
+    return true;
+  };
+  if (fits(preferred)) return preferred;
+  for (int64_t p = 0; p <= L + 1; ++p) {
+    if (fits(p)) return p;
+  }
+  return std::nullopt;
+}
+
+std::string Num(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
 }
 
 // llama.cpp's architecture for a model config; `config_path` names config.json in errors.
@@ -37,26 +80,104 @@ StatusOr<std::string> Architecture(const ModelConfig& c, const std::string& conf
     return FieldError(config_path, "sliding_window",
                       std::to_string(c.sliding_window) + " is shorter than max_position_embeddings " +
                           std::to_string(c.max_position_embeddings) +
-                          ": GGUF export writes the llama, qwen2 and qwen3 architectures, and llama.cpp's "
-                          "llama has no sliding-window attention (model_type 'mistral' is unsupported here)");
+                          ": GGUF export writes mistral as llama.cpp's llama architecture, which has no "
+                          "sliding-window attention");
+  }
+  if (c.model_type == "gemma2" || c.model_type == "gemma3_text") {
+    const bool gemma2 = c.model_type == "gemma2";
+    const std::string arch = gemma2 ? "gemma2" : "gemma3";
+    const double scalar = LlamaCppGemmaScalar(c);
+    if (c.query_pre_attn_scalar != scalar) {
+      return FieldError(config_path, "query_pre_attn_scalar",
+                        Num(c.query_pre_attn_scalar) + ": llama.cpp's " + arch +
+                            " reads no attention scale and uses 1/sqrt(" + Num(scalar) +
+                            ") for this model (head_dim, or hidden_size / num_attention_heads for its "
+                            "27B layer count); a GGUF file would attend differently");
+    }
+    if (gemma2 && !c.tie_word_embeddings) {
+      return FieldError(config_path, "tie_word_embeddings",
+                        "false: llama.cpp's gemma2 has no output tensor (it reuses token_embd), so "
+                        "an untied lm_head cannot be written");
+    }
+    if (gemma2 && (c.attn_logit_softcapping <= 0 || c.final_logit_softcapping <= 0)) {
+      return FieldError(config_path,
+                        c.attn_logit_softcapping <= 0 ? "attn_logit_softcapping" : "final_logit_softcapping",
+                        "null: llama.cpp's gemma2 always soft-caps (at 50 / 30 when the file has no "
+                        "value), so a model without soft-capping cannot be written");
+    }
+    if (!gemma2 && c.attn_logit_softcapping > 0) {
+      return FieldError(
+          config_path, "attn_logit_softcapping",
+          Num(c.attn_logit_softcapping) + ": llama.cpp's gemma3 has no attention soft-capping (write null)");
+    }
+    if (!gemma2 && c.final_logit_softcapping > 0) {
+      return FieldError(config_path, "final_logit_softcapping",
+                        Num(c.final_logit_softcapping) +
+                            ": llama.cpp's gemma3 (with sliding-window layers) does not soft-cap the "
+                            "logits (write null)");
+    }
+    if (!gemma2 && c.rope_local_scaling.type != "default") {
+      return FieldError(config_path, "rope_parameters",
+                        "sliding_attention's rope_type '" + c.rope_local_scaling.type +
+                            "': llama.cpp's gemma3 applies no RoPE scaling on its sliding-window layers");
+    }
+    if (!SlidingPattern(c, gemma2 ? 2 : 6)) {
+      return FieldError(config_path, "layer_types",
+                        "the sliding layers follow no period llama.cpp can express (layer i slides "
+                        "when i % p < p - 1)");
+    }
+    return arch;
+  }
+  if (c.model_type == "phi3") {
+    if (c.head_dim * c.num_attention_heads != c.hidden_size) {
+      return FieldError(config_path, "head_dim",
+                        std::to_string(c.head_dim) + " x num_attention_heads " +
+                            std::to_string(c.num_attention_heads) + " is not hidden_size " +
+                            std::to_string(c.hidden_size) +
+                            ": llama.cpp's phi3 sizes attn_qkv and attn_output by hidden_size");
+    }
+    if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings) {
+      return FieldError(config_path, "sliding_window",
+                        std::to_string(c.sliding_window) + " is shorter than max_position_embeddings " +
+                            std::to_string(c.max_position_embeddings) +
+                            ": llama.cpp's phi3 ignores the sliding window and attends to every "
+                            "position (set sliding_window to null or >= max_position_embeddings)");
+    }
+    return std::string("phi3");
   }
   return FieldError(config_path, "model_type",
-                    "'" + c.model_type + "' is not supported by GGUF export (llama, qwen2, qwen3)");
+                    "'" + c.model_type +
+                        "' is not supported by GGUF export (llama, qwen2, qwen3, mistral, gemma2, "
+                        "gemma3_text, phi3)");
 }
 
-// GGUF's name of an HF parameter ("model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight").
-StatusOr<std::string> TensorName(const std::string& hf) {
+// GGUF's name of an HF parameter ("model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight")
+// in llama.cpp's architecture `arch`.
+StatusOr<std::string> TensorName(const std::string& hf, const std::string& arch) {
   static const std::map<std::string, std::string> kGlobal = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
       {"lm_head.weight", "output.weight"}};
   static const std::map<std::string, std::string> kLayer = {
-      {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
-      {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},
-      {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
-      {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"}};
+      {"input_layernorm", "attn_norm"},
+      {"post_attention_layernorm", "ffn_norm"},
+      {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"},
+      {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"},
+      {"mlp.gate_proj", "ffn_gate"},
+      {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"},
+      // phi3: fused q/k/v rows, and gate rows then up rows (llama.cpp splits ffn_up in halves).
+      {"self_attn.qkv_proj", "attn_qkv"},
+      {"mlp.gate_up_proj", "ffn_up"}};
+  // Gemma's four norms per layer: post_attention_layernorm is a post-norm there.
+  static const std::map<std::string, std::string> kGemmaLayer = {
+      {"post_attention_layernorm", "post_attention_norm"},
+      {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"}};
   if (auto it = kGlobal.find(hf); it != kGlobal.end()) return it->second;
   const std::string prefix = "model.layers.";
   const size_t dot = hf.find('.', prefix.size());
@@ -64,10 +185,24 @@ StatusOr<std::string> TensorName(const std::string& hf) {
   if (hf.compare(0, prefix.size(), prefix) == 0 && dot != std::string::npos && last > dot) {
     const std::string layer = hf.substr(prefix.size(), dot - prefix.size());
     const std::string module = hf.substr(dot + 1, last - dot - 1);
+    if (arch == "gemma2" || arch == "gemma3") {
+      if (auto it = kGemmaLayer.find(module); it != kGemmaLayer.end())
+        return "blk." + layer + "." + it->second + hf.substr(last);
+    }
     if (auto it = kLayer.find(module); it != kLayer.end())
       return "blk." + layer + "." + it->second + hf.substr(last);
   }
-  return InternalError("no GGUF name for parameter '" + hf + "'");
+  return InternalError("no GGUF name for parameter '" + hf + "' in architecture " + arch);
+}
+
+// What is added to a tensor's values: Gemma's RMSNorms scale by (1 + weight) and llama.cpp's by
+// the weight, so every Gemma norm (attn/ffn/post norms, q/k norms, output_norm) is written as
+// 1 + weight, as llama.cpp's converter folds it.
+float ValueOffset(const std::string& arch, const std::string& gguf_name) {
+  const std::string suffix = "norm.weight";
+  const bool norm = gguf_name.size() >= suffix.size() &&
+                    gguf_name.compare(gguf_name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return norm && (arch == "gemma2" || arch == "gemma3") ? 1.0f : 0.0f;
 }
 
 // The heads whose rows are reordered for llama.cpp's adjacent-pair RoPE (0: none).
@@ -85,11 +220,12 @@ torch::Tensor PairHalves(const torch::Tensor& t, int64_t heads) {
   return t.reshape(split).transpose(1, 2).reshape(t.sizes()).contiguous();
 }
 
-GgufWriter::Producer Encoder(torch::Tensor t, TensorType type, int64_t permuted_heads) {
-  return [t = std::move(t), type, permuted_heads](std::string* out) -> Status {
+GgufWriter::Producer Encoder(torch::Tensor t, TensorType type, int64_t permuted_heads, float offset) {
+  return [t = std::move(t), type, permuted_heads, offset](std::string* out) -> Status {
     torch::NoGradGuard no_grad;
     torch::Tensor x = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     if (permuted_heads > 0) x = PairHalves(x, permuted_heads);
+    if (offset != 0.0f) x = (x + offset).contiguous();
     gguf::AppendEncoded(type, x.data_ptr<float>(), x.numel(), out);
     return OkStatus();
   };
@@ -99,6 +235,10 @@ void SetModelMetadata(const ModelConfig& c, const std::string& arch, GgufWriter*
   auto u32 = [&](const std::string& key, int64_t v) {
     w->SetUint32(arch + "." + key, static_cast<uint32_t>(v));
   };
+  auto f32 = [&](const std::string& key, double v) {
+    w->SetFloat32(arch + "." + key, static_cast<float>(v));
+  };
+  const bool gemma = arch == "gemma2" || arch == "gemma3";
   u32("vocab_size", c.vocab_size);
   u32("context_length", c.max_position_embeddings);
   u32("embedding_length", c.hidden_size);
@@ -106,17 +246,48 @@ void SetModelMetadata(const ModelConfig& c, const std::string& arch, GgufWriter*
   u32("feed_forward_length", c.intermediate_size);
   u32("attention.head_count", c.num_attention_heads);
   u32("attention.head_count_kv", c.num_key_value_heads);
-  w->SetFloat32(arch + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
-  w->SetFloat32(arch + ".rope.freq_base", static_cast<float>(c.rope_theta));
-  u32("rope.dimension_count", c.head_dim);
-  if (c.model_type == "qwen3" || c.head_dim * c.num_attention_heads != c.hidden_size) {
+  f32("attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  f32("rope.freq_base", c.rope_theta);
+  u32("rope.dimension_count", c.RotaryDim());  // head_dim but for phi3's partial rotary factor
+  if (gemma || c.model_type == "qwen3" || c.head_dim * c.num_attention_heads != c.hidden_size) {
     u32("attention.key_length", c.head_dim);
     u32("attention.value_length", c.head_dim);
   }
   if (c.rope_scaling.type == "linear") {
     w->SetString(arch + ".rope.scaling.type", "linear");
-    w->SetFloat32(arch + ".rope.scaling.factor", static_cast<float>(c.rope_scaling.factor));
+    f32("rope.scaling.factor", c.rope_scaling.factor);
   }
+  if (gemma) {
+    // Sliding-window layers: the window and the period of the pattern (Architecture checked that
+    // one exists); the window of a model with no sliding layer is never used.
+    u32("attention.sliding_window", c.sliding_window > 0 ? c.sliding_window : c.max_position_embeddings);
+    u32("attention.sliding_window_pattern", *SlidingPattern(c, arch == "gemma2" ? 2 : 6));
+    if (c.rope_local_theta > 0) f32("rope.freq_base_swa", c.rope_local_theta);
+    if (c.attn_logit_softcapping > 0) f32("attn_logit_softcapping", c.attn_logit_softcapping);
+    if (c.final_logit_softcapping > 0) f32("final_logit_softcapping", c.final_logit_softcapping);
+  }
+  if (arch == "phi3") {
+    // llama.cpp picks longrope's long factors when its context exceeds this length.
+    u32("rope.scaling.original_context_length", c.original_max_position_embeddings);
+    u32("attention.sliding_window", c.sliding_window);
+    if (c.longrope()) f32("rope.scaling.attn_factor", c.rope_scaling.attention_factor);
+  }
+}
+
+// phi3's longrope: the per-frequency divisors for short and long contexts, as llama.cpp's
+// rope_factors_short / rope_factors_long tensors [rotary_dim / 2].
+Status AddRopeFactors(const ModelConfig& c, GgufWriter* w) {
+  if (!c.longrope()) return OkStatus();
+  for (const auto& [name, factors] : {std::pair{"rope_factors_long.weight", &c.rope_scaling.long_factor},
+                                      std::pair{"rope_factors_short.weight", &c.rope_scaling.short_factor}}) {
+    auto values = std::make_shared<std::vector<float>>(factors->begin(), factors->end());
+    SFT_RETURN_IF_ERROR(w->AddTensor(
+        name, {static_cast<int64_t>(values->size())}, TensorType::kF32, [values](std::string* out) {
+          gguf::AppendEncoded(TensorType::kF32, values->data(), static_cast<int64_t>(values->size()), out);
+          return OkStatus();
+        }));
+  }
+  return OkStatus();
 }
 
 // Llama-3 RoPE scaling as llama.cpp's rope_freqs tensor: unscaled / scaled inverse frequency.
@@ -146,14 +317,15 @@ Status AddWeights(const ExportWeights& weights, const std::string& arch, TensorT
   const ModelConfig& c = weights.config;
   for (const auto& [hf, t] : weights.params) {
     if (c.tie_word_embeddings && hf == "lm_head.weight") continue;
-    SFT_ASSIGN_OR_RETURN(std::string name, TensorName(hf));
+    SFT_ASSIGN_OR_RETURN(std::string name, TensorName(hf, arch));
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
     TensorType type = TensorType::kF32;
-    if (shape.size() == 2) {
+    if (shape.size() == 2 && weight_type != TensorType::kF32) {
       type = weight_type == TensorType::kQ8_0 && shape[1] % gguf::kQ8_0BlockValues == 0 ? TensorType::kQ8_0
                                                                                         : TensorType::kF16;
     }
-    SFT_RETURN_IF_ERROR(w->AddTensor(name, shape, type, Encoder(t, type, PermutedHeads(arch, name, c))));
+    SFT_RETURN_IF_ERROR(w->AddTensor(
+        name, shape, type, Encoder(t, type, PermutedHeads(arch, name, c), ValueOffset(arch, name))));
   }
   return OkStatus();
 }
@@ -192,11 +364,12 @@ Status ExportGguf(const GgufExportOptions& o) {
   GgufWriter w;
   w.SetString("general.architecture", arch);
   w.SetString("general.name", FolderName(o.model_dir));
-  w.SetUint32("general.file_type", weight_type == TensorType::kQ8_0 ? 7 : 1);
+  w.SetUint32("general.file_type", FileType(weight_type));
   w.SetUint32("general.quantization_version", 2);
   SetModelMetadata(c, arch, &w);
   gguf::SetTokenizerMetadata(tok, &w);
   SFT_RETURN_IF_ERROR(AddRopeFreqs(c, arch, config_path, &w));
+  SFT_RETURN_IF_ERROR(AddRopeFactors(c, &w));
   SFT_RETURN_IF_ERROR(AddWeights(weights, arch, weight_type, &w));
   return w.Write(fs, o.out_path);
 }
