@@ -1,11 +1,25 @@
 #include "common/data/generation_prompts.h"
 
+#include <algorithm>
+
 #include "common/data/jsonl_reader.h"
 #include "common/data/sft_data.h"
 
 namespace sftctl {
 
 using nlohmann::ordered_json;
+
+std::vector<int32_t> WithSpecialTokens(const SequenceSpecialTokens& special, std::vector<int32_t> ids) {
+  auto has = [&](const std::vector<int32_t>& part, bool front) {
+    return !part.empty() && ids.size() >= part.size() &&
+           std::equal(part.begin(), part.end(), front ? ids.begin() : ids.end() - part.size());
+  };
+  if (!special.prefix.empty() && !has(special.prefix, true))
+    ids.insert(ids.begin(), special.prefix.begin(), special.prefix.end());
+  if (!special.suffix.empty() && !has(special.suffix, false))
+    ids.insert(ids.end(), special.suffix.begin(), special.suffix.end());
+  return ids;
+}
 
 PromptReader::PromptReader(const Tokenizer& tok, PromptOptions options)
     : tok_(tok), opt_(std::move(options)) {}
@@ -18,11 +32,12 @@ StatusOr<const ChatTemplate*> PromptReader::Chat() {
   return &*chat_;
 }
 
-StatusOr<GenerationPrompt> PromptReader::Finish(std::string text, const std::string& where) {
+StatusOr<GenerationPrompt> PromptReader::Finish(std::string text, const std::string& where, bool raw) {
   GenerationPrompt p;
   p.where = where;
   p.ids = tok_.Encode(text, /*parse_special=*/true);
   if (p.ids.empty()) return InvalidArgumentError(where + ": the prompt is empty");
+  if (raw) p.ids = WithSpecialTokens(tok_.single_special_tokens(), std::move(p.ids));
   p.text = std::move(text);
   return p;
 }
@@ -40,11 +55,11 @@ StatusOr<GenerationPrompt> PromptReader::FromMessages(std::vector<ChatMessage> m
   if (!chat.ok()) return chat.status().WithContext(where);
   auto text = (*chat)->RenderText(messages, /*add_generation_prompt=*/true);
   if (!text.ok()) return InvalidArgumentError(where + ": " + text.status().message());
-  return Finish(std::move(*text), where);
+  return Finish(std::move(*text), where, /*raw=*/false);
 }
 
 StatusOr<GenerationPrompt> PromptReader::FromText(const std::string& prompt, const std::string& where) {
-  if (!opt_.chat) return Finish(prompt, where);
+  if (!opt_.chat) return Finish(prompt, where, /*raw=*/true);
   ChatMessage user;
   user.role = "user";
   user.content = prompt;

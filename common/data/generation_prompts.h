@@ -13,7 +13,10 @@
 // template's generation prompt (add_generation_prompt=True); `system`, when set, becomes the
 // first message of conversations that have no system message. Chat-rendered text is encoded
 // with special tokens parsed, like training data; so is a plain prompt (a user may type
-// "<|im_start|>").
+// "<|im_start|>"). A plain prompt (not chat-rendered) also gets the post_processor's tokens (a
+// bos: Gemma's <bos>, Llama-2's <s>), as transformers' text-generation pipeline adds them
+// (add_special_tokens=True), unless its ids already start (end) with them: a prompt typed with
+// "<bos>" keeps one. Chat renderings get none (the template writes its bos).
 //
 // Errors are INVALID_ARGUMENT naming "<file>:<line>" (or "--prompt"): a line that is not a JSON
 // object, neither "prompt" nor "messages", a field of the wrong type, an empty prompt, a
@@ -50,6 +53,9 @@ struct GenerationPrompt {
   std::optional<std::string> reference;
 };
 
+// `ids` with `special`'s prefix before them and suffix after them, each unless already there.
+std::vector<int32_t> WithSpecialTokens(const SequenceSpecialTokens& special, std::vector<int32_t> ids);
+
 class PromptReader {
  public:
   // `tok` must outlive the reader.
@@ -67,7 +73,8 @@ class PromptReader {
 
  private:
   StatusOr<GenerationPrompt> FromMessages(std::vector<ChatMessage> messages, const std::string& where);
-  StatusOr<GenerationPrompt> Finish(std::string text, const std::string& where);
+  // `raw`: a plain prompt, which gets the post_processor's tokens.
+  StatusOr<GenerationPrompt> Finish(std::string text, const std::string& where, bool raw);
 
   const Tokenizer& tok_;
   PromptOptions opt_;

@@ -75,25 +75,50 @@ Status SampleEncoder::Encode(const ordered_json& rec, const std::string& format,
                              EncodedSample* out) {
   out->ids.clear();
   out->trained.clear();
-  const auto eos = tok_.eos_id();
   if (format == "messages") return EncodeMessages(rec, where, out);
-  if (!eos) return FailedPreconditionError("tokenizer " + tok_.name() + " has no end-of-sequence token");
+  if (!tok_.eos_id())
+    return FailedPreconditionError("tokenizer " + tok_.name() + " has no end-of-sequence token");
   if (format == "text") {
     SFT_ASSIGN_OR_RETURN(std::string text, StringField(rec, "text", where));
-    out->ids = tok_.Encode(text, /*parse_special=*/false);
-    out->ids.push_back(*eos);
+    out->ids = EncodePlainSample(tok_, text, nullptr);
     out->trained.assign(out->ids.size(), 1);
   } else {
     SFT_ASSIGN_OR_RETURN(std::string prompt, StringField(rec, "prompt", where));
     SFT_ASSIGN_OR_RETURN(std::string completion, StringField(rec, "completion", where));
-    out->ids = tok_.Encode(prompt, /*parse_special=*/false);
-    out->trained.assign(out->ids.size(), 0);
-    std::vector<int32_t> c = tok_.Encode(completion, /*parse_special=*/false);
-    c.push_back(*eos);
-    out->ids.insert(out->ids.end(), c.begin(), c.end());
-    out->trained.resize(out->ids.size(), 1);
+    size_t prompt_tokens = 0;
+    out->ids = EncodePlainSample(tok_, prompt, &prompt_tokens, completion);
+    out->trained.assign(out->ids.size(), 1);
+    std::fill_n(out->trained.begin(), std::min(prompt_tokens, out->ids.size()), 0);
   }
   return OkStatus();
+}
+
+std::vector<int32_t> EncodePlainSample(const Tokenizer& tok, std::string_view text, size_t* prompt_tokens,
+                                       std::string_view completion) {
+  const SequenceSpecialTokens special = tok.single_special_tokens();
+  const std::optional<int32_t> eos = tok.eos_id();
+  // A leading bos text is the bos the post_processor adds; a trailing eos text the eos appended.
+  std::string_view body = text;
+  if (!special.prefix_text.empty() && body.substr(0, special.prefix_text.size()) == special.prefix_text) {
+    body.remove_prefix(special.prefix_text.size());
+  }
+  std::string joined;
+  if (prompt_tokens != nullptr) {
+    *prompt_tokens = special.prefix.size() + tok.Encode(body, /*parse_special=*/false).size();
+    joined.assign(body).append(completion);
+    body = joined;
+  }
+  const std::string eos_text = eos ? tok.Decode({*eos}) : std::string();
+  if (!eos_text.empty() && body.size() >= eos_text.size() &&
+      body.substr(body.size() - eos_text.size()) == eos_text) {
+    body.remove_suffix(eos_text.size());
+  }
+  std::vector<int32_t> ids = special.prefix;
+  const std::vector<int32_t> encoded = tok.Encode(body, /*parse_special=*/false);
+  ids.insert(ids.end(), encoded.begin(), encoded.end());
+  if (eos && (special.suffix.empty() || special.suffix.front() != *eos)) ids.push_back(*eos);
+  ids.insert(ids.end(), special.suffix.begin(), special.suffix.end());
+  return ids;
 }
 
 Status SampleEncoder::EncodeMessages(const ordered_json& rec, const std::string& where, EncodedSample* out) {
@@ -137,38 +162,8 @@ Status SampleEncoder::EncodeMessages(const ordered_json& rec, const std::string&
   if (!segments_or.ok()) return InvalidArgumentError(where + ": " + segments_or.status().message());
   const std::vector<ChatSegment>& segments = *segments_or;
 
-  std::string text;
-  std::vector<size_t> seg_end;
-  for (const auto& s : segments) {
-    text += s.text;
-    seg_end.push_back(text.size());
-  }
-  // seg_of[k]: the segment token k starts in.
-  std::vector<int32_t> seg_of;
-  out->ids = tok_.Encode(text, /*parse_special=*/true);
-  std::string joined;
-  bool exact = true;
-  for (size_t k = 0; k < out->ids.size() && exact; ++k) {
-    const size_t start = joined.size();
-    joined += TokenBytes(out->ids[k]);
-    if (joined.size() > text.size() || text.compare(start, joined.size() - start, joined, start) != 0) {
-      exact = false;
-      break;
-    }
-    size_t s = seg_of.empty() ? 0 : static_cast<size_t>(seg_of.back());
-    while (s < seg_end.size() && seg_end[s] <= start) ++s;
-    seg_of.push_back(static_cast<int32_t>(s));
-  }
-  if (!exact || joined != text) {
-    // The tokens do not reproduce the text byte for byte: tokenize segment by segment.
-    out->ids.clear();
-    seg_of.clear();
-    for (size_t s = 0; s < segments.size(); ++s) {
-      std::vector<int32_t> part = tok_.Encode(segments[s].text, /*parse_special=*/true);
-      out->ids.insert(out->ids.end(), part.begin(), part.end());
-      seg_of.resize(out->ids.size(), static_cast<int32_t>(s));
-    }
-  }
+  std::vector<int32_t> seg_of;  // seg_of[k]: the segment token k starts in
+  EncodeRendered(segments, &out->ids, &seg_of);
   out->trained.assign(out->ids.size(), 0);
   for (size_t k = 0; k < out->ids.size(); ++k) out->trained[k] = segments[seg_of[k]].trained ? 1 : 0;
 
@@ -199,6 +194,52 @@ Status SampleEncoder::EncodeMessages(const ordered_json& rec, const std::string&
     }
   }
   return OkStatus();
+}
+
+// The rendered text is tokenized once, as transformers tokenizes it (no post_processor tokens:
+// the template writes its own bos), and each token is assigned the segment it starts in, by its
+// byte offset in the text (BpeTokenizer::EncodeWithOffsets), or else by the bytes each token
+// decodes to. Only when neither gives exact offsets (a Unicode normalizer changed the text) are the
+// segments tokenized one by one.
+void SampleEncoder::EncodeRendered(const std::vector<ChatSegment>& segments, std::vector<int32_t>* ids,
+                                   std::vector<int32_t>* seg_of) const {
+  std::string text;
+  std::vector<size_t> seg_end;
+  for (const auto& s : segments) {
+    text += s.text;
+    seg_end.push_back(text.size());
+  }
+  std::vector<size_t> starts;
+  bool exact = false;
+  if (const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok_)) {
+    exact = bpe->EncodeWithOffsets(text, /*parse_special=*/true, ids, &starts);
+  } else {
+    *ids = tok_.Encode(text, /*parse_special=*/true);
+    std::string joined;
+    exact = true;
+    for (size_t k = 0; k < ids->size() && exact; ++k) {
+      starts.push_back(joined.size());
+      joined += TokenBytes((*ids)[k]);
+      exact = joined.size() <= text.size() &&
+              text.compare(starts.back(), joined.size() - starts.back(), joined, starts.back()) == 0;
+    }
+    exact = exact && joined == text;
+  }
+  seg_of->clear();
+  if (exact) {
+    size_t s = 0;
+    for (size_t start : starts) {
+      while (s + 1 < seg_end.size() && seg_end[s] <= start) ++s;
+      seg_of->push_back(static_cast<int32_t>(s));
+    }
+    return;
+  }
+  ids->clear();
+  for (size_t s = 0; s < segments.size(); ++s) {
+    std::vector<int32_t> part = tok_.Encode(segments[s].text, /*parse_special=*/true);
+    ids->insert(ids->end(), part.begin(), part.end());
+    seg_of->resize(ids->size(), static_cast<int32_t>(s));
+  }
 }
 
 Status SampleEncoder::ScanFile(const std::string& path, DataStats* stats,

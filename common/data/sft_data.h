@@ -4,6 +4,8 @@
 // Formats, detected per file from its first record (or forced by data.format):
 //   {"text": "..."}                            every token trained, then the eos token (trained)
 //   {"prompt": "...", "completion": "..."}     completion tokens + eos trained
+// `text` and prompt/completion records get the tokenizer's post_processor tokens (a bos) as TRL
+// gives them (EncodePlainSample); `messages` renderings do not (the template writes its bos).
 //   {"messages": [{"role", "content"}, ...]}   rendered with the chat template; only assistant
 //                                              output trained, including its end-of-turn token
 // A record of another format than the file's, a record with fields of several formats, a
@@ -13,10 +15,10 @@
 //
 // Chat masking: the rendered conversation is tokenized as one text (exactly the ids the model
 // is served with); each token is trained when it starts inside an assistant segment, using the
-// byte offsets of the tokens. Every assistant turn is checked to have trained tokens ending in
-// the end-of-turn token, so a mismatch can never silently mask everything. If the tokens do
-// not reproduce the text byte for byte (a normalizer changed it), segments are tokenized one
-// by one instead.
+// byte offsets of the tokens (SentencePiece-style tokenizers too: Llama-2's prepended "▁" belongs
+// to the section it starts). Every assistant turn is checked to have trained tokens ending in
+// the end-of-turn token, so a mismatch can never silently mask everything. Only if the offsets are
+// not exact (a Unicode normalizer changed the text) are segments tokenized one by one instead.
 //
 // Truncation keeps the first max_seq_len tokens. Masking is by position, never by id, so a pad
 // id equal to eos cannot hide the real end token.
@@ -28,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/jinja/chat_template.h"
@@ -65,6 +68,16 @@ struct DataOptions {
 // a tokenizer.json, else "byte". (Same rule as the trainer's OpenTokenizer.)
 std::string ResolveTokenizerSource(const JobSpec& spec);
 
+// A `text` record (or with `prompt_tokens`, a prompt and its completion) as TRL's SFTTrainer
+// tokenizes it: tokenizer(text) with add_special_tokens=True, so the post_processor's tokens around
+// it (Gemma's <bos>, Llama-2's <s>), and the eos token appended. The prompt and completion are
+// tokenized as one text; *prompt_tokens is the length of the prompt's own encoding (with the
+// post_processor's prefix): the tokens not trained. Special-token text is plain text, except a
+// text (prompt) that starts with the prefix's text, which is that prefix (never two bos), and one
+// that ends with the eos text, which is that eos (never two eos).
+std::vector<int32_t> EncodePlainSample(const Tokenizer& tok, std::string_view text, size_t* prompt_tokens,
+                                       std::string_view completion = {});
+
 // Encodes records; loads the chat template on the first `messages` record.
 class SampleEncoder {
  public:
@@ -99,6 +112,8 @@ class SampleEncoder {
  private:
   Status EncodeMessages(const nlohmann::ordered_json& rec, const std::string& where, EncodedSample* out);
   std::string TokenBytes(int32_t id) const;
+  void EncodeRendered(const std::vector<ChatSegment>& segments, std::vector<int32_t>* ids,
+                      std::vector<int32_t>* seg_of) const;
 
   const Tokenizer& tok_;
   DataOptions opt_;

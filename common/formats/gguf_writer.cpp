@@ -93,6 +93,19 @@ void GgufWriter::SetInt32Array(const std::string& key, const std::vector<int32_t
   Set(key, std::move(e));
 }
 
+void GgufWriter::SetFloat32Array(const std::string& key, const std::vector<float>& v) {
+  std::string e;
+  PutType(ValueType::kArray, &e);
+  PutType(ValueType::kFloat32, &e);
+  PutU64(v.size(), &e);
+  for (float x : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    PutU32(bits, &e);
+  }
+  Set(key, std::move(e));
+}
+
 Status GgufWriter::AddTensor(const std::string& name, const std::vector<int64_t>& shape, TensorType type,
                              Producer produce) {
   if (name.empty() || name.size() >= kMaxTensorName) {

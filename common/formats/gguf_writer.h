@@ -68,6 +68,7 @@ class GgufWriter {
   void SetString(const std::string& key, const std::string& v);
   void SetStringArray(const std::string& key, const std::vector<std::string>& v);
   void SetInt32Array(const std::string& key, const std::vector<int32_t>& v);
+  void SetFloat32Array(const std::string& key, const std::vector<float>& v);
 
   // Adds a tensor. `shape` is outermost first (PyTorch's order). INVALID_ARGUMENT naming the
   // tensor for a duplicate or too long name, an empty or non-positive shape, or a Q8_0 tensor

@@ -29,5 +29,12 @@ struct NormalizerStep {
 std::string_view Normalize(std::string_view text, const std::vector<NormalizerStep>& steps,
                            std::string* storage);
 
+// Normalize, also setting *origin (one entry per byte of the result, plus one for its end) to the
+// offset in `text` each byte comes from: a Replace's bytes from its match, a Prepend's from where
+// the text starts. Returns false when a Unicode form changed the text (the offsets are then not
+// exact). REQUIRES: IsValidUtf8(text).
+bool NormalizeWithOffsets(std::string_view text, const std::vector<NormalizerStep>& steps,
+                          std::string* storage, std::string_view* normalized, std::vector<size_t>* origin);
+
 }  // namespace bpe_internal
 }  // namespace sftctl

@@ -1,5 +1,6 @@
 #include "common/tokenizer/bpe_tokenizer.h"
 
+#include <algorithm>
 #include <functional>
 #include <unordered_map>
 #include <utility>
@@ -137,6 +138,86 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* ids) 
   CacheShard::Entry& entry = shard.map[hash];
   entry.word.assign(word.data(), word.size());
   entry.ids.assign(ids->begin() + static_cast<std::ptrdiff_t>(first), ids->end());
+}
+
+// ---------------------------------------------------------------------------------------
+// Encoding with offsets: the same pipeline, tracking where each token starts in the text.
+
+bool BpeTokenizer::EncodeWithOffsets(std::string_view text, bool parse_special, std::vector<int32_t>* ids,
+                                     std::vector<size_t>* starts) const {
+  ids->clear();
+  starts->clear();
+  if (!IsValidUtf8(text)) {  // repaired text has other offsets
+    *ids = Encode(text, parse_special);
+    starts->assign(ids->size(), 0);
+    return false;
+  }
+  std::vector<AddedTokenMatcher::Segment> segments;
+  const AddedTokenMatcher& matcher = *raw_matchers_[parse_special ? 0 : 1];
+  if (matcher.empty()) {
+    segments.push_back({0, text.size(), -1});
+  } else {
+    matcher.Split(text, &segments);
+  }
+  bool exact = true;
+  for (const auto& seg : segments) {
+    if (seg.token >= 0) {
+      ids->push_back(seg.token);
+      starts->push_back(seg.begin);
+    } else if (seg.end > seg.begin) {
+      exact = EncodeSectionWithOffsets(text.substr(seg.begin, seg.end - seg.begin), seg.begin, parse_special,
+                                       ids, starts) &&
+              exact;
+    }
+  }
+  return exact;
+}
+
+size_t BpeTokenizer::NormalizedLength(int32_t id) const {
+  if (byte_level()) return id_to_bytes_[static_cast<size_t>(id)].size();
+  const std::string& token = id_to_token_[static_cast<size_t>(id)];
+  unsigned char byte;
+  return bpe_internal::ParseByteFallbackToken(token, &byte) ? 1 : token.size();
+}
+
+bool BpeTokenizer::EncodeSectionWithOffsets(std::string_view section, size_t base, bool parse_special,
+                                            std::vector<int32_t>* ids, std::vector<size_t>* starts) const {
+  std::string storage;
+  std::string_view text;
+  std::vector<size_t> origin;
+  bool exact = bpe_internal::NormalizeWithOffsets(section, normalizers_, &storage, &text, &origin);
+  auto start_of = [&](size_t pos) { return base + origin[std::min(pos, text.size())]; };
+  auto encode_word = [&](std::string_view word) {
+    const bool inside = word.data() >= text.data() && word.data() + word.size() <= text.data() + text.size();
+    size_t pos = inside ? static_cast<size_t>(word.data() - text.data()) : 0;
+    exact = exact && inside;  // a ByteLevel prefix space: a copy of the text
+    const size_t first = ids->size(), end = pos + word.size();
+    EncodeWord(word, ids);
+    for (size_t k = first; k < ids->size(); ++k) {
+      starts->push_back(start_of(pos));
+      pos += NormalizedLength((*ids)[k]);
+    }
+    exact = exact && pos == end;
+  };
+  auto run = [&](size_t begin, size_t end) {
+    bpe_internal::RunPreTokenizers(pre_tokenizers_, text.substr(begin, end - begin), encode_word);
+  };
+  const AddedTokenMatcher& nmatcher = *normalized_matchers_[parse_special ? 0 : 1];
+  if (nmatcher.empty()) {
+    run(0, text.size());
+    return exact;
+  }
+  std::vector<AddedTokenMatcher::Segment> segments;
+  nmatcher.Split(text, &segments);
+  for (const auto& seg : segments) {
+    if (seg.token >= 0) {
+      ids->push_back(seg.token);
+      starts->push_back(start_of(seg.begin));
+    } else {
+      run(seg.begin, seg.end);
+    }
+  }
+  return exact;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -15,9 +15,11 @@
 //                                                             ─ BPE over bytes or characters, merges
 //                                                               by rank ─ ids
 //
-// Anything else in tokenizer.json (another model type, normalizer, pre-tokenizer or decoder, a
-// Regex where only a String is supported) is refused when loading, naming the field: never
-// tokenized differently.
+// Anything else in tokenizer.json (another model type, normalizer, pre-tokenizer, decoder or
+// post_processor, a Regex where only a String is supported) is refused when loading, naming the
+// field: never tokenized differently. The post_processor (bpe_post_processor.h) gives the special
+// tokens EncodeWithSpecialTokens puts around a sequence (transformers' add_special_tokens=True);
+// Encode adds none.
 //
 // Regexes are compiled with PCRE2 (UTF + UCP + JIT). Known divergences between the
 // reference implementations themselves (and therefore possibly from this one): whether
@@ -83,6 +85,15 @@ class BpeTokenizer : public Tokenizer {
   std::optional<int32_t> pad_id() const override { return pad_id_; }
   std::optional<int32_t> bos_id() const override { return bos_id_; }
   std::string name() const override { return name_; }
+  // tokenizer.json's post_processor (bpe_post_processor.h), or for Llama/Gemma tokenizer classes
+  // tokenizer_config.json's add_bos_token / add_eos_token, as transformers reads them.
+  SequenceSpecialTokens single_special_tokens() const override { return special_; }
+
+  // Encode, and the byte offset in `text` where each token starts (*starts, one per id; a token
+  // the normalizer added, Llama-2's prepended "▁", starts where its section does). Returns false
+  // when the offsets are not exact: a Unicode normalization (NFC, ...) changed the text.
+  bool EncodeWithOffsets(std::string_view text, bool parse_special, std::vector<int32_t>* ids,
+                         std::vector<size_t>* starts) const;
 
   // Like Decode but without repairing ill-formed UTF-8 (a multi-byte character split
   // across ids stays split), so that pieces decoded one id at a time concatenate exactly.
@@ -105,11 +116,16 @@ class BpeTokenizer : public Tokenizer {
 
   void EncodeSection(std::string_view text, bool parse_special, std::vector<int32_t>* ids) const;
   void EncodeWord(std::string_view word, std::vector<int32_t>* ids) const;
+  bool EncodeSectionWithOffsets(std::string_view section, size_t base, bool parse_special,
+                                std::vector<int32_t>* ids, std::vector<size_t>* starts) const;
+  // The bytes of normalized text a token produced by BPE stands for.
+  size_t NormalizedLength(int32_t id) const;
   void AppendDecoded(int32_t id, bool skip_special, std::string* out) const;
 
   std::string name_;
   int32_t vocab_size_ = 0;
   std::optional<int32_t> eos_id_, pad_id_, bos_id_;
+  SequenceSpecialTokens special_;
 
   // id -> token string as written in tokenizer.json; empty for unused ids.
   std::vector<std::string> id_to_token_;

@@ -19,6 +19,7 @@
 #include "common/tokenizer/bpe_decoder.h"
 #include "common/tokenizer/bpe_merges.h"
 #include "common/tokenizer/bpe_normalizer.h"
+#include "common/tokenizer/bpe_post_processor.h"
 #include "common/tokenizer/bpe_pre_tokenizer.h"
 #include "common/tokenizer/bpe_tokenizer.h"
 #include "common/tokenizer/bpe_vocab.h"
@@ -334,6 +335,7 @@ class TokenizerJsonLoader {
   Status ReadDecoder(const json& root);
   void BuildAddedTokenMatchers(std::vector<AddedToken> added);
   Status ResolveSpecialIds(const json& config);
+  Status ReadPostProcessor(const json& root, const json& config);
 
   const JsonErrors err_;      // tokenizer.json
   const JsonErrors cfg_err_;  // tokenizer_config.json
@@ -368,6 +370,7 @@ StatusOr<std::unique_ptr<BpeTokenizer>> TokenizerJsonLoader::Load(std::string_vi
   SFT_RETURN_IF_ERROR(ReadDecoder(root));
   BuildAddedTokenMatchers(std::move(added));
   SFT_RETURN_IF_ERROR(ResolveSpecialIds(config));
+  SFT_RETURN_IF_ERROR(ReadPostProcessor(root, config));
   return std::move(tok_);
 }
 
@@ -707,6 +710,42 @@ Status TokenizerJsonLoader::ResolveSpecialIds(const json& config) {
   SFT_RETURN_IF_ERROR(resolve("pad_token", &tok_->pad_id_));
   SFT_RETURN_IF_ERROR(resolve("bos_token", &tok_->bos_id_));
   return OkStatus();
+}
+
+// The special tokens around a single sequence: tokenizer.json's post_processor, except that, as
+// transformers' LlamaTokenizerFast and GemmaTokenizerFast rebuild it from tokenizer_config.json's
+// add_bos_token / add_eos_token (update_post_processor), those flags decide for these classes
+// when the config sets them.
+Status TokenizerJsonLoader::ReadPostProcessor(const json& root, const json& config) {
+  BpeTokenizer& t = *tok_;
+  auto token_of = [&t](int64_t id) -> std::optional<std::string> {
+    if (id < 0 || id > INT32_MAX) return std::nullopt;
+    return t.IdToToken(static_cast<int32_t>(id));
+  };
+  SFT_ASSIGN_OR_RETURN(t.special_, ParsePostProcessor(root, err_.label, token_of));
+  auto cls = config.find("tokenizer_class");
+  std::string name = cls != config.end() && cls->is_string() ? cls->get<std::string>() : "";
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Fast") == 0) name.resize(name.size() - 4);
+  if (name != "LlamaTokenizer" && name != "CodeLlamaTokenizer" && name != "GemmaTokenizer") return OkStatus();
+  auto flag = [&](const char* key, bool is_bos) -> Status {
+    auto it = config.find(key);
+    if (it == config.end() || it->is_null()) return OkStatus();
+    if (!it->is_boolean()) return cfg_err_.Field(key, "expected a boolean");
+    std::vector<int32_t>& ids = is_bos ? t.special_.prefix : t.special_.suffix;
+    std::string& text = is_bos ? t.special_.prefix_text : t.special_.suffix_text;
+    ids.clear();
+    text.clear();
+    if (!it->get<bool>()) return OkStatus();
+    const std::optional<int32_t> id = is_bos ? t.bos_id_ : t.eos_id_;
+    if (!id)
+      return cfg_err_.Field(key,
+                            std::string("is true but there is no ") + (is_bos ? "bos_token" : "eos_token"));
+    ids.push_back(*id);
+    text = *t.IdToToken(*id);
+    return OkStatus();
+  };
+  SFT_RETURN_IF_ERROR(flag("add_bos_token", true));
+  return flag("add_eos_token", false);
 }
 
 }  // namespace bpe_internal

@@ -6,6 +6,15 @@ constexpr std::string_view kEndText = "<|end|>";
 constexpr std::string_view kPadText = "<|pad|>";
 }  // namespace
 
+std::vector<int32_t> Tokenizer::EncodeWithSpecialTokens(std::string_view text, bool parse_special) const {
+  const SequenceSpecialTokens special = single_special_tokens();
+  std::vector<int32_t> ids = special.prefix;
+  const std::vector<int32_t> body = Encode(text, parse_special);
+  ids.insert(ids.end(), body.begin(), body.end());
+  ids.insert(ids.end(), special.suffix.begin(), special.suffix.end());
+  return ids;
+}
+
 std::vector<int32_t> ByteTokenizer::Encode(std::string_view text, bool parse_special) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size());

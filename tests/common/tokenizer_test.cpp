@@ -477,6 +477,104 @@ TEST(SentencePieceBpe, DecoderReplacesFallsBackFusesAndStrips) {
   EXPECT_EQ(tok->DecodeBytes({id("<0xC3>")}), "\xC3");
 }
 
+// ---- post_processor: the special tokens around one sequence ---------------------------------
+
+json Template(const std::vector<json>& single, const json& special_tokens) {
+  return json{{"type", "TemplateProcessing"},
+              {"single", single},
+              {"pair", nullptr},
+              {"special_tokens", special_tokens}};
+}
+json SpecialItem(const char* name) { return json{{"SpecialToken", {{"id", name}, {"type_id", 0}}}}; }
+json SequenceItem(const char* name = "A") { return json{{"Sequence", {{"id", name}, {"type_id", 0}}}}; }
+
+TEST(PostProcessor, TemplateProcessingAddsItsSpecialTokens) {
+  json j = SentencePieceJson({{"a", "b"}, {"\u2581", "ab"}});
+  const json specials = {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}},
+                         {"</s>", {{"id", "</s>"}, {"ids", {2}}, {"tokens", {"</s>"}}}}};
+  j["post_processor"] = Template({SpecialItem("<s>"), SequenceItem(), SpecialItem("</s>")}, specials);
+  j["post_processor"]["pair"] = {SpecialItem("<s>"), SequenceItem("A"), SpecialItem("<s>"),
+                                 SequenceItem("B")};
+  auto tok = Make(j);
+  ASSERT_TRUE(tok);
+  const int32_t ab = *tok->TokenToId("\u2581ab");
+  EXPECT_EQ(tok->EncodeWithSpecialTokens("ab"), (std::vector<int32_t>{1, ab, 2}));
+  EXPECT_EQ(tok->Encode("ab"), (std::vector<int32_t>{ab}));
+  const SequenceSpecialTokens s = tok->single_special_tokens();
+  EXPECT_EQ(s.prefix_text, "<s>");
+  EXPECT_EQ(s.suffix_text, "</s>");
+  // A Sequence of processors: ByteLevel adds nothing; a second template wraps the first.
+  json seq = {{"type", "Sequence"},
+              {"processors",
+               {{{"type", "ByteLevel"}, {"trim_offsets", false}},
+                Template({SpecialItem("<s>"), SequenceItem()}, specials),
+                Template({SpecialItem("</s>"), SequenceItem()}, specials)}}};
+  j["post_processor"] = seq;
+  tok = Make(j);
+  ASSERT_TRUE(tok);
+  EXPECT_EQ(tok->EncodeWithSpecialTokens("ab"), (std::vector<int32_t>{2, 1, ab}));
+  // null, ByteLevel: nothing.
+  for (const json& none : {json(nullptr), json{{"type", "ByteLevel"}}}) {
+    j["post_processor"] = none;
+    tok = Make(j);
+    ASSERT_TRUE(tok);
+    EXPECT_EQ(tok->EncodeWithSpecialTokens("ab"), (std::vector<int32_t>{ab}));
+    EXPECT_TRUE(tok->single_special_tokens().empty());
+  }
+}
+
+TEST(PostProcessor, LlamaAndGemmaClassesFollowAddBosAndAddEosTokens) {
+  json j = SentencePieceJson({{"a", "b"}, {"\u2581", "ab"}});
+  const json specials = {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}};
+  j["post_processor"] = Template({SpecialItem("<s>"), SequenceItem()}, specials);
+  json config = {{"tokenizer_class", "LlamaTokenizer"},
+                 {"bos_token", "<s>"},
+                 {"eos_token", "</s>"},
+                 {"add_bos_token", false},
+                 {"add_eos_token", true}};
+  auto tok = Make(j, config);
+  ASSERT_TRUE(tok);
+  const int32_t ab = *tok->TokenToId("\u2581ab");
+  EXPECT_EQ(tok->EncodeWithSpecialTokens("ab"), (std::vector<int32_t>{ab, 2}));
+  config["tokenizer_class"] = "Qwen2TokenizerFast";  // other classes: tokenizer.json decides
+  tok = Make(j, config);
+  ASSERT_TRUE(tok);
+  EXPECT_EQ(tok->EncodeWithSpecialTokens("ab"), (std::vector<int32_t>{1, ab}));
+}
+
+TEST(PostProcessor, OtherProcessorsAndBadTemplatesAreRefusedByField) {
+  json j = SentencePieceJson({});
+  j["post_processor"] = {{"type", "RobertaProcessing"}, {"sep", {"</s>", 2}}, {"cls", {"<s>", 1}}};
+  EXPECT_EQ(ErrorOf(j),
+            "tokenizer.json: field 'post_processor.type': 'RobertaProcessing' is not supported "
+            "(TemplateProcessing, ByteLevel, Sequence or null)");
+  j["post_processor"] = {{"type", "Sequence"}, {"processors", {{{"type", "BertProcessing"}}}}};
+  EXPECT_EQ(ErrorOf(j),
+            "tokenizer.json: field 'post_processor.processors[0].type': 'BertProcessing' is not supported "
+            "(TemplateProcessing, ByteLevel, Sequence or null)");
+  j["post_processor"] = Template({SpecialItem("<bos>"), SequenceItem()}, json::object());
+  EXPECT_EQ(ErrorOf(j),
+            "tokenizer.json: field 'post_processor.single[0].SpecialToken.id': '<bos>' is not in "
+            "special_tokens");
+  j["post_processor"] = Template({SpecialItem("<s>"), SequenceItem()},
+                                 {{"<s>", {{"id", "<s>"}, {"ids", {999999}}, {"tokens", {"<s>"}}}}});
+  EXPECT_EQ(ErrorOf(j), "tokenizer.json: field 'special_tokens.<s>.ids': 999999 is not a token id");
+  j["post_processor"] = Template({SpecialItem("<s>")}, {{"<s>", {{"id", "<s>"}, {"ids", {1}}}}});
+  EXPECT_EQ(ErrorOf(j),
+            "tokenizer.json: field 'post_processor.single': expected 1 Sequence item(s), found 0");
+}
+
+// Offsets: where each token starts in the text, the prepended "▁" at its section's start.
+TEST(PostProcessor, EncodeWithOffsetsMapsTokensToTheText) {
+  auto tok = Make(SentencePieceJson({{"a", "b"}, {"\u2581", "ab"}, {"\u2581", "c"}}));
+  ASSERT_TRUE(tok);
+  std::vector<int32_t> ids;
+  std::vector<size_t> starts;
+  EXPECT_TRUE(tok->EncodeWithOffsets("<s>ab c</s>c\u00fc", true, &ids, &starts));
+  EXPECT_EQ(ids, tok->Encode("<s>ab c</s>c\u00fc"));
+  EXPECT_EQ(starts, (std::vector<size_t>{0, 3, 5, 7, 11, 12, 13}));
+}
+
 TEST(SentencePieceBpe, UnsupportedPartsAreRefusedByField) {
   json j = SentencePieceJson({});
   j["model"]["vocab"].erase("<0x41>");

@@ -14,8 +14,15 @@
       rows reordered to adjacent RoPE pairs, Gemma's norms written as 1 + w, phi3's fused
       attn_qkv / ffn_up and longrope factors, and the gemma2 / gemma3 / phi3 keys (soft-capping,
       sliding window and its period, local RoPE base, partial rotary dimension count, longrope's
-      original context and attention factor) derived from config.json. Prints a JSON summary on success; exits 1 with the
-      first mismatch otherwise.
+      original context and attention factor) derived from config.json. A SentencePiece-style
+      tokenizer.json (no ByteLevel pre-tokenizer) is expected as tokenizer.ggml.model "llama":
+      scores -(1 + rank of the first merge forming the token) (0 for others), byte tokens typed 6,
+      the unk token 2, add_eos_token, add_space_prefix (normalizer Prepend), no pre or merges;
+      and SPM_TEXTS are tokenized both as llama.cpp's SPM tokenizer does with the file's tokens and
+      scores (highest-scoring adjacent pair whose concatenation is a token first, leftmost on ties;
+      src/llama-vocab.cpp) and as Hugging Face's BPE does with tokenizer.json's merges (lowest rank
+      first): the ids must be equal. Prints a JSON summary on success; exits 1 with the first
+      mismatch otherwise.
 """
 import argparse
 import json
@@ -324,6 +331,74 @@ def check_values(name, t, vals, expected, approx):
     return 0, 0.0
 
 
+SPIECE = "\u2581"
+SPM_TEXTS = ["Hello world", "the cat sat on the mat", "  two  spaces ", "na\u00efve caf\u00e9 \u65e5\u672c",
+             "aaaa bbbb....", "there the other", "if (x == 1) { return y; }", "\t\n\n  \n"]
+
+
+def flat(node, key):
+    if not isinstance(node, dict):
+        return []
+    if node.get("type") == "Sequence" and isinstance(node.get(key), list):
+        return [leaf for n in node[key] for leaf in flat(n, key)]
+    return [node]
+
+
+def is_spm(tj):
+    return not any(p.get("type") == "ByteLevel" for p in flat(tj.get("pre_tokenizer"), "pretokenizers"))
+
+
+def spm_prepends(tj):
+    return any(n.get("type") == "Prepend" for n in flat(tj.get("normalizer"), "normalizers"))
+
+
+def merge_pairs(tj):
+    return [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in tj["model"]["merges"]]
+
+
+def spm_scores(tj, tokens):
+    first = {}
+    for r, (a, b) in enumerate(merge_pairs(tj)):
+        first.setdefault(a + b, r)
+    return [-1.0 - first[t] if t in first else 0.0 for t in tokens]
+
+
+def with_bytes(symbols, ids):
+    out = []
+    for s in symbols:
+        out += [ids[s]] if s in ids else [ids["<0x%02X>" % b] for b in s.encode()]
+    return out
+
+
+def hf_bpe(tj, ranks, text):
+    """Hugging Face's BPE over a SentencePiece-style normalized text (no added tokens in it)."""
+    text = (SPIECE if spm_prepends(tj) else "") + text.replace(" ", SPIECE)
+    sym = list(text)
+    while True:
+        cand = [(ranks[(sym[i], sym[i + 1])], i) for i in range(len(sym) - 1) if (sym[i], sym[i + 1]) in ranks]
+        if not cand:
+            return with_bytes(sym, tj["model"]["vocab"])
+        _, i = min(cand)
+        sym[i:i + 2] = [sym[i] + sym[i + 1]]
+
+
+def llama_spm(ids, scores, add_space_prefix, text):
+    """llama.cpp's SPM tokenizer (src/llama-vocab.cpp, llm_tokenizer_spm_session) on one raw text;
+    ids: token text -> id (the last id of a text, as llama.cpp's token_to_id)."""
+    text = ((" " if add_space_prefix else "") + text).replace(" ", SPIECE)
+    sym = list(text)
+    while True:
+        best = None
+        for i in range(len(sym) - 1):
+            t = sym[i] + sym[i + 1]
+            if t in ids and (best is None or scores[ids[t]] > best[0]):
+                best = (scores[ids[t]], i)
+        if best is None:
+            return with_bytes(sym, ids)
+        i = best[1]
+        sym[i:i + 2] = [sym[i] + sym[i + 1]]
+
+
 def expected_tokens(model_dir, n_vocab):
     tj = json.load(open(os.path.join(model_dir, "tokenizer.json")))
     cfg_path = os.path.join(model_dir, "tokenizer_config.json")
@@ -337,6 +412,12 @@ def expected_tokens(model_dir, n_vocab):
         kind[i] = 3 if special else 4
     tokens = [by_id.get(i, "[PAD%d]" % i) for i in range(n_vocab)]
     types = [kind.get(i, 1 if i in by_id else 5) for i in range(n_vocab)]
+    if is_spm(tj):
+        byte_names = {"<0x%02X>" % b for b in range(256)}
+        types = [6 if ty == 1 and t in byte_names else ty for t, ty in zip(tokens, types)]
+        unk = tj["model"].get("unk_token")
+        if unk is not None:
+            types[tokens.index(unk)] = 2
     merges = [m if isinstance(m, str) else m[0] + " " + m[1] for m in tj["model"]["merges"]]
     return tj, tc, tokens, types, merges
 
@@ -376,10 +457,35 @@ def check_metadata(kv, args, cfg, tok_dir):
         arch + ".attention.layer_norm_rms_epsilon": (6, struct.unpack("<f", struct.pack("<f", cfg.get("rms_norm_eps", 1e-6)))[0]),
         arch + ".rope.freq_base": (6, float(cfg.get("rope_theta", 10000.0))),
         arch + ".rope.dimension_count": (4, int(head_dim * cfg.get("partial_rotary_factor", 1.0))),
-        "tokenizer.ggml.model": (8, "gpt2"), "tokenizer.ggml.pre": (8, args.pre),
         "tokenizer.ggml.tokens": (9, 8, tokens), "tokenizer.ggml.token_type": (9, 5, types),
-        "tokenizer.ggml.merges": (9, 8, merges), "tokenizer.ggml.add_bos_token": (7, add_bos),
+        "tokenizer.ggml.add_bos_token": (7, add_bos),
     }
+    spm = is_spm(tj)
+    summary = {}
+    if spm:
+        scores = spm_scores(tj, tokens)
+        prepend = spm_prepends(tj)
+        if isinstance(tc.get("add_eos_token"), bool):
+            add_eos = tc["add_eos_token"]
+        else:
+            single = (tj.get("post_processor") or {}).get("single") or [{}]
+            add_eos = eos is not None and single[-1].get("SpecialToken", {}).get("id") == tokens[eos]
+        want.update({"tokenizer.ggml.model": (8, "llama"), "tokenizer.ggml.scores": (9, 6, scores),
+                     "tokenizer.ggml.add_eos_token": (7, add_eos), "tokenizer.ggml.add_space_prefix": (7, prepend)})
+        if tj["model"].get("unk_token") is not None:
+            want["tokenizer.ggml.unknown_token_id"] = (4, tokens.index(tj["model"]["unk_token"]))
+        got_ids = {t: i for i, t in enumerate(kv["tokenizer.ggml.tokens"][2])}
+        got_scores = kv["tokenizer.ggml.scores"][2]
+        ranks = {p: r for r, p in reversed(list(enumerate(merge_pairs(tj))))}
+        for text in SPM_TEXTS:
+            ours = llama_spm(got_ids, got_scores, kv["tokenizer.ggml.add_space_prefix"][1], text)
+            theirs = hf_bpe(tj, ranks, text)
+            expect(ours == theirs, "SPM tokenization of %r: %s, Hugging Face BPE: %s" % (text, ours, theirs))
+        summary = {"scored": sum(1 for x in scores if x != 0.0), "byte_tokens": types.count(6),
+                   "add_space_prefix": prepend, "add_eos": add_eos, "spm_texts": len(SPM_TEXTS)}
+    else:
+        want.update({"tokenizer.ggml.model": (8, "gpt2"), "tokenizer.ggml.pre": (8, args.pre),
+                     "tokenizer.ggml.merges": (9, 8, merges)})
     if arch in GEMMA or cfg["model_type"] == "qwen3" or head_dim * heads != cfg["hidden_size"]:
         want[arch + ".attention.key_length"] = (4, head_dim)
         want[arch + ".attention.value_length"] = (4, head_dim)
@@ -417,8 +523,10 @@ def check_metadata(kv, args, cfg, tok_dir):
     expect(sorted(kv) == sorted(want), "metadata keys %s, expected %s" % (sorted(kv), sorted(want)))
     for key, value in want.items():
         expect(kv[key] == value, "%s = %r, expected %r" % (key, str(kv[key])[:200], str(value)[:200]))
-    return {"vocab": len(tokens), "merges": len(merges), "bos": bos, "eos": eos, "pad": pad, "add_bos": add_bos,
-            "chat_templates": sorted(k for k in kv if k.startswith("tokenizer.chat_template"))}
+    summary.update({"vocab": len(tokens), "merges": len(merges), "bos": bos, "eos": eos, "pad": pad,
+                    "add_bos": add_bos, "model": want["tokenizer.ggml.model"][1],
+                    "chat_templates": sorted(k for k in kv if k.startswith("tokenizer.chat_template"))})
+    return summary
 
 
 def check(args):

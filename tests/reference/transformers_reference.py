@@ -3,7 +3,8 @@
 python3-transformers in the forky root, tests/portability/forky_trainer_check.sh).
 
 For every model family sftctl loads, transformers itself builds a small model from a config (the
-family configs of tests/reference/hf_reference.py, in fp32), its parameters are drawn again so
+family configs of tests/reference/hf_reference.py, in fp32; gemma3_vision: a tiny
+Gemma3ForConditionalGeneration, whose text-only forward is the reference), its parameters are drawn again so
 that the norms are not all ones and the largest logit is 30 (the final norm scaled to it;
 transformers' own init, std 0.02, gives logits near 0, where every implementation agrees), `save_pretrained` writes the
 checkpoint in transformers' own layout and config form (rope_parameters, layer_types, tied weights
@@ -52,6 +53,20 @@ GEMMA2 = dict(ref.GEMMA2, attn_logit_softcapping=5.0, final_logit_softcapping=20
 PHI3 = dict(ref.PHI3, eos_token_id=143, pad_token_id=143)
 PHI3_LONGROPE = dict(ref.PHI3_LONGROPE, eos_token_id=135, pad_token_id=135)
 
+# Gemma 3 4B and larger: Gemma3ForConditionalGeneration, a vision checkpoint whose text tower
+# (gemma3_text's config, tied as the real ones are) sftctl trains; a tiny SigLIP tower and
+# projector that sftctl carries through unchanged. The reference is the text-only forward of the
+# whole model (input_ids without image tokens; image_token_index stays out of the vocabulary).
+GEMMA3_VISION = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+    "text_config": {k: v for k, v in dict(ref.GEMMA3, tie_word_embeddings=True).items()
+                    if k not in ("architectures", "torch_dtype")},
+    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 48,
+                      "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
+    "mm_tokens_per_image": 4, "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": [1, 106],
+    "pad_token_id": 0,
+}
+
 # name -> config; every one in fp32.
 FAMILIES = {
     "llama": ref.LLAMA,
@@ -65,12 +80,21 @@ FAMILIES = {
     "gemma3_nested": ref.GEMMA3_NESTED,
     "phi3": PHI3,
     "phi3_longrope": PHI3_LONGROPE,
+    "gemma3_vision": GEMMA3_VISION,
 }
+
+
+def text_cfg(cfg):
+    """The text model's config.json dict (a multimodal config's text_config)."""
+    return cfg.get("text_config", cfg)
 
 
 def hf_config(cfg, **changes):
     """transformers' config class for `cfg` (a config.json dict), in fp32, eager attention."""
     d = {k: v for k, v in dict(cfg, **changes).items() if k not in ("architectures", "model_type", "torch_dtype")}
+    for sub in ("text_config", "vision_config"):  # (Gemma3Config builds its sub-configs from dicts)
+        if sub in d:
+            d[sub] = {k: v for k, v in d[sub].items() if k not in ("architectures", "model_type", "torch_dtype")}
     c = AutoConfig.for_model(cfg["model_type"], **d)
     c.architectures = cfg["architectures"]
     c.dtype = "float32"
@@ -105,7 +129,8 @@ def rescale_logits(model, family, ids, scale=30.0):
     it): the parity bar is stated at that scale. Not with a final soft-cap, which bounds them."""
     if model.config.to_dict().get("final_logit_softcapping"):
         return
-    norm = model.model.norm.weight
+    text = getattr(model.model, "language_model", model.model)  # Gemma3ForConditionalGeneration's tower
+    norm = text.norm.weight
     with torch.no_grad():
         k = scale / forward(model, ids)[0].abs().max().item()
         if family.startswith("gemma"):  # (1 + w) * k == 1 + w'
@@ -144,7 +169,7 @@ def make(out_dir, family, cfg, seed):
     gen = torch.Generator().manual_seed(seed)
     model = build(hf_config(cfg))
     redraw(model, family, gen)
-    ids = torch.randint(0, cfg["vocab_size"], (B, T), generator=gen)
+    ids = torch.randint(0, text_cfg(cfg)["vocab_size"], (B, T), generator=gen)
     rescale_logits(model, family, ids)
     model.save_pretrained(d, safe_serialization=True)
     labels = ids.clone()

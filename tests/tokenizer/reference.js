@@ -7,8 +7,10 @@
 //
 //   node reference.js encode NPM_DIR CORPUS.jsonl OUT_DIR
 //       writes OUT_DIR/reference-<name>.jsonl, one JSON object per corpus line:
-//       {"ids": [...], "ids_no_special": [...], "decoded": "...", "decoded_skip_special": "..."}
-//       ids: encode(text, {add_special_tokens: false}); ids_no_special: the same with the
+//       {"ids": [...], "ids_no_special": [...], "ids_with_special": [...], "decoded": "...",
+//        "decoded_skip_special": "..."}
+//       ids: encode(text, {add_special_tokens: false}); ids_with_special: encode(text) with
+//       add_special_tokens: true (the post_processor's tokens, e.g. Gemma's <bos>); ids_no_special: the same with the
 //       special added tokens removed from the tokenizer (so they are plain text); decoded:
 //       decode(ids) without clean-up of tokenization spaces. Also OUT_DIR/reference-<name>-whole.json:
 //       {"ids": [...]} for the whole corpus joined by "\n" as a single text.
@@ -61,6 +63,7 @@ function encodeAll(npmDir, corpusFile, outDir) {
       return JSON.stringify({
         ids,
         ids_no_special: tokNoSpecial.encode(text, { add_special_tokens: false }),
+        ids_with_special: tok.encode(text, { add_special_tokens: true }),
         decoded: decode(false),
         decoded_skip_special: decode(true),
       });

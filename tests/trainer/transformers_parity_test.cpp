@@ -146,7 +146,7 @@ TEST_P(TransformersParity, LoraAdapterSavedForTransformersModules) {
 INSTANTIATE_TEST_SUITE_P(Families, TransformersParity,
                          ::testing::Values("llama", "qwen2", "qwen3", "qwen3_untied", "mistral",
                                            "mistral_full", "gemma2", "gemma3_text", "gemma3_nested", "phi3",
-                                           "phi3_longrope"),
+                                           "phi3_longrope", "gemma3_vision"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

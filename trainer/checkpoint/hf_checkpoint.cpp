@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "common/json_parse.h"
 
@@ -83,11 +84,108 @@ std::string TorchDtypeName(torch::ScalarType t) {
   }
 }
 
+WeightLayout LayoutOf(const WeightFiles& files) {
+  std::vector<std::string> names;
+  names.reserve(files.weight_map.size());
+  for (const auto& [name, file] : files.weight_map) names.push_back(name);
+  return DetectWeightLayout(names);
+}
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Every tensor of `files` outside the text tower, as a read-only view of its mapped file (the
+// view keeps the file mapped). Errors name the file and the tensor.
+Status AddCarriedTensors(WeightFiles& files, WeightLayout layout, NamedTensors* out,
+                         std::vector<std::string>* carried) {
+  std::map<std::string, std::shared_ptr<safetensors::Reader>> shared;
+  for (auto& [file, reader] : files.readers) shared[file] = std::move(reader);
+  for (const auto& [name, file] : files.weight_map) {
+    if (IsTextTowerTensor(name, layout)) continue;
+    std::shared_ptr<safetensors::Reader> reader = shared.at(file);
+    const safetensors::TensorInfo* info = reader->Find(name);
+    if (info == nullptr) {
+      return DataLossError(files.index_path + ": names '" + name + "' in shard '" + file +
+                           "', which has no such tensor");
+    }
+    const torch::ScalarType type = ScalarTypeOf(info->dtype);
+    StatusOr<safetensors::DType> back = DTypeOf(type);
+    if (!back.ok() || *back != info->dtype) {
+      return InvalidArgumentError(reader->path() + ": tensor '" + name + "' has dtype " +
+                                  safetensors::DTypeName(info->dtype) + ", which cannot be carried through");
+    }
+    void* data = const_cast<uint8_t*>(reader->data(*info));
+    torch::Tensor view = torch::from_blob(
+        data, info->shape, [reader](void*) {}, torch::TensorOptions().dtype(type));
+    out->emplace_back(name, view);
+    if (carried != nullptr) carried->push_back(name);
+  }
+  return OkStatus();
+}
+
 }  // namespace
+
+WeightLayout DetectWeightLayout(const std::vector<std::string>& names) {
+  bool legacy = false;
+  for (const std::string& n : names) {
+    if (StartsWith(n, "model.language_model.")) return WeightLayout::kModelLanguageModel;
+    legacy = legacy || StartsWith(n, "language_model.");
+  }
+  return legacy ? WeightLayout::kLanguageModelModel : WeightLayout::kCausalLM;
+}
+
+std::string FileTensorName(const std::string& name, WeightLayout layout) {
+  const bool in_model = StartsWith(name, "model.");
+  switch (layout) {
+    case WeightLayout::kCausalLM:
+      return name;
+    case WeightLayout::kLanguageModelModel:
+      return "language_model." + name;
+    case WeightLayout::kModelLanguageModel:
+      return in_model ? "model.language_model." + name.substr(6) : name;
+  }
+  return name;
+}
+
+bool IsTextTowerTensor(const std::string& file_name, WeightLayout layout) {
+  switch (layout) {
+    case WeightLayout::kCausalLM:
+      return true;
+    case WeightLayout::kLanguageModelModel:
+      return StartsWith(file_name, "language_model.");
+    case WeightLayout::kModelLanguageModel:
+      return StartsWith(file_name, "model.language_model.") || file_name == "lm_head.weight";
+  }
+  return true;
+}
+
+StatusOr<NamedTensors> HfFileTensors(const ModelConfig& c, const NamedTensors& params,
+                                     std::vector<std::string>* carried) {
+  if (c.wrapper.empty()) return params;
+  if (c.wrapper.source_dir.empty()) {
+    return FailedPreconditionError("a " + ArchitectureName(c.wrapper.model_type) +
+                                   " checkpoint is saved with its vision tower, which needs the folder it "
+                                   "was loaded from (LoadModelConfig)");
+  }
+  StatusOr<WeightFiles> files = OpenWeightFiles(c.wrapper.source_dir);
+  if (!files.ok()) {
+    return Status(files.status().code(),
+                  "copying the vision tower of '" + c.wrapper.source_dir + "': " + files.status().message());
+  }
+  const WeightLayout layout = LayoutOf(*files);
+  NamedTensors out;
+  for (const auto& [name, t] : params) {
+    if (c.tie_word_embeddings && name == "lm_head.weight") continue;
+    out.emplace_back(FileTensorName(name, layout), t);
+  }
+  SFT_RETURN_IF_ERROR(AddCarriedTensors(*files, layout, &out, carried));
+  return out;
+}
 
 Status LoadHfWeights(const std::string& dir, const NamedTensors& params) {
   SFT_ASSIGN_OR_RETURN(WeightFiles files, OpenWeightFiles(dir));
-  for (const auto& [name, p] : params) {
+  const WeightLayout layout = LayoutOf(files);
+  for (const auto& [model_name, p] : params) {
+    const std::string name = FileTensorName(model_name, layout);
     auto it = files.weight_map.find(name);
     if (it == files.weight_map.end()) {
       return DataLossError(
@@ -118,14 +216,16 @@ StatusOr<std::vector<std::string>> SaveHfWeights(FileSystem* fs, const std::stri
     sorted.emplace_back(name, t);
   }
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  auto stored_type = [&](const torch::Tensor& t) {
-    return options.dtype && t.is_floating_point() ? *options.dtype : t.scalar_type();
+  const std::set<std::string> keep(options.keep_dtype.begin(), options.keep_dtype.end());
+  auto stored_type = [&](const std::string& name, const torch::Tensor& t) {
+    return options.dtype && t.is_floating_point() && !keep.count(name) ? *options.dtype : t.scalar_type();
   };
   std::vector<std::vector<size_t>> shards(1);
   int64_t shard_bytes = 0, total = 0;
   for (size_t i = 0; i < sorted.size(); ++i) {
     const int64_t bytes =
-        sorted[i].second.numel() * static_cast<int64_t>(c10::elementSize(stored_type(sorted[i].second)));
+        sorted[i].second.numel() *
+        static_cast<int64_t>(c10::elementSize(stored_type(sorted[i].first, sorted[i].second)));
     if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
@@ -148,7 +248,7 @@ StatusOr<std::vector<std::string>> SaveHfWeights(FileSystem* fs, const std::stri
     for (size_t i : shards[s]) {
       const torch::Tensor& t = sorted[i].second;
       // Converted one shard at a time, so at most one shard's worth of extra memory.
-      shard.emplace_back(sorted[i].first, t.detach().to(torch::kCPU, stored_type(t)));
+      shard.emplace_back(sorted[i].first, t.detach().to(torch::kCPU, stored_type(sorted[i].first, t)));
       weight_map[sorted[i].first] = file;
     }
     SFT_RETURN_IF_ERROR(SaveTensors(fs, JoinPath(dir, file), shard));
@@ -174,6 +274,8 @@ json GenerationConfigJson(const ModelConfig& c) {
 
 Status SaveHfModel(FileSystem* fs, const std::string& dir, const ModelConfig& config,
                    const NamedTensors& weights, const HfSaveOptions& options) {
+  std::vector<std::string> carried;
+  SFT_ASSIGN_OR_RETURN(NamedTensors files, HfFileTensors(config, weights, &carried));
   SFT_RETURN_IF_ERROR(fs->CreateDirs(dir));
   std::string dtype = "float32";
   if (options.dtype) {
@@ -192,9 +294,10 @@ Status SaveHfModel(FileSystem* fs, const std::string& dir, const ModelConfig& co
     SFT_RETURN_IF_ERROR(
         WriteText(fs, JoinPath(dir, "generation_config.json"), GenerationConfigJson(config).dump(2) + "\n"));
   }
-  SFT_ASSIGN_OR_RETURN(auto files, SaveHfWeights(fs, dir, weights, config.tie_word_embeddings, options));
-  (void)files;
-  return OkStatus();
+  HfSaveOptions save = options;
+  save.keep_dtype.insert(save.keep_dtype.end(), carried.begin(), carried.end());
+  // A wrapper's tied lm_head is already left out (HfFileTensors).
+  return SaveHfWeights(fs, dir, files, config.tie_word_embeddings, save).status();
 }
 
 }  // namespace sftctl::trainer

@@ -186,10 +186,17 @@ int64_t StoreFrozenBase(CausalLM& model, torch::ScalarType dtype) {
   return saved;
 }
 
+std::string PeftKey(const std::string& name, const ModelConfig& c) {
+  // transformers' Gemma3ForConditionalGeneration (>= 4.52) holds the text tower at model.language_model.
+  if (!c.wrapper.empty() && name.rfind("model.", 0) == 0)
+    return kPeftPrefix + ("model.language_model." + name.substr(6));
+  return kPeftPrefix + name;
+}
+
 NamedTensors AdapterTensors(CausalLM& model) {
   NamedTensors out;
   for (const auto& p : model->named_parameters()) {
-    if (IsLoraParam(p.key())) out.emplace_back(kPeftPrefix + p.key(), p.value());
+    if (IsLoraParam(p.key())) out.emplace_back(PeftKey(p.key(), model->config()), p.value());
   }
   return out;
 }
@@ -216,6 +223,12 @@ StatusOr<Adapter> LoadAdapter(const std::string& dir) {
       return DataLossError(path + ": key '" + key + "' does not start with '" + prefix + "'");
     }
     name = name.substr(prefix.size());
+    // A Gemma3ForConditionalGeneration text tower: transformers >= 4.52's model.language_model.X
+    // and 4.x's language_model.model.X are the model's model.X.
+    for (const char* tower : {"model.language_model.", "language_model.model."}) {
+      const std::string t = tower;
+      if (name.compare(0, t.size(), t) == 0) name = "model." + name.substr(t.size());
+    }
     for (const char* ab : {".lora_A", ".lora_B"}) {
       const std::string with_name = std::string(ab) + ".default.weight";
       if (EndsWith(name, with_name)) name = name.substr(0, name.size() - with_name.size()) + ab + ".weight";

@@ -70,7 +70,11 @@ torch::ScalarType LoraBaseDtype(const std::string& requested, const torch::Devic
 // keep their fp32 format. Returns the bytes saved. REQUIRES: ApplyLora ran (the base is frozen).
 int64_t StoreFrozenBase(CausalLM& model, torch::ScalarType dtype);
 
-// The adapter parameters of a LoRA model, keyed as in adapter_model.safetensors.
+// The adapter_model.safetensors key of the model's LoRA parameter `name`: kPeftPrefix + name, and
+// for the text tower of a Gemma3ForConditionalGeneration (c.wrapper) transformers' module path
+// "base_model.model.model.language_model.layers.N...".
+std::string PeftKey(const std::string& name, const ModelConfig& c);
+// The adapter parameters of a LoRA model, keyed as in adapter_model.safetensors (PeftKey).
 NamedTensors AdapterTensors(CausalLM& model);
 
 // Writes adapter_model.safetensors + adapter_config.json into `dir` (which must exist); the
@@ -86,7 +90,8 @@ struct Adapter {
 };
 
 // Reads a PEFT adapter folder. Keys must be "base_model.model.<path>.lora_{A,B}[.default].weight";
-// errors name the file and the key.
+// a Gemma3ForConditionalGeneration's "model.language_model.X" and "language_model.model.X" paths
+// become the model's "model.X". Errors name the file and the key.
 StatusOr<Adapter> LoadAdapter(const std::string& dir);
 
 // Copies an adapter's tensors into a model that ApplyLora prepared with the same spec.

@@ -110,6 +110,8 @@ constexpr int64_t kMistralDefaultSlidingWindow = 4096;
 
 bool IsGemma(const std::string& type) { return type == "gemma2" || type == "gemma3_text"; }
 
+StatusOr<ModelConfig> ParseGemma3Wrapper(const json& j, const std::string& source);
+
 // Whether "rope_parameters" is keyed by layer type ({"full_attention": {...}, ...}: an object of
 // objects) rather than holding one RoPE's keys.
 bool IsPerLayerTypeRope(const json& r) {
@@ -340,6 +342,44 @@ Status ReadFamilyKeys(const json& j, const std::string& source, ModelConfig* c) 
   return OkStatus();
 }
 
+// An error of parsing text_config with `source`, its field named text_config.<field>.
+Status InTextConfig(const Status& st, const std::string& source) {
+  std::string message = st.message();
+  const std::string field = source + ": field '";
+  if (message.compare(0, field.size(), field) == 0) message.insert(field.size(), "text_config.");
+  return Status(st.code(), message);
+}
+
+// Gemma3ForConditionalGeneration: the text tower from text_config (as gemma3_text, with
+// Gemma3TextConfig's defaults), the rest kept in c.wrapper. Ids and tying fall back to the top.
+StatusOr<ModelConfig> ParseGemma3Wrapper(const json& j, const std::string& source) {
+  auto it = j.find("text_config");
+  if (it == j.end() || it->is_null()) {
+    return FieldError(source, "text_config",
+                      "is required for model_type 'gemma3' (Gemma3ForConditionalGeneration: the text "
+                      "model's config)");
+  }
+  if (!it->is_object()) return FieldError(source, "text_config", "must be an object, got " + it->dump());
+  json text = *it;
+  if (auto t = text.find("model_type"); t != text.end() && !t->is_null() && *t != "gemma3_text") {
+    return FieldError(source, "text_config.model_type", t->dump() + " is not supported (gemma3_text)");
+  }
+  text["model_type"] = "gemma3_text";
+  for (const char* key : {"bos_token_id", "eos_token_id", "tie_word_embeddings"}) {
+    auto top = j.find(key);
+    const bool top_set = top != j.end() && !top->is_null();
+    // tie_word_embeddings: the top-level key rules (transformers 5 ties by Gemma3Config's).
+    if (top_set && (!text.contains(key) || text[key].is_null() || std::string(key) == "tie_word_embeddings"))
+      text[key] = *top;
+  }
+  StatusOr<ModelConfig> c = ParseModelConfig(text, source);
+  if (!c.ok()) return InTextConfig(c.status(), source);
+  c->original = *it;  // text_config as read: written back with the tower's updates
+  c->wrapper.model_type = "gemma3";
+  c->wrapper.config = j;
+  return c;
+}
+
 }  // namespace
 
 StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source) {
@@ -349,12 +389,7 @@ StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& source)
   SFT_RETURN_IF_ERROR(Read(j, source, "model_type", &c.model_type, false));
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
       c.model_type != "mistral" && !IsGemma(c.model_type) && c.model_type != "phi3") {
-    if (c.model_type == "gemma3") {  // Gemma 3 4B and larger: Gemma3ForConditionalGeneration
-      return FieldError(source, "model_type",
-                        "'gemma3' is a vision checkpoint (Gemma3ForConditionalGeneration); loading its text "
-                        "tower (weights under language_model.) is not supported yet: use a text-only "
-                        "checkpoint (model_type gemma3_text, Gemma3ForCausalLM)");
-    }
+    if (c.model_type == "gemma3") return ParseGemma3Wrapper(j, source);
     return FieldError(
         source, "model_type",
         "'" + c.model_type + "' is not supported (llama, qwen2, qwen3, mistral, gemma2, gemma3_text, phi3)");
@@ -454,7 +489,9 @@ StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   } catch (const json::exception& e) {
     return InvalidArgumentError(path + ": invalid JSON: " + e.what());
   }
-  return ParseModelConfig(j, path);
+  SFT_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(j, path));
+  if (!c.wrapper.empty()) c.wrapper.source_dir = dir;
+  return c;
 }
 
 std::string ArchitectureName(const std::string& model_type) {
@@ -463,6 +500,7 @@ std::string ArchitectureName(const std::string& model_type) {
   if (model_type == "mistral") return "MistralForCausalLM";
   if (model_type == "gemma2") return "Gemma2ForCausalLM";
   if (model_type == "gemma3_text") return "Gemma3ForCausalLM";
+  if (model_type == "gemma3") return "Gemma3ForConditionalGeneration";
   if (model_type == "phi3") return "Phi3ForCausalLM";
   return "LlamaForCausalLM";
 }
@@ -503,7 +541,41 @@ void WritePhi3Keys(const ModelConfig& c, json* j) {
 
 }  // namespace
 
+namespace {
+
+// The wrapper's config.json: as read, text_config holding the text tower's keys (less those the
+// wrapper reads from its own top level), torch_dtype (and dtype, when present) at the top.
+json WrapperConfigJson(const ModelConfig& c, json text, const std::string& torch_dtype) {
+  json j = c.wrapper.config;
+  for (const char* key :
+       {"bos_token_id", "eos_token_id", "tie_word_embeddings", "architectures", "torch_dtype"}) {
+    if (c.original.contains(key)) {
+      text[key] = c.original[key];  // training changes none of them
+    } else {
+      text.erase(key);
+    }
+  }
+  if (c.original.contains("torch_dtype")) text["torch_dtype"] = torch_dtype;
+  if (c.original.contains("dtype")) text["dtype"] = torch_dtype;
+  j["text_config"] = std::move(text);
+  j["torch_dtype"] = torch_dtype;
+  if (j.contains("dtype")) j["dtype"] = torch_dtype;
+  return j;
+}
+
+json TextModelConfigJson(const ModelConfig& c, const std::string& torch_dtype);
+
+}  // namespace
+
 json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype) {
+  json text = TextModelConfigJson(c, torch_dtype);
+  if (c.wrapper.empty()) return text;
+  return WrapperConfigJson(c, std::move(text), torch_dtype);
+}
+
+namespace {
+
+json TextModelConfigJson(const ModelConfig& c, const std::string& torch_dtype) {
   json j = c.original.is_object() ? c.original : json::object();
   j["model_type"] = c.model_type;
   j["architectures"] = {ArchitectureName(c.model_type)};
@@ -550,6 +622,8 @@ json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype) {
   j["torch_dtype"] = torch_dtype;
   return j;
 }
+
+}  // namespace
 
 ModelConfig LocalRopeConfig(const ModelConfig& c) {
   if (c.rope_local_theta <= 0) return c;

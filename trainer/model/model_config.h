@@ -33,6 +33,12 @@
 //            10000, no scaling), full layers rope_theta (default 1e6) with rope_scaling. The newer
 //            "rope_parameters": {"sliding_attention": {...}, "full_attention": {...}} form is read
 //            too. use_bidirectional_attention (EmbeddingGemma) is rejected.
+//   gemma3   (Gemma 3 4B/12B/27B: Gemma3ForConditionalGeneration) a vision checkpoint: its text
+//            tower is "text_config", read as gemma3_text with Gemma3TextConfig's defaults;
+//            ModelConfig::wrapper keeps the whole config.json (vision_config, mm_tokens_per_image,
+//            ...) and the folder it came from, whose vision tower and projector tensors saving
+//            copies unchanged (trainer/checkpoint/hf_checkpoint.h). tie_word_embeddings: the
+//            top-level key, else text_config's, else true (Gemma3Config's default).
 //   phi3     (Phi-3, Phi-3.5, Phi-4; Phi3ForCausalLM) Llama's layer with fused projections
 //            (ModelConfig::fused_projections): self_attn.qkv_proj [(H + 2 Hkv) D, C] (q, k, v rows
 //            in that order) and mlp.gate_up_proj [2 I, C] (gate rows, then up); no biases.
@@ -78,6 +84,15 @@ struct RopeScaling {
   double attention_factor = 1.0;
 };
 
+// The multimodal checkpoint a text tower was read from (model_type gemma3,
+// Gemma3ForConditionalGeneration). Empty model_type: a plain causal LM.
+struct MultimodalWrapper {
+  std::string model_type;  // "gemma3" or empty
+  nlohmann::json config;   // the top-level config.json as read (text_config inside)
+  std::string source_dir;  // the folder whose weight files hold the other towers (LoadModelConfig)
+  bool empty() const { return model_type.empty(); }
+};
+
 struct ModelConfig {
   std::string model_type = "llama";  // llama | qwen2 | qwen3 | mistral | gemma2 | gemma3_text | phi3
   int64_t vocab_size = 0;
@@ -118,7 +133,8 @@ struct ModelConfig {
   int64_t original_max_position_embeddings = 0;  // phi3: longrope's short/long switch point
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;
-  nlohmann::json original;  // the config as read, written back on save with updates
+  nlohmann::json original;  // the config as read (a wrapper's text_config), written back on save with updates
+  MultimodalWrapper wrapper;  // set when the text tower of a multimodal checkpoint
 
   int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
   // The values of each head RoPE rotates: int(head_dim * partial_rotary_factor), as transformers.
@@ -147,12 +163,14 @@ struct ModelConfig {
 
 // Parses and validates an HF config.json object. `source` names the file for messages.
 StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& j, const std::string& source);
-// Reads <dir>/config.json.
+// Reads <dir>/config.json; a wrapper's source_dir is `dir`.
 StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 // transformers' class for `model_type` ("Qwen3ForCausalLM"), the config's "architectures".
 std::string ArchitectureName(const std::string& model_type);
 // The config.json to write next to saved weights (HF keys; architectures, torch_dtype).
 // `torch_dtype` is the dtype the weights are stored in ("float32", "bfloat16", "float16").
+// For a wrapper: its config as read, text_config replaced by the text tower's keys (architectures
+// and model_type stay the wrapper's), torch_dtype updated at the top.
 nlohmann::json ModelConfigToJson(const ModelConfig& c, const std::string& torch_dtype = "float32");
 
 // RoPE inverse frequencies [RotaryDim() / 2] as transformers computes them in fp32

@@ -830,8 +830,10 @@ Status TrainRun::WriteCheckpoint(const std::vector<RngState>& rank_rngs) {
   CheckpointContents c;
   c.config = ModelConfigToJson(model_->config());
   c.generation_config = GenerationConfigJson(model_->config());
-  c.weights = Parameters(model_);
-  if (spec_.lora) {
+  if (!spec_.lora) {
+    // A multimodal wrapper's text tower under its files' names, its vision tower copied (HfFileTensors).
+    SFT_ASSIGN_OR_RETURN(c.weights, HfFileTensors(model_->config(), Parameters(model_)));
+  } else {
     // A PEFT adapter; base weights only when the base exists nowhere else (model.config).
     c.weights = spec_.model.config.is_null() ? NamedTensors() : BaseParameters(model_);
     c.adapter = AdapterTensors(model_);
@@ -985,6 +987,11 @@ StatusOr<ModelConfig> ModelConfigFor(const JobSpec& spec, const Tokenizer& tok) 
   if (!cfg.contains("vocab_size")) cfg["vocab_size"] = tok.vocab_size();
   if (!cfg.contains("eos_token_id") && tok.eos_id()) cfg["eos_token_id"] = *tok.eos_id();
   SFT_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(cfg, "field 'model.config'"));
+  if (!c.wrapper.empty()) {
+    return InvalidArgumentError(
+        "field 'model.config': model_type '" + c.wrapper.model_type +
+        "' is a vision checkpoint, whose vision tower comes from its files: use model.path");
+  }
   if (c.vocab_size < tok.vocab_size()) {
     return InvalidArgumentError("field 'model.config': vocab_size " + std::to_string(c.vocab_size) +
                                 " is smaller than the tokenizer's " + std::to_string(tok.vocab_size()));
