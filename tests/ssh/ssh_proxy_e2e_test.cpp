@@ -28,7 +28,7 @@ size_t Count(const std::string& text, const std::string& what) {
 std::vector<pid_t> ChildrenNamed(const std::string& comm) {
   std::vector<pid_t> out;
   for (auto [pid, ppid] : ProcessParents()) {
-    std::string c = ReadWholeFile("/proc/" + std::to_string(pid) + "/comm");
+    std::string c = ::sftctl::testing::ReadProcFile("/proc/" + std::to_string(pid) + "/comm");
     if (ppid == ::getpid() && c == comm + "\n") out.push_back(pid);
   }
   return out;

@@ -58,6 +58,7 @@
 #include "tests/util/command.h"
 #include "tests/util/file_util.h"
 #include "tests/util/owned_processes.h"
+#include "tests/util/proc_file.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_paths.h"
 #include "tests/util/wait_for.h"
@@ -81,7 +82,7 @@ inline std::map<pid_t, pid_t> ProcessParents() {
   for (auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     std::string name = e.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string line = ReadWholeFile("/proc/" + name + "/stat");
+    std::string line = ::sftctl::testing::ReadProcFile("/proc/" + name + "/stat");
     size_t rp = line.rfind(')');
     if (rp == std::string::npos || rp + 2 >= line.size()) continue;
     std::istringstream ss(line.substr(rp + 2));

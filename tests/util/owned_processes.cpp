@@ -13,12 +13,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
 #include <system_error>
 #include <thread>
+
+#include "tests/util/proc_file.h"
 
 namespace sftctl::testing {
 namespace {
@@ -27,11 +28,6 @@ namespace fs = std::filesystem;
 
 constexpr char kReportPrefix[] = "sftctl-survivors-";
 constexpr char kFolderPrefix[] = "sftctl-proc-";
-
-std::string ReadProcFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 #if defined(__linux__)
 
