@@ -2,8 +2,9 @@
 // launcher against the composite formulation computed on the CPU, on fresh random inputs (bf16 and
 // fp32, odd row lengths, T not a multiple of any block, head_dim 64 and 128, Qwen's 151,936
 // vocabulary), outputs poisoned beforehand so an element no thread writes fails; then the model's
-// loss and gradients with the kernels against the composite path on the same GPU. Skipped without
-// a GPU. bench/gpu/run.sh runs it, under compute-sanitizer when the machine has it.
+// loss and gradients with the kernels against the composite path on the same GPU, for every model
+// family. Skipped without a GPU. bench/gpu/run.sh runs it, under compute-sanitizer when the machine
+// has it.
 #include "trainer/model/kernels/cuda_kernels.h"
 
 #include <c10/cuda/CUDAStream.h>
@@ -12,13 +13,16 @@
 
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trainer/model/cuda_ops.h"
 #include "trainer/model/fused_ops.h"
 #include "trainer/model/kernels/cublas_gemm.h"
 #include "trainer/model/model.h"
+#include "trainer/model/model_config.h"
 
 namespace sftctl::trainer {
 namespace {
@@ -236,23 +240,62 @@ TEST(CudaKernels, GemmAccumulatesIntoFp32InPlace) {
   EXPECT_LE(Diff(out, ref), 1e-4);
 }
 
-// The model on the GPU with the kernels against the composite path (SDPA either way).
+// One small config.json per family the model knows, each with what sets its path apart: Qwen2's
+// q/k/v biases, q/k-norm, a sliding window shorter than the batch's 29 positions, Gemma 2's soft-caps
+// (the explicit attention: SDPA cannot soft-cap) and (1 + w) norms, Gemma 3's local RoPE base,
+// Phi-3's fused projections with longrope past original_max_position_embeddings, and partial rotary
+// (the composite RoPE with the other kernels).
+std::vector<std::pair<std::string, nlohmann::json>> FamilyConfigs() {
+  const nlohmann::json base = {{"vocab_size", 300},        {"hidden_size", 128},
+                               {"intermediate_size", 200}, {"num_hidden_layers", 2},
+                               {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                               {"head_dim", 32},           {"max_position_embeddings", 64},
+                               {"rms_norm_eps", 1e-6}};
+  auto with = [&](nlohmann::json extra) {
+    nlohmann::json j = base;
+    j.update(extra);
+    return j;
+  };
+  const nlohmann::json longrope = {{"type", "longrope"},
+                                   {"short_factor", std::vector<double>(16, 1.5)},
+                                   {"long_factor", std::vector<double>(16, 4.0)}};
+  return {
+      {"llama", with({{"model_type", "llama"}})},
+      {"qwen2", with({{"model_type", "qwen2"}})},
+      {"qwen3", with({{"model_type", "qwen3"}})},
+      {"mistral", with({{"model_type", "mistral"}, {"sliding_window", 5}})},
+      {"gemma2", with({{"model_type", "gemma2"},
+                       {"sliding_window", 6},
+                       {"query_pre_attn_scalar", 24},
+                       {"attn_logit_softcapping", 0.8},  // small enough to cap these small logits
+                       {"final_logit_softcapping", 0.8}})},
+      {"gemma3_text", with({{"model_type", "gemma3_text"},
+                            {"num_hidden_layers", 3},
+                            {"sliding_window", 6},
+                            {"sliding_window_pattern", 2},
+                            {"query_pre_attn_scalar", 24}})},
+      {"phi3", with({{"model_type", "phi3"},
+                     {"original_max_position_embeddings", 16},
+                     {"rope_scaling", longrope},
+                     {"sliding_window", 20}})},
+      {"phi3 partial rotary", with({{"model_type", "phi3"},
+                                    {"partial_rotary_factor", 0.75},
+                                    {"original_max_position_embeddings", 16},
+                                    {"rope_scaling",
+                                     {{"type", "longrope"},
+                                      {"short_factor", std::vector<double>(12, 1.5)},
+                                      {"long_factor", std::vector<double>(12, 4.0)}}}})},
+  };
+}
+
+// The model on the GPU with the kernels against the composite path, every family.
 TEST(CudaKernels, ModelLossAndGradientsMatchTheCompositePath) {
   REQUIRE_GPU();
-  for (const std::string type : {"llama", "qwen2", "qwen3"}) {
-    ModelConfig c;
-    c.model_type = type;
-    c.attention_bias = type == "qwen2";
-    c.qk_norm = type == "qwen3";
-    c.vocab_size = 300;
-    c.hidden_size = 128;
-    c.intermediate_size = 200;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 32;
-    c.max_position_embeddings = 64;
-    c.rms_norm_eps = 1e-6;
+  for (const auto& [name, json] : FamilyConfigs()) {
+    SCOPED_TRACE(name);
+    auto parsed = ParseModelConfig(json, name + "/config.json");
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    const ModelConfig& c = *parsed;
     torch::manual_seed(11);
     CausalLM model(c);
     model->ToDevice(kGpu);
@@ -271,9 +314,9 @@ TEST(CudaKernels, ModelLossAndGradientsMatchTheCompositePath) {
       fused::SetEnabled(true);
       return out;
     };
-    SCOPED_TRACE(type);
     const auto fused = run(true), ref = run(false);
     ASSERT_EQ(fused.size(), ref.size());
+    EXPECT_GT(ref[0].item<double>(), 0);
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_LE(Diff(fused[i], ref[i]), 1e-4) << "tensor " << i;
   }
 }

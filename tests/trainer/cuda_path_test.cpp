@@ -323,6 +323,9 @@ TEST(WorkingWeights, TrainingFollowsTheRunWithoutThem) {
   const std::string dir_a = testing::MakeTempDir("working-off"), dir_b = testing::MakeTempDir("working-on");
   JobSpec a = testing::TinySpec(dir_a, 8), b = testing::TinySpec(dir_b, 8);
   a.precision = b.precision = "bf16";
+  // The host reference runs on CPU tensors: on a GPU machine "auto" would pick the GPU, where the
+  // scope's fused::SetEnabled(false) turns the CUDA kernels (and so the working weights) off.
+  a.device = b.device = "cpu";
   a.train.grad_accum = b.train.grad_accum = 1;  // (the host reference is slow)
   TrainOptions off;
   off.hooks.working_weights = false;

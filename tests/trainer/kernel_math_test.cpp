@@ -138,6 +138,33 @@ void CheckNorm(int64_t N, int64_t C, bool add, int nt) {
   EXPECT_LE(MaxRelDiff(dw, wg.grad()), 1e-3);
 }
 
+// The flat-index split of the per-element kernels: 32-bit arithmetic below 2^32, 64-bit above, the
+// same quotient and remainder as int64_t division either way (the 2^32 edge, Qwen's vocabulary as
+// the divisor with row counts on both sides of the edge, a divisor above 2^32).
+TEST(KernelMath, DivModIsInt64DivisionOnBothSidesOf32Bits) {
+  const int64_t edge = int64_t{1} << 32;
+  const std::vector<int64_t> ns = {0,
+                                   1,
+                                   7,
+                                   151935,
+                                   151936,
+                                   edge - 1,
+                                   edge,
+                                   edge + 1,
+                                   edge + 5,
+                                   28245 * int64_t{151936} + 17,
+                                   32768 * int64_t{151936} - 1,
+                                   (int64_t{1} << 62) + 12345};
+  const std::vector<int64_t> ds = {1, 2, 3, 64, 4864, 151936, edge - 1, edge, edge + 3};
+  for (int64_t n : ns) {
+    for (int64_t d : ds) {
+      const QuotRem qr = DivMod(n, d);
+      EXPECT_EQ(qr.q, n / d) << n << " / " << d;
+      EXPECT_EQ(qr.r, n % d) << n << " % " << d;
+    }
+  }
+}
+
 TEST(KernelMath, RmsNormMatchesTheCompositeFormulation) {
   for (int nt : {1, 32, 256}) {
     for (int64_t C : {1, 7, 333, 896}) {

@@ -112,6 +112,21 @@ SFT_HD float Rsqrt(float x) {
 
 SFT_HD float Sigmoid(float x) { return 1.0f / (1.0f + Exp(-x)); }
 
+// n / d and n % d for n >= 0, d > 0, in 32-bit arithmetic when both fit. A GPU divides 64-bit
+// integers in a long emulated sequence, which made the per-element kernels' flat-index split
+// (row, column) cost more than their loads; a 32-bit division is a short one. Exact either way.
+struct QuotRem {
+  int64_t q, r;
+};
+SFT_HD QuotRem DivMod(int64_t n, int64_t d) {
+  if (((static_cast<uint64_t>(n) | static_cast<uint64_t>(d)) >> 32) == 0) {
+    const uint32_t n32 = static_cast<uint32_t>(n), d32 = static_cast<uint32_t>(d), q32 = n32 / d32;
+    return {q32, n32 - q32 * d32};
+  }
+  const int64_t q = n / d;
+  return {q, n - q * d};
+}
+
 constexpr float kNegInf = -__builtin_huge_valf();
 
 // ---------------------------------------------------------------------------------------------
@@ -325,7 +340,8 @@ SFT_HD void RmsNormBackwardPhase2(const RmsNormBackwardArgs<H, Out, GD>& a, int6
 template <typename H, typename Out>
 SFT_HD void WeightGradPartialElement(const H* h, const Out* dy, const float* rstd, float* partial, int64_t N,
                                      int64_t C, int64_t rows_per_group, int64_t idx) {
-  const int64_t g = idx / C, c = idx % C, r0 = g * rows_per_group;
+  const auto [g, c] = DivMod(idx, C);
+  const int64_t r0 = g * rows_per_group;
   const int64_t r1 = r0 + rows_per_group < N ? r0 + rows_per_group : N;
   partial[idx] = RmsNormWeightGradPartial<H>(h, dy, rstd, C, c, r0, r1);
 }
@@ -362,8 +378,9 @@ SFT_HD int64_t QkvRopeElements(const QkvRopeArgs<T>& a, int64_t B) {
 template <typename T>
 SFT_HD void QkvRopeElement(const QkvRopeArgs<T>& a, bool backward, int64_t idx) {
   const int64_t half = a.D / 2, heads = a.H + 2 * a.Hk;
-  const int64_t i = idx % half, head = (idx / half) % heads, bt = idx / (half * heads);
-  const int64_t b = bt / a.T_, t = bt % a.T_;
+  const auto [pair_row, i] = DivMod(idx, half);  // pair_row: (b * T + t) * heads + head
+  const auto [bt, head] = DivMod(pair_row, heads);
+  const auto [b, t] = DivMod(bt, a.T_);
   const int64_t p = a.positions ? a.positions[bt] : t;
   const float* c = a.cos + p * a.D;
   const float* s = a.sin + p * a.D;
@@ -414,13 +431,13 @@ struct SwiGluArgs {
 
 template <typename T>
 SFT_HD void SwiGluForwardElement(const SwiGluArgs<T>& a, int64_t idx) {
-  const int64_t r = idx / a.I, j = idx % a.I;
+  const auto [r, j] = DivMod(idx, a.I);
   a.y[idx] = SwiGluForward(a.g[r * a.g_stride + j], a.u[r * a.u_stride + j]);
 }
 
 template <typename T>
 SFT_HD void SwiGluBackwardElement(const SwiGluArgs<T>& a, int64_t idx) {
-  const int64_t r = idx / a.I, j = idx % a.I;
+  const auto [r, j] = DivMod(idx, a.I);
   SwiGluBackward(a.g[r * a.g_stride + j], a.u[r * a.u_stride + j], a.dy[idx], a.dg + r * a.dg_stride + j,
                  a.du + r * a.du_stride + j);
 }
@@ -439,7 +456,7 @@ SFT_HD void CrossEntropyRowFinish(const T* logits, const int64_t* targets, float
 template <typename T>
 SFT_HD void CrossEntropyGradElement(T* logits, const int64_t* targets, const float* lse, const float* scale,
                                     int64_t V, int64_t idx) {
-  const int64_t r = idx / V, i = idx % V;
+  const auto [r, i] = DivMod(idx, V);
   CrossEntropyGradInPlace(logits + r * V, lse[r], targets[r], *scale, i);
 }
 
