@@ -244,6 +244,16 @@ def hparams(cfg):
     return arch, heads, cfg.get("num_key_value_heads", heads), head_dim
 
 
+def context_length(cfg):
+    """max_position_embeddings; a mistral's or phi3's shorter sliding window (llama.cpp attends to every
+    position for both, which is the window's attention up to that many tokens)."""
+    ctx = cfg.get("max_position_embeddings", 2048)
+    window = cfg.get("sliding_window") or 0
+    if cfg.get("model_type") in ("mistral", "phi3") and 0 < window < ctx:
+        return window
+    return ctx
+
+
 def sliding_pattern(cfg, arch):
     """llama.cpp's sliding-window period p (layer i slides when i % p < p - 1; 0: all slide) for the
     config's layer types (default: gemma2's even layers, gemma3's all but every sliding_window_pattern-th)."""
@@ -450,7 +460,7 @@ def check_metadata(kv, args, cfg, tok_dir):
     want = {
         "general.architecture": (8, arch), "general.name": (8, args.name), "general.alignment": (4, 32),
         "general.file_type": (4, {"q8_0": 7, "f16": 1, "f32": 0}[args.type]), "general.quantization_version": (4, 2),
-        arch + ".vocab_size": (4, n_vocab), arch + ".context_length": (4, cfg.get("max_position_embeddings", 2048)),
+        arch + ".vocab_size": (4, n_vocab), arch + ".context_length": (4, context_length(cfg)),
         arch + ".embedding_length": (4, cfg["hidden_size"]), arch + ".block_count": (4, cfg["num_hidden_layers"]),
         arch + ".feed_forward_length": (4, cfg["intermediate_size"]),
         arch + ".attention.head_count": (4, heads), arch + ".attention.head_count_kv": (4, kv_heads),

@@ -2,6 +2,7 @@
 // (tests/reference/hf_reference.py, run by the hf_reference fixture into <build>/hf-reference),
 // that soft-capping and the per-layer windows change the result, config errors that name the
 // field, LoRA's target names, the KV cache, and a save/load round trip in the HF layout.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "common/formats/safetensors.h"
 #include "tests/trainer/hf_parity.h"
 #include "tests/trainer/test_util.h"
+#include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_paths.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
@@ -19,6 +21,7 @@
 #include "trainer/model/kv_cache.h"
 #include "trainer/model/lora.h"
 #include "trainer/model/model.h"
+#include "trainer/tools/gguf_export.h"
 #include "trainer/tools/hf_tools.h"
 #include "trainer/training/trainer.h"
 
@@ -568,6 +571,21 @@ TEST(GemmaVision, ExportMergesTheAdapterIntoTheWrapper) {
   EXPECT_EQ(names, want_names);
   CausalLM merged = *LoadModelDir(o.out_dir);
   EXPECT_LT(MaxAbs(LogitsOf(merged, ids), want), 1e-4);
+}
+
+// GGUF export of a vision checkpoint's text tower names the wrapper's field: text_config.X.
+TEST(GemmaVision, GgufRefusalNamesTheTextConfigField) {
+  const VisionCheckpoint v = MakeVisionCheckpoint("gemma3_text", /*legacy=*/false, kDefaultMaxShardBytes);
+  ASSERT_EQ(v.config["text_config"]["query_pre_attn_scalar"], 32);  // head_dim 16: llama.cpp would use 16
+  GgufExportOptions o;
+  o.model_dir = v.dir;
+  o.out_path = sftctl::testing::MakeTempDir("gemma3-vision-gguf") + "/out.gguf";
+  EXPECT_THAT(ExportGguf(o),
+              ::sftctl::testing::StatusIs(
+                  StatusCode::kInvalidArgument,
+                  ::testing::HasSubstr(v.dir + "/config.json: field 'text_config.query_pre_attn_scalar': "
+                                               "32: llama.cpp's gemma3 reads no attention scale")));
+  EXPECT_FALSE(fs::exists(o.out_path));
 }
 
 // The trainer's checkpoints of a vision checkpoint: a full fine-tune writes the whole wrapper (every

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "common/tokenizer/bpe_vocab.h"
 #include "tests/trainer/test_util.h"
@@ -513,6 +514,38 @@ TEST(GgufExportSpm, RefusesWhatLlamaCppWouldTokenizeDifferently) {
   refused(t, "'added_tokens': 'a b' is normalized");
 }
 
+// A mistral or phi3 whose sliding window is shorter than its context (Mistral-7B-v0.1, Phi-3-mini-4k's
+// 2047): llama.cpp attends to every position for both, which is the windowed attention for up to
+// `sliding_window` tokens, so the file declares that context (the reader checks context_length) and
+// the export says why.
+TEST(GgufExportWindow, ShorterWindowBecomesTheContextLength) {
+  TempDir tmp("gguf-window");
+  json mistral = Config("qwen2", false);
+  mistral["model_type"] = "mistral";
+  mistral["sliding_window"] = 16;
+  mistral.erase("bos_token_id");
+  json p3 = Config("phi3", false);
+  p3["sliding_window"] = 32;
+  for (const auto& [name, config, arch] :
+       {std::tuple<std::string, json, std::string>{"mistral", mistral, "llama"}, {"phi3", p3, "phi3"}}) {
+    SCOPED_TRACE(name);
+    const std::string model = tmp.path() + "/" + name + "-model", out = tmp.path() + "/" + name + ".gguf";
+    WriteModel(model, config, 4);
+    CommandResult r = Export({"--model", model, "--gguf", out});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const int64_t window = config["sliding_window"];
+    EXPECT_NE(r.output.find(model + "/config.json: sliding_window " + std::to_string(window) +
+                            " is shorter than max_position_embeddings 128, and llama.cpp's " + arch +
+                            " attends to every position: the GGUF file's context_length is " +
+                            std::to_string(window)),
+              std::string::npos)
+        << r.output;
+    json s = Check(
+        {"--gguf", out, "--model", model, "--type", "f16", "--pre", "qwen2", "--name", name + "-model"});
+    ASSERT_TRUE(s.is_object());
+  }
+}
+
 TEST(GgufExportErrors, NameTheProblem) {
   TempDir tmp("gguf-err");
   const std::string out = tmp.path() + "/out.gguf";
@@ -521,18 +554,6 @@ TEST(GgufExportErrors, NameTheProblem) {
   WriteModel(qwen, Config("qwen2", true), 3);
   ExpectRefused({"--model", qwen, "--gguf", out, "--type", "q4_0"}, out,
                 "--type must be f16, q8_0 or f32, got 'q4_0'");
-
-  json mistral = Config("qwen2", false);
-  mistral["model_type"] = "mistral";
-  mistral["sliding_window"] = 16;
-  mistral.erase("bos_token_id");
-  const std::string mdir = tmp.path() + "/mistral";
-  WriteModel(mdir, mistral, 4);
-  ExpectRefused(
-      {"--model", mdir, "--gguf", out}, out,
-      mdir +
-          "/config.json: field 'sliding_window': 16 is shorter than max_position_embeddings 128: GGUF "
-          "export writes mistral as llama.cpp's llama architecture, which has no sliding-window attention");
 
   // What llama.cpp's gemma2 / gemma3 / phi3 would compute differently is refused naming the field.
   auto refused = [&](const std::string& name, json config, const std::string& message) {
@@ -556,11 +577,6 @@ TEST(GgufExportErrors, NameTheProblem) {
   g3 = Config("gemma3_text", true);
   g3["layer_types"] = {"full_attention", "sliding_attention"};
   refused("gemma3-layers", g3, "'layer_types': the sliding layers follow no period llama.cpp can express");
-  json p3 = Config("phi3", false);
-  p3["sliding_window"] = 32;
-  refused("phi3-window", p3,
-          "'sliding_window': 32 is shorter than max_position_embeddings 128: llama.cpp's phi3 ignores the "
-          "sliding window");
 
   // Qwen3 with attention biases: llama.cpp's qwen3 loader refuses it ("wrong number of tensors").
   json q3 = Config("qwen3", false);

@@ -17,6 +17,7 @@
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
 #include "trainer/model/fused_ops.h"
+#include "trainer/model/generate.h"
 #include "trainer/model/kv_cache.h"
 #include "trainer/model/lora.h"
 #include "trainer/model/model.h"
@@ -410,6 +411,46 @@ TEST(Phi3Model, CachedGenerationMatchesTheFullForward) {
       EXPECT_LT(MaxAbs(step, full.slice(1, t, t + 1)), 1e-5) << "t " << t << " " << j.dump();
     }
   }
+}
+
+// Generation that grows past original_max_position_embeddings (8 here): from then on every position
+// is rotated by longrope's long factors, so the keys cached with the short ones are stale. As
+// transformers' Phi-3 generate does, the cache is rebuilt once at the crossing: the cached
+// generation then gives the logits of the whole sequence run again at every step (use_cache false).
+TEST(Phi3Model, GenerationCrossingTheOriginalLengthRebuildsTheCache) {
+  ModelConfig c = *ParseModelConfig(TinyPhi3(), "cfg.json");
+  ASSERT_TRUE(c.longrope());
+  ASSERT_EQ(c.original_max_position_embeddings, 8);
+  torch::manual_seed(9);
+  CausalLM m(c);
+  m->eval();
+  torch::NoGradGuard no_grad;
+  const std::vector<std::vector<int32_t>> prompts = {{3, 9, 27, 17, 51}, {5, 7, 11}};  // 5 + 10 > 8 + 1
+  auto run = [&](bool use_cache) {
+    GenerateOptions o;
+    o.max_new_tokens = 10;
+    o.use_cache = use_cache;
+    std::vector<torch::Tensor> logits;
+    o.on_logits = [&](const std::vector<size_t>&, const torch::Tensor& l) { logits.push_back(l.clone()); };
+    const std::vector<Generation> g = Generate(m, prompts, o, DevicePlan{});
+    return std::make_pair(g, logits);
+  };
+  const auto [cached, cached_logits] = run(true);
+  const auto [full, full_logits] = run(false);
+  ASSERT_EQ(cached_logits.size(), full_logits.size());
+  ASSERT_EQ(cached_logits.size(), 10u);
+  for (size_t k = 0; k < full_logits.size(); ++k)
+    EXPECT_LT(MaxAbs(cached_logits[k], full_logits[k]), 1e-5) << "step " << k;
+  for (size_t p = 0; p < prompts.size(); ++p) EXPECT_EQ(cached[p].tokens, full[p].tokens) << "prompt " << p;
+
+  // The control: a cache extended past the crossing with its short-factor keys gives other logits
+  // (by 3e-4 here, 30 times the bar above).
+  const torch::Tensor ids = torch::randint(0, 64, {1, 12}, torch::kInt64);
+  const torch::Tensor whole = m->Logits(m->Hidden(ids));
+  KvCache stale(c.num_hidden_layers, {0}, 12, c.sliding_window, torch::kCPU);
+  m->HiddenCached(ids.slice(1, 0, 8), stale);
+  const torch::Tensor next = m->Logits(m->HiddenCached(ids.slice(1, 8, 9), stale));
+  EXPECT_GT(MaxAbs(next, whole.slice(1, 8, 9)), 1e-4) << "the long factors change the cached keys' rotation";
 }
 
 TEST(Phi3Model, SaveAndLoadKeepTheFusedHfLayout) {

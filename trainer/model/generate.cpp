@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <optional>
+#include <vector>
 
 #include "trainer/model/kv_cache.h"
 
@@ -18,13 +19,10 @@ class BatchStepper {
       : model_(model),
         ids_(std::move(ids)),
         pad_(torch::tensor(pad, torch::kInt64).to(ids_.device())),
+        pad_list_(pad),
+        capacity_(capacity),
         padded_(std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p > 0; })) {
-    if (use_cache) {
-      const ModelConfig& c = model->config();
-      // Per-layer windows (gemma): the cache keeps a mask for the full-attention layers too.
-      cache_.emplace(c.num_hidden_layers, pad, capacity, c.sliding_window, ids_.device(),
-                     !c.sliding_layers.empty());
-    }
+    if (use_cache) NewCache();
   }
 
   // Next-token logits [B, V] (fp32) after the prompts.
@@ -32,12 +30,30 @@ class BatchStepper {
 
   // Next-token logits after appending `next` ([B] int64, on the device).
   torch::Tensor Step(const torch::Tensor& next) {
-    if (cache_) return Last(model_->HiddenCached(next.unsqueeze(1), *cache_));
     ids_ = torch::cat({ids_, next.unsqueeze(1)}, 1);
-    return Recompute();
+    if (!cache_) return Recompute();
+    if (!CrossesToLongRope(ids_.size(1))) return Last(model_->HiddenCached(next.unsqueeze(1), *cache_));
+    NewCache();  // the keys cached so far were rotated by the short factors
+    return Last(model_->HiddenCached(ids_, *cache_));
   }
 
  private:
+  // longrope (Phi-3 128k, Phi-3.5): a sequence longer than original_max_position_embeddings rotates
+  // every position by the long factors. When the batch first grows past that length, transformers'
+  // Phi-3 generation drops its cache and runs the whole sequence again (prepare_inputs_for_generation:
+  // the new length is original + 1 while at most `original` slots are cached); so does this.
+  bool CrossesToLongRope(int64_t length) const {
+    const ModelConfig& c = model_->config();
+    return c.longrope() && length == c.original_max_position_embeddings + 1;
+  }
+
+  void NewCache() {
+    const ModelConfig& c = model_->config();
+    // Per-layer windows (gemma): the cache keeps a mask for the full-attention layers too.
+    cache_.emplace(c.num_hidden_layers, pad_list_, capacity_, c.sliding_window, ids_.device(),
+                   !c.sliding_layers.empty());
+  }
+
   torch::Tensor Last(const torch::Tensor& hidden) {
     return model_->Logits(hidden.select(1, hidden.size(1) - 1)).to(torch::kFloat32);
   }
@@ -51,8 +67,10 @@ class BatchStepper {
   }
 
   CausalLM& model_;
-  torch::Tensor ids_;
+  torch::Tensor ids_;  // every slot so far: the prompts, then the tokens generated
   torch::Tensor pad_;
+  std::vector<int64_t> pad_list_;
+  int64_t capacity_;
   bool padded_;
   std::optional<KvCache> cache_;
 };

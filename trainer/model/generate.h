@@ -11,7 +11,10 @@
 // products).
 //
 // `use_cache = false` re-runs the whole sequence for every new token (left padding through the
-// same mask): the reference the cache is tested and benchmarked against.
+// same mask): the reference the cache is tested and benchmarked against. A longrope model (Phi-3
+// 128k, Phi-3.5) re-runs it once with the cache too, when the batch first grows past
+// original_max_position_embeddings (as transformers' Phi-3 generate does): from then on every
+// position is rotated by the long factors, and the cached keys had the short ones.
 //
 // Thread safety: uses the model; not concurrently with other uses of it.
 #pragma once

@@ -1,5 +1,7 @@
 #include "trainer/tools/gguf_export.h"
 
+#include <spdlog/spdlog.h>
+
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,65 +66,65 @@ std::string Num(double v) {
   return o.str();
 }
 
+// The config.json field that holds a text model's key `key`: under text_config in a multimodal
+// checkpoint's (Gemma 3 >= 4B).
+std::string Field(const ModelConfig& c, const std::string& key) {
+  return c.wrapper.empty() ? key : "text_config." + key;
+}
+
 // llama.cpp's architecture for a model config; `config_path` names config.json in errors.
 StatusOr<std::string> Architecture(const ModelConfig& c, const std::string& config_path) {
   if (c.model_type == "qwen3" && c.attention_bias) {
     // llama.cpp's qwen3 loader knows no attention biases: it refuses the file ("wrong number of
     // tensors"), so it is not written.
-    return FieldError(config_path, "attention_bias",
+    return FieldError(config_path, Field(c, "attention_bias"),
                       "true: llama.cpp's qwen3 architecture has no attention biases and refuses such a "
                       "GGUF file (export the Hugging Face checkpoint instead, or train with "
                       "attention_bias: false)");
   }
   if (c.model_type == "llama" || c.model_type == "qwen2" || c.model_type == "qwen3") return c.model_type;
-  if (c.model_type == "mistral") {
-    if (c.sliding_window == 0 || c.sliding_window >= c.max_position_embeddings) return std::string("llama");
-    return FieldError(config_path, "sliding_window",
-                      std::to_string(c.sliding_window) + " is shorter than max_position_embeddings " +
-                          std::to_string(c.max_position_embeddings) +
-                          ": GGUF export writes mistral as llama.cpp's llama architecture, which has no "
-                          "sliding-window attention");
-  }
+  if (c.model_type == "mistral") return std::string("llama");  // (a window: ContextLength)
   if (c.model_type == "gemma2" || c.model_type == "gemma3_text") {
     const bool gemma2 = c.model_type == "gemma2";
     const std::string arch = gemma2 ? "gemma2" : "gemma3";
     const double scalar = LlamaCppGemmaScalar(c);
     if (c.query_pre_attn_scalar != scalar) {
-      return FieldError(config_path, "query_pre_attn_scalar",
+      return FieldError(config_path, Field(c, "query_pre_attn_scalar"),
                         Num(c.query_pre_attn_scalar) + ": llama.cpp's " + arch +
                             " reads no attention scale and uses 1/sqrt(" + Num(scalar) +
                             ") for this model (head_dim, or hidden_size / num_attention_heads for its "
                             "27B layer count); a GGUF file would attend differently");
     }
     if (gemma2 && !c.tie_word_embeddings) {
-      return FieldError(config_path, "tie_word_embeddings",
+      return FieldError(config_path, Field(c, "tie_word_embeddings"),
                         "false: llama.cpp's gemma2 has no output tensor (it reuses token_embd), so "
                         "an untied lm_head cannot be written");
     }
     if (gemma2 && (c.attn_logit_softcapping <= 0 || c.final_logit_softcapping <= 0)) {
-      return FieldError(config_path,
-                        c.attn_logit_softcapping <= 0 ? "attn_logit_softcapping" : "final_logit_softcapping",
-                        "null: llama.cpp's gemma2 always soft-caps (at 50 / 30 when the file has no "
-                        "value), so a model without soft-capping cannot be written");
+      return FieldError(
+          config_path,
+          Field(c, c.attn_logit_softcapping <= 0 ? "attn_logit_softcapping" : "final_logit_softcapping"),
+          "null: llama.cpp's gemma2 always soft-caps (at 50 / 30 when the file has no "
+          "value), so a model without soft-capping cannot be written");
     }
     if (!gemma2 && c.attn_logit_softcapping > 0) {
       return FieldError(
-          config_path, "attn_logit_softcapping",
+          config_path, Field(c, "attn_logit_softcapping"),
           Num(c.attn_logit_softcapping) + ": llama.cpp's gemma3 has no attention soft-capping (write null)");
     }
     if (!gemma2 && c.final_logit_softcapping > 0) {
-      return FieldError(config_path, "final_logit_softcapping",
+      return FieldError(config_path, Field(c, "final_logit_softcapping"),
                         Num(c.final_logit_softcapping) +
                             ": llama.cpp's gemma3 (with sliding-window layers) does not soft-cap the "
                             "logits (write null)");
     }
     if (!gemma2 && c.rope_local_scaling.type != "default") {
-      return FieldError(config_path, "rope_parameters",
+      return FieldError(config_path, Field(c, "rope_parameters"),
                         "sliding_attention's rope_type '" + c.rope_local_scaling.type +
                             "': llama.cpp's gemma3 applies no RoPE scaling on its sliding-window layers");
     }
     if (!SlidingPattern(c, gemma2 ? 2 : 6)) {
-      return FieldError(config_path, "layer_types",
+      return FieldError(config_path, Field(c, "layer_types"),
                         "the sliding layers follow no period llama.cpp can express (layer i slides "
                         "when i % p < p - 1)");
     }
@@ -130,22 +132,15 @@ StatusOr<std::string> Architecture(const ModelConfig& c, const std::string& conf
   }
   if (c.model_type == "phi3") {
     if (c.head_dim * c.num_attention_heads != c.hidden_size) {
-      return FieldError(config_path, "head_dim",
+      return FieldError(config_path, Field(c, "head_dim"),
                         std::to_string(c.head_dim) + " x num_attention_heads " +
                             std::to_string(c.num_attention_heads) + " is not hidden_size " +
                             std::to_string(c.hidden_size) +
                             ": llama.cpp's phi3 sizes attn_qkv and attn_output by hidden_size");
     }
-    if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings) {
-      return FieldError(config_path, "sliding_window",
-                        std::to_string(c.sliding_window) + " is shorter than max_position_embeddings " +
-                            std::to_string(c.max_position_embeddings) +
-                            ": llama.cpp's phi3 ignores the sliding window and attends to every "
-                            "position (set sliding_window to null or >= max_position_embeddings)");
-    }
-    return std::string("phi3");
+    return std::string("phi3");  // (a window: ContextLength)
   }
-  return FieldError(config_path, "model_type",
+  return FieldError(config_path, Field(c, "model_type"),
                     "'" + c.model_type +
                         "' is not supported by GGUF export (llama, qwen2, qwen3, mistral, gemma2, "
                         "gemma3_text, phi3)");
@@ -231,6 +226,17 @@ GgufWriter::Producer Encoder(torch::Tensor t, TensorType type, int64_t permuted_
   };
 }
 
+// The context the file declares: max_position_embeddings, but for a mistral or phi3 whose sliding
+// window is shorter, the window. llama.cpp attends to every position for both (its llama
+// architecture has no window; its phi3 loader turns the window off), which is the windowed
+// attention exactly while a sequence is at most sliding_window tokens long.
+int64_t ContextLength(const ModelConfig& c) {
+  const bool unwindowed = c.model_type == "mistral" || c.model_type == "phi3";
+  if (unwindowed && c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings)
+    return c.sliding_window;
+  return c.max_position_embeddings;
+}
+
 void SetModelMetadata(const ModelConfig& c, const std::string& arch, GgufWriter* w) {
   auto u32 = [&](const std::string& key, int64_t v) {
     w->SetUint32(arch + "." + key, static_cast<uint32_t>(v));
@@ -240,7 +246,7 @@ void SetModelMetadata(const ModelConfig& c, const std::string& arch, GgufWriter*
   };
   const bool gemma = arch == "gemma2" || arch == "gemma3";
   u32("vocab_size", c.vocab_size);
-  u32("context_length", c.max_position_embeddings);
+  u32("context_length", ContextLength(c));
   u32("embedding_length", c.hidden_size);
   u32("block_count", c.num_hidden_layers);
   u32("feed_forward_length", c.intermediate_size);
@@ -296,7 +302,7 @@ Status AddRopeFreqs(const ModelConfig& c, const std::string& arch, const std::st
   if (c.rope_scaling.type != "llama3") return OkStatus();
   if (arch != "llama") {
     return FieldError(
-        config_path, "rope_scaling",
+        config_path, Field(c, "rope_scaling"),
         "Llama-3 RoPE scaling is written (as rope_freqs) for the llama architecture only, not " + arch);
   }
   ModelConfig unscaled = c;
@@ -355,6 +361,13 @@ Status ExportGguf(const GgufExportOptions& o) {
   const ModelConfig& c = weights.config;
   const std::string config_path = JoinPath(weights.base_dir, "config.json");
   SFT_ASSIGN_OR_RETURN(std::string arch, Architecture(c, config_path));
+  if (ContextLength(c) != c.max_position_embeddings) {
+    spdlog::warn(
+        "{}: sliding_window {} is shorter than max_position_embeddings {}, and llama.cpp's {} attends to "
+        "every position: the GGUF file's context_length is {}, the longest sequence it computes as "
+        "transformers does (a longer context in llama.cpp or ollama attends past the window)",
+        config_path, c.sliding_window, c.max_position_embeddings, arch, ContextLength(c));
+  }
   std::optional<int32_t> bos, eos;
   if (c.bos_token_id >= 0) bos = static_cast<int32_t>(c.bos_token_id);
   if (!c.eos_token_ids.empty()) eos = static_cast<int32_t>(c.eos_token_ids[0]);

@@ -2,12 +2,14 @@
 // folder (a checkpoint, an HF folder, or a LoRA adapter merged into its base) as one GGUF file
 // that llama.cpp and ollama load (common/formats/gguf_writer.h, common/formats/gguf_tokenizer.h).
 //
-// Architectures: model_type llama -> "llama", qwen2 -> "qwen2", qwen3 -> "qwen3", mistral without
-// a sliding window shorter than its context -> "llama" (as llama.cpp converts Mistral), gemma2 ->
-// "gemma2", gemma3_text -> "gemma3", phi3 -> "phi3"; what llama.cpp would compute differently is
-// refused naming the config field (docs/gguf.md lists the cases). Metadata: general.architecture,
-// general.name (the model folder's name), general.file_type (0 F32, 1 F16, 7 Q8_0),
-// general.quantization_version 2, <arch>.vocab_size, .context_length (max_position_embeddings),
+// Architectures: model_type llama -> "llama", qwen2 -> "qwen2", qwen3 -> "qwen3", mistral -> "llama"
+// (as llama.cpp converts Mistral), gemma2 -> "gemma2", gemma3_text -> "gemma3", phi3 -> "phi3";
+// what llama.cpp would compute differently is refused naming the config field (docs/gguf.md lists
+// the cases). Metadata: general.architecture, general.name (the model folder's name),
+// general.file_type (0 F32, 1 F16, 7 Q8_0), general.quantization_version 2, <arch>.vocab_size,
+// .context_length (max_position_embeddings; a mistral's or phi3's shorter sliding_window, which
+// llama.cpp does not apply: up to that length its full attention is the window's, and a warning
+// says so),
 // .embedding_length, .block_count, .feed_forward_length, .attention.head_count, .attention.head_count_kv,
 // .attention.layer_norm_rms_epsilon, .rope.freq_base, .rope.dimension_count (the rotary dimension),
 // .attention.key_length / .value_length (when head_dim is not hidden_size / heads, and always for
