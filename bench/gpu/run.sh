@@ -5,10 +5,12 @@
 # machine; under 1 MB); raw logs go to DIR/results/ too (DIR: build/gpu).
 #
 #   bench/gpu/run.sh [--quick] [--python PY] [--jobs N] [--steps N] [--batch B] [--seq T] [--skip-build]
-#                    [--skip-tests] [--tests REGEX] [--only-checks] [--peak-tflops X] [--build DIR]
-#                    [--lora-layers L] [--lora-steps N] [--lora-batch B]
+#                    [--skip-tests] [--tests REGEX] [--only-checks] [--profile] [--peak-tflops X]
+#                    [--build DIR] [--lora-layers L] [--lora-steps N] [--lora-batch B]
 #   --only-checks: build, runtime, tests, kernels and nccl; none of the benchmark rows (zero, train,
 #            hf+compile, casts, lora, peft): a correctness pass in about three minutes on 16 cores.
+#   --profile: the profile row: a short traced run of each job (full fine-tune and LoRA), where its
+#            step's time goes (bench/gpu/trace_summary.py) under the tables (about a minute more).
 #   --quick: build + tests + kernels + nccl + zero (6 steps) + the train rows at 10 steps (sftctl, HF eager,
 #            HF + torch.compile) + the LoRA rows at 8 steps on 4 of the 7B shape's 28 layers (sftctl,
 #            HF + PEFT eager, HF + PEFT + torch.compile): for a GPU machine rented
@@ -80,7 +82,7 @@ usage() {
   exit 2
 }
 py=${PYTHON:-python3} jobs=$(nproc) steps=20 batch=4 seq=2048 skip_build=0 skip_tests=0 peak_tflops='' build=''
-tests_regex='' only_checks=0
+tests_regex='' only_checks=0 profile=0
 quick=0 lora_layers='' lora_steps='' lora_batch=''
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -94,6 +96,7 @@ while [[ $# -gt 0 ]]; do
     --skip-tests) skip_tests=1 ;;
     --tests) tests_regex=${2:?}; shift ;;
     --only-checks) only_checks=1 ;;
+    --profile) profile=1 ;;
     --peak-tflops) peak_tflops=${2:?}; shift ;;
     --build) build=${2:?}; shift ;;
     --lora-layers) lora_layers=${2:?}; shift ;;
@@ -609,6 +612,41 @@ else
 fi
 fi  # only_checks
 
+# ---- 5. profile: where a step's time goes (--profile) ---------------------------------------------
+# A short run of each job (6 steps; LibTorch's profiler traces steps 2-4: trainer/training/step_profiler.h)
+# apart from the rows' runs, whose timings tracing would slow; trace_summary.py's summary of each goes
+# to results/profile-{full,lora}.txt and under the tables.
+profile_run() {  # profile_run NAME SPEC-ARGS...: one traced run, its summary in results/profile-NAME.txt
+  local name=$1 work=$build/profile-$1 rc=0
+  shift
+  rm -rf "$work" && mkdir -p "$work"
+  { "$py" "$here/hf_train.py" --write-spec "$work" "$@" --seq "$seq" --steps 6 --trainer-out "$work/run" \
+      > "$work/spec.json" &&
+      "$trainer" train --spec "$work/spec.json" --profile "$work/trace" --profile-steps 3 > "$out/profile-$name.log" 2>&1 &&
+      "$py" "$here/trace_summary.py" "$work/trace/trace-rank0.json" --steps 3 --top 20 > "$out/profile-$name.txt"; } ||
+    rc=1
+  rm -rf "$work"
+  return $rc
+}
+rm -f "$out"/profile-full.txt "$out"/profile-lora.txt
+if [[ $profile == 1 ]]; then
+  if [[ $cuda_ok != 1 ]]; then
+    row profile "$NO_GPU" "the traced runs' kernels need a GPU"
+  elif [[ ! -x $trainer ]]; then
+    row profile FAIL "no sftctl-trainer (the build row failed)"
+  else
+    say "profile: a traced run of the full fine-tune and of LoRA"
+    prof_fail=()
+    profile_run full --batch "$batch" || prof_fail+=(full)
+    profile_run lora --lora --layers "$lora_layers" --batch "$lora_batch" || prof_fail+=(lora)
+    if ((${#prof_fail[@]} == 0)); then
+      row profile ok "steps 2-4 of a 6-step run of each job traced; where their time goes: below"
+    else
+      row profile FAIL "the ${prof_fail[*]} run failed; see $out/profile-${prof_fail[0]}.log"
+    fi
+  fi
+fi
+
 # ---- The summary: the table, the failing tests, the environment ----------------------------------
 # The failing tests' lines of ctest.log: ctest's list, then each failure's assertion lines and crashes.
 failing_tests() {
@@ -654,6 +692,12 @@ summary() {
     echo "LoRA (${lora_what#LoRA }) on $lora_layers of the Qwen2.5-7B shape's 28 layers, batch $lora_batch:"
     "$py" "$here/hf_train.py" --table "$out/sftctl-lora.json" "$out/peft.json" "$out/peft-compile.json"
   fi
+  for p in full lora; do
+    [[ -s $out/profile-$p.txt ]] || continue
+    echo
+    echo "where a step's time goes, $([[ $p == full ]] && echo "full fine-tune" || echo "LoRA, $lora_layers layers") (--profile; bench/gpu/trace_summary.py):"
+    cat "$out/profile-$p.txt"
+  done
   # The trainer's own resource figures (trainer/training/gpu_metrics.h: CUDA allocator, NVML through dlopen,
   # MFU) from its last step record: absent fields mean that source was not available on this machine.
   for m in "$out/sftctl-metrics.jsonl" "$out/sftctl-lora-metrics.jsonl"; do

@@ -50,14 +50,22 @@ def summarise(trace, steps, top):
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
     out = []
-    if not kernels:
+    per = max(steps, 1)
+    if kernels:
+        out += kernel_lines(kernels, per, top)
+    else:
         out.append("no GPU kernels in the trace (a CPU run, or a LibTorch without Kineto's CUDA activities)")
-        return out
+    if ops:
+        out += host_op_lines(ops, per, top)
+    return out
+
+
+def kernel_lines(kernels, per, top):
+    out = []
     start = min(e["ts"] for e in kernels)
     end = max(e["ts"] + e.get("dur", 0) for e in kernels)
     busy = union_length([(e["ts"], e["ts"] + e.get("dur", 0)) for e in kernels])
     span = end - start
-    per = max(steps, 1)
     out.append(f"kernels: {len(kernels)} ({len(kernels) / per:.0f} per step); GPU busy {busy / 1e3 / per:.1f} ms of "
                f"{span / 1e3 / per:.1f} ms per step ({100 * busy / span:.0f}%)")
     by_kind = collections.defaultdict(lambda: [0.0, 0])
@@ -77,30 +85,34 @@ def summarise(trace, steps, top):
     out.append(f"top {top} kernels (ms per step, calls per step, name):")
     for name, (d, c) in sorted(by_name.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]:
         out.append(f"  {d / 1e3 / per:8.2f}  {c / per:6.0f}  {name[:150]}")
-    if ops:
-        # Self time of host operators: an operator's duration minus its direct children's, per thread.
-        acc = collections.defaultdict(lambda: [0.0, 0])
-        by_thread = collections.defaultdict(list)
-        for e in ops:
-            by_thread[(e.get("pid"), e.get("tid"))].append(e)
-        for evs in by_thread.values():
-            evs.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
-            stack = []  # [end, name, self time so far]
-            for e in evs:
-                s, d = e["ts"], e.get("dur", 0)
-                while stack and stack[-1][0] <= s:
-                    _, n, own = stack.pop()
-                    acc[n][0] += own
-                if stack:
-                    stack[-1][2] -= d
-                stack.append([s + d, e["name"], d])
-                acc[e["name"]][1] += 1
-            for _, n, own in stack:
+    return out
+
+
+def host_op_lines(ops, per, top):
+    """The host operators with the most self time: an operator's duration minus its direct children's,
+    per thread."""
+    out = []
+    acc = collections.defaultdict(lambda: [0.0, 0])
+    by_thread = collections.defaultdict(list)
+    for e in ops:
+        by_thread[(e.get("pid"), e.get("tid"))].append(e)
+    for evs in by_thread.values():
+        evs.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
+        stack = []  # [end, name, self time so far]
+        for e in evs:
+            s, d = e["ts"], e.get("dur", 0)
+            while stack and stack[-1][0] <= s:
+                _, n, own = stack.pop()
                 acc[n][0] += own
-        totals = acc
-        out.append(f"top {top} host operators by self time (ms per step, calls per step):")
-        for name, (d, c) in sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]:
-            out.append(f"  {d / 1e3 / per:8.2f}  {c / per:6.0f}  {name[:120]}")
+            if stack:
+                stack[-1][2] -= d
+            stack.append([s + d, e["name"], d])
+            acc[e["name"]][1] += 1
+        for _, n, own in stack:
+            acc[n][0] += own
+    out.append(f"top {top} host operators by self time (ms per step, calls per step):")
+    for name, (d, c) in sorted(acc.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]:
+        out.append(f"  {d / 1e3 / per:8.2f}  {c / per:6.0f}  {name[:120]}")
     return out
 
 

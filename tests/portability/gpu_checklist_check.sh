@@ -9,7 +9,7 @@
 #          is ON and bin/cuda_kernels_test is missing)
 #   nccl   skipped (no GPU)           train  skipped (no GPU), its save / rotate (keep 1) / resume
 #                                     check run on the CPU: "resume ok"
-#   hf+compile, lora   skipped (no GPU)
+#   hf+compile, lora, profile (--profile)   skipped (no GPU)
 # and exit 0: nothing fails for a reason that is not the missing GPU; and it must write its summary
 # (results/summary.txt: the table, the failing tests, the environment; under 1 MB). What this cannot
 # show: the GPU rows themselves, and the pip-wheel CUDA toolkit (the root's nvcc is on PATH).
@@ -30,7 +30,7 @@ t0=$SECONDS
 rc=0
 in_root CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache LD_PRELOAD=libstdc++.so.6 \
   bash "$WORK/bench/gpu/run.sh" --quick --python python3 --build /work/build-gpu --jobs "$jobs" \
-  --tests 'CudaPathOnTheCpu|WorkingWeights\.' >"$LOG" 2>&1 || rc=$?
+  --tests 'CudaPathOnTheCpu|WorkingWeights\.' --profile >"$LOG" 2>&1 || rc=$?
 sed -n '/^GPU checklist:/,$p' "$LOG"
 echo "gpu_checklist_check: run.sh exited $rc after $((SECONDS - t0)) s"
 
@@ -50,6 +50,7 @@ expect zero 'skipped \(no GPU\)'
 expect train 'skipped \(no GPU\) .*resume check ran on the CPU'
 expect 'hf\+compile' 'skipped \(no GPU\) +the HF reference with torch.compile'
 expect lora 'skipped \(no GPU\) +LoRA r 16, alpha 32'
+expect profile "skipped \(no GPU\) +the traced runs' kernels need a GPU"
 grep -qE '^ +resume ok: steps 6-10 after resuming at step 5 equal' "$LOG" ||
   { echo "gpu_checklist_check: no 'resume ok' line under the train row" >&2; bad=1; }
 grep -q '^GPU checklist: .*, --quick$' "$LOG" || { echo "gpu_checklist_check: not a --quick run" >&2; bad=1; }
