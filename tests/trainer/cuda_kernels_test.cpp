@@ -256,9 +256,11 @@ std::vector<std::pair<std::string, nlohmann::json>> FamilyConfigs() {
     j.update(extra);
     return j;
   };
-  const nlohmann::json longrope = {{"type", "longrope"},
-                                   {"short_factor", std::vector<double>(16, 1.5)},
-                                   {"long_factor", std::vector<double>(16, 4.0)}};
+  auto longrope = [](size_t pairs) {  // pairs: rotary_dim / 2
+    return nlohmann::json{{"type", "longrope"},
+                          {"short_factor", std::vector<double>(pairs, 1.5)},
+                          {"long_factor", std::vector<double>(pairs, 4.0)}};
+  };
   return {
       {"llama", with({{"model_type", "llama"}})},
       {"qwen2", with({{"model_type", "qwen2"}})},
@@ -276,15 +278,12 @@ std::vector<std::pair<std::string, nlohmann::json>> FamilyConfigs() {
                             {"query_pre_attn_scalar", 24}})},
       {"phi3", with({{"model_type", "phi3"},
                      {"original_max_position_embeddings", 16},
-                     {"rope_scaling", longrope},
+                     {"rope_scaling", longrope(16)},
                      {"sliding_window", 20}})},
       {"phi3 partial rotary", with({{"model_type", "phi3"},
                                     {"partial_rotary_factor", 0.75},
                                     {"original_max_position_embeddings", 16},
-                                    {"rope_scaling",
-                                     {{"type", "longrope"},
-                                      {"short_factor", std::vector<double>(12, 1.5)},
-                                      {"long_factor", std::vector<double>(12, 4.0)}}}})},
+                                    {"rope_scaling", longrope(12)}})},
   };
 }
 

@@ -500,13 +500,7 @@ TEST(GemmaVision, LoraAdapterKeysAreTransformersModulePaths) {
   CausalLM m = *loaded;
   LoraSpec spec;
   spec.target_modules = {"q_proj", "v_proj", "down_proj"};
-  torch::manual_seed(3);
-  ASSERT_TRUE(ApplyLora(m, spec).ok());
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : m->named_parameters())
-      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.2);
-  }
+  ASSERT_TRUE(testing::ApplyDrawnLora(m, spec, 3).ok());
   const NamedTensors keys = AdapterTensors(m);
   ASSERT_FALSE(keys.empty());
   for (const auto& [key, t] : keys)
@@ -546,13 +540,7 @@ TEST(GemmaVision, ExportMergesTheAdapterIntoTheWrapper) {
   CausalLM m = *LoadModelDir(v.dir);
   LoraSpec spec;
   spec.target_modules = {"q_proj", "o_proj", "up_proj"};
-  torch::manual_seed(6);
-  ASSERT_TRUE(ApplyLora(m, spec).ok());
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : m->named_parameters())
-      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.2);
-  }
+  ASSERT_TRUE(testing::ApplyDrawnLora(m, spec, 6).ok());
   const std::string adapter = sftctl::testing::MakeTempDir("gemma3-vision-adapter");
   ASSERT_TRUE(SaveAdapter(FileSystem::Default(), adapter, m, spec, v.dir).ok());
   m->eval();

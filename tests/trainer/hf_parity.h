@@ -16,6 +16,7 @@
 #include "tests/util/test_paths.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
 #include "trainer/model/fused_ops.h"
+#include "trainer/model/lora.h"
 #include "trainer/model/model.h"
 #include "trainer/training/trainer.h"
 
@@ -83,6 +84,17 @@ inline CausalLM CopyWithConfig(CausalLM& from, const ModelConfig& c) {
   for (auto& p : to->named_parameters()) p.value().copy_(params[p.key()]);
   to->eval();
   return to;
+}
+
+// Applies `spec` to `model` (its A matrices drawn after manual_seed(seed)) and draws every lora_B
+// from N(0, 0.2): an adapter that changes the logits (PEFT's B starts at zero).
+inline Status ApplyDrawnLora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
+  torch::manual_seed(seed);
+  SFT_RETURN_IF_ERROR(ApplyLora(model, spec));
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters())
+    if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.2);
+  return OkStatus();
 }
 
 inline torch::Tensor LogitsOf(CausalLM& m, const torch::Tensor& ids) {

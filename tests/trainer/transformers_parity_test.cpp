@@ -122,14 +122,7 @@ TEST_P(TransformersParity, LoraAdapterSavedForTransformersModules) {
   spec.alpha = 6;
   spec.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   spec.use_rslora = family.size() % 2 == 1;
-  torch::manual_seed(17);
-  ASSERT_TRUE(ApplyLora(r.model, spec).ok());
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : r.model->named_parameters()) {
-      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.2);
-    }
-  }
+  ASSERT_TRUE(testing::ApplyDrawnLora(r.model, spec, 17).ok());
   r.model->eval();
   const torch::Tensor ids = r.tensors.at("input_ids");
   const torch::Tensor adapted = LogitsOf(r.model, ids);
