@@ -30,14 +30,22 @@ class BatchStepper {
 
   // Next-token logits after appending `next` ([B] int64, on the device).
   torch::Tensor Step(const torch::Tensor& next) {
-    ids_ = torch::cat({ids_, next.unsqueeze(1)}, 1);
+    if (!cache_ || RunsAgainLater()) ids_ = torch::cat({ids_, next.unsqueeze(1)}, 1);
     if (!cache_) return Recompute();
-    if (!CrossesToLongRope(ids_.size(1))) return Last(model_->HiddenCached(next.unsqueeze(1), *cache_));
+    if (!CrossesToLongRope(cache_->length() + 1))
+      return Last(model_->HiddenCached(next.unsqueeze(1), *cache_));
     NewCache();  // the keys cached so far were rotated by the short factors
     return Last(model_->HiddenCached(ids_, *cache_));
   }
 
  private:
+  // With the cache, whether the whole sequence may still run again (CrossesToLongRope): only a
+  // longrope model's, until it crosses. Otherwise ids_ stops growing with the cache.
+  bool RunsAgainLater() const {
+    const ModelConfig& c = model_->config();
+    return c.longrope() && cache_->length() <= c.original_max_position_embeddings;
+  }
+
   // longrope (Phi-3 128k, Phi-3.5): a sequence longer than original_max_position_embeddings rotates
   // every position by the long factors. When the batch first grows past that length, transformers'
   // Phi-3 generation drops its cache and runs the whole sequence again (prepare_inputs_for_generation:
@@ -67,7 +75,7 @@ class BatchStepper {
   }
 
   CausalLM& model_;
-  torch::Tensor ids_;  // every slot so far: the prompts, then the tokens generated
+  torch::Tensor ids_;  // the prompts, then the tokens generated while they may run again
   torch::Tensor pad_;
   std::vector<int64_t> pad_list_;
   int64_t capacity_;
